@@ -1,0 +1,23 @@
+//! The hub's pure domain: types, [`Command`]s, the replicated [`State`] and its decisions.
+//!
+//! Nothing here does I/O or reads a clock. Every command is applied with the time stamped on
+//! its Raft entry ([`State::apply`]), so every node that applies the same log reaches the same
+//! state, byte for byte ([`State::digest`]).
+
+pub mod command;
+pub mod entity;
+pub mod environment;
+pub mod error;
+pub mod name;
+pub mod record;
+pub mod state;
+
+pub use command::{Command, CommandOutput, Request};
+pub use entity::{Entity, EntityId, EntityKind};
+pub use environment::Environment;
+pub use error::CommandError;
+pub use record::{Record, RecordKey};
+pub use state::{Applied, State};
+
+/// Milliseconds since the Unix epoch, as stamped by the leader on each Raft entry.
+pub type TimestampMs = i64;

@@ -1,0 +1,13 @@
+//! Generated gRPC types and services of the hub (`proto/hub.proto`).
+//!
+//! `Raft` carries node-to-node consensus traffic; `Hub` is the client API that `hubctl` and the
+//! agents use. See the `.proto` file for the contract of each call.
+
+#![allow(clippy::all, missing_docs)]
+
+/// Version 1 of the hub protocol.
+pub mod v1 {
+    tonic::include_proto!("hub.v1");
+}
+
+pub use v1::*;

@@ -1,0 +1,27 @@
+//! openraft storage for the hub on RocksDB: the log ([`LogStore`]) and the state machine
+//! ([`StateMachine`]) share one RocksDB instance, so a single write-ahead log orders the vote,
+//! the entries and the applied state.
+//!
+//! Layout (column families):
+//! - `log`: big-endian log index → entry
+//! - `meta`: vote, last purged log id, node identity
+//! - `sm`: [`hub_engine::RecordKey`] bytes → record
+//! - `sm_meta`: last applied log id and membership (written in the same batch as `sm`)
+//!
+//! Snapshots live in `<dir>/snapshots/current.snap`, replaced atomically.
+//! Every stored value begins with a format version byte ([`codec`]).
+
+pub mod codec;
+mod db;
+mod error;
+mod flusher;
+mod log_store;
+mod snapshot;
+mod state_machine;
+mod types;
+
+pub use db::{open, NodeIdentity, Store};
+pub use error::StoreError;
+pub use log_store::LogStore;
+pub use state_machine::{AppliedState, SharedState, StateMachine};
+pub use types::*;

@@ -1,0 +1,70 @@
+//! Snapshot files: the whole state, written to a temporary file, synced, renamed into place,
+//! and the directory synced, so a crash leaves either the old or the new snapshot.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use hub_engine::Record;
+use serde::{Deserialize, Serialize};
+
+use crate::codec;
+use crate::error::StoreError;
+use crate::types::{LogId, SnapshotMeta, StoredMembership};
+
+/// The content of a snapshot file (behind the codec's format version).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SnapshotFile {
+    pub(crate) last_applied: Option<LogId>,
+    pub(crate) membership: StoredMembership,
+    pub(crate) records: Vec<Record>,
+}
+
+impl SnapshotFile {
+    pub(crate) fn meta(&self) -> SnapshotMeta {
+        SnapshotMeta {
+            last_log_id: self.last_applied.clone(),
+            last_membership: self.membership.clone(),
+        }
+    }
+}
+
+pub(crate) fn snapshot_path(dir: &Path) -> PathBuf {
+    dir.join("snapshots").join("current.snap")
+}
+
+/// Writes `bytes` to `path` so that after a crash the file is either absent/old or complete.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| StoreError::Io { path: p, source }
+    };
+    let parent = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(parent).map_err(io(parent))?;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(bytes).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+    }
+    fs::rename(&tmp, path).map_err(io(path))?;
+    File::open(parent)
+        .and_then(|d| d.sync_all())
+        .map_err(io(parent))?;
+    Ok(())
+}
+
+/// Reads and decodes the current snapshot file, if there is one.
+pub(crate) fn read_current(dir: &Path) -> Result<Option<(SnapshotFile, Vec<u8>)>, StoreError> {
+    let path = snapshot_path(dir);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(StoreError::Io { path, source }),
+    };
+    let file = codec::decode(&bytes).map_err(|source| StoreError::Corrupt {
+        what: path.display().to_string(),
+        source,
+    })?;
+    Ok(Some((file, bytes)))
+}

@@ -1,0 +1,306 @@
+//! The replicated state machine: applies committed entries to [`hub_engine::State`] and
+//! persists what changed together with `last_applied` in one RocksDB batch.
+
+use std::collections::BTreeSet;
+use std::io::{self, Cursor};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use futures::{Stream, StreamExt};
+use hub_engine::{CommandOutput, Record, State};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, RaftSnapshotBuilder};
+use rocksdb::{WriteBatch, WriteOptions};
+
+use crate::codec;
+use crate::db::{Store, CF_SM, CF_SM_META};
+use crate::error::{io_err, StoreError};
+use crate::snapshot::{self, SnapshotFile};
+use crate::types::{
+    LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
+};
+
+const KEY_LAST_APPLIED: &[u8] = b"last_applied";
+const KEY_MEMBERSHIP: &[u8] = b"membership";
+
+/// The applied state with the log position it reflects.
+#[derive(Debug, Default)]
+pub struct AppliedState {
+    /// The domain state.
+    pub state: State,
+    /// The last log id applied to it.
+    pub last_applied: Option<LogId>,
+    /// The last membership applied.
+    pub membership: StoredMembership,
+}
+
+impl AppliedState {
+    /// The applied log index (0 before anything was applied).
+    pub fn applied_index(&self) -> u64 {
+        self.last_applied.as_ref().map(|l| l.index).unwrap_or(0)
+    }
+}
+
+/// A read handle on the applied state, shared with the node's API handlers.
+#[derive(Clone, Default)]
+pub struct SharedState(Arc<RwLock<AppliedState>>);
+
+impl SharedState {
+    /// Locks the state for reading. Hold the guard briefly: apply waits for it.
+    pub fn read(&self) -> RwLockReadGuard<'_, AppliedState> {
+        // A poisoned lock means apply panicked mid-way; the process must not serve reads.
+        self.0.read().expect("state lock poisoned: apply panicked")
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, AppliedState> {
+        self.0.write().expect("state lock poisoned: apply panicked")
+    }
+}
+
+/// openraft's state machine for the hub. Cheap to clone.
+#[derive(Clone)]
+pub struct StateMachine {
+    store: Store,
+    shared: SharedState,
+    current_snapshot: Arc<RwLock<Option<SnapshotMeta>>>,
+}
+
+fn corrupt(what: &str) -> impl FnOnce(codec::CodecError) -> StoreError + '_ {
+    move |source| StoreError::Corrupt {
+        what: what.to_string(),
+        source,
+    }
+}
+
+impl StateMachine {
+    /// Loads the persisted state (every record, last applied, membership) and the snapshot
+    /// metadata.
+    pub(crate) fn open(store: Store) -> Result<Self, StoreError> {
+        let rocks = |source| StoreError::Rocks {
+            path: store.dir.clone(),
+            source,
+        };
+        let db = &store.db;
+        let cf_sm = db.cf_handle(CF_SM).expect("column family created at open");
+        let cf_meta = db
+            .cf_handle(CF_SM_META)
+            .expect("column family created at open");
+        let mut applied = AppliedState::default();
+        for item in db.iterator_cf(cf_sm, rocksdb::IteratorMode::Start) {
+            let (key, value) = item.map_err(rocks)?;
+            let record: Record = codec::decode(&value).map_err(corrupt("state record"))?;
+            debug_assert_eq!(record.key().to_bytes(), key.as_ref());
+            applied.state.insert_record(record);
+        }
+        if let Some(bytes) = db.get_cf(cf_meta, KEY_LAST_APPLIED).map_err(rocks)? {
+            applied.last_applied = codec::decode(&bytes).map_err(corrupt("last_applied"))?;
+        }
+        if let Some(bytes) = db.get_cf(cf_meta, KEY_MEMBERSHIP).map_err(rocks)? {
+            applied.membership = codec::decode(&bytes).map_err(corrupt("membership"))?;
+        }
+        let current = snapshot::read_current(&store.dir)?.map(|(file, _)| file.meta());
+        Ok(Self {
+            store,
+            shared: SharedState(Arc::new(RwLock::new(applied))),
+            current_snapshot: Arc::new(RwLock::new(current)),
+        })
+    }
+
+    /// A read handle on the applied state.
+    pub fn shared(&self) -> SharedState {
+        self.shared.clone()
+    }
+
+    /// Metadata of the current snapshot, if one was built or installed.
+    pub fn snapshot_meta(&self) -> Option<SnapshotMeta> {
+        self.current_snapshot
+            .read()
+            .expect("snapshot lock poisoned")
+            .clone()
+    }
+
+    fn set_snapshot_meta(&self, meta: SnapshotMeta) {
+        *self
+            .current_snapshot
+            .write()
+            .expect("snapshot lock poisoned") = Some(meta);
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotData;
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        let s = self.shared.read();
+        Ok((s.last_applied.clone(), s.membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>>
+            + Unpin
+            + openraft::OptionalSend,
+    {
+        let mut responders = Vec::new();
+        let mut changed = BTreeSet::new();
+        let db = &self.store.db;
+        let cf_sm = db.cf_handle(CF_SM).expect("column family created at open");
+        let cf_meta = db
+            .cf_handle(CF_SM_META)
+            .expect("column family created at open");
+        let mut batch = WriteBatch::default();
+        // Drain the stream first: the state lock must not be held across an await.
+        let mut items = Vec::new();
+        while let Some(item) = entries.next().await {
+            items.push(item?);
+        }
+        {
+            let mut guard = self.shared.write();
+            let applied = &mut *guard;
+            for (entry, responder) in items {
+                let index = entry.log_id.index;
+                assert!(
+                    applied.applied_index() < index || applied.last_applied.is_none(),
+                    "entries applied out of order: {} after {:?}",
+                    index,
+                    applied.last_applied
+                );
+                let result = match &entry.payload {
+                    EntryPayload::Blank => Ok(CommandOutput::Done),
+                    EntryPayload::Normal(req) => {
+                        let out = applied.state.apply(req, index);
+                        changed.extend(out.changed);
+                        out.result
+                    }
+                    EntryPayload::Membership(m) => {
+                        applied.membership =
+                            StoredMembership::new(Some(entry.log_id.clone()), m.clone());
+                        batch.put_cf(cf_meta, KEY_MEMBERSHIP, codec::encode(&applied.membership));
+                        Ok(CommandOutput::Done)
+                    }
+                };
+                applied.last_applied = Some(entry.log_id.clone());
+                if let Some(r) = responder {
+                    responders.push((r, Response { result }));
+                }
+            }
+            for key in &changed {
+                match applied.state.record(key) {
+                    Some(record) => batch.put_cf(cf_sm, key.to_bytes(), codec::encode(&record)),
+                    None => batch.delete_cf(cf_sm, key.to_bytes()),
+                }
+            }
+            batch.put_cf(
+                cf_meta,
+                KEY_LAST_APPLIED,
+                codec::encode(&applied.last_applied),
+            );
+        }
+        // Not synced: the log holds every applied entry durably, and one WAL orders this
+        // batch after them, so a crash loses at most a suffix that is re-applied on start.
+        db.write(batch).map_err(io_err)?;
+        for (responder, response) in responders {
+            responder.send(response);
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotData,
+    ) -> Result<(), io::Error> {
+        let bytes = snapshot.into_inner();
+        let file: SnapshotFile =
+            codec::decode(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        if file.last_applied != meta.last_log_id {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "snapshot data is at {:?} but its meta says {:?}",
+                    file.last_applied, meta.last_log_id
+                ),
+            ));
+        }
+        let mut state = State::new();
+        for record in file.records.iter().cloned() {
+            state.insert_record(record);
+        }
+        let db = &self.store.db;
+        let cf_sm = db.cf_handle(CF_SM).expect("column family created at open");
+        let cf_meta = db
+            .cf_handle(CF_SM_META)
+            .expect("column family created at open");
+        let mut batch = WriteBatch::default();
+        // Record keys start with a table tag below 0xff, so this range covers them all.
+        batch.delete_range_cf(cf_sm, [0u8].as_slice(), [0xffu8].as_slice());
+        for record in &file.records {
+            batch.put_cf(cf_sm, record.key().to_bytes(), codec::encode(record));
+        }
+        batch.put_cf(cf_meta, KEY_LAST_APPLIED, codec::encode(&file.last_applied));
+        batch.put_cf(cf_meta, KEY_MEMBERSHIP, codec::encode(&file.membership));
+        let mut sync = WriteOptions::default();
+        sync.set_sync(true);
+        {
+            let mut guard = self.shared.write();
+            db.write_opt(batch, &sync).map_err(io_err)?;
+            *guard = AppliedState {
+                state,
+                last_applied: file.last_applied.clone(),
+                membership: file.membership.clone(),
+            };
+        }
+        // The state is durable first; then the file. A crash in between leaves an older
+        // snapshot, which is harmless.
+        snapshot::write_atomically(&snapshot::snapshot_path(&self.store.dir), &bytes)
+            .map_err(io_err)?;
+        self.set_snapshot_meta(meta.clone());
+        tracing::info!(last_log_id = ?meta.last_log_id, bytes = bytes.len(), "installed snapshot");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        let Some((file, bytes)) = snapshot::read_current(&self.store.dir).map_err(io_err)? else {
+            return Ok(None);
+        };
+        Ok(Some(Snapshot {
+            meta: file.meta(),
+            snapshot: Cursor::new(bytes),
+        }))
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let file = {
+            let s = self.shared.read();
+            SnapshotFile {
+                last_applied: s.last_applied.clone(),
+                membership: s.membership.clone(),
+                records: s.state.records().collect(),
+            }
+        };
+        let bytes = codec::encode(&file);
+        let store = self.store.clone();
+        let to_write = bytes.clone();
+        tokio::task::spawn_blocking(move || {
+            snapshot::write_atomically(&snapshot::snapshot_path(&store.dir), &to_write)
+        })
+        .await
+        .map_err(io_err)?
+        .map_err(io_err)?;
+        let meta = file.meta();
+        self.set_snapshot_meta(meta.clone());
+        tracing::info!(last_log_id = ?meta.last_log_id, bytes = bytes.len(), "built snapshot");
+        Ok(Snapshot {
+            meta,
+            snapshot: Cursor::new(bytes),
+        })
+    }
+}
