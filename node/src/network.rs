@@ -117,7 +117,10 @@ impl PeerClient {
     }
 
     /// Decodes a reply carrying `Result<Resp, RaftError>`.
-    fn decode<Resp: serde::de::DeserializeOwned>(&self, reply: RaftReply) -> Result<Resp, CallError> {
+    fn decode<Resp: serde::de::DeserializeOwned>(
+        &self,
+        reply: RaftReply,
+    ) -> Result<Resp, CallError> {
         if !reply.refused.is_empty() {
             return Err(CallError::Unreachable(format!(
                 "node {} refused: {}",
@@ -130,7 +133,12 @@ impl PeerClient {
         result.map_err(|e| CallError::Unreachable(format!("node {}: {e}", self.target)))
     }
 
-    async fn call<Req, Resp, F, Fut>(&self, body: &Req, ttl: Duration, f: F) -> Result<Resp, CallError>
+    async fn call<Req, Resp, F, Fut>(
+        &self,
+        body: &Req,
+        ttl: Duration,
+        f: F,
+    ) -> Result<Resp, CallError>
     where
         Req: serde::Serialize,
         Resp: serde::de::DeserializeOwned,
@@ -141,7 +149,9 @@ impl PeerClient {
         let req = self.request(body, ttl);
         let reply = tokio::time::timeout(ttl, f(client, req))
             .await
-            .map_err(|_| CallError::Unreachable(format!("node {} timed out after {ttl:?}", self.target)))?
+            .map_err(|_| {
+                CallError::Unreachable(format!("node {} timed out after {ttl:?}", self.target))
+            })?
             .map_err(status_error)?;
         self.decode(reply.into_inner())
     }
@@ -155,9 +165,11 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(&rpc, option.hard_ttl(), |mut c, r| async move { c.append_entries(r).await })
-            .await
-            .map_err(CallError::into_rpc)
+        self.call(&rpc, option.hard_ttl(), |mut c, r| async move {
+            c.append_entries(r).await
+        })
+        .await
+        .map_err(CallError::into_rpc)
     }
 
     async fn vote(
@@ -165,9 +177,11 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(&rpc, option.hard_ttl(), |mut c, r| async move { c.vote(r).await })
-            .await
-            .map_err(CallError::into_rpc)
+        self.call(&rpc, option.hard_ttl(), |mut c, r| async move {
+            c.vote(r).await
+        })
+        .await
+        .map_err(CallError::into_rpc)
     }
 
     async fn pre_vote(
@@ -175,9 +189,11 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(&rpc, option.hard_ttl(), |mut c, r| async move { c.pre_vote(r).await })
-            .await
-            .map_err(CallError::into_rpc)
+        self.call(&rpc, option.hard_ttl(), |mut c, r| async move {
+            c.pre_vote(r).await
+        })
+        .await
+        .map_err(CallError::into_rpc)
     }
 
     async fn full_snapshot(
@@ -212,7 +228,11 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let send = async move {
             tokio::time::timeout(ttl, client.install_snapshot(req))
                 .await
-                .map_err(|_| CallError::Unreachable(format!("snapshot to node {target} timed out after {ttl:?}")))?
+                .map_err(|_| {
+                    CallError::Unreachable(format!(
+                        "snapshot to node {target} timed out after {ttl:?}"
+                    ))
+                })?
                 .map_err(status_error)
         };
         tokio::select! {

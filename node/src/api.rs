@@ -1,0 +1,418 @@
+//! The client API (`hub.v1.Hub`): any node serves it. Writes go through
+//! [`HubNode::propose`], reads wait on [`HubNode::read_barrier`] unless `stale` is set.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hub_engine::{Command, CommandError, EntityKind};
+use hub_proto::hub_client::HubClient;
+use hub_proto::hub_server::Hub;
+use hub_proto::*;
+use tonic::{Request, Response, Status};
+
+use crate::node::HubNode;
+use crate::peers::MAX_MESSAGE_BYTES;
+use openraft::async_runtime::watch::WatchReceiver;
+
+/// The gRPC service.
+pub struct HubService {
+    /// The node it serves from.
+    pub node: Arc<HubNode>,
+}
+
+/// Maps a refused command to a gRPC status that names the problem.
+pub fn command_status(e: &CommandError) -> Status {
+    let msg = e.to_string();
+    match e {
+        CommandError::InvalidField { .. } => Status::invalid_argument(msg),
+        CommandError::AlreadyExists { .. } => Status::already_exists(msg),
+        CommandError::NotFound { .. } => Status::not_found(msg),
+        CommandError::FailedPrecondition(_) => Status::failed_precondition(msg),
+    }
+}
+
+fn stale(read: &Option<ReadOptions>) -> bool {
+    read.as_ref().map(|r| r.stale).unwrap_or(false)
+}
+
+fn opt(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+fn entity_proto(e: &hub_engine::Entity) -> Entity {
+    Entity {
+        id: e.id.0.clone(),
+        environment: e.environment.clone(),
+        kind: e.kind.to_string(),
+        name: e.name.clone(),
+        product_id: e.product_id.clone(),
+        k8s_namespace: e.k8s_namespace.clone().unwrap_or_default(),
+        account_id: e.account_id.clone().unwrap_or_default(),
+        release_channel: e.release_channel.clone(),
+        created_at_ms: e.created_at_ms,
+    }
+}
+
+impl HubService {
+    fn check_cluster(&self, cluster_id: &str) -> Result<(), Status> {
+        if cluster_id != &*self.node.cluster_id {
+            return Err(Status::permission_denied(format!(
+                "this node belongs to cluster {:?}, not {cluster_id:?}",
+                self.node.cluster_id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs a membership change on the leader, proxying the call if this node is not it.
+    async fn on_leader<T, F, Fut, P, PFut>(&self, local: F, proxy: P) -> Result<T, Status>
+    where
+        F: FnOnce(Arc<HubNode>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Status>>,
+        P: FnOnce(HubClient<tonic::transport::Channel>) -> PFut,
+        PFut: std::future::Future<Output = Result<T, Status>>,
+    {
+        match self.node.leader() {
+            Some((id, _)) if id == self.node.id => local(self.node.clone()).await,
+            Some((_, addr)) => {
+                let channel = self
+                    .node
+                    .peers
+                    .channel(&addr)
+                    .map_err(|e| Status::internal(format!("bad leader address {addr}: {e}")))?;
+                proxy(HubClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES)).await
+            }
+            None => Err(Status::unavailable(
+                "no leader: try again once a leader is elected",
+            )),
+        }
+    }
+
+    fn membership_reply(&self, index: u64) -> MembershipReply {
+        MembershipReply {
+            members: self
+                .node
+                .members()
+                .into_iter()
+                .map(|(id, addr, voter)| Member { id, addr, voter })
+                .collect(),
+            index,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Hub for HubService {
+    async fn create_environment(
+        &self,
+        req: Request<CreateEnvironmentRequest>,
+    ) -> Result<Response<WriteReply>, Status> {
+        let r = req.into_inner();
+        let cmd = Command::CreateEnvironment {
+            name: r.name,
+            description: r.description,
+        };
+        self.node
+            .propose(cmd, opt(r.request_id))
+            .await
+            .map(Response::new)
+    }
+
+    async fn delete_environment(
+        &self,
+        req: Request<DeleteEnvironmentRequest>,
+    ) -> Result<Response<WriteReply>, Status> {
+        let r = req.into_inner();
+        let cmd = Command::DeleteEnvironment { name: r.name };
+        self.node
+            .propose(cmd, opt(r.request_id))
+            .await
+            .map(Response::new)
+    }
+
+    async fn create_entity(
+        &self,
+        req: Request<CreateEntityRequest>,
+    ) -> Result<Response<WriteReply>, Status> {
+        let r = req.into_inner();
+        let kind: EntityKind = r
+            .kind
+            .parse()
+            .map_err(|e: CommandError| command_status(&e))?;
+        let cmd = Command::CreateEntity {
+            environment: r.environment,
+            kind,
+            name: r.name,
+            product_id: r.product_id,
+            k8s_namespace: opt(r.k8s_namespace),
+            account_id: opt(r.account_id),
+            release_channel: opt(r.release_channel),
+        };
+        self.node
+            .propose(cmd, opt(r.request_id))
+            .await
+            .map(Response::new)
+    }
+
+    async fn get_environment(
+        &self,
+        req: Request<GetEnvironmentRequest>,
+    ) -> Result<Response<Environment>, Status> {
+        let r = req.into_inner();
+        self.node.read_barrier(stale(&r.read)).await?;
+        let s = self.node.state.read();
+        let env = s
+            .state
+            .environment(&r.name)
+            .ok_or_else(|| Status::not_found(format!("environment {:?} not found", r.name)))?;
+        Ok(Response::new(Environment {
+            name: env.name.clone(),
+            description: env.description.clone(),
+            entity_count: s.state.entities_of(&env.name).count() as u64,
+            created_at_ms: env.created_at_ms,
+        }))
+    }
+
+    async fn list_environments(
+        &self,
+        req: Request<ListRequest>,
+    ) -> Result<Response<EnvironmentList>, Status> {
+        let r = req.into_inner();
+        self.node.read_barrier(stale(&r.read)).await?;
+        let s = self.node.state.read();
+        let environments = s
+            .state
+            .environments()
+            .map(|env| Environment {
+                name: env.name.clone(),
+                description: env.description.clone(),
+                entity_count: s.state.entities_of(&env.name).count() as u64,
+                created_at_ms: env.created_at_ms,
+            })
+            .collect();
+        Ok(Response::new(EnvironmentList { environments }))
+    }
+
+    async fn list_entities(
+        &self,
+        req: Request<ListEntitiesRequest>,
+    ) -> Result<Response<EntityList>, Status> {
+        let r = req.into_inner();
+        self.node.read_barrier(stale(&r.read)).await?;
+        let s = self.node.state.read();
+        let entities = if r.environment.is_empty() {
+            s.state.entities().map(entity_proto).collect()
+        } else {
+            if s.state.environment(&r.environment).is_none() {
+                return Err(Status::not_found(format!(
+                    "environment {:?} not found",
+                    r.environment
+                )));
+            }
+            s.state
+                .entities_of(&r.environment)
+                .map(entity_proto)
+                .collect()
+        };
+        Ok(Response::new(EntityList { entities }))
+    }
+
+    async fn state_digest(&self, req: Request<ReadOptions>) -> Result<Response<Digest>, Status> {
+        self.node.read_barrier(req.into_inner().stale).await?;
+        let s = self.node.state.read();
+        Ok(Response::new(Digest {
+            applied_index: s.applied_index(),
+            digest: s.state.digest(),
+        }))
+    }
+
+    async fn node_status(
+        &self,
+        _req: Request<NodeStatusRequest>,
+    ) -> Result<Response<NodeStatusReply>, Status> {
+        let node = &self.node;
+        let metrics = node.raft.metrics();
+        let (term, leader, last_log_index, snapshot_index, purged_index) = {
+            let m = metrics.borrow_watched();
+            (
+                m.current_term,
+                m.current_leader,
+                m.last_log_index.unwrap_or(0),
+                m.snapshot.as_ref().map(|l| l.index).unwrap_or(0),
+                m.purged.as_ref().map(|l| l.index).unwrap_or(0),
+            )
+        };
+        let (last_applied, digest) = {
+            let s = node.state.read();
+            (s.applied_index(), s.state.digest())
+        };
+        Ok(Response::new(NodeStatusReply {
+            id: node.id,
+            addr: node.addr.clone(),
+            role: node.role().to_string(),
+            term,
+            leader_id: leader.unwrap_or(0),
+            has_leader: leader.is_some(),
+            last_log_index,
+            last_applied,
+            digest,
+            snapshot_index,
+            purged_index,
+            cluster_id: node.cluster_id.to_string(),
+            members: node
+                .members()
+                .into_iter()
+                .map(|(id, addr, voter)| Member { id, addr, voter })
+                .collect(),
+        }))
+    }
+
+    async fn cluster_status(
+        &self,
+        _req: Request<ClusterStatusRequest>,
+    ) -> Result<Response<ClusterStatusReply>, Status> {
+        let node = self.node.clone();
+        let mine = self
+            .node_status(Request::new(NodeStatusRequest {}))
+            .await?
+            .into_inner();
+        let probes = mine.members.iter().map(|m| {
+            let node = node.clone();
+            let m = m.clone();
+            let mine = mine.clone();
+            async move {
+                if m.id == node.id {
+                    return MemberStatus {
+                        id: m.id,
+                        addr: m.addr,
+                        role: mine.role,
+                        last_applied: mine.last_applied,
+                        digest: mine.digest,
+                        term: mine.term,
+                        error: String::new(),
+                    };
+                }
+                let result = async {
+                    let channel = node.peers.channel(&m.addr).map_err(|e| e.to_string())?;
+                    let mut client = HubClient::new(channel);
+                    let mut req = Request::new(NodeStatusRequest {});
+                    req.set_timeout(Duration::from_secs(1));
+                    tokio::time::timeout(Duration::from_secs(1), client.node_status(req))
+                        .await
+                        .map_err(|_| "timed out after 1s".to_string())?
+                        .map(|r| r.into_inner())
+                        .map_err(|s| s.message().to_string())
+                }
+                .await;
+                match result {
+                    Ok(s) => MemberStatus {
+                        id: m.id,
+                        addr: m.addr,
+                        role: s.role,
+                        last_applied: s.last_applied,
+                        digest: s.digest,
+                        term: s.term,
+                        error: String::new(),
+                    },
+                    Err(error) => MemberStatus {
+                        id: m.id,
+                        addr: m.addr,
+                        role: "unreachable".into(),
+                        last_applied: 0,
+                        digest: String::new(),
+                        term: 0,
+                        error,
+                    },
+                }
+            }
+        });
+        let members = futures::future::join_all(probes).await;
+        Ok(Response::new(ClusterStatusReply {
+            leader: mine.leader_id,
+            has_leader: mine.has_leader,
+            term: mine.term,
+            members,
+        }))
+    }
+
+    async fn init_cluster(
+        &self,
+        req: Request<InitClusterRequest>,
+    ) -> Result<Response<InitClusterReply>, Status> {
+        let r = req.into_inner();
+        let mut members = BTreeMap::new();
+        for m in r.members {
+            if m.id == 0 {
+                return Err(Status::invalid_argument(
+                    "members[].id: node ids start at 1",
+                ));
+            }
+            if members.insert(m.id, m.addr).is_some() {
+                return Err(Status::invalid_argument(format!(
+                    "members[].id: node {} listed twice",
+                    m.id
+                )));
+            }
+        }
+        self.node.initialize(members).await?;
+        Ok(Response::new(InitClusterReply {}))
+    }
+
+    async fn add_node(
+        &self,
+        req: Request<AddNodeRequest>,
+    ) -> Result<Response<MembershipReply>, Status> {
+        let r = req.into_inner();
+        if r.id == 0 {
+            return Err(Status::invalid_argument("id: node ids start at 1"));
+        }
+        if r.addr.parse::<std::net::SocketAddr>().is_err() && !r.addr.contains(':') {
+            return Err(Status::invalid_argument(format!(
+                "addr: {:?} is not host:port",
+                r.addr
+            )));
+        }
+        let proxied = r.clone();
+        let index = self
+            .on_leader(
+                |node| async move { node.add_node(r.id, r.addr, r.learner_only).await },
+                |mut c| async move { c.add_node(proxied).await.map(|r| r.into_inner().index) },
+            )
+            .await?;
+        Ok(Response::new(self.membership_reply(index)))
+    }
+
+    async fn remove_node(
+        &self,
+        req: Request<RemoveNodeRequest>,
+    ) -> Result<Response<MembershipReply>, Status> {
+        let r = req.into_inner();
+        let id = r.id;
+        let index = self
+            .on_leader(
+                |node| async move { node.remove_node(id).await },
+                |mut c| async move { c.remove_node(r).await.map(|r| r.into_inner().index) },
+            )
+            .await?;
+        Ok(Response::new(self.membership_reply(index)))
+    }
+
+    async fn forward(&self, req: Request<ForwardRequest>) -> Result<Response<WriteReply>, Status> {
+        let r = req.into_inner();
+        self.check_cluster(&r.cluster_id)?;
+        self.node
+            .propose_as_leader(&r.command)
+            .await
+            .map(Response::new)
+    }
+
+    async fn read_index(
+        &self,
+        req: Request<ReadIndexRequest>,
+    ) -> Result<Response<ReadIndexReply>, Status> {
+        self.check_cluster(&req.into_inner().cluster_id)?;
+        let index = self.node.read_index().await?;
+        Ok(Response::new(ReadIndexReply { index }))
+    }
+}

@@ -1,0 +1,142 @@
+//! `hub-node`: one node of the hub cluster.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use hub_node::api::HubService;
+use hub_node::node::{HubNode, NodeConfig};
+use hub_node::peers::MAX_MESSAGE_BYTES;
+use hub_node::raft_service::RaftService;
+use hub_proto::hub_server::HubServer;
+use hub_proto::raft_server::RaftServer;
+use tokio::net::TcpListener;
+
+/// A node of the hub: replicates the hub's state with Raft onto RocksDB and serves the API.
+#[derive(Parser, Debug)]
+#[command(name = "hub-node", version)]
+struct Args {
+    /// Raft node id (1 or more; never reuse the id of a removed node).
+    #[arg(long)]
+    id: u64,
+    /// Address to listen on (gRPC for clients and peers).
+    #[arg(long)]
+    listen: SocketAddr,
+    /// Address the other nodes and clients reach this node at (default: --listen).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// Data directory (created on first start; refused if it belongs to another node).
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Cluster id; a node refuses data and peers of another cluster.
+    #[arg(long)]
+    cluster_id: String,
+    /// Leader heartbeat period.
+    #[arg(long, default_value_t = 60)]
+    heartbeat_ms: u64,
+    /// Minimum election timeout.
+    #[arg(long, default_value_t = 300)]
+    election_min_ms: u64,
+    /// Maximum election timeout.
+    #[arg(long, default_value_t = 600)]
+    election_max_ms: u64,
+    /// How long a write or linearizable read waits for a leader and a quorum before failing.
+    #[arg(long, default_value_t = 5000)]
+    request_timeout_ms: u64,
+    /// Build a snapshot every this many log entries.
+    #[arg(long, default_value_t = 10_000)]
+    snapshot_logs: u64,
+    /// Log entries kept behind the last snapshot for lagging followers.
+    #[arg(long, default_value_t = 1_000)]
+    keep_logs: u64,
+    /// Log format.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+}
+
+fn init_tracing(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,openraft=warn,h2=warn,tower=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_tracing(&args.log_format);
+    if args.id == 0 {
+        anyhow::bail!("--id: node ids start at 1");
+    }
+    if args.election_min_ms >= args.election_max_ms || args.heartbeat_ms * 2 > args.election_min_ms
+    {
+        anyhow::bail!(
+            "--election-min-ms must be below --election-max-ms and at least twice --heartbeat-ms"
+        );
+    }
+    // Bind first: a port in use fails before the data directory is touched.
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("--listen {}: cannot bind", args.listen))?;
+    let cfg = NodeConfig {
+        id: args.id,
+        listen: args.listen,
+        advertise: args
+            .advertise
+            .clone()
+            .unwrap_or_else(|| args.listen.to_string()),
+        data_dir: args.data_dir.clone(),
+        cluster_id: args.cluster_id.clone(),
+        heartbeat_ms: args.heartbeat_ms,
+        election_min_ms: args.election_min_ms,
+        election_max_ms: args.election_max_ms,
+        request_timeout: Duration::from_millis(args.request_timeout_ms),
+        snapshot_logs: args.snapshot_logs,
+        keep_logs: args.keep_logs,
+    };
+    let node = HubNode::start(&cfg)
+        .await
+        .with_context(|| format!("--data-dir {}", args.data_dir.display()))?;
+    tracing::info!(id = cfg.id, addr = %cfg.advertise, cluster = %cfg.cluster_id, "hub-node started");
+
+    let raft_svc = RaftServer::new(RaftService {
+        raft: node.raft.clone(),
+        cluster_id: node.cluster_id.clone(),
+    })
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let hub_svc = HubServer::new(HubService { node: node.clone() })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+
+    let shutdown = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("install SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = tokio::signal::ctrl_c() => {},
+        }
+        tracing::info!("shutting down");
+    };
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(raft_svc)
+        .add_service(hub_svc)
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown,
+        )
+        .await
+        .context("serve")?;
+    let _ = node.raft.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,358 @@
+//! `hubctl dev`: start, stop and restart a local cluster of `hub-node` processes.
+//!
+//! `dev up` writes `DIR/cluster.json` (`{"cluster_id":…,"nodes":[{"id","addr","pid","data_dir"}]}`);
+//! each node logs to `DIR/node-N.log` and keeps its data in `DIR/node-N`.
+
+use std::fs::OpenOptions;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Subcommand;
+use hub_proto::{InitClusterRequest, Member, NodeStatusRequest};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::output::{print, Format};
+use crate::client::FailoverClient;
+
+/// `hubctl dev …`
+#[derive(Subcommand, Debug)]
+pub enum DevCmd {
+    /// Start N hub-node processes in the background and wait for a leader.
+    Up {
+        /// Number of nodes: 3 or 5.
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        /// Directory for cluster.json, node logs and node data.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// First port; node N listens on base-port + N - 1. 0 picks free ports.
+        #[arg(long, default_value_t = 7401)]
+        base_port: u16,
+        /// Extra arguments for every hub-node (e.g. "--snapshot-logs 100").
+        #[arg(long, default_value = "", allow_hyphen_values = true)]
+        node_args: String,
+    },
+    /// Stop every node of the cluster (data is kept).
+    Down {
+        /// The cluster's directory.
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+    /// Start one node again on its data.
+    RestartNode {
+        /// The cluster's directory.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Node id.
+        #[arg(long)]
+        id: u64,
+    },
+}
+
+/// `cluster.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterFile {
+    /// The cluster id every node was started with.
+    pub cluster_id: String,
+    /// Extra hub-node arguments.
+    #[serde(default)]
+    pub node_args: Vec<String>,
+    /// The nodes.
+    pub nodes: Vec<NodeEntry>,
+}
+
+/// One node in `cluster.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeEntry {
+    /// Raft node id.
+    pub id: u64,
+    /// host:port.
+    pub addr: String,
+    /// Process id of the last start.
+    pub pid: u32,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+}
+
+/// Runs a `dev` subcommand.
+pub async fn run(cmd: DevCmd, fmt: Format) -> anyhow::Result<()> {
+    match cmd {
+        DevCmd::Up {
+            nodes,
+            data_dir,
+            base_port,
+            node_args,
+        } => up(nodes, &data_dir, base_port, &node_args, fmt).await,
+        DevCmd::Down { data_dir } => down(&data_dir, fmt),
+        DevCmd::RestartNode { data_dir, id } => restart(&data_dir, id, fmt).await,
+    }
+}
+
+fn hub_node_binary() -> anyhow::Result<PathBuf> {
+    if let Ok(p) = std::env::var("HUB_NODE_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().context("locate hubctl")?;
+    let bin = exe.with_file_name("hub-node");
+    if !bin.exists() {
+        bail!(
+            "hub-node not found next to hubctl at {} (set HUB_NODE_BIN)",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// True if `pid` is a live (not zombie) process.
+pub fn is_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the field after the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+fn write_cluster_file(dir: &Path, file: &ClusterFile) -> anyhow::Result<()> {
+    let path = dir.join("cluster.json");
+    let tmp = dir.join("cluster.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(file)?)
+        .with_context(|| tmp.display().to_string())?;
+    std::fs::rename(&tmp, &path).with_context(|| path.display().to_string())?;
+    Ok(())
+}
+
+fn spawn_node(dir: &Path, cluster: &ClusterFile, node: &NodeEntry) -> anyhow::Result<u32> {
+    let log_path = dir.join(format!("node-{}.log", node.id));
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| log_path.display().to_string())?;
+    let child = Command::new(hub_node_binary()?)
+        .arg("--id")
+        .arg(node.id.to_string())
+        .arg("--listen")
+        .arg(&node.addr)
+        .arg("--data-dir")
+        .arg(&node.data_dir)
+        .arg("--cluster-id")
+        .arg(&cluster.cluster_id)
+        .args(&cluster.node_args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Its own process group: a Ctrl-C aimed at hubctl does not stop the cluster.
+        .process_group(0)
+        .spawn()
+        .context("start hub-node")?;
+    Ok(child.id())
+}
+
+fn log_tail(dir: &Path, id: u64) -> String {
+    let text = std::fs::read_to_string(dir.join(format!("node-{id}.log"))).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join("\n")
+}
+
+/// Waits until `node` answers, failing early if its process died.
+async fn wait_until_serving(
+    dir: &Path,
+    node: &NodeEntry,
+    pid: u32,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    loop {
+        if let Ok(mut c) = FailoverClient::connect(&node.addr).await {
+            if c.node_status(NodeStatusRequest {}).await.is_ok() {
+                return Ok(());
+            }
+        }
+        if !is_alive(pid) {
+            bail!(
+                "node {} exited during start-up:\n{}",
+                node.id,
+                log_tail(dir, node.id)
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "node {} did not start serving at {} in time",
+                node.id,
+                node.addr
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn pick_ports(n: u64, base: u16) -> anyhow::Result<Vec<u16>> {
+    let mut ports = Vec::new();
+    let mut holders = Vec::new();
+    for i in 0..n {
+        if base == 0 {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").context("pick a free port")?;
+            ports.push(l.local_addr()?.port());
+            holders.push(l);
+        } else {
+            let port = base
+                .checked_add(i as u16)
+                .context("--base-port: port range overflows 65535")?;
+            std::net::TcpListener::bind(("127.0.0.1", port))
+                .with_context(|| format!("--base-port: port {port} is in use"))?;
+            ports.push(port);
+        }
+    }
+    Ok(ports)
+}
+
+async fn up(
+    n: u64,
+    dir: &Path,
+    base_port: u16,
+    node_args: &str,
+    fmt: Format,
+) -> anyhow::Result<()> {
+    if n != 3 && n != 5 {
+        bail!("--nodes: {n} is not 3 or 5");
+    }
+    let binary = hub_node_binary()?;
+    let existing = dir.join("cluster.json").exists();
+    let (cluster, fresh) = if existing {
+        let cluster = super::read_cluster_file(dir)?;
+        let running: Vec<_> = cluster
+            .nodes
+            .iter()
+            .filter(|n| is_alive(n.pid))
+            .map(|n| n.pid)
+            .collect();
+        if !running.is_empty() {
+            bail!("a cluster is already running in {} (pids {running:?}); run `hubctl dev down --data-dir {}` first", dir.display(), dir.display());
+        }
+        (cluster, false)
+    } else {
+        let ports = pick_ports(n, base_port)?;
+        std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+        let dir = dir.canonicalize()?;
+        let cluster = ClusterFile {
+            cluster_id: format!("dev-{:08x}", rand::random::<u32>()),
+            node_args: node_args.split_whitespace().map(String::from).collect(),
+            nodes: (1..=n)
+                .zip(ports)
+                .map(|(id, port)| NodeEntry {
+                    id,
+                    addr: format!("127.0.0.1:{port}"),
+                    pid: 0,
+                    data_dir: dir.join(format!("node-{id}")),
+                })
+                .collect(),
+        };
+        (cluster, true)
+    };
+    let _ = binary;
+    let mut cluster = cluster;
+    for i in 0..cluster.nodes.len() {
+        let pid = spawn_node(dir, &cluster, &cluster.nodes[i])?;
+        cluster.nodes[i].pid = pid;
+    }
+    write_cluster_file(dir, &cluster)?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for node in &cluster.nodes {
+        wait_until_serving(dir, node, node.pid, deadline).await?;
+    }
+    let first = &cluster.nodes[0];
+    let mut c = FailoverClient::connect(&first.addr).await?;
+    if fresh {
+        let members = cluster
+            .nodes
+            .iter()
+            .map(|n| Member {
+                id: n.id,
+                addr: n.addr.clone(),
+                voter: true,
+            })
+            .collect();
+        c.init_cluster(InitClusterRequest { members })
+            .await
+            .context("initialize cluster")?;
+    }
+    let leader = loop {
+        let s = c.node_status(NodeStatusRequest {}).await?.into_inner();
+        if s.has_leader {
+            break s.leader_id;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "no leader was elected within 60s; see the logs in {}",
+                dir.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let v = json!({"cluster_id": cluster.cluster_id, "leader": leader, "nodes": cluster.nodes});
+    if fmt == Format::Table {
+        println!("cluster {} up, leader {leader}", cluster.cluster_id);
+        let rows: Vec<_> = cluster
+            .nodes
+            .iter()
+            .map(|n| serde_json::to_value(n).unwrap_or_default())
+            .collect();
+        return super::output::table(&rows, &["id", "addr", "pid", "data_dir"]);
+    }
+    print(fmt, &v, &[])
+}
+
+fn down(dir: &Path, fmt: Format) -> anyhow::Result<()> {
+    let cluster = super::read_cluster_file(dir)?;
+    let mut stopped = Vec::new();
+    for n in &cluster.nodes {
+        if is_alive(n.pid) {
+            // SAFETY: plain kill(2) on a pid we started; no memory is involved.
+            unsafe { libc::kill(n.pid as i32, libc::SIGTERM) };
+            stopped.push(n.pid);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stopped.iter().any(|p| is_alive(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for p in stopped.iter().filter(|p| is_alive(**p)) {
+        // SAFETY: as above.
+        unsafe { libc::kill(*p as i32, libc::SIGKILL) };
+    }
+    print(fmt, &json!({"stopped": stopped}), &["stopped"])
+}
+
+async fn restart(dir: &Path, id: u64, fmt: Format) -> anyhow::Result<()> {
+    let mut cluster = super::read_cluster_file(dir)?;
+    let Some(i) = cluster.nodes.iter().position(|n| n.id == id) else {
+        bail!(
+            "--id: no node {id} in {}",
+            dir.join("cluster.json").display()
+        );
+    };
+    if is_alive(cluster.nodes[i].pid) {
+        bail!("node {id} is still running (pid {})", cluster.nodes[i].pid);
+    }
+    let pid = spawn_node(dir, &cluster, &cluster.nodes[i])?;
+    cluster.nodes[i].pid = pid;
+    write_cluster_file(dir, &cluster)?;
+    wait_until_serving(
+        dir,
+        &cluster.nodes[i],
+        pid,
+        Instant::now() + Duration::from_secs(60),
+    )
+    .await?;
+    print(
+        fmt,
+        &serde_json::to_value(&cluster.nodes[i])?,
+        &["id", "addr", "pid", "data_dir"],
+    )
+}

@@ -1,0 +1,398 @@
+//! `hubctl`: the operator CLI. Global `-e/--endpoints` (any nodes; the CLI fails over between
+//! them) and `-o table|json|yaml`.
+
+pub mod dev;
+mod output;
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use hub_proto::*;
+use serde_json::{json, Value};
+
+use crate::client::FailoverClient;
+use crate::node::new_request_id;
+use output::{print, Format};
+
+/// Operator CLI for the hub.
+#[derive(Parser, Debug)]
+#[command(name = "hubctl", version)]
+pub struct Cli {
+    /// Hub endpoints, host:port,... (any nodes). Default: $HUBCTL_ENDPOINTS, else the local
+    /// dev cluster's first three ports.
+    #[arg(
+        short,
+        long,
+        global = true,
+        value_delimiter = ',',
+        env = "HUBCTL_ENDPOINTS"
+    )]
+    endpoints: Vec<String>,
+    /// Output format.
+    #[arg(short, long, global = true, default_value = "table")]
+    output: Format,
+    /// Per-call timeout in milliseconds.
+    #[arg(long, global = true, default_value_t = 15_000)]
+    timeout_ms: u64,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// A local development cluster of hub-node processes.
+    #[command(subcommand)]
+    Dev(dev::DevCmd),
+    /// Cluster membership and health.
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
+    /// Environments.
+    #[command(subcommand)]
+    Env(EnvCmd),
+    /// Entities.
+    #[command(subcommand)]
+    Entity(EntityCmd),
+    /// The replicated state's digest as seen by the contacted node.
+    Digest(ReadArgs),
+}
+
+#[derive(Args, Debug, Clone, Copy)]
+struct ReadArgs {
+    /// Read the contacted node's local state (may be behind) instead of a linearizable read.
+    #[arg(long)]
+    stale: bool,
+}
+
+impl ReadArgs {
+    fn options(self) -> Option<ReadOptions> {
+        Some(ReadOptions { stale: self.stale })
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCmd {
+    /// Leader, term and every member's role, applied index and digest.
+    Status,
+    /// Add a node (start its hub-node first); it catches up, then becomes a voter.
+    AddNode {
+        /// New node id (never reuse one).
+        #[arg(long)]
+        id: u64,
+        /// Its address, host:port.
+        #[arg(long)]
+        addr: String,
+        /// Add as a non-voting learner only.
+        #[arg(long)]
+        learner: bool,
+    },
+    /// Remove a node from the cluster.
+    RemoveNode {
+        /// Node id.
+        #[arg(long)]
+        id: u64,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum EnvCmd {
+    /// Create an environment.
+    Create {
+        /// Name (a DNS label).
+        name: String,
+        /// Description.
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// Show one environment.
+    Get {
+        /// Name.
+        name: String,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// List environments.
+    List {
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Delete an environment (it must have no entities).
+    Delete {
+        /// Name.
+        name: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum EntityCmd {
+    /// Create an entity.
+    Create {
+        /// Environment.
+        #[arg(long = "env")]
+        environment: String,
+        /// helmChart or terraformModule.
+        #[arg(long)]
+        kind: String,
+        /// Name.
+        #[arg(long)]
+        name: String,
+        /// Product id, group:name.
+        #[arg(long)]
+        product: String,
+        /// Kubernetes namespace (helmChart).
+        #[arg(long, default_value = "")]
+        namespace: String,
+        /// Cloud account (terraformModule).
+        #[arg(long, default_value = "")]
+        account: String,
+        /// Release channel (default RELEASE).
+        #[arg(long, default_value = "")]
+        channel: String,
+    },
+    /// List entities (of one environment, or all).
+    List {
+        /// Environment.
+        #[arg(long = "env", default_value = "")]
+        environment: String,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+}
+
+/// Default endpoints: the dev cluster's default ports.
+pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403";
+
+/// Runs the CLI; the error is printed by `main` with a non-zero exit.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let endpoints = if cli.endpoints.is_empty() {
+        DEFAULT_ENDPOINTS.split(',').map(String::from).collect()
+    } else {
+        cli.endpoints.clone()
+    };
+    for e in &endpoints {
+        if !e.contains(':') {
+            bail!("--endpoints: {e:?} is not host:port");
+        }
+    }
+    let client = FailoverClient::new(endpoints, Duration::from_millis(cli.timeout_ms));
+    let fmt = cli.output;
+    match cli.command {
+        Cmd::Dev(cmd) => dev::run(cmd, fmt).await,
+        Cmd::Cluster(cmd) => cluster(&client, cmd, fmt).await,
+        Cmd::Env(cmd) => env(&client, cmd, fmt).await,
+        Cmd::Entity(cmd) => entity(&client, cmd, fmt).await,
+        Cmd::Digest(read) => {
+            let d = client
+                .call(
+                    |mut c| async move { c.state_digest(ReadOptions { stale: read.stale }).await },
+                )
+                .await?;
+            print(
+                fmt,
+                &json!({"applied_index": d.applied_index, "digest": d.digest}),
+                &["applied_index", "digest"],
+            )
+        }
+    }
+}
+
+fn write_json(r: &WriteReply) -> Value {
+    json!({"index": r.index, "leader": r.leader_id, "result": r.result})
+}
+
+async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyhow::Result<()> {
+    match cmd {
+        ClusterCmd::Status => {
+            let s = client
+                .call(|mut c| async move { c.cluster_status(ClusterStatusRequest {}).await })
+                .await?;
+            let members: Vec<Value> = s
+                .members
+                .iter()
+                .map(|m| {
+                    let mut v = json!({"id": m.id, "addr": m.addr, "role": m.role,
+                        "last_applied": m.last_applied, "digest": m.digest});
+                    if !m.error.is_empty() {
+                        v["error"] = json!(m.error);
+                    }
+                    v
+                })
+                .collect();
+            let v = json!({
+                "leader": if s.has_leader { json!(s.leader) } else { Value::Null },
+                "term": s.term,
+                "members": members,
+            });
+            if fmt == Format::Table {
+                println!("leader: {}  term: {}", v["leader"], s.term);
+                return output::table(&members, &["id", "addr", "role", "last_applied", "digest"]);
+            }
+            print(fmt, &v, &[])
+        }
+        ClusterCmd::AddNode { id, addr, learner } => {
+            let r = client
+                .call(|mut c| {
+                    let addr = addr.clone();
+                    async move {
+                        c.add_node(AddNodeRequest {
+                            id,
+                            addr,
+                            learner_only: learner,
+                        })
+                        .await
+                    }
+                })
+                .await?;
+            print_members(fmt, &r)
+        }
+        ClusterCmd::RemoveNode { id } => {
+            let r = client
+                .call(|mut c| async move { c.remove_node(RemoveNodeRequest { id }).await })
+                .await?;
+            print_members(fmt, &r)
+        }
+    }
+}
+
+fn print_members(fmt: Format, r: &MembershipReply) -> anyhow::Result<()> {
+    let members: Vec<Value> = r
+        .members
+        .iter()
+        .map(|m| json!({"id": m.id, "addr": m.addr, "voter": m.voter}))
+        .collect();
+    if fmt == Format::Table {
+        return output::table(&members, &["id", "addr", "voter"]);
+    }
+    print(fmt, &json!({"index": r.index, "members": members}), &[])
+}
+
+fn env_json(e: &Environment) -> Value {
+    json!({"name": e.name, "description": e.description, "entities": e.entity_count, "created_at_ms": e.created_at_ms})
+}
+
+async fn env(client: &FailoverClient, cmd: EnvCmd, fmt: Format) -> anyhow::Result<()> {
+    match cmd {
+        EnvCmd::Create { name, description } => {
+            let req = CreateEnvironmentRequest {
+                name,
+                description,
+                request_id: new_request_id(),
+            };
+            let r = client
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.create_environment(req).await }
+                })
+                .await?;
+            print(fmt, &write_json(&r), &["index", "leader", "result"])
+        }
+        EnvCmd::Get { name, read } => {
+            let req = GetEnvironmentRequest {
+                name,
+                read: read.options(),
+            };
+            let e = client
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.get_environment(req).await }
+                })
+                .await?;
+            print(
+                fmt,
+                &env_json(&e),
+                &["name", "description", "entities", "created_at_ms"],
+            )
+        }
+        EnvCmd::List { read } => {
+            let l = client
+                .call(|mut c| async move {
+                    c.list_environments(ListRequest {
+                        read: read.options(),
+                    })
+                    .await
+                })
+                .await?;
+            let v: Vec<Value> = l.environments.iter().map(env_json).collect();
+            if fmt == Format::Table {
+                return output::table(&v, &["name", "entities", "description"]);
+            }
+            print(fmt, &Value::Array(v), &[])
+        }
+        EnvCmd::Delete { name } => {
+            let req = DeleteEnvironmentRequest {
+                name,
+                request_id: new_request_id(),
+            };
+            let r = client
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.delete_environment(req).await }
+                })
+                .await?;
+            print(fmt, &write_json(&r), &["index", "leader", "result"])
+        }
+    }
+}
+
+fn entity_json(e: &Entity) -> Value {
+    json!({"id": e.id, "environment": e.environment, "kind": e.kind, "name": e.name,
+        "product_id": e.product_id, "k8s_namespace": e.k8s_namespace, "account_id": e.account_id,
+        "release_channel": e.release_channel, "created_at_ms": e.created_at_ms})
+}
+
+async fn entity(client: &FailoverClient, cmd: EntityCmd, fmt: Format) -> anyhow::Result<()> {
+    match cmd {
+        EntityCmd::Create {
+            environment,
+            kind,
+            name,
+            product,
+            namespace,
+            account,
+            channel,
+        } => {
+            let req = CreateEntityRequest {
+                environment,
+                kind,
+                name,
+                product_id: product,
+                k8s_namespace: namespace,
+                account_id: account,
+                release_channel: channel,
+                request_id: new_request_id(),
+            };
+            let r = client
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.create_entity(req).await }
+                })
+                .await?;
+            print(fmt, &write_json(&r), &["index", "leader", "result"])
+        }
+        EntityCmd::List { environment, read } => {
+            let req = ListEntitiesRequest {
+                environment,
+                read: read.options(),
+            };
+            let l = client
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.list_entities(req).await }
+                })
+                .await?;
+            let v: Vec<Value> = l.entities.iter().map(entity_json).collect();
+            if fmt == Format::Table {
+                return output::table(&v, &["id", "product_id", "release_channel"]);
+            }
+            print(fmt, &Value::Array(v), &[])
+        }
+    }
+}
+
+/// Reads `DIR/cluster.json`.
+pub fn read_cluster_file(dir: &std::path::Path) -> anyhow::Result<dev::ClusterFile> {
+    let path = dir.join("cluster.json");
+    let bytes = std::fs::read(&path).with_context(|| format!("{}", path.display()))?;
+    serde_json::from_slice(&bytes)
+        .with_context(|| format!("{}: not a cluster file", path.display()))
+}

@@ -1,0 +1,506 @@
+//! One hub node: the Raft instance, its store, and the operations the APIs are built from
+//! (propose a command, wait for a linearizable read, report status, change membership).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hub_engine::{Command, Request};
+use hub_proto::hub_client::HubClient;
+use hub_proto::{ForwardRequest, ReadIndexRequest, WriteReply};
+use openraft::async_runtime::watch::WatchReceiver;
+use openraft::errors::{ClientWriteError, LinearizableReadError, RaftError};
+use openraft::{BasicNode, ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
+use raft_store::codec;
+use raft_store::{NodeId, NodeIdentity, Raft, SharedState, StateMachine};
+use tokio::time::Instant;
+use tonic::Status;
+
+use crate::network::NetworkFactory;
+use crate::peers::{PeerPool, MAX_MESSAGE_BYTES};
+
+/// Largest encoded command a client may submit (SPEC S3: oversized messages are refused).
+pub const MAX_COMMAND_BYTES: usize = 256 << 10;
+
+/// Everything a node needs to start.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Raft node id (never reused).
+    pub id: NodeId,
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Address other nodes and clients use to reach this node.
+    pub advertise: String,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Cluster this node belongs to.
+    pub cluster_id: String,
+    /// Leader heartbeat period.
+    pub heartbeat_ms: u64,
+    /// Election timeout range.
+    pub election_min_ms: u64,
+    /// Election timeout range.
+    pub election_max_ms: u64,
+    /// How long a write or linearizable read may wait for a leader and a quorum.
+    pub request_timeout: Duration,
+    /// Build a snapshot after this many new log entries.
+    pub snapshot_logs: u64,
+    /// Entries kept in the log behind a snapshot (for lagging followers).
+    pub keep_logs: u64,
+}
+
+/// A running node.
+pub struct HubNode {
+    /// Raft node id.
+    pub id: NodeId,
+    /// Advertised address.
+    pub addr: String,
+    /// Cluster id.
+    pub cluster_id: Arc<str>,
+    /// The Raft handle.
+    pub raft: Raft,
+    /// The applied state, for reads.
+    pub state: SharedState,
+    /// The state machine (snapshot metadata).
+    pub sm: StateMachine,
+    /// Channels to peers.
+    pub peers: Arc<PeerPool>,
+    /// Deadline for writes and linearizable reads.
+    pub request_timeout: Duration,
+}
+
+/// Wall-clock milliseconds, stamped on proposals by the leader.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The error a client sees when no leader can be found in time.
+fn no_leader(timeout: Duration) -> Status {
+    Status::unavailable(format!(
+        "no leader: no hub node was elected leader within {timeout:?} (is a majority of nodes up and connected?)"
+    ))
+}
+
+/// A write that could not be committed in time; it may still commit later.
+fn no_quorum(timeout: Duration) -> Status {
+    Status::unavailable(format!(
+        "no quorum: the write was not committed within {timeout:?} because the leader cannot reach a majority; \
+         it may still commit later, and retrying with the same request id applies it at most once"
+    ))
+}
+
+/// Outcome of one attempt, inside the retry loops.
+enum Attempt<T> {
+    Done(Result<T, Status>),
+    /// Leadership moved or the leader could not be reached: look again.
+    Retry,
+}
+
+impl HubNode {
+    /// Opens the store and starts Raft. Refuses a data directory of another node or cluster.
+    pub async fn start(cfg: &NodeConfig) -> anyhow::Result<Arc<Self>> {
+        let identity = NodeIdentity {
+            node_id: cfg.id,
+            cluster_id: cfg.cluster_id.clone(),
+        };
+        let (_store, log, sm) = raft_store::open(&cfg.data_dir, &identity)?;
+        let config = Config {
+            cluster_name: cfg.cluster_id.clone(),
+            heartbeat_interval: cfg.heartbeat_ms,
+            election_timeout_min: cfg.election_min_ms,
+            election_timeout_max: cfg.election_max_ms,
+            install_snapshot_timeout: 30_000,
+            max_payload_entries: 64,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_logs),
+            max_in_snapshot_log_to_keep: cfg.keep_logs,
+            enable_pre_vote: Some(true),
+            ..Default::default()
+        }
+        .validate()?;
+        let cluster_id: Arc<str> = cfg.cluster_id.clone().into();
+        let peers = Arc::new(PeerPool::default());
+        let network = NetworkFactory {
+            self_id: cfg.id,
+            cluster_id: cluster_id.clone(),
+            peers: peers.clone(),
+        };
+        let state = sm.shared();
+        let raft = Raft::new(cfg.id, Arc::new(config), network, log, sm.clone()).await?;
+        Ok(Arc::new(HubNode {
+            id: cfg.id,
+            addr: cfg.advertise.clone(),
+            cluster_id,
+            raft,
+            state,
+            sm,
+            peers,
+            request_timeout: cfg.request_timeout,
+        }))
+    }
+
+    /// The leader this node currently knows, with its address.
+    pub fn leader(&self) -> Option<(NodeId, String)> {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let id = m.current_leader?;
+        let addr = m
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| n.addr.clone())
+            .unwrap_or_default();
+        Some((id, addr))
+    }
+
+    /// Waits (at most until `deadline`, and at most 200 ms) for the Raft metrics to change, for
+    /// example for a leader to be elected.
+    async fn wait_for_change(&self, deadline: Instant) {
+        let mut rx = self.raft.metrics();
+        let until = deadline.min(Instant::now() + Duration::from_millis(200));
+        let _ = tokio::time::timeout_at(until, rx.changed()).await;
+    }
+
+    fn hub_client(&self, addr: &str) -> Result<HubClient<tonic::transport::Channel>, Status> {
+        let channel = self
+            .peers
+            .channel(addr)
+            .map_err(|e| Status::internal(format!("bad leader address {addr}: {e}")))?;
+        Ok(HubClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    /// Commits `command` through Raft from any node: the leader proposes it, a follower
+    /// forwards it to the leader, and while there is no leader the call waits up to the request
+    /// timeout. Every write carries a request id (one is made up if the client gave none), so a
+    /// forwarded write retried after a failover is applied at most once.
+    pub async fn propose(
+        &self,
+        command: Command,
+        request_id: Option<String>,
+    ) -> Result<WriteReply, Status> {
+        let request_id = Some(
+            request_id
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(new_request_id),
+        );
+        let encoded = codec::encode(&(&command, &request_id));
+        if encoded.len() > MAX_COMMAND_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "command is {} bytes, at most {MAX_COMMAND_BYTES} allowed",
+                encoded.len()
+            )));
+        }
+        let deadline = Instant::now() + self.request_timeout;
+        loop {
+            let attempt = match self.leader() {
+                Some((leader, _)) if leader == self.id => {
+                    self.propose_local(command.clone(), request_id.clone(), deadline)
+                        .await
+                }
+                Some((leader, addr)) => {
+                    self.forward(leader, &addr, encoded.clone(), deadline).await
+                }
+                None => Attempt::Retry,
+            };
+            match attempt {
+                Attempt::Done(r) => return r,
+                Attempt::Retry if Instant::now() >= deadline => {
+                    return Err(if self.leader().is_some() {
+                        no_quorum(self.request_timeout)
+                    } else {
+                        no_leader(self.request_timeout)
+                    })
+                }
+                Attempt::Retry => self.wait_for_change(deadline).await,
+            }
+        }
+    }
+
+    /// Proposes on this node, which believes it is the leader. Used for forwarded writes too.
+    pub async fn propose_as_leader(&self, encoded: &[u8]) -> Result<WriteReply, Status> {
+        let (command, request_id): (Command, Option<String>) = codec::decode(encoded)
+            .map_err(|e| Status::invalid_argument(format!("bad forwarded command: {e}")))?;
+        let deadline = Instant::now() + self.request_timeout;
+        match self.propose_local(command, request_id, deadline).await {
+            Attempt::Done(r) => r,
+            Attempt::Retry => Err(Status::unavailable("not leader")),
+        }
+    }
+
+    async fn propose_local(
+        &self,
+        command: Command,
+        request_id: Option<String>,
+        deadline: Instant,
+    ) -> Attempt<WriteReply> {
+        let req = Request {
+            command,
+            time_ms: now_ms(),
+            request_id,
+        };
+        match tokio::time::timeout_at(deadline, self.raft.client_write(req)).await {
+            Err(_) => Attempt::Done(Err(no_quorum(self.request_timeout))),
+            Ok(Ok(resp)) => Attempt::Done(match resp.data.result {
+                Ok(output) => Ok(WriteReply {
+                    index: resp.log_id.index,
+                    leader_id: self.id,
+                    result: output.summary(),
+                }),
+                Err(e) => Err(crate::api::command_status(&e)),
+            }),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))))
+            | Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => {
+                Attempt::Retry
+            }
+            Ok(Err(e)) => Attempt::Done(Err(Status::internal(e.to_string()))),
+        }
+    }
+
+    async fn forward(
+        &self,
+        leader: NodeId,
+        addr: &str,
+        encoded: Vec<u8>,
+        deadline: Instant,
+    ) -> Attempt<WriteReply> {
+        let mut client = match self.hub_client(addr) {
+            Ok(c) => c,
+            Err(e) => return Attempt::Done(Err(e)),
+        };
+        let mut req = tonic::Request::new(ForwardRequest {
+            cluster_id: self.cluster_id.to_string(),
+            command: encoded,
+        });
+        req.set_timeout(deadline.saturating_duration_since(Instant::now()));
+        match tokio::time::timeout_at(deadline, client.forward(req)).await {
+            Err(_) => Attempt::Retry,
+            Ok(Ok(reply)) => Attempt::Done(Ok(reply.into_inner())),
+            Ok(Err(status)) if is_transient(&status) => {
+                tracing::debug!(leader, error = %status.message(), "forward failed; retrying");
+                Attempt::Retry
+            }
+            Ok(Err(status)) => Attempt::Done(Err(status)),
+        }
+    }
+
+    /// Returns once this node's applied state reflects every write committed before the call
+    /// (linearizable read), unless `stale` is set.
+    pub async fn read_barrier(&self, stale: bool) -> Result<(), Status> {
+        if stale {
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.request_timeout;
+        loop {
+            let attempt = match self.leader() {
+                Some((leader, _)) if leader == self.id => {
+                    match tokio::time::timeout_at(
+                        deadline,
+                        self.raft.ensure_linearizable(ReadPolicy::ReadIndex),
+                    )
+                    .await
+                    {
+                        Err(_) => Attempt::Done(Err(no_quorum(self.request_timeout))),
+                        Ok(Ok(_)) => Attempt::Done(Ok(())),
+                        Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(_)))) => {
+                            Attempt::Retry
+                        }
+                        Ok(Err(e)) => Attempt::Done(Err(Status::unavailable(e.to_string()))),
+                    }
+                }
+                Some((_, addr)) => self.follower_read_barrier(&addr, deadline).await,
+                None => Attempt::Retry,
+            };
+            match attempt {
+                Attempt::Done(r) => return r,
+                Attempt::Retry if Instant::now() >= deadline => {
+                    return Err(no_leader(self.request_timeout))
+                }
+                Attempt::Retry => self.wait_for_change(deadline).await,
+            }
+        }
+    }
+
+    async fn follower_read_barrier(&self, leader_addr: &str, deadline: Instant) -> Attempt<()> {
+        let mut client = match self.hub_client(leader_addr) {
+            Ok(c) => c,
+            Err(e) => return Attempt::Done(Err(e)),
+        };
+        let req = ReadIndexRequest {
+            cluster_id: self.cluster_id.to_string(),
+        };
+        let index = match tokio::time::timeout_at(deadline, client.read_index(req)).await {
+            Err(_) => return Attempt::Retry,
+            Ok(Ok(r)) => r.into_inner().index,
+            Ok(Err(s)) if is_transient(&s) => return Attempt::Retry,
+            Ok(Err(s)) => return Attempt::Done(Err(s)),
+        };
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match self
+            .raft
+            .wait(Some(wait))
+            .applied_index_at_least(Some(index), "linearizable read")
+            .await
+        {
+            Ok(_) => Attempt::Done(Ok(())),
+            Err(_) => Attempt::Done(Err(Status::unavailable(format!(
+                "this node did not catch up to the leader's read index {index} within {:?}",
+                self.request_timeout
+            )))),
+        }
+    }
+
+    /// On the leader: the index a follower must have applied to serve a linearizable read.
+    pub async fn read_index(&self) -> Result<u64, Status> {
+        let timeout = self.request_timeout;
+        match tokio::time::timeout(
+            timeout,
+            self.raft.get_read_linearizer(ReadPolicy::ReadIndex),
+        )
+        .await
+        {
+            Err(_) => Err(no_quorum(timeout)),
+            Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(_)))) => {
+                Err(Status::unavailable("not leader"))
+            }
+            Ok(Err(e)) => Err(Status::unavailable(e.to_string())),
+            Ok(Ok(linearizer)) => Ok(linearizer.read_log_id().index()),
+        }
+    }
+
+    /// Role of this node as the API reports it.
+    pub fn role(&self) -> &'static str {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Follower => {
+                if m.membership_config
+                    .membership()
+                    .voter_ids()
+                    .any(|v| v == self.id)
+                {
+                    "follower"
+                } else {
+                    "learner"
+                }
+            }
+            ServerState::Shutdown => "shutdown",
+        }
+    }
+
+    /// Initializes a new cluster with `members` (on one pristine node only).
+    pub async fn initialize(&self, members: BTreeMap<NodeId, String>) -> Result<(), Status> {
+        if !members.contains_key(&self.id) {
+            return Err(Status::invalid_argument(format!(
+                "members must include this node ({})",
+                self.id
+            )));
+        }
+        let nodes: BTreeMap<NodeId, BasicNode> = members
+            .into_iter()
+            .map(|(id, addr)| (id, BasicNode::new(addr)))
+            .collect();
+        self.raft
+            .initialize(nodes)
+            .await
+            .map_err(|e| Status::failed_precondition(format!("initialize: {e}")))
+    }
+
+    /// Current voters and learners.
+    pub fn members(&self) -> Vec<(NodeId, String, bool)> {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        membership
+            .nodes()
+            .map(|(id, n)| (*id, n.addr.clone(), voters.contains(id)))
+            .collect()
+    }
+
+    /// On the leader: adds node `id` at `addr`, first as a learner that catches up (by
+    /// snapshot if the log was purged), then as a voter unless `learner_only`.
+    pub async fn add_node(
+        &self,
+        id: NodeId,
+        addr: String,
+        learner_only: bool,
+    ) -> Result<u64, Status> {
+        if self.members().iter().any(|(m, _, _)| *m == id) {
+            return Err(Status::already_exists(format!(
+                "node {id} is already a member"
+            )));
+        }
+        let resp = self
+            .raft
+            .add_learner(id, BasicNode::new(addr), true)
+            .await
+            .map_err(membership_status)?;
+        if learner_only {
+            return Ok(resp.log_id.index);
+        }
+        let resp = self
+            .raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(membership_status)?;
+        Ok(resp.log_id.index)
+    }
+
+    /// On the leader: removes node `id` (voter or learner) from the cluster.
+    pub async fn remove_node(&self, id: NodeId) -> Result<u64, Status> {
+        let members = self.members();
+        let Some((_, _, voter)) = members.iter().find(|(m, _, _)| *m == id) else {
+            return Err(Status::not_found(format!("node {id} is not a member")));
+        };
+        if *voter && members.iter().filter(|(_, _, v)| *v).count() == 1 {
+            return Err(Status::failed_precondition("cannot remove the last voter"));
+        }
+        let change = if *voter {
+            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        };
+        let resp = self
+            .raft
+            .change_membership(change, false)
+            .await
+            .map_err(membership_status)?;
+        Ok(resp.log_id.index)
+    }
+}
+
+fn membership_status(
+    e: RaftError<raft_store::TypeConfig, ClientWriteError<raft_store::TypeConfig>>,
+) -> Status {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => {
+            Status::unavailable("not leader")
+        }
+        other => Status::failed_precondition(other.to_string()),
+    }
+}
+
+/// Errors after which a forwarded call may be tried again (idempotent thanks to request ids).
+pub fn is_transient(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::Cancelled
+            | tonic::Code::Unknown
+    )
+}
+
+/// A fresh random request id.
+pub fn new_request_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
