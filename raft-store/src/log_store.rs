@@ -123,7 +123,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
         };
         Ok(LogState {
-            last_log_id: last.or_else(|| last_purged.clone()),
+            last_log_id: last.or(last_purged),
             last_purged_log_id: last_purged,
         })
     }

@@ -23,7 +23,7 @@ pub(crate) struct SnapshotFile {
 impl SnapshotFile {
     pub(crate) fn meta(&self) -> SnapshotMeta {
         SnapshotMeta {
-            last_log_id: self.last_applied.clone(),
+            last_log_id: self.last_applied,
             last_membership: self.membership.clone(),
         }
     }

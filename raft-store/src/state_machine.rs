@@ -132,7 +132,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
         let s = self.shared.read();
-        Ok((s.last_applied.clone(), s.membership.clone()))
+        Ok((s.last_applied, s.membership.clone()))
     }
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
@@ -174,12 +174,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     }
                     EntryPayload::Membership(m) => {
                         applied.membership =
-                            StoredMembership::new(Some(entry.log_id.clone()), m.clone());
+                            StoredMembership::new(Some(entry.log_id), m.clone());
                         batch.put_cf(cf_meta, KEY_MEMBERSHIP, codec::encode(&applied.membership));
                         Ok(CommandOutput::Done)
                     }
                 };
-                applied.last_applied = Some(entry.log_id.clone());
+                applied.last_applied = Some(entry.log_id);
                 if let Some(r) = responder {
                     responders.push((r, Response { result }));
                 }
@@ -250,7 +250,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             db.write_opt(batch, &sync).map_err(io_err)?;
             *guard = AppliedState {
                 state,
-                last_applied: file.last_applied.clone(),
+                last_applied: file.last_applied,
                 membership: file.membership.clone(),
             };
         }
@@ -281,7 +281,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         let file = {
             let s = self.shared.read();
             SnapshotFile {
-                last_applied: s.last_applied.clone(),
+                last_applied: s.last_applied,
                 membership: s.membership.clone(),
                 records: s.state.records().collect(),
             }

@@ -34,13 +34,15 @@ struct Args {
     #[arg(long)]
     cluster_id: String,
     /// Leader heartbeat period.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 50)]
     heartbeat_ms: u64,
-    /// Minimum election timeout.
-    #[arg(long, default_value_t = 300)]
+    /// Minimum election timeout. A follower also refuses votes until `--election-max-ms` has
+    /// passed since it last heard from the leader (leader lease), so a failover takes about
+    /// one to two election timeouts; pre-vote keeps spurious timeouts from disrupting a leader.
+    #[arg(long, default_value_t = 150)]
     election_min_ms: u64,
     /// Maximum election timeout.
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 300)]
     election_max_ms: u64,
     /// How long a write or linearizable read waits for a leader and a quorum before failing.
     #[arg(long, default_value_t = 5000)]

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what building the hub needs on Debian, if missing: a C++ toolchain and libclang
+# (bindgen, for RocksDB). Sourced by the other scripts; idempotent.
+set -euo pipefail
+
+need=()
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+command -v cargo >/dev/null 2>&1 || { echo "cargo not found: install the Rust toolchain (rustup)" >&2; exit 1; }
+
+# One target dir outside the clone: RocksDB's C++ takes ~16 minutes to build once, and
+# every clone (and CI) reuses it.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hub-target}"

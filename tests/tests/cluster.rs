@@ -1,0 +1,369 @@
+//! Black-box cluster tests: failover, quorum loss, snapshot catch-up of a new node, and a
+//! full-cluster crash. They drive `hubctl` and `hub-node` processes only.
+//!
+//! Run with `cargo build --workspace --bins && cargo test --workspace --test cluster --
+//! --test-threads=1` (the tests start several processes each and are timing-sensitive on a
+//! small machine, so run them one at a time).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hub_tests::{poll_until, Cluster, CONVERGE_TIMEOUT};
+
+fn names(prefix: &str, range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// Every name in `acked` is in `listed`; panics naming the missing ones.
+#[track_caller]
+fn assert_all_present(acked: &[String], listed: &[String], context: &str) {
+    let listed: BTreeSet<&String> = listed.iter().collect();
+    let missing: Vec<&String> = acked.iter().filter(|n| !listed.contains(n)).collect();
+    assert!(
+        missing.is_empty(),
+        "{context}: {} acknowledged writes lost: {missing:?}",
+        missing.len()
+    );
+}
+
+/// Every node's local state (`env list --stale` asked at that node) lists exactly `expected`.
+#[track_caller]
+fn assert_every_node_lists(cluster: &Cluster, expected: &[String]) {
+    let mut expected = expected.to_vec();
+    expected.sort();
+    for node in cluster.nodes() {
+        let listed = cluster
+            .env_names_at(&node.addr, true)
+            .unwrap_or_else(|| panic!("env list --stale at node {} failed", node.id));
+        assert_eq!(
+            listed, expected,
+            "node {} holds a different set of environments",
+            node.id
+        );
+    }
+}
+
+/// The digest every member reports in a converged `cluster status`.
+fn digests(status: &serde_json::Value) -> BTreeSet<String> {
+    status["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|m| m["digest"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// SPEC R1, R3, R6: killing the leader mid-stream loses no acknowledged write; a new leader is
+/// elected, writes continue, and the killed node catches up after a restart.
+#[test]
+fn leader_kill_loses_no_acknowledged_write() {
+    let started = Instant::now();
+    let mut cluster = Cluster::up(3, "");
+    let old_leader = cluster.leader_id();
+
+    // 500 writes from 8 concurrent writers (each a sequence of hubctl processes, entering at
+    // different nodes so followers forward to the leader). SPEC R3.
+    const THREADS: usize = 8;
+    let all = names("w", 0..500);
+    let acked = Mutex::new(Vec::new());
+    let failed = Mutex::new(Vec::new());
+    let acked_count = AtomicUsize::new(0);
+    let killed = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (acked, failed, acked_count, all, cluster) =
+                (&acked, &failed, &acked_count, &all, &cluster);
+            s.spawn(move || {
+                for name in all.iter().skip(t).step_by(THREADS) {
+                    let out = cluster.create_env(t, name);
+                    if out.success() {
+                        acked.lock().unwrap().push(name.clone());
+                        acked_count.fetch_add(1, Ordering::SeqCst);
+                    } else {
+                        failed.lock().unwrap().push((name.clone(), out.stderr.clone()));
+                    }
+                }
+            });
+        }
+        // SPEC R6: kill -9 the leader while the writers are running.
+        let reached = poll_until(Duration::from_secs(120), || {
+            (acked_count.load(Ordering::SeqCst) >= 200).then_some(())
+        });
+        assert!(reached.is_some(), "fewer than 200 writes acknowledged in 120 s");
+        cluster.kill9(old_leader);
+        killed.store(true, Ordering::SeqCst);
+    });
+    assert!(killed.load(Ordering::SeqCst));
+    let mut acked = acked.into_inner().unwrap();
+    let failed = failed.into_inner().unwrap();
+    eprintln!(
+        "phase 1: {} acknowledged, {} failed around the failover ({:?})",
+        acked.len(),
+        failed.len(),
+        started.elapsed()
+    );
+    // Writes failing around the failover are allowed, but most must have gone through.
+    assert!(
+        acked.len() >= 400,
+        "only {} of 500 writes acknowledged; failures: {:?}",
+        acked.len(),
+        &failed[..failed.len().min(5)]
+    );
+    for (name, stderr) in &failed {
+        assert!(
+            stderr.starts_with("error: "),
+            "write {name} failed without a clear error: {stderr:?}"
+        );
+    }
+
+    // A new leader (another node) is elected.
+    let new_leader = cluster.wait_leader(CONVERGE_TIMEOUT, |id| id != old_leader);
+    assert_ne!(new_leader, old_leader);
+
+    // Writes continue with one node down: 50 more, every one acknowledged.
+    let more = names("x", 0..50);
+    let (more_acked, more_failed) = cluster.create_envs_parallel(&more, 4);
+    assert!(
+        more_failed.is_empty(),
+        "writes failed after the new leader was elected: {more_failed:?}"
+    );
+    acked.extend(more_acked);
+
+    // The killed node restarts on its data and catches up: all three digests equal. SPEC R1.
+    cluster.restart(old_leader);
+    let status = cluster.wait_all_converged(CONVERGE_TIMEOUT, 3);
+    assert_eq!(digests(&status).len(), 1, "digests differ: {status}");
+
+    // No acknowledged write was lost (linearizable read), and every node's local copy holds
+    // exactly the same environments.
+    let listed = cluster.env_names().expect("env list");
+    assert_all_present(&acked, &listed, "after leader kill and restart");
+    assert_every_node_lists(&cluster, &listed);
+    // Nothing that was never written appears.
+    let known: BTreeSet<String> = all.iter().chain(more.iter()).cloned().collect();
+    let unknown: Vec<&String> = listed.iter().filter(|n| !known.contains(*n)).collect();
+    assert!(unknown.is_empty(), "unexpected environments: {unknown:?}");
+    eprintln!("leader_kill_loses_no_acknowledged_write took {:?}", started.elapsed());
+}
+
+/// SPEC R1, R3: a 5-node cluster serves with any 2 nodes down, fails writes cleanly (within the
+/// request timeout, naming the cause) without a majority, and recovers when they return.
+#[test]
+fn five_nodes_survive_two_failures_and_fail_cleanly_without_quorum() {
+    let started = Instant::now();
+    let mut cluster = Cluster::up(5, "");
+    let (before, failed) = cluster.create_envs_parallel(&names("b", 0..20), 4);
+    assert!(failed.is_empty(), "writes failed on a healthy cluster: {failed:?}");
+    let mut acked = before;
+
+    // Kill the leader and one follower.
+    let leader = cluster.leader_id();
+    let follower = (1..=5).find(|id| *id != leader).unwrap();
+    cluster.kill9(leader);
+    cluster.kill9(follower);
+    let down = [leader, follower];
+
+    // Three of five is a majority: a new leader, writes and reads succeed.
+    let new_leader = cluster.wait_leader(CONVERGE_TIMEOUT, |id| !down.contains(&id));
+    for (i, name) in names("c", 0..10).into_iter().enumerate() {
+        let out = cluster.create_env(i, &name);
+        assert!(out.success(), "write with 2 of 5 down: {}", out.describe());
+        acked.push(name);
+    }
+    let listed = cluster.env_names().expect("linearizable read with 2 of 5 down");
+    assert_all_present(&acked, &listed, "with 2 of 5 nodes down");
+    let get = cluster.hubctl(&["env", "get", "c-3", "-o", "json"]);
+    assert!(get.success(), "env get with 2 of 5 down: {}", get.describe());
+    assert_eq!(get.json()["name"], "c-3");
+
+    // Kill a third node (a follower, so the surviving leader must notice it has no quorum).
+    let third = (1..=5)
+        .find(|id| !down.contains(id) && *id != new_leader)
+        .unwrap();
+    cluster.kill9(third);
+    let out = cluster.hubctl(&["env", "create", "no-quorum-write", "-o", "json"]);
+    assert!(!out.success(), "a write succeeded with 2 of 5 nodes up: {}", out.describe());
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.elapsed < Duration::from_secs(20),
+        "the failing write took {:?} (should fail within the request timeout)",
+        out.elapsed
+    );
+    assert!(
+        out.stderr.contains("no leader") || out.stderr.contains("no quorum"),
+        "the error does not say why: {}",
+        out.describe()
+    );
+
+    // Bring all three back: the cluster converges on all 5 nodes and accepts writes.
+    for id in [leader, follower, third] {
+        cluster.restart(id);
+    }
+    let status = cluster.wait_all_converged(CONVERGE_TIMEOUT, 5);
+    assert_eq!(digests(&status).len(), 1, "digests differ: {status}");
+    let out = cluster.create_env(0, "after-recovery");
+    assert!(out.success(), "write after recovery: {}", out.describe());
+    acked.push("after-recovery".into());
+    let status = cluster.wait_all_converged(CONVERGE_TIMEOUT, 5);
+    assert_eq!(digests(&status).len(), 1, "digests differ: {status}");
+    let listed = cluster.env_names().expect("env list after recovery");
+    assert_all_present(&acked, &listed, "after recovery");
+    assert_every_node_lists(&cluster, &listed);
+    eprintln!("five_nodes_… took {:?}", started.elapsed());
+}
+
+/// SPEC R5: a node added after the log prefix was purged catches up by snapshot and becomes a
+/// voting follower with the same state.
+#[test]
+fn new_node_catches_up_by_snapshot_after_log_purge() {
+    let started = Instant::now();
+    let cluster = Cluster::up(3, "--snapshot-logs 50 --keep-logs 5");
+    assert_eq!(cluster.node_args, ["--snapshot-logs", "50", "--keep-logs", "5"]);
+    let (acked, failed) = cluster.create_envs_parallel(&names("s", 0..300), 6);
+    assert!(failed.is_empty(), "writes failed on a healthy cluster: {failed:?}");
+    let status = cluster.wait_all_converged(CONVERGE_TIMEOUT, 3);
+
+    // >300 entries with a snapshot every 50: every node has built a snapshot (and purged the
+    // log behind it, keeping 5 entries).
+    for node in cluster.nodes() {
+        let snap = node.data_dir.join("snapshots").join("current.snap");
+        let built = poll_until(CONVERGE_TIMEOUT, || snap.exists().then_some(()));
+        assert!(built.is_some(), "node {} never wrote {}", node.id, snap.display());
+    }
+    let leader = cluster.leader_id();
+    let (leader_applied, _) = cluster
+        .digest_at(&cluster.node(leader).addr)
+        .expect("leader digest");
+    assert!(leader_applied > 300, "leader applied only {leader_applied}: {status}");
+
+    // Start node 4 (fresh data dir, free port, same cluster id and node args) and add it.
+    let new = cluster.spawn_node(4, &[]);
+    let out = cluster.hubctl(&["cluster", "add-node", "--id", "4", "--addr", &new.addr, "-o", "json"]);
+    assert!(out.success(), "add-node: {}", out.describe());
+    let reply = out.json();
+    let member4 = reply["members"]
+        .as_array()
+        .expect("members in add-node reply")
+        .iter()
+        .find(|m| m["id"] == 4)
+        .unwrap_or_else(|| panic!("add-node reply lacks node 4: {reply}"));
+    assert_eq!(member4["voter"], true, "{reply}");
+
+    // Node 4 reaches the leader's state (as of before it was added, or later).
+    let leader_addr = cluster.node(leader).addr;
+    let mut last = None;
+    let caught_up = poll_until(CONVERGE_TIMEOUT, || {
+        let mine = cluster.digest_at(&new.addr)?;
+        let theirs = cluster.digest_at(&leader_addr)?;
+        last = Some((mine.clone(), theirs.clone()));
+        (mine.1 == theirs.1 && mine.0 >= leader_applied).then_some(mine)
+    });
+    assert!(
+        caught_up.is_some(),
+        "node 4 did not catch up within {CONVERGE_TIMEOUT:?}: (node 4, leader) = {last:?}\n{}",
+        cluster.log_tails(20)
+    );
+
+    // It caught up by snapshot: the log prefix it needed was purged on the leader.
+    let snap = new.data_dir.join("snapshots").join("current.snap");
+    assert!(snap.exists(), "node 4 has no {}", snap.display());
+    let log = std::fs::read_to_string(cluster.dir().join("node-4.log")).unwrap_or_default();
+    assert!(
+        log.contains("installed snapshot"),
+        "node 4 did not install a snapshot; its log:\n{log}"
+    );
+
+    // `cluster status` lists 4 members, node 4 a follower, all converged.
+    let status = cluster.wait_all_converged(CONVERGE_TIMEOUT, 4);
+    let role4 = status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == 4)
+        .map(|m| m["role"].clone());
+    assert_eq!(role4, Some("follower".into()), "{status}");
+    assert_eq!(digests(&status).len(), 1, "digests differ: {status}");
+
+    // Node 4 serves reads of the full state, and a write through it commits.
+    let listed = cluster
+        .env_names_at(&new.addr, false)
+        .expect("linearizable read at node 4");
+    assert_all_present(&acked, &listed, "at node 4");
+    let out = cluster.hubctl_at(&new.addr, &["env", "create", "via-node-4", "-o", "json"]);
+    assert!(out.success(), "write through node 4: {}", out.describe());
+    eprintln!("new_node_… took {:?}", started.elapsed());
+}
+
+/// SPEC R1, R6: every node killed at once (and, separately, all stopped gracefully) loses no
+/// acknowledged write; `dev up` on the same directory restarts the nodes on their data.
+#[test]
+fn whole_cluster_crash_and_restart_keeps_acknowledged_writes() {
+    let started = Instant::now();
+    let mut cluster = Cluster::up(3, "");
+    let (mut acked, failed) = cluster.create_envs_parallel(&names("d", 0..60), 4);
+    assert!(failed.is_empty(), "writes failed on a healthy cluster: {failed:?}");
+    let before = cluster.wait_all_converged(CONVERGE_TIMEOUT, 3);
+
+    // kill -9 all nodes at once (signals first, then wait for all).
+    let nodes = cluster.nodes();
+    std::thread::scope(|s| {
+        for n in &nodes {
+            let cluster = &cluster;
+            s.spawn(move || cluster.kill9(n.id));
+        }
+    });
+    for n in &nodes {
+        assert!(!cluster.is_running(n.id), "node {} still running", n.id);
+    }
+
+    // Reads fail while everything is down (a clear error, not a hang).
+    let out = cluster.hubctl(&["env", "list", "-o", "json"]);
+    assert!(!out.success(), "env list with every node down: {}", out.describe());
+    assert!(out.stderr.starts_with("error: "), "{}", out.describe());
+
+    // `dev up` on the existing directory restarts the nodes without re-initializing.
+    let dir = cluster.dir().display().to_string();
+    let up = dev_up(&dir);
+    cluster.reload();
+    assert!(up.success(), "dev up on existing dir: {}", up.describe());
+    for n in cluster.nodes() {
+        assert!(cluster.is_running(n.id), "node {} not running after dev up", n.id);
+    }
+    let after = cluster.wait_all_converged(CONVERGE_TIMEOUT, 3);
+    assert_eq!(digests(&after).len(), 1, "digests differ: {after}");
+    // The same cluster: same state digest as before the crash (applied index may only grow).
+    assert_eq!(digests(&after), digests(&before), "state changed across the crash");
+    let listed = cluster.env_names().expect("env list after restart");
+    assert_all_present(&acked, &listed, "after kill -9 of every node");
+    assert_eq!(listed.len(), acked.len(), "{listed:?}");
+
+    // Writes work again; then a graceful `dev down` + `dev up` keeps them too.
+    let (more, failed) = cluster.create_envs_parallel(&names("e", 0..20), 4);
+    assert!(failed.is_empty(), "writes failed after restart: {failed:?}");
+    acked.extend(more);
+    cluster.wait_all_converged(CONVERGE_TIMEOUT, 3);
+    let down = dev_down(&dir);
+    assert!(down.success(), "dev down: {}", down.describe());
+    for n in cluster.nodes() {
+        assert!(!cluster.is_running(n.id), "node {} survived dev down", n.id);
+    }
+    let up = dev_up(&dir);
+    cluster.reload();
+    assert!(up.success(), "dev up after dev down: {}", up.describe());
+    let status = cluster.wait_all_converged(CONVERGE_TIMEOUT, 3);
+    assert_eq!(digests(&status).len(), 1, "digests differ: {status}");
+    let listed = cluster.env_names().expect("env list after dev down/up");
+    assert_all_present(&acked, &listed, "after dev down + dev up");
+    assert_every_node_lists(&cluster, &listed);
+    eprintln!("whole_cluster_… took {:?}", started.elapsed());
+}
+
+fn dev_up(dir: &str) -> hub_tests::CmdOutput {
+    hub_tests::hubctl_raw(&["dev", "up", "--nodes", "3", "--data-dir", dir, "--base-port", "0", "-o", "json"])
+}
+
+fn dev_down(dir: &str) -> hub_tests::CmdOutput {
+    hub_tests::hubctl_raw(&["dev", "down", "--data-dir", dir, "-o", "json"])
+}
