@@ -173,8 +173,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         out.result
                     }
                     EntryPayload::Membership(m) => {
-                        applied.membership =
-                            StoredMembership::new(Some(entry.log_id), m.clone());
+                        applied.membership = StoredMembership::new(Some(entry.log_id), m.clone());
                         batch.put_cf(cf_meta, KEY_MEMBERSHIP, codec::encode(&applied.membership));
                         Ok(CommandOutput::Done)
                     }

@@ -95,7 +95,11 @@ async fn leader(cluster: &ClusterFile, skip: Option<u64>) -> Option<NodeEntry> {
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 fn next_name(prefix: &str) -> String {
-    format!("{prefix}-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 async fn writes(dir: &Path, concurrency: &[usize], seconds: u64) -> anyhow::Result<()> {
@@ -153,7 +157,11 @@ async fn writes(dir: &Path, concurrency: &[usize], seconds: u64) -> anyhow::Resu
 
 fn is_alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.rsplit_once(')').map(|(_, r)| !r.trim_start().starts_with('Z')).unwrap_or(false))
+        .map(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| !r.trim_start().starts_with('Z'))
+                .unwrap_or(false)
+        })
         .unwrap_or(false)
 }
 
@@ -162,15 +170,25 @@ async fn failover(dir: &Path, kills: usize) -> anyhow::Result<()> {
     let mut samples = Latencies::default();
     for round in 1..=kills {
         let cluster = read_cluster(dir)?;
-        let Some(old) = leader(&cluster, None).await else { bail!("round {round}: no leader") };
-        let survivors: Vec<NodeEntry> = cluster.nodes.iter().filter(|n| n.id != old.id).cloned().collect();
+        let Some(old) = leader(&cluster, None).await else {
+            bail!("round {round}: no leader")
+        };
+        let survivors: Vec<NodeEntry> = cluster
+            .nodes
+            .iter()
+            .filter(|n| n.id != old.id)
+            .cloned()
+            .collect();
         let mut clients = Vec::new();
         for s in &survivors {
             clients.push(connect(&s.addr).await?);
         }
         // A committed write before the kill: the cluster is healthy.
         clients[0]
-            .create_environment(CreateEnvironmentRequest { name: next_name("pre"), ..Default::default() })
+            .create_environment(CreateEnvironmentRequest {
+                name: next_name("pre"),
+                ..Default::default()
+            })
             .await
             .context("write before kill")?;
         // SAFETY: kill(2) on a pid from cluster.json.
@@ -181,7 +199,10 @@ async fn failover(dir: &Path, kills: usize) -> anyhow::Result<()> {
             let k = i % clients.len();
             let c = &mut clients[k];
             i += 1;
-            let mut req = tonic::Request::new(CreateEnvironmentRequest { name: next_name("fo"), ..Default::default() });
+            let mut req = tonic::Request::new(CreateEnvironmentRequest {
+                name: next_name("fo"),
+                ..Default::default()
+            });
             req.set_timeout(Duration::from_secs(3));
             if let Ok(r) = c.create_environment(req).await {
                 if r.into_inner().leader_id != old.id {
@@ -193,7 +214,11 @@ async fn failover(dir: &Path, kills: usize) -> anyhow::Result<()> {
             }
         };
         samples.push(took);
-        println!("round {round}: killed leader {} -> first commit after {:.0} ms", old.id, took.as_secs_f64() * 1e3);
+        println!(
+            "round {round}: killed leader {} -> first commit after {:.0} ms",
+            old.id,
+            took.as_secs_f64() * 1e3
+        );
         while is_alive(old.pid) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -203,15 +228,28 @@ async fn failover(dir: &Path, kills: usize) -> anyhow::Result<()> {
             .args(["--id", &old.id.to_string(), "-o", "json"])
             .output()?;
         if !st.status.success() {
-            bail!("restart node {}: {}", old.id, String::from_utf8_lossy(&st.stderr));
+            bail!(
+                "restart node {}: {}",
+                old.id,
+                String::from_utf8_lossy(&st.stderr)
+            );
         }
         // Let the restarted node catch up before the next kill, so a quorum survives it.
         let target = survivors[0].addr.clone();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let want = connect(&target).await?.node_status(NodeStatusRequest {}).await?.into_inner().last_applied;
+            let want = connect(&target)
+                .await?
+                .node_status(NodeStatusRequest {})
+                .await?
+                .into_inner()
+                .last_applied;
             let got = match connect(&old.addr).await {
-                Ok(mut c) => c.node_status(NodeStatusRequest {}).await.map(|s| s.into_inner().last_applied).unwrap_or(0),
+                Ok(mut c) => c
+                    .node_status(NodeStatusRequest {})
+                    .await
+                    .map(|s| s.into_inner().last_applied)
+                    .unwrap_or(0),
                 Err(_) => 0,
             };
             if got >= want {
@@ -236,7 +274,11 @@ async fn failover(dir: &Path, kills: usize) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Args::parse().cmd {
-        Cmd::Writes { cluster, concurrency, seconds } => writes(&cluster, &concurrency, seconds).await,
+        Cmd::Writes {
+            cluster,
+            concurrency,
+            seconds,
+        } => writes(&cluster, &concurrency, seconds).await,
         Cmd::Failover { cluster, kills } => failover(&cluster, kills).await,
     }
 }
