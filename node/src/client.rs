@@ -17,8 +17,8 @@ use crate::peers::{endpoint, MAX_MESSAGE_BYTES};
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// No endpoint could be reached.
-    #[error("no hub endpoint reachable ({0})")]
+    /// No endpoint answered (each failure is listed).
+    #[error("no hub endpoint answered ({0})")]
     Unreachable(String),
     /// A node answered with an error.
     #[error("{}", .0.message())]

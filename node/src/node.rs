@@ -108,7 +108,6 @@ impl HubNode {
             node_id: cfg.id,
             cluster_id: cfg.cluster_id.clone(),
         };
-        let (_store, log, sm) = raft_store::open(&cfg.data_dir, &identity)?;
         let config = Config {
             cluster_name: cfg.cluster_id.clone(),
             heartbeat_interval: cfg.heartbeat_ms,
@@ -122,6 +121,8 @@ impl HubNode {
             ..Default::default()
         }
         .validate()?;
+        // Opened only after the configuration is known to be valid: bad flags touch no file.
+        let (_store, log, sm) = raft_store::open(&cfg.data_dir, &identity)?;
         let cluster_id: Arc<str> = cfg.cluster_id.clone().into();
         let peers = Arc::new(PeerPool::default());
         let network = NetworkFactory {
@@ -428,24 +429,52 @@ impl HubNode {
 
     /// On the leader: adds node `id` at `addr`, first as a learner that catches up (by
     /// snapshot if the log was purged), then as a voter unless `learner_only`.
+    ///
+    /// The new node must answer as node `id` of this cluster before it is added, and it is
+    /// promoted only after it has acknowledged the log up to the commit index seen when it was
+    /// added: an unreachable address never becomes a voter (which would cost the cluster its
+    /// fault tolerance, or its quorum). Idempotent: re-adding a member with the same address
+    /// finishes a promotion that was interrupted and otherwise changes nothing.
     pub async fn add_node(
         &self,
         id: NodeId,
         addr: String,
         learner_only: bool,
     ) -> Result<u64, Status> {
-        if self.members().iter().any(|(m, _, _)| *m == id) {
-            return Err(Status::already_exists(format!(
-                "node {id} is already a member"
-            )));
+        if let Some((_, known_addr, voter)) = self.members().into_iter().find(|(m, _, _)| *m == id)
+        {
+            if known_addr != addr {
+                return Err(Status::already_exists(format!(
+                    "node {id} is already a member at {known_addr}; node ids are never reused"
+                )));
+            }
+            if voter || learner_only {
+                return Ok(self
+                    .raft
+                    .metrics()
+                    .borrow_watched()
+                    .last_applied
+                    .map(|l| l.index)
+                    .unwrap_or(0));
+            }
+        } else {
+            self.probe_new_node(id, &addr).await?;
+            self.raft
+                .add_learner(id, BasicNode::new(addr.clone()), false)
+                .await
+                .map_err(membership_status)?;
         }
-        let resp = self
+        let target = self
             .raft
-            .add_learner(id, BasicNode::new(addr), true)
-            .await
-            .map_err(membership_status)?;
+            .metrics()
+            .borrow_watched()
+            .cluster_committed
+            .map(|l| l.index)
+            .unwrap_or(0);
+        self.wait_replicated(id, target, Duration::from_secs(60))
+            .await?;
         if learner_only {
-            return Ok(resp.log_id.index);
+            return Ok(target);
         }
         let resp = self
             .raft
@@ -453,6 +482,62 @@ impl HubNode {
             .await
             .map_err(membership_status)?;
         Ok(resp.log_id.index)
+    }
+
+    /// Checks that `addr` answers as node `id` of this cluster.
+    async fn probe_new_node(&self, id: NodeId, addr: &str) -> Result<(), Status> {
+        let mut client = self.hub_client(addr)?;
+        let mut req = tonic::Request::new(hub_proto::NodeStatusRequest {});
+        req.set_timeout(Duration::from_secs(2));
+        let status =
+            match tokio::time::timeout(Duration::from_secs(2), client.node_status(req)).await {
+                Ok(Ok(r)) => r.into_inner(),
+                Ok(Err(e)) => {
+                    return Err(Status::failed_precondition(format!(
+                        "node {id} at {addr} is not reachable ({}); start its hub-node first",
+                        e.message()
+                    )))
+                }
+                Err(_) => {
+                    return Err(Status::failed_precondition(format!(
+                        "node {id} at {addr} did not answer within 2s; start its hub-node first"
+                    )))
+                }
+            };
+        if status.id != id || status.cluster_id != *self.cluster_id {
+            return Err(Status::failed_precondition(format!(
+                "{addr} answers as node {} of cluster {:?}, not node {id} of {:?}",
+                status.id, status.cluster_id, self.cluster_id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Waits until the leader's replication to `id` has reached `index`.
+    async fn wait_replicated(
+        &self,
+        id: NodeId,
+        index: u64,
+        timeout: Duration,
+    ) -> Result<(), Status> {
+        let reached = |m: &openraft::RaftMetrics<raft_store::TypeConfig>| {
+            m.replication
+                .as_ref()
+                .and_then(|r| r.get(&id).cloned().flatten())
+                .map(|l| l.index >= index)
+                .unwrap_or(false)
+        };
+        self.raft
+            .wait(Some(timeout))
+            .metrics(reached, format!("node {id} replicated to {index}"))
+            .await
+            .map(|_| ())
+            .map_err(|_| {
+                Status::deadline_exceeded(format!(
+                    "node {id} did not catch up to index {index} within {timeout:?}; it stays a learner \
+                     (retry add-node, or remove it with remove-node)"
+                ))
+            })
     }
 
     /// On the leader: removes node `id` (voter or learner) from the cluster.

@@ -158,8 +158,18 @@ pub fn run_with_limit(cmd: &mut Command, limit: Duration) -> CmdOutput {
             String::from_utf8_lossy(&buf).into_owned()
         })
     };
-    let out = drain(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
-    let err = drain(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
     let mut timed_out = false;
     let mut backoff = Duration::from_millis(2);
     let status = loop {
@@ -277,6 +287,8 @@ pub struct Node {
 struct ExtraNode {
     child: Child,
     node: Node,
+    /// Arguments beyond the cluster's node args.
+    args: Vec<String>,
 }
 
 /// A local cluster started with `hubctl dev up` in a temporary directory.
@@ -291,8 +303,7 @@ pub struct Cluster {
 }
 
 fn parse_cluster_file(path: &Path) -> (String, Vec<String>, Vec<Node>) {
-    let bytes =
-        std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     let v: Value = serde_json::from_slice(&bytes)
         .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
     let cluster_id = v["cluster_id"]
@@ -394,7 +405,15 @@ impl Cluster {
     pub fn node(&self, id: u64) -> Node {
         self.nodes()
             .into_iter()
-            .chain(self.extra.lock().unwrap().iter().map(|e| e.node.clone()))
+            // The latest start of a node the test spawned itself.
+            .chain(
+                self.extra
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .rev()
+                    .map(|e| e.node.clone()),
+            )
             .find(|n| n.id == id)
             .unwrap_or_else(|| panic!("no node {id}"))
     }
@@ -428,7 +447,10 @@ impl Cluster {
 
     /// `hubctl env create NAME -o json` against every endpoint, starting at node `k`.
     pub fn create_env(&self, k: usize, name: &str) -> CmdOutput {
-        self.hubctl_at(&self.endpoints_from(k), &["env", "create", name, "-o", "json"])
+        self.hubctl_at(
+            &self.endpoints_from(k),
+            &["env", "create", name, "-o", "json"],
+        )
     }
 
     /// Creates `names` with `threads` concurrent sequential writers; returns the names whose
@@ -449,7 +471,10 @@ impl Cluster {
                         if out.success() {
                             acked.lock().unwrap().push(name.clone());
                         } else {
-                            failed.lock().unwrap().push((name.clone(), out.stderr.clone()));
+                            failed
+                                .lock()
+                                .unwrap()
+                                .push((name.clone(), out.stderr.clone()));
                         }
                     }
                 });
@@ -505,16 +530,31 @@ impl Cluster {
             return None;
         }
         let v: Value = serde_json::from_str(&out.stdout).ok()?;
-        Some((v["applied_index"].as_u64()?, v["digest"].as_str()?.to_string()))
+        Some((
+            v["applied_index"].as_u64()?,
+            v["digest"].as_str()?.to_string(),
+        ))
     }
 
     /// Polls until some node reports a leader that accepts `pred` and that leader itself
     /// reports the role "leader"; returns its id. Panics after `timeout`.
     #[track_caller]
     pub fn wait_leader(&self, timeout: Duration, pred: impl Fn(u64) -> bool) -> u64 {
+        self.wait_leader_at(&self.endpoints(), timeout, pred)
+    }
+
+    /// [`Cluster::wait_leader`] asking only `endpoints` (e.g. to avoid a paused node, which
+    /// accepts connections but never answers).
+    #[track_caller]
+    pub fn wait_leader_at(
+        &self,
+        endpoints: &str,
+        timeout: Duration,
+        pred: impl Fn(u64) -> bool,
+    ) -> u64 {
         let mut last = None;
         poll_until(timeout, || {
-            let s = self.status()?;
+            let s = self.status_at(endpoints)?;
             last = Some(s.clone());
             let leader = s["leader"].as_u64()?;
             let confirmed = s["members"]
@@ -565,8 +605,10 @@ impl Cluster {
                     return None;
                 }
             }
-            let reachable: Vec<&Value> =
-                members.iter().filter(|m| m["role"] != "unreachable").collect();
+            let reachable: Vec<&Value> = members
+                .iter()
+                .filter(|m| m["role"] != "unreachable")
+                .collect();
             let first = reachable.first()?;
             let digest = first["digest"].as_str().filter(|d| !d.is_empty())?;
             let applied = first["last_applied"].as_u64()?;
@@ -590,7 +632,7 @@ impl Cluster {
     pub fn kill9(&self, id: u64) {
         {
             let mut extra = self.extra.lock().unwrap();
-            if let Some(e) = extra.iter_mut().find(|e| e.node.id == id) {
+            if let Some(e) = extra.iter_mut().rev().find(|e| e.node.id == id) {
                 let _ = e.child.kill();
                 let _ = e.child.wait();
                 return;
@@ -607,6 +649,30 @@ impl Cluster {
             "node {id} (pid {}) survived SIGKILL",
             node.pid
         );
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGSTOP` to pause, `libc::SIGCONT` to resume) to node `id`.
+    #[track_caller]
+    pub fn signal(&self, id: u64, signal: i32) {
+        let node = self.node(id);
+        assert!(
+            is_our_node(node.pid, &node.data_dir),
+            "node {id} (pid {}) is not running",
+            node.pid
+        );
+        // SAFETY: kill(2) on a pid we checked is one of our hub-node processes.
+        let rc = unsafe { libc::kill(node.pid as i32, signal) };
+        assert_eq!(rc, 0, "kill({}, {signal}) failed", node.pid);
+    }
+
+    /// The endpoints of every `cluster.json` node except `id`.
+    pub fn endpoints_except(&self, id: u64) -> String {
+        self.nodes()
+            .iter()
+            .filter(|n| n.id != id)
+            .map(|n| n.addr.clone())
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// `hubctl dev restart-node --id ID` (starts the node again on its data, waits until it
@@ -635,7 +701,10 @@ impl Cluster {
             );
         }
         let pid = self.node(id).pid;
-        assert!(is_alive(pid), "node {id} (pid {pid}) is not running after restart");
+        assert!(
+            is_alive(pid),
+            "node {id} (pid {pid}) is not running after restart"
+        );
     }
 
     /// True if node `id`'s process is running.
@@ -650,65 +719,107 @@ impl Cluster {
     #[track_caller]
     pub fn spawn_node(&self, id: u64, extra_args: &[&str]) -> Node {
         let data_dir = self.dir().join(format!("node-{id}"));
-        let log_path = self.dir().join(format!("node-{id}.log"));
+        let extra_args: Vec<String> = extra_args.iter().map(|a| a.to_string()).collect();
         // The port is free when picked but could be taken before hub-node binds it: retry.
         for _attempt in 0..5 {
             let addr = format!("127.0.0.1:{}", free_port());
-            let log = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)
-                .expect("open node log");
-            let child = Command::new(hub_node_bin())
-                .args(["--id", &id.to_string(), "--listen", &addr])
-                .arg("--data-dir")
-                .arg(&data_dir)
-                .args(["--cluster-id", &self.cluster_id])
-                .args(&self.node_args)
-                .args(extra_args)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("dup log"))
-                .stderr(log)
-                .process_group(0)
-                .spawn()
-                .expect("start hub-node");
-            let node = Node {
-                id,
-                addr: addr.clone(),
-                pid: child.id(),
-                data_dir: data_dir.clone(),
-            };
-            self.extra.lock().unwrap().push(ExtraNode {
-                child,
-                node: node.clone(),
-            });
-            let serving = poll_until(CONVERGE_TIMEOUT, || {
-                if !is_alive(node.pid) {
-                    return Some(false);
-                }
-                self.digest_at(&addr).map(|_| true)
-            });
-            match serving {
-                Some(true) => return node,
-                Some(false) => {
-                    let log = tail(&log_path, 10);
-                    // Reap it; the slot stays in `extra` (killing a reaped child is a no-op).
-                    let mut extra = self.extra.lock().unwrap();
-                    if let Some(e) = extra.iter_mut().find(|e| e.node.pid == node.pid) {
-                        let _ = e.child.wait();
-                    }
-                    if log.contains("cannot bind") {
-                        continue;
-                    }
-                    panic!("hub-node {id} exited during start-up:\n{log}");
-                }
-                None => panic!(
-                    "hub-node {id} did not serve at {addr} within {CONVERGE_TIMEOUT:?}:\n{}",
-                    tail(&log_path, 10)
-                ),
+            match self.start_extra(id, &addr, &data_dir, &extra_args) {
+                Ok(node) => return node,
+                Err(log) if log.contains("cannot bind") => continue,
+                Err(log) => panic!("hub-node {id} exited during start-up:\n{log}"),
             }
         }
         panic!("hub-node {id}: no free port after 5 attempts");
+    }
+
+    /// Starts a node that [`Cluster::spawn_node`] started before (and that has been killed)
+    /// again, on the same address, data dir and arguments.
+    #[track_caller]
+    pub fn restart_spawned(&self, id: u64) -> Node {
+        let (node, args) = {
+            let extra = self.extra.lock().unwrap();
+            let e = extra
+                .iter()
+                .rev()
+                .find(|e| e.node.id == id)
+                .unwrap_or_else(|| panic!("node {id} was not started by spawn_node"));
+            (e.node.clone(), e.args.clone())
+        };
+        assert!(
+            !is_alive(node.pid),
+            "node {id} (pid {}) is still running",
+            node.pid
+        );
+        self.start_extra(id, &node.addr, &node.data_dir, &args)
+            .unwrap_or_else(|log| panic!("hub-node {id} exited during restart:\n{log}"))
+    }
+
+    /// Spawns one hub-node and waits until it serves; Err(its new log output) if it exited.
+    fn start_extra(
+        &self,
+        id: u64,
+        addr: &str,
+        data_dir: &Path,
+        extra_args: &[String],
+    ) -> Result<Node, String> {
+        let log_path = self.dir().join(format!("node-{id}.log"));
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("open node log");
+        let log_start = log.metadata().map(|m| m.len()).unwrap_or(0) as usize;
+        let child = Command::new(hub_node_bin())
+            .args(["--id", &id.to_string(), "--listen", addr])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--cluster-id", &self.cluster_id])
+            .args(&self.node_args)
+            .args(extra_args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("start hub-node");
+        let node = Node {
+            id,
+            addr: addr.to_string(),
+            pid: child.id(),
+            data_dir: data_dir.to_path_buf(),
+        };
+        self.extra.lock().unwrap().push(ExtraNode {
+            child,
+            node: node.clone(),
+            args: extra_args.to_vec(),
+        });
+        let serving = poll_until(CONVERGE_TIMEOUT, || {
+            if !is_alive(node.pid) {
+                return Some(false);
+            }
+            self.digest_at(addr).map(|_| true)
+        });
+        match serving {
+            Some(true) => Ok(node),
+            Some(false) => {
+                // Reap it; the entry stays in `extra` (killing a reaped child is a no-op).
+                if let Some(e) = self
+                    .extra
+                    .lock()
+                    .unwrap()
+                    .iter_mut()
+                    .find(|e| e.node.pid == node.pid)
+                {
+                    let _ = e.child.wait();
+                }
+                let text = std::fs::read(&log_path).unwrap_or_default();
+                Err(String::from_utf8_lossy(&text[log_start.min(text.len())..]).into_owned())
+            }
+            None => panic!(
+                "hub-node {id} did not serve at {addr} within {CONVERGE_TIMEOUT:?}:\n{}",
+                tail(&log_path, 10)
+            ),
+        }
     }
 
     /// The last `n` lines of every node log, for failure messages.

@@ -11,7 +11,12 @@ use hub_tests::{hub_node_bin, hubctl_raw, run_with_limit, Cluster, CONVERGE_TIME
 fn unknown_hubctl_flag_is_refused() {
     let out = hubctl_raw(&["env", "list", "--no-such-flag"]);
     assert!(!out.success(), "{}", out.describe());
-    assert_eq!(out.code(), Some(2), "clap exits 2 on usage errors: {}", out.describe());
+    assert_eq!(
+        out.code(),
+        Some(2),
+        "clap exits 2 on usage errors: {}",
+        out.describe()
+    );
     assert!(
         out.stderr.contains("unexpected argument") && out.stderr.contains("--no-such-flag"),
         "{}",
@@ -22,6 +27,34 @@ fn unknown_hubctl_flag_is_refused() {
     let out = hubctl_raw(&["no-such-command"]);
     assert!(!out.success(), "{}", out.describe());
     assert!(out.stderr.contains("no-such-command"), "{}", out.describe());
+
+    // `-o` only takes table, json or yaml.
+    let out = hubctl_raw(&["-o", "xml", "env", "list"]);
+    assert_eq!(out.code(), Some(2), "{}", out.describe());
+    assert!(out.stderr.contains("xml"), "{}", out.describe());
+
+    // `dev up` only makes 3- or 5-node clusters, and refuses before creating anything.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("cluster");
+    let dir_s = dir.display().to_string();
+    let out = hubctl_raw(&[
+        "dev",
+        "up",
+        "--nodes",
+        "4",
+        "--data-dir",
+        &dir_s,
+        "--base-port",
+        "0",
+    ]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(out.stderr.contains("--nodes"), "{}", out.describe());
+    assert!(!dir.exists(), "dev up --nodes 4 created {}", dir.display());
+
+    // `dev down` / `restart-node` on a directory without a cluster say so.
+    let out = hubctl_raw(&["dev", "down", "--data-dir", &dir_s]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(out.stderr.contains("cluster.json"), "{}", out.describe());
 }
 
 /// An unreachable endpoint fails quickly with an error naming it.
@@ -57,6 +90,18 @@ fn node_refuses_data_dir_of_another_node() {
     assert!(out.success(), "{}", out.describe());
     cluster.wait_all_converged(CONVERGE_TIMEOUT, 3);
 
+    // restart-node refuses a node that is still running; so does dev up on a running cluster.
+    let dir = cluster.dir().display().to_string();
+    let out = hubctl_raw(&["dev", "up", "--data-dir", &dir, "--base-port", "0"]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(out.stderr.contains("already running"), "{}", out.describe());
+    let out = hubctl_raw(&["dev", "restart-node", "--data-dir", &dir, "--id", "1"]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(out.stderr.contains("still running"), "{}", out.describe());
+    let out = hubctl_raw(&["dev", "restart-node", "--data-dir", &dir, "--id", "7"]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(out.stderr.contains("no node 7"), "{}", out.describe());
+
     let node1 = cluster.node(1);
     cluster.kill9(1);
     let identity = node1.data_dir.join("hub-node.json");
@@ -70,7 +115,11 @@ fn node_refuses_data_dir_of_another_node() {
             .args(["--cluster-id", &cluster.cluster_id]),
         Duration::from_secs(60),
     );
-    assert!(!out.success(), "hub-node accepted another node's data dir: {}", out.describe());
+    assert!(
+        !out.success(),
+        "hub-node accepted another node's data dir: {}",
+        out.describe()
+    );
     assert!(!out.timed_out, "{}", out.describe());
     assert!(out.stderr.contains("belongs to node"), "{}", out.describe());
     assert_eq!(
@@ -89,7 +138,11 @@ fn node_refuses_data_dir_of_another_node() {
         Duration::from_secs(60),
     );
     assert!(!out.success(), "{}", out.describe());
-    assert!(out.stderr.contains("belongs to cluster"), "{}", out.describe());
+    assert!(
+        out.stderr.contains("belongs to cluster"),
+        "{}",
+        out.describe()
+    );
 
     // Its owner still starts on it, with its data.
     cluster.restart(1);
@@ -134,7 +187,13 @@ fn invalid_environment_name_changes_nothing() {
     assert!(out.success(), "{}", out.describe());
     let before = cluster.env_names().expect("env list");
 
-    for bad in ["Bad Name", "", "trailing-", "9starts-with-digit", "under_score"] {
+    for bad in [
+        "Bad Name",
+        "",
+        "trailing-",
+        "9starts-with-digit",
+        "under_score",
+    ] {
         let out = cluster.hubctl(&["env", "create", bad, "-o", "json"]);
         assert_eq!(out.code(), Some(1), "name {bad:?}: {}", out.describe());
         assert!(
@@ -154,4 +213,251 @@ fn invalid_environment_name_changes_nothing() {
     assert_eq!(cluster.env_names().expect("env list"), before);
     let status = cluster.wait_all_converged(CONVERGE_TIMEOUT, 3);
     assert_eq!(status["members"].as_array().unwrap().len(), 3);
+}
+
+/// SPEC S3: bad entity input names the field at fault and changes nothing; a good entity is
+/// created and listed.
+#[test]
+fn invalid_entity_input_changes_nothing() {
+    let cluster = Cluster::up(3, "");
+    let out = cluster.create_env(0, "prod");
+    assert!(out.success(), "{}", out.describe());
+    let entity = |extra: &[&str]| {
+        let mut args = vec!["entity", "create", "-o", "json"];
+        args.extend_from_slice(extra);
+        cluster.hubctl(&args)
+    };
+    let out = entity(&[
+        "--env",
+        "prod",
+        "--kind",
+        "helmChart",
+        "--name",
+        "web",
+        "--product",
+        "acme:web",
+        "--namespace",
+        "web",
+    ]);
+    assert!(out.success(), "{}", out.describe());
+    let list = || {
+        let out = cluster.hubctl(&["entity", "list", "--env", "prod", "-o", "json"]);
+        assert!(out.success(), "{}", out.describe());
+        out.json()
+    };
+    let before = list();
+    let entities = before.as_array().expect("entity list is an array");
+    assert_eq!(entities.len(), 1, "{before}");
+    assert_eq!(entities[0]["id"], "eid:prod:helmChart:web", "{before}");
+    assert_eq!(entities[0]["product_id"], "acme:web", "{before}");
+    assert_eq!(entities[0]["k8s_namespace"], "web", "{before}");
+
+    let cases: [(&[&str], &str); 6] = [
+        // Unknown kind.
+        (
+            &[
+                "--env",
+                "prod",
+                "--kind",
+                "docker",
+                "--name",
+                "a",
+                "--product",
+                "acme:a",
+                "--namespace",
+                "a",
+            ],
+            "kind",
+        ),
+        // helmChart without a namespace.
+        (
+            &[
+                "--env",
+                "prod",
+                "--kind",
+                "helmChart",
+                "--name",
+                "a",
+                "--product",
+                "acme:a",
+            ],
+            "k8s_namespace",
+        ),
+        // Product id without a group.
+        (
+            &[
+                "--env",
+                "prod",
+                "--kind",
+                "helmChart",
+                "--name",
+                "a",
+                "--product",
+                "nogroup",
+                "--namespace",
+                "a",
+            ],
+            "product_id",
+        ),
+        // Unknown environment.
+        (
+            &[
+                "--env",
+                "nowhere",
+                "--kind",
+                "helmChart",
+                "--name",
+                "a",
+                "--product",
+                "acme:a",
+                "--namespace",
+                "a",
+            ],
+            "not found",
+        ),
+        // Account on a helmChart.
+        (
+            &[
+                "--env",
+                "prod",
+                "--kind",
+                "helmChart",
+                "--name",
+                "a",
+                "--product",
+                "acme:a",
+                "--namespace",
+                "a",
+                "--account",
+                "123",
+            ],
+            "account_id",
+        ),
+        // Duplicate.
+        (
+            &[
+                "--env",
+                "prod",
+                "--kind",
+                "helmChart",
+                "--name",
+                "web",
+                "--product",
+                "acme:web",
+                "--namespace",
+                "web",
+            ],
+            "already exists",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = entity(args);
+        assert_eq!(out.code(), Some(1), "{args:?}: {}", out.describe());
+        assert!(
+            out.stderr.starts_with("error: ") && out.stderr.contains(needle),
+            "{args:?}: expected an error mentioning {needle:?}: {}",
+            out.describe()
+        );
+    }
+    assert_eq!(
+        list(),
+        before,
+        "a refused entity write changed the entities"
+    );
+
+    // Listing entities of an unknown environment is an error, not an empty list.
+    let out = cluster.hubctl(&["entity", "list", "--env", "nowhere", "-o", "json"]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(out.stderr.contains("not found"), "{}", out.describe());
+    // So is getting an unknown environment; and an environment with entities cannot be deleted.
+    let out = cluster.hubctl(&["env", "get", "nowhere", "-o", "json"]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(out.stderr.contains("not found"), "{}", out.describe());
+    let out = cluster.hubctl(&["env", "delete", "prod", "-o", "json"]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(out.stderr.contains("entities"), "{}", out.describe());
+    let out = cluster.hubctl(&["env", "get", "prod", "-o", "json"]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.json()["entities"], 1, "{}", out.stdout);
+}
+
+/// Runs hub-node with `args` on a fresh data dir and a free port; returns the output and
+/// whether the data dir exists afterwards.
+fn hub_node_once(args: &[&str]) -> (hub_tests::CmdOutput, bool) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("node");
+    let addr = format!("127.0.0.1:{}", hub_tests::free_port());
+    let out = run_with_limit(
+        Command::new(hub_node_bin())
+            .args(["--id", "1", "--listen", &addr, "--cluster-id", "bad-flags"])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(args)
+            .env("RUST_BACKTRACE", "0"),
+        Duration::from_secs(20),
+    );
+    (out, data_dir.exists())
+}
+
+/// SPEC S3: hub-node refuses bad flags with an error naming the flag, before touching its
+/// data dir.
+#[test]
+fn hub_node_refuses_bad_flags_before_touching_data_dir() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["--id", "0"], "--id"),
+        (
+            &["--election-min-ms", "100", "--election-max-ms", "50"],
+            "--election-min-ms",
+        ),
+        (
+            &["--heartbeat-ms", "200", "--election-min-ms", "300"],
+            "--heartbeat-ms",
+        ),
+        (&["--log-format", "xml"], "--log-format"),
+    ];
+    for (args, needle) in cases {
+        let (out, dir_exists) = hub_node_once(args);
+        assert!(!out.success(), "{args:?} accepted: {}", out.describe());
+        assert!(
+            !out.timed_out,
+            "{args:?}: hub-node kept running: {}",
+            out.describe()
+        );
+        assert!(out.stderr.contains(needle), "{args:?}: {}", out.describe());
+        assert!(!dir_exists, "{args:?}: the data dir was created");
+    }
+}
+
+/// SPEC S3: timing flags that pass hub-node's own check but that Raft refuses must also fail
+/// before the data dir is created, with an error naming the flags.
+/// Regression: the store used to be opened before the Raft config was validated.
+#[test]
+fn hub_node_refuses_zero_timings_before_touching_data_dir() {
+    let (out, dir_exists) = hub_node_once(&[
+        "--heartbeat-ms",
+        "0",
+        "--election-min-ms",
+        "0",
+        "--election-max-ms",
+        "1",
+    ]);
+    assert!(!out.success(), "{}", out.describe());
+    assert!(!dir_exists, "the data dir was created: {}", out.describe());
+    assert!(
+        out.stderr.contains("--heartbeat-ms") || out.stderr.contains("--election-min-ms"),
+        "the error does not name the flag: {}",
+        out.describe()
+    );
+    for args in [
+        ["--heartbeat-ms", "0"],
+        ["--snapshot-logs", "0"],
+        ["--request-timeout-ms", "0"],
+    ] {
+        let (out, _) = hub_node_once(&args);
+        assert!(
+            !out.success() && !out.timed_out,
+            "{args:?} accepted: {}",
+            out.describe()
+        );
+    }
 }

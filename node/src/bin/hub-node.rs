@@ -79,6 +79,15 @@ async fn main() -> anyhow::Result<()> {
     if args.id == 0 {
         anyhow::bail!("--id: node ids start at 1");
     }
+    if args.heartbeat_ms == 0 {
+        anyhow::bail!("--heartbeat-ms: must be at least 1");
+    }
+    if args.request_timeout_ms == 0 {
+        anyhow::bail!("--request-timeout-ms: must be at least 1");
+    }
+    if args.snapshot_logs == 0 {
+        anyhow::bail!("--snapshot-logs: must be at least 1");
+    }
     if args.election_min_ms >= args.election_max_ms || args.heartbeat_ms * 2 > args.election_min_ms
     {
         anyhow::bail!(
@@ -105,9 +114,7 @@ async fn main() -> anyhow::Result<()> {
         snapshot_logs: args.snapshot_logs,
         keep_logs: args.keep_logs,
     };
-    let node = HubNode::start(&cfg)
-        .await
-        .with_context(|| format!("--data-dir {}", args.data_dir.display()))?;
+    let node = HubNode::start(&cfg).await?;
     tracing::info!(id = cfg.id, addr = %cfg.advertise, cluster = %cfg.cluster_id, "hub-node started");
 
     let raft_svc = RaftServer::new(RaftService {
