@@ -118,6 +118,10 @@ impl HubNode {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_logs),
             max_in_snapshot_log_to_keep: cfg.keep_logs,
             enable_pre_vote: Some(true),
+            // A leader that lost its quorum alternates silent and probing phases, so a partial
+            // partition of a 5-node cluster cannot stall elections (openraft #2080). Must be at
+            // least leader lease (= election max) + election max.
+            quorum_loss_probe_interval: Some(2 * cfg.election_max_ms),
             ..Default::default()
         }
         .validate()?;
