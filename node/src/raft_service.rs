@@ -34,6 +34,32 @@ impl RaftService {
     }
 }
 
+impl RaftService {
+    /// Checks the cluster id, decodes the request, hands it to Raft and encodes the result.
+    async fn handle<Rpc, Resp, F, Fut>(
+        &self,
+        req: Request<RaftRequest>,
+        f: F,
+    ) -> Result<Response<RaftReply>, Status>
+    where
+        Rpc: serde::de::DeserializeOwned,
+        Resp: serde::Serialize,
+        F: FnOnce(Raft, Rpc) -> Fut,
+        Fut: std::future::Future<Output = Resp>,
+    {
+        let req = req.into_inner();
+        if let Some(refused) = self.check_cluster(&req.cluster_id) {
+            return Ok(Response::new(refused));
+        }
+        let rpc: Rpc = decode(&req.payload)?;
+        let result = f(self.raft.clone(), rpc).await;
+        Ok(Response::new(RaftReply {
+            payload: codec::encode(&result),
+            refused: String::new(),
+        }))
+    }
+}
+
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Status> {
     codec::decode(bytes).map_err(|e| Status::invalid_argument(format!("bad raft payload: {e}")))
 }
@@ -44,42 +70,24 @@ impl RaftRpc for RaftService {
         &self,
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
-        let req = req.into_inner();
-        if let Some(refused) = self.check_cluster(&req.cluster_id) {
-            return Ok(Response::new(refused));
-        }
-        let rpc: AppendEntriesRequest<TypeConfig> = decode(&req.payload)?;
-        let result = self.raft.append_entries(rpc).await;
-        Ok(Response::new(RaftReply {
-            payload: codec::encode(&result),
-            refused: String::new(),
-        }))
+        self.handle(req, |raft, rpc: AppendEntriesRequest<TypeConfig>| async move {
+            raft.append_entries(rpc).await
+        })
+        .await
     }
 
     async fn vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
-        let req = req.into_inner();
-        if let Some(refused) = self.check_cluster(&req.cluster_id) {
-            return Ok(Response::new(refused));
-        }
-        let rpc: VoteRequest<TypeConfig> = decode(&req.payload)?;
-        let result = self.raft.vote(rpc).await;
-        Ok(Response::new(RaftReply {
-            payload: codec::encode(&result),
-            refused: String::new(),
-        }))
+        self.handle(req, |raft, rpc: VoteRequest<TypeConfig>| async move {
+            raft.vote(rpc).await
+        })
+        .await
     }
 
     async fn pre_vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
-        let req = req.into_inner();
-        if let Some(refused) = self.check_cluster(&req.cluster_id) {
-            return Ok(Response::new(refused));
-        }
-        let rpc: VoteRequest<TypeConfig> = decode(&req.payload)?;
-        let result = self.raft.pre_vote(rpc).await;
-        Ok(Response::new(RaftReply {
-            payload: codec::encode(&result),
-            refused: String::new(),
-        }))
+        self.handle(req, |raft, rpc: VoteRequest<TypeConfig>| async move {
+            raft.pre_vote(rpc).await
+        })
+        .await
     }
 
     async fn install_snapshot(

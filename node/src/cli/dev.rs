@@ -222,7 +222,8 @@ async fn up(
     if n != 3 && n != 5 {
         bail!("--nodes: {n} is not 3 or 5");
     }
-    let binary = hub_node_binary()?;
+    // Fail before anything is written if the node binary is missing.
+    hub_node_binary()?;
     let existing = dir.join("cluster.json").exists();
     let (cluster, fresh) = if existing {
         let cluster = super::read_cluster_file(dir)?;
@@ -255,7 +256,6 @@ async fn up(
         };
         (cluster, true)
     };
-    let _ = binary;
     let mut cluster = cluster;
     for i in 0..cluster.nodes.len() {
         let pid = spawn_node(dir, &cluster, &cluster.nodes[i])?;
