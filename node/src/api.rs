@@ -220,10 +220,10 @@ impl Hub for HubService {
 
     async fn state_digest(&self, req: Request<ReadOptions>) -> Result<Response<Digest>, Status> {
         self.node.read_barrier(req.into_inner().stale).await?;
-        let s = self.node.state.read();
+        let (applied_index, digest) = self.node.state.digest();
         Ok(Response::new(Digest {
-            applied_index: s.applied_index(),
-            digest: s.state.digest(),
+            applied_index,
+            digest,
         }))
     }
 
@@ -243,10 +243,7 @@ impl Hub for HubService {
                 m.purged.as_ref().map(|l| l.index).unwrap_or(0),
             )
         };
-        let (last_applied, digest) = {
-            let s = node.state.read();
-            (s.applied_index(), s.state.digest())
-        };
+        let (last_applied, digest) = node.state.digest();
         Ok(Response::new(NodeStatusReply {
             id: node.id,
             addr: node.addr.clone(),

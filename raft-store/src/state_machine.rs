@@ -42,13 +42,32 @@ impl AppliedState {
 
 /// A read handle on the applied state, shared with the node's API handlers.
 #[derive(Clone, Default)]
-pub struct SharedState(Arc<RwLock<AppliedState>>);
+pub struct SharedState(
+    Arc<RwLock<AppliedState>>,
+    Arc<std::sync::Mutex<Option<(u64, String)>>>,
+);
 
 impl SharedState {
     /// Locks the state for reading. Hold the guard briefly: apply waits for it.
     pub fn read(&self) -> RwLockReadGuard<'_, AppliedState> {
         // A poisoned lock means apply panicked mid-way; the process must not serve reads.
         self.0.read().expect("state lock poisoned: apply panicked")
+    }
+
+    /// The applied index and the state digest at that index. The digest is computed once per
+    /// applied index (it hashes the whole state) and cached.
+    pub fn digest(&self) -> (u64, String) {
+        let s = self.read();
+        let index = s.applied_index();
+        let mut cache = self.1.lock().expect("digest cache lock poisoned");
+        match &*cache {
+            Some((i, d)) if *i == index => (index, d.clone()),
+            _ => {
+                let d = s.state.digest();
+                *cache = Some((index, d.clone()));
+                (index, d)
+            }
+        }
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, AppliedState> {
@@ -100,7 +119,7 @@ impl StateMachine {
         let current = snapshot::read_current(&store.dir)?.map(|(file, _)| file.meta());
         Ok(Self {
             store,
-            shared: SharedState(Arc::new(RwLock::new(applied))),
+            shared: SharedState(Arc::new(RwLock::new(applied)), Default::default()),
             current_snapshot: Arc::new(RwLock::new(current)),
         })
     }
