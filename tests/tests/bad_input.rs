@@ -461,3 +461,23 @@ fn hub_node_refuses_zero_timings_before_touching_data_dir() {
         );
     }
 }
+
+/// SPEC S3: a node listening on an unspecified address must say which address peers should
+/// dial; it refuses to start (before touching its data dir) instead of advertising 0.0.0.0.
+#[test]
+fn hub_node_on_unspecified_address_needs_advertise() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("node");
+    let listen = format!("0.0.0.0:{}", hub_tests::free_port());
+    let out = run_with_limit(
+        Command::new(hub_node_bin())
+            .args(["--id", "1", "--listen", &listen, "--cluster-id", "c"])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .env("RUST_BACKTRACE", "0"),
+        Duration::from_secs(20),
+    );
+    assert!(!out.success(), "{}", out.describe());
+    assert!(out.stderr.contains("--advertise"), "{}", out.describe());
+    assert!(!data_dir.exists(), "the data dir was created");
+}

@@ -182,3 +182,19 @@ fn hubctl_fails_over_past_dead_endpoints() {
         .expect_ok("list");
     assert_eq!(names(&list.json()), ["via-failover"]);
 }
+
+#[test]
+fn dev_up_on_an_existing_cluster_keeps_its_size() {
+    let cluster = Cluster::up(3, "");
+    let dir = cluster.dir().to_str().unwrap().to_string();
+    hub_tests::hubctl_raw(&["dev", "down", "--data-dir", &dir]).expect_ok("dev down");
+    // A different size is refused, with the reason, and nothing is started.
+    let out = hub_tests::hubctl_raw(&["dev", "up", "--nodes", "5", "--data-dir", &dir]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains("has 3 nodes, not 5"),
+        "{}",
+        out.describe()
+    );
+    assert!(cluster.nodes().iter().all(|n| !hub_tests::is_alive(n.pid)));
+}

@@ -94,6 +94,12 @@ async fn main() -> anyhow::Result<()> {
             "--election-min-ms must be below --election-max-ms and at least twice --heartbeat-ms"
         );
     }
+    if args.advertise.is_none() && args.listen.ip().is_unspecified() {
+        anyhow::bail!(
+            "--advertise: required when --listen is {} (peers cannot dial an unspecified address)",
+            args.listen
+        );
+    }
     // Bind first: a port in use fails before the data directory is touched.
     let listener = TcpListener::bind(args.listen)
         .await

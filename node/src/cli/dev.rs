@@ -23,9 +23,9 @@ use crate::client::FailoverClient;
 pub enum DevCmd {
     /// Start N hub-node processes in the background and wait for a leader.
     Up {
-        /// Number of nodes: 3 or 5.
-        #[arg(long, default_value_t = 3)]
-        nodes: u64,
+        /// Number of nodes: 3 or 5 (default 3; an existing cluster keeps its size).
+        #[arg(long)]
+        nodes: Option<u64>,
         /// Directory for cluster.json, node logs and node data.
         #[arg(long)]
         data_dir: PathBuf,
@@ -213,12 +213,13 @@ fn pick_ports(n: u64, base: u16) -> anyhow::Result<Vec<u16>> {
 }
 
 async fn up(
-    n: u64,
+    nodes: Option<u64>,
     dir: &Path,
     base_port: u16,
     node_args: &str,
     fmt: Format,
 ) -> anyhow::Result<()> {
+    let n = nodes.unwrap_or(3);
     if n != 3 && n != 5 {
         bail!("--nodes: {n} is not 3 or 5");
     }
@@ -235,6 +236,13 @@ async fn up(
             .collect();
         if !running.is_empty() {
             bail!("a cluster is already running in {} (pids {running:?}); run `hubctl dev down --data-dir {}` first", dir.display(), dir.display());
+        }
+        if let Some(n) = nodes.filter(|n| *n != cluster.nodes.len() as u64) {
+            bail!(
+                "--nodes: the cluster in {} has {} nodes, not {n}; use cluster add-node/remove-node to resize it",
+                dir.display(),
+                cluster.nodes.len()
+            );
         }
         (cluster, false)
     } else {
