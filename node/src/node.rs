@@ -166,6 +166,9 @@ impl HubNode {
     /// example for a leader to be elected.
     async fn wait_for_change(&self, deadline: Instant) {
         let mut rx = self.raft.metrics();
+        // A fresh receiver may count the current value as unseen; mark it seen so `changed`
+        // waits for the next change instead of returning at once (which would spin).
+        rx.borrow_and_update();
         let until = deadline.min(Instant::now() + Duration::from_millis(200));
         let _ = tokio::time::timeout_at(until, rx.changed()).await;
     }

@@ -810,3 +810,47 @@ fn add_node_of_unreachable_address_does_not_wedge_degraded_cluster() {
         out.describe()
     );
 }
+
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    // utime and stime are fields 14 and 15 of stat; 12 and 13 after the command name.
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// A node holding a write while there is no leader waits on Raft's metrics instead of
+/// spinning. Regression: a fresh metrics receiver counted the current value as unseen, so the
+/// wait returned at once and the node burned a full core for the whole request timeout.
+#[test]
+fn a_node_without_leader_waits_without_spinning() {
+    let cluster = Cluster::up(3, "");
+    let leader = cluster.leader_id();
+    let mut others = (1..=3).filter(|id| *id != leader);
+    let (survivor, other) = (others.next().unwrap(), others.next().unwrap());
+    cluster.kill9(leader);
+    cluster.kill9(other);
+    let node = cluster.node(survivor);
+    let before = cpu_seconds(node.pid);
+    let started = std::time::Instant::now();
+    let out = cluster.hubctl_at(&node.addr, &["env", "create", "no-leader"]);
+    let elapsed = started.elapsed();
+    let used = cpu_seconds(node.pid) - before;
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        out.stderr.contains("no leader") || out.stderr.contains("no quorum"),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        used < elapsed.as_secs_f64() / 2.0,
+        "the node used {used:.2} s of CPU while waiting {elapsed:?} for a leader"
+    );
+}
