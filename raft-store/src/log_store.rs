@@ -18,6 +18,7 @@ use crate::types::{Entry, LogId, TypeConfig, Vote};
 
 const KEY_VOTE: &[u8] = b"vote";
 const KEY_LAST_PURGED: &[u8] = b"last_purged";
+const KEY_COMMITTED: &[u8] = b"committed";
 
 /// The log store. Cheap to clone; clones share the database and the flusher.
 #[derive(Clone)]
@@ -137,6 +138,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.db
             .put_cf_opt(self.cf(CF_META), KEY_VOTE, codec::encode(vote), &synced())
             .map_err(io_err)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        // Not synced: after a crash an older committed index only means less is re-applied
+        // before the leader confirms the rest. It lets a restarted node re-apply its committed
+        // entries at once, without waiting for a leader.
+        self.db
+            .put_cf(self.cf(CF_META), KEY_COMMITTED, codec::encode(&committed))
+            .map_err(io_err)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(self.get_meta::<Option<LogId>>(KEY_COMMITTED)?.flatten())
     }
 
     async fn append<I>(
