@@ -198,3 +198,82 @@ fn dev_up_on_an_existing_cluster_keeps_its_size() {
     );
     assert!(cluster.nodes().iter().all(|n| !hub_tests::is_alive(n.pid)));
 }
+
+/// Kills the processes it holds when dropped, so a failing test leaks nothing.
+struct Procs(Vec<std::process::Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `hubctl cluster init` bootstraps hub-node processes started by hand (as systemd would).
+#[test]
+fn cluster_init_bootstraps_hand_started_nodes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let addrs: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", hub_tests::free_port()))
+        .collect();
+    let mut procs = Procs(Vec::new());
+    for (i, addr) in addrs.iter().enumerate() {
+        let log = std::fs::File::create(tmp.path().join(format!("node-{}.log", i + 1))).unwrap();
+        let child = std::process::Command::new(hub_tests::hub_node_bin())
+            .args([
+                "--id",
+                &(i + 1).to_string(),
+                "--listen",
+                addr,
+                "--cluster-id",
+                "by-hand",
+            ])
+            .arg("--data-dir")
+            .arg(tmp.path().join(format!("node-{}", i + 1)))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start hub-node");
+        procs.0.push(child);
+    }
+    let endpoints = addrs.join(",");
+    let members: Vec<String> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("--member={}={a}", i + 1))
+        .collect();
+    let mut args = vec!["cluster", "init"];
+    args.extend(members.iter().map(String::as_str));
+    // The nodes may still be binding their ports: retry init until one answers.
+    let init = hub_tests::poll_until(std::time::Duration::from_secs(30), || {
+        let mut full = vec!["-e", addrs[0].as_str()];
+        full.extend(args.iter().copied());
+        let out = hub_tests::hubctl_raw(&full);
+        out.success().then_some(out)
+    });
+    assert!(init.is_some(), "cluster init never succeeded");
+    // A second init is refused: the cluster exists.
+    let mut again = vec!["-e", addrs[0].as_str()];
+    again.extend(args.iter().copied());
+    let out = hub_tests::hubctl_raw(&again);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+
+    let created = hub_tests::poll_until(std::time::Duration::from_secs(30), || {
+        hub_tests::hubctl_raw(&["-e", &endpoints, "env", "create", "bootstrapped"])
+            .success()
+            .then_some(())
+    });
+    assert!(created.is_some(), "no write succeeded after init");
+    let out = hub_tests::hubctl_raw(&["-e", &endpoints, "cluster", "status", "-o", "json"])
+        .expect_ok("status");
+    let status = out.json();
+    assert_eq!(status["members"].as_array().unwrap().len(), 3, "{status}");
+    assert!(status["leader"].as_u64().is_some(), "{status}");
+
+    // Bad member syntax is refused by the CLI.
+    let out = hub_tests::hubctl_raw(&["-e", &endpoints, "cluster", "init", "--member", "x=1"]);
+    assert_eq!(out.code(), Some(2), "{}", out.describe());
+    assert!(out.stderr.contains("--member"), "{}", out.describe());
+}

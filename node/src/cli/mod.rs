@@ -74,6 +74,12 @@ impl ReadArgs {
 enum ClusterCmd {
     /// Leader, term and every member's role, applied index and digest.
     Status,
+    /// Initialise a new cluster once, on the first endpoint, with every initial member.
+    Init {
+        /// An initial voter as ID=HOST:PORT; repeat for each (include the contacted node).
+        #[arg(long = "member", required = true, value_parser = parse_member)]
+        members: Vec<(u64, String)>,
+    },
     /// Add a node (start its hub-node first); it catches up, then becomes a voter.
     AddNode {
         /// New node id (never reuse one).
@@ -159,6 +165,17 @@ enum EntityCmd {
     },
 }
 
+fn parse_member(s: &str) -> Result<(u64, String), String> {
+    let (id, addr) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not ID=HOST:PORT"))?;
+    let id: u64 = id.parse().map_err(|_| format!("{id:?} is not a node id"))?;
+    if id == 0 || !addr.contains(':') {
+        return Err(format!("{s:?} is not ID=HOST:PORT with an id of 1 or more"));
+    }
+    Ok((id, addr.to_string()))
+}
+
 /// Default endpoints: the dev cluster's default ports.
 pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403";
 
@@ -228,6 +245,30 @@ async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyho
                 return output::table(&members, &["id", "addr", "role", "last_applied", "digest"]);
             }
             print(fmt, &v, &[])
+        }
+        ClusterCmd::Init { members } => {
+            let first = &client.endpoints()[0];
+            let mut c = FailoverClient::connect(first)
+                .await
+                .with_context(|| format!("--endpoints: cannot reach {first}"))?;
+            let req = InitClusterRequest {
+                members: members
+                    .iter()
+                    .map(|(id, addr)| Member {
+                        id: *id,
+                        addr: addr.clone(),
+                        voter: true,
+                    })
+                    .collect(),
+            };
+            c.init_cluster(req)
+                .await
+                .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+            print(
+                fmt,
+                &json!({"initialized": first, "members": members.len()}),
+                &["initialized", "members"],
+            )
         }
         ClusterCmd::AddNode { id, addr, learner } => {
             let r = client
