@@ -103,6 +103,16 @@ impl CmdOutput {
         self
     }
 
+    /// Panics with the whole output unless the command exited with `code` and its stderr
+    /// contains `needle`.
+    #[track_caller]
+    pub fn expect_err(self, code: i32, needle: &str) -> Self {
+        if self.code() != Some(code) || !self.stderr.contains(needle) {
+            panic!("expected exit {code} with {needle:?}: {}", self.describe());
+        }
+        self
+    }
+
     /// Stdout parsed as JSON; panics with the output if it is not.
     #[track_caller]
     pub fn json(&self) -> Value {

@@ -131,24 +131,14 @@ fn environment_and_entity_lifecycle_through_any_node() {
 
     // An environment with entities is not deleted, and says why.
     let out = cluster.hubctl(&["env", "delete", "prod"]);
-    assert_eq!(out.code(), Some(1), "{}", out.describe());
-    assert!(
-        out.stderr.contains("still has 2 entities"),
-        "{}",
-        out.describe()
-    );
+    out.expect_err(1, "still has 2 entities");
 
     // An empty one is; afterwards get says not found.
     cluster
         .hubctl_at(&follower.addr, &["env", "delete", "dev"])
         .expect_ok("delete dev");
     let out = cluster.hubctl(&["env", "get", "dev"]);
-    assert_eq!(out.code(), Some(1), "{}", out.describe());
-    assert!(
-        out.stderr.contains("environment \"dev\" not found"),
-        "{}",
-        out.describe()
-    );
+    out.expect_err(1, "environment \"dev\" not found");
     let list = cluster
         .hubctl(&["env", "list", "-o", "json"])
         .expect_ok("list");
@@ -190,12 +180,7 @@ fn dev_up_on_an_existing_cluster_keeps_its_size() {
     hub_tests::hubctl_raw(&["dev", "down", "--data-dir", &dir]).expect_ok("dev down");
     // A different size is refused, with the reason, and nothing is started.
     let out = hub_tests::hubctl_raw(&["dev", "up", "--nodes", "5", "--data-dir", &dir]);
-    assert_eq!(out.code(), Some(1), "{}", out.describe());
-    assert!(
-        out.stderr.contains("has 3 nodes, not 5"),
-        "{}",
-        out.describe()
-    );
+    out.expect_err(1, "has 3 nodes, not 5");
     assert!(cluster.nodes().iter().all(|n| !hub_tests::is_alive(n.pid)));
 }
 
@@ -274,6 +259,5 @@ fn cluster_init_bootstraps_hand_started_nodes() {
 
     // Bad member syntax is refused by the CLI.
     let out = hub_tests::hubctl_raw(&["-e", &endpoints, "cluster", "init", "--member", "x=1"]);
-    assert_eq!(out.code(), Some(2), "{}", out.describe());
-    assert!(out.stderr.contains("--member"), "{}", out.describe());
+    out.expect_err(2, "--member");
 }
