@@ -2,7 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::entity::EntityKind;
+use semver::Version;
+
+use crate::artifact::{ArtifactLocation, Availability};
+use crate::entity::{EntityKind, Health, SecretValue};
+use crate::plan::{EmergencyCommand, TaskReport};
+use crate::suppression::Scope;
 use crate::TimestampMs;
 
 /// One Raft entry's payload: a command, the leader's clock when it proposed it, and an optional
@@ -16,6 +21,59 @@ pub struct Request {
     /// A client-chosen key: a second request with the same key returns the first one's
     /// result and changes nothing.
     pub request_id: Option<String>,
+}
+
+/// A maintenance window as the user writes it; parsed on apply so a bad one is refused with
+/// the field named.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowSpec {
+    /// `all-time` or ranges like `MONDAY/22:00-TUESDAY/06:00`.
+    pub spec: String,
+    /// IANA zone, e.g. `America/New_York`.
+    pub time_zone: String,
+}
+
+/// Changes to an environment's settings; `None` leaves a setting as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvironmentSettingsPatch {
+    /// `Some(None)` removes the window.
+    pub maintenance_window: Option<Option<WindowSpec>>,
+    /// `suppress-deployment-after-num-autosuppressions`.
+    pub autosuppression_threshold: Option<u32>,
+    /// Duration of a failed plan's suppression.
+    pub auto_suppression_ms: Option<TimestampMs>,
+    /// `override-product-maintenance-windows`.
+    pub override_product_maintenance_windows: Option<bool>,
+    /// `require-maintenance-windows-for-no-downtime-recalled-release-roll-offs`.
+    pub require_windows_for_recall_roll_offs: Option<bool>,
+}
+
+/// Changes to an entity's management settings; `None` leaves a setting as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntitySettingsPatch {
+    /// The release channel to follow.
+    pub release_channel: Option<String>,
+    /// Replaces the dependency groups.
+    pub dependency_groups: Option<Vec<String>>,
+    /// Replaces the ignored dependencies (product ids).
+    pub ignored_dependencies: Option<Vec<String>>,
+    /// `Some(None)` removes the entity's window.
+    pub maintenance_window: Option<Option<WindowSpec>>,
+    /// Mark (or unmark) the entity for uninstallation.
+    pub marked_for_uninstall: Option<bool>,
+}
+
+/// What a cancel applies to (SPEC P12).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CancelTarget {
+    /// Every active plan of an environment.
+    Environment(String),
+    /// The active plan of an entity.
+    Entity(String),
+    /// One plan, by id.
+    Plan(String),
 }
 
 /// A change to the replicated state.
@@ -50,6 +108,214 @@ pub enum Command {
         /// Defaults to `RELEASE`.
         release_channel: Option<String>,
     },
+    /// Change an environment's settings.
+    SetEnvironmentSettings {
+        /// The environment.
+        environment: String,
+        /// What to change.
+        patch: EnvironmentSettingsPatch,
+    },
+    /// Add or replace an artifact registry of an environment (SPEC C9).
+    SetRegistry {
+        /// The environment.
+        environment: String,
+        /// The registry's name.
+        name: String,
+        /// `http(s)://…` or `file:///…`.
+        url: String,
+        /// `expected` or `not-expected`.
+        hub_access: String,
+    },
+    /// Remove an artifact registry.
+    RemoveRegistry {
+        /// The environment.
+        environment: String,
+        /// The registry's name.
+        name: String,
+    },
+    /// Change an entity's management settings.
+    SetEntitySettings {
+        /// The entity id.
+        entity: String,
+        /// What to change.
+        patch: EntitySettingsPatch,
+    },
+    /// Set (or, with `None`, remove) the config overrides that apply from `version` on.
+    SetConfigOverrides {
+        /// The entity id.
+        entity: String,
+        /// The lowest version they apply to (`0.0.0` for all).
+        version: String,
+        /// YAML text.
+        config: Option<String>,
+    },
+    /// Set (or, with `None`, remove) a secret.
+    SetSecret {
+        /// The entity id.
+        entity: String,
+        /// The secret's name.
+        name: String,
+        /// Its value.
+        value: Option<SecretValue>,
+    },
+    /// Create a product.
+    CreateProduct {
+        /// `group:name`.
+        product_id: String,
+        /// Free text.
+        description: String,
+    },
+    /// Set (or remove) a product's maintenance window.
+    SetProductWindow {
+        /// `group:name`.
+        product_id: String,
+        /// The window; `None` removes it.
+        window: Option<WindowSpec>,
+    },
+    /// Publish a release from its manifest (YAML text, validated on apply).
+    PublishRelease {
+        /// The manifest.
+        manifest: String,
+    },
+    /// Create a custom release channel.
+    CreateChannel {
+        /// Upper-case name.
+        name: String,
+        /// Free text.
+        description: String,
+    },
+    /// Add a release to (or remove it from) a custom channel.
+    SetReleaseChannel {
+        /// The custom channel.
+        channel: String,
+        /// `group:name`.
+        product_id: String,
+        /// The version.
+        version: String,
+        /// Add (true) or remove (false).
+        member: bool,
+    },
+    /// Recall a version or an inclusive range of versions of a product.
+    RecallReleases {
+        /// `group:name`.
+        product_id: String,
+        /// Lowest version.
+        from: String,
+        /// Highest version (equal to `from` for one version).
+        to: String,
+        /// Why.
+        reason: String,
+    },
+    /// Withdraw a recall.
+    DeleteRecall {
+        /// `r-<index>`.
+        id: String,
+    },
+    /// Add a one-off maintenance-window override (SPEC C5).
+    AddWindowOverride {
+        /// Entity or environment.
+        scope: Scope,
+        /// Start (inclusive).
+        start_ms: TimestampMs,
+        /// End (exclusive).
+        end_ms: TimestampMs,
+        /// Required.
+        reason: String,
+        /// Who.
+        actor: String,
+    },
+    /// Remove a window override.
+    RemoveWindowOverride {
+        /// Entity or environment.
+        scope: Scope,
+        /// `o-<index>`.
+        id: String,
+    },
+    /// Create a manual suppression window (SPEC C8, P12).
+    CreateSuppression {
+        /// Entity or environment.
+        scope: Scope,
+        /// Start; `None` is the entry time.
+        start_ms: Option<TimestampMs>,
+        /// End (exclusive).
+        end_ms: TimestampMs,
+        /// Why; required.
+        reason: String,
+        /// Also cancel the active plans in scope.
+        cancel_active_plans: bool,
+        /// Who.
+        actor: String,
+    },
+    /// Delete a suppression window (manual or automatic).
+    DeleteSuppression {
+        /// `s-<index>`.
+        id: String,
+        /// Who.
+        actor: String,
+    },
+    /// Cancel active plans (SPEC P12), optionally with a short manual suppression.
+    CancelPlans {
+        /// What to cancel.
+        target: CancelTarget,
+        /// Why.
+        reason: String,
+        /// If set, a manual suppression of this length on the same scope.
+        suppress_for_ms: Option<TimestampMs>,
+        /// Who.
+        actor: String,
+    },
+    /// Issue a break-glass command (SPEC P1, C2): bypasses every constraint.
+    IssueCommand {
+        /// The entity id.
+        entity: String,
+        /// What to do.
+        command: EmergencyCommand,
+        /// Why; required.
+        reason: String,
+        /// Who.
+        actor: String,
+    },
+    /// Re-evaluate entities at the entry's time and issue the plans that pass (the leader
+    /// proposes this; apply re-validates, so a stale or duplicate proposal issues nothing).
+    Evaluate {
+        /// Entity ids.
+        entities: Vec<String>,
+        /// Artifact checks the leader observed (SPEC C9); a location missing here is pending.
+        artifacts: Vec<(ArtifactLocation, Availability)>,
+    },
+    /// Forget ended suppression windows and reconcile environment thresholds (SPEC P9).
+    ExpireSuppressions,
+    /// An agent's report of its entities' state.
+    ReportEntityStates {
+        /// The agent's environment: every entity must be in it.
+        environment: String,
+        /// The reports.
+        states: Vec<EntityReport>,
+    },
+    /// An agent's report about a task of a plan (idempotent).
+    ReportTask {
+        /// The agent's environment: the plan must be in it.
+        environment: String,
+        /// The report.
+        report: TaskReport,
+    },
+}
+
+/// One entity's reported state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntityReport {
+    /// The entity id.
+    pub entity: String,
+    /// Deployed version, `None` when not installed.
+    pub version: Option<Version>,
+    /// Health.
+    pub health: Health,
+    /// SHA-256 of the applied config text, if known.
+    pub config_sha256: Option<String>,
+    /// The applied secrets revision, if known.
+    pub secrets_revision: Option<u64>,
+    /// Free text (why unhealthy).
+    pub message: String,
 }
 
 impl Command {
@@ -59,6 +325,29 @@ impl Command {
             Command::CreateEnvironment { .. } => "create_environment",
             Command::DeleteEnvironment { .. } => "delete_environment",
             Command::CreateEntity { .. } => "create_entity",
+            Command::SetEnvironmentSettings { .. } => "set_environment_settings",
+            Command::SetRegistry { .. } => "set_registry",
+            Command::RemoveRegistry { .. } => "remove_registry",
+            Command::SetEntitySettings { .. } => "set_entity_settings",
+            Command::SetConfigOverrides { .. } => "set_config_overrides",
+            Command::SetSecret { .. } => "set_secret",
+            Command::CreateProduct { .. } => "create_product",
+            Command::SetProductWindow { .. } => "set_product_window",
+            Command::PublishRelease { .. } => "publish_release",
+            Command::CreateChannel { .. } => "create_channel",
+            Command::SetReleaseChannel { .. } => "set_release_channel",
+            Command::RecallReleases { .. } => "recall_releases",
+            Command::DeleteRecall { .. } => "delete_recall",
+            Command::AddWindowOverride { .. } => "add_window_override",
+            Command::RemoveWindowOverride { .. } => "remove_window_override",
+            Command::CreateSuppression { .. } => "create_suppression",
+            Command::DeleteSuppression { .. } => "delete_suppression",
+            Command::CancelPlans { .. } => "cancel_plans",
+            Command::IssueCommand { .. } => "issue_command",
+            Command::Evaluate { .. } => "evaluate",
+            Command::ExpireSuppressions => "expire_suppressions",
+            Command::ReportEntityStates { .. } => "report_entity_states",
+            Command::ReportTask { .. } => "report_task",
         }
     }
 }
@@ -74,6 +363,18 @@ pub enum CommandOutput {
     EnvironmentDeleted(String),
     /// The entity was created; its id.
     EntityCreated(String),
+    /// Something was created or changed; its id and a one-line summary.
+    Changed {
+        /// The id of what was created or changed (plan, suppression, release, ...).
+        id: String,
+        /// For humans.
+        summary: String,
+    },
+    /// An evaluation ran: the plans it issued.
+    Evaluated {
+        /// Ids of the plans issued.
+        issued: Vec<String>,
+    },
 }
 
 impl CommandOutput {
@@ -84,6 +385,8 @@ impl CommandOutput {
             CommandOutput::EnvironmentCreated(n) => format!("environment {n} created"),
             CommandOutput::EnvironmentDeleted(n) => format!("environment {n} deleted"),
             CommandOutput::EntityCreated(id) => id.clone(),
+            CommandOutput::Changed { summary, .. } => summary.clone(),
+            CommandOutput::Evaluated { issued } => format!("{} plans issued", issued.len()),
         }
     }
 }

@@ -1,11 +1,16 @@
 //! Entities: one deployed product in one environment (SPEC "Vocabulary").
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
+
+use semver::Version;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::CommandError;
+use crate::settings::WindowOverride;
+use crate::window::MaintenanceWindow;
 use crate::TimestampMs;
 
 /// Entity ids are shorter than this (SPEC "Vocabulary").
@@ -76,8 +81,10 @@ impl fmt::Display for EntityId {
 /// The release channel an entity follows unless told otherwise.
 pub const DEFAULT_RELEASE_CHANNEL: &str = "RELEASE";
 
-/// One deployed product in one environment. Later issues add reported state, overrides,
-/// secrets, dependency groups and windows.
+/// The dependency group every entity is in unless told otherwise (SPEC C7, M5).
+pub const DEFAULT_DEPENDENCY_GROUP: &str = "default";
+
+/// One deployed product in one environment (SPEC "Vocabulary").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entity {
     /// `eid:<env>:<kind>:<name>`.
@@ -98,4 +105,107 @@ pub struct Entity {
     pub release_channel: String,
     /// Time of the Raft entry that created it.
     pub created_at_ms: TimestampMs,
+    /// Dependency groups: a dependency is satisfied by an entity sharing one (SPEC C7, M5).
+    pub dependency_groups: BTreeSet<String>,
+    /// Products whose dependency checks this entity skips (SPEC C7).
+    pub ignored_dependencies: BTreeSet<String>,
+    /// The entity's own maintenance window (SPEC C4).
+    pub maintenance_window: Option<MaintenanceWindow>,
+    /// One-off window overrides (SPEC C5).
+    pub window_overrides: Vec<WindowOverride>,
+    /// Config overrides (YAML text) keyed by the lowest version they apply to; a version uses
+    /// the newest key not above it (SPEC P4).
+    pub config_overrides: BTreeMap<Version, String>,
+    /// Secret values by name; never printed back (SPEC S4).
+    pub secrets: BTreeMap<String, SecretValue>,
+    /// Bumped on every secret change; a higher revision than reported is a secrets plan.
+    pub secrets_revision: u64,
+    /// What the agent (or the last successful plan) says is deployed.
+    pub reported: ReportedState,
+    /// The module that manages it, if any (SPEC M12).
+    pub owner_module: Option<String>,
+    /// When set, the entity's product is to be uninstalled (SPEC M11).
+    pub marked_for_uninstall: bool,
+}
+
+impl Entity {
+    /// The config overrides that apply to `version`: the newest key not above it.
+    pub fn config_for(&self, version: &Version) -> &str {
+        self.config_overrides
+            .range(..=version.clone())
+            .next_back()
+            .map(|(_, text)| text.as_str())
+            .unwrap_or("")
+    }
+
+    /// Whether this entity and `other` share a dependency group.
+    pub fn shares_group_with(&self, other: &Entity) -> bool {
+        !self.dependency_groups.is_disjoint(&other.dependency_groups)
+    }
+}
+
+/// Reported health (SPEC C10).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Health {
+    /// Nothing reported yet.
+    #[default]
+    Unknown,
+    /// Running and ready.
+    Healthy,
+    /// In error: ordinary plans do not upgrade it.
+    Error,
+}
+
+impl Health {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Unknown => "unknown",
+            Health::Healthy => "healthy",
+            Health::Error => "error",
+        }
+    }
+
+    /// Parses a lower-case name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "unknown" => Health::Unknown,
+            "healthy" => Health::Healthy,
+            "error" => Health::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// What is deployed, as last reported.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportedState {
+    /// The deployed version; `None` when not installed.
+    pub version: Option<Version>,
+    /// Its health.
+    pub health: Health,
+    /// SHA-256 (hex) of the applied config overrides text.
+    pub config_sha256: Option<String>,
+    /// The applied secrets revision.
+    pub secrets_revision: u64,
+    /// The agent's last message (e.g. why it is unhealthy).
+    pub message: String,
+    /// Entry time of the last report or finished plan.
+    pub reported_at_ms: Option<TimestampMs>,
+}
+
+/// A secret's value. Its `Debug` never shows the value, so it cannot leak into logs.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretValue(pub String);
+
+impl fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretValue(<redacted>)")
+    }
+}
+
+/// SHA-256 (hex) of a config overrides text: what agents report and plans compare.
+pub fn config_sha256(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(text.as_bytes()))
 }

@@ -2,9 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::settings::{EnvironmentSettings, WindowOverride};
 use crate::TimestampMs;
 
-/// A spoke environment. Later issues add its settings (windows, registries, thresholds).
+/// A spoke environment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Environment {
     /// Unique name (a DNS label).
@@ -13,4 +14,8 @@ pub struct Environment {
     pub description: String,
     /// Time of the Raft entry that created it.
     pub created_at_ms: TimestampMs,
+    /// Windows, registries, thresholds and flags.
+    pub settings: EnvironmentSettings,
+    /// One-off window overrides for the whole environment (SPEC C5).
+    pub window_overrides: Vec<WindowOverride>,
 }

@@ -6,8 +6,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::activity::Activity;
 use crate::command::CommandOutput;
 use crate::entity::Entity;
+use crate::plan::Plan;
+use crate::product::{Channel, Product, Recall, Release};
+use crate::suppression::Suppression;
 use crate::environment::Environment;
 use crate::error::CommandError;
 use crate::TimestampMs;
@@ -21,11 +25,35 @@ pub enum RecordKey {
     Entity(String),
     /// The remembered result of an idempotent request, by request id.
     Request(String),
+    /// A product, by `group:name`.
+    Product(String),
+    /// A release, by `group:name@version`.
+    Release(String),
+    /// A custom channel, by name.
+    Channel(String),
+    /// A recall, by id.
+    Recall(String),
+    /// A suppression window, by id.
+    Suppression(String),
+    /// A plan, by id.
+    Plan(String),
+    /// An entity's activity, by entity id.
+    Activity(String),
+    /// An audit entry, by zero-padded log index.
+    Audit(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
 const TAG_ENTITY: u8 = 2;
 const TAG_REQUEST: u8 = 3;
+const TAG_PRODUCT: u8 = 4;
+const TAG_RELEASE: u8 = 5;
+const TAG_CHANNEL: u8 = 6;
+const TAG_RECALL: u8 = 7;
+const TAG_SUPPRESSION: u8 = 8;
+const TAG_PLAN: u8 = 9;
+const TAG_ACTIVITY: u8 = 10;
+const TAG_AUDIT: u8 = 11;
 
 impl RecordKey {
     /// Stable byte encoding: a table tag, then the UTF-8 name.
@@ -34,6 +62,14 @@ impl RecordKey {
             RecordKey::Environment(n) => (TAG_ENVIRONMENT, n),
             RecordKey::Entity(n) => (TAG_ENTITY, n),
             RecordKey::Request(n) => (TAG_REQUEST, n),
+            RecordKey::Product(n) => (TAG_PRODUCT, n),
+            RecordKey::Release(n) => (TAG_RELEASE, n),
+            RecordKey::Channel(n) => (TAG_CHANNEL, n),
+            RecordKey::Recall(n) => (TAG_RECALL, n),
+            RecordKey::Suppression(n) => (TAG_SUPPRESSION, n),
+            RecordKey::Plan(n) => (TAG_PLAN, n),
+            RecordKey::Activity(n) => (TAG_ACTIVITY, n),
+            RecordKey::Audit(n) => (TAG_AUDIT, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -49,6 +85,14 @@ impl RecordKey {
             TAG_ENVIRONMENT => Some(RecordKey::Environment(name)),
             TAG_ENTITY => Some(RecordKey::Entity(name)),
             TAG_REQUEST => Some(RecordKey::Request(name)),
+            TAG_PRODUCT => Some(RecordKey::Product(name)),
+            TAG_RELEASE => Some(RecordKey::Release(name)),
+            TAG_CHANNEL => Some(RecordKey::Channel(name)),
+            TAG_RECALL => Some(RecordKey::Recall(name)),
+            TAG_SUPPRESSION => Some(RecordKey::Suppression(name)),
+            TAG_PLAN => Some(RecordKey::Plan(name)),
+            TAG_ACTIVITY => Some(RecordKey::Activity(name)),
+            TAG_AUDIT => Some(RecordKey::Audit(name)),
             _ => None,
         }
     }
@@ -76,6 +120,46 @@ pub enum Record {
     Entity(Entity),
     /// See [`RequestRecord`].
     Request(RequestRecord),
+    /// See [`Product`].
+    Product(Product),
+    /// See [`Release`].
+    Release(Release),
+    /// See [`Channel`].
+    Channel(Channel),
+    /// See [`Recall`].
+    Recall(Recall),
+    /// See [`Suppression`].
+    Suppression(Suppression),
+    /// See [`Plan`].
+    Plan(Plan),
+    /// See [`Activity`].
+    Activity(Activity),
+    /// See [`AuditEntry`].
+    Audit(AuditEntry),
+}
+
+/// Who did what, when (SPEC C2, S2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Log index (also the key, zero-padded).
+    pub index: u64,
+    /// Entry time.
+    pub time_ms: TimestampMs,
+    /// Who.
+    pub actor: String,
+    /// What (`command`, `suppression`, `window-override`, `cancel`).
+    pub action: String,
+    /// On what.
+    pub target: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl AuditEntry {
+    /// The record name for log index `index`.
+    pub fn key_name(index: u64) -> String {
+        format!("{index:020}")
+    }
 }
 
 impl Record {
@@ -85,6 +169,14 @@ impl Record {
             Record::Environment(e) => RecordKey::Environment(e.name.clone()),
             Record::Entity(e) => RecordKey::Entity(e.id.0.clone()),
             Record::Request(r) => RecordKey::Request(r.id.clone()),
+            Record::Product(p) => RecordKey::Product(p.id.clone()),
+            Record::Release(r) => RecordKey::Release(Release::key_name(&r.product_id, &r.version)),
+            Record::Channel(c) => RecordKey::Channel(c.name.clone()),
+            Record::Recall(r) => RecordKey::Recall(r.id.clone()),
+            Record::Suppression(s) => RecordKey::Suppression(s.id.clone()),
+            Record::Plan(p) => RecordKey::Plan(p.id.clone()),
+            Record::Activity(a) => RecordKey::Activity(a.entity.clone()),
+            Record::Audit(a) => RecordKey::Audit(AuditEntry::key_name(a.index)),
         }
     }
 }
@@ -99,10 +191,18 @@ mod tests {
             RecordKey::Environment("prod".into()),
             RecordKey::Entity("eid:prod:helmChart:web".into()),
             RecordKey::Request("r-1".into()),
+            RecordKey::Product("com.example:web".into()),
+            RecordKey::Release("com.example:web@1.2.3".into()),
+            RecordKey::Channel("CANARY".into()),
+            RecordKey::Recall("r-9".into()),
+            RecordKey::Suppression("s-9".into()),
+            RecordKey::Plan("p-9-0".into()),
+            RecordKey::Activity("eid:prod:helmChart:web".into()),
+            RecordKey::Audit(AuditEntry::key_name(9)),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }
         assert_eq!(RecordKey::from_bytes(&[]), None);
-        assert_eq!(RecordKey::from_bytes(&[9, b'x']), None);
+        assert_eq!(RecordKey::from_bytes(&[99, b'x']), None);
     }
 }

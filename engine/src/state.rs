@@ -1,19 +1,45 @@
 //! The replicated state and the deterministic [`State::apply`].
+//!
+//! The state is a set of tables (one per record kind) plus derived indexes that are rebuilt
+//! from the tables after loading and kept up to date by every apply. Command handlers live in
+//! [`crate::handlers`] (settings, products, windows) and [`crate::lifecycle`] (evaluation,
+//! plans, reports, suppressions, commands); this module holds the tables, the dispatch and the
+//! read accessors.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use semver::Version;
 use sha2::{Digest, Sha256};
 
+use crate::activity::Activity;
 use crate::command::{Command, CommandOutput, Request};
-use crate::entity::{Entity, EntityId, EntityKind, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN};
+use crate::entity::{Entity, EntityId, EntityKind, DEFAULT_DEPENDENCY_GROUP, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN};
 use crate::environment::Environment;
 use crate::error::CommandError;
 use crate::name::{validate_name, validate_product_id};
-use crate::record::{Record, RecordKey, RequestRecord};
+use crate::plan::{Plan, PlanKind, PlanStatus};
+use crate::product::{Channel, Product, Recall, Release};
+use crate::record::{AuditEntry, Record, RecordKey, RequestRecord};
+use crate::release::ProductDependency;
+use crate::suppression::{Scope, Suppression};
 use crate::TimestampMs;
 
 /// How long a request id is remembered for deduplication (entry time, not wall time).
 pub const REQUEST_TTL_MS: TimestampMs = 60 * 60 * 1000;
+
+/// Something that changed in a way that may change decisions (SPEC P11). The leader
+/// re-evaluates the affected entities ([`State::affected_entities`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Trigger {
+    /// The entity and its direct neighbours in the dependency graph.
+    Entity(String),
+    /// Only the entity itself (its own settings changed).
+    EntityOnly(String),
+    /// Every entity of an environment.
+    Environment(String),
+    /// Every entity of a product, in every environment.
+    Product(String),
+}
 
 /// The result of applying one command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,17 +49,57 @@ pub struct Applied {
     pub result: Result<CommandOutput, CommandError>,
     /// Every record key whose value changed (set or removed); storage persists exactly these.
     pub changed: Vec<RecordKey>,
+    /// What the leader must re-evaluate.
+    pub triggers: Vec<Trigger>,
+}
+
+/// What a command handler accumulates besides its result.
+#[derive(Debug, Default)]
+pub(crate) struct Effects {
+    pub(crate) changed: Vec<RecordKey>,
+    pub(crate) triggers: Vec<Trigger>,
+}
+
+/// Derived lookups, rebuilt from the tables ([`State::rebuild_indexes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Indexes {
+    /// product -> its released versions.
+    pub(crate) release_versions: BTreeMap<String, BTreeSet<Version>>,
+    /// product -> recall ids.
+    pub(crate) recalls_by_product: BTreeMap<String, BTreeSet<String>>,
+    /// scope -> suppression ids.
+    pub(crate) suppressions_by_scope: BTreeMap<Scope, BTreeSet<String>>,
+    /// entity -> (issued index, plan id), oldest first.
+    pub(crate) plans_by_entity: BTreeMap<String, BTreeSet<(u64, String)>>,
+    /// entity -> its issued or running plan.
+    pub(crate) active_plan: BTreeMap<String, String>,
+    /// (environment, product) -> entity ids.
+    pub(crate) entities_by_product: BTreeMap<(String, String), BTreeSet<String>>,
+    /// (environment, product depended on) -> entities whose deployed release depends on it.
+    pub(crate) dependents: BTreeMap<(String, String), BTreeSet<String>>,
+    /// entity -> the products its deployed release depends on (the edges in `dependents`).
+    pub(crate) dependency_edges: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// Everything the hub replicates. Built only by applying commands in log order (or by loading
 /// records that were produced that way).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct State {
-    environments: BTreeMap<String, Environment>,
-    entities: BTreeMap<String, Entity>,
-    requests: BTreeMap<String, RequestRecord>,
+    pub(crate) environments: BTreeMap<String, Environment>,
+    pub(crate) entities: BTreeMap<String, Entity>,
+    pub(crate) requests: BTreeMap<String, RequestRecord>,
     /// `(first applied at, request id)`, to forget request ids in time order.
-    request_expiry: BTreeSet<(TimestampMs, String)>,
+    pub(crate) request_expiry: BTreeSet<(TimestampMs, String)>,
+    pub(crate) products: BTreeMap<String, Product>,
+    /// By `group:name@version`.
+    pub(crate) releases: BTreeMap<String, Release>,
+    pub(crate) channels: BTreeMap<String, Channel>,
+    pub(crate) recalls: BTreeMap<String, Recall>,
+    pub(crate) suppressions: BTreeMap<String, Suppression>,
+    pub(crate) plans: BTreeMap<String, Plan>,
+    pub(crate) activity: BTreeMap<String, Activity>,
+    pub(crate) audit: BTreeMap<String, AuditEntry>,
+    pub(crate) idx: Indexes,
 }
 
 impl State {
@@ -42,19 +108,35 @@ impl State {
         Self::default()
     }
 
+    /// Builds a state from persisted records (any order) and rebuilds its indexes.
+    pub fn from_records(records: impl IntoIterator<Item = Record>) -> Self {
+        let mut state = State::new();
+        for record in records {
+            state.insert_record(record);
+        }
+        state.rebuild_indexes();
+        state
+    }
+
     /// Applies `req`, which Raft committed at log `index`. Deterministic: the result depends
     /// only on the state, the request and `index`.
     pub fn apply(&mut self, req: &Request, index: u64) -> Applied {
-        let mut changed = Vec::new();
+        let mut fx = Effects::default();
         if let Some(id) = &req.request_id {
             if let Some(prev) = self.requests.get(id) {
                 return Applied {
                     result: prev.result.clone(),
-                    changed,
+                    changed: Vec::new(),
+                    triggers: Vec::new(),
                 };
             }
         }
-        let result = self.execute(&req.command, req.time_ms, &mut changed);
+        let result = self.execute(&req.command, req.time_ms, index, &mut fx);
+        if result.is_err() {
+            debug_assert!(fx.changed.is_empty(), "a refused command changed {:?}", fx.changed);
+            fx.changed.clear();
+            fx.triggers.clear();
+        }
         if let Some(id) = &req.request_id {
             let record = RequestRecord {
                 id: id.clone(),
@@ -64,18 +146,23 @@ impl State {
             };
             self.request_expiry.insert((req.time_ms, id.clone()));
             self.requests.insert(id.clone(), record);
-            changed.push(RecordKey::Request(id.clone()));
+            fx.changed.push(RecordKey::Request(id.clone()));
         }
-        self.forget_requests_before(req.time_ms - REQUEST_TTL_MS, &mut changed);
+        self.forget_requests_before(req.time_ms - REQUEST_TTL_MS, &mut fx.changed);
         self.check_invariants();
-        Applied { result, changed }
+        Applied {
+            result,
+            changed: fx.changed,
+            triggers: fx.triggers,
+        }
     }
 
     fn execute(
         &mut self,
         command: &Command,
         now: TimestampMs,
-        changed: &mut Vec<RecordKey>,
+        index: u64,
+        fx: &mut Effects,
     ) -> Result<CommandOutput, CommandError> {
         match command {
             Command::CreateEnvironment { name, description } => {
@@ -98,9 +185,11 @@ impl State {
                         name: name.clone(),
                         description: description.clone(),
                         created_at_ms: now,
+                        settings: Default::default(),
+                        window_overrides: Vec::new(),
                     },
                 );
-                changed.push(RecordKey::Environment(name.clone()));
+                fx.changed.push(RecordKey::Environment(name.clone()));
                 Ok(CommandOutput::EnvironmentCreated(name.clone()))
             }
             Command::DeleteEnvironment { name } => {
@@ -117,7 +206,12 @@ impl State {
                     )));
                 }
                 self.environments.remove(name);
-                changed.push(RecordKey::Environment(name.clone()));
+                fx.changed.push(RecordKey::Environment(name.clone()));
+                let scope = Scope::Environment(name.clone());
+                for id in self.idx.suppressions_by_scope.remove(&scope).unwrap_or_default() {
+                    self.suppressions.remove(&id);
+                    fx.changed.push(RecordKey::Suppression(id));
+                }
                 Ok(CommandOutput::EnvironmentDeleted(name.clone()))
             }
             Command::CreateEntity {
@@ -161,6 +255,7 @@ impl State {
                 }
                 let release_channel = non_empty(release_channel)
                     .unwrap_or_else(|| DEFAULT_RELEASE_CHANNEL.to_string());
+                self.check_channel("release_channel", &release_channel)?;
                 if !self.environments.contains_key(environment) {
                     return Err(CommandError::NotFound {
                         kind: "environment".into(),
@@ -190,11 +285,28 @@ impl State {
                     account_id,
                     release_channel,
                     created_at_ms: now,
+                    dependency_groups: BTreeSet::from([DEFAULT_DEPENDENCY_GROUP.to_string()]),
+                    ignored_dependencies: BTreeSet::new(),
+                    maintenance_window: None,
+                    window_overrides: Vec::new(),
+                    config_overrides: BTreeMap::new(),
+                    secrets: BTreeMap::new(),
+                    secrets_revision: 0,
+                    reported: Default::default(),
+                    owner_module: None,
+                    marked_for_uninstall: false,
                 };
+                self.idx
+                    .entities_by_product
+                    .entry((environment.clone(), product_id.clone()))
+                    .or_default()
+                    .insert(id.0.clone());
                 self.entities.insert(id.0.clone(), entity);
-                changed.push(RecordKey::Entity(id.0.clone()));
+                fx.changed.push(RecordKey::Entity(id.0.clone()));
+                fx.triggers.push(Trigger::Entity(id.0.clone()));
                 Ok(CommandOutput::EntityCreated(id.0))
             }
+            other => self.execute_orchestration(other, now, index, fx),
         }
     }
 
@@ -216,7 +328,26 @@ impl State {
             .entities
             .values()
             .all(|e| self.environments.contains_key(&e.environment)));
+        // At most one active plan per entity, and the index agrees with the plans.
+        debug_assert_eq!(
+            self.idx.active_plan.len(),
+            self.plans.values().filter(|p| p.status.is_active()).count()
+        );
     }
+
+    /// Checks that `channel` names a built-in or an existing custom channel.
+    pub(crate) fn check_channel(&self, field: &str, channel: &str) -> Result<(), CommandError> {
+        if crate::product::is_builtin_channel(channel) || self.channels.contains_key(channel) {
+            Ok(())
+        } else {
+            Err(CommandError::invalid(
+                field,
+                format!("unknown release channel {channel:?} (built-ins: DEV, RELEASE_CANDIDATE, RELEASE)"),
+            ))
+        }
+    }
+
+    // ---- read accessors ----
 
     /// An environment by name.
     pub fn environment(&self, name: &str) -> Option<&Environment> {
@@ -242,24 +373,275 @@ impl State {
         self.entities.values()
     }
 
+    /// An entity by id.
+    pub fn entity(&self, id: &str) -> Option<&Entity> {
+        self.entities.get(id)
+    }
+
+    /// The entities of `product` in `environment`.
+    pub fn entities_of_product<'a>(
+        &'a self,
+        environment: &str,
+        product: &str,
+    ) -> impl Iterator<Item = &'a Entity> + 'a {
+        self.idx
+            .entities_by_product
+            .get(&(environment.to_string(), product.to_string()))
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.entities.get(id))
+    }
+
+    /// Entities sharing a dependency group with `entity` whose deployed release depends on its
+    /// product (and do not ignore that dependency), with the dependency.
+    pub fn dependents_of<'a>(
+        &'a self,
+        entity: &'a Entity,
+    ) -> impl Iterator<Item = (&'a Entity, &'a ProductDependency)> + 'a {
+        self.idx
+            .dependents
+            .get(&(entity.environment.clone(), entity.product_id.clone()))
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.entities.get(id))
+            .filter(move |d| {
+                d.id != entity.id
+                    && d.shares_group_with(entity)
+                    && !d.ignored_dependencies.contains(&entity.product_id)
+            })
+            .filter_map(move |d| {
+                let release = self.deployed_release(d)?;
+                let dep = release
+                    .dependencies
+                    .iter()
+                    .find(|dep| dep.product_id == entity.product_id)?;
+                Some((d, dep))
+            })
+    }
+
+    /// The release record of what `entity` runs, if it is a known release.
+    pub fn deployed_release(&self, entity: &Entity) -> Option<&Release> {
+        let v = entity.reported.version.as_ref()?;
+        self.release(&entity.product_id, v)
+    }
+
+    /// A product by id.
+    pub fn product(&self, id: &str) -> Option<&Product> {
+        self.products.get(id)
+    }
+
+    /// All products.
+    pub fn products(&self) -> impl Iterator<Item = &Product> {
+        self.products.values()
+    }
+
+    /// A release.
+    pub fn release(&self, product: &str, version: &Version) -> Option<&Release> {
+        self.releases.get(&Release::key_name(product, version))
+    }
+
+    /// A product's releases, newest first.
+    pub fn releases_desc<'a>(&'a self, product: &str) -> impl Iterator<Item = &'a Release> + 'a {
+        let product = product.to_string();
+        self.idx
+            .release_versions
+            .get(&product)
+            .into_iter()
+            .flat_map(|vs| vs.iter().rev())
+            .filter_map(move |v| self.release(&product, v))
+    }
+
+    /// A product's releases in `channel`, newest first (recalled ones included).
+    pub fn channel_releases_desc<'a>(
+        &'a self,
+        product: &str,
+        channel: &'a str,
+    ) -> impl Iterator<Item = &'a Release> + 'a {
+        self.releases_desc(product).filter(move |r| r.in_channel(channel))
+    }
+
+    /// Custom channels.
+    pub fn channels(&self) -> impl Iterator<Item = &Channel> {
+        self.channels.values()
+    }
+
+    /// All recalls.
+    pub fn recalls(&self) -> impl Iterator<Item = &Recall> {
+        self.recalls.values()
+    }
+
+    /// The recall covering `product@version`, if any.
+    pub fn recall_covering(&self, product: &str, version: &Version) -> Option<&Recall> {
+        self.idx
+            .recalls_by_product
+            .get(product)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.recalls.get(id))
+            .find(|r| r.covers(version))
+    }
+
+    /// The suppressions of one scope.
+    pub fn suppressions_in<'a>(&'a self, scope: &Scope) -> impl Iterator<Item = &'a Suppression> + 'a {
+        self.idx
+            .suppressions_by_scope
+            .get(scope)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.suppressions.get(id))
+    }
+
+    /// All suppressions.
+    pub fn suppressions(&self) -> impl Iterator<Item = &Suppression> {
+        self.suppressions.values()
+    }
+
+    /// A plan by id.
+    pub fn plan(&self, id: &str) -> Option<&Plan> {
+        self.plans.get(id)
+    }
+
+    /// All plans, by id.
+    pub fn plans(&self) -> impl Iterator<Item = &Plan> {
+        self.plans.values()
+    }
+
+    /// An entity's plans, oldest first.
+    pub fn plans_of<'a>(&'a self, entity: &str) -> impl DoubleEndedIterator<Item = &'a Plan> + 'a {
+        self.idx
+            .plans_by_entity
+            .get(entity)
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, id)| self.plans.get(id))
+    }
+
+    /// The entity's issued or running plan.
+    pub fn active_plan_of(&self, entity: &str) -> Option<&Plan> {
+        self.idx.active_plan.get(entity).and_then(|id| self.plans.get(id))
+    }
+
+    /// Active plans of an environment.
+    pub fn active_plans_in<'a>(&'a self, environment: &str) -> impl Iterator<Item = &'a Plan> + 'a {
+        let prefix = EntityId::environment_prefix(environment);
+        self.idx
+            .active_plan
+            .range(prefix.clone()..)
+            .take_while(move |(id, _)| id.starts_with(&prefix))
+            .filter_map(|(_, pid)| self.plans.get(pid))
+    }
+
+    /// The failed version-changing plan a rollback should undo (SPEC P10): the entity's last
+    /// finished plan failed, it had a version to go back to, and the entity is not already
+    /// back there and healthy.
+    pub fn rollback_needed(&self, entity: &Entity) -> Option<&Plan> {
+        let last = self
+            .plans_of(&entity.id.0)
+            .rev()
+            .find(|p| !p.status.is_active())?;
+        if last.status != PlanStatus::Failed
+            || !matches!(last.kind, PlanKind::VersionChange | PlanKind::RecallRollOff)
+        {
+            return None;
+        }
+        let from = last.from_version.as_ref()?;
+        let back = entity.reported.version.as_ref() == Some(from)
+            && entity.reported.health != crate::entity::Health::Error;
+        (!back).then_some(last)
+    }
+
+    /// An entity's activity.
+    pub fn activity(&self, entity: &str) -> Option<&Activity> {
+        self.activity.get(entity)
+    }
+
+    /// Audit entries, oldest first.
+    pub fn audit(&self) -> impl DoubleEndedIterator<Item = &AuditEntry> {
+        self.audit.values()
+    }
+
+    /// The entities a trigger asks to re-evaluate (SPEC P11): for an entity, itself and its
+    /// direct neighbours (what its deployed release depends on, and what depends on it),
+    /// never their neighbours.
+    pub fn affected_entities(&self, trigger: &Trigger) -> Vec<String> {
+        match trigger {
+            Trigger::EntityOnly(id) => vec![id.clone()],
+            Trigger::Entity(id) => {
+                let mut out = vec![id.clone()];
+                let Some(entity) = self.entities.get(id) else {
+                    return out;
+                };
+                if let Some(release) = self.deployed_release(entity) {
+                    for dep in &release.dependencies {
+                        out.extend(
+                            self.entities_of_product(&entity.environment, &dep.product_id)
+                                .filter(|e| e.shares_group_with(entity))
+                                .map(|e| e.id.0.clone()),
+                        );
+                    }
+                }
+                out.extend(self.dependents_of(entity).map(|(d, _)| d.id.0.clone()));
+                out.sort();
+                out.dedup();
+                out
+            }
+            Trigger::Environment(env) => self.entities_of(env).map(|e| e.id.0.clone()).collect(),
+            Trigger::Product(product) => self
+                .idx
+                .entities_by_product
+                .iter()
+                .filter(|((_, p), _)| p == product)
+                .flat_map(|(_, ids)| ids.iter().cloned())
+                .collect(),
+        }
+    }
+
+    // ---- records ----
+
     /// The current record under `key`, if any.
     pub fn record(&self, key: &RecordKey) -> Option<Record> {
         match key {
             RecordKey::Environment(n) => self.environments.get(n).cloned().map(Record::Environment),
             RecordKey::Entity(n) => self.entities.get(n).cloned().map(Record::Entity),
             RecordKey::Request(n) => self.requests.get(n).cloned().map(Record::Request),
+            RecordKey::Product(n) => self.products.get(n).cloned().map(Record::Product),
+            RecordKey::Release(n) => self.releases.get(n).cloned().map(Record::Release),
+            RecordKey::Channel(n) => self.channels.get(n).cloned().map(Record::Channel),
+            RecordKey::Recall(n) => self.recalls.get(n).cloned().map(Record::Recall),
+            RecordKey::Suppression(n) => self.suppressions.get(n).cloned().map(Record::Suppression),
+            RecordKey::Plan(n) => self.plans.get(n).cloned().map(Record::Plan),
+            RecordKey::Activity(n) => self.activity.get(n).cloned().map(Record::Activity),
+            RecordKey::Audit(n) => self.audit.get(n).cloned().map(Record::Audit),
         }
     }
 
-    /// Every record, in key order.
+    /// Every record, table by table in tag order, each table in key order.
     pub fn records(&self) -> impl Iterator<Item = Record> + '_ {
         let envs = self.environments.values().cloned().map(Record::Environment);
         let ents = self.entities.values().cloned().map(Record::Entity);
         let reqs = self.requests.values().cloned().map(Record::Request);
-        envs.chain(ents).chain(reqs)
+        let products = self.products.values().cloned().map(Record::Product);
+        let releases = self.releases.values().cloned().map(Record::Release);
+        let channels = self.channels.values().cloned().map(Record::Channel);
+        let recalls = self.recalls.values().cloned().map(Record::Recall);
+        let sups = self.suppressions.values().cloned().map(Record::Suppression);
+        let plans = self.plans.values().cloned().map(Record::Plan);
+        let acts = self.activity.values().cloned().map(Record::Activity);
+        let audit = self.audit.values().cloned().map(Record::Audit);
+        envs.chain(ents)
+            .chain(reqs)
+            .chain(products)
+            .chain(releases)
+            .chain(channels)
+            .chain(recalls)
+            .chain(sups)
+            .chain(plans)
+            .chain(acts)
+            .chain(audit)
     }
 
-    /// Adds a record while loading persisted state or a snapshot.
+    /// Adds a record while loading persisted state or a snapshot. Call
+    /// [`State::rebuild_indexes`] after the last one (or use [`State::from_records`]).
     pub fn insert_record(&mut self, record: Record) {
         match record {
             Record::Environment(e) => {
@@ -272,6 +654,106 @@ impl State {
                 self.request_expiry.insert((r.time_ms, r.id.clone()));
                 self.requests.insert(r.id.clone(), r);
             }
+            Record::Product(p) => {
+                self.products.insert(p.id.clone(), p);
+            }
+            Record::Release(r) => {
+                self.releases
+                    .insert(Release::key_name(&r.product_id, &r.version), r);
+            }
+            Record::Channel(c) => {
+                self.channels.insert(c.name.clone(), c);
+            }
+            Record::Recall(r) => {
+                self.recalls.insert(r.id.clone(), r);
+            }
+            Record::Suppression(s) => {
+                self.suppressions.insert(s.id.clone(), s);
+            }
+            Record::Plan(p) => {
+                self.plans.insert(p.id.clone(), p);
+            }
+            Record::Activity(a) => {
+                self.activity.insert(a.entity.clone(), a);
+            }
+            Record::Audit(a) => {
+                self.audit.insert(AuditEntry::key_name(a.index), a);
+            }
+        }
+    }
+
+    /// Recomputes every derived index from the tables.
+    pub fn rebuild_indexes(&mut self) {
+        let mut idx = Indexes::default();
+        for r in self.releases.values() {
+            idx.release_versions
+                .entry(r.product_id.clone())
+                .or_default()
+                .insert(r.version.clone());
+        }
+        for r in self.recalls.values() {
+            idx.recalls_by_product
+                .entry(r.product_id.clone())
+                .or_default()
+                .insert(r.id.clone());
+        }
+        for s in self.suppressions.values() {
+            idx.suppressions_by_scope
+                .entry(s.scope.clone())
+                .or_default()
+                .insert(s.id.clone());
+        }
+        for p in self.plans.values() {
+            idx.plans_by_entity
+                .entry(p.entity.clone())
+                .or_default()
+                .insert((p.issued_index, p.id.clone()));
+            if p.status.is_active() {
+                idx.active_plan.insert(p.entity.clone(), p.id.clone());
+            }
+        }
+        for e in self.entities.values() {
+            idx.entities_by_product
+                .entry((e.environment.clone(), e.product_id.clone()))
+                .or_default()
+                .insert(e.id.0.clone());
+        }
+        self.idx = idx;
+        let ids: Vec<String> = self.entities.keys().cloned().collect();
+        for id in ids {
+            self.reindex_dependencies(&id);
+        }
+    }
+
+    /// Recomputes the dependency edges of one entity from its deployed release.
+    pub(crate) fn reindex_dependencies(&mut self, id: &str) {
+        let old = self.idx.dependency_edges.remove(id).unwrap_or_default();
+        let Some(entity) = self.entities.get(id) else {
+            return;
+        };
+        let env = entity.environment.clone();
+        for product in &old {
+            let key = (env.clone(), product.clone());
+            if let Some(set) = self.idx.dependents.get_mut(&key) {
+                set.remove(id);
+                if set.is_empty() {
+                    self.idx.dependents.remove(&key);
+                }
+            }
+        }
+        let new: BTreeSet<String> = self
+            .deployed_release(entity)
+            .map(|r| r.dependencies.iter().map(|d| d.product_id.clone()).collect())
+            .unwrap_or_default();
+        for product in &new {
+            self.idx
+                .dependents
+                .entry((env.clone(), product.clone()))
+                .or_default()
+                .insert(id.to_string());
+        }
+        if !new.is_empty() {
+            self.idx.dependency_edges.insert(id.to_string(), new);
         }
     }
 
@@ -298,7 +780,7 @@ fn canonical_bytes(record: &Record) -> Vec<u8> {
         .expect("encoding a record into memory cannot fail")
 }
 
-fn non_empty(value: &Option<String>) -> Option<String> {
+pub(crate) fn non_empty(value: &Option<String>) -> Option<String> {
     value.as_ref().filter(|v| !v.is_empty()).cloned()
 }
 
@@ -453,10 +935,7 @@ mod tests {
         let mut r = req(create_env("dev"), 3);
         r.request_id = Some("x".into());
         s.apply(&r, 3);
-        let mut t = State::new();
-        for rec in s.records() {
-            t.insert_record(rec);
-        }
+        let t = State::from_records(s.records());
         assert_eq!(s, t);
         assert_eq!(s.digest(), t.digest());
         assert_ne!(s.digest(), State::new().digest());
@@ -511,10 +990,7 @@ mod tests {
                 let rb = b.apply(&req, index);
                 assert_eq!(ra, rb, "seed {seed} index {index}");
                 // Storage persists exactly the changed keys: rebuilding from records is exact.
-                let mut rebuilt = State::new();
-                for rec in a.records() {
-                    rebuilt.insert_record(rec);
-                }
+                let rebuilt = State::from_records(a.records());
                 assert_eq!(rebuilt, a, "seed {seed} index {index}");
             }
             assert_eq!(a.digest(), b.digest(), "seed {seed}");

@@ -110,6 +110,7 @@ impl StateMachine {
             debug_assert_eq!(record.key().to_bytes(), key.as_ref());
             applied.state.insert_record(record);
         }
+        applied.state.rebuild_indexes();
         if let Some(bytes) = db.get_cf(cf_meta, KEY_LAST_APPLIED).map_err(rocks)? {
             applied.last_applied = codec::decode(&bytes).map_err(corrupt("last_applied"))?;
         }
@@ -244,10 +245,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 ),
             ));
         }
-        let mut state = State::new();
-        for record in file.records.iter().cloned() {
-            state.insert_record(record);
-        }
+        let state = State::from_records(file.records.iter().cloned());
         let db = &self.store.db;
         let cf_sm = db.cf_handle(CF_SM).expect("column family created at open");
         let cf_meta = db

@@ -1,0 +1,888 @@
+//! Artifact registries and the pure half of the missing-artifact constraint (SPEC C9).
+//!
+//! A release manifest lists artifact URIs. Each environment declares artifact registries; the
+//! hub resolves every artifact against them ([`resolve`]) and then checks that the artifact
+//! exists (the node's artifact checker does the I/O). An artifact is then
+//!
+//! - [`Availability::Available`];
+//! - [`Availability::Unavailable`]: absent, or the registry request failed — this blocks the
+//!   plan;
+//! - [`Availability::Unchecked`]: no registry matches, or the matching registry is
+//!   `hub-access: not-expected` — this does not block. Marking a registry not-expected only
+//!   skips the hub's check; the agent must still fetch the artifact.
+//!
+//! URLs are compared and joined as text: schemes and hosts are case-sensitive (registries and
+//! artifacts must spell them alike, lower-case schemes only), and percent-escapes are kept
+//! verbatim (a `file://` path is used exactly as written). A registry URL may carry
+//! `user:password@` credentials; [`ArtifactLocation`]'s `Display` and
+//! [`ArtifactLocation::redacted`] strip them, and artifact URIs in manifests may not carry any.
+//!
+//! Nothing here does I/O or reads a clock.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Longest registry URL or artifact URI accepted, in bytes.
+pub const MAX_URL_LEN: usize = 2048;
+
+/// Longest registry name (a DNS label).
+pub const MAX_REGISTRY_NAME_LEN: usize = 63;
+
+/// Whether the hub is expected to reach a registry.
+///
+/// Serialised as `expected` / `not-expected`, as written in an environment's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum HubAccess {
+    /// The hub checks the registry's artifacts (the default).
+    #[default]
+    Expected,
+    /// The hub cannot reach the registry (e.g. an air-gapped spoke): its artifacts are
+    /// [`Availability::Unchecked`]. The agent still fetches them.
+    NotExpected,
+}
+
+impl HubAccess {
+    /// Parses `expected` or `not-expected`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "expected" => Ok(Self::Expected),
+            "not-expected" => Ok(Self::NotExpected),
+            other => Err(format!(
+                "{other:?} is not a hub-access value; use \"expected\" or \"not-expected\""
+            )),
+        }
+    }
+
+    /// The configuration spelling: `expected` or `not-expected`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Expected => "expected",
+            Self::NotExpected => "not-expected",
+        }
+    }
+}
+
+impl fmt::Display for HubAccess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why [`ArtifactRegistry::new`] refused a registry: the field at fault (`name` or `url`) and
+/// what is wrong with it. Maps one-to-one onto an "invalid field" command error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidRegistry {
+    /// `name` or `url`.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl fmt::Display for InvalidRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {}: {}", self.field, self.reason)
+    }
+}
+
+impl std::error::Error for InvalidRegistry {}
+
+/// An environment's artifact registry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactRegistry {
+    /// Unique within the environment (a DNS label).
+    pub name: String,
+    /// Base URL: `http://…`, `https://…` or `file:///absolute/dir`.
+    pub url: String,
+    /// Whether the hub checks this registry's artifacts.
+    pub hub_access: HubAccess,
+}
+
+impl ArtifactRegistry {
+    /// Builds a registry after validating it (see [`ArtifactRegistry::validate`]).
+    pub fn new(name: &str, url: &str, hub_access: HubAccess) -> Result<Self, InvalidRegistry> {
+        let registry = Self {
+            name: name.to_string(),
+            url: url.to_string(),
+            hub_access,
+        };
+        registry.validate()?;
+        Ok(registry)
+    }
+
+    /// Checks the name (a DNS label: 1–63 of `a-z`, `0-9`, `-`, starting with a letter, not
+    /// ending with `-`) and the url: scheme `http`, `https` or `file` (lower case); a `file`
+    /// URL has no host and an absolute path (`file:///dir`); an `http(s)` URL has a host and
+    /// an optional numeric port; no whitespace or control characters; at most
+    /// [`MAX_URL_LEN`] bytes; no query or fragment; no `.`/`..` or empty path segments (one
+    /// trailing `/` is allowed). Useful for values that were deserialised rather than built.
+    pub fn validate(&self) -> Result<(), InvalidRegistry> {
+        validate_registry_name(&self.name).map_err(|reason| InvalidRegistry {
+            field: "name",
+            reason,
+        })?;
+        parse_url(&self.url).map_err(|reason| InvalidRegistry {
+            field: "url",
+            reason,
+        })?;
+        Ok(())
+    }
+}
+
+/// Where the hub must look for one artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ArtifactLocation {
+    /// A full `http://` or `https://` URL; it may carry the registry's `user:password@`.
+    Http(String),
+    /// An absolute file-system path.
+    File(String),
+}
+
+impl ArtifactLocation {
+    /// The location with any `user:password@` removed: safe to log or show.
+    pub fn redacted(&self) -> String {
+        match self {
+            Self::Http(url) => redact_url(url),
+            Self::File(path) => path.clone(),
+        }
+    }
+}
+
+impl fmt::Display for ArtifactLocation {
+    /// Writes [`ArtifactLocation::redacted`]: never the credentials.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+/// `url` with the `user:password@` of its authority removed, if it has one. Works on any
+/// string (validated or not); strings without `://` are returned unchanged.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest_start = scheme_end + 3;
+    let rest = &url[rest_start..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{}{}", &url[..rest_start], &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+/// How one artifact of a release resolves against an environment's registries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// The hub must check this location (via registry `registry`).
+    Check {
+        /// The matching registry's name.
+        registry: String,
+        /// Where to look.
+        location: ArtifactLocation,
+    },
+    /// The hub does not check; why ("no registry matches", "registry r is hub-access:
+    /// not-expected").
+    Unchecked {
+        /// Why the hub does not check.
+        reason: String,
+    },
+}
+
+/// Resolves an artifact URI against an environment's registries (in declaration order).
+///
+/// - An absolute URI (one with a scheme) matches the registry whose url is the longest prefix
+///   of it on a path-segment boundary: `http://r/a` (or `http://r/a/`) matches
+///   `http://r/a/x.tgz` but not `http://r/ab.tgz`. Registry credentials are ignored when
+///   matching and carried into the location. Among equally long matches the first declared
+///   wins.
+/// - A relative URI (`web/web-1.2.0.tar.gz`) resolves against the first registry, joined with
+///   exactly one `/`.
+/// - A `file:` registry yields [`ArtifactLocation::File`] with the absolute path.
+/// - No matching registry (or none at all) gives [`Resolution::Unchecked`] `no registry
+///   matches…`; a matching registry marked [`HubAccess::NotExpected`] gives
+///   [`Resolution::Unchecked`] `registry <name> is hub-access: not-expected` (a shorter
+///   expected registry is not tried instead).
+///
+/// Precondition: `artifact_uri` passed [`validate_artifact_uri`] (manifests are refused
+/// otherwise), and the registries passed [`ArtifactRegistry::validate`]. Defensively, an
+/// invalid URI gives `Unchecked` `invalid artifact uri: …` (never a location outside a
+/// registry), and registries with an invalid url are skipped.
+pub fn resolve(artifact_uri: &str, registries: &[ArtifactRegistry]) -> Resolution {
+    if let Err(reason) = validate_artifact_uri(artifact_uri) {
+        return unchecked(format!("invalid artifact uri: {reason}"));
+    }
+    if registries.is_empty() {
+        return unchecked("no registry matches: the environment has no artifact registries");
+    }
+    let (registry, full_url) = if has_scheme(artifact_uri) {
+        let mut best: Option<(&ArtifactRegistry, &str, usize)> = None;
+        for registry in registries {
+            if parse_url(&registry.url).is_err() {
+                continue;
+            }
+            let base = strip_one_slash(&registry.url);
+            let key = redact_url(base);
+            let boundary = artifact_uri
+                .strip_prefix(key.as_str())
+                .is_some_and(|rest| rest.starts_with('/'));
+            if boundary && best.is_none_or(|(_, _, len)| key.len() > len) {
+                best = Some((registry, base, key.len()));
+            }
+        }
+        let Some((registry, base, key_len)) = best else {
+            return unchecked("no registry matches");
+        };
+        (registry, format!("{base}{}", &artifact_uri[key_len..]))
+    } else {
+        let registry = &registries[0];
+        if let Err(reason) = parse_url(&registry.url) {
+            return unchecked(format!(
+                "registry {} has an invalid url: {reason}",
+                registry.name
+            ));
+        }
+        let base = strip_one_slash(&registry.url);
+        (registry, format!("{base}/{artifact_uri}"))
+    };
+    if registry.hub_access == HubAccess::NotExpected {
+        return unchecked(format!(
+            "registry {} is hub-access: not-expected",
+            registry.name
+        ));
+    }
+    let location = match full_url.strip_prefix("file://") {
+        Some(path) => ArtifactLocation::File(path.to_string()),
+        None => ArtifactLocation::Http(full_url),
+    };
+    Resolution::Check {
+        registry: registry.name.clone(),
+        location,
+    }
+}
+
+/// Validates an artifact URI as it appears in a manifest: either absolute (`http://`,
+/// `https://` or `file:///`, following the registry url rules, without credentials) or
+/// relative (no leading `/`, no empty, `.` or `..` segments); in both cases no whitespace or
+/// control characters, no `\`, no query or fragment, at most [`MAX_URL_LEN`] bytes, and it
+/// must name a file (not end with `/`). `..` written as `%2e%2e` counts as `..`.
+pub fn validate_artifact_uri(uri: &str) -> Result<(), String> {
+    check_common(uri)?;
+    if has_scheme(uri) {
+        let parsed = parse_url(uri)?;
+        if parsed.userinfo {
+            return Err(format!(
+                "{} must not carry credentials (user:password@); put them in the registry url",
+                redact_url(uri)
+            ));
+        }
+        if parsed.path.is_empty() || parsed.path.ends_with('/') {
+            return Err(format!("{uri:?} must name a file, not a directory"));
+        }
+        return Ok(());
+    }
+    if uri.starts_with('/') {
+        return Err(format!(
+            "{uri:?} must be relative (no leading '/') or an absolute URL (file:///…)"
+        ));
+    }
+    for segment in uri.split('/') {
+        check_segment(uri, segment)?;
+        if segment.is_empty() {
+            return Err(format!(
+                "{uri:?} has an empty path segment (\"//\" or a trailing '/')"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What the hub knows about one artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Availability {
+    /// The registry has it.
+    Available,
+    /// Absent, or the registry request failed. Blocks the plan.
+    Unavailable {
+        /// What the check found.
+        reason: String,
+    },
+    /// The hub did not check. Does not block.
+    Unchecked {
+        /// Why not.
+        reason: String,
+    },
+}
+
+impl Availability {
+    /// Only [`Availability::Unavailable`] blocks.
+    pub fn blocks(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+}
+
+impl Resolution {
+    /// The availability known without a check: `Some(Unchecked)` for an unchecked
+    /// resolution, `None` for one the checker must answer.
+    pub fn known_availability(&self) -> Option<Availability> {
+        match self {
+            Self::Check { .. } => None,
+            Self::Unchecked { reason } => Some(Availability::Unchecked {
+                reason: reason.clone(),
+            }),
+        }
+    }
+}
+
+fn unchecked(reason: impl Into<String>) -> Resolution {
+    Resolution::Unchecked {
+        reason: reason.into(),
+    }
+}
+
+fn strip_one_slash(url: &str) -> &str {
+    url.strip_suffix('/').unwrap_or(url)
+}
+
+fn validate_registry_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".to_string());
+    }
+    if name.len() > MAX_REGISTRY_NAME_LEN {
+        return Err(format!(
+            "{} characters, at most {MAX_REGISTRY_NAME_LEN} allowed",
+            name.len()
+        ));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
+    {
+        return Err(format!(
+            "{name:?} contains {bad:?}; only a-z, 0-9 and '-' are allowed"
+        ));
+    }
+    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return Err(format!("{name:?} must start with a letter"));
+    }
+    if name.ends_with('-') {
+        return Err(format!("{name:?} must not end with '-'"));
+    }
+    Ok(())
+}
+
+/// Whether `uri` starts with an RFC 3986 scheme (`ALPHA *(ALPHA / DIGIT / + / - / .)` then
+/// `:`).
+fn has_scheme(uri: &str) -> bool {
+    let Some(colon) = uri.find(':') else {
+        return false;
+    };
+    let scheme = &uri[..colon];
+    scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// Checks shared by registry urls and artifact uris.
+fn check_common(uri: &str) -> Result<(), String> {
+    if uri.is_empty() {
+        return Err("must not be empty".to_string());
+    }
+    if uri.len() > MAX_URL_LEN {
+        return Err(format!(
+            "{} bytes, at most {MAX_URL_LEN} allowed",
+            uri.len()
+        ));
+    }
+    let shown = redact_url(uri);
+    if uri.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{shown:?} contains whitespace or control characters"
+        ));
+    }
+    if uri.contains('\\') {
+        return Err(format!("{shown:?} contains '\\'"));
+    }
+    if uri.contains(['?', '#']) {
+        return Err(format!("{shown:?} must not have a query or fragment"));
+    }
+    Ok(())
+}
+
+/// Refuses `.` and `..` segments, also when written with `%2e`.
+fn check_segment(uri: &str, segment: &str) -> Result<(), String> {
+    let decoded = segment.replace("%2e", ".").replace("%2E", ".");
+    if decoded == "." || decoded == ".." {
+        return Err(format!(
+            "{:?} has a {segment:?} path segment",
+            redact_url(uri)
+        ));
+    }
+    Ok(())
+}
+
+/// The parts of a valid absolute URL that callers need.
+struct ParsedUrl<'a> {
+    /// Whether the authority has `user:password@`.
+    userinfo: bool,
+    /// The path: empty, or starting with `/`.
+    path: &'a str,
+}
+
+/// Validates an absolute `http`, `https` or `file` URL (the rules of
+/// [`ArtifactRegistry::validate`]).
+fn parse_url(url: &str) -> Result<ParsedUrl<'_>, String> {
+    check_common(url)?;
+    let shown = redact_url(url);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(format!(
+            "{shown:?} must start with http://, https:// or file://"
+        ));
+    };
+    let (userinfo, path) = match scheme {
+        "file" => {
+            if !rest.starts_with('/') {
+                return Err(format!(
+                    "{shown:?}: a file URL has no host and an absolute path (file:///dir)"
+                ));
+            }
+            (false, rest)
+        }
+        "http" | "https" => {
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            let (authority, path) = rest.split_at(authority_end);
+            let (userinfo, host_port) = match authority.rsplit_once('@') {
+                Some((_, host_port)) => (true, host_port),
+                None => (false, authority),
+            };
+            check_host_port(&shown, host_port)?;
+            (userinfo, path)
+        }
+        other => {
+            return Err(format!(
+                "{shown:?}: scheme {other:?} is not supported; use http, https or file"
+            ))
+        }
+    };
+    if let Some(segments) = path.strip_prefix('/') {
+        let count = segments.split('/').count();
+        for (i, segment) in segments.split('/').enumerate() {
+            check_segment(url, segment)?;
+            if segment.is_empty() && i + 1 != count {
+                return Err(format!("{shown:?} has an empty path segment (\"//\")"));
+            }
+        }
+    }
+    Ok(ParsedUrl { userinfo, path })
+}
+
+fn check_host_port(shown: &str, host_port: &str) -> Result<(), String> {
+    let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
+        let Some((addr, after)) = v6.split_once(']') else {
+            return Err(format!("{shown:?}: unterminated '[' in the host"));
+        };
+        if addr.is_empty()
+            || !addr
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+        {
+            return Err(format!("{shown:?}: malformed IPv6 host"));
+        }
+        match after {
+            "" => (addr, None),
+            _ => match after.strip_prefix(':') {
+                Some(port) => (addr, Some(port)),
+                None => return Err(format!("{shown:?}: junk after the IPv6 host")),
+            },
+        }
+    } else {
+        match host_port.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(format!("{shown:?} has no host"));
+    }
+    if !host_port.starts_with('[')
+        && !host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+    {
+        return Err(format!(
+            "{shown:?}: host {host:?} may contain only letters, digits, '-', '.' and '_'"
+        ));
+    }
+    if let Some(port) = port {
+        let ok = !port.is_empty()
+            && port.len() <= 5
+            && port.chars().all(|c| c.is_ascii_digit())
+            && port.parse::<u16>().is_ok_and(|p| p != 0);
+        if !ok {
+            return Err(format!("{shown:?}: port {port:?} must be 1-65535"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(name: &str, url: &str) -> ArtifactRegistry {
+        ArtifactRegistry::new(name, url, HubAccess::Expected).unwrap()
+    }
+
+    fn check(registry: &str, location: ArtifactLocation) -> Resolution {
+        Resolution::Check {
+            registry: registry.to_string(),
+            location,
+        }
+    }
+
+    fn http(url: &str) -> ArtifactLocation {
+        ArtifactLocation::Http(url.to_string())
+    }
+
+    // SPEC C9: artifacts resolve against the environment's matching registry.
+    #[test]
+    fn resolution_table() {
+        let mut offline = reg("offline", "http://r/offline");
+        offline.hub_access = HubAccess::NotExpected;
+        let regs = vec![
+            reg("first", "https://r/a/"),
+            reg("short", "http://r"),
+            reg("long", "http://r/a"),
+            reg("longer", "http://r/a/b"),
+            reg("same-again", "http://r/a/b/"),
+            offline,
+            reg("files", "file:///srv/artifacts"),
+            reg("creds", "http://u:p@secret.example:8080/repo"),
+        ];
+        let cases: Vec<(&str, Resolution)> = vec![
+            // Longest prefix wins; the first declared breaks ties (trailing '/' ignored).
+            ("http://r/a/x.tgz", check("long", http("http://r/a/x.tgz"))),
+            (
+                "http://r/a/b/x.tgz",
+                check("longer", http("http://r/a/b/x.tgz")),
+            ),
+            (
+                "http://r/a/bc/x.tgz",
+                check("long", http("http://r/a/bc/x.tgz")),
+            ),
+            // Segment boundary: http://r/a does not match http://r/ab.tgz.
+            ("http://r/ab.tgz", check("short", http("http://r/ab.tgz"))),
+            ("http://r/x.tgz", check("short", http("http://r/x.tgz"))),
+            // Host boundary: http://r is not a prefix of http://r2/… or http://r:81/….
+            ("http://r2/x.tgz", unchecked("no registry matches")),
+            ("http://r:81/x.tgz", unchecked("no registry matches")),
+            // Schemes must match.
+            (
+                "https://r/a/x.tgz",
+                check("first", http("https://r/a/x.tgz")),
+            ),
+            ("https://r/x.tgz", unchecked("no registry matches")),
+            // Relative → first registry, joined with exactly one '/'.
+            (
+                "web/web-1.2.0.tar.gz",
+                check("first", http("https://r/a/web/web-1.2.0.tar.gz")),
+            ),
+            // Not-expected → Unchecked naming the registry, even with a shorter expected match.
+            (
+                "http://r/offline/x.tgz",
+                unchecked("registry offline is hub-access: not-expected"),
+            ),
+            // File registry, absolute file URI → absolute path.
+            (
+                "file:///srv/artifacts/web/x.tgz",
+                check(
+                    "files",
+                    ArtifactLocation::File("/srv/artifacts/web/x.tgz".into()),
+                ),
+            ),
+            ("file:///srv/other/x.tgz", unchecked("no registry matches")),
+            // Credentials: matched without them, carried into the location.
+            (
+                "http://secret.example:8080/repo/x.tgz",
+                check("creds", http("http://u:p@secret.example:8080/repo/x.tgz")),
+            ),
+        ];
+        for (uri, want) in cases {
+            assert_eq!(resolve(uri, &regs), want, "{uri}");
+        }
+    }
+
+    // SPEC C9: relative paths, file registries, not-expected and empty registry lists.
+    #[test]
+    fn resolution_edge_cases() {
+        // No registries → Unchecked.
+        let none = resolve("web/x.tgz", &[]);
+        assert!(
+            matches!(&none, Resolution::Unchecked { reason } if reason.starts_with("no registry matches")),
+            "{none:?}"
+        );
+        let none = resolve("http://r/x.tgz", &[]);
+        assert!(matches!(none, Resolution::Unchecked { .. }));
+
+        // File registry + relative path → File(absolute path), one '/' whatever the trailing '/'.
+        for url in ["file:///srv/artifacts", "file:///srv/artifacts/"] {
+            assert_eq!(
+                resolve("web/web-1.2.0.tar.gz", &[reg("files", url)]),
+                check(
+                    "files",
+                    ArtifactLocation::File("/srv/artifacts/web/web-1.2.0.tar.gz".into())
+                ),
+                "{url}"
+            );
+        }
+        // The root directory as a registry.
+        assert_eq!(
+            resolve("x.tgz", &[reg("root", "file:///")]),
+            check("root", ArtifactLocation::File("/x.tgz".into()))
+        );
+        assert_eq!(
+            resolve("file:///x.tgz", &[reg("root", "file:///")]),
+            check("root", ArtifactLocation::File("/x.tgz".into()))
+        );
+
+        // Relative → the first registry even if it is not-expected (no fallback).
+        let regs = [
+            ArtifactRegistry::new("air-gapped", "http://mirror/a", HubAccess::NotExpected).unwrap(),
+            reg("other", "http://other"),
+        ];
+        assert_eq!(
+            resolve("web/x.tgz", &regs),
+            unchecked("registry air-gapped is hub-access: not-expected")
+        );
+        assert_eq!(
+            resolve("http://other/x.tgz", &regs),
+            check("other", http("http://other/x.tgz"))
+        );
+
+        // Defensive: invalid URIs never resolve to a location.
+        for bad in ["../etc/passwd", "web/../../x", "http://r/a/../x"] {
+            let got = resolve(bad, &[reg("r", "http://r/a")]);
+            assert!(
+                matches!(&got, Resolution::Unchecked { reason } if reason.starts_with("invalid artifact uri")),
+                "{bad}: {got:?}"
+            );
+        }
+        // Registries with an invalid url (built field by field) are skipped.
+        let broken = ArtifactRegistry {
+            name: "broken".into(),
+            url: "ftp://r".into(),
+            hub_access: HubAccess::Expected,
+        };
+        assert_eq!(
+            resolve("ftp://r/x", std::slice::from_ref(&broken)),
+            unchecked("invalid artifact uri: \"ftp://r/x\": scheme \"ftp\" is not supported; use http, https or file")
+        );
+        assert!(matches!(
+            resolve("x.tgz", &[broken]),
+            Resolution::Unchecked { .. }
+        ));
+
+        // Unchecked resolutions become Unchecked availabilities; Check ones await the checker.
+        assert_eq!(
+            unchecked("no registry matches").known_availability(),
+            Some(Availability::Unchecked {
+                reason: "no registry matches".into()
+            })
+        );
+        assert_eq!(check("r", http("http://r/x")).known_availability(), None);
+    }
+
+    // SPEC C9: registries are validated on configuration.
+    #[test]
+    fn registry_validation_table() {
+        let long_url = format!("http://r/{}", "a".repeat(MAX_URL_LEN));
+        let long_name = "a".repeat(MAX_REGISTRY_NAME_LEN + 1);
+        let ok_name = "a".repeat(MAX_REGISTRY_NAME_LEN);
+        let cases: Vec<(&str, &str, Option<&str>)> = vec![
+            ("main", "http://registry.example", None),
+            ("main", "http://registry.example/", None),
+            ("main", "https://registry.example:8443/artifacts/", None),
+            ("main", "http://user:pa%40ss@registry.example/a", None),
+            ("main", "http://127.0.0.1:8080/a", None),
+            ("main", "http://[::1]:8080/a", None),
+            ("main", "http://my_host/a", None),
+            ("main", "file:///srv/artifacts", None),
+            ("main", "file:///", None),
+            (&ok_name, "http://r", None),
+            ("m-2", "http://r", None),
+            // Names.
+            ("", "http://r", Some("name")),
+            ("Main", "http://r", Some("name")),
+            ("2nd", "http://r", Some("name")),
+            ("main-", "http://r", Some("name")),
+            ("ma_in", "http://r", Some("name")),
+            (&long_name, "http://r", Some("name")),
+            // Urls.
+            ("main", "", Some("url")),
+            ("main", "ftp://r/a", Some("url")),
+            ("main", "HTTP://r/a", Some("url")),
+            ("main", "registry.example/a", Some("url")),
+            ("main", "http:/r/a", Some("url")),
+            ("main", "http://", Some("url")),
+            ("main", "http:///a", Some("url")),
+            ("main", "http://r:/a", Some("url")),
+            ("main", "http://r:0/a", Some("url")),
+            ("main", "http://r:70000/a", Some("url")),
+            ("main", "http://r:80x/a", Some("url")),
+            ("main", "http://[::1/a", Some("url")),
+            ("main", "http://r!/a", Some("url")),
+            ("main", "http://u:p@/a", Some("url")),
+            ("main", "http://r/a b", Some("url")),
+            ("main", "http://r/a\tb", Some("url")),
+            ("main", "http://r/a?x=1", Some("url")),
+            ("main", "http://r/a#frag", Some("url")),
+            ("main", "http://r/a\\b", Some("url")),
+            ("main", "http://r/a//b", Some("url")),
+            ("main", "http://r/a/../b", Some("url")),
+            ("main", "http://r/a/%2E%2e/b", Some("url")),
+            ("main", "http://r/./a", Some("url")),
+            ("main", "file://host/srv", Some("url")),
+            ("main", "file:relative/dir", Some("url")),
+            ("main", "file:///srv/../etc", Some("url")),
+            ("main", &long_url, Some("url")),
+        ];
+        for (name, url, want) in cases {
+            let got = ArtifactRegistry::new(name, url, HubAccess::Expected);
+            match want {
+                None => assert!(got.is_ok(), "{name} {url}: {got:?}"),
+                Some(field) => {
+                    let err = got.expect_err(url);
+                    assert_eq!(err.field, field, "{name} {url}: {err}");
+                    assert!(!err.reason.is_empty());
+                }
+            }
+        }
+        // Reasons never show credentials.
+        let err = ArtifactRegistry::new("m", "http://user:hunter2@r/a b", HubAccess::Expected)
+            .unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        assert!(err.to_string().starts_with("invalid url: "), "{err}");
+    }
+
+    // SPEC C9: manifests' artifact URIs are validated on admission.
+    #[test]
+    fn artifact_uri_validation_table() {
+        let long = "a".repeat(MAX_URL_LEN + 1);
+        let ok = [
+            "web/web-1.2.0.tar.gz",
+            "web-1.2.0.tar.gz",
+            "a/b/c/d.tgz",
+            "web/..hidden",
+            "web/x..y.tgz",
+            "web/%20x.tgz",
+            "http://r/a/x.tgz",
+            "https://r:8443/a/x.tgz",
+            "file:///srv/a/x.tgz",
+        ];
+        for uri in ok {
+            assert_eq!(validate_artifact_uri(uri), Ok(()), "{uri}");
+        }
+        let bad = [
+            "",
+            "/abs/path.tgz",
+            "../x.tgz",
+            "web/../x.tgz",
+            "web/..",
+            "web/%2e%2E/x.tgz",
+            "./x.tgz",
+            "web//x.tgz",
+            "web/",
+            "web/x .tgz",
+            " web/x.tgz",
+            "web/x.tgz\n",
+            "web\\x.tgz",
+            "web/x.tgz?v=1",
+            "web/x.tgz#f",
+            "ftp://r/x.tgz",
+            "c:/x.tgz",
+            "http://r",
+            "http://r/",
+            "http://r/a/",
+            "http://r/a/../x.tgz",
+            "http://user:pw@r/x.tgz",
+            "file://host/x.tgz",
+            "file:///srv/a/",
+            &long,
+        ];
+        for uri in bad {
+            let err = validate_artifact_uri(uri).expect_err(uri);
+            assert!(!err.is_empty(), "{uri}");
+        }
+        let err = validate_artifact_uri("http://user:pw@r/x.tgz").unwrap_err();
+        assert!(!err.contains("pw"), "{err}");
+    }
+
+    // SPEC C9: only Unavailable blocks.
+    #[test]
+    fn availability_blocks_and_hub_access_spellings() {
+        assert!(!Availability::Available.blocks());
+        assert!(Availability::Unavailable { reason: "x".into() }.blocks());
+        assert!(!Availability::Unchecked { reason: "x".into() }.blocks());
+
+        for access in [HubAccess::Expected, HubAccess::NotExpected] {
+            assert_eq!(HubAccess::parse(access.as_str()), Ok(access));
+            assert_eq!(access.to_string(), access.as_str());
+        }
+        assert_eq!(HubAccess::default(), HubAccess::Expected);
+        assert!(HubAccess::parse("NotExpected").is_err());
+        assert!(HubAccess::parse("").is_err());
+
+        let loc = http("https://u:secret@r/a/x.tgz");
+        assert_eq!(loc.to_string(), "https://r/a/x.tgz");
+        assert_eq!(
+            ArtifactLocation::File("/srv/x".into()).to_string(),
+            "/srv/x"
+        );
+        assert_eq!(redact_url("http://r/a@b"), "http://r/a@b");
+        assert_eq!(redact_url("not a url"), "not a url");
+    }
+
+    // SPEC C9: the types round-trip through serde.
+    #[test]
+    fn serde_round_trip() {
+        let registry =
+            ArtifactRegistry::new("air-gapped", "file:///srv/a", HubAccess::NotExpected).unwrap();
+        let json = serde_json::to_string(&registry).unwrap();
+        assert!(json.contains("\"not-expected\""), "{json}");
+        assert_eq!(
+            serde_json::from_str::<ArtifactRegistry>(&json).unwrap(),
+            registry
+        );
+        assert_eq!(
+            serde_json::from_str::<HubAccess>("\"expected\"").unwrap(),
+            HubAccess::Expected
+        );
+
+        for location in [
+            http("http://r/a/x.tgz"),
+            ArtifactLocation::File("/x".into()),
+        ] {
+            let json = serde_json::to_string(&location).unwrap();
+            assert_eq!(
+                serde_json::from_str::<ArtifactLocation>(&json).unwrap(),
+                location
+            );
+        }
+        for availability in [
+            Availability::Available,
+            Availability::Unavailable {
+                reason: "HEAD http://r/x: 404 Not Found".into(),
+            },
+            Availability::Unchecked {
+                reason: "no registry matches".into(),
+            },
+        ] {
+            let json = serde_json::to_string(&availability).unwrap();
+            assert_eq!(
+                serde_json::from_str::<Availability>(&json).unwrap(),
+                availability
+            );
+        }
+    }
+}

@@ -1,0 +1,780 @@
+//! Evaluation: for one entity at time `t`, the candidate plan (SPEC P4), every constraint's
+//! result (SPEC C1–C10) and the decision (SPEC P3, P5). A pure function of the replicated
+//! state, the time and the artifact checks the leader observed.
+
+use std::fmt;
+
+use semver::Version;
+use serde::{Deserialize, Serialize};
+
+use crate::artifact::{resolve, ArtifactLocation, Availability, Resolution};
+use crate::entity::{Entity, Health};
+use crate::environment::Environment;
+use crate::plan::{Plan, PlanKind, PlanStatus};
+use crate::product::Release;
+use crate::state::State;
+use crate::suppression::Scope;
+use crate::TimestampMs;
+
+/// A plan blocked this long is re-checked even without another trigger (SPEC P11).
+pub const BLOCKED_RECHECK_MS: TimestampMs = 4 * 60 * 60 * 1000;
+
+/// At most this many newer releases are tried, newest first, when the newest is blocked.
+pub const MAX_VERSIONS_TRIED: usize = 16;
+
+/// How the leader's artifact observations are looked up; `None` means not checked yet.
+pub type ArtifactLookup<'a> = &'a dyn Fn(&ArtifactLocation) -> Option<Availability>;
+
+/// The constraints a plan must meet before it is issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ConstraintKind {
+    /// No suppression window in force (SPEC C8, P10).
+    Suppression,
+    /// Inside the effective maintenance window or an override (SPEC C3–C6).
+    MaintenanceWindow,
+    /// Not reported in error (SPEC C10).
+    Health,
+    /// The target release's dependencies are satisfied (SPEC C7).
+    ProductDependencies,
+    /// Every entity depending on this product accepts the target (SPEC C7).
+    Dependents,
+    /// The target release's artifacts exist (SPEC C9).
+    Artifacts,
+}
+
+impl ConstraintKind {
+    /// Kebab-case name, as shown in Activity and `entity explain`.
+    pub fn label(self) -> &'static str {
+        match self {
+            ConstraintKind::Suppression => "suppression",
+            ConstraintKind::MaintenanceWindow => "maintenance-window",
+            ConstraintKind::Health => "health",
+            ConstraintKind::ProductDependencies => "product-dependencies",
+            ConstraintKind::Dependents => "dependents",
+            ConstraintKind::Artifacts => "artifacts",
+        }
+    }
+}
+
+impl fmt::Display for ConstraintKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// One constraint's verdict on a candidate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConstraintResult {
+    /// Which constraint.
+    pub constraint: ConstraintKind,
+    /// Whether it passed.
+    pub passed: bool,
+    /// Why (passed or not).
+    pub reason: String,
+    /// When a failed constraint may clear by itself (a window opening, a suppression ending).
+    pub may_clear_at_ms: Option<TimestampMs>,
+}
+
+impl ConstraintResult {
+    fn pass(constraint: ConstraintKind, reason: impl Into<String>) -> Self {
+        Self {
+            constraint,
+            passed: true,
+            reason: reason.into(),
+            may_clear_at_ms: None,
+        }
+    }
+
+    fn fail(constraint: ConstraintKind, reason: impl Into<String>, clear: Option<TimestampMs>) -> Self {
+        Self {
+            constraint,
+            passed: false,
+            reason: reason.into(),
+            may_clear_at_ms: clear,
+        }
+    }
+}
+
+/// The plan the entity would get now if every constraint passed (SPEC P3 question 1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// What it does.
+    pub kind: PlanKind,
+    /// Reported version.
+    pub from_version: Option<Version>,
+    /// Target version (`None` for uninstall).
+    pub to_version: Option<Version>,
+    /// Config overrides for the target.
+    pub to_config: Option<String>,
+    /// Secrets revision to apply.
+    pub secrets_revision: u64,
+    /// Why this candidate.
+    pub reason: String,
+}
+
+impl Candidate {
+    /// `version-change 1.0.0 -> 1.1.0`.
+    pub fn describe(&self) -> String {
+        let v = |v: &Option<Version>| v.as_ref().map_or("-".to_string(), |v| v.to_string());
+        format!(
+            "{} {} -> {}",
+            self.kind.label(),
+            v(&self.from_version),
+            v(&self.to_version)
+        )
+    }
+}
+
+/// The decision for an entity (SPEC P3, P5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// A plan is already issued or running (SPEC P3 question 3).
+    PlanActive {
+        /// Its id.
+        plan_id: String,
+        /// Issued or running.
+        status: PlanStatus,
+    },
+    /// Nothing to do: the entity is where it should be.
+    AtTarget {
+        /// E.g. `1.2.0, config and secrets applied`.
+        detail: String,
+    },
+    /// There is a wish but no plan that could execute it.
+    NothingExecutable {
+        /// Why.
+        reason: String,
+    },
+    /// A candidate exists but constraints block it (SPEC C1).
+    Blocked {
+        /// The earliest time every blocking constraint may clear by itself, if known.
+        may_clear_at_ms: Option<TimestampMs>,
+    },
+    /// Every constraint passes: issue the candidate.
+    Issue,
+}
+
+/// The full answer for one entity at one time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evaluation {
+    /// The entity id.
+    pub entity: String,
+    /// The time evaluated at.
+    pub time_ms: TimestampMs,
+    /// The candidate, if any.
+    pub candidate: Option<Candidate>,
+    /// Every constraint checked for the candidate.
+    pub constraints: Vec<ConstraintResult>,
+    /// The decision.
+    pub outcome: Outcome,
+    /// Newer releases passed over, with why.
+    pub skipped: Vec<String>,
+    /// Artifact locations this evaluation looked up (the leader checks them).
+    pub artifact_locations: Vec<ArtifactLocation>,
+    /// Products whose entities' changes may unblock this entity (dependency waits).
+    pub waits_on_products: Vec<String>,
+}
+
+impl Evaluation {
+    /// The failed constraints.
+    pub fn blocking(&self) -> impl Iterator<Item = &ConstraintResult> {
+        self.constraints.iter().filter(|c| !c.passed)
+    }
+
+    /// A stable text that changes exactly when the decision changes; an unchanged decision is
+    /// not recorded in Activity twice.
+    pub fn fingerprint(&self) -> String {
+        let mut out = match &self.outcome {
+            Outcome::PlanActive { plan_id, .. } => format!("active:{plan_id}"),
+            Outcome::AtTarget { detail } => format!("at-target:{detail}"),
+            Outcome::NothingExecutable { reason } => format!("nothing:{reason}"),
+            Outcome::Blocked { .. } => "blocked".to_string(),
+            Outcome::Issue => "issue".to_string(),
+        };
+        if let Some(c) = &self.candidate {
+            out.push('|');
+            out.push_str(&c.describe());
+        }
+        for c in self.blocking() {
+            out.push('|');
+            out.push_str(c.constraint.label());
+            out.push(':');
+            out.push_str(&c.reason);
+        }
+        out
+    }
+
+    /// One line for Activity (SPEC P5, C1).
+    pub fn summary(&self) -> String {
+        match &self.outcome {
+            Outcome::PlanActive { plan_id, status } => format!("plan {plan_id} is {status}"),
+            Outcome::AtTarget { detail } => format!("already at target: {detail}"),
+            Outcome::NothingExecutable { reason } => format!("nothing executable: {reason}"),
+            Outcome::Issue => match &self.candidate {
+                Some(c) => format!("issuing {}: {}", c.describe(), c.reason),
+                None => "issuing".to_string(),
+            },
+            Outcome::Blocked { may_clear_at_ms } => {
+                let what = self
+                    .candidate
+                    .as_ref()
+                    .map_or(String::new(), |c| c.describe());
+                let reasons: Vec<String> = self
+                    .blocking()
+                    .map(|c| format!("{} ({})", c.constraint, c.reason))
+                    .collect();
+                let clear = may_clear_at_ms
+                    .map(|t| format!("; may clear at {}", format_time(t)))
+                    .unwrap_or_default();
+                format!("{what} blocked by {}{clear}", reasons.join(", "))
+            }
+        }
+    }
+
+    /// Whether the outcome is [`Outcome::Blocked`].
+    pub fn is_blocked(&self) -> bool {
+        matches!(self.outcome, Outcome::Blocked { .. })
+    }
+}
+
+/// RFC 3339 in UTC, for reasons and tables.
+pub fn format_time(t: TimestampMs) -> String {
+    chrono::DateTime::from_timestamp_millis(t)
+        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| format!("{t}ms"))
+}
+
+/// Evaluates entity `entity_id` at `now`. `None` if the entity does not exist.
+pub fn evaluate(
+    state: &State,
+    entity_id: &str,
+    now: TimestampMs,
+    artifacts: ArtifactLookup<'_>,
+) -> Option<Evaluation> {
+    let entity = state.entity(entity_id)?;
+    // Every entity's environment exists (checked by State::check_invariants).
+    let env = state.environment(&entity.environment)?;
+    let mut eval = Evaluation {
+        entity: entity_id.to_string(),
+        time_ms: now,
+        candidate: None,
+        constraints: Vec::new(),
+        outcome: Outcome::Issue,
+        skipped: Vec::new(),
+        artifact_locations: Vec::new(),
+        waits_on_products: Vec::new(),
+    };
+    if let Some(plan) = state.active_plan_of(entity_id) {
+        eval.outcome = Outcome::PlanActive {
+            plan_id: plan.id.clone(),
+            status: plan.status,
+        };
+        eval.candidate = Some(candidate_of_plan(plan));
+        return Some(eval);
+    }
+    let ctx = Ctx {
+        state,
+        env,
+        entity,
+        now,
+        artifacts,
+    };
+    match choose(&ctx, &mut eval) {
+        Choice::Candidate(candidate, version_checks) => {
+            let mut constraints = general_constraints(&ctx, &candidate.kind);
+            constraints.extend(version_checks);
+            let blocked = constraints.iter().any(|c| !c.passed);
+            eval.outcome = if blocked {
+                let clear = constraints
+                    .iter()
+                    .filter(|c| !c.passed)
+                    .map(|c| c.may_clear_at_ms)
+                    .try_fold(i64::MIN, |acc, t| t.map(|t| acc.max(t)));
+                Outcome::Blocked {
+                    may_clear_at_ms: clear,
+                }
+            } else {
+                Outcome::Issue
+            };
+            eval.constraints = constraints;
+            eval.candidate = Some(candidate);
+        }
+        Choice::AtTarget(detail) => eval.outcome = Outcome::AtTarget { detail },
+        Choice::Nothing(reason) => eval.outcome = Outcome::NothingExecutable { reason },
+    }
+    Some(eval)
+}
+
+struct Ctx<'a> {
+    state: &'a State,
+    env: &'a Environment,
+    entity: &'a Entity,
+    now: TimestampMs,
+    artifacts: ArtifactLookup<'a>,
+}
+
+enum Choice {
+    Candidate(Candidate, Vec<ConstraintResult>),
+    AtTarget(String),
+    Nothing(String),
+}
+
+fn candidate_of_plan(plan: &Plan) -> Candidate {
+    Candidate {
+        kind: plan.kind.clone(),
+        from_version: plan.from_version.clone(),
+        to_version: plan.to_version.clone(),
+        to_config: plan.to_config.clone(),
+        secrets_revision: plan.secrets_revision,
+        reason: plan.reason.clone(),
+    }
+}
+
+/// SPEC P4: recall roll-offs first, then rollback after a failure, then the newest passing
+/// release of the channel with its config, then config, then secrets.
+fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
+    let entity = ctx.entity;
+    let state = ctx.state;
+    let current = entity.reported.version.clone();
+    let make = |kind: PlanKind, to: Option<Version>, reason: String| Candidate {
+        to_config: to.as_ref().map(|v| entity.config_for(v).to_string()),
+        kind,
+        from_version: current.clone(),
+        to_version: to,
+        secrets_revision: entity.secrets_revision,
+        reason,
+    };
+
+    if entity.marked_for_uninstall {
+        return match &current {
+            None => Choice::AtTarget("not installed (marked for uninstallation)".into()),
+            Some(_) => {
+                let checks = vec![uninstall_dependents(ctx)];
+                Choice::Candidate(
+                    make(PlanKind::Uninstall, None, "marked for uninstallation".into()),
+                    checks,
+                )
+            }
+        };
+    }
+
+    let channel = &entity.release_channel;
+    if let Some(cur) = &current {
+        if let Some(recall) = state.recall_covering(&entity.product_id, cur) {
+            let pick = pick_release(ctx, eval, |_| true);
+            return match pick {
+                Some((release, checks)) => Choice::Candidate(
+                    make(
+                        PlanKind::RecallRollOff,
+                        Some(release.version.clone()),
+                        format!(
+                            "{cur} is recalled ({}: {}); newest non-recalled {channel} release is {}",
+                            recall.id, recall.reason, release.version
+                        ),
+                    ),
+                    checks,
+                ),
+                None => Choice::Nothing(format!(
+                    "{cur} is recalled ({}) but channel {channel} has no release to roll off to",
+                    recall.id
+                )),
+            };
+        }
+    }
+
+    if let Some(failed) = state.rollback_needed(entity) {
+        let to = failed.from_version.clone();
+        return Choice::Candidate(
+            make(
+                PlanKind::Rollback {
+                    failed_plan: failed.id.clone(),
+                },
+                to.clone(),
+                format!(
+                    "plan {} failed; back to {}",
+                    failed.id,
+                    to.map_or("-".to_string(), |v| v.to_string())
+                ),
+            ),
+            Vec::new(),
+        );
+    }
+
+    let newest_any = state
+        .channel_releases_desc(&entity.product_id, channel)
+        .next()
+        .map(|r| r.version.clone());
+    match &current {
+        None => {
+            if newest_any.is_none() {
+                return Choice::Nothing(format!(
+                    "no release of {} in channel {channel}",
+                    entity.product_id
+                ));
+            }
+            if let Some((release, checks)) = pick_release(ctx, eval, |_| true) {
+                let reason = format!("newest {channel} release is {}", release.version);
+                return Choice::Candidate(
+                    make(PlanKind::Install, Some(release.version.clone()), reason),
+                    checks,
+                );
+            }
+            Choice::Nothing(format!("no installable release of {}", entity.product_id))
+        }
+        Some(cur) => {
+            let newer = newest_any.as_ref().is_some_and(|n| n > cur);
+            if newer {
+                if let Some((release, checks)) = pick_release(ctx, eval, |v| v > cur) {
+                    let reason = format!("newest passing {channel} release is {}", release.version);
+                    return Choice::Candidate(
+                        make(PlanKind::VersionChange, Some(release.version.clone()), reason),
+                        checks,
+                    );
+                }
+            }
+            let desired = entity.config_for(cur);
+            let desired_sha = crate::entity::config_sha256(desired);
+            if entity.reported.config_sha256.as_deref() != Some(desired_sha.as_str()) {
+                return Choice::Candidate(
+                    make(
+                        PlanKind::ConfigChange,
+                        Some(cur.clone()),
+                        "config overrides changed".into(),
+                    ),
+                    Vec::new(),
+                );
+            }
+            if entity.secrets_revision > entity.reported.secrets_revision {
+                return Choice::Candidate(
+                    make(
+                        PlanKind::SecretsChange,
+                        Some(cur.clone()),
+                        format!(
+                            "secrets revision {} > applied {}",
+                            entity.secrets_revision, entity.reported.secrets_revision
+                        ),
+                    ),
+                    Vec::new(),
+                );
+            }
+            Choice::AtTarget(format!("{cur}, config and secrets applied"))
+        }
+    }
+}
+
+/// Picks the newest release of the entity's channel (not recalled, admitted by `filter`) that
+/// passes every version-specific constraint. If none passes, returns the newest with its
+/// failed checks. `None` when no release is admitted at all.
+fn pick_release<'a>(
+    ctx: &Ctx<'a>,
+    eval: &mut Evaluation,
+    filter: impl Fn(&Version) -> bool,
+) -> Option<(&'a Release, Vec<ConstraintResult>)> {
+    let entity = ctx.entity;
+    let mut first: Option<(&'a Release, Vec<ConstraintResult>)> = None;
+    let mut skipped = Vec::new();
+    for release in ctx
+        .state
+        .channel_releases_desc(&entity.product_id, &entity.release_channel)
+        .filter(|r| ctx.state.recall_covering(&r.product_id, &r.version).is_none())
+        .filter(|r| filter(&r.version))
+        .take(MAX_VERSIONS_TRIED)
+    {
+        let checks = version_constraints(ctx, eval, release);
+        if checks.iter().all(|c| c.passed) {
+            eval.skipped.append(&mut skipped);
+            return Some((release, checks));
+        }
+        let why: Vec<String> = checks
+            .iter()
+            .filter(|c| !c.passed)
+            .map(|c| format!("{}: {}", c.constraint, c.reason))
+            .collect();
+        skipped.push(format!("{} skipped ({})", release.version, why.join("; ")));
+        if first.is_none() {
+            first = Some((release, checks));
+        }
+    }
+    first
+}
+
+/// Suppression, maintenance window and health: the constraints that do not depend on the
+/// target version.
+fn general_constraints(ctx: &Ctx<'_>, kind: &PlanKind) -> Vec<ConstraintResult> {
+    vec![
+        suppression_constraint(ctx, kind),
+        window_constraint(ctx, kind),
+        health_constraint(ctx, kind),
+    ]
+}
+
+/// SPEC C8, P10: manual suppressions always block; automatic ones let rollbacks through.
+fn suppression_constraint(ctx: &Ctx<'_>, kind: &PlanKind) -> ConstraintResult {
+    let rollback = matches!(kind, PlanKind::Rollback { .. });
+    let scopes = [
+        Scope::Entity(ctx.entity.id.0.clone()),
+        Scope::Environment(ctx.env.name.clone()),
+    ];
+    let mut blocking = Vec::new();
+    let mut passed_over = Vec::new();
+    let mut clear: Option<TimestampMs> = Some(i64::MIN);
+    for s in scopes
+        .iter()
+        .flat_map(|scope| ctx.state.suppressions_in(scope))
+        .filter(|s| s.active_at(ctx.now))
+    {
+        if rollback && s.source.is_automatic() {
+            passed_over.push(s.id.clone());
+            continue;
+        }
+        blocking.push(format!("{} {} on {}: {}", s.source.label(), s.id, s.scope, s.reason));
+        clear = match (clear, s.end_ms) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
+    }
+    if blocking.is_empty() {
+        let reason = if passed_over.is_empty() {
+            "no suppression in force".to_string()
+        } else {
+            format!(
+                "rollback passes automatic suppression {}",
+                passed_over.join(", ")
+            )
+        };
+        return ConstraintResult::pass(ConstraintKind::Suppression, reason);
+    }
+    let until = clear.map(|t| format!(" until {}", format_time(t))).unwrap_or_default();
+    ConstraintResult::fail(
+        ConstraintKind::Suppression,
+        format!("{}{until}", blocking.join("; ")),
+        clear,
+    )
+}
+
+/// SPEC C3–C6.
+fn window_constraint(ctx: &Ctx<'_>, kind: &PlanKind) -> ConstraintResult {
+    let c = ConstraintKind::MaintenanceWindow;
+    let settings = &ctx.env.settings;
+    if matches!(kind, PlanKind::RecallRollOff) && !settings.require_windows_for_recall_roll_offs {
+        return ConstraintResult::pass(c, "recall roll-offs ignore maintenance windows");
+    }
+    let overrides = ctx
+        .entity
+        .window_overrides
+        .iter()
+        .map(|o| ("entity", o))
+        .chain(ctx.env.window_overrides.iter().map(|o| ("environment", o)));
+    let mut next_override: Option<TimestampMs> = None;
+    for (level, o) in overrides {
+        if o.active_at(ctx.now) {
+            return ConstraintResult::pass(
+                c,
+                format!(
+                    "{level} override {} until {} ({})",
+                    o.id,
+                    format_time(o.end_ms),
+                    o.reason
+                ),
+            );
+        }
+        if o.start_ms > ctx.now {
+            next_override = Some(next_override.map_or(o.start_ms, |t| t.min(o.start_ms)));
+        }
+    }
+    let product_window = ctx
+        .state
+        .product(&ctx.entity.product_id)
+        .and_then(|p| p.maintenance_window.as_ref())
+        .filter(|_| !settings.override_product_maintenance_windows);
+    let (source, window) = if let Some(w) = product_window {
+        ("product", w)
+    } else if let Some(w) = &ctx.entity.maintenance_window {
+        ("entity", w)
+    } else if let Some(w) = &settings.maintenance_window {
+        ("environment", w)
+    } else {
+        return ConstraintResult::pass(c, "no maintenance window applies");
+    };
+    if window.is_open(ctx.now) {
+        return ConstraintResult::pass(c, format!("{source} window {window} is open"));
+    }
+    let opens = window.next_open(ctx.now);
+    let clear = match (opens, next_override) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let when = opens
+        .map(|t| format!("; next opening {}", format_time(t)))
+        .unwrap_or_default();
+    ConstraintResult::fail(c, format!("outside {source} window {window}{when}"), clear)
+}
+
+/// SPEC C10: an entity in error is not changed by ordinary plans.
+fn health_constraint(ctx: &Ctx<'_>, kind: &PlanKind) -> ConstraintResult {
+    let c = ConstraintKind::Health;
+    if matches!(
+        kind,
+        PlanKind::Rollback { .. } | PlanKind::RecallRollOff | PlanKind::Uninstall
+    ) {
+        return ConstraintResult::pass(c, format!("{} is not held back by health", kind.label()));
+    }
+    match ctx.entity.reported.health {
+        Health::Error => ConstraintResult::fail(
+            c,
+            format!("entity reported in error: {}", ctx.entity.reported.message),
+            None,
+        ),
+        h => ConstraintResult::pass(c, format!("reported {}", h.as_str())),
+    }
+}
+
+/// Product dependencies (both directions) and artifacts of one target release.
+fn version_constraints(
+    ctx: &Ctx<'_>,
+    eval: &mut Evaluation,
+    release: &Release,
+) -> Vec<ConstraintResult> {
+    vec![
+        dependencies_constraint(ctx, eval, release),
+        dependents_constraint(ctx, &release.version),
+        artifacts_constraint(ctx, eval, release),
+    ]
+}
+
+/// SPEC C7: the target's dependencies, as satisfied by entities sharing a dependency group.
+fn dependencies_constraint(
+    ctx: &Ctx<'_>,
+    eval: &mut Evaluation,
+    release: &Release,
+) -> ConstraintResult {
+    let c = ConstraintKind::ProductDependencies;
+    let entity = ctx.entity;
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for dep in &release.dependencies {
+        if entity.ignored_dependencies.contains(&dep.product_id) {
+            continue;
+        }
+        checked += 1;
+        let providers: Vec<&Entity> = ctx
+            .state
+            .entities_of_product(&entity.environment, &dep.product_id)
+            .filter(|other| other.id != entity.id && other.shares_group_with(entity))
+            .collect();
+        if providers.is_empty() {
+            if !dep.optional {
+                problems.push(format!("requires {dep}: no entity of it shares a dependency group"));
+                eval.waits_on_products.push(dep.product_id.clone());
+            }
+            continue;
+        }
+        for p in providers {
+            match &p.reported.version {
+                None => {
+                    problems.push(format!("requires {dep}: {} is not installed", p.id));
+                    eval.waits_on_products.push(dep.product_id.clone());
+                }
+                Some(v) if !dep.admits(v) => {
+                    problems.push(format!("requires {dep}: {} runs {v}", p.id));
+                    eval.waits_on_products.push(dep.product_id.clone());
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    if problems.is_empty() {
+        ConstraintResult::pass(c, format!("{checked} dependencies satisfied"))
+    } else {
+        ConstraintResult::fail(c, problems.join("; "), None)
+    }
+}
+
+/// SPEC C7: every entity whose deployed release depends on this product accepts `target`.
+fn dependents_constraint(ctx: &Ctx<'_>, target: &Version) -> ConstraintResult {
+    let c = ConstraintKind::Dependents;
+    let entity = ctx.entity;
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for (dependent, dep) in ctx.state.dependents_of(entity) {
+        checked += 1;
+        if !dep.admits(target) {
+            let v = dependent
+                .reported
+                .version
+                .as_ref()
+                .map_or("-".to_string(), |v| v.to_string());
+            problems.push(format!("{} at {v} requires {dep}", dependent.id));
+        }
+    }
+    if problems.is_empty() {
+        ConstraintResult::pass(c, format!("{checked} dependents accept {target}"))
+    } else {
+        ConstraintResult::fail(c, problems.join("; "), None)
+    }
+}
+
+/// SPEC M11: an uninstall must not leave a dependent without its (non-optional) dependency.
+fn uninstall_dependents(ctx: &Ctx<'_>) -> ConstraintResult {
+    let c = ConstraintKind::Dependents;
+    let needed: Vec<String> = ctx
+        .state
+        .dependents_of(ctx.entity)
+        .filter(|(_, dep)| !dep.optional)
+        .map(|(d, dep)| format!("{} requires {dep}", d.id))
+        .collect();
+    if needed.is_empty() {
+        ConstraintResult::pass(c, "no entity depends on it")
+    } else {
+        ConstraintResult::fail(c, needed.join("; "), None)
+    }
+}
+
+/// SPEC C9.
+fn artifacts_constraint(
+    ctx: &Ctx<'_>,
+    eval: &mut Evaluation,
+    release: &Release,
+) -> ConstraintResult {
+    let c = ConstraintKind::Artifacts;
+    let mut available = 0;
+    let mut unchecked = Vec::new();
+    let mut problems = Vec::new();
+    let mut pending = Vec::new();
+    for artifact in &release.artifacts {
+        match resolve(&artifact.uri, &ctx.env.settings.registries) {
+            Resolution::Unchecked { reason } => unchecked.push(format!("{}: {reason}", artifact.uri)),
+            Resolution::Check { location, .. } => {
+                let status = (ctx.artifacts)(&location);
+                if !eval.artifact_locations.contains(&location) {
+                    eval.artifact_locations.push(location);
+                }
+                match status {
+                    Some(Availability::Available) => available += 1,
+                    Some(Availability::Unchecked { reason }) => {
+                        unchecked.push(format!("{}: {reason}", artifact.uri))
+                    }
+                    Some(Availability::Unavailable { reason }) => {
+                        problems.push(format!("{} unavailable: {reason}", artifact.uri))
+                    }
+                    None => pending.push(artifact.uri.clone()),
+                }
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return ConstraintResult::fail(c, problems.join("; "), None);
+    }
+    if !pending.is_empty() {
+        return ConstraintResult::fail(
+            c,
+            format!("availability not checked yet: {}", pending.join(", ")),
+            None,
+        );
+    }
+    let mut reason = format!("{available} available");
+    if !unchecked.is_empty() {
+        reason.push_str(&format!(", {} unchecked ({})", unchecked.len(), unchecked.join("; ")));
+    }
+    ConstraintResult::pass(c, reason)
+}

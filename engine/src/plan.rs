@@ -1,0 +1,327 @@
+//! Plans: the unit of work the hub issues to an agent, and its lifecycle (SPEC P1, P6, P7).
+
+use std::fmt;
+
+use semver::Version;
+use serde::{Deserialize, Serialize};
+
+use crate::release::Artifact;
+use crate::TimestampMs;
+
+/// Most agent output kept per plan; older output is cut from the front.
+pub const MAX_PLAN_OUTPUT: usize = 64 * 1024;
+
+/// Finished plans kept per entity; older ones are forgotten.
+pub const FINISHED_PLANS_KEPT: usize = 20;
+
+/// A break-glass command (SPEC P1, C2): bypasses every plan constraint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EmergencyCommand {
+    /// Install `version` (with its config overrides).
+    Install {
+        /// The release to install.
+        version: Version,
+    },
+    /// Remove the product.
+    Uninstall,
+    /// Re-apply the entity's config overrides for its current version.
+    EnforceConfig,
+    /// Move to `version` with its config overrides.
+    EnforceConfigAndVersion {
+        /// The release to move to.
+        version: Version,
+    },
+    /// Restart the workload as it is.
+    Restart,
+}
+
+impl EmergencyCommand {
+    /// A short name for tables and the CLI.
+    pub fn label(&self) -> &'static str {
+        match self {
+            EmergencyCommand::Install { .. } => "install",
+            EmergencyCommand::Uninstall => "uninstall",
+            EmergencyCommand::EnforceConfig => "enforce-config",
+            EmergencyCommand::EnforceConfigAndVersion { .. } => "enforce-config-and-version",
+            EmergencyCommand::Restart => "restart",
+        }
+    }
+}
+
+/// What a plan does (SPEC P1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PlanKind {
+    /// First installation of the product.
+    Install,
+    /// Same version, new config overrides.
+    ConfigChange,
+    /// Upgrade or downgrade; the version's config overrides travel with it.
+    VersionChange,
+    /// Remove the product.
+    Uninstall,
+    /// New secret values.
+    SecretsChange,
+    /// Back to the version and config before a failed plan (SPEC P10).
+    Rollback {
+        /// The failed plan being undone.
+        failed_plan: String,
+    },
+    /// Off a recalled release (SPEC P4, C6).
+    RecallRollOff,
+    /// A break-glass command (SPEC P1, C2).
+    Command {
+        /// Which command.
+        command: EmergencyCommand,
+        /// Who issued it.
+        actor: String,
+    },
+}
+
+impl PlanKind {
+    /// A short name for tables and the CLI.
+    pub fn label(&self) -> &'static str {
+        match self {
+            PlanKind::Install => "install",
+            PlanKind::ConfigChange => "config-change",
+            PlanKind::VersionChange => "version-change",
+            PlanKind::Uninstall => "uninstall",
+            PlanKind::SecretsChange => "secrets-change",
+            PlanKind::Rollback { .. } => "rollback",
+            PlanKind::RecallRollOff => "recall-roll-off",
+            PlanKind::Command { .. } => "command",
+        }
+    }
+
+    /// Whether this is a break-glass command.
+    pub fn is_command(&self) -> bool {
+        matches!(self, PlanKind::Command { .. })
+    }
+
+    /// The tasks an agent runs for this kind, in order.
+    pub fn task_names(&self) -> &'static [&'static str] {
+        match self {
+            PlanKind::Install
+            | PlanKind::VersionChange
+            | PlanKind::Rollback { .. }
+            | PlanKind::RecallRollOff => &["fetch", "verify", "configure", "start", "readiness"],
+            PlanKind::ConfigChange | PlanKind::SecretsChange => {
+                &["configure", "start", "readiness"]
+            }
+            PlanKind::Uninstall => &["stop", "remove"],
+            PlanKind::Command { command, .. } => match command {
+                EmergencyCommand::Install { .. } | EmergencyCommand::EnforceConfigAndVersion { .. } => {
+                    &["fetch", "verify", "configure", "start", "readiness"]
+                }
+                EmergencyCommand::EnforceConfig => &["configure", "start", "readiness"],
+                EmergencyCommand::Uninstall => &["stop", "remove"],
+                EmergencyCommand::Restart => &["start", "readiness"],
+            },
+        }
+    }
+}
+
+/// A plan's state (SPEC P7). `candidate` and `blocked` are states of the evaluation and live in
+/// the entity's Activity; a plan record exists from the moment it is issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum PlanStatus {
+    /// Committed and visible to the agent.
+    Issued,
+    /// The agent reported a task started.
+    Running,
+    /// Every task succeeded.
+    Succeeded,
+    /// A task failed.
+    Failed,
+    /// Cancelled by an operator or superseded by a command.
+    Cancelled,
+}
+
+impl PlanStatus {
+    /// Issued or running.
+    pub fn is_active(self) -> bool {
+        matches!(self, PlanStatus::Issued | PlanStatus::Running)
+    }
+
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlanStatus::Issued => "issued",
+            PlanStatus::Running => "running",
+            PlanStatus::Succeeded => "succeeded",
+            PlanStatus::Failed => "failed",
+            PlanStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for PlanStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A task's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TaskState {
+    /// Not started.
+    Pending,
+    /// Started.
+    Running,
+    /// Finished well.
+    Succeeded,
+    /// Finished badly; the plan fails.
+    Failed,
+}
+
+impl TaskState {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Running => "running",
+            TaskState::Succeeded => "succeeded",
+            TaskState::Failed => "failed",
+        }
+    }
+
+    /// Parses a lower-case name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => TaskState::Pending,
+            "running" => TaskState::Running,
+            "succeeded" => TaskState::Succeeded,
+            "failed" => TaskState::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    /// `fetch`, `configure`, ...
+    pub name: String,
+    /// Where it is.
+    pub state: TaskState,
+    /// The agent's attempt number for the last accepted report.
+    pub attempt: u32,
+    /// When it started (entry time of the report).
+    pub started_ms: Option<TimestampMs>,
+    /// When it ended.
+    pub ended_ms: Option<TimestampMs>,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+/// What an operator needs to tell which stage failed (SPEC P6).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureMetadata {
+    /// `fetch`, `verify`, `configure`, `start`, `readiness`, ...
+    pub stage: String,
+    /// One line.
+    pub message: String,
+    /// Resources that never became ready.
+    pub not_ready: Vec<String>,
+    /// Validation errors.
+    pub validation_errors: Vec<String>,
+}
+
+/// A plan record (SPEC P6).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// `p-<index>-<n>`: assigned on apply, so replaying the log yields the same ids.
+    pub id: String,
+    /// The entity it changes.
+    pub entity: String,
+    /// The entity's environment.
+    pub environment: String,
+    /// What it does.
+    pub kind: PlanKind,
+    /// Version before (as reported).
+    pub from_version: Option<Version>,
+    /// Version after; `None` for uninstall.
+    pub to_version: Option<Version>,
+    /// SHA-256 of the config before (as reported).
+    pub from_config_sha256: Option<String>,
+    /// The rendered config overrides to apply (YAML text).
+    pub to_config: Option<String>,
+    /// The entity's secrets revision the plan carries (values are sent to the agent on fetch,
+    /// never stored in the plan).
+    pub secrets_revision: u64,
+    /// The target release's artifacts.
+    pub artifacts: Vec<Artifact>,
+    /// Why it was issued (for Activity and `plan get`).
+    pub reason: String,
+    /// Tasks in order.
+    pub tasks: Vec<Task>,
+    /// The agent's output (bounded by [`MAX_PLAN_OUTPUT`]).
+    pub output: String,
+    /// Set when it failed.
+    pub failure: Option<FailureMetadata>,
+    /// When its candidate was first seen (blocked since), or when issued.
+    pub created_ms: TimestampMs,
+    /// When it was committed.
+    pub issued_ms: TimestampMs,
+    /// The first task report.
+    pub started_ms: Option<TimestampMs>,
+    /// When it reached a final status.
+    pub ended_ms: Option<TimestampMs>,
+    /// Where it is (SPEC P7).
+    pub status: PlanStatus,
+    /// Why it was cancelled.
+    pub cancel_reason: Option<String>,
+    /// The log index it was issued at.
+    pub issued_index: u64,
+}
+
+impl Plan {
+    /// Tasks for `kind`, all pending.
+    pub fn tasks_for(kind: &PlanKind) -> Vec<Task> {
+        kind.task_names()
+            .iter()
+            .map(|name| Task {
+                name: (*name).to_string(),
+                state: TaskState::Pending,
+                attempt: 0,
+                started_ms: None,
+                ended_ms: None,
+                error: None,
+            })
+            .collect()
+    }
+
+    /// Appends agent output, keeping the newest [`MAX_PLAN_OUTPUT`] bytes.
+    pub fn append_output(&mut self, more: &str) {
+        self.output.push_str(more);
+        if self.output.len() > MAX_PLAN_OUTPUT {
+            let mut cut = self.output.len() - MAX_PLAN_OUTPUT;
+            while !self.output.is_char_boundary(cut) {
+                cut += 1;
+            }
+            self.output.drain(..cut);
+        }
+    }
+
+    /// Whether this plan changes the deployed version.
+    pub fn changes_version(&self) -> bool {
+        self.to_version.is_some() && self.to_version != self.from_version
+    }
+}
+
+/// An agent's report about one task of one plan. Idempotent: a report whose `(attempt, state)`
+/// is not newer than what the task already has changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskReport {
+    /// The plan.
+    pub plan_id: String,
+    /// The task name.
+    pub task: String,
+    /// The agent's attempt number (starts at 1).
+    pub attempt: u32,
+    /// The new state (running, succeeded or failed).
+    pub state: TaskState,
+    /// Output to append.
+    pub output: String,
+    /// On failure: what failed.
+    pub failure: Option<FailureMetadata>,
+}
