@@ -32,6 +32,22 @@ pub fn command_status(e: &CommandError) -> Status {
     }
 }
 
+/// Parses a submitted command. Agent reports and leader-only decisions are refused here:
+/// they have their own API ([`crate::agent_api`]) or are the leader's alone.
+pub fn parse_submitted(json: &str) -> Result<Command, Status> {
+    let command: Command = serde_json::from_str(json)
+        .map_err(|e| Status::invalid_argument(format!("bad command: {e}")))?;
+    match command {
+        Command::Evaluate { .. } | Command::ExpireSuppressions => Err(Status::permission_denied(
+            "evaluations are proposed by the leader only",
+        )),
+        Command::ReportEntityStates { .. } | Command::ReportTask { .. } => Err(
+            Status::permission_denied("agent reports go through the Agent API"),
+        ),
+        other => Ok(other),
+    }
+}
+
 fn stale(read: &Option<ReadOptions>) -> bool {
     read.as_ref().map(|r| r.stale).unwrap_or(false)
 }
@@ -402,6 +418,35 @@ impl Hub for HubService {
             .propose_as_leader(&r.command)
             .await
             .map(Response::new)
+    }
+
+    async fn submit(&self, req: Request<SubmitRequest>) -> Result<Response<WriteReply>, Status> {
+        let r = req.into_inner();
+        let command = parse_submitted(&r.command_json)?;
+        let reply = self.node.propose(command, opt(r.request_id)).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn query(&self, req: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
+        let r = req.into_inner();
+        let query: crate::query::Query = serde_json::from_str(&r.query_json)
+            .map_err(|e| Status::invalid_argument(format!("bad query: {e}")))?;
+        self.node.read_barrier(stale(&r.read)).await?;
+        let s = self.node.state.read();
+        let value = crate::query::answer(
+            &s.state,
+            &query,
+            crate::node::now_ms(),
+            Some(&self.node.artifacts),
+        )
+        .map_err(|e| match e {
+            crate::query::QueryError::Bad(m) => Status::invalid_argument(m),
+            crate::query::QueryError::NotFound(m) => Status::not_found(m),
+        })?;
+        Ok(Response::new(QueryReply {
+            json: value.to_string(),
+            applied_index: s.applied_index(),
+        }))
     }
 
     async fn read_index(

@@ -3,14 +3,22 @@
 //! - [`node`]: one node — Raft on the RocksDB store, propose / read / membership operations.
 //! - [`network`] and [`raft_service`]: the Raft transport over tonic, client and server.
 //! - [`api`]: the client API any node serves; followers forward writes to the leader.
+//! - [`agent_api`]: the API agents use: reports, and long-polled plan fetches.
+//! - [`orchestrator`]: the leader's loop that evaluates entities and issues plans.
+//! - [`artifacts`]: the leader's background artifact-existence checks (SPEC C9).
+//! - [`query`]: read-only JSON views of the orchestration state.
 //! - [`peers`]: reusable gRPC channels to other nodes.
 //! - [`client`]: the failover client `hubctl` and tools use.
 //! - [`cli`]: `hubctl`'s commands.
 
+pub mod agent_api;
 pub mod api;
+pub mod artifacts;
 pub mod cli;
 pub mod client;
 pub mod network;
+pub mod orchestrator;
+pub mod query;
 pub mod node;
 pub mod peers;
 pub mod raft_service;

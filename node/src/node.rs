@@ -69,6 +69,8 @@ pub struct HubNode {
     pub peers: Arc<PeerPool>,
     /// Deadline for writes and linearizable reads.
     pub request_timeout: Duration,
+    /// Artifact-existence checks (used by the leader's orchestrator and `explain`).
+    pub artifacts: crate::artifacts::ArtifactChecker,
 }
 
 /// Wall-clock milliseconds, stamped on proposals by the leader.
@@ -145,6 +147,11 @@ impl HubNode {
             sm,
             peers,
             request_timeout: cfg.request_timeout,
+            artifacts: crate::artifacts::ArtifactChecker::new(
+                Duration::from_secs(60),
+                Duration::from_secs(5),
+                16,
+            ),
         }))
     }
 
@@ -256,6 +263,7 @@ impl HubNode {
             Err(_) => Attempt::Done(Err(no_quorum(self.request_timeout))),
             Ok(Ok(resp)) => Attempt::Done(match resp.data.result {
                 Ok(output) => Ok(WriteReply {
+                    output_json: serde_json::to_string(&output).unwrap_or_default(),
                     index: resp.log_id.index,
                     leader_id: self.id,
                     result: output.summary(),

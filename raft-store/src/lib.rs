@@ -23,5 +23,5 @@ mod types;
 pub use db::{open, NodeIdentity, Store};
 pub use error::StoreError;
 pub use log_store::LogStore;
-pub use state_machine::{AppliedState, SharedState, StateMachine};
+pub use state_machine::{AppliedState, SharedState, StateEvent, StateMachine};
 pub use types::*;

@@ -6,7 +6,7 @@ use std::io::{self, Cursor};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use futures::{Stream, StreamExt};
-use hub_engine::{CommandOutput, Record, State};
+use hub_engine::{CommandOutput, Record, State, Trigger};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, RaftSnapshotBuilder};
 use rocksdb::{WriteBatch, WriteOptions};
@@ -75,12 +75,31 @@ impl SharedState {
     }
 }
 
+/// What the state machine tells the node after applying (for the leader's loops and
+/// long-polls). Lossy by design: a receiver that lags re-reads the whole state.
+#[derive(Debug, Clone)]
+pub enum StateEvent {
+    /// Entries up to `index` were applied; `triggers` are what may change decisions.
+    Applied {
+        /// The last applied index.
+        index: u64,
+        /// The triggers of the applied commands, in order.
+        triggers: Arc<Vec<Trigger>>,
+    },
+    /// The whole state was replaced by a snapshot.
+    Replaced,
+}
+
+/// Events buffered per subscriber before it is considered lagging.
+const EVENT_BUFFER: usize = 4096;
+
 /// openraft's state machine for the hub. Cheap to clone.
 #[derive(Clone)]
 pub struct StateMachine {
     store: Store,
     shared: SharedState,
     current_snapshot: Arc<RwLock<Option<SnapshotMeta>>>,
+    events: tokio::sync::broadcast::Sender<StateEvent>,
 }
 
 fn corrupt(what: &str) -> impl FnOnce(codec::CodecError) -> StoreError + '_ {
@@ -122,7 +141,13 @@ impl StateMachine {
             store,
             shared: SharedState(Arc::new(RwLock::new(applied)), Default::default()),
             current_snapshot: Arc::new(RwLock::new(current)),
+            events: tokio::sync::broadcast::channel(EVENT_BUFFER).0,
         })
+    }
+
+    /// Subscribes to apply events (see [`StateEvent`]).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<StateEvent> {
+        self.events.subscribe()
     }
 
     /// A read handle on the applied state.
@@ -163,6 +188,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut responders = Vec::new();
         let mut changed = BTreeSet::new();
+        let mut triggers = Vec::new();
         let db = &self.store.db;
         let cf_sm = db.cf_handle(CF_SM).expect("column family created at open");
         let cf_meta = db
@@ -190,6 +216,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     EntryPayload::Normal(req) => {
                         let out = applied.state.apply(req, index);
                         changed.extend(out.changed);
+                        triggers.extend(out.triggers);
                         out.result
                     }
                     EntryPayload::Membership(m) => {
@@ -218,6 +245,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Not synced: the log holds every applied entry durably, and one WAL orders this
         // batch after them, so a crash loses at most a suffix that is re-applied on start.
         db.write(batch).map_err(io_err)?;
+        let index = self.shared.read().applied_index();
+        // No subscriber (a follower) is fine: the event is dropped.
+        let _ = self.events.send(StateEvent::Applied {
+            index,
+            triggers: Arc::new(triggers),
+        });
         for (responder, response) in responders {
             responder.send(response);
         }
@@ -276,6 +309,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .map_err(io_err)?;
         self.set_snapshot_meta(meta.clone());
         tracing::info!(last_log_id = ?meta.last_log_id, bytes = bytes.len(), "installed snapshot");
+        let _ = self.events.send(StateEvent::Replaced);
         Ok(())
     }
 

@@ -10,6 +10,7 @@ use hub_node::api::HubService;
 use hub_node::node::{HubNode, NodeConfig};
 use hub_node::peers::MAX_MESSAGE_BYTES;
 use hub_node::raft_service::RaftService;
+use hub_proto::agent_server::AgentServer;
 use hub_proto::hub_server::HubServer;
 use hub_proto::raft_server::RaftServer;
 use tokio::net::TcpListener;
@@ -132,6 +133,11 @@ async fn main() -> anyhow::Result<()> {
     let hub_svc = HubServer::new(HubService { node: node.clone() })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let agent_svc = AgentServer::new(hub_node::agent_api::AgentService { node: node.clone() })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // The leader-only orchestration loop: idle on followers.
+    let _orchestrator = hub_node::orchestrator::spawn(node.clone());
 
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -146,6 +152,7 @@ async fn main() -> anyhow::Result<()> {
         .tcp_nodelay(true)
         .add_service(raft_svc)
         .add_service(hub_svc)
+        .add_service(agent_svc)
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(listener),
             shutdown,

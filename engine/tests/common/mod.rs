@@ -1,0 +1,411 @@
+//! Shared helpers for the orchestration and property tests: a [`Hub`] that applies commands
+//! through the public API (checking determinism and persistence on every apply), builders for
+//! environments, products, releases and entities, a leader step and an agent.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use hub_engine::artifact::{ArtifactLocation, Availability};
+use hub_engine::command::{EntityReport, EnvironmentSettingsPatch, EntitySettingsPatch, WindowSpec};
+use hub_engine::entity::Health;
+use hub_engine::evaluate::{evaluate, Evaluation};
+use hub_engine::plan::{FailureMetadata, Plan, PlanStatus, TaskReport, TaskState};
+use hub_engine::suppression::Scope;
+use hub_engine::{Applied, Command, CommandError, CommandOutput, EntityId, EntityKind, Record, RecordKey, Request, State, TimestampMs};
+use semver::Version;
+
+/// Monday 2026-11-30T00:00:00Z.
+pub const T0: TimestampMs = 1_795_996_800_000;
+pub const MINUTE: TimestampMs = 60_000;
+pub const HOUR: TimestampMs = 3_600_000;
+pub const DAY: TimestampMs = 24 * HOUR;
+
+pub const SHA: &str = "3f7a9c0d5e1b2a4c6d8e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c";
+
+pub fn v(s: &str) -> Version {
+    Version::parse(s).unwrap()
+}
+
+/// `eid:<env>:helmChart:<name>`.
+pub fn helm_id(env: &str, name: &str) -> String {
+    EntityId::new(env, EntityKind::HelmChart, name).0
+}
+
+/// A product dependency for [`manifest`]: `(product id, minimum, maximum, optional)`.
+pub type Dep<'a> = (&'a str, &'a str, &'a str, bool);
+
+/// A release manifest with one relative artifact `<name>/<name>-<version>.tgz`.
+pub fn manifest(product: &str, version: &str, deps: &[Dep<'_>]) -> String {
+    let (group, name) = product.split_once(':').unwrap();
+    let mut m = format!(
+        "product-group: {group}\nproduct-name: {name}\nproduct-version: {version}\nartifacts:\n  - uri: {name}/{name}-{version}.tgz\n    sha256: {SHA}\n"
+    );
+    if !deps.is_empty() {
+        m.push_str("extensions:\n  product-dependencies:\n");
+        for (id, min, max, optional) in deps {
+            let (g, n) = id.split_once(':').unwrap();
+            m.push_str(&format!(
+                "    - {{product-group: {g}, product-name: {n}, minimum-version: {min}, maximum-version: {max}, optional: {optional}}}\n"
+            ));
+        }
+    }
+    m
+}
+
+pub fn window(spec: &str) -> WindowSpec {
+    WindowSpec {
+        spec: spec.into(),
+        time_zone: "UTC".into(),
+    }
+}
+
+/// The commands applied to a hub, and every check that runs after each one.
+pub struct Hub {
+    pub state: State,
+    /// The same log applied to a second state: every apply must give the same result.
+    twin: State,
+    /// What storage would hold if it persisted exactly `Applied.changed`.
+    store: BTreeMap<RecordKey, Record>,
+    pub index: u64,
+    pub now: TimestampMs,
+    /// What the leader's artifact checker has observed.
+    pub artifacts: BTreeMap<ArtifactLocation, Availability>,
+    /// Every request applied, in order, with its index.
+    pub log: Vec<(Request, u64)>,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Hub {
+    pub fn new() -> Self {
+        Hub {
+            state: State::new(),
+            twin: State::new(),
+            store: BTreeMap::new(),
+            index: 0,
+            now: T0,
+            artifacts: BTreeMap::new(),
+            log: Vec::new(),
+        }
+    }
+
+    /// Applies `command` at the hub's time and checks: the twin state gives the same result;
+    /// a refused command changes nothing; storage that persists exactly the changed keys
+    /// rebuilds a state equal to this one (derived indexes included).
+    pub fn apply(&mut self, command: Command) -> Applied {
+        self.index += 1;
+        let req = Request {
+            command,
+            time_ms: self.now,
+            request_id: None,
+        };
+        let before = self.state.digest();
+        let applied = self.state.apply(&req, self.index);
+        let twin = self.twin.apply(&req, self.index);
+        assert_eq!(applied, twin, "determinism: {req}");
+        if applied.result.is_err() {
+            assert!(applied.changed.is_empty(), "refused {req} changed {:?}", applied.changed);
+            assert_eq!(before, self.state.digest(), "refused {req} changed the state");
+        }
+        for key in &applied.changed {
+            match self.state.record(key) {
+                Some(r) => self.store.insert(key.clone(), r),
+                None => self.store.remove(key),
+            };
+        }
+        let rebuilt = State::from_records(self.store.values().cloned());
+        assert!(rebuilt == self.state, "persisted changed keys do not rebuild the state after {req}");
+        let from_all = State::from_records(self.state.records());
+        assert!(from_all == self.state, "from_records(records()) differs after {req}");
+        assert_eq!(self.state.digest(), self.twin.digest());
+        self.log.push((req, self.index));
+        applied
+    }
+
+    /// Applies a command that must succeed.
+    pub fn ok(&mut self, command: Command) -> CommandOutput {
+        let kind = command.kind();
+        match self.apply(command).result {
+            Ok(out) => out,
+            Err(e) => panic!("{kind} refused: {e}"),
+        }
+    }
+
+    /// Applies a command that must be refused, and checks it changed nothing.
+    pub fn err(&mut self, command: Command) -> CommandError {
+        let digest = self.state.digest();
+        let snapshot = self.state.clone();
+        let kind = command.kind();
+        let applied = self.apply(command);
+        assert!(applied.changed.is_empty());
+        assert_eq!(self.state.digest(), digest);
+        assert!(self.state == snapshot);
+        match applied.result {
+            Ok(out) => panic!("{kind} accepted: {out:?}"),
+            Err(e) => e,
+        }
+    }
+
+    pub fn advance(&mut self, ms: TimestampMs) {
+        self.now += ms;
+    }
+
+    pub fn set_time(&mut self, t: TimestampMs) {
+        self.now = t;
+    }
+
+    // ---- builders ----
+
+    pub fn env(&mut self, name: &str) {
+        self.ok(Command::CreateEnvironment {
+            name: name.into(),
+            description: String::new(),
+        });
+    }
+
+    pub fn env_settings(&mut self, env: &str, patch: EnvironmentSettingsPatch) {
+        self.ok(Command::SetEnvironmentSettings {
+            environment: env.into(),
+            patch,
+        });
+    }
+
+    pub fn entity_settings(&mut self, entity: &str, patch: EntitySettingsPatch) {
+        self.ok(Command::SetEntitySettings {
+            entity: entity.into(),
+            patch,
+        });
+    }
+
+    pub fn product(&mut self, id: &str) {
+        self.ok(Command::CreateProduct {
+            product_id: id.into(),
+            description: String::new(),
+        });
+    }
+
+    pub fn publish(&mut self, product: &str, version: &str, deps: &[Dep<'_>]) {
+        self.ok(Command::PublishRelease {
+            manifest: manifest(product, version, deps),
+        });
+    }
+
+    /// A helm chart entity (namespace = name) on the default channel.
+    pub fn helm(&mut self, env: &str, name: &str, product: &str) -> String {
+        self.helm_on(env, name, product, None)
+    }
+
+    pub fn helm_on(&mut self, env: &str, name: &str, product: &str, channel: Option<&str>) -> String {
+        match self.ok(Command::CreateEntity {
+            environment: env.into(),
+            kind: EntityKind::HelmChart,
+            name: name.into(),
+            product_id: product.into(),
+            k8s_namespace: Some(name.into()),
+            account_id: None,
+            release_channel: channel.map(str::to_string),
+        }) {
+            CommandOutput::EntityCreated(id) => id,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// The agent reports what `entity` runs.
+    pub fn report(&mut self, entity: &str, version: Option<&str>, health: Health) -> Applied {
+        let env = self.state.entity(entity).unwrap().environment.clone();
+        let config = version.map(|ver| {
+            let e = self.state.entity(entity).unwrap();
+            hub_engine::entity::config_sha256(e.config_for(&v(ver)))
+        });
+        let applied = self.apply(Command::ReportEntityStates {
+            environment: env,
+            states: vec![EntityReport {
+                entity: entity.into(),
+                version: version.map(v),
+                health,
+                config_sha256: config,
+                secrets_revision: None,
+                message: if health == Health::Error { "crash loop".into() } else { String::new() },
+            }],
+        });
+        applied.result.as_ref().expect("report refused");
+        applied
+    }
+
+    pub fn installed(&mut self, entity: &str, version: &str) {
+        self.report(entity, Some(version), Health::Healthy);
+    }
+
+    pub fn suppress(&mut self, scope: Scope, until: TimestampMs) -> String {
+        match self.ok(Command::CreateSuppression {
+            scope,
+            start_ms: None,
+            end_ms: until,
+            reason: "manual change".into(),
+            cancel_active_plans: false,
+            actor: "alice".into(),
+        }) {
+            CommandOutput::Changed { id, .. } => id,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    // ---- the leader ----
+
+    fn lookup(&self) -> impl Fn(&ArtifactLocation) -> Option<Availability> + '_ {
+        |l: &ArtifactLocation| self.artifacts.get(l).cloned()
+    }
+
+    /// What the leader sees for `entity` now.
+    pub fn eval(&self, entity: &str) -> Evaluation {
+        self.eval_at(entity, self.now)
+    }
+
+    pub fn eval_at(&self, entity: &str, t: TimestampMs) -> Evaluation {
+        let lookup = self.lookup();
+        let e = evaluate(&self.state, entity, t, &lookup).expect("entity exists");
+        let again = evaluate(&self.state, entity, t, &lookup).expect("entity exists");
+        assert_eq!(e, again, "evaluate is a pure function");
+        e
+    }
+
+    /// A leader step: evaluates every entity and proposes one `Evaluate` with the artifact
+    /// statuses it observed. Returns the issued plan ids.
+    pub fn step(&mut self) -> Vec<String> {
+        let ids: Vec<String> = self.state.entities().map(|e| e.id.0.clone()).collect();
+        self.step_entities(&ids)
+    }
+
+    pub fn step_entities(&mut self, ids: &[String]) -> Vec<String> {
+        let mut observed: Vec<(ArtifactLocation, Availability)> = Vec::new();
+        for id in ids {
+            for l in self.eval(id).artifact_locations {
+                if let Some(a) = self.artifacts.get(&l) {
+                    if !observed.iter().any(|(o, _)| *o == l) {
+                        observed.push((l, a.clone()));
+                    }
+                }
+            }
+        }
+        match self.ok(Command::Evaluate {
+            entities: ids.to_vec(),
+            artifacts: observed,
+        }) {
+            CommandOutput::Evaluated { issued } => issued,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// A leader step for one entity; its issued plan, if any.
+    pub fn step_one(&mut self, id: &str) -> Option<Plan> {
+        let issued = self.step_entities(&[id.to_string()]);
+        assert!(issued.len() <= 1);
+        issued.first().map(|p| self.plan(p))
+    }
+
+    // ---- the agent ----
+
+    pub fn plan(&self, id: &str) -> Plan {
+        self.state.plan(id).cloned().unwrap_or_else(|| panic!("no plan {id}"))
+    }
+
+    pub fn active(&self, entity: &str) -> Option<Plan> {
+        self.state.active_plan_of(entity).cloned()
+    }
+
+    pub fn task(&mut self, plan_id: &str, task: &str, attempt: u32, state: TaskState, output: &str) -> Applied {
+        let env = self.plan(plan_id).environment;
+        self.apply(Command::ReportTask {
+            environment: env,
+            report: TaskReport {
+                plan_id: plan_id.into(),
+                task: task.into(),
+                attempt,
+                state,
+                output: output.into(),
+                failure: None,
+            },
+        })
+    }
+
+    /// The agent runs every task of the plan: attempt 1, succeeded.
+    pub fn succeed(&mut self, plan_id: &str) {
+        let names = self.plan(plan_id).kind.task_names();
+        for name in names {
+            let a = self.task(plan_id, name, 1, TaskState::Succeeded, "");
+            a.result.expect("report refused");
+        }
+        assert_eq!(self.plan(plan_id).status, PlanStatus::Succeeded);
+    }
+
+    /// The agent fails task `stage` of the plan (earlier tasks succeed).
+    pub fn fail(&mut self, plan_id: &str, stage: &str) {
+        let names = self.plan(plan_id).kind.task_names();
+        let env = self.plan(plan_id).environment;
+        for name in names {
+            if *name == stage {
+                self.ok(Command::ReportTask {
+                    environment: env.clone(),
+                    report: TaskReport {
+                        plan_id: plan_id.into(),
+                        task: stage.into(),
+                        attempt: 1,
+                        state: TaskState::Failed,
+                        output: format!("{stage} failed\n"),
+                        failure: Some(FailureMetadata {
+                            stage: stage.into(),
+                            message: format!("{stage} went wrong"),
+                            not_ready: vec!["deployment/web".into()],
+                            validation_errors: Vec::new(),
+                        }),
+                    },
+                });
+                assert_eq!(self.plan(plan_id).status, PlanStatus::Failed);
+                return;
+            }
+            self.task(plan_id, name, 1, TaskState::Succeeded, "")
+                .result
+                .expect("report refused");
+        }
+        panic!("plan {plan_id} has no task {stage}");
+    }
+
+    /// Issues the entity's plan (one leader step) and lets the agent succeed it.
+    pub fn converge(&mut self, entity: &str) -> Plan {
+        let p = self.step_one(entity).unwrap_or_else(|| {
+            panic!("no plan for {entity}: {}", self.eval(entity).summary())
+        });
+        self.succeed(&p.id);
+        self.plan(&p.id)
+    }
+
+    // ---- reading ----
+
+    /// The activity messages of an entity, oldest first, as `kind: message`.
+    pub fn activity(&self, entity: &str) -> Vec<String> {
+        self.state
+            .activity(entity)
+            .map(|a| a.entries.iter().map(|e| format!("{}: {}", e.kind, e.message)).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn activity_of_kind(&self, entity: &str, kind: &str) -> Vec<String> {
+        self.state
+            .activity(entity)
+            .map(|a| a.entries.iter().filter(|e| e.kind == kind).map(|e| e.message.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Replays the whole log into a fresh state: the same digest.
+    pub fn replay_digest(&self) -> String {
+        let mut s = State::new();
+        for (req, index) in &self.log {
+            s.apply(req, *index);
+        }
+        s.digest()
+    }
+}

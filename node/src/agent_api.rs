@@ -1,0 +1,245 @@
+//! The agent API (`hub.v1.Agent`, SPEC P2, R3, R4): reports are idempotent writes forwarded
+//! to the leader; plan fetches are linearizable reads that long-poll for a change of the
+//! environment's plan set. Every reply carries the hub's endpoints and the leader hint, so an
+//! agent's endpoint list stays fresh (as Nomad's heartbeats do).
+//!
+//! An agent names its environment in every call and sees and reports only that environment's
+//! plans and entities; mTLS identities that pin the environment are SPEC S1's work.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hub_engine::command::EntityReport;
+use hub_engine::entity::{config_sha256, Health};
+use hub_engine::plan::{FailureMetadata, PlanKind, TaskReport, TaskState};
+use hub_engine::{Command, State};
+use hub_proto::agent_server::Agent;
+use hub_proto::*;
+use raft_store::StateEvent;
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+
+use crate::node::HubNode;
+
+/// Longest long-poll a fetch may ask for.
+pub const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// The gRPC service.
+pub struct AgentService {
+    /// The node it serves from.
+    pub node: Arc<HubNode>,
+}
+
+impl AgentService {
+    fn endpoints(&self) -> (Vec<String>, String) {
+        let endpoints = self.node.members().into_iter().map(|(_, addr, _)| addr).collect();
+        let leader = self.node.leader().map(|(_, a)| a).unwrap_or_default();
+        (endpoints, leader)
+    }
+
+    fn reply(&self, w: WriteReply) -> AgentReply {
+        let (endpoints, leader) = self.endpoints();
+        AgentReply {
+            result: w.result,
+            index: w.index,
+            endpoints,
+            leader,
+        }
+    }
+}
+
+fn bad(field: &str, reason: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(format!("invalid {field}: {reason}"))
+}
+
+/// The environment's active plans as the agent sees them, and their fingerprint.
+fn agent_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, String, Vec<Registry>) {
+    let mut fp = String::new();
+    let plans: Vec<AgentPlan> = state
+        .active_plans_in(environment)
+        .map(|p| {
+            fp.push_str(&p.id);
+            fp.push(':');
+            fp.push_str(p.status.as_str());
+            fp.push(';');
+            let entity = state.entity(&p.entity);
+            let secrets = entity
+                .map(|e| {
+                    e.secrets
+                        .iter()
+                        .map(|(name, v)| PlanSecret {
+                            name: name.clone(),
+                            value: v.0.clone(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let command = match &p.kind {
+                PlanKind::Command { command, .. } => command.label().to_string(),
+                _ => String::new(),
+            };
+            AgentPlan {
+                id: p.id.clone(),
+                entity: p.entity.clone(),
+                kind: p.kind.label().to_string(),
+                command,
+                status: p.status.as_str().to_string(),
+                from_version: p.from_version.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+                to_version: p.to_version.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+                config: p.to_config.clone().unwrap_or_default(),
+                secrets_revision: p.secrets_revision,
+                secrets,
+                artifacts: p
+                    .artifacts
+                    .iter()
+                    .map(|a| PlanArtifact {
+                        uri: a.uri.clone(),
+                        sha256: a.sha256.clone(),
+                    })
+                    .collect(),
+                tasks: p
+                    .tasks
+                    .iter()
+                    .map(|t| PlanTask {
+                        name: t.name.clone(),
+                        state: t.state.as_str().to_string(),
+                        attempt: t.attempt,
+                    })
+                    .collect(),
+                reason: p.reason.clone(),
+                issued_ms: p.issued_ms,
+            }
+        })
+        .collect();
+    let registries = state
+        .environment(environment)
+        .map(|e| {
+            e.settings
+                .registries
+                .iter()
+                .map(|r| Registry {
+                    name: r.name.clone(),
+                    url: r.url.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (plans, config_sha256(&fp)[..16].to_string(), registries)
+}
+
+#[tonic::async_trait]
+impl Agent for AgentService {
+    async fn report_states(
+        &self,
+        req: Request<ReportStatesRequest>,
+    ) -> Result<Response<AgentReply>, Status> {
+        let r = req.into_inner();
+        let mut states = Vec::with_capacity(r.states.len());
+        for (i, s) in r.states.into_iter().enumerate() {
+            let version = if s.version.is_empty() {
+                None
+            } else {
+                Some(
+                    semver::Version::parse(&s.version)
+                        .map_err(|e| bad(&format!("states[{i}].version"), format!("{:?}: {e}", s.version)))?,
+                )
+            };
+            let health = Health::parse(&s.health)
+                .ok_or_else(|| bad(&format!("states[{i}].health"), format!("{:?} is not unknown, healthy or error", s.health)))?;
+            states.push(EntityReport {
+                entity: s.entity,
+                version,
+                health,
+                config_sha256: (!s.config_sha256.is_empty()).then_some(s.config_sha256),
+                secrets_revision: s.secrets_revision,
+                message: s.message,
+            });
+        }
+        let w = self
+            .node
+            .propose(
+                Command::ReportEntityStates {
+                    environment: r.environment,
+                    states,
+                },
+                Some(r.request_id),
+            )
+            .await?;
+        Ok(Response::new(self.reply(w)))
+    }
+
+    async fn report_task(&self, req: Request<ReportTaskRequest>) -> Result<Response<AgentReply>, Status> {
+        let r = req.into_inner();
+        let state = TaskState::parse(&r.state)
+            .filter(|s| *s != TaskState::Pending)
+            .ok_or_else(|| bad("state", format!("{:?} is not running, succeeded or failed", r.state)))?;
+        let failure = r.failure.map(|f| FailureMetadata {
+            stage: f.stage,
+            message: f.message,
+            not_ready: f.not_ready,
+            validation_errors: f.validation_errors,
+        });
+        // The natural idempotency key: the same report retried is the same key.
+        let request_id = if r.request_id.is_empty() {
+            format!("task:{}:{}:{}:{}", r.plan_id, r.task, r.attempt, r.state)
+        } else {
+            r.request_id
+        };
+        let w = self
+            .node
+            .propose(
+                Command::ReportTask {
+                    environment: r.environment,
+                    report: TaskReport {
+                        plan_id: r.plan_id,
+                        task: r.task,
+                        attempt: r.attempt,
+                        state,
+                        output: r.output,
+                        failure,
+                    },
+                },
+                Some(request_id),
+            )
+            .await?;
+        Ok(Response::new(self.reply(w)))
+    }
+
+    async fn fetch_plans(&self, req: Request<FetchPlansRequest>) -> Result<Response<FetchPlansReply>, Status> {
+        let r = req.into_inner();
+        let wait = Duration::from_millis(r.wait_ms as u64).min(MAX_WAIT);
+        let deadline = Instant::now() + wait;
+        // Subscribe before reading, so a change between the read and the wait is not missed.
+        let mut events = self.node.sm.subscribe();
+        self.node.read_barrier(false).await?;
+        loop {
+            let (plans, fingerprint, registries, index) = {
+                let s = self.node.state.read();
+                if s.state.environment(&r.environment).is_none() {
+                    return Err(Status::not_found(format!("environment {:?} not found", r.environment)));
+                }
+                let (plans, fp, regs) = agent_plans(&s.state, &r.environment);
+                (plans, fp, regs, s.applied_index())
+            };
+            if fingerprint != r.known_fingerprint || Instant::now() >= deadline {
+                let (endpoints, leader) = self.endpoints();
+                return Ok(Response::new(FetchPlansReply {
+                    plans,
+                    fingerprint,
+                    registries,
+                    endpoints,
+                    leader,
+                    applied_index: index,
+                }));
+            }
+            match tokio::time::timeout_at(deadline, events.recv()).await {
+                Err(_) => continue,
+                Ok(Ok(StateEvent::Applied { .. })) | Ok(Ok(StateEvent::Replaced)) => continue,
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => continue,
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => {
+                    return Err(Status::unavailable("node shutting down"))
+                }
+            }
+        }
+    }
+}

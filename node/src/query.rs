@@ -1,0 +1,430 @@
+//! Read-only queries of the orchestration state (`Hub.Query`), answered as JSON views.
+//!
+//! Views are built here, field by field, so nothing is exposed by accident: secret values are
+//! never part of any view (SPEC S4), only their names and the revision.
+
+use hub_engine::evaluate::{evaluate, format_time};
+use hub_engine::plan::Plan;
+use hub_engine::State;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::artifacts::ArtifactChecker;
+
+/// One query. JSON form: `{"query": "explain", "entity": "prod/web"}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "query", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Query {
+    /// Resolves an entity reference (`eid:…`, `ENV/NAME` or `ENV/KIND/NAME`) to its id.
+    ResolveEntity {
+        /// The reference.
+        entity: String,
+    },
+    /// One entity's settings and reported state.
+    Entity {
+        /// The reference.
+        entity: String,
+    },
+    /// SPEC P3's four questions for one entity, with every constraint.
+    Explain {
+        /// The reference.
+        entity: String,
+    },
+    /// An entity's activity.
+    Activity {
+        /// The reference.
+        entity: String,
+    },
+    /// Plans, newest first.
+    Plans {
+        /// Only this environment.
+        #[serde(default)]
+        environment: Option<String>,
+        /// Only this entity (a reference).
+        #[serde(default)]
+        entity: Option<String>,
+        /// Only issued or running plans.
+        #[serde(default)]
+        active: bool,
+        /// At most this many (default 100).
+        #[serde(default)]
+        limit: Option<usize>,
+    },
+    /// One plan.
+    Plan {
+        /// Its id.
+        id: String,
+    },
+    /// Products.
+    Products,
+    /// Releases of a product (or all), newest first.
+    Releases {
+        /// `group:name`.
+        #[serde(default)]
+        product: Option<String>,
+    },
+    /// Custom channels (built-ins are listed too).
+    Channels,
+    /// Recalls.
+    Recalls,
+    /// Suppression windows.
+    Suppressions {
+        /// Only this environment.
+        #[serde(default)]
+        environment: Option<String>,
+    },
+    /// An environment's settings.
+    EnvironmentSettings {
+        /// Its name.
+        environment: String,
+    },
+    /// Audit entries, newest first.
+    Audit {
+        /// At most this many (default 100).
+        #[serde(default)]
+        limit: Option<usize>,
+    },
+}
+
+/// Why a query failed.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The query JSON is malformed.
+    #[error("bad query: {0}")]
+    Bad(String),
+    /// What it names does not exist.
+    #[error("{0}")]
+    NotFound(String),
+}
+
+/// Resolves an entity reference against the state.
+pub fn resolve_entity(state: &State, reference: &str) -> Result<String, QueryError> {
+    if reference.starts_with("eid:") {
+        return state
+            .entity(reference)
+            .map(|e| e.id.0.clone())
+            .ok_or_else(|| QueryError::NotFound(format!("entity {reference:?} not found")));
+    }
+    let parts: Vec<&str> = reference.split('/').collect();
+    let (env, kind, name) = match parts.as_slice() {
+        [env, name] => (*env, None, *name),
+        [env, kind, name] => (*env, Some(*kind), *name),
+        _ => {
+            return Err(QueryError::Bad(format!(
+                "entity {reference:?}: expected ENV/NAME, ENV/KIND/NAME or an eid:… id"
+            )))
+        }
+    };
+    if state.environment(env).is_none() {
+        return Err(QueryError::NotFound(format!("environment {env:?} not found")));
+    }
+    let matches: Vec<String> = state
+        .entities_of(env)
+        .filter(|e| e.name == name && kind.is_none_or(|k| e.kind.as_str() == k))
+        .map(|e| e.id.0.clone())
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(QueryError::NotFound(format!("entity {reference:?} not found"))),
+        _ => Err(QueryError::Bad(format!(
+            "entity {reference:?} is ambiguous ({}); write ENV/KIND/NAME",
+            matches.join(", ")
+        ))),
+    }
+}
+
+fn opt_version(v: &Option<semver::Version>) -> Value {
+    v.as_ref().map_or(Value::Null, |v| Value::String(v.to_string()))
+}
+
+fn time(t: Option<i64>) -> Value {
+    t.map_or(Value::Null, |t| Value::String(format_time(t)))
+}
+
+/// A plan's view (no secrets: plans never hold values).
+pub fn plan_view(p: &Plan, full: bool) -> Value {
+    let mut v = json!({
+        "id": p.id,
+        "entity": p.entity,
+        "environment": p.environment,
+        "kind": p.kind.label(),
+        "status": p.status.as_str(),
+        "from_version": opt_version(&p.from_version),
+        "to_version": opt_version(&p.to_version),
+        "reason": p.reason,
+        "created": time(Some(p.created_ms)),
+        "issued": time(Some(p.issued_ms)),
+        "started": time(p.started_ms),
+        "ended": time(p.ended_ms),
+    });
+    if let hub_engine::plan::PlanKind::Command { command, actor } = &p.kind {
+        v["command"] = json!(command.label());
+        v["actor"] = json!(actor);
+    }
+    if let hub_engine::plan::PlanKind::Rollback { failed_plan } = &p.kind {
+        v["rolls_back"] = json!(failed_plan);
+    }
+    if let Some(f) = &p.failure {
+        v["failure"] = json!({
+            "stage": f.stage, "message": f.message,
+            "not_ready": f.not_ready, "validation_errors": f.validation_errors,
+        });
+    }
+    if let Some(c) = &p.cancel_reason {
+        v["cancel_reason"] = json!(c);
+    }
+    if full {
+        v["from_config_sha256"] = json!(p.from_config_sha256);
+        v["to_config"] = json!(p.to_config);
+        v["secrets_revision"] = json!(p.secrets_revision);
+        v["artifacts"] = json!(p
+            .artifacts
+            .iter()
+            .map(|a| json!({"uri": a.uri, "sha256": a.sha256}))
+            .collect::<Vec<_>>());
+        v["tasks"] = json!(p
+            .tasks
+            .iter()
+            .map(|t| json!({
+                "name": t.name, "state": t.state.as_str(), "attempt": t.attempt,
+                "started": time(t.started_ms), "ended": time(t.ended_ms), "error": t.error,
+            }))
+            .collect::<Vec<_>>());
+        v["output"] = json!(p.output);
+        v["issued_index"] = json!(p.issued_index);
+    }
+    v
+}
+
+/// Answers `query` from `state` at time `now`. `checker` supplies artifact observations for
+/// `explain` (what the leader would see; other nodes show "not checked yet").
+pub fn answer(
+    state: &State,
+    query: &Query,
+    now: i64,
+    checker: Option<&ArtifactChecker>,
+) -> Result<Value, QueryError> {
+    Ok(match query {
+        Query::ResolveEntity { entity } => json!({ "id": resolve_entity(state, entity)? }),
+        Query::Entity { entity } => {
+            let id = resolve_entity(state, entity)?;
+            let e = state
+                .entity(&id)
+                .ok_or_else(|| QueryError::NotFound(format!("entity {id} not found")))?;
+            json!({
+                "id": e.id.0,
+                "environment": e.environment,
+                "kind": e.kind.as_str(),
+                "name": e.name,
+                "product_id": e.product_id,
+                "k8s_namespace": e.k8s_namespace,
+                "account_id": e.account_id,
+                "release_channel": e.release_channel,
+                "dependency_groups": e.dependency_groups,
+                "ignored_dependencies": e.ignored_dependencies,
+                "maintenance_window": e.maintenance_window.as_ref().map(|w| w.to_string()),
+                "window_overrides": e.window_overrides.iter().map(|o| json!({
+                    "id": o.id, "start": time(Some(o.start_ms)), "end": time(Some(o.end_ms)), "reason": o.reason,
+                })).collect::<Vec<_>>(),
+                "config_overrides": e.config_overrides.iter().map(|(v, c)| (v.to_string(), c.clone())).collect::<std::collections::BTreeMap<_, _>>(),
+                "secrets": e.secrets.keys().collect::<Vec<_>>(),
+                "secrets_revision": e.secrets_revision,
+                "marked_for_uninstall": e.marked_for_uninstall,
+                "owner_module": e.owner_module,
+                "reported": {
+                    "version": opt_version(&e.reported.version),
+                    "health": e.reported.health.as_str(),
+                    "config_sha256": e.reported.config_sha256,
+                    "secrets_revision": e.reported.secrets_revision,
+                    "message": e.reported.message,
+                    "at": time(e.reported.reported_at_ms),
+                },
+            })
+        }
+        Query::Explain { entity } => {
+            let id = resolve_entity(state, entity)?;
+            let lookup = |l: &hub_engine::artifact::ArtifactLocation| checker.and_then(|c| c.status(l));
+            let eval = evaluate(state, &id, now, &lookup)
+                .ok_or_else(|| QueryError::NotFound(format!("entity {id} not found")))?;
+            explain_view(state, &eval)
+        }
+        Query::Activity { entity } => {
+            let id = resolve_entity(state, entity)?;
+            let entries: Vec<Value> = state
+                .activity(&id)
+                .map(|a| {
+                    a.entries
+                        .iter()
+                        .rev()
+                        .map(|e| json!({"time": format_time(e.time_ms), "index": e.index, "kind": e.kind, "message": e.message}))
+                        .collect()
+                })
+                .unwrap_or_default();
+            json!({ "entity": id, "entries": entries })
+        }
+        Query::Plans {
+            environment,
+            entity,
+            active,
+            limit,
+        } => {
+            let limit = limit.unwrap_or(100).min(10_000);
+            let mut plans: Vec<&Plan> = match entity {
+                Some(r) => {
+                    let id = resolve_entity(state, r)?;
+                    state.plans_of(&id).collect()
+                }
+                None => state
+                    .plans()
+                    .filter(|p| environment.as_ref().is_none_or(|e| p.environment == *e))
+                    .collect(),
+            };
+            plans.retain(|p| !*active || p.status.is_active());
+            plans.sort_by(|a, b| b.issued_index.cmp(&a.issued_index).then(b.id.cmp(&a.id)));
+            plans.truncate(limit);
+            json!({ "plans": plans.iter().map(|p| plan_view(p, false)).collect::<Vec<_>>() })
+        }
+        Query::Plan { id } => {
+            let p = state
+                .plan(id)
+                .ok_or_else(|| QueryError::NotFound(format!("plan {id:?} not found")))?;
+            plan_view(p, true)
+        }
+        Query::Products => json!({ "products": state.products().map(|p| json!({
+            "id": p.id, "description": p.description,
+            "maintenance_window": p.maintenance_window.as_ref().map(|w| w.to_string()),
+            "releases": state.releases_desc(&p.id).count(),
+        })).collect::<Vec<_>>() }),
+        Query::Releases { product } => {
+            let products: Vec<String> = match product {
+                Some(p) => {
+                    if state.product(p).is_none() {
+                        return Err(QueryError::NotFound(format!("product {p:?} not found")));
+                    }
+                    vec![p.clone()]
+                }
+                None => state.products().map(|p| p.id.clone()).collect(),
+            };
+            let mut out = Vec::new();
+            for p in products {
+                for r in state.releases_desc(&p) {
+                    let mut channels: Vec<String> = hub_engine::release::builtin_channels_for(&r.version)
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect();
+                    channels.extend(r.custom_channels.iter().cloned());
+                    out.push(json!({
+                        "product": r.product_id,
+                        "version": r.version.to_string(),
+                        "channels": channels,
+                        "recalled": state.recall_covering(&r.product_id, &r.version).map(|x| x.id.clone()),
+                        "artifacts": r.artifacts.iter().map(|a| json!({"uri": a.uri, "sha256": a.sha256})).collect::<Vec<_>>(),
+                        "dependencies": r.dependencies.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+                        "published": format_time(r.published_at_ms),
+                    }));
+                }
+            }
+            json!({ "releases": out })
+        }
+        Query::Channels => {
+            let mut channels: Vec<Value> = hub_engine::release::BUILTIN_CHANNELS
+                .iter()
+                .map(|c| json!({"name": c, "builtin": true, "description": "built in"}))
+                .collect();
+            channels.extend(
+                state
+                    .channels()
+                    .map(|c| json!({"name": c.name, "builtin": false, "description": c.description})),
+            );
+            json!({ "channels": channels })
+        }
+        Query::Recalls => json!({ "recalls": state.recalls().map(|r| json!({
+            "id": r.id, "product": r.product_id, "versions": r.range_text(), "reason": r.reason,
+            "created": format_time(r.created_at_ms),
+        })).collect::<Vec<_>>() }),
+        Query::Suppressions { environment } => json!({ "suppressions": state
+            .suppressions()
+            .filter(|s| environment.as_ref().is_none_or(|e| s.scope.environment() == e))
+            .map(|s| json!({
+                "id": s.id, "scope": s.scope.to_string(), "source": s.source.label(),
+                "start": format_time(s.start_ms), "end": time(s.end_ms), "reason": s.reason,
+                "active": s.active_at(now),
+            }))
+            .collect::<Vec<_>>() }),
+        Query::EnvironmentSettings { environment } => {
+            let env = state
+                .environment(environment)
+                .ok_or_else(|| QueryError::NotFound(format!("environment {environment:?} not found")))?;
+            let s = &env.settings;
+            json!({
+                "environment": env.name,
+                "maintenance_window": s.maintenance_window.as_ref().map(|w| w.to_string()),
+                "registries": s.registries.iter().map(|r| json!({
+                    "name": r.name, "url": hub_engine::artifact::redact_url(&r.url), "hub_access": r.hub_access.as_str(),
+                })).collect::<Vec<_>>(),
+                "suppress_deployment_after_num_autosuppressions": s.autosuppression_threshold,
+                "auto_suppression_ms": s.auto_suppression_ms,
+                "override_product_maintenance_windows": s.override_product_maintenance_windows,
+                "require_maintenance_windows_for_no_downtime_recalled_release_roll_offs": s.require_windows_for_recall_roll_offs,
+                "window_overrides": env.window_overrides.iter().map(|o| json!({
+                    "id": o.id, "start": time(Some(o.start_ms)), "end": time(Some(o.end_ms)), "reason": o.reason,
+                })).collect::<Vec<_>>(),
+                "autosuppressed_entities": state.autosuppressed_count(&env.name, now),
+            })
+        }
+        Query::Audit { limit } => json!({ "audit": state
+            .audit()
+            .rev()
+            .take(limit.unwrap_or(100).min(10_000))
+            .map(|a| json!({
+                "index": a.index, "time": format_time(a.time_ms), "actor": a.actor,
+                "action": a.action, "target": a.target, "reason": a.reason,
+            }))
+            .collect::<Vec<_>>() }),
+    })
+}
+
+/// SPEC P3: the four questions, separately, and every constraint.
+fn explain_view(state: &State, eval: &hub_engine::Evaluation) -> Value {
+    use hub_engine::evaluate::Outcome;
+    let candidate = eval.candidate.as_ref().map(|c| {
+        json!({
+            "kind": c.kind.label(),
+            "from_version": opt_version(&c.from_version),
+            "to_version": opt_version(&c.to_version),
+            "reason": c.reason,
+        })
+    });
+    let (meets, issued) = match &eval.outcome {
+        Outcome::PlanActive { plan_id, status } => (json!("issued"), json!({"plan": plan_id, "status": status.as_str()})),
+        Outcome::Issue => (json!(true), json!(null)),
+        Outcome::Blocked { .. } => (json!(false), json!(null)),
+        _ => (json!(null), json!(null)),
+    };
+    let last = state
+        .plans_of(&eval.entity)
+        .rev()
+        .find(|p| !p.status.is_active())
+        .map(|p| json!({"plan": p.id, "kind": p.kind.label(), "status": p.status.as_str(),
+            "failure": p.failure.as_ref().map(|f| format!("{}: {}", f.stage, f.message))}));
+    let may_clear = match &eval.outcome {
+        Outcome::Blocked { may_clear_at_ms } => time(*may_clear_at_ms),
+        _ => Value::Null,
+    };
+    json!({
+        "entity": eval.entity,
+        "evaluated_at": format_time(eval.time_ms),
+        "summary": eval.summary(),
+        "has_candidate": eval.candidate.is_some(),
+        "candidate": candidate,
+        "meets_constraints": meets,
+        "may_clear_at": may_clear,
+        "issued": issued,
+        "last_execution": last,
+        "constraints": eval.constraints.iter().map(|c| json!({
+            "constraint": c.constraint.label(), "passed": c.passed, "reason": c.reason,
+            "may_clear_at": time(c.may_clear_at_ms),
+        })).collect::<Vec<_>>(),
+        "skipped": eval.skipped,
+    })
+}
