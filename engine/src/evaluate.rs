@@ -313,6 +313,8 @@ struct Ctx<'a> {
     artifacts: ArtifactLookup<'a>,
 }
 
+// Short-lived (one per evaluation): boxing the candidate would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Choice {
     Candidate(Candidate, Vec<ConstraintResult>),
     AtTarget(String),
@@ -367,9 +369,12 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
                     make(
                         PlanKind::RecallRollOff,
                         Some(release.version.clone()),
-                        format!(
-                            "{cur} is recalled ({}: {}); newest non-recalled {channel} release is {}",
-                            recall.id, recall.reason, release.version
+                        with_skipped(
+                            format!(
+                                "{cur} is recalled ({}: {}); newest non-recalled {channel} release is {}",
+                                recall.id, recall.reason, release.version
+                            ),
+                            eval,
                         ),
                     ),
                     checks,
@@ -382,7 +387,15 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
         }
     }
 
-    if let Some(failed) = state.rollback_needed(entity) {
+    // Never roll back onto a recalled release (a failed roll-off would otherwise go straight
+    // back to what it rolled off): such an entity is left to the ordinary logic below.
+    let rollback = state.rollback_needed(entity).filter(|failed| {
+        failed
+            .from_version
+            .as_ref()
+            .is_none_or(|v| state.recall_covering(&entity.product_id, v).is_none())
+    });
+    if let Some(failed) = rollback {
         let to = failed.from_version.clone();
         return Choice::Candidate(
             make(
@@ -413,7 +426,7 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
                 ));
             }
             if let Some((release, checks)) = pick_release(ctx, eval, |_| true) {
-                let reason = format!("newest {channel} release is {}", release.version);
+                let reason = with_skipped(format!("newest {channel} release is {}", release.version), eval);
                 return Choice::Candidate(
                     make(PlanKind::Install, Some(release.version.clone()), reason),
                     checks,
@@ -425,7 +438,10 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
             let newer = newest_any.as_ref().is_some_and(|n| n > cur);
             if newer {
                 if let Some((release, checks)) = pick_release(ctx, eval, |v| v > cur) {
-                    let reason = format!("newest passing {channel} release is {}", release.version);
+                    let reason = with_skipped(
+                        format!("newest passing {channel} release is {}", release.version),
+                        eval,
+                    );
                     return Choice::Candidate(
                         make(PlanKind::VersionChange, Some(release.version.clone()), reason),
                         checks,
@@ -459,6 +475,16 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
             }
             Choice::AtTarget(format!("{cur}, config and secrets applied"))
         }
+    }
+}
+
+/// `reason`, followed by the newer releases passed over and why (SPEC P4: the skipped release
+/// and its blocking constraint are recorded with the plan and in Activity).
+fn with_skipped(reason: String, eval: &Evaluation) -> String {
+    if eval.skipped.is_empty() {
+        reason
+    } else {
+        format!("{reason}; {}", eval.skipped.join("; "))
     }
 }
 
@@ -651,6 +677,7 @@ fn dependencies_constraint(
     let c = ConstraintKind::ProductDependencies;
     let entity = ctx.entity;
     let mut problems = Vec::new();
+    let mut unordered = Vec::new();
     let mut checked = 0;
     for dep in &release.dependencies {
         if entity.ignored_dependencies.contains(&dep.product_id) {
@@ -671,6 +698,12 @@ fn dependencies_constraint(
         }
         for p in providers {
             match &p.reported.version {
+                // Optional and circular dependencies carry no ordering promise: waiting for
+                // them could deadlock (a needs b, b needs a, neither installed).
+                None if dep.optional => unordered.push(format!("{} (optional) is not installed yet", p.id)),
+                None if install_waits_on(ctx.state, p, entity) => {
+                    unordered.push(format!("{} is not installed yet (circular dependency)", p.id))
+                }
                 None => {
                     problems.push(format!("requires {dep}: {} is not installed", p.id));
                     eval.waits_on_products.push(dep.product_id.clone());
@@ -684,10 +717,48 @@ fn dependencies_constraint(
         }
     }
     if problems.is_empty() {
-        ConstraintResult::pass(c, format!("{checked} dependencies satisfied"))
+        let mut reason = format!("{checked} dependencies satisfied");
+        if !unordered.is_empty() {
+            reason.push_str(&format!(" (not waiting: {})", unordered.join("; ")));
+        }
+        ConstraintResult::pass(c, reason)
     } else {
         ConstraintResult::fail(c, problems.join("; "), None)
     }
+}
+
+/// Whether installing `from` (not installed) would itself wait, through not-installed
+/// entities of its environment, for `target` to be installed: a dependency cycle, which
+/// carries no ordering promise (SPEC C7). `from`'s would-be release is the newest
+/// non-recalled release of its channel.
+fn install_waits_on(state: &State, from: &Entity, target: &Entity) -> bool {
+    let mut stack = vec![from];
+    let mut seen = std::collections::BTreeSet::from([from.id.0.as_str()]);
+    while let Some(e) = stack.pop() {
+        let Some(release) = state
+            .channel_releases_desc(&e.product_id, &e.release_channel)
+            .find(|r| state.recall_covering(&r.product_id, &r.version).is_none())
+        else {
+            continue;
+        };
+        for dep in &release.dependencies {
+            if dep.optional || e.ignored_dependencies.contains(&dep.product_id) {
+                continue;
+            }
+            for p in state.entities_of_product(&e.environment, &dep.product_id) {
+                if p.id == e.id || p.reported.version.is_some() || !p.shares_group_with(e) {
+                    continue;
+                }
+                if p.id == target.id {
+                    return true;
+                }
+                if seen.insert(p.id.0.as_str()) {
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    false
 }
 
 /// SPEC C7: every entity whose deployed release depends on this product accepts `target`.

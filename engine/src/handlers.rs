@@ -91,6 +91,7 @@ impl State {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn audit_entry(
         &mut self,
         index: u64,
@@ -125,7 +126,12 @@ impl State {
     ) -> Result<CommandOutput, CommandError> {
         match command {
             Command::SetEnvironmentSettings { environment, patch } => {
-                self.set_environment_settings(environment, patch, fx)
+                let out = self.set_environment_settings(environment, patch, fx)?;
+                // SPEC P9: a new threshold is compared with the current count at once.
+                if patch.autosuppression_threshold.is_some() {
+                    self.reconcile_threshold(environment, now, index, fx);
+                }
+                Ok(out)
             }
             Command::SetRegistry {
                 environment,
@@ -424,6 +430,10 @@ impl State {
                 let recall = self.recalls.remove(id).ok_or_else(|| not_found("recall", id))?;
                 if let Some(set) = self.idx.recalls_by_product.get_mut(&recall.product_id) {
                     set.remove(id);
+                    // Rebuilt indexes hold no empty sets: keep the live index equal to them.
+                    if set.is_empty() {
+                        self.idx.recalls_by_product.remove(&recall.product_id);
+                    }
                 }
                 fx.changed.push(RecordKey::Recall(id.clone()));
                 fx.triggers.push(Trigger::Product(recall.product_id.clone()));

@@ -18,6 +18,10 @@ use crate::TimestampMs;
 
 /// Most entities one `Evaluate` command may name.
 pub const MAX_EVALUATE_BATCH: usize = 2_000;
+/// Failure stages that happen before the workload is touched: such a failure leaves the
+/// entity as it was (no health change, so no rollback).
+pub const UNTOUCHED_STAGES: [&str; 2] = ["fetch", "verify"];
+
 /// Most entity reports in one command.
 pub const MAX_REPORTS: usize = 5_000;
 
@@ -252,15 +256,17 @@ impl State {
                 touched = true;
             } else if let Some(since) = activity.blocked_since_ms {
                 // SPEC P11: blocked for more than 4 hours is a trigger of its own; note it once
-                // per 4-hour period.
+                // per 4-hour period. The period of the newest re-check entry decides (counting
+                // entries would note a skipped period twice, and once per evaluation after the
+                // bounded Activity dropped old re-checks).
                 let periods = (now - since) / BLOCKED_RECHECK_MS;
                 let noted = activity
                     .entries
                     .iter()
                     .rev()
                     .take_while(|e| e.time_ms >= since)
-                    .filter(|e| e.kind == "recheck")
-                    .count() as i64;
+                    .find(|e| e.kind == "recheck")
+                    .map_or(0, |e| (e.time_ms - since) / BLOCKED_RECHECK_MS);
                 if periods > noted {
                     activity.push(now, index, "recheck", format!("re-checked after {}h blocked: {}", periods * 4, eval.summary()));
                     touched = true;
@@ -471,7 +477,7 @@ impl State {
 
     /// SPEC P9: more auto-suppressed entities than the threshold suppress the environment;
     /// the suppression goes when the count no longer exceeds it.
-    fn reconcile_threshold(&mut self, env: &str, now: TimestampMs, index: u64, fx: &mut Effects) {
+    pub(crate) fn reconcile_threshold(&mut self, env: &str, now: TimestampMs, index: u64, fx: &mut Effects) {
         let Some(settings) = self.environments.get(env).map(|e| e.settings.clone()) else {
             return;
         };
@@ -669,8 +675,24 @@ impl State {
                 "plan {plan_id} failed at {}: {}",
                 failure.stage, failure.message
             );
+            // A plan that failed before touching the workload (fetching or verifying the
+            // artifact) left it as it was.
+            let changes_workload = !matches!(plan.kind, PlanKind::Uninstall)
+                && !UNTOUCHED_STAGES.contains(&failure.stage.as_str());
+            let health_message = format!("plan {plan_id} failed at {}: {}", failure.stage, failure.message);
             plan.failure = Some(failure);
             self.finish_plan(&plan_id, PlanStatus::Failed, now, fx);
+            // The failure is evidence the workload is not healthy, whatever version it runs
+            // now; the agent's next report corrects the details. This is what lets the
+            // rollback (SPEC P10) see that the entity is not back where it was.
+            if changes_workload {
+                if let Some(e) = self.entities.get_mut(&entity_id) {
+                    e.reported.health = Health::Error;
+                    e.reported.message = health_message;
+                    e.reported.reported_at_ms = Some(now);
+                    fx.changed.push(RecordKey::Entity(entity_id.clone()));
+                }
+            }
             self.note(&entity_id, now, index, "plan", line, fx);
             self.suppress_after_failure(&entity_id, &plan_id, now, index, fx);
             fx.triggers.push(Trigger::Entity(entity_id));
@@ -724,9 +746,8 @@ impl State {
         })
     }
 
-    /// SPEC P8: a failed plan suppresses its entity for the environment's duration; SPEC P9:
-    /// then the environment threshold is reconciled. Commands and rollbacks that fail do not
-    /// suppress again (there is nothing automatic left to undo).
+    /// SPEC P8: every failed plan (commands and rollbacks included) suppresses its entity for
+    /// the environment's duration; SPEC P9: then the environment threshold is reconciled.
     fn suppress_after_failure(&mut self, entity: &str, plan_id: &str, now: TimestampMs, index: u64, fx: &mut Effects) {
         let Some(env) = self.entities.get(entity).map(|e| e.environment.clone()) else {
             return;

@@ -148,6 +148,11 @@ impl ArtifactChecker {
         cached
     }
 
+    /// How long a result is trusted.
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
     /// A generation counter, incremented each time a probe's result is recorded. Await
     /// `changed()` on it to learn when to re-evaluate.
     pub fn subscribe(&self) -> watch::Receiver<u64> {

@@ -49,6 +49,10 @@ pub struct NodeConfig {
     pub snapshot_logs: u64,
     /// Entries kept in the log behind a snapshot (for lagging followers).
     pub keep_logs: u64,
+    /// How long an artifact-existence check is trusted.
+    pub artifact_ttl: Duration,
+    /// Timeout of one artifact-existence check.
+    pub artifact_timeout: Duration,
 }
 
 /// A running node.
@@ -148,8 +152,8 @@ impl HubNode {
             peers,
             request_timeout: cfg.request_timeout,
             artifacts: crate::artifacts::ArtifactChecker::new(
-                Duration::from_secs(60),
-                Duration::from_secs(5),
+                cfg.artifact_ttl,
+                cfg.artifact_timeout,
                 16,
             ),
         }))

@@ -301,6 +301,18 @@ impl Leadership {
         for l in &pending_artifacts {
             self.artifact_waiters.entry((*l).clone()).or_default().insert(id.clone());
         }
+        // An unavailable artifact is checked again once its result expires: wake then, and
+        // again when the fresh probe completes.
+        let unavailable: Vec<&ArtifactLocation> = eval
+            .artifact_locations
+            .iter()
+            .filter(|l| matches!(lookup(l), Some(Availability::Unavailable { .. })))
+            .collect();
+        for l in &unavailable {
+            self.artifact_waiters.entry((*l).clone()).or_default().insert(id.clone());
+        }
+        let artifact_recheck = (!unavailable.is_empty())
+            .then(|| now + self.checker.ttl().as_millis() as i64 + 10);
         let mut wake = match &eval.outcome {
             Outcome::Blocked { may_clear_at_ms } => {
                 let recheck = blocked_since.unwrap_or(now) + BLOCKED_RECHECK_MS
@@ -326,6 +338,9 @@ impl Leadership {
                 last_decision.as_deref() != Some(fingerprint.as_str()) || recheck_due
             }
         };
+        if let Some(t) = artifact_recheck {
+            wake = Some(wake.map_or(t, |w| w.min(t)));
+        }
         if let Some(w) = wake.as_mut() {
             *w = (*w).max(now + 1);
         }

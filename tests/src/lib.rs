@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod agent;
+pub use agent::{Execution, TestAgent};
+
 /// Generous deadline for convergence on a loaded 2-core machine.
 pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
 

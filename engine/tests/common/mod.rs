@@ -6,12 +6,17 @@
 use std::collections::BTreeMap;
 
 use hub_engine::artifact::{ArtifactLocation, Availability};
-use hub_engine::command::{EntityReport, EnvironmentSettingsPatch, EntitySettingsPatch, WindowSpec};
+use hub_engine::command::{
+    EntityReport, EntitySettingsPatch, EnvironmentSettingsPatch, WindowSpec,
+};
 use hub_engine::entity::Health;
 use hub_engine::evaluate::{evaluate, Evaluation};
 use hub_engine::plan::{FailureMetadata, Plan, PlanStatus, TaskReport, TaskState};
 use hub_engine::suppression::Scope;
-use hub_engine::{Applied, Command, CommandError, CommandOutput, EntityId, EntityKind, Record, RecordKey, Request, State, TimestampMs};
+use hub_engine::{
+    Applied, Command, CommandError, CommandOutput, EntityId, EntityKind, Record, RecordKey,
+    Request, State, TimestampMs,
+};
 use semver::Version;
 
 /// Monday 2026-11-30T00:00:00Z.
@@ -108,8 +113,16 @@ impl Hub {
         let twin = self.twin.apply(&req, self.index);
         assert_eq!(applied, twin, "determinism: {req}");
         if applied.result.is_err() {
-            assert!(applied.changed.is_empty(), "refused {req} changed {:?}", applied.changed);
-            assert_eq!(before, self.state.digest(), "refused {req} changed the state");
+            assert!(
+                applied.changed.is_empty(),
+                "refused {req} changed {:?}",
+                applied.changed
+            );
+            assert_eq!(
+                before,
+                self.state.digest(),
+                "refused {req} changed the state"
+            );
         }
         for key in &applied.changed {
             match self.state.record(key) {
@@ -118,9 +131,15 @@ impl Hub {
             };
         }
         let rebuilt = State::from_records(self.store.values().cloned());
-        assert!(rebuilt == self.state, "persisted changed keys do not rebuild the state after {req}");
+        assert!(
+            rebuilt == self.state,
+            "persisted changed keys do not rebuild the state after {req}"
+        );
         let from_all = State::from_records(self.state.records());
-        assert!(from_all == self.state, "from_records(records()) differs after {req}");
+        assert!(
+            from_all == self.state,
+            "from_records(records()) differs after {req}"
+        );
         assert_eq!(self.state.digest(), self.twin.digest());
         self.log.push((req, self.index));
         applied
@@ -199,7 +218,13 @@ impl Hub {
         self.helm_on(env, name, product, None)
     }
 
-    pub fn helm_on(&mut self, env: &str, name: &str, product: &str, channel: Option<&str>) -> String {
+    pub fn helm_on(
+        &mut self,
+        env: &str,
+        name: &str,
+        product: &str,
+        channel: Option<&str>,
+    ) -> String {
         match self.ok(Command::CreateEntity {
             environment: env.into(),
             kind: EntityKind::HelmChart,
@@ -229,7 +254,11 @@ impl Hub {
                 health,
                 config_sha256: config,
                 secrets_revision: None,
-                message: if health == Health::Error { "crash loop".into() } else { String::new() },
+                message: if health == Health::Error {
+                    "crash loop".into()
+                } else {
+                    String::new()
+                },
             }],
         });
         applied.result.as_ref().expect("report refused");
@@ -310,14 +339,24 @@ impl Hub {
     // ---- the agent ----
 
     pub fn plan(&self, id: &str) -> Plan {
-        self.state.plan(id).cloned().unwrap_or_else(|| panic!("no plan {id}"))
+        self.state
+            .plan(id)
+            .cloned()
+            .unwrap_or_else(|| panic!("no plan {id}"))
     }
 
     pub fn active(&self, entity: &str) -> Option<Plan> {
         self.state.active_plan_of(entity).cloned()
     }
 
-    pub fn task(&mut self, plan_id: &str, task: &str, attempt: u32, state: TaskState, output: &str) -> Applied {
+    pub fn task(
+        &mut self,
+        plan_id: &str,
+        task: &str,
+        attempt: u32,
+        state: TaskState,
+        output: &str,
+    ) -> Applied {
         let env = self.plan(plan_id).environment;
         self.apply(Command::ReportTask {
             environment: env,
@@ -376,9 +415,9 @@ impl Hub {
 
     /// Issues the entity's plan (one leader step) and lets the agent succeed it.
     pub fn converge(&mut self, entity: &str) -> Plan {
-        let p = self.step_one(entity).unwrap_or_else(|| {
-            panic!("no plan for {entity}: {}", self.eval(entity).summary())
-        });
+        let p = self
+            .step_one(entity)
+            .unwrap_or_else(|| panic!("no plan for {entity}: {}", self.eval(entity).summary()));
         self.succeed(&p.id);
         self.plan(&p.id)
     }
@@ -389,14 +428,25 @@ impl Hub {
     pub fn activity(&self, entity: &str) -> Vec<String> {
         self.state
             .activity(entity)
-            .map(|a| a.entries.iter().map(|e| format!("{}: {}", e.kind, e.message)).collect())
+            .map(|a| {
+                a.entries
+                    .iter()
+                    .map(|e| format!("{}: {}", e.kind, e.message))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
     pub fn activity_of_kind(&self, entity: &str, kind: &str) -> Vec<String> {
         self.state
             .activity(entity)
-            .map(|a| a.entries.iter().filter(|e| e.kind == kind).map(|e| e.message.clone()).collect())
+            .map(|a| {
+                a.entries
+                    .iter()
+                    .filter(|e| e.kind == kind)
+                    .map(|e| e.message.clone())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 

@@ -54,6 +54,12 @@ struct Args {
     /// Log entries kept behind the last snapshot for lagging followers.
     #[arg(long, default_value_t = 1_000)]
     keep_logs: u64,
+    /// How long the leader trusts an artifact-existence check (SPEC C9).
+    #[arg(long, default_value_t = 60_000)]
+    artifact_ttl_ms: u64,
+    /// Timeout of one artifact-existence check (HTTP HEAD or file stat).
+    #[arg(long, default_value_t = 5_000)]
+    artifact_timeout_ms: u64,
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -85,6 +91,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.request_timeout_ms == 0 {
         anyhow::bail!("--request-timeout-ms: must be at least 1");
+    }
+    if args.artifact_ttl_ms == 0 || args.artifact_timeout_ms == 0 {
+        anyhow::bail!("--artifact-ttl-ms and --artifact-timeout-ms: must be at least 1");
     }
     if args.snapshot_logs == 0 {
         anyhow::bail!("--snapshot-logs: must be at least 1");
@@ -120,6 +129,8 @@ async fn main() -> anyhow::Result<()> {
         request_timeout: Duration::from_millis(args.request_timeout_ms),
         snapshot_logs: args.snapshot_logs,
         keep_logs: args.keep_logs,
+        artifact_ttl: Duration::from_millis(args.artifact_ttl_ms),
+        artifact_timeout: Duration::from_millis(args.artifact_timeout_ms),
     };
     let node = HubNode::start(&cfg).await?;
     tracing::info!(id = cfg.id, addr = %cfg.advertise, cluster = %cfg.cluster_id, "hub-node started");
