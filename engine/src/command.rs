@@ -33,12 +33,27 @@ pub struct WindowSpec {
     pub time_zone: String,
 }
 
+/// A change to a maintenance window setting: set it, or remove it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WindowChange {
+    /// Use this window.
+    Set(WindowSpec),
+    /// No window of its own any more.
+    Remove,
+}
+
+impl From<Option<WindowSpec>> for WindowChange {
+    fn from(w: Option<WindowSpec>) -> Self {
+        w.map_or(WindowChange::Remove, WindowChange::Set)
+    }
+}
+
 /// Changes to an environment's settings; `None` leaves a setting as it is.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnvironmentSettingsPatch {
-    /// `Some(None)` removes the window.
-    pub maintenance_window: Option<Option<WindowSpec>>,
+    /// Set or remove the window.
+    pub maintenance_window: Option<WindowChange>,
     /// `suppress-deployment-after-num-autosuppressions`.
     pub autosuppression_threshold: Option<u32>,
     /// Duration of a failed plan's suppression.
@@ -59,8 +74,8 @@ pub struct EntitySettingsPatch {
     pub dependency_groups: Option<Vec<String>>,
     /// Replaces the ignored dependencies (product ids).
     pub ignored_dependencies: Option<Vec<String>>,
-    /// `Some(None)` removes the entity's window.
-    pub maintenance_window: Option<Option<WindowSpec>>,
+    /// Set or remove the entity's window.
+    pub maintenance_window: Option<WindowChange>,
     /// Mark (or unmark) the entity for uninstallation.
     pub marked_for_uninstall: Option<bool>,
 }

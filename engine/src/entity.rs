@@ -145,7 +145,9 @@ impl Entity {
 }
 
 /// Reported health (SPEC C10).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub enum Health {
     /// Nothing reported yet.
     #[default]

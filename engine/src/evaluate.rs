@@ -85,7 +85,11 @@ impl ConstraintResult {
         }
     }
 
-    fn fail(constraint: ConstraintKind, reason: impl Into<String>, clear: Option<TimestampMs>) -> Self {
+    fn fail(
+        constraint: ConstraintKind,
+        reason: impl Into<String>,
+        clear: Option<TimestampMs>,
+    ) -> Self {
         Self {
             constraint,
             passed: false,
@@ -353,7 +357,11 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
             Some(_) => {
                 let checks = vec![uninstall_dependents(ctx)];
                 Choice::Candidate(
-                    make(PlanKind::Uninstall, None, "marked for uninstallation".into()),
+                    make(
+                        PlanKind::Uninstall,
+                        None,
+                        "marked for uninstallation".into(),
+                    ),
                     checks,
                 )
             }
@@ -426,7 +434,10 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
                 ));
             }
             if let Some((release, checks)) = pick_release(ctx, eval, |_| true) {
-                let reason = with_skipped(format!("newest {channel} release is {}", release.version), eval);
+                let reason = with_skipped(
+                    format!("newest {channel} release is {}", release.version),
+                    eval,
+                );
                 return Choice::Candidate(
                     make(PlanKind::Install, Some(release.version.clone()), reason),
                     checks,
@@ -443,7 +454,11 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
                         eval,
                     );
                     return Choice::Candidate(
-                        make(PlanKind::VersionChange, Some(release.version.clone()), reason),
+                        make(
+                            PlanKind::VersionChange,
+                            Some(release.version.clone()),
+                            reason,
+                        ),
                         checks,
                     );
                 }
@@ -502,7 +517,11 @@ fn pick_release<'a>(
     for release in ctx
         .state
         .channel_releases_desc(&entity.product_id, &entity.release_channel)
-        .filter(|r| ctx.state.recall_covering(&r.product_id, &r.version).is_none())
+        .filter(|r| {
+            ctx.state
+                .recall_covering(&r.product_id, &r.version)
+                .is_none()
+        })
         .filter(|r| filter(&r.version))
         .take(MAX_VERSIONS_TRIED)
     {
@@ -553,7 +572,13 @@ fn suppression_constraint(ctx: &Ctx<'_>, kind: &PlanKind) -> ConstraintResult {
             passed_over.push(s.id.clone());
             continue;
         }
-        blocking.push(format!("{} {} on {}: {}", s.source.label(), s.id, s.scope, s.reason));
+        blocking.push(format!(
+            "{} {} on {}: {}",
+            s.source.label(),
+            s.id,
+            s.scope,
+            s.reason
+        ));
         clear = match (clear, s.end_ms) {
             (Some(a), Some(b)) => Some(a.max(b)),
             _ => None,
@@ -570,7 +595,9 @@ fn suppression_constraint(ctx: &Ctx<'_>, kind: &PlanKind) -> ConstraintResult {
         };
         return ConstraintResult::pass(ConstraintKind::Suppression, reason);
     }
-    let until = clear.map(|t| format!(" until {}", format_time(t))).unwrap_or_default();
+    let until = clear
+        .map(|t| format!(" until {}", format_time(t)))
+        .unwrap_or_default();
     ConstraintResult::fail(
         ConstraintKind::Suppression,
         format!("{}{until}", blocking.join("; ")),
@@ -684,14 +711,12 @@ fn dependencies_constraint(
             continue;
         }
         checked += 1;
-        let providers: Vec<&Entity> = ctx
-            .state
-            .entities_of_product(&entity.environment, &dep.product_id)
-            .filter(|other| other.id != entity.id && other.shares_group_with(entity))
-            .collect();
+        let providers: Vec<&Entity> = ctx.state.providers_for(entity, &dep.product_id).collect();
         if providers.is_empty() {
             if !dep.optional {
-                problems.push(format!("requires {dep}: no entity of it shares a dependency group"));
+                problems.push(format!(
+                    "requires {dep}: no entity of it shares a dependency group"
+                ));
                 eval.waits_on_products.push(dep.product_id.clone());
             }
             continue;
@@ -700,10 +725,13 @@ fn dependencies_constraint(
             match &p.reported.version {
                 // Optional and circular dependencies carry no ordering promise: waiting for
                 // them could deadlock (a needs b, b needs a, neither installed).
-                None if dep.optional => unordered.push(format!("{} (optional) is not installed yet", p.id)),
-                None if install_waits_on(ctx.state, p, entity) => {
-                    unordered.push(format!("{} is not installed yet (circular dependency)", p.id))
+                None if dep.optional => {
+                    unordered.push(format!("{} (optional) is not installed yet", p.id))
                 }
+                None if install_waits_on(ctx.state, p, entity) => unordered.push(format!(
+                    "{} is not installed yet (circular dependency)",
+                    p.id
+                )),
                 None => {
                     problems.push(format!("requires {dep}: {} is not installed", p.id));
                     eval.waits_on_products.push(dep.product_id.clone());
@@ -745,8 +773,8 @@ fn install_waits_on(state: &State, from: &Entity, target: &Entity) -> bool {
             if dep.optional || e.ignored_dependencies.contains(&dep.product_id) {
                 continue;
             }
-            for p in state.entities_of_product(&e.environment, &dep.product_id) {
-                if p.id == e.id || p.reported.version.is_some() || !p.shares_group_with(e) {
+            for p in state.providers_for(e, &dep.product_id) {
+                if p.reported.version.is_some() {
                     continue;
                 }
                 if p.id == target.id {
@@ -814,7 +842,9 @@ fn artifacts_constraint(
     let mut pending = Vec::new();
     for artifact in &release.artifacts {
         match resolve(&artifact.uri, &ctx.env.settings.registries) {
-            Resolution::Unchecked { reason } => unchecked.push(format!("{}: {reason}", artifact.uri)),
+            Resolution::Unchecked { reason } => {
+                unchecked.push(format!("{}: {reason}", artifact.uri))
+            }
             Resolution::Check { location, .. } => {
                 let status = (ctx.artifacts)(&location);
                 if !eval.artifact_locations.contains(&location) {
@@ -845,7 +875,11 @@ fn artifacts_constraint(
     }
     let mut reason = format!("{available} available");
     if !unchecked.is_empty() {
-        reason.push_str(&format!(", {} unchecked ({})", unchecked.len(), unchecked.join("; ")));
+        reason.push_str(&format!(
+            ", {} unchecked ({})",
+            unchecked.len(),
+            unchecked.join("; ")
+        ));
     }
     ConstraintResult::pass(c, reason)
 }

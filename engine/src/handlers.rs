@@ -4,7 +4,9 @@
 use semver::Version;
 
 use crate::artifact::{validate_artifact_uri, ArtifactRegistry, HubAccess};
-use crate::command::{Command, CommandOutput, EntitySettingsPatch, EnvironmentSettingsPatch, WindowSpec};
+use crate::command::{
+    Command, CommandOutput, EntitySettingsPatch, EnvironmentSettingsPatch, WindowChange, WindowSpec,
+};
 use crate::error::CommandError;
 use crate::name::{validate_name, validate_product_id};
 use crate::product::{is_builtin_channel, Channel, Product, Recall, Release};
@@ -25,14 +27,18 @@ pub const MAX_SECRETS: usize = 128;
 /// Longest free-text reason or description.
 pub const MAX_TEXT: usize = 1024;
 
-pub(crate) fn parse_window(field: &str, spec: &WindowSpec) -> Result<MaintenanceWindow, CommandError> {
+pub(crate) fn parse_window(
+    field: &str,
+    spec: &WindowSpec,
+) -> Result<MaintenanceWindow, CommandError> {
     MaintenanceWindow::parse(&spec.spec, &spec.time_zone)
         .map_err(|e| CommandError::invalid(field, e.to_string()))
 }
 
 pub(crate) fn parse_version(field: &str, text: &str) -> Result<Version, CommandError> {
-    Version::parse(text.trim())
-        .map_err(|e| CommandError::invalid(field, format!("{text:?} is not a semantic version: {e}")))
+    Version::parse(text.trim()).map_err(|e| {
+        CommandError::invalid(field, format!("{text:?} is not a semantic version: {e}"))
+    })
 }
 
 pub(crate) fn check_text(field: &str, text: &str, required: bool) -> Result<(), CommandError> {
@@ -40,7 +46,10 @@ pub(crate) fn check_text(field: &str, text: &str, required: bool) -> Result<(), 
         return Err(CommandError::invalid(field, "is required"));
     }
     if text.len() > MAX_TEXT {
-        return Err(CommandError::invalid(field, format!("longer than {MAX_TEXT} bytes")));
+        return Err(CommandError::invalid(
+            field,
+            format!("longer than {MAX_TEXT} bytes"),
+        ));
     }
     Ok(())
 }
@@ -64,7 +73,9 @@ fn validate_channel_name(name: &str) -> Result<(), CommandError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.starts_with(|c: char| c.is_ascii_uppercase())
-        && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+        && name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
     if ok {
         Ok(())
     } else {
@@ -159,7 +170,10 @@ impl State {
                 }
                 fx.changed.push(RecordKey::Environment(environment.clone()));
                 fx.triggers.push(Trigger::Environment(environment.clone()));
-                Ok(changed(name.clone(), format!("registry {name} set on {environment}")))
+                Ok(changed(
+                    name.clone(),
+                    format!("registry {name} set on {environment}"),
+                ))
             }
             Command::RemoveRegistry { environment, name } => {
                 let env = self
@@ -175,7 +189,9 @@ impl State {
                 fx.triggers.push(Trigger::Environment(environment.clone()));
                 Ok(changed(name.clone(), format!("registry {name} removed")))
             }
-            Command::SetEntitySettings { entity, patch } => self.set_entity_settings(entity, patch, fx),
+            Command::SetEntitySettings { entity, patch } => {
+                self.set_entity_settings(entity, patch, fx)
+            }
             Command::SetConfigOverrides {
                 entity,
                 version,
@@ -192,7 +208,10 @@ impl State {
                     validate_config_yaml(text)?;
                 }
                 self.require_entity(entity)?;
-                let e = self.entities.get_mut(entity).ok_or_else(|| not_found("entity", entity))?;
+                let e = self
+                    .entities
+                    .get_mut(entity)
+                    .ok_or_else(|| not_found("entity", entity))?;
                 match config {
                     Some(text) => {
                         e.config_overrides.insert(v.clone(), text.clone());
@@ -205,9 +224,17 @@ impl State {
                 }
                 fx.changed.push(RecordKey::Entity(entity.clone()));
                 fx.triggers.push(Trigger::EntityOnly(entity.clone()));
-                Ok(changed(entity.clone(), format!("config overrides from {v} set")))
+                let verb = if config.is_some() { "set" } else { "removed" };
+                Ok(changed(
+                    entity.clone(),
+                    format!("config overrides from {v} {verb}"),
+                ))
             }
-            Command::SetSecret { entity, name, value } => {
+            Command::SetSecret {
+                entity,
+                name,
+                value,
+            } => {
                 if name.is_empty()
                     || name.len() > 128
                     || !name
@@ -227,11 +254,17 @@ impl State {
                         ));
                     }
                 }
-                let e = self.entities.get_mut(entity).ok_or_else(|| not_found("entity", entity))?;
+                let e = self
+                    .entities
+                    .get_mut(entity)
+                    .ok_or_else(|| not_found("entity", entity))?;
                 match value {
                     Some(v) => {
                         if !e.secrets.contains_key(name) && e.secrets.len() >= MAX_SECRETS {
-                            return Err(CommandError::invalid("name", format!("at most {MAX_SECRETS} secrets")));
+                            return Err(CommandError::invalid(
+                                "name",
+                                format!("at most {MAX_SECRETS} secrets"),
+                            ));
                         }
                         if e.secrets.get(name) == Some(v) {
                             return Ok(changed(entity.clone(), format!("secret {name} unchanged")));
@@ -248,7 +281,10 @@ impl State {
                 let rev = e.secrets_revision;
                 fx.changed.push(RecordKey::Entity(entity.clone()));
                 fx.triggers.push(Trigger::EntityOnly(entity.clone()));
-                Ok(changed(entity.clone(), format!("secret {name} set (revision {rev})")))
+                Ok(changed(
+                    entity.clone(),
+                    format!("secret {name} set (revision {rev})"),
+                ))
             }
             Command::CreateProduct {
                 product_id,
@@ -272,25 +308,36 @@ impl State {
                     },
                 );
                 fx.changed.push(RecordKey::Product(product_id.clone()));
-                Ok(changed(product_id.clone(), format!("product {product_id} created")))
+                Ok(changed(
+                    product_id.clone(),
+                    format!("product {product_id} created"),
+                ))
             }
             Command::SetProductWindow { product_id, window } => {
-                let parsed = window.as_ref().map(|w| parse_window("window", w)).transpose()?;
+                let parsed = window
+                    .as_ref()
+                    .map(|w| parse_window("window", w))
+                    .transpose()?;
                 let p = self
                     .products
                     .get_mut(product_id)
                     .ok_or_else(|| not_found("product", product_id))?;
+                let verb = if parsed.is_some() { "set" } else { "removed" };
                 p.maintenance_window = parsed;
                 fx.changed.push(RecordKey::Product(product_id.clone()));
                 fx.triggers.push(Trigger::Product(product_id.clone()));
-                Ok(changed(product_id.clone(), "product window set"))
+                Ok(changed(
+                    product_id.clone(),
+                    format!("product window {verb}"),
+                ))
             }
             Command::PublishRelease { manifest } => {
                 let m = parse_manifest(manifest)
                     .map_err(|e| CommandError::invalid("manifest", e.to_string()))?;
                 for (i, a) in m.artifacts.iter().enumerate() {
-                    validate_artifact_uri(&a.uri)
-                        .map_err(|e| CommandError::invalid(&format!("manifest: artifacts[{i}].uri"), e))?;
+                    validate_artifact_uri(&a.uri).map_err(|e| {
+                        CommandError::invalid(&format!("manifest: artifacts[{i}].uri"), e)
+                    })?;
                 }
                 if !self.products.contains_key(&m.product_id) {
                     return Err(CommandError::NotFound {
@@ -300,7 +347,8 @@ impl State {
                 }
                 let key = Release::key_name(&m.product_id, &m.version);
                 if let Some(existing) = self.releases.get(&key) {
-                    if existing.artifacts == m.artifacts && existing.dependencies == m.dependencies {
+                    if existing.artifacts == m.artifacts && existing.dependencies == m.dependencies
+                    {
                         return Ok(changed(key, "release already published (identical)"));
                     }
                     return Err(CommandError::AlreadyExists {
@@ -328,7 +376,10 @@ impl State {
                 let ids: Vec<String> = self
                     .entities
                     .values()
-                    .filter(|e| e.product_id == m.product_id && e.reported.version.as_ref() == Some(&m.version))
+                    .filter(|e| {
+                        e.product_id == m.product_id
+                            && e.reported.version.as_ref() == Some(&m.version)
+                    })
                     .map(|e| e.id.0.clone())
                     .collect();
                 for id in ids {
@@ -378,16 +429,23 @@ impl State {
                     return Err(not_found("product", product_id));
                 }
                 let key = Release::key_name(product_id, &v);
-                let r = self.releases.get_mut(&key).ok_or_else(|| not_found("release", &key))?;
+                let r = self
+                    .releases
+                    .get_mut(&key)
+                    .ok_or_else(|| not_found("release", &key))?;
                 let did = if *member {
                     r.custom_channels.insert(channel.clone())
                 } else {
                     r.custom_channels.remove(channel)
                 };
-                if did {
-                    fx.changed.push(RecordKey::Release(key.clone()));
-                    fx.triggers.push(Trigger::Product(product_id.clone()));
+                if !did {
+                    let state = if *member { "already in" } else { "not in" };
+                    return Err(CommandError::FailedPrecondition(format!(
+                        "release {key} is {state} channel {channel}"
+                    )));
                 }
+                fx.changed.push(RecordKey::Release(key.clone()));
+                fx.triggers.push(Trigger::Product(product_id.clone()));
                 let verb = if *member { "added to" } else { "removed from" };
                 Ok(changed(key.clone(), format!("{key} {verb} {channel}")))
             }
@@ -400,7 +458,10 @@ impl State {
                 let from = parse_version("from", from)?;
                 let to = parse_version("to", to)?;
                 if to < from {
-                    return Err(CommandError::invalid("to", format!("{to} is below from {from}")));
+                    return Err(CommandError::invalid(
+                        "to",
+                        format!("{to} is below from {from}"),
+                    ));
                 }
                 check_text("reason", reason, true)?;
                 if !self.products.contains_key(product_id) {
@@ -427,7 +488,10 @@ impl State {
                 Ok(changed(id, summary))
             }
             Command::DeleteRecall { id } => {
-                let recall = self.recalls.remove(id).ok_or_else(|| not_found("recall", id))?;
+                let recall = self
+                    .recalls
+                    .remove(id)
+                    .ok_or_else(|| not_found("recall", id))?;
                 if let Some(set) = self.idx.recalls_by_product.get_mut(&recall.product_id) {
                     set.remove(id);
                     // Rebuilt indexes hold no empty sets: keep the live index equal to them.
@@ -436,7 +500,8 @@ impl State {
                     }
                 }
                 fx.changed.push(RecordKey::Recall(id.clone()));
-                fx.triggers.push(Trigger::Product(recall.product_id.clone()));
+                fx.triggers
+                    .push(Trigger::Product(recall.product_id.clone()));
                 Ok(changed(id.clone(), format!("recall {id} withdrawn")))
             }
             Command::AddWindowOverride {
@@ -464,12 +529,26 @@ impl State {
                 let list = self.overrides_mut(scope)?;
                 list.retain(|o| o.end_ms > now);
                 if list.len() >= 32 {
-                    return Err(CommandError::invalid("scope", "at most 32 window overrides"));
+                    return Err(CommandError::invalid(
+                        "scope",
+                        "at most 32 window overrides",
+                    ));
                 }
                 list.push(o);
                 self.touch_scope(scope, fx);
-                self.audit_entry(index, now, actor, "window-override", scope.to_string(), reason, fx);
-                Ok(changed(id.clone(), format!("window override {id} on {scope}")))
+                self.audit_entry(
+                    index,
+                    now,
+                    actor,
+                    "window-override",
+                    scope.to_string(),
+                    reason,
+                    fx,
+                );
+                Ok(changed(
+                    id.clone(),
+                    format!("window override {id} on {scope}"),
+                ))
             }
             Command::RemoveWindowOverride { scope, id } => {
                 self.require_scope(scope)?;
@@ -521,8 +600,8 @@ impl State {
         fx: &mut Effects,
     ) -> Result<CommandOutput, CommandError> {
         let window = match &patch.maintenance_window {
-            Some(Some(w)) => Some(Some(parse_window("maintenance_window", w)?)),
-            Some(None) => Some(None),
+            Some(WindowChange::Set(w)) => Some(Some(parse_window("maintenance_window", w)?)),
+            Some(WindowChange::Remove) => Some(None),
             None => None,
         };
         if let Some(ms) = patch.auto_suppression_ms {
@@ -553,9 +632,14 @@ impl State {
         if let Some(b) = patch.require_windows_for_recall_roll_offs {
             s.require_windows_for_recall_roll_offs = b;
         }
-        fx.changed.push(RecordKey::Environment(environment.to_string()));
-        fx.triggers.push(Trigger::Environment(environment.to_string()));
-        Ok(changed(environment, format!("settings of {environment} updated")))
+        fx.changed
+            .push(RecordKey::Environment(environment.to_string()));
+        fx.triggers
+            .push(Trigger::Environment(environment.to_string()));
+        Ok(changed(
+            environment,
+            format!("settings of {environment} updated"),
+        ))
     }
 
     fn set_entity_settings(
@@ -570,7 +654,10 @@ impl State {
         }
         if let Some(groups) = &patch.dependency_groups {
             if groups.is_empty() {
-                return Err(CommandError::invalid("dependency_groups", "at least one group"));
+                return Err(CommandError::invalid(
+                    "dependency_groups",
+                    "at least one group",
+                ));
             }
             for g in groups {
                 validate_name("dependency_groups", g)?;
@@ -582,11 +669,23 @@ impl State {
             }
         }
         let window = match &patch.maintenance_window {
-            Some(Some(w)) => Some(Some(parse_window("maintenance_window", w)?)),
-            Some(None) => Some(None),
+            Some(WindowChange::Set(w)) => Some(Some(parse_window("maintenance_window", w)?)),
+            Some(WindowChange::Remove) => Some(None),
             None => None,
         };
-        let e = self.entities.get_mut(id).ok_or_else(|| not_found("entity", id))?;
+        if let Some(groups) = &patch.dependency_groups {
+            // Re-key the entity in the group indexes (validated above; cannot fail now).
+            if let Some(before) = self.entities.get(id).cloned() {
+                self.index_providers(&before, false);
+                let mut after = before;
+                after.dependency_groups = groups.iter().cloned().collect();
+                self.index_providers(&after, true);
+            }
+        }
+        let e = self
+            .entities
+            .get_mut(id)
+            .ok_or_else(|| not_found("entity", id))?;
         let mut neighbours = false;
         if let Some(channel) = &patch.release_channel {
             e.release_channel = channel.clone();
@@ -604,6 +703,9 @@ impl State {
         }
         if let Some(m) = patch.marked_for_uninstall {
             e.marked_for_uninstall = m;
+        }
+        if patch.dependency_groups.is_some() {
+            self.reindex_dependencies(id);
         }
         fx.changed.push(RecordKey::Entity(id.to_string()));
         fx.triggers.push(if neighbours {
@@ -623,6 +725,9 @@ fn validate_config_yaml(text: &str) -> Result<(), CommandError> {
     match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text) {
         Ok(serde_yaml_ng::Value::Mapping(_)) | Ok(serde_yaml_ng::Value::Null) => Ok(()),
         Ok(_) => Err(CommandError::invalid("config", "must be a YAML mapping")),
-        Err(e) => Err(CommandError::invalid("config", format!("not valid YAML: {e}"))),
+        Err(e) => Err(CommandError::invalid(
+            "config",
+            format!("not valid YAML: {e}"),
+        )),
     }
 }

@@ -10,7 +10,9 @@ use crate::entity::{config_sha256, Health};
 use crate::error::CommandError;
 use crate::evaluate::{evaluate, format_time, Evaluation, Outcome, BLOCKED_RECHECK_MS};
 use crate::handlers::check_text;
-use crate::plan::{EmergencyCommand, Plan, PlanKind, PlanStatus, TaskReport, TaskState, FINISHED_PLANS_KEPT};
+use crate::plan::{
+    EmergencyCommand, Plan, PlanKind, PlanStatus, TaskReport, TaskState, FINISHED_PLANS_KEPT,
+};
 use crate::record::RecordKey;
 use crate::state::{Effects, State, Trigger};
 use crate::suppression::{Scope, Suppression, SuppressionSource};
@@ -60,7 +62,8 @@ impl State {
                     let Some(eval) = evaluate(self, id, now, &lookup) else {
                         continue;
                     };
-                    if let Some(plan_id) = self.record_decision(eval, now, index, issued.len(), fx) {
+                    if let Some(plan_id) = self.record_decision(eval, now, index, issued.len(), fx)
+                    {
                         issued.push(plan_id);
                     }
                 }
@@ -132,11 +135,34 @@ impl State {
                     let plans = self.active_plans_in_scope(scope);
                     cancelled = plans.len();
                     for p in plans {
-                        self.cancel_plan(&p, &format!("suppression {id}: {reason}"), now, index, fx);
+                        self.cancel_plan(
+                            &p,
+                            &format!("suppression {id}: {reason}"),
+                            now,
+                            index,
+                            fx,
+                        );
                     }
                 }
-                self.audit_entry(index, now, actor, "suppression", scope.to_string(), reason, fx);
-                self.note_scope(scope, now, index, format!("manual suppression {id} until {}: {reason}", format_time(*end_ms)), fx);
+                self.audit_entry(
+                    index,
+                    now,
+                    actor,
+                    "suppression",
+                    scope.to_string(),
+                    reason,
+                    fx,
+                );
+                self.note_scope(
+                    scope,
+                    now,
+                    index,
+                    format!(
+                        "manual suppression {id} until {}: {reason}",
+                        format_time(*end_ms)
+                    ),
+                    fx,
+                );
                 Ok(CommandOutput::Changed {
                     id: id.clone(),
                     summary: format!("suppression {id} on {scope}; {cancelled} plans cancelled"),
@@ -152,7 +178,15 @@ impl State {
                 if matches!(s.source, SuppressionSource::FailedPlan { .. }) {
                     self.reconcile_threshold(s.scope.environment(), now, index, fx);
                 }
-                self.audit_entry(index, now, actor, "suppression-delete", s.scope.to_string(), id, fx);
+                self.audit_entry(
+                    index,
+                    now,
+                    actor,
+                    "suppression-delete",
+                    s.scope.to_string(),
+                    id,
+                    fx,
+                );
                 Ok(CommandOutput::Changed {
                     id: id.clone(),
                     summary: format!("suppression {id} deleted"),
@@ -191,15 +225,20 @@ impl State {
                 };
                 if let Some(ms) = suppress_for_ms {
                     if !(1_000..=30 * 24 * 3_600_000).contains(ms) {
-                        return Err(CommandError::invalid("suppress_for", "must be between 1 second and 30 days"));
+                        return Err(CommandError::invalid(
+                            "suppress_for",
+                            "must be between 1 second and 30 days",
+                        ));
                     }
                 }
                 let n = plans.len();
                 for p in &plans {
                     self.cancel_plan(p, reason, now, index, fx);
                 }
+                let mut suppression = None;
                 if let Some(ms) = suppress_for_ms {
                     let id = format!("s-{index}");
+                    suppression = Some(id.clone());
                     self.add_suppression(
                         Suppression {
                             id,
@@ -214,9 +253,16 @@ impl State {
                     );
                 }
                 self.audit_entry(index, now, actor, "cancel", scope.to_string(), reason, fx);
+                let mut summary = format!("{n} plans cancelled");
+                if !plans.is_empty() {
+                    summary.push_str(&format!(" ({})", plans.join(", ")));
+                }
+                if let Some(id) = &suppression {
+                    summary.push_str(&format!("; suppression {id} created"));
+                }
                 Ok(CommandOutput::Changed {
-                    id: String::new(),
-                    summary: format!("{n} plans cancelled"),
+                    id: suppression.unwrap_or_default(),
+                    summary,
                 })
             }
             Command::IssueCommand {
@@ -268,7 +314,16 @@ impl State {
                     .find(|e| e.kind == "recheck")
                     .map_or(0, |e| (e.time_ms - since) / BLOCKED_RECHECK_MS);
                 if periods > noted {
-                    activity.push(now, index, "recheck", format!("re-checked after {}h blocked: {}", periods * 4, eval.summary()));
+                    activity.push(
+                        now,
+                        index,
+                        "recheck",
+                        format!(
+                            "re-checked after {}h blocked: {}",
+                            periods * 4,
+                            eval.summary()
+                        ),
+                    );
                     touched = true;
                 }
             }
@@ -316,7 +371,11 @@ impl State {
                     cancel_reason: None,
                     issued_index: index,
                 };
-                let line = format!("plan {plan_id} issued: {}: {}", candidate.describe(), candidate.reason);
+                let line = format!(
+                    "plan {plan_id} issued: {}: {}",
+                    candidate.describe(),
+                    candidate.reason
+                );
                 self.insert_plan(plan, fx);
                 let activity = self.activity.entry(id.clone()).or_default();
                 activity.push(now, index, "plan", line);
@@ -355,14 +414,22 @@ impl State {
             .or_default()
             .insert((plan.issued_index, plan.id.clone()));
         if plan.status.is_active() {
-            self.idx.active_plan.insert(plan.entity.clone(), plan.id.clone());
+            self.idx
+                .active_plan
+                .insert(plan.entity.clone(), plan.id.clone());
         }
         fx.changed.push(RecordKey::Plan(plan.id.clone()));
         self.plans.insert(plan.id.clone(), plan);
     }
 
     /// Marks a plan finished (succeeded, failed, cancelled) and forgets old finished plans.
-    fn finish_plan(&mut self, plan_id: &str, status: PlanStatus, now: TimestampMs, fx: &mut Effects) {
+    fn finish_plan(
+        &mut self,
+        plan_id: &str,
+        status: PlanStatus,
+        now: TimestampMs,
+        fx: &mut Effects,
+    ) {
         let Some(plan) = self.plans.get_mut(plan_id) else {
             return;
         };
@@ -395,7 +462,14 @@ impl State {
         }
     }
 
-    fn cancel_plan(&mut self, plan_id: &str, reason: &str, now: TimestampMs, index: u64, fx: &mut Effects) {
+    fn cancel_plan(
+        &mut self,
+        plan_id: &str,
+        reason: &str,
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) {
         let Some(plan) = self.plans.get_mut(plan_id) else {
             return;
         };
@@ -405,18 +479,37 @@ impl State {
         plan.cancel_reason = Some(reason.to_string());
         let entity = plan.entity.clone();
         self.finish_plan(plan_id, PlanStatus::Cancelled, now, fx);
-        self.note(&entity, now, index, "plan", format!("plan {plan_id} cancelled: {reason}"), fx);
+        self.note(
+            &entity,
+            now,
+            index,
+            "plan",
+            format!("plan {plan_id} cancelled: {reason}"),
+            fx,
+        );
         fx.triggers.push(Trigger::EntityOnly(entity));
     }
 
     fn active_plans_in_scope(&self, scope: &Scope) -> Vec<String> {
         match scope {
             Scope::Environment(env) => self.active_plans_in(env).map(|p| p.id.clone()).collect(),
-            Scope::Entity(id) => self.active_plan_of(id).map(|p| p.id.clone()).into_iter().collect(),
+            Scope::Entity(id) => self
+                .active_plan_of(id)
+                .map(|p| p.id.clone())
+                .into_iter()
+                .collect(),
         }
     }
 
-    fn note(&mut self, entity: &str, now: TimestampMs, index: u64, kind: &str, message: String, fx: &mut Effects) {
+    fn note(
+        &mut self,
+        entity: &str,
+        now: TimestampMs,
+        index: u64,
+        kind: &str,
+        message: String,
+        fx: &mut Effects,
+    ) {
         let activity = self.activity.entry(entity.to_string()).or_default();
         activity.entity = entity.to_string();
         activity.push(now, index, kind, message);
@@ -425,7 +518,14 @@ impl State {
         fx.changed.push(RecordKey::Activity(entity.to_string()));
     }
 
-    fn note_scope(&mut self, scope: &Scope, now: TimestampMs, index: u64, message: String, fx: &mut Effects) {
+    fn note_scope(
+        &mut self,
+        scope: &Scope,
+        now: TimestampMs,
+        index: u64,
+        message: String,
+        fx: &mut Effects,
+    ) {
         match scope {
             Scope::Entity(id) => self.note(id, now, index, "suppression", message, fx),
             Scope::Environment(env) => {
@@ -468,16 +568,23 @@ impl State {
     pub fn autosuppressed_count(&self, env: &str, now: TimestampMs) -> usize {
         self.entities_of(env)
             .filter(|e| {
-                self.suppressions_in(&Scope::Entity(e.id.0.clone())).any(|s| {
-                    matches!(s.source, SuppressionSource::FailedPlan { .. }) && s.active_at(now)
-                })
+                self.suppressions_in(&Scope::Entity(e.id.0.clone()))
+                    .any(|s| {
+                        matches!(s.source, SuppressionSource::FailedPlan { .. }) && s.active_at(now)
+                    })
             })
             .count()
     }
 
     /// SPEC P9: more auto-suppressed entities than the threshold suppress the environment;
     /// the suppression goes when the count no longer exceeds it.
-    pub(crate) fn reconcile_threshold(&mut self, env: &str, now: TimestampMs, index: u64, fx: &mut Effects) {
+    pub(crate) fn reconcile_threshold(
+        &mut self,
+        env: &str,
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) {
         let Some(settings) = self.environments.get(env).map(|e| e.settings.clone()) else {
             return;
         };
@@ -524,7 +631,10 @@ impl State {
             return Err(not_found("environment", environment));
         }
         if states.len() > MAX_REPORTS {
-            return Err(CommandError::invalid("states", format!("at most {MAX_REPORTS} reports")));
+            return Err(CommandError::invalid(
+                "states",
+                format!("at most {MAX_REPORTS} reports"),
+            ));
         }
         for (i, r) in states.iter().enumerate() {
             match self.entities.get(&r.entity) {
@@ -532,12 +642,18 @@ impl State {
                 _ => {
                     return Err(CommandError::invalid(
                         &format!("states[{i}].entity"),
-                        format!("{:?} is not an entity of environment {environment}", r.entity),
+                        format!(
+                            "{:?} is not an entity of environment {environment}",
+                            r.entity
+                        ),
                     ))
                 }
             }
             if r.message.len() > 4096 {
-                return Err(CommandError::invalid(&format!("states[{i}].message"), "longer than 4096 bytes"));
+                return Err(CommandError::invalid(
+                    &format!("states[{i}].message"),
+                    "longer than 4096 bytes",
+                ));
             }
         }
         let mut changed_count = 0;
@@ -569,9 +685,16 @@ impl State {
             let version_changed = before.version != e.reported.version;
             let line = format!(
                 "reported {} {}{}",
-                e.reported.version.as_ref().map_or("not installed".to_string(), |v| v.to_string()),
+                e.reported
+                    .version
+                    .as_ref()
+                    .map_or("not installed".to_string(), |v| v.to_string()),
                 e.reported.health.as_str(),
-                if e.reported.message.is_empty() { String::new() } else { format!(": {}", e.reported.message) }
+                if e.reported.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", e.reported.message)
+                }
             );
             changed_count += 1;
             fx.changed.push(RecordKey::Entity(r.entity.clone()));
@@ -601,7 +724,12 @@ impl State {
             .plans
             .get(&report.plan_id)
             .filter(|p| p.environment == environment)
-            .ok_or_else(|| not_found("plan", &format!("{} in environment {environment}", report.plan_id)))?;
+            .ok_or_else(|| {
+                not_found(
+                    "plan",
+                    &format!("{} in environment {environment}", report.plan_id),
+                )
+            })?;
         let Some(task_index) = plan.tasks.iter().position(|t| t.name == report.task) else {
             return Err(CommandError::invalid(
                 "task",
@@ -612,7 +740,10 @@ impl State {
             return Err(CommandError::invalid("attempt", "starts at 1"));
         }
         if report.state == TaskState::Pending {
-            return Err(CommandError::invalid("state", "a report is running, succeeded or failed"));
+            return Err(CommandError::invalid(
+                "state",
+                "a report is running, succeeded or failed",
+            ));
         }
         if report.output.len() > 1024 * 1024 {
             return Err(CommandError::invalid("output", "longer than 1 MiB"));
@@ -628,7 +759,9 @@ impl State {
         }
         let task = &plan.tasks[task_index];
         let newer = report.attempt > task.attempt
-            || (report.attempt == task.attempt && report.state > task.state && task.state < TaskState::Succeeded);
+            || (report.attempt == task.attempt
+                && report.state > task.state
+                && task.state < TaskState::Succeeded);
         if !newer {
             return ignored("already recorded");
         }
@@ -679,7 +812,10 @@ impl State {
             // artifact) left it as it was.
             let changes_workload = !matches!(plan.kind, PlanKind::Uninstall)
                 && !UNTOUCHED_STAGES.contains(&failure.stage.as_str());
-            let health_message = format!("plan {plan_id} failed at {}: {}", failure.stage, failure.message);
+            let health_message = format!(
+                "plan {plan_id} failed at {}: {}",
+                failure.stage, failure.message
+            );
             plan.failure = Some(failure);
             self.finish_plan(&plan_id, PlanStatus::Failed, now, fx);
             // The failure is evidence the workload is not healthy, whatever version it runs
@@ -711,7 +847,13 @@ impl State {
             self.finish_plan(&plan_id, PlanStatus::Succeeded, now, fx);
             if let Some(e) = self.entities.get_mut(&entity_id) {
                 let uninstall = matches!(kind, PlanKind::Uninstall)
-                    || matches!(kind, PlanKind::Command { command: EmergencyCommand::Uninstall, .. });
+                    || matches!(
+                        kind,
+                        PlanKind::Command {
+                            command: EmergencyCommand::Uninstall,
+                            ..
+                        }
+                    );
                 let version_before = e.reported.version.clone();
                 if uninstall {
                     e.reported.version = None;
@@ -733,7 +875,14 @@ impl State {
                     self.reindex_dependencies(&entity_id);
                 }
             }
-            self.note(&entity_id, now, index, "plan", format!("plan {plan_id} succeeded"), fx);
+            self.note(
+                &entity_id,
+                now,
+                index,
+                "plan",
+                format!("plan {plan_id} succeeded"),
+                fx,
+            );
             fx.triggers.push(Trigger::Entity(entity_id));
             return Ok(CommandOutput::Changed {
                 id: plan_id,
@@ -748,11 +897,22 @@ impl State {
 
     /// SPEC P8: every failed plan (commands and rollbacks included) suppresses its entity for
     /// the environment's duration; SPEC P9: then the environment threshold is reconciled.
-    fn suppress_after_failure(&mut self, entity: &str, plan_id: &str, now: TimestampMs, index: u64, fx: &mut Effects) {
+    fn suppress_after_failure(
+        &mut self,
+        entity: &str,
+        plan_id: &str,
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) {
         let Some(env) = self.entities.get(entity).map(|e| e.environment.clone()) else {
             return;
         };
-        let Some(duration) = self.environments.get(&env).map(|e| e.settings.auto_suppression_ms) else {
+        let Some(duration) = self
+            .environments
+            .get(&env)
+            .map(|e| e.settings.auto_suppression_ms)
+        else {
             return;
         };
         let id = format!("s-{index}");
@@ -775,7 +935,10 @@ impl State {
             now,
             index,
             "suppression",
-            format!("automatic suppression {id} until {}", format_time(now + duration)),
+            format!(
+                "automatic suppression {id} until {}",
+                format_time(now + duration)
+            ),
             fx,
         );
         self.reconcile_threshold(&env, now, index, fx);
@@ -805,11 +968,15 @@ impl State {
         }
         let current = e.reported.version.clone();
         let (to_version, to_config) = match command {
-            EmergencyCommand::Install { version } | EmergencyCommand::EnforceConfigAndVersion { version } => {
+            EmergencyCommand::Install { version }
+            | EmergencyCommand::EnforceConfigAndVersion { version } => {
                 if self.release(&e.product_id, version).is_none() {
                     return Err(not_found("release", &format!("{}@{version}", e.product_id)));
                 }
-                (Some(version.clone()), Some(e.config_for(version).to_string()))
+                (
+                    Some(version.clone()),
+                    Some(e.config_for(version).to_string()),
+                )
             }
             EmergencyCommand::EnforceConfig | EmergencyCommand::Restart => {
                 let Some(v) = &current else {
@@ -823,7 +990,13 @@ impl State {
         };
         let artifacts = to_version
             .as_ref()
-            .filter(|_| matches!(command, EmergencyCommand::Install { .. } | EmergencyCommand::EnforceConfigAndVersion { .. }))
+            .filter(|_| {
+                matches!(
+                    command,
+                    EmergencyCommand::Install { .. }
+                        | EmergencyCommand::EnforceConfigAndVersion { .. }
+                )
+            })
             .and_then(|v| self.release(&e.product_id, v))
             .map(|r| r.artifacts.clone())
             .unwrap_or_default();
@@ -856,13 +1029,34 @@ impl State {
         };
         // SPEC P4: a command beats plans.
         if let Some(active) = self.active_plan_of(entity).map(|p| p.id.clone()) {
-            self.cancel_plan(&active, &format!("superseded by command {}", plan.id), now, index, fx);
+            self.cancel_plan(
+                &active,
+                &format!("superseded by command {}", plan.id),
+                now,
+                index,
+                fx,
+            );
         }
         let id = plan.id.clone();
         let label = command.label();
         self.insert_plan(plan, fx);
-        self.audit_entry(index, now, actor, &format!("command {label}"), entity.to_string(), reason, fx);
-        self.note(entity, now, index, "command", format!("command {label} by {actor} ({id}): {reason}"), fx);
+        self.audit_entry(
+            index,
+            now,
+            actor,
+            &format!("command {label}"),
+            entity.to_string(),
+            reason,
+            fx,
+        );
+        self.note(
+            entity,
+            now,
+            index,
+            "command",
+            format!("command {label} by {actor} ({id}): {reason}"),
+            fx,
+        );
         Ok(CommandOutput::Changed {
             id: id.clone(),
             summary: format!("command plan {id} issued"),

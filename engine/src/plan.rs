@@ -109,7 +109,8 @@ impl PlanKind {
             }
             PlanKind::Uninstall => &["stop", "remove"],
             PlanKind::Command { command, .. } => match command {
-                EmergencyCommand::Install { .. } | EmergencyCommand::EnforceConfigAndVersion { .. } => {
+                EmergencyCommand::Install { .. }
+                | EmergencyCommand::EnforceConfigAndVersion { .. } => {
                     &["fetch", "verify", "configure", "start", "readiness"]
                 }
                 EmergencyCommand::EnforceConfig => &["configure", "start", "readiness"],

@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use crate::activity::Activity;
 use crate::command::CommandOutput;
 use crate::entity::Entity;
+use crate::environment::Environment;
+use crate::error::CommandError;
 use crate::plan::Plan;
 use crate::product::{Channel, Product, Recall, Release};
 use crate::suppression::Suppression;
-use crate::environment::Environment;
-use crate::error::CommandError;
 use crate::TimestampMs;
 
 /// Where a record lives.

@@ -13,7 +13,10 @@ use sha2::{Digest, Sha256};
 
 use crate::activity::Activity;
 use crate::command::{Command, CommandOutput, Request};
-use crate::entity::{Entity, EntityId, EntityKind, DEFAULT_DEPENDENCY_GROUP, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN};
+use crate::entity::{
+    Entity, EntityId, EntityKind, DEFAULT_DEPENDENCY_GROUP, DEFAULT_RELEASE_CHANNEL,
+    MAX_ENTITY_ID_LEN,
+};
 use crate::environment::Environment;
 use crate::error::CommandError;
 use crate::name::{validate_name, validate_product_id};
@@ -75,10 +78,14 @@ pub(crate) struct Indexes {
     pub(crate) active_plan: BTreeMap<String, String>,
     /// (environment, product) -> entity ids.
     pub(crate) entities_by_product: BTreeMap<(String, String), BTreeSet<String>>,
-    /// (environment, product depended on) -> entities whose deployed release depends on it.
-    pub(crate) dependents: BTreeMap<(String, String), BTreeSet<String>>,
-    /// entity -> the products its deployed release depends on (the edges in `dependents`).
-    pub(crate) dependency_edges: BTreeMap<String, BTreeSet<String>>,
+    /// (environment, dependency group, product) -> entity ids: who can satisfy a dependency
+    /// on that product for members of the group.
+    pub(crate) providers: BTreeMap<(String, String, String), BTreeSet<String>>,
+    /// (environment, dependency group, product depended on) -> entities of the group whose
+    /// deployed release depends on it.
+    pub(crate) dependents: BTreeMap<(String, String, String), BTreeSet<String>>,
+    /// entity -> the (group, product) keys it has in `dependents`.
+    pub(crate) dependency_edges: BTreeMap<String, BTreeSet<(String, String)>>,
 }
 
 /// Everything the hub replicates. Built only by applying commands in log order (or by loading
@@ -133,7 +140,11 @@ impl State {
         }
         let result = self.execute(&req.command, req.time_ms, index, &mut fx);
         if result.is_err() {
-            debug_assert!(fx.changed.is_empty(), "a refused command changed {:?}", fx.changed);
+            debug_assert!(
+                fx.changed.is_empty(),
+                "a refused command changed {:?}",
+                fx.changed
+            );
             fx.changed.clear();
             fx.triggers.clear();
         }
@@ -208,7 +219,12 @@ impl State {
                 self.environments.remove(name);
                 fx.changed.push(RecordKey::Environment(name.clone()));
                 let scope = Scope::Environment(name.clone());
-                for id in self.idx.suppressions_by_scope.remove(&scope).unwrap_or_default() {
+                for id in self
+                    .idx
+                    .suppressions_by_scope
+                    .remove(&scope)
+                    .unwrap_or_default()
+                {
                     self.suppressions.remove(&id);
                     fx.changed.push(RecordKey::Suppression(id));
                 }
@@ -301,6 +317,7 @@ impl State {
                     .entry((environment.clone(), product_id.clone()))
                     .or_default()
                     .insert(id.0.clone());
+                self.index_providers(&entity, true);
                 self.entities.insert(id.0.clone(), entity);
                 fx.changed.push(RecordKey::Entity(id.0.clone()));
                 fx.triggers.push(Trigger::Entity(id.0.clone()));
@@ -392,22 +409,48 @@ impl State {
             .filter_map(|id| self.entities.get(id))
     }
 
+    /// Entities of `product` that share a dependency group with `entity` (itself excluded):
+    /// the ones that satisfy, or fail to satisfy, its dependency on that product (SPEC C7, M5).
+    pub fn providers_for<'a>(
+        &'a self,
+        entity: &'a Entity,
+        product: &str,
+    ) -> impl Iterator<Item = &'a Entity> + 'a {
+        let mut ids: BTreeSet<&'a String> = BTreeSet::new();
+        for g in &entity.dependency_groups {
+            if let Some(set) = self.idx.providers.get(&(
+                entity.environment.clone(),
+                g.clone(),
+                product.to_string(),
+            )) {
+                ids.extend(set.iter());
+            }
+        }
+        ids.into_iter()
+            .filter(move |id| **id != entity.id.0)
+            .filter_map(|id| self.entities.get(id))
+    }
+
     /// Entities sharing a dependency group with `entity` whose deployed release depends on its
     /// product (and do not ignore that dependency), with the dependency.
     pub fn dependents_of<'a>(
         &'a self,
         entity: &'a Entity,
     ) -> impl Iterator<Item = (&'a Entity, &'a ProductDependency)> + 'a {
-        self.idx
-            .dependents
-            .get(&(entity.environment.clone(), entity.product_id.clone()))
-            .into_iter()
-            .flatten()
+        let mut ids: BTreeSet<&'a String> = BTreeSet::new();
+        for g in &entity.dependency_groups {
+            if let Some(set) = self.idx.dependents.get(&(
+                entity.environment.clone(),
+                g.clone(),
+                entity.product_id.clone(),
+            )) {
+                ids.extend(set.iter());
+            }
+        }
+        ids.into_iter()
             .filter_map(|id| self.entities.get(id))
             .filter(move |d| {
-                d.id != entity.id
-                    && d.shares_group_with(entity)
-                    && !d.ignored_dependencies.contains(&entity.product_id)
+                d.id != entity.id && !d.ignored_dependencies.contains(&entity.product_id)
             })
             .filter_map(move |d| {
                 let release = self.deployed_release(d)?;
@@ -457,7 +500,8 @@ impl State {
         product: &str,
         channel: &'a str,
     ) -> impl Iterator<Item = &'a Release> + 'a {
-        self.releases_desc(product).filter(move |r| r.in_channel(channel))
+        self.releases_desc(product)
+            .filter(move |r| r.in_channel(channel))
     }
 
     /// Custom channels.
@@ -482,7 +526,10 @@ impl State {
     }
 
     /// The suppressions of one scope.
-    pub fn suppressions_in<'a>(&'a self, scope: &Scope) -> impl Iterator<Item = &'a Suppression> + 'a {
+    pub fn suppressions_in<'a>(
+        &'a self,
+        scope: &Scope,
+    ) -> impl Iterator<Item = &'a Suppression> + 'a {
         self.idx
             .suppressions_by_scope
             .get(scope)
@@ -518,7 +565,10 @@ impl State {
 
     /// The entity's issued or running plan.
     pub fn active_plan_of(&self, entity: &str) -> Option<&Plan> {
-        self.idx.active_plan.get(entity).and_then(|id| self.plans.get(id))
+        self.idx
+            .active_plan
+            .get(entity)
+            .and_then(|id| self.plans.get(id))
     }
 
     /// Active plans of an environment.
@@ -574,8 +624,7 @@ impl State {
                 if let Some(release) = self.deployed_release(entity) {
                     for dep in &release.dependencies {
                         out.extend(
-                            self.entities_of_product(&entity.environment, &dep.product_id)
-                                .filter(|e| e.shares_group_with(entity))
+                            self.providers_for(entity, &dep.product_id)
                                 .map(|e| e.id.0.clone()),
                         );
                     }
@@ -719,21 +768,48 @@ impl State {
                 .insert(e.id.0.clone());
         }
         self.idx = idx;
+        let entities: Vec<Entity> = self.entities.values().cloned().collect();
+        for e in &entities {
+            self.index_providers(e, true);
+        }
         let ids: Vec<String> = self.entities.keys().cloned().collect();
         for id in ids {
             self.reindex_dependencies(&id);
         }
     }
 
-    /// Recomputes the dependency edges of one entity from its deployed release.
+    /// Adds (or removes) `entity` under each of its dependency groups in the providers index.
+    pub(crate) fn index_providers(&mut self, entity: &Entity, add: bool) {
+        for g in &entity.dependency_groups {
+            let key = (
+                entity.environment.clone(),
+                g.clone(),
+                entity.product_id.clone(),
+            );
+            if add {
+                self.idx
+                    .providers
+                    .entry(key)
+                    .or_default()
+                    .insert(entity.id.0.clone());
+            } else if let Some(set) = self.idx.providers.get_mut(&key) {
+                set.remove(&entity.id.0);
+                if set.is_empty() {
+                    self.idx.providers.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Recomputes the dependency edges of one entity from its deployed release and groups.
     pub(crate) fn reindex_dependencies(&mut self, id: &str) {
         let old = self.idx.dependency_edges.remove(id).unwrap_or_default();
         let Some(entity) = self.entities.get(id) else {
             return;
         };
         let env = entity.environment.clone();
-        for product in &old {
-            let key = (env.clone(), product.clone());
+        for (group, product) in &old {
+            let key = (env.clone(), group.clone(), product.clone());
             if let Some(set) = self.idx.dependents.get_mut(&key) {
                 set.remove(id);
                 if set.is_empty() {
@@ -741,14 +817,24 @@ impl State {
                 }
             }
         }
-        let new: BTreeSet<String> = self
+        let products: BTreeSet<String> = self
             .deployed_release(entity)
-            .map(|r| r.dependencies.iter().map(|d| d.product_id.clone()).collect())
+            .map(|r| {
+                r.dependencies
+                    .iter()
+                    .map(|d| d.product_id.clone())
+                    .collect()
+            })
             .unwrap_or_default();
-        for product in &new {
+        let new: BTreeSet<(String, String)> = entity
+            .dependency_groups
+            .iter()
+            .flat_map(|g| products.iter().map(move |p| (g.clone(), p.clone())))
+            .collect();
+        for (group, product) in &new {
             self.idx
                 .dependents
-                .entry((env.clone(), product.clone()))
+                .entry((env.clone(), group.clone(), product.clone()))
                 .or_default()
                 .insert(id.to_string());
         }

@@ -121,7 +121,7 @@ fn env_window(hub: &mut Hub, env: &str, spec: &str) {
     hub.env_settings(
         env,
         EnvironmentSettingsPatch {
-            maintenance_window: Some(Some(window(spec))),
+            maintenance_window: Some(hub_engine::command::WindowChange::Set(window(spec))),
             ..Default::default()
         },
     );
@@ -572,7 +572,7 @@ fn p5_activity_says_why_no_plan_is_issued_once_per_decision() {
     hub.entity_settings(
         &blocked,
         EntitySettingsPatch {
-            maintenance_window: Some(Some(window(WEEKEND))),
+            maintenance_window: Some(hub_engine::command::WindowChange::Set(window(WEEKEND))),
             ..Default::default()
         },
     );
@@ -1403,7 +1403,7 @@ fn p12_cancel_a_plan_an_entity_or_an_environment() {
     // A single plan, without suppression: it may be re-issued at once (the P12 caveat).
     let p1 = hub.active(&w1).unwrap().id;
     let out = cancel(&mut hub, CancelTarget::Plan(p1.clone()), None);
-    assert_eq!(out.summary(), "1 plans cancelled");
+    assert_eq!(out.summary(), format!("1 plans cancelled ({p1})"));
     let c = hub.plan(&p1);
     assert_eq!(
         (c.status, c.cancel_reason.as_deref()),
@@ -1450,7 +1450,12 @@ fn p12_cancel_a_plan_an_entity_or_an_environment() {
         CancelTarget::Environment("prod".into()),
         Some(30 * MINUTE),
     );
-    assert_eq!(out.summary(), "2 plans cancelled");
+    assert!(
+        out.summary().starts_with("2 plans cancelled (")
+            && out.summary().contains("; suppression s-"),
+        "{}",
+        out.summary()
+    );
     assert!(hub.active(&w1).is_none() && hub.active(&w3).is_none());
     assert!(hub.active(&s1).is_some());
     assert!(hub.step().is_empty());
@@ -1789,7 +1794,7 @@ fn c3_c4_effective_window_precedence_table() {
         hub.env_settings(
             "prod",
             EnvironmentSettingsPatch {
-                maintenance_window: Some(env.map(window)),
+                maintenance_window: Some(env.map(window).into()),
                 override_product_maintenance_windows: Some(over),
                 ..Default::default()
             },
@@ -1797,7 +1802,7 @@ fn c3_c4_effective_window_precedence_table() {
         hub.entity_settings(
             &w,
             EntitySettingsPatch {
-                maintenance_window: Some(entity.map(window)),
+                maintenance_window: Some(entity.map(window).into()),
                 ..Default::default()
             },
         );
@@ -1833,10 +1838,12 @@ fn c3_windows_use_their_time_zone() {
         hub.env_settings(
             "prod",
             EnvironmentSettingsPatch {
-                maintenance_window: Some(Some(hub_engine::command::WindowSpec {
-                    spec: spec.into(),
-                    time_zone: tz.into(),
-                })),
+                maintenance_window: Some(hub_engine::command::WindowChange::Set(
+                    hub_engine::command::WindowSpec {
+                        spec: spec.into(),
+                        time_zone: tz.into(),
+                    },
+                )),
                 ..Default::default()
             },
         );
@@ -2458,238 +2465,242 @@ fn bad_input_is_refused_naming_the_field_and_changes_nothing() {
             "product-group: com.example\nproduct-name: web\nproduct-version: 3.0.0\nextensions:\n  product-dependencies:\n    - {{product-group: com.example, product-name: db, minimum-version: {min}, maximum-version: 1.x.x}}\n"
         )
     };
-    let cases: Vec<(Command, &str)> = vec![
-        (
-            Command::PublishRelease {
-                manifest: manifest(WEB, "1.2", &[]),
-            },
-            "product-version",
-        ),
-        (
-            Command::PublishRelease {
-                manifest: manifest(WEB, "v1.2.0", &[]),
-            },
-            "product-version",
-        ),
-        (
-            Command::PublishRelease {
-                manifest: manifest("com.example:nope", "1.0.0", &[]),
-            },
-            "product",
-        ),
-        (
-            Command::PublishRelease {
-                manifest: manifest(WEB, "1.3.0", &[]) + "colour: red\n",
-            },
-            "colour",
-        ),
-        (
-            Command::PublishRelease {
-                manifest: dep_manifest("1.y.0"),
-            },
-            "minimum-version",
-        ),
-        (
-            Command::PublishRelease {
-                manifest: dep_manifest("2.0.0"),
-            },
-            "minimum-version",
-        ),
-        (
-            Command::PublishRelease {
-                manifest: "product-group: [".into(),
-            },
-            "manifest",
-        ),
-        (
-            Command::CreateEntity {
-                environment: "prod".into(),
-                kind: hub_engine::EntityKind::HelmChart,
-                name: "web9".into(),
-                product_id: WEB.into(),
-                k8s_namespace: Some("web".into()),
-                account_id: None,
-                release_channel: Some("NIGHTLY".into()),
-            },
-            "release_channel",
-        ),
-        (
-            Command::SetEntitySettings {
-                entity: w.clone(),
-                patch: EntitySettingsPatch {
+    let cases: Vec<(Command, &str)> =
+        vec![
+            (
+                Command::PublishRelease {
+                    manifest: manifest(WEB, "1.2", &[]),
+                },
+                "product-version",
+            ),
+            (
+                Command::PublishRelease {
+                    manifest: manifest(WEB, "v1.2.0", &[]),
+                },
+                "product-version",
+            ),
+            (
+                Command::PublishRelease {
+                    manifest: manifest("com.example:nope", "1.0.0", &[]),
+                },
+                "product",
+            ),
+            (
+                Command::PublishRelease {
+                    manifest: manifest(WEB, "1.3.0", &[]) + "colour: red\n",
+                },
+                "colour",
+            ),
+            (
+                Command::PublishRelease {
+                    manifest: dep_manifest("1.y.0"),
+                },
+                "minimum-version",
+            ),
+            (
+                Command::PublishRelease {
+                    manifest: dep_manifest("2.0.0"),
+                },
+                "minimum-version",
+            ),
+            (
+                Command::PublishRelease {
+                    manifest: "product-group: [".into(),
+                },
+                "manifest",
+            ),
+            (
+                Command::CreateEntity {
+                    environment: "prod".into(),
+                    kind: hub_engine::EntityKind::HelmChart,
+                    name: "web9".into(),
+                    product_id: WEB.into(),
+                    k8s_namespace: Some("web".into()),
+                    account_id: None,
                     release_channel: Some("NIGHTLY".into()),
-                    ..Default::default()
                 },
-            },
-            "release_channel",
-        ),
-        (
-            Command::SetEnvironmentSettings {
-                environment: "prod".into(),
-                patch: EnvironmentSettingsPatch {
-                    maintenance_window: Some(Some(bad_window("MONDAY/25:00-TUESDAY/06:00", "UTC"))),
-                    ..Default::default()
+                "release_channel",
+            ),
+            (
+                Command::SetEntitySettings {
+                    entity: w.clone(),
+                    patch: EntitySettingsPatch {
+                        release_channel: Some("NIGHTLY".into()),
+                        ..Default::default()
+                    },
                 },
-            },
-            "maintenance_window",
-        ),
-        (
-            Command::SetEnvironmentSettings {
-                environment: "prod".into(),
-                patch: EnvironmentSettingsPatch {
-                    maintenance_window: Some(Some(bad_window(
-                        "MONDAY/22:00-TUESDAY/06:00",
-                        "Mars/Olympus",
-                    ))),
-                    ..Default::default()
+                "release_channel",
+            ),
+            (
+                Command::SetEnvironmentSettings {
+                    environment: "prod".into(),
+                    patch: EnvironmentSettingsPatch {
+                        maintenance_window: Some(hub_engine::command::WindowChange::Set(
+                            bad_window("MONDAY/25:00-TUESDAY/06:00", "UTC"),
+                        )),
+                        ..Default::default()
+                    },
                 },
-            },
-            "Mars/Olympus",
-        ),
-        (
-            Command::SetEntitySettings {
-                entity: w.clone(),
-                patch: EntitySettingsPatch {
-                    maintenance_window: Some(Some(bad_window("FUNDAY/01:00-MONDAY/02:00", "UTC"))),
-                    ..Default::default()
+                "maintenance_window",
+            ),
+            (
+                Command::SetEnvironmentSettings {
+                    environment: "prod".into(),
+                    patch: EnvironmentSettingsPatch {
+                        maintenance_window: Some(hub_engine::command::WindowChange::Set(
+                            bad_window("MONDAY/22:00-TUESDAY/06:00", "Mars/Olympus"),
+                        )),
+                        ..Default::default()
+                    },
                 },
-            },
-            "maintenance_window",
-        ),
-        (
-            Command::SetProductWindow {
-                product_id: WEB.into(),
-                window: Some(bad_window("MONDAY/22:00-TUESDAY/06:00", "Europe/Atlantis")),
-            },
-            "window",
-        ),
-        (
-            Command::RecallReleases {
-                product_id: WEB.into(),
-                from: "one".into(),
-                to: "1.0.0".into(),
-                reason: "x".into(),
-            },
-            "from",
-        ),
-        (
-            Command::RecallReleases {
-                product_id: "com.example:nope".into(),
-                from: "1.0.0".into(),
-                to: "1.0.0".into(),
-                reason: "x".into(),
-            },
-            "product",
-        ),
-        (
-            Command::SetConfigOverrides {
-                entity: w.clone(),
-                version: "latest".into(),
-                config: Some("a: 1".into()),
-            },
-            "version",
-        ),
-        (
-            Command::SetConfigOverrides {
-                entity: w.clone(),
-                version: "1.0.0".into(),
-                config: Some("- a\n- b".into()),
-            },
-            "config",
-        ),
-        (
-            Command::SetRegistry {
-                environment: "prod".into(),
-                name: "reg".into(),
-                url: "ftp://x/y".into(),
-                hub_access: "expected".into(),
-            },
-            "url",
-        ),
-        (
-            Command::SetRegistry {
-                environment: "prod".into(),
-                name: "reg".into(),
-                url: "http://x/y".into(),
-                hub_access: "sometimes".into(),
-            },
-            "hub_access",
-        ),
-        (
-            Command::SetEntitySettings {
-                entity: w.clone(),
-                patch: EntitySettingsPatch {
-                    ignored_dependencies: Some(vec!["not a product".into()]),
-                    ..Default::default()
+                "Mars/Olympus",
+            ),
+            (
+                Command::SetEntitySettings {
+                    entity: w.clone(),
+                    patch: EntitySettingsPatch {
+                        maintenance_window: Some(hub_engine::command::WindowChange::Set(
+                            bad_window("FUNDAY/01:00-MONDAY/02:00", "UTC"),
+                        )),
+                        ..Default::default()
+                    },
                 },
-            },
-            "ignored_dependencies",
-        ),
-        (
-            Command::CreateSuppression {
-                scope: Scope::Entity(w.clone()),
-                start_ms: None,
-                end_ms: T0 - 1,
-                reason: "x".into(),
-                cancel_active_plans: false,
-                actor: "a".into(),
-            },
-            "end",
-        ),
-        (
-            Command::CreateSuppression {
-                scope: Scope::Entity("eid:prod:helmChart:ghost".into()),
-                start_ms: None,
-                end_ms: T0 + 1,
-                reason: "x".into(),
-                cancel_active_plans: false,
-                actor: "a".into(),
-            },
-            "ghost",
-        ),
-        (
-            Command::ReportEntityStates {
-                environment: "prod".into(),
-                states: vec![hub_engine::command::EntityReport {
-                    entity: "eid:staging:helmChart:web".into(),
-                    version: None,
-                    health: Health::Healthy,
-                    config_sha256: None,
-                    secrets_revision: None,
-                    message: String::new(),
-                }],
-            },
-            "states[0].entity",
-        ),
-        (
-            Command::CancelPlans {
-                target: CancelTarget::Plan("p-999-0".into()),
-                reason: "x".into(),
-                suppress_for_ms: None,
-                actor: "a".into(),
-            },
-            "p-999-0",
-        ),
-        (
-            Command::CancelPlans {
-                target: CancelTarget::Entity(w.clone()),
-                reason: "x".into(),
-                suppress_for_ms: Some(1),
-                actor: "a".into(),
-            },
-            "suppress_for",
-        ),
-        (
-            Command::AddWindowOverride {
-                scope: Scope::Entity(w.clone()),
-                start_ms: T0,
-                end_ms: T0 + HOUR,
-                reason: "".into(),
-                actor: "a".into(),
-            },
-            "reason",
-        ),
-    ];
+                "maintenance_window",
+            ),
+            (
+                Command::SetProductWindow {
+                    product_id: WEB.into(),
+                    window: Some(bad_window("MONDAY/22:00-TUESDAY/06:00", "Europe/Atlantis")),
+                },
+                "window",
+            ),
+            (
+                Command::RecallReleases {
+                    product_id: WEB.into(),
+                    from: "one".into(),
+                    to: "1.0.0".into(),
+                    reason: "x".into(),
+                },
+                "from",
+            ),
+            (
+                Command::RecallReleases {
+                    product_id: "com.example:nope".into(),
+                    from: "1.0.0".into(),
+                    to: "1.0.0".into(),
+                    reason: "x".into(),
+                },
+                "product",
+            ),
+            (
+                Command::SetConfigOverrides {
+                    entity: w.clone(),
+                    version: "latest".into(),
+                    config: Some("a: 1".into()),
+                },
+                "version",
+            ),
+            (
+                Command::SetConfigOverrides {
+                    entity: w.clone(),
+                    version: "1.0.0".into(),
+                    config: Some("- a\n- b".into()),
+                },
+                "config",
+            ),
+            (
+                Command::SetRegistry {
+                    environment: "prod".into(),
+                    name: "reg".into(),
+                    url: "ftp://x/y".into(),
+                    hub_access: "expected".into(),
+                },
+                "url",
+            ),
+            (
+                Command::SetRegistry {
+                    environment: "prod".into(),
+                    name: "reg".into(),
+                    url: "http://x/y".into(),
+                    hub_access: "sometimes".into(),
+                },
+                "hub_access",
+            ),
+            (
+                Command::SetEntitySettings {
+                    entity: w.clone(),
+                    patch: EntitySettingsPatch {
+                        ignored_dependencies: Some(vec!["not a product".into()]),
+                        ..Default::default()
+                    },
+                },
+                "ignored_dependencies",
+            ),
+            (
+                Command::CreateSuppression {
+                    scope: Scope::Entity(w.clone()),
+                    start_ms: None,
+                    end_ms: T0 - 1,
+                    reason: "x".into(),
+                    cancel_active_plans: false,
+                    actor: "a".into(),
+                },
+                "end",
+            ),
+            (
+                Command::CreateSuppression {
+                    scope: Scope::Entity("eid:prod:helmChart:ghost".into()),
+                    start_ms: None,
+                    end_ms: T0 + 1,
+                    reason: "x".into(),
+                    cancel_active_plans: false,
+                    actor: "a".into(),
+                },
+                "ghost",
+            ),
+            (
+                Command::ReportEntityStates {
+                    environment: "prod".into(),
+                    states: vec![hub_engine::command::EntityReport {
+                        entity: "eid:staging:helmChart:web".into(),
+                        version: None,
+                        health: Health::Healthy,
+                        config_sha256: None,
+                        secrets_revision: None,
+                        message: String::new(),
+                    }],
+                },
+                "states[0].entity",
+            ),
+            (
+                Command::CancelPlans {
+                    target: CancelTarget::Plan("p-999-0".into()),
+                    reason: "x".into(),
+                    suppress_for_ms: None,
+                    actor: "a".into(),
+                },
+                "p-999-0",
+            ),
+            (
+                Command::CancelPlans {
+                    target: CancelTarget::Entity(w.clone()),
+                    reason: "x".into(),
+                    suppress_for_ms: Some(1),
+                    actor: "a".into(),
+                },
+                "suppress_for",
+            ),
+            (
+                Command::AddWindowOverride {
+                    scope: Scope::Entity(w.clone()),
+                    start_ms: T0,
+                    end_ms: T0 + HOUR,
+                    reason: "".into(),
+                    actor: "a".into(),
+                },
+                "reason",
+            ),
+        ];
     let digest = hub.state.digest();
     for (cmd, field) in cases {
         let kind = cmd.kind();

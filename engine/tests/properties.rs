@@ -413,14 +413,14 @@ fn apply_op(hub: &mut Hub, op: &Op) {
         Op::EnvWindow(n, w) => hub.env_settings(
             ENVS[n],
             EnvironmentSettingsPatch {
-                maintenance_window: Some(w.map(|w| window(WINDOWS[w]))),
+                maintenance_window: Some(w.map(|w| window(WINDOWS[w])).into()),
                 ..Default::default()
             },
         ),
         Op::EntityWindow(n, w) => hub.entity_settings(
             &entity_id(n),
             EntitySettingsPatch {
-                maintenance_window: Some(w.map(|w| window(WINDOWS[w]))),
+                maintenance_window: Some(w.map(|w| window(WINDOWS[w])).into()),
                 ..Default::default()
             },
         ),

@@ -32,7 +32,12 @@ pub struct AgentService {
 
 impl AgentService {
     fn endpoints(&self) -> (Vec<String>, String) {
-        let endpoints = self.node.members().into_iter().map(|(_, addr, _)| addr).collect();
+        let endpoints = self
+            .node
+            .members()
+            .into_iter()
+            .map(|(_, addr, _)| addr)
+            .collect();
         let leader = self.node.leader().map(|(_, a)| a).unwrap_or_default();
         (endpoints, leader)
     }
@@ -84,8 +89,16 @@ fn agent_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, String, Vec
                 kind: p.kind.label().to_string(),
                 command,
                 status: p.status.as_str().to_string(),
-                from_version: p.from_version.as_ref().map(|v| v.to_string()).unwrap_or_default(),
-                to_version: p.to_version.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+                from_version: p
+                    .from_version
+                    .as_ref()
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+                to_version: p
+                    .to_version
+                    .as_ref()
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
                 config: p.to_config.clone().unwrap_or_default(),
                 secrets_revision: p.secrets_revision,
                 secrets,
@@ -139,13 +152,19 @@ impl Agent for AgentService {
             let version = if s.version.is_empty() {
                 None
             } else {
-                Some(
-                    semver::Version::parse(&s.version)
-                        .map_err(|e| bad(&format!("states[{i}].version"), format!("{:?}: {e}", s.version)))?,
-                )
+                Some(semver::Version::parse(&s.version).map_err(|e| {
+                    bad(
+                        &format!("states[{i}].version"),
+                        format!("{:?}: {e}", s.version),
+                    )
+                })?)
             };
-            let health = Health::parse(&s.health)
-                .ok_or_else(|| bad(&format!("states[{i}].health"), format!("{:?} is not unknown, healthy or error", s.health)))?;
+            let health = Health::parse(&s.health).ok_or_else(|| {
+                bad(
+                    &format!("states[{i}].health"),
+                    format!("{:?} is not unknown, healthy or error", s.health),
+                )
+            })?;
             states.push(EntityReport {
                 entity: s.entity,
                 version,
@@ -168,11 +187,19 @@ impl Agent for AgentService {
         Ok(Response::new(self.reply(w)))
     }
 
-    async fn report_task(&self, req: Request<ReportTaskRequest>) -> Result<Response<AgentReply>, Status> {
+    async fn report_task(
+        &self,
+        req: Request<ReportTaskRequest>,
+    ) -> Result<Response<AgentReply>, Status> {
         let r = req.into_inner();
         let state = TaskState::parse(&r.state)
             .filter(|s| *s != TaskState::Pending)
-            .ok_or_else(|| bad("state", format!("{:?} is not running, succeeded or failed", r.state)))?;
+            .ok_or_else(|| {
+                bad(
+                    "state",
+                    format!("{:?} is not running, succeeded or failed", r.state),
+                )
+            })?;
         let failure = r.failure.map(|f| FailureMetadata {
             stage: f.stage,
             message: f.message,
@@ -205,7 +232,10 @@ impl Agent for AgentService {
         Ok(Response::new(self.reply(w)))
     }
 
-    async fn fetch_plans(&self, req: Request<FetchPlansRequest>) -> Result<Response<FetchPlansReply>, Status> {
+    async fn fetch_plans(
+        &self,
+        req: Request<FetchPlansRequest>,
+    ) -> Result<Response<FetchPlansReply>, Status> {
         let r = req.into_inner();
         let wait = Duration::from_millis(r.wait_ms as u64).min(MAX_WAIT);
         let deadline = Instant::now() + wait;
@@ -216,7 +246,10 @@ impl Agent for AgentService {
             let (plans, fingerprint, registries, index) = {
                 let s = self.node.state.read();
                 if s.state.environment(&r.environment).is_none() {
-                    return Err(Status::not_found(format!("environment {:?} not found", r.environment)));
+                    return Err(Status::not_found(format!(
+                        "environment {:?} not found",
+                        r.environment
+                    )));
                 }
                 let (plans, fp, regs) = agent_plans(&s.state, &r.environment);
                 (plans, fp, regs, s.applied_index())

@@ -35,8 +35,18 @@ pub fn command_status(e: &CommandError) -> Status {
 /// Parses a submitted command. Agent reports and leader-only decisions are refused here:
 /// they have their own API ([`crate::agent_api`]) or are the leader's alone.
 pub fn parse_submitted(json: &str) -> Result<Command, Status> {
-    let command: Command = serde_json::from_str(json)
-        .map_err(|e| Status::invalid_argument(format!("bad command: {e}")))?;
+    let command: Command = serde_json::from_str(json).map_err(|e| {
+        // serde quotes offending values; a malformed secret must not be echoed back.
+        if json.contains("\"SetSecret\"") {
+            Status::invalid_argument(format!(
+                "bad SetSecret command at line {} column {} (details withheld: they may contain the secret)",
+                e.line(),
+                e.column()
+            ))
+        } else {
+            Status::invalid_argument(format!("bad command: {e}"))
+        }
+    })?;
     match command {
         Command::Evaluate { .. } | Command::ExpireSuppressions => Err(Status::permission_denied(
             "evaluations are proposed by the leader only",
@@ -431,6 +441,26 @@ impl Hub for HubService {
         let r = req.into_inner();
         let query: crate::query::Query = serde_json::from_str(&r.query_json)
             .map_err(|e| Status::invalid_argument(format!("bad query: {e}")))?;
+        // `explain` shows the leader's view: only the leader checks artifacts (SPEC C9).
+        if matches!(query, crate::query::Query::Explain { .. }) && !stale(&r.read) {
+            if let Some((leader, addr)) = self.node.leader() {
+                if leader != self.node.id {
+                    let channel =
+                        self.node.peers.channel(&addr).map_err(|e| {
+                            Status::internal(format!("bad leader address {addr}: {e}"))
+                        })?;
+                    let mut client = HubClient::new(channel)
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+                    return client
+                        .query(QueryRequest {
+                            query_json: r.query_json,
+                            read: r.read,
+                        })
+                        .await;
+                }
+            }
+        }
         self.node.read_barrier(stale(&r.read)).await?;
         let s = self.node.state.read();
         let value = crate::query::answer(

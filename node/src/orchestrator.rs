@@ -111,7 +111,10 @@ impl Leadership {
         }
     }
 
-    async fn run(&mut self, events: &mut tokio::sync::broadcast::Receiver<StateEvent>) -> Result<(), String> {
+    async fn run(
+        &mut self,
+        events: &mut tokio::sync::broadcast::Receiver<StateEvent>,
+    ) -> Result<(), String> {
         // Serve decisions only from a state that includes everything committed before this
         // term (the leader's blank entry is applied once the barrier passes).
         self.node
@@ -162,7 +165,8 @@ impl Leadership {
 
     fn mark_all_dirty(&mut self) {
         let s = self.node.state.read();
-        self.dirty.extend(s.state.entities().map(|e| e.id.0.clone()));
+        self.dirty
+            .extend(s.state.entities().map(|e| e.id.0.clone()));
         self.housekeeping_at = next_suppression_end(&s.state);
     }
 
@@ -299,7 +303,10 @@ impl Leadership {
             .filter(|l| lookup(l).is_none())
             .collect();
         for l in &pending_artifacts {
-            self.artifact_waiters.entry((*l).clone()).or_default().insert(id.clone());
+            self.artifact_waiters
+                .entry((*l).clone())
+                .or_default()
+                .insert(id.clone());
         }
         // An unavailable artifact is checked again once its result expires: wake then, and
         // again when the fresh probe completes.
@@ -309,14 +316,18 @@ impl Leadership {
             .filter(|l| matches!(lookup(l), Some(Availability::Unavailable { .. })))
             .collect();
         for l in &unavailable {
-            self.artifact_waiters.entry((*l).clone()).or_default().insert(id.clone());
+            self.artifact_waiters
+                .entry((*l).clone())
+                .or_default()
+                .insert(id.clone());
         }
-        let artifact_recheck = (!unavailable.is_empty())
-            .then(|| now + self.checker.ttl().as_millis() as i64 + 10);
+        let artifact_recheck =
+            (!unavailable.is_empty()).then(|| now + self.checker.ttl().as_millis() as i64 + 10);
         let mut wake = match &eval.outcome {
             Outcome::Blocked { may_clear_at_ms } => {
-                let recheck = blocked_since.unwrap_or(now) + BLOCKED_RECHECK_MS
-                    * (1 + (now - blocked_since.unwrap_or(now)) / BLOCKED_RECHECK_MS);
+                let recheck = blocked_since.unwrap_or(now)
+                    + BLOCKED_RECHECK_MS
+                        * (1 + (now - blocked_since.unwrap_or(now)) / BLOCKED_RECHECK_MS);
                 Some(may_clear_at_ms.map_or(recheck, |t| t.min(recheck)))
             }
             _ => None,
@@ -324,9 +335,9 @@ impl Leadership {
         // Skip-ahead for a pure "artifacts not checked yet" block: the checker wakes us.
         let only_pending = eval.is_blocked()
             && !pending_artifacts.is_empty()
-            && eval
-                .blocking()
-                .all(|c| c.constraint == ConstraintKind::Artifacts && c.reason.contains("not checked yet"));
+            && eval.blocking().all(|c| {
+                c.constraint == ConstraintKind::Artifacts && c.reason.contains("not checked yet")
+            });
         let fingerprint = eval.fingerprint();
         let worth = match &eval.outcome {
             Outcome::PlanActive { .. } => false,
@@ -349,11 +360,15 @@ impl Leadership {
             return None;
         }
         if let Some((fp, at)) = self.proposed.get(&id) {
-            if *fp == fingerprint && at.elapsed() < REPROPOSE_AFTER && !matches!(eval.outcome, Outcome::Issue) {
+            if *fp == fingerprint
+                && at.elapsed() < REPROPOSE_AFTER
+                && !matches!(eval.outcome, Outcome::Issue)
+            {
                 return None;
             }
         }
-        self.proposed.insert(id.clone(), (fingerprint, Instant::now()));
+        self.proposed
+            .insert(id.clone(), (fingerprint, Instant::now()));
         let observed = eval
             .artifact_locations
             .iter()
@@ -371,7 +386,9 @@ impl Leadership {
             time_ms: now_ms(),
             request_id: None,
         };
-        match tokio::time::timeout(self.node.request_timeout, self.node.raft.client_write(req)).await {
+        match tokio::time::timeout(self.node.request_timeout, self.node.raft.client_write(req))
+            .await
+        {
             Ok(Ok(resp)) => {
                 if let Err(e) = resp.data.result {
                     tracing::warn!(error = %e, "orchestrator proposal refused");

@@ -116,7 +116,9 @@ pub fn resolve_entity(state: &State, reference: &str) -> Result<String, QueryErr
         }
     };
     if state.environment(env).is_none() {
-        return Err(QueryError::NotFound(format!("environment {env:?} not found")));
+        return Err(QueryError::NotFound(format!(
+            "environment {env:?} not found"
+        )));
     }
     let matches: Vec<String> = state
         .entities_of(env)
@@ -125,7 +127,9 @@ pub fn resolve_entity(state: &State, reference: &str) -> Result<String, QueryErr
         .collect();
     match matches.as_slice() {
         [one] => Ok(one.clone()),
-        [] => Err(QueryError::NotFound(format!("entity {reference:?} not found"))),
+        [] => Err(QueryError::NotFound(format!(
+            "entity {reference:?} not found"
+        ))),
         _ => Err(QueryError::Bad(format!(
             "entity {reference:?} is ambiguous ({}); write ENV/KIND/NAME",
             matches.join(", ")
@@ -134,7 +138,8 @@ pub fn resolve_entity(state: &State, reference: &str) -> Result<String, QueryErr
 }
 
 fn opt_version(v: &Option<semver::Version>) -> Value {
-    v.as_ref().map_or(Value::Null, |v| Value::String(v.to_string()))
+    v.as_ref()
+        .map_or(Value::Null, |v| Value::String(v.to_string()))
 }
 
 fn time(t: Option<i64>) -> Value {
@@ -243,7 +248,8 @@ pub fn answer(
         }
         Query::Explain { entity } => {
             let id = resolve_entity(state, entity)?;
-            let lookup = |l: &hub_engine::artifact::ArtifactLocation| checker.and_then(|c| c.status(l));
+            let lookup =
+                |l: &hub_engine::artifact::ArtifactLocation| checker.and_then(|c| c.status(l));
             let eval = evaluate(state, &id, now, &lookup)
                 .ok_or_else(|| QueryError::NotFound(format!("entity {id} not found")))?;
             explain_view(state, &eval)
@@ -308,10 +314,11 @@ pub fn answer(
             let mut out = Vec::new();
             for p in products {
                 for r in state.releases_desc(&p) {
-                    let mut channels: Vec<String> = hub_engine::release::builtin_channels_for(&r.version)
-                        .iter()
-                        .map(|c| c.to_string())
-                        .collect();
+                    let mut channels: Vec<String> =
+                        hub_engine::release::builtin_channels_for(&r.version)
+                            .iter()
+                            .map(|c| c.to_string())
+                            .collect();
                     channels.extend(r.custom_channels.iter().cloned());
                     out.push(json!({
                         "product": r.product_id,
@@ -332,9 +339,9 @@ pub fn answer(
                 .map(|c| json!({"name": c, "builtin": true, "description": "built in"}))
                 .collect();
             channels.extend(
-                state
-                    .channels()
-                    .map(|c| json!({"name": c.name, "builtin": false, "description": c.description})),
+                state.channels().map(
+                    |c| json!({"name": c.name, "builtin": false, "description": c.description}),
+                ),
             );
             json!({ "channels": channels })
         }
@@ -352,9 +359,9 @@ pub fn answer(
             }))
             .collect::<Vec<_>>() }),
         Query::EnvironmentSettings { environment } => {
-            let env = state
-                .environment(environment)
-                .ok_or_else(|| QueryError::NotFound(format!("environment {environment:?} not found")))?;
+            let env = state.environment(environment).ok_or_else(|| {
+                QueryError::NotFound(format!("environment {environment:?} not found"))
+            })?;
             let s = &env.settings;
             json!({
                 "environment": env.name,
@@ -396,7 +403,10 @@ fn explain_view(state: &State, eval: &hub_engine::Evaluation) -> Value {
         })
     });
     let (meets, issued) = match &eval.outcome {
-        Outcome::PlanActive { plan_id, status } => (json!("issued"), json!({"plan": plan_id, "status": status.as_str()})),
+        Outcome::PlanActive { plan_id, status } => (
+            json!("issued"),
+            json!({"plan": plan_id, "status": status.as_str()}),
+        ),
         Outcome::Issue => (json!(true), json!(null)),
         Outcome::Blocked { .. } => (json!(false), json!(null)),
         _ => (json!(null), json!(null)),
@@ -405,8 +415,10 @@ fn explain_view(state: &State, eval: &hub_engine::Evaluation) -> Value {
         .plans_of(&eval.entity)
         .rev()
         .find(|p| !p.status.is_active())
-        .map(|p| json!({"plan": p.id, "kind": p.kind.label(), "status": p.status.as_str(),
-            "failure": p.failure.as_ref().map(|f| format!("{}: {}", f.stage, f.message))}));
+        .map(|p| {
+            json!({"plan": p.id, "kind": p.kind.label(), "status": p.status.as_str(),
+            "failure": p.failure.as_ref().map(|f| format!("{}: {}", f.stage, f.message))})
+        });
     let may_clear = match &eval.outcome {
         Outcome::Blocked { may_clear_at_ms } => time(*may_clear_at_ms),
         _ => Value::Null,

@@ -69,7 +69,12 @@ impl Cluster {
         let stderr = std::fs::File::create(self.dir().join(format!("agent-{environment}.log")))
             .expect("create the agent's log");
         let child = Command::new(bin_dir().join("test-agent"))
-            .args(["--environment", environment, "--endpoints", &self.endpoints()])
+            .args([
+                "--environment",
+                environment,
+                "--endpoints",
+                &self.endpoints(),
+            ])
             .arg("--log")
             .arg(&log)
             .args(extra)

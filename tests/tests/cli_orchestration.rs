@@ -720,7 +720,6 @@ fn entity_settings_explain_suppression_secrets_plans_and_audit() {
 /// `Option<Option<WindowSpec>>`, and serde reads JSON `null` as `None` ("leave"), so the
 /// "remove" (`Some(None)`) sent by hubctl is lost through `Hub.Submit`.
 #[test]
-#[ignore = "engine: Option<Option<_>> patch fields cannot express Some(None) in JSON"]
 fn clear_window_removes_the_entity_window() {
     let cluster = Cluster::up(3, "");
     base_setup(&cluster);

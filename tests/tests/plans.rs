@@ -9,9 +9,8 @@ use serde_json::{json, Value};
 const PRODUCT: &str = "com.example:web";
 
 fn manifest(version: &str, artifacts: &[(&str, &str)]) -> String {
-    let mut m = format!(
-        "product-group: com.example\nproduct-name: web\nproduct-version: {version}\n"
-    );
+    let mut m =
+        format!("product-group: com.example\nproduct-name: web\nproduct-version: {version}\n");
     if !artifacts.is_empty() {
         m.push_str("artifacts:\n");
         for (uri, sha) in artifacts {
@@ -35,7 +34,10 @@ fn setup(cluster: &Cluster, env: &str, entities: usize) -> Vec<String> {
                     "release_channel": null,
                 }}))
                 .unwrap_or_else(|e| panic!("create entity {i}: {e}"));
-            out["EntityCreated"].as_str().expect("entity id").to_string()
+            out["EntityCreated"]
+                .as_str()
+                .expect("entity id")
+                .to_string()
         })
         .collect()
 }
@@ -75,7 +77,9 @@ fn by_target(plans: &[Value]) -> BTreeMap<(String, String, String), Vec<String>>
             p["kind"].as_str().unwrap_or_default().to_string(),
             p["to_version"].as_str().unwrap_or("-").to_string(),
         );
-        m.entry(key).or_default().push(p["id"].as_str().unwrap_or_default().to_string());
+        m.entry(key)
+            .or_default()
+            .push(p["id"].as_str().unwrap_or_default().to_string());
     }
     m
 }
@@ -109,11 +113,18 @@ fn leader_killed_while_plans_are_issued_issues_each_plan_exactly_once() {
 
     publish(&cluster, &manifest("1.0.0", &[]));
     // Kill the leader as soon as issuance has begun.
-    poll_until(CONVERGE_TIMEOUT, || (!try_plans(&cluster, "prod")?.is_empty()).then_some(()))
-        .expect("the leader issues install plans");
+    poll_until(CONVERGE_TIMEOUT, || {
+        (!try_plans(&cluster, "prod")?.is_empty()).then_some(())
+    })
+    .expect("the leader issues install plans");
     let first = cluster.leader_id();
     cluster.kill9(first);
-    wait_for(&cluster, "every install to succeed", |p| count(p, "install", "succeeded") == N, "prod");
+    wait_for(
+        &cluster,
+        "every install to succeed",
+        |p| count(p, "install", "succeeded") == N,
+        "prod",
+    );
     cluster.restart(first);
 
     publish(&cluster, &manifest("1.1.0", &[]));
@@ -137,12 +148,19 @@ fn leader_killed_while_plans_are_issued_issues_each_plan_exactly_once() {
     let all = plans(&cluster, "prod");
     assert_eq!(all.len(), 2 * N, "plans: {all:?}");
     for (key, ids) in by_target(&all) {
-        assert_eq!(ids.len(), 1, "{key:?} was issued {} times: {ids:?}", ids.len());
+        assert_eq!(
+            ids.len(),
+            1,
+            "{key:?} was issued {} times: {ids:?}",
+            ids.len()
+        );
     }
     let entities: BTreeSet<&str> = all.iter().filter_map(|p| p["entity"].as_str()).collect();
     assert_eq!(entities.len(), N);
     for id in &ids {
-        let e = cluster.query(json!({"query": "entity", "entity": id})).expect("entity");
+        let e = cluster
+            .query(json!({"query": "entity", "entity": id}))
+            .expect("entity");
         assert_eq!(e["reported"]["version"], "1.1.0", "{id}: {e}");
     }
     // The agent started each plan exactly once.
@@ -161,7 +179,12 @@ fn a_failed_upgrade_suppresses_the_entity_and_rolls_back() {
     let ids = setup(&cluster, "prod", 2);
     let _agent = cluster.start_test_agent("prod", &["--task-ms", "5", "--fail-version", "2.0.0"]);
     publish(&cluster, &manifest("1.0.0", &[]));
-    wait_for(&cluster, "installs", |p| count(p, "install", "succeeded") == 2, "prod");
+    wait_for(
+        &cluster,
+        "installs",
+        |p| count(p, "install", "succeeded") == 2,
+        "prod",
+    );
 
     // Only web0 is upgraded: web1 follows a channel that 2.0.0 is not in.
     cluster
@@ -174,19 +197,32 @@ fn a_failed_upgrade_suppresses_the_entity_and_rolls_back() {
         .submit(json!({"SetEntitySettings": {"entity": ids[1], "patch": {"release_channel": "PINNED"}}}))
         .expect("pin web1");
     publish(&cluster, &manifest("2.0.0", &[]));
-    wait_for(&cluster, "the upgrade to fail and the rollback to succeed", |p| {
-        count(p, "version-change", "failed") == 1 && count(p, "rollback", "succeeded") == 1
-    }, "prod");
+    wait_for(
+        &cluster,
+        "the upgrade to fail and the rollback to succeed",
+        |p| count(p, "version-change", "failed") == 1 && count(p, "rollback", "succeeded") == 1,
+        "prod",
+    );
     let all = plans(&cluster, "prod");
-    let failed = all.iter().find(|p| p["status"] == "failed").expect("failed plan");
-    let full = cluster.query(json!({"query": "plan", "id": failed["id"]})).expect("plan");
+    let failed = all
+        .iter()
+        .find(|p| p["status"] == "failed")
+        .expect("failed plan");
+    let full = cluster
+        .query(json!({"query": "plan", "id": failed["id"]}))
+        .expect("plan");
     assert_eq!(full["failure"]["stage"], "readiness", "{full}");
     assert_eq!(full["failure"]["not_ready"][0], format!("{}:http", ids[0]));
-    let rollback = all.iter().find(|p| p["kind"] == "rollback").expect("rollback");
+    let rollback = all
+        .iter()
+        .find(|p| p["kind"] == "rollback")
+        .expect("rollback");
     assert_eq!(rollback["to_version"], "1.0.0");
     assert_eq!(rollback["rolls_back"], failed["id"]);
     // The automatic suppression is in force and blocks the retry of 2.0.0.
-    let sups = cluster.query(json!({"query": "suppressions", "environment": "prod"})).expect("suppressions");
+    let sups = cluster
+        .query(json!({"query": "suppressions", "environment": "prod"}))
+        .expect("suppressions");
     let auto: Vec<&Value> = sups["suppressions"]
         .as_array()
         .expect("list")
@@ -194,7 +230,9 @@ fn a_failed_upgrade_suppresses_the_entity_and_rolls_back() {
         .filter(|s| s["source"] == "failed-plan")
         .collect();
     assert_eq!(auto.len(), 1, "{sups}");
-    let explain = cluster.query(json!({"query": "explain", "entity": ids[0]})).expect("explain");
+    let explain = cluster
+        .query(json!({"query": "explain", "entity": ids[0]}))
+        .expect("explain");
     assert_eq!(explain["meets_constraints"], false, "{explain}");
     let blocking: Vec<&Value> = explain["constraints"]
         .as_array()
@@ -205,7 +243,9 @@ fn a_failed_upgrade_suppresses_the_entity_and_rolls_back() {
     assert_eq!(blocking.len(), 1, "{explain}");
     assert_eq!(blocking[0]["constraint"], "suppression");
     assert!(explain["may_clear_at"].is_string(), "{explain}");
-    let e = cluster.query(json!({"query": "entity", "entity": ids[0]})).expect("entity");
+    let e = cluster
+        .query(json!({"query": "entity", "entity": ids[0]}))
+        .expect("entity");
     assert_eq!(e["reported"]["version"], "1.0.0", "{e}");
 }
 
@@ -218,39 +258,69 @@ fn missing_artifacts_block_until_they_appear() {
     let registry = cluster.dir().join("registry");
     std::fs::create_dir_all(registry.join("web")).expect("registry dir");
     cluster
-        .submit(json!({"SetRegistry": {"environment": "prod", "name": "local",
-            "url": format!("file://{}", registry.display()), "hub_access": "expected"}}))
+        .submit(
+            json!({"SetRegistry": {"environment": "prod", "name": "local",
+            "url": format!("file://{}", registry.display()), "hub_access": "expected"}}),
+        )
         .expect("registry");
     let sha = "a".repeat(64);
     std::fs::write(registry.join("web/web-1.0.0.tgz"), b"v1").expect("artifact");
     let _agent = cluster.start_test_agent("prod", &["--task-ms", "5"]);
     publish(&cluster, &manifest("1.0.0", &[("web/web-1.0.0.tgz", &sha)]));
-    wait_for(&cluster, "the install", |p| count(p, "install", "succeeded") == 1, "prod");
+    wait_for(
+        &cluster,
+        "the install",
+        |p| count(p, "install", "succeeded") == 1,
+        "prod",
+    );
 
     publish(&cluster, &manifest("1.1.0", &[("web/web-1.1.0.tgz", &sha)]));
     let blocked = poll_until(CONVERGE_TIMEOUT, || {
-        let x = cluster.query(json!({"query": "explain", "entity": ids[0]})).ok()?;
-        let c = x["constraints"].as_array()?.iter().find(|c| c["constraint"] == "artifacts")?.clone();
+        let x = cluster
+            .query(json!({"query": "explain", "entity": ids[0]}))
+            .ok()?;
+        let c = x["constraints"]
+            .as_array()?
+            .iter()
+            .find(|c| c["constraint"] == "artifacts")?
+            .clone();
         (c["passed"] == false && c["reason"].as_str()?.contains("unavailable")).then_some(x)
     })
     .expect("the missing artifact blocks the upgrade");
     assert_eq!(blocked["candidate"]["to_version"], "1.1.0", "{blocked}");
-    let activity = cluster.query(json!({"query": "activity", "entity": ids[0]})).expect("activity");
+    let activity = cluster
+        .query(json!({"query": "activity", "entity": ids[0]}))
+        .expect("activity");
     assert!(
         activity["entries"].to_string().contains("artifacts"),
         "Activity names the blocking constraint: {activity}"
     );
-    assert_eq!(count(&plans(&cluster, "prod"), "version-change", "issued"), 0);
+    assert_eq!(
+        count(&plans(&cluster, "prod"), "version-change", "issued"),
+        0
+    );
 
     // The artifact appears: the upgrade goes through once the check is retried.
     std::fs::write(registry.join("web/web-1.1.0.tgz"), b"v1.1").expect("artifact");
-    wait_for(&cluster, "the upgrade", |p| count(p, "version-change", "succeeded") == 1, "prod");
+    wait_for(
+        &cluster,
+        "the upgrade",
+        |p| count(p, "version-change", "succeeded") == 1,
+        "prod",
+    );
 
     // A not-expected registry is not checked: 1.2.0's artifact does not exist, yet it passes.
     cluster
-        .submit(json!({"SetRegistry": {"environment": "prod", "name": "local",
-            "url": format!("file://{}", registry.display()), "hub_access": "not-expected"}}))
+        .submit(
+            json!({"SetRegistry": {"environment": "prod", "name": "local",
+            "url": format!("file://{}", registry.display()), "hub_access": "not-expected"}}),
+        )
         .expect("registry");
     publish(&cluster, &manifest("1.2.0", &[("web/web-1.2.0.tgz", &sha)]));
-    wait_for(&cluster, "the unchecked upgrade", |p| count(p, "version-change", "succeeded") == 2, "prod");
+    wait_for(
+        &cluster,
+        "the unchecked upgrade",
+        |p| count(p, "version-change", "succeeded") == 2,
+        "prod",
+    );
 }

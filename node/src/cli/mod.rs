@@ -2,7 +2,11 @@
 //! them) and `-o table|json|yaml`.
 
 pub mod dev;
+mod orch;
 mod output;
+mod plans;
+mod settings;
+mod timeparse;
 
 use std::time::Duration;
 
@@ -55,6 +59,8 @@ enum Cmd {
     Entity(EntityCmd),
     /// The replicated state's digest as seen by the contacted node.
     Digest(ReadArgs),
+    #[command(flatten)]
+    Orch(orch::OrchCmd),
 }
 
 #[derive(Args, Debug, Clone, Copy)]
@@ -127,6 +133,8 @@ enum EnvCmd {
         /// Name.
         name: String,
     },
+    #[command(flatten)]
+    Orch(settings::EnvOrchCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -163,6 +171,8 @@ enum EntityCmd {
         #[command(flatten)]
         read: ReadArgs,
     },
+    #[command(flatten)]
+    Orch(settings::EntityOrchCmd),
 }
 
 fn parse_member(s: &str) -> Result<(u64, String), String> {
@@ -198,6 +208,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Cluster(cmd) => cluster(&client, cmd, fmt).await,
         Cmd::Env(cmd) => env(&client, cmd, fmt).await,
         Cmd::Entity(cmd) => entity(&client, cmd, fmt).await,
+        Cmd::Orch(cmd) => orch::run(&client, cmd, fmt).await,
         Cmd::Digest(read) => {
             let d = client
                 .call(
@@ -372,6 +383,7 @@ async fn env(client: &FailoverClient, cmd: EnvCmd, fmt: Format) -> anyhow::Resul
                 .await?;
             print(fmt, &write_json(&r), &["index", "leader", "result"])
         }
+        EnvCmd::Orch(cmd) => settings::env(client, cmd, fmt).await,
     }
 }
 
@@ -427,6 +439,7 @@ async fn entity(client: &FailoverClient, cmd: EntityCmd, fmt: Format) -> anyhow:
             }
             print(fmt, &Value::Array(v), &[])
         }
+        EntityCmd::Orch(cmd) => settings::entity(client, cmd, fmt).await,
     }
 }
 

@@ -80,7 +80,10 @@ impl Hub {
                     r.set_timeout(Duration::from_secs(10));
                     match c.report_task(r).await {
                         Ok(_) => return,
-                        Err(s) if s.code() == tonic::Code::NotFound || s.code() == tonic::Code::InvalidArgument => {
+                        Err(s)
+                            if s.code() == tonic::Code::NotFound
+                                || s.code() == tonic::Code::InvalidArgument =>
+                        {
                             eprintln!("report refused: {}", s.message());
                             return;
                         }
@@ -167,7 +170,11 @@ async fn main() {
                 plan.id,
                 plan.entity,
                 plan.kind,
-                if plan.to_version.is_empty() { "-" } else { &plan.to_version }
+                if plan.to_version.is_empty() {
+                    "-"
+                } else {
+                    &plan.to_version
+                }
             )
             .expect("write --log");
             let hub = hub.clone();

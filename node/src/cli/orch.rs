@@ -1,0 +1,787 @@
+//! `hubctl` commands for orchestration: products, releases, channels, recalls, window
+//! overrides, suppressions, break-glass commands and the audit log. Entity and environment
+//! settings live in [`super::settings`], plans and `entity explain` in [`super::plans`].
+//!
+//! Every write is one `hub_engine::Command` sent through `Hub.Submit` with a fresh request id
+//! (a retry through another node applies once); every read is a `Hub.Query`. Entity references
+//! (`ENV/NAME`, `ENV/KIND/NAME`, `eid:…`) are resolved by the server.
+
+use anyhow::Context;
+use clap::{ArgGroup, Args, Subcommand};
+use hub_engine::command::{CancelTarget, WindowSpec};
+use hub_engine::plan::EmergencyCommand;
+use hub_engine::suppression::Scope;
+use hub_engine::{Command, CommandOutput};
+use hub_proto::{QueryRequest, ReadOptions, SubmitRequest};
+use semver::Version;
+use serde_json::{json, Value};
+
+use super::output::{print, table, Format};
+use super::timeparse::{parse_duration, parse_time, TimeArg};
+use super::ReadArgs;
+use crate::client::FailoverClient;
+use crate::node::new_request_id;
+
+// ---------------------------------------------------------------------------------------------
+// Shared helpers
+
+/// Sends one command with a fresh idempotency key; returns the write's view
+/// (`index`, `leader`, `result`, `id`, `output`).
+pub(crate) async fn submit(client: &FailoverClient, command: &Command) -> anyhow::Result<Value> {
+    let req = SubmitRequest {
+        command_json: serde_json::to_string(command).context("encode command")?,
+        request_id: new_request_id(),
+    };
+    let r = client
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.submit(req).await }
+        })
+        .await?;
+    let output: Value = if r.output_json.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&r.output_json).unwrap_or(Value::Null)
+    };
+    let id = match serde_json::from_value::<CommandOutput>(output.clone()) {
+        Ok(CommandOutput::Changed { id, .. }) if !id.is_empty() => json!(id),
+        Ok(CommandOutput::EntityCreated(id))
+        | Ok(CommandOutput::EnvironmentCreated(id))
+        | Ok(CommandOutput::EnvironmentDeleted(id)) => json!(id),
+        _ => Value::Null,
+    };
+    Ok(json!({
+        "index": r.index,
+        "leader": r.leader_id,
+        "result": r.result,
+        "id": id,
+        "output": output,
+    }))
+}
+
+/// Sends `command` and prints the write's result.
+pub(crate) async fn submit_and_print(
+    client: &FailoverClient,
+    command: &Command,
+    fmt: Format,
+) -> anyhow::Result<Value> {
+    let v = submit(client, command).await?;
+    print(fmt, &v, &["index", "leader", "result", "id"])?;
+    Ok(v)
+}
+
+/// Runs one query (see node/src/query.rs) and returns its JSON answer.
+pub(crate) async fn query(
+    client: &FailoverClient,
+    q: Value,
+    read: ReadArgs,
+) -> anyhow::Result<Value> {
+    let req = QueryRequest {
+        query_json: q.to_string(),
+        read: Some(ReadOptions { stale: read.stale }),
+    };
+    let r = client
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.query(req).await }
+        })
+        .await?;
+    serde_json::from_str(&r.json).context("the server's answer is not JSON")
+}
+
+/// A linearizable read (what writes resolve their references with).
+pub(crate) const FRESH: ReadArgs = ReadArgs { stale: false };
+
+/// Resolves an entity reference to its id (`eid:…`) on the server.
+pub(crate) async fn resolve(client: &FailoverClient, reference: &str) -> anyhow::Result<String> {
+    let v = query(
+        client,
+        json!({"query": "resolve_entity", "entity": reference}),
+        FRESH,
+    )
+    .await?;
+    v["id"]
+        .as_str()
+        .map(String::from)
+        .with_context(|| format!("entity {reference:?}: the server returned no id"))
+}
+
+/// The array under `key` of a query answer (empty if absent).
+pub(crate) fn items(v: &Value, key: &str) -> Vec<Value> {
+    v[key].as_array().cloned().unwrap_or_default()
+}
+
+/// Prints a list: a table of `columns` (rows mapped by `row`), or the array as JSON/YAML.
+pub(crate) fn print_list(
+    fmt: Format,
+    list: Vec<Value>,
+    columns: &[&str],
+    row: impl Fn(&Value) -> Value,
+) -> anyhow::Result<()> {
+    if fmt == Format::Table {
+        let rows: Vec<Value> = list.iter().map(row).collect();
+        return table(&rows, columns);
+    }
+    print(fmt, &Value::Array(list), &[])
+}
+
+/// Joins a JSON array of strings with `,` ("-" when empty or absent).
+pub(crate) fn join(v: &Value) -> Value {
+    let parts: Vec<String> = v
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| x.as_str().map_or_else(|| x.to_string(), String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    if parts.is_empty() {
+        Value::Null
+    } else {
+        json!(parts.join(","))
+    }
+}
+
+/// Parses a semantic version for a flag or argument (clap names it in the error).
+pub(crate) fn parse_version(s: &str) -> Result<Version, String> {
+    Version::parse(s.trim()).map_err(|e| format!("{s:?} is not a semantic version: {e}"))
+}
+
+/// Parses `true` or `false`.
+pub(crate) fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" => Ok(true),
+        "false" | "no" | "off" => Ok(false),
+        _ => Err(format!("{s:?} is not true or false")),
+    }
+}
+
+/// Who is acting: `--actor`, else `$USER`, else `hubctl`.
+#[derive(Args, Debug, Clone)]
+pub struct ActorArg {
+    /// Who is acting, recorded in the audit log (default: $USER, else "hubctl").
+    #[arg(long)]
+    actor: Option<String>,
+}
+
+impl ActorArg {
+    /// The actor's name.
+    pub fn name(&self) -> String {
+        self.actor
+            .clone()
+            .or_else(|| std::env::var("USER").ok())
+            .filter(|a| !a.trim().is_empty())
+            .unwrap_or_else(|| "hubctl".to_string())
+    }
+}
+
+/// An environment or an entity (exactly one).
+#[derive(Args, Debug, Clone)]
+#[group(required = true, multiple = false)]
+pub struct ScopeArgs {
+    /// The environment.
+    #[arg(long = "env", value_name = "ENV")]
+    environment: Option<String>,
+    /// The entity: ENV/NAME, ENV/KIND/NAME or eid:….
+    #[arg(long, value_name = "REF")]
+    entity: Option<String>,
+}
+
+impl ScopeArgs {
+    /// The engine's scope; an entity reference is resolved to its id.
+    pub async fn resolve(&self, client: &FailoverClient) -> anyhow::Result<Scope> {
+        match (&self.environment, &self.entity) {
+            (Some(env), _) => Ok(Scope::Environment(env.clone())),
+            (None, Some(reference)) => Ok(Scope::Entity(resolve(client, reference).await?)),
+            (None, None) => anyhow::bail!("give --env ENV or --entity REF"),
+        }
+    }
+}
+
+/// Reads a file the operator named; the error names the file and what it was for.
+pub(crate) fn read_file(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
+    std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {what} file {}", path.display()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands
+
+/// Orchestration commands at the top level of `hubctl`.
+#[derive(Subcommand, Debug)]
+pub enum OrchCmd {
+    /// Products (group:name) and their maintenance windows.
+    #[command(subcommand)]
+    Product(ProductCmd),
+    /// Releases: publish from a manifest, list, recall.
+    #[command(subcommand)]
+    Release(ReleaseCmd),
+    /// Custom release channels.
+    #[command(subcommand)]
+    Channel(ChannelCmd),
+    /// One-off maintenance-window overrides (SPEC C5).
+    #[command(subcommand)]
+    Window(WindowCmd),
+    /// Suppression windows (SPEC C8).
+    #[command(subcommand)]
+    Suppression(SuppressionCmd),
+    /// Change plans: list, show, cancel (SPEC P6, P12).
+    #[command(subcommand)]
+    Plan(super::plans::PlanCmd),
+    /// Issue a break-glass command to an entity: bypasses every constraint (SPEC P1, C2).
+    Command(CommandArgs),
+    /// The audit log, newest first.
+    Audit {
+        /// At most this many entries.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+}
+
+/// `hubctl product …`
+#[derive(Subcommand, Debug)]
+pub enum ProductCmd {
+    /// Create a product.
+    Create {
+        /// Product id, group:name (e.g. com.example:web).
+        id: String,
+        /// Description.
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// List products.
+    List {
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// A product's maintenance window.
+    #[command(subcommand)]
+    Window(ProductWindowCmd),
+}
+
+/// `hubctl product window …`
+#[derive(Subcommand, Debug)]
+pub enum ProductWindowCmd {
+    /// Set the product's maintenance window (SPEC C3, C4).
+    Set {
+        /// Product id.
+        id: String,
+        /// Weekly ranges like MONDAY/22:00-TUESDAY/06:00 (comma-separated), or all-time.
+        #[arg(long)]
+        window: String,
+        /// IANA time zone, e.g. America/New_York.
+        #[arg(long, default_value = "UTC")]
+        time_zone: String,
+    },
+    /// Remove the product's maintenance window.
+    Clear {
+        /// Product id.
+        id: String,
+    },
+}
+
+/// `hubctl release …`
+#[derive(Subcommand, Debug)]
+pub enum ReleaseCmd {
+    /// Publish a release from its manifest (YAML).
+    Publish {
+        /// The manifest file.
+        #[arg(short = 'f', long = "file", visible_alias = "manifest")]
+        file: std::path::PathBuf,
+    },
+    /// List releases (of one product, or all), newest first.
+    List {
+        /// Product id.
+        product: Option<String>,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Recall one version or an inclusive range of versions.
+    #[command(group(ArgGroup::new("versions").required(true).args(["version", "from"])))]
+    Recall {
+        /// Product id.
+        product: String,
+        /// The version to recall.
+        #[arg(long, value_parser = parse_version, conflicts_with_all = ["from", "to"])]
+        version: Option<Version>,
+        /// Lowest version of the range.
+        #[arg(long, value_parser = parse_version, requires = "to")]
+        from: Option<Version>,
+        /// Highest version of the range (inclusive).
+        #[arg(long, value_parser = parse_version, requires = "from")]
+        to: Option<Version>,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Withdraw a recall.
+    Unrecall {
+        /// The recall's id (r-…).
+        id: String,
+    },
+    /// List recalls (of one product, or all).
+    Recalls {
+        /// Product id.
+        product: Option<String>,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+}
+
+/// `hubctl channel …`
+#[derive(Subcommand, Debug)]
+pub enum ChannelCmd {
+    /// Create a custom release channel.
+    Create {
+        /// Upper-case name (A-Z, 0-9, _).
+        name: String,
+        /// Description.
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// List channels (built-in and custom).
+    List {
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Add a release to a custom channel.
+    Add {
+        /// Channel.
+        name: String,
+        /// Product id.
+        product: String,
+        /// Version.
+        #[arg(value_parser = parse_version)]
+        version: Version,
+    },
+    /// Remove a release from a custom channel.
+    Remove {
+        /// Channel.
+        name: String,
+        /// Product id.
+        product: String,
+        /// Version.
+        #[arg(value_parser = parse_version)]
+        version: Version,
+    },
+}
+
+/// `hubctl window …`
+#[derive(Subcommand, Debug)]
+pub enum WindowCmd {
+    /// Maintenance-window overrides.
+    #[command(subcommand)]
+    Override(OverrideCmd),
+}
+
+/// `hubctl window override …`
+#[derive(Subcommand, Debug)]
+pub enum OverrideCmd {
+    /// Let plans pass the window constraint (only) during a one-off range (SPEC C5).
+    #[command(group(ArgGroup::new("until").required(true).args(["end", "duration"])))]
+    Add {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Start: RFC 3339 (2026-11-30T22:00:00Z) or now.
+        #[arg(long, value_parser = parse_time, default_value = "now")]
+        start: TimeArg,
+        /// End (exclusive): RFC 3339 or now.
+        #[arg(long, value_parser = parse_time)]
+        end: Option<TimeArg>,
+        /// Length from the start, e.g. 30m, 2h, 1d.
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<i64>,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+    /// Remove a window override.
+    Remove {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// The override's id (o-…).
+        id: String,
+    },
+}
+
+/// `hubctl suppression …`
+#[derive(Subcommand, Debug)]
+pub enum SuppressionCmd {
+    /// Create a manual suppression window: no plans are issued in scope until it ends.
+    #[command(group(ArgGroup::new("until").required(true).args(["end", "duration"])))]
+    Create {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Start: RFC 3339 or now (default: when the hub applies it).
+        #[arg(long, value_parser = parse_time)]
+        start: Option<TimeArg>,
+        /// End (exclusive): RFC 3339.
+        #[arg(long, value_parser = parse_time)]
+        end: Option<TimeArg>,
+        /// Length from the start, e.g. 30m, 2h, 1d.
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<i64>,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+        /// Also cancel the active plans in scope (SPEC P12).
+        #[arg(long)]
+        cancel_active_plans: bool,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+    /// List suppression windows.
+    List {
+        /// Only this environment.
+        #[arg(long = "env", value_name = "ENV")]
+        environment: Option<String>,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Delete a suppression window (manual or automatic).
+    Delete {
+        /// The suppression's id (s-…).
+        id: String,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+}
+
+/// What a break-glass command does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Action {
+    /// Install --version (with its config overrides).
+    Install,
+    /// Remove the product.
+    Uninstall,
+    /// Re-apply the config overrides of the current version.
+    EnforceConfig,
+    /// Move to --version with its config overrides.
+    EnforceConfigAndVersion,
+    /// Restart the workload as it is.
+    Restart,
+}
+
+/// `hubctl command REF ACTION …`
+#[derive(Args, Debug)]
+pub struct CommandArgs {
+    /// The entity: ENV/NAME, ENV/KIND/NAME or eid:….
+    entity: String,
+    /// What to do.
+    #[arg(value_enum)]
+    action: Action,
+    /// The version (install and enforce-config-and-version only).
+    #[arg(long, value_parser = parse_version)]
+    version: Option<Version>,
+    /// Why (required; audited).
+    #[arg(long)]
+    reason: String,
+    #[command(flatten)]
+    actor: ActorArg,
+}
+
+/// Runs an orchestration command.
+pub async fn run(client: &FailoverClient, cmd: OrchCmd, fmt: Format) -> anyhow::Result<()> {
+    match cmd {
+        OrchCmd::Product(c) => product(client, c, fmt).await,
+        OrchCmd::Release(c) => release(client, c, fmt).await,
+        OrchCmd::Channel(c) => channel(client, c, fmt).await,
+        OrchCmd::Window(WindowCmd::Override(c)) => window_override(client, c, fmt).await,
+        OrchCmd::Suppression(c) => suppression(client, c, fmt).await,
+        OrchCmd::Plan(c) => super::plans::run(client, c, fmt).await,
+        OrchCmd::Command(c) => emergency(client, c, fmt).await,
+        OrchCmd::Audit { limit, read } => {
+            let v = query(client, json!({"query": "audit", "limit": limit}), read).await?;
+            print_list(
+                fmt,
+                items(&v, "audit"),
+                &["index", "time", "actor", "action", "target", "reason"],
+                Value::clone,
+            )
+        }
+    }
+}
+
+async fn product(client: &FailoverClient, cmd: ProductCmd, fmt: Format) -> anyhow::Result<()> {
+    let command = match cmd {
+        ProductCmd::Create { id, description } => Command::CreateProduct {
+            product_id: id,
+            description,
+        },
+        ProductCmd::List { read } => {
+            let v = query(client, json!({"query": "products"}), read).await?;
+            return print_list(
+                fmt,
+                items(&v, "products"),
+                &["id", "releases", "window", "description"],
+                |p| {
+                    json!({"id": p["id"], "releases": p["releases"],
+                        "window": p["maintenance_window"], "description": p["description"]})
+                },
+            );
+        }
+        ProductCmd::Window(ProductWindowCmd::Set {
+            id,
+            window,
+            time_zone,
+        }) => Command::SetProductWindow {
+            product_id: id,
+            window: Some(WindowSpec {
+                spec: window,
+                time_zone,
+            }),
+        },
+        ProductCmd::Window(ProductWindowCmd::Clear { id }) => Command::SetProductWindow {
+            product_id: id,
+            window: None,
+        },
+    };
+    submit_and_print(client, &command, fmt).await.map(drop)
+}
+
+async fn release(client: &FailoverClient, cmd: ReleaseCmd, fmt: Format) -> anyhow::Result<()> {
+    let command = match cmd {
+        ReleaseCmd::Publish { file } => Command::PublishRelease {
+            manifest: read_file(&file, "manifest")?,
+        },
+        ReleaseCmd::List { product, read } => {
+            let v = query(
+                client,
+                json!({"query": "releases", "product": product}),
+                read,
+            )
+            .await?;
+            return print_list(
+                fmt,
+                items(&v, "releases"),
+                &["product", "version", "channels", "recalled", "published"],
+                |r| {
+                    json!({"product": r["product"], "version": r["version"],
+                        "channels": join(&r["channels"]), "recalled": r["recalled"],
+                        "published": r["published"]})
+                },
+            );
+        }
+        ReleaseCmd::Recall {
+            product,
+            version,
+            from,
+            to,
+            reason,
+        } => {
+            let (from, to) = match (version, from, to) {
+                (Some(v), _, _) => (v.clone(), v),
+                (None, Some(from), Some(to)) => (from, to),
+                _ => anyhow::bail!("give --version V, or --from A and --to B"),
+            };
+            Command::RecallReleases {
+                product_id: product,
+                from: from.to_string(),
+                to: to.to_string(),
+                reason,
+            }
+        }
+        ReleaseCmd::Unrecall { id } => Command::DeleteRecall { id },
+        ReleaseCmd::Recalls { product, read } => {
+            let v = query(client, json!({"query": "recalls"}), read).await?;
+            let list: Vec<Value> = items(&v, "recalls")
+                .into_iter()
+                .filter(|r| product.as_ref().is_none_or(|p| r["product"] == p.as_str()))
+                .collect();
+            return print_list(
+                fmt,
+                list,
+                &["id", "product", "versions", "reason", "created"],
+                Value::clone,
+            );
+        }
+    };
+    submit_and_print(client, &command, fmt).await.map(drop)
+}
+
+async fn channel(client: &FailoverClient, cmd: ChannelCmd, fmt: Format) -> anyhow::Result<()> {
+    let command = match cmd {
+        ChannelCmd::Create { name, description } => Command::CreateChannel { name, description },
+        ChannelCmd::List { read } => {
+            let v = query(client, json!({"query": "channels"}), read).await?;
+            return print_list(
+                fmt,
+                items(&v, "channels"),
+                &["name", "builtin", "description"],
+                Value::clone,
+            );
+        }
+        ChannelCmd::Add {
+            name,
+            product,
+            version,
+        } => Command::SetReleaseChannel {
+            channel: name,
+            product_id: product,
+            version: version.to_string(),
+            member: true,
+        },
+        ChannelCmd::Remove {
+            name,
+            product,
+            version,
+        } => Command::SetReleaseChannel {
+            channel: name,
+            product_id: product,
+            version: version.to_string(),
+            member: false,
+        },
+    };
+    submit_and_print(client, &command, fmt).await.map(drop)
+}
+
+/// The end of a range given as `--end T` or `--duration D` from `start`.
+fn end_of(start_ms: i64, end: Option<TimeArg>, duration: Option<i64>) -> anyhow::Result<i64> {
+    match (end, duration) {
+        (Some(end), _) => Ok(end.ms()),
+        (None, Some(d)) => start_ms
+            .checked_add(d)
+            .context("--duration: the end lies too far in the future"),
+        (None, None) => anyhow::bail!("give --end T or --duration D"),
+    }
+}
+
+async fn window_override(
+    client: &FailoverClient,
+    cmd: OverrideCmd,
+    fmt: Format,
+) -> anyhow::Result<()> {
+    let command = match cmd {
+        OverrideCmd::Add {
+            scope,
+            start,
+            end,
+            duration,
+            reason,
+            actor,
+        } => {
+            let start_ms = start.ms();
+            let end_ms = end_of(start_ms, end, duration)?;
+            if end_ms <= start_ms {
+                anyhow::bail!("--end must be after --start");
+            }
+            Command::AddWindowOverride {
+                scope: scope.resolve(client).await?,
+                start_ms,
+                end_ms,
+                reason,
+                actor: actor.name(),
+            }
+        }
+        OverrideCmd::Remove { scope, id } => Command::RemoveWindowOverride {
+            scope: scope.resolve(client).await?,
+            id,
+        },
+    };
+    submit_and_print(client, &command, fmt).await.map(drop)
+}
+
+async fn suppression(
+    client: &FailoverClient,
+    cmd: SuppressionCmd,
+    fmt: Format,
+) -> anyhow::Result<()> {
+    let command = match cmd {
+        SuppressionCmd::Create {
+            scope,
+            start,
+            end,
+            duration,
+            reason,
+            cancel_active_plans,
+            actor,
+        } => {
+            let start_ms = start.map(TimeArg::ms);
+            let end_ms = end_of(
+                start_ms.unwrap_or_else(super::timeparse::now_ms),
+                end,
+                duration,
+            )?;
+            if start_ms.is_some_and(|s| end_ms <= s) {
+                anyhow::bail!("--end must be after --start");
+            }
+            Command::CreateSuppression {
+                scope: scope.resolve(client).await?,
+                // `now` (or no --start) is the entry's time on the hub.
+                start_ms: match start {
+                    Some(TimeArg::At(ms)) => Some(ms),
+                    _ => None,
+                },
+                end_ms,
+                reason,
+                cancel_active_plans,
+                actor: actor.name(),
+            }
+        }
+        SuppressionCmd::List { environment, read } => {
+            let v = query(
+                client,
+                json!({"query": "suppressions", "environment": environment}),
+                read,
+            )
+            .await?;
+            return print_list(
+                fmt,
+                items(&v, "suppressions"),
+                &["id", "scope", "source", "start", "end", "active", "reason"],
+                Value::clone,
+            );
+        }
+        SuppressionCmd::Delete { id, actor } => Command::DeleteSuppression {
+            id,
+            actor: actor.name(),
+        },
+    };
+    submit_and_print(client, &command, fmt).await.map(drop)
+}
+
+async fn emergency(client: &FailoverClient, c: CommandArgs, fmt: Format) -> anyhow::Result<()> {
+    let command = match (c.action, c.version) {
+        (Action::Install, Some(version)) => EmergencyCommand::Install { version },
+        (Action::EnforceConfigAndVersion, Some(version)) => {
+            EmergencyCommand::EnforceConfigAndVersion { version }
+        }
+        (Action::Install | Action::EnforceConfigAndVersion, None) => {
+            anyhow::bail!("--version is required for install and enforce-config-and-version")
+        }
+        (_, Some(_)) => anyhow::bail!(
+            "--version is only for install and enforce-config-and-version (the entity keeps its version)"
+        ),
+        (Action::Uninstall, None) => EmergencyCommand::Uninstall,
+        (Action::EnforceConfig, None) => EmergencyCommand::EnforceConfig,
+        (Action::Restart, None) => EmergencyCommand::Restart,
+    };
+    if c.reason.trim().is_empty() {
+        anyhow::bail!("--reason must not be empty: break-glass commands are audited");
+    }
+    let command = Command::IssueCommand {
+        entity: resolve(client, &c.entity).await?,
+        command,
+        reason: c.reason,
+        actor: c.actor.name(),
+    };
+    submit_and_print(client, &command, fmt).await.map(drop)
+}
+
+/// A cancel target for `plan cancel`.
+pub(crate) fn cancel_target(
+    plan: Option<String>,
+    environment: Option<String>,
+    entity_id: Option<String>,
+) -> anyhow::Result<CancelTarget> {
+    match (plan, environment, entity_id) {
+        (Some(p), None, None) => Ok(CancelTarget::Plan(p)),
+        (None, Some(e), None) => Ok(CancelTarget::Environment(e)),
+        (None, None, Some(id)) => Ok(CancelTarget::Entity(id)),
+        _ => anyhow::bail!("give exactly one of PLAN_ID, --env ENV or --entity REF"),
+    }
+}

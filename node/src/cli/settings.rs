@@ -1,0 +1,473 @@
+//! `hubctl entity …` and `hubctl env …` commands for management settings: channels,
+//! dependency groups, windows, config overrides, secrets, registries and the environment's
+//! suppression and window flags. Secret values are read from a file or an environment
+//! variable, never from the command line, and never printed (SPEC S4).
+
+use std::path::PathBuf;
+
+use clap::{ArgGroup, Subcommand};
+use hub_engine::command::{EntitySettingsPatch, EnvironmentSettingsPatch, WindowSpec};
+use hub_engine::entity::SecretValue;
+use hub_engine::Command;
+use semver::Version;
+use serde_json::{json, Value};
+
+use super::orch::{items, parse_bool, parse_version, query, read_file, resolve, submit_and_print};
+use super::output::{print, table, Format};
+use super::timeparse::{format_duration, parse_duration};
+use super::ReadArgs;
+use crate::client::FailoverClient;
+
+/// Orchestration commands under `hubctl entity`.
+#[derive(Subcommand, Debug)]
+pub enum EntityOrchCmd {
+    /// Show an entity's settings, secret names (never values) and reported state.
+    Get {
+        /// The entity: ENV/NAME, ENV/KIND/NAME or eid:….
+        entity: String,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Change an entity's management settings (at least one flag).
+    #[command(group(ArgGroup::new("change").required(true).multiple(true).args([
+        "channel", "dependency_groups", "ignore_dependencies", "window", "clear_window",
+        "marked_for_uninstall",
+    ])))]
+    Set {
+        /// The entity.
+        entity: String,
+        /// The release channel to follow.
+        #[arg(long)]
+        channel: Option<String>,
+        /// Dependency groups, comma-separated (replaces the list).
+        #[arg(long, value_delimiter = ',')]
+        dependency_groups: Option<Vec<String>>,
+        /// Product ids whose dependency checks are skipped, comma-separated (replaces the list;
+        /// "" clears it).
+        #[arg(long, value_delimiter = ',')]
+        ignore_dependencies: Option<Vec<String>>,
+        /// The entity's maintenance window, e.g. MONDAY/22:00-TUESDAY/06:00 or all-time.
+        #[arg(long, conflicts_with = "clear_window")]
+        window: Option<String>,
+        /// The window's IANA time zone (default UTC).
+        #[arg(long, requires = "window")]
+        time_zone: Option<String>,
+        /// Remove the entity's own window (the environment's applies).
+        #[arg(long)]
+        clear_window: bool,
+        /// Mark (true) or unmark (false) the entity for uninstallation.
+        #[arg(long, value_parser = parse_bool)]
+        marked_for_uninstall: Option<bool>,
+    },
+    /// Config overrides (YAML) per version.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+    /// Secrets (values are never shown).
+    #[command(subcommand)]
+    Secret(SecretCmd),
+    /// The entity's activity: decisions and their reasons, newest first.
+    Activity {
+        /// The entity.
+        entity: String,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Is there a candidate plan, does it meet its constraints, was it issued, did the last
+    /// execution succeed (SPEC P3)?
+    Explain {
+        /// The entity.
+        entity: String,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+}
+
+/// `hubctl entity config …`
+#[derive(Subcommand, Debug)]
+pub enum ConfigCmd {
+    /// Set the config overrides that apply from --version on.
+    Set {
+        /// The entity.
+        entity: String,
+        /// The lowest version they apply to.
+        #[arg(long, value_parser = parse_version, default_value = "0.0.0")]
+        version: Version,
+        /// A YAML file with the overrides (a mapping).
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+    /// Remove the config overrides of --version.
+    Clear {
+        /// The entity.
+        entity: String,
+        /// The version they were set for.
+        #[arg(long, value_parser = parse_version, default_value = "0.0.0")]
+        version: Version,
+    },
+}
+
+/// `hubctl entity secret …`
+#[derive(Subcommand, Debug)]
+pub enum SecretCmd {
+    /// Set a secret from a file's exact content or an environment variable.
+    #[command(group(ArgGroup::new("source").required(true).args(["value_file", "from_env"])))]
+    Set {
+        /// The entity.
+        entity: String,
+        /// The secret's name.
+        name: String,
+        /// A file holding the value (used exactly, trailing newline included).
+        #[arg(long)]
+        value_file: Option<PathBuf>,
+        /// An environment variable holding the value.
+        #[arg(long)]
+        from_env: Option<String>,
+    },
+    /// Delete a secret.
+    Delete {
+        /// The entity.
+        entity: String,
+        /// The secret's name.
+        name: String,
+    },
+}
+
+/// Orchestration commands under `hubctl env`.
+#[derive(Subcommand, Debug)]
+pub enum EnvOrchCmd {
+    /// Show (no flags) or change an environment's settings.
+    Settings {
+        /// The environment.
+        environment: String,
+        /// The environment's maintenance window, e.g. MONDAY/22:00-TUESDAY/06:00 or all-time.
+        #[arg(long, conflicts_with = "clear_window")]
+        window: Option<String>,
+        /// The window's IANA time zone (default UTC).
+        #[arg(long, requires = "window")]
+        time_zone: Option<String>,
+        /// Remove the environment's window.
+        #[arg(long)]
+        clear_window: bool,
+        /// Suppress the whole environment when more than N entities are auto-suppressed (SPEC P9).
+        #[arg(long)]
+        suppress_after_autosuppressions: Option<u32>,
+        /// How long a failed plan suppresses its entity (SPEC P8), e.g. 1h.
+        #[arg(long, value_parser = parse_duration)]
+        auto_suppression: Option<i64>,
+        /// Use entity/environment windows instead of product windows (SPEC C4): true|false.
+        #[arg(long, value_parser = parse_bool)]
+        override_product_windows: Option<bool>,
+        /// Recall roll-offs wait for maintenance windows too (SPEC C6): true|false.
+        #[arg(long, value_parser = parse_bool)]
+        require_windows_for_recall_roll_offs: Option<bool>,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Artifact registries (SPEC C9).
+    #[command(subcommand)]
+    Registry(RegistryCmd),
+}
+
+/// `hubctl env registry …`
+#[derive(Subcommand, Debug)]
+pub enum RegistryCmd {
+    /// Add or replace a registry.
+    Set {
+        /// The environment.
+        environment: String,
+        /// The registry's name.
+        name: String,
+        /// http(s)://… or file:///…
+        url: String,
+        /// Whether the hub can reach it (not-expected: the hub skips its check).
+        #[arg(long, default_value = "expected", value_parser = ["expected", "not-expected"])]
+        hub_access: String,
+    },
+    /// Remove a registry.
+    Remove {
+        /// The environment.
+        environment: String,
+        /// The registry's name.
+        name: String,
+    },
+}
+
+fn window_patch(
+    window: Option<String>,
+    time_zone: Option<String>,
+    clear: bool,
+) -> Option<hub_engine::command::WindowChange> {
+    use hub_engine::command::WindowChange;
+    match (window, clear) {
+        (Some(spec), _) => Some(WindowChange::Set(WindowSpec {
+            spec,
+            time_zone: time_zone.unwrap_or_else(|| "UTC".to_string()),
+        })),
+        (None, true) => Some(WindowChange::Remove),
+        (None, false) => None,
+    }
+}
+
+/// Runs an entity settings command.
+pub async fn entity(
+    client: &FailoverClient,
+    cmd: EntityOrchCmd,
+    fmt: Format,
+) -> anyhow::Result<()> {
+    let command = match cmd {
+        EntityOrchCmd::Get { entity, read } => {
+            let v = query(client, json!({"query": "entity", "entity": entity}), read).await?;
+            return print_entity(fmt, &v);
+        }
+        EntityOrchCmd::Activity { entity, read } => {
+            return super::plans::activity(client, &entity, read, fmt).await;
+        }
+        EntityOrchCmd::Explain { entity, read } => {
+            return super::plans::explain(client, &entity, read, fmt).await;
+        }
+        EntityOrchCmd::Set {
+            entity,
+            channel,
+            dependency_groups,
+            ignore_dependencies,
+            window,
+            time_zone,
+            clear_window,
+            marked_for_uninstall,
+        } => {
+            let clean = |list: Vec<String>| -> Vec<String> {
+                list.into_iter()
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            };
+            Command::SetEntitySettings {
+                entity: resolve(client, &entity).await?,
+                patch: EntitySettingsPatch {
+                    release_channel: channel,
+                    dependency_groups: dependency_groups.map(clean),
+                    ignored_dependencies: ignore_dependencies.map(clean),
+                    maintenance_window: window_patch(window, time_zone, clear_window),
+                    marked_for_uninstall,
+                },
+            }
+        }
+        EntityOrchCmd::Config(ConfigCmd::Set {
+            entity,
+            version,
+            file,
+        }) => {
+            let config = read_file(&file, "config")?;
+            Command::SetConfigOverrides {
+                entity: resolve(client, &entity).await?,
+                version: version.to_string(),
+                config: Some(config),
+            }
+        }
+        EntityOrchCmd::Config(ConfigCmd::Clear { entity, version }) => {
+            Command::SetConfigOverrides {
+                entity: resolve(client, &entity).await?,
+                version: version.to_string(),
+                config: None,
+            }
+        }
+        EntityOrchCmd::Secret(SecretCmd::Set {
+            entity,
+            name,
+            value_file,
+            from_env,
+        }) => {
+            let value = match (value_file, from_env) {
+                (Some(path), _) => read_file(&path, "secret value")?,
+                // The error never shows the variable's content (VarError's Display would).
+                (None, Some(var)) => match std::env::var(&var) {
+                    Ok(v) => v,
+                    Err(std::env::VarError::NotPresent) => {
+                        anyhow::bail!("--from-env: environment variable {var:?} is not set")
+                    }
+                    Err(std::env::VarError::NotUnicode(_)) => {
+                        anyhow::bail!("--from-env: environment variable {var:?} is not UTF-8")
+                    }
+                },
+                (None, None) => anyhow::bail!("give --value-file FILE or --from-env VAR"),
+            };
+            if value.is_empty() {
+                anyhow::bail!(
+                    "the secret value is empty (use `entity secret delete` to remove it)"
+                );
+            }
+            if value.ends_with('\n') {
+                eprintln!(
+                    "note: the secret value ends with a newline, which is kept as part of it"
+                );
+            }
+            Command::SetSecret {
+                entity: resolve(client, &entity).await?,
+                name,
+                value: Some(SecretValue(value)),
+            }
+        }
+        EntityOrchCmd::Secret(SecretCmd::Delete { entity, name }) => Command::SetSecret {
+            entity: resolve(client, &entity).await?,
+            name,
+            value: None,
+        },
+    };
+    submit_and_print(client, &command, fmt).await.map(drop)
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) if a.is_empty() => "-".into(),
+        Value::Array(a) => a.iter().map(text).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
+fn print_entity(fmt: Format, v: &Value) -> anyhow::Result<()> {
+    if fmt != Format::Table {
+        return print(fmt, v, &[]);
+    }
+    for key in [
+        "id",
+        "environment",
+        "kind",
+        "name",
+        "product_id",
+        "k8s_namespace",
+        "account_id",
+        "release_channel",
+        "dependency_groups",
+        "ignored_dependencies",
+        "maintenance_window",
+        "secrets",
+        "secrets_revision",
+        "marked_for_uninstall",
+        "owner_module",
+    ] {
+        println!("{key}: {}", text(&v[key]));
+    }
+    let r = &v["reported"];
+    println!(
+        "reported: version {} health {} at {}",
+        text(&r["version"]),
+        text(&r["health"]),
+        text(&r["at"])
+    );
+    if let Some(m) = r["message"].as_str().filter(|m| !m.is_empty()) {
+        println!("reported message: {m}");
+    }
+    match v["config_overrides"].as_object().filter(|o| !o.is_empty()) {
+        Some(overrides) => {
+            println!("config overrides:");
+            for (version, text) in overrides {
+                println!("  from {version}:");
+                for line in text.as_str().unwrap_or_default().lines() {
+                    println!("    {line}");
+                }
+            }
+        }
+        None => println!("config overrides: -"),
+    }
+    print_overrides(v)
+}
+
+fn print_overrides(v: &Value) -> anyhow::Result<()> {
+    let overrides = items(v, "window_overrides");
+    if overrides.is_empty() {
+        println!("window overrides: -");
+        return Ok(());
+    }
+    println!("window overrides:");
+    table(&overrides, &["id", "start", "end", "reason"])
+}
+
+/// Runs an environment settings command.
+pub async fn env(client: &FailoverClient, cmd: EnvOrchCmd, fmt: Format) -> anyhow::Result<()> {
+    let command = match cmd {
+        EnvOrchCmd::Settings {
+            environment,
+            window,
+            time_zone,
+            clear_window,
+            suppress_after_autosuppressions,
+            auto_suppression,
+            override_product_windows,
+            require_windows_for_recall_roll_offs,
+            read,
+        } => {
+            let patch = EnvironmentSettingsPatch {
+                maintenance_window: window_patch(window, time_zone, clear_window),
+                autosuppression_threshold: suppress_after_autosuppressions,
+                auto_suppression_ms: auto_suppression,
+                override_product_maintenance_windows: override_product_windows,
+                require_windows_for_recall_roll_offs,
+            };
+            if patch == EnvironmentSettingsPatch::default() {
+                let v = query(
+                    client,
+                    json!({"query": "environment_settings", "environment": environment}),
+                    read,
+                )
+                .await?;
+                return print_env_settings(fmt, &v);
+            }
+            Command::SetEnvironmentSettings { environment, patch }
+        }
+        EnvOrchCmd::Registry(RegistryCmd::Set {
+            environment,
+            name,
+            url,
+            hub_access,
+        }) => Command::SetRegistry {
+            environment,
+            name,
+            url,
+            hub_access,
+        },
+        EnvOrchCmd::Registry(RegistryCmd::Remove { environment, name }) => {
+            Command::RemoveRegistry { environment, name }
+        }
+    };
+    submit_and_print(client, &command, fmt).await.map(drop)
+}
+
+fn print_env_settings(fmt: Format, v: &Value) -> anyhow::Result<()> {
+    if fmt != Format::Table {
+        return print(fmt, v, &[]);
+    }
+    println!("environment: {}", text(&v["environment"]));
+    println!("maintenance_window: {}", text(&v["maintenance_window"]));
+    println!(
+        "suppress_deployment_after_num_autosuppressions: {}",
+        text(&v["suppress_deployment_after_num_autosuppressions"])
+    );
+    println!(
+        "auto_suppression: {}",
+        v["auto_suppression_ms"]
+            .as_i64()
+            .map_or_else(|| "-".to_string(), format_duration)
+    );
+    println!(
+        "override_product_maintenance_windows: {}",
+        text(&v["override_product_maintenance_windows"])
+    );
+    println!(
+        "require_maintenance_windows_for_no_downtime_recalled_release_roll_offs: {}",
+        text(&v["require_maintenance_windows_for_no_downtime_recalled_release_roll_offs"])
+    );
+    println!(
+        "autosuppressed_entities: {}",
+        text(&v["autosuppressed_entities"])
+    );
+    let registries = items(v, "registries");
+    if registries.is_empty() {
+        println!("registries: -");
+    } else {
+        println!("registries:");
+        table(&registries, &["name", "url", "hub_access"])?;
+    }
+    print_overrides(v)
+}
