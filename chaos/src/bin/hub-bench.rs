@@ -2,6 +2,8 @@
 //!
 //! - `hub-bench writes --cluster DIR --concurrency 1,16,64 --seconds 10`
 //! - `hub-bench failover --cluster DIR --kills 20`
+//! - `hub-bench decide --cluster DIR --entities 1000 --rounds 50`: how fast a trigger becomes
+//!   an issued plan (SPEC P2, P11: event-driven, not polled)
 //!
 //! `DIR` is a `hubctl dev up` directory (its `cluster.json` gives addresses and pids).
 
@@ -15,7 +17,9 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use hub_chaos::stats::Latencies;
 use hub_proto::hub_client::HubClient;
-use hub_proto::{CreateEnvironmentRequest, NodeStatusRequest};
+use hub_proto::{
+    CreateEnvironmentRequest, NodeStatusRequest, QueryRequest, ReadOptions, SubmitRequest,
+};
 use serde::Deserialize;
 use tonic::transport::{Channel, Endpoint};
 
@@ -48,6 +52,19 @@ enum Cmd {
         /// Number of leader kills.
         #[arg(long, default_value_t = 20)]
         kills: usize,
+    },
+    /// Time from a trigger's commit to the issued plan: a new entity (one decision) `rounds`
+    /// times, then a release published to `entities` waiting entities (fan-out).
+    Decide {
+        /// `hubctl dev up` directory.
+        #[arg(long)]
+        cluster: PathBuf,
+        /// Entities waiting for the fan-out release.
+        #[arg(long, default_value_t = 1000)]
+        entities: usize,
+        /// Single-entity rounds.
+        #[arg(long, default_value_t = 50)]
+        rounds: usize,
     },
 }
 
@@ -271,6 +288,147 @@ async fn failover(dir: &Path, kills: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn submit(c: &mut HubClient<Channel>, command: serde_json::Value) -> anyhow::Result<()> {
+    c.submit(SubmitRequest {
+        command_json: command.to_string(),
+        request_id: next_name("bench"),
+    })
+    .await
+    .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+    Ok(())
+}
+
+async fn query(
+    c: &mut HubClient<Channel>,
+    q: serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
+    let r = c
+        .query(QueryRequest {
+            query_json: q.to_string(),
+            read: Some(ReadOptions { stale: true }),
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+    Ok(serde_json::from_str(&r.into_inner().json)?)
+}
+
+fn manifest(version: &str) -> String {
+    format!("product-group: com.bench\nproduct-name: svc\nproduct-version: {version}\n")
+}
+
+fn entity(env: &str, name: &str) -> serde_json::Value {
+    serde_json::json!({"CreateEntity": {"environment": env, "kind": "HelmChart", "name": name,
+        "product_id": "com.bench:svc", "k8s_namespace": "svc", "account_id": null, "release_channel": null}})
+}
+
+/// Plans are issued on the leader; polling its own (stale, so local) state sees them at the
+/// moment they are applied there.
+async fn decide(dir: &Path, entities: usize, rounds: usize) -> anyhow::Result<()> {
+    let cluster = read_cluster(dir)?;
+    let Some(l) = leader(&cluster, None).await else {
+        bail!("no leader");
+    };
+    let mut c = connect(&l.addr).await?;
+    let env = next_name("decide");
+    submit(
+        &mut c,
+        serde_json::json!({"CreateEnvironment": {"name": env, "description": ""}}),
+    )
+    .await?;
+    let _ = submit(
+        &mut c,
+        serde_json::json!({"CreateProduct": {"product_id": "com.bench:svc", "description": ""}}),
+    )
+    .await;
+    let _ = submit(
+        &mut c,
+        serde_json::json!({"PublishRelease": {"manifest": manifest("1.0.0")}}),
+    )
+    .await;
+    let mut single = Latencies::default();
+    let mut committed = Latencies::default();
+    for i in 0..rounds {
+        let name = format!("one{i}");
+        let id = format!("eid:{env}:helmChart:{name}");
+        let started = Instant::now();
+        submit(&mut c, entity(&env, &name)).await?;
+        committed.push(started.elapsed());
+        loop {
+            let v = query(&mut c, serde_json::json!({"query": "plans", "entity": id})).await?;
+            if v["plans"].as_array().is_some_and(|p| !p.is_empty()) {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!("no plan for {id} after 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        single.push(started.elapsed());
+    }
+    // Fan-out: `entities` entities of a fresh product wait with nothing to install; its first
+    // release is published and every one of them gets an install plan.
+    let fan = next_name("fan");
+    let product = format!("com.bench:{fan}");
+    submit(
+        &mut c,
+        serde_json::json!({"CreateEnvironment": {"name": fan, "description": ""}}),
+    )
+    .await?;
+    submit(
+        &mut c,
+        serde_json::json!({"CreateProduct": {"product_id": product, "description": ""}}),
+    )
+    .await?;
+    for i in 0..entities {
+        let mut e = entity(&fan, &format!("e{i}"));
+        e["CreateEntity"]["product_id"] = serde_json::json!(product);
+        submit(&mut c, e).await?;
+    }
+    let manifest =
+        format!("product-group: com.bench\nproduct-name: {fan}\nproduct-version: 1.0.0\n");
+    let started = Instant::now();
+    submit(
+        &mut c,
+        serde_json::json!({"PublishRelease": {"manifest": manifest}}),
+    )
+    .await?;
+    let mut seen = 0;
+    while seen < entities {
+        let v = query(
+            &mut c,
+            serde_json::json!({"query": "plans", "environment": fan, "limit": 1_000_000}),
+        )
+        .await?;
+        seen = v["plans"].as_array().map_or(0, |p| p.len());
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!("only {seen} of {entities} plans after 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let fan_out = started.elapsed();
+    println!("| trigger | decisions | p50 (ms) | p99 (ms) | max (ms) |");
+    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| new entity (commit + evaluate + Evaluate commit) | {} | {:.1} | {:.1} | {:.1} |",
+        single.len(),
+        single.percentile(50.0).as_secs_f64() * 1e3,
+        single.percentile(99.0).as_secs_f64() * 1e3,
+        single.percentile(100.0).as_secs_f64() * 1e3,
+    );
+    println!(
+        "| (of which: the trigger's own commit) | {} | {:.1} | {:.1} | {:.1} |",
+        committed.len(),
+        committed.percentile(50.0).as_secs_f64() * 1e3,
+        committed.percentile(99.0).as_secs_f64() * 1e3,
+        committed.percentile(100.0).as_secs_f64() * 1e3,
+    );
+    println!(
+        "| release published to {entities} waiting entities | {entities} | - | - | {:.1} (all issued) |",
+        fan_out.as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Args::parse().cmd {
@@ -280,5 +438,10 @@ async fn main() -> anyhow::Result<()> {
             seconds,
         } => writes(&cluster, &concurrency, seconds).await,
         Cmd::Failover { cluster, kills } => failover(&cluster, kills).await,
+        Cmd::Decide {
+            cluster,
+            entities,
+            rounds,
+        } => decide(&cluster, entities, rounds).await,
     }
 }

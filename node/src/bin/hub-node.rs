@@ -165,7 +165,19 @@ async fn main() -> anyhow::Result<()> {
         .add_service(hub_svc)
         .add_service(agent_svc)
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            // `Server::tcp_nodelay` applies only to listeners tonic binds itself; accepted
+            // streams need it set here, or replies written in several segments wait for the
+            // peer's delayed ACK (about 40 ms) under Nagle's algorithm.
+            tokio_stream::StreamExt::map(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                |conn| {
+                    conn.inspect(|s| {
+                        if let Err(e) = s.set_nodelay(true) {
+                            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+                        }
+                    })
+                },
+            ),
             shutdown,
         )
         .await
