@@ -324,3 +324,66 @@ fn missing_artifacts_block_until_they_appear() {
         "prod",
     );
 }
+
+#[test]
+fn an_emergency_command_bypasses_a_manual_suppression_and_is_audited() {
+    // SPEC P1, P4, C2: a break-glass command passes every constraint (here a manual
+    // suppression), one per entity at a time, needs a reason, and is audited.
+    let cluster = Cluster::up(3, "");
+    let ids = setup(&cluster, "prod", 1);
+    publish(&cluster, &manifest("1.0.0", &[]));
+    publish(&cluster, &manifest("1.1.0", &[]));
+    let _ = cluster.submit(json!({"CreateSuppression": {"scope": {"Entity": ids[0]},
+        "start_ms": null, "end_ms": 4_102_444_800_000i64, "reason": "frozen", "cancel_active_plans": true,
+        "actor": "alice"}}));
+    let _agent = cluster.start_test_agent("prod", &["--task-ms", "5"]);
+    // Frozen: the install candidate is blocked by the manual suppression.
+    let explain = poll_until(CONVERGE_TIMEOUT, || {
+        let x = cluster
+            .query(json!({"query": "explain", "entity": ids[0]}))
+            .ok()?;
+        (x["meets_constraints"] == false).then_some(x)
+    })
+    .expect("blocked by the suppression");
+    assert_eq!(explain["candidate"]["kind"], "install", "{explain}");
+
+    let refused = cluster
+        .submit(
+            json!({"IssueCommand": {"entity": ids[0], "command": {"Install": {"version": "1.0.0"}},
+            "reason": "", "actor": "alice"}}),
+        )
+        .expect_err("a command needs a reason");
+    assert!(refused.contains("reason"), "{refused}");
+    cluster
+        .submit(
+            json!({"IssueCommand": {"entity": ids[0], "command": {"Install": {"version": "1.0.0"}},
+            "reason": "hotfix for INC-42", "actor": "alice"}}),
+        )
+        .expect("command issued");
+    wait_for(
+        &cluster,
+        "the command to run",
+        |p| count(p, "command", "succeeded") == 1,
+        "prod",
+    );
+    let e = cluster
+        .query(json!({"query": "entity", "entity": ids[0]}))
+        .expect("entity");
+    assert_eq!(e["reported"]["version"], "1.0.0", "{e}");
+    // Still frozen for ordinary plans: 1.1.0 is not installed.
+    let explain = cluster
+        .query(json!({"query": "explain", "entity": ids[0]}))
+        .expect("explain");
+    assert_eq!(explain["candidate"]["to_version"], "1.1.0", "{explain}");
+    assert_eq!(explain["meets_constraints"], false, "{explain}");
+    let audit = cluster.query(json!({"query": "audit"})).expect("audit");
+    let entry = audit["audit"]
+        .as_array()
+        .expect("audit list")
+        .iter()
+        .find(|a| a["action"] == "command install")
+        .cloned()
+        .unwrap_or_else(|| panic!("no audit entry: {audit}"));
+    assert_eq!(entry["actor"], "alice");
+    assert_eq!(entry["reason"], "hotfix for INC-42");
+}
