@@ -1,5 +1,17 @@
 //! The hub agent (`hub-agent`): runs in a spoke environment, fails over between hub nodes,
-//! reports what is deployed and executes plans exactly once.
+//! reports what is deployed and executes plans exactly once (SPEC P2, R3, R4).
 //!
-//! Not built yet: it arrives with the agent issue, after the orchestration engine. The crate
-//! exists so the workspace has the layout of docs/ARCHITECTURE.md from the start.
+//! - [`plan`]: the plan as the agent sees it, and task outcomes.
+//! - [`driver`]: what executes tasks: [`driver::process`] (real processes from artifacts) and
+//!   [`driver::sim`] (simulated entities for scale and chaos runs).
+//! - [`executor`]: the loops: fetch plans, run them task by task, report.
+//! - [`journal`]: the local, durable record that makes execution exactly-once across restarts.
+//! - [`hub`]: the hub connection: endpoint failover, back-off, safe retries.
+//! - [`metrics`]: Prometheus counters on `/metrics`.
+
+pub mod driver;
+pub mod executor;
+pub mod hub;
+pub mod journal;
+pub mod metrics;
+pub mod plan;

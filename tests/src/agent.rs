@@ -174,3 +174,189 @@ fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
         .expect("a tokio runtime")
         .block_on(f)
 }
+
+/// A running `hub-agent` process; SIGKILLed on drop.
+pub struct HubAgent {
+    child: Child,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+}
+
+impl HubAgent {
+    /// SIGKILLs the agent (its services keep running: they are in their own sessions).
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again with the same arguments and data directory.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.child = spawn_agent(&self.args, &self.log);
+    }
+
+    /// The agent's log (stderr).
+    pub fn log_tail(&self, n: usize) -> String {
+        crate::tail(&self.log, n)
+    }
+}
+
+impl Drop for HubAgent {
+    fn drop(&mut self) {
+        self.kill9();
+        // Stop the services it started (they run in their own sessions).
+        for pid in service_pids(&self.data_dir) {
+            // SAFETY: plain syscall on a pid read from the agent's own state file.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!("--- hub-agent log ---\n{}", self.log_tail(60));
+        }
+    }
+}
+
+/// Pids recorded in the process driver's state files under `data_dir`.
+fn service_pids(data_dir: &std::path::Path) -> Vec<i32> {
+    let mut pids = Vec::new();
+    let Ok(entries) = std::fs::read_dir(data_dir.join("process")) else {
+        return pids;
+    };
+    for e in entries.flatten() {
+        let Ok(bytes) = std::fs::read(e.path().join("state.json")) else {
+            continue;
+        };
+        if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+            if let Some(pid) = v["pid"].as_i64() {
+                pids.push(pid as i32);
+            }
+        }
+    }
+    pids
+}
+
+fn spawn_agent(args: &[String], log: &std::path::Path) -> Child {
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("open the agent log");
+    Command::new(bin_dir().join("hub-agent"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start hub-agent (build it with cargo build --workspace --bins)")
+}
+
+impl Cluster {
+    /// Starts `hub-agent` for `environment` (data in the cluster's directory) with `extra`
+    /// flags, against every node.
+    pub fn start_hub_agent(&self, environment: &str, extra: &[&str]) -> HubAgent {
+        let data_dir = self.dir().join(format!("agent-{environment}"));
+        let log = self.dir().join(format!("hub-agent-{environment}.log"));
+        let mut args: Vec<String> = vec![
+            "--environment".into(),
+            environment.into(),
+            "--endpoints".into(),
+            self.endpoints(),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+            "--poll-wait-ms".into(),
+            "2000".into(),
+            "--state-interval-ms".into(),
+            "300".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = spawn_agent(&args, &log);
+        HubAgent {
+            child,
+            data_dir,
+            args,
+            log,
+        }
+    }
+
+    /// Packages the demo service (1.0.0, 1.1.0, broken 2.0.0) with `scripts/demo-package.sh`
+    /// into `<cluster dir>/demo`; returns that directory (`registry/`, `manifests/`).
+    pub fn package_demo(&self) -> PathBuf {
+        let out = self.dir().join("demo");
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/demo-package.sh");
+        let status = Command::new("bash")
+            .arg(&script)
+            .arg(&out)
+            .env("DEMO_SERVICE_BIN", bin_dir().join("demo-service"))
+            .stdout(Stdio::null())
+            .status()
+            .expect("run scripts/demo-package.sh");
+        assert!(status.success(), "demo-package.sh failed");
+        out
+    }
+}
+
+/// `GET http://127.0.0.1:<port><path>`: status and body, or `None` if nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(1),
+    )
+    .ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|x| x.1.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+impl Cluster {
+    /// `Agent.ReportTask` as an agent of `environment` would send it; `Err` carries the
+    /// server's message.
+    pub fn agent_report_task(
+        &self,
+        environment: &str,
+        plan_id: &str,
+        task: &str,
+        state: &str,
+    ) -> Result<(), String> {
+        let addr = self
+            .endpoints()
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let req = hub_proto::ReportTaskRequest {
+            environment: environment.to_string(),
+            plan_id: plan_id.to_string(),
+            task: task.to_string(),
+            attempt: 1,
+            state: state.to_string(),
+            output: String::new(),
+            failure: None,
+            request_id: String::new(),
+        };
+        block_on(async move {
+            let mut c = hub_proto::agent_client::AgentClient::connect(format!("http://{addr}"))
+                .await
+                .map_err(|e| e.to_string())?;
+            c.report_task(req)
+                .await
+                .map(|_| ())
+                .map_err(|s| s.message().to_string())
+        })
+    }
+}

@@ -2,6 +2,9 @@
 //!
 //! - `hub-bench writes --cluster DIR --concurrency 1,16,64 --seconds 10`
 //! - `hub-bench failover --cluster DIR --kills 20`
+//! - `hub-bench agents --cluster DIR --agents 1000 --seconds 60`: many simulated agents (the
+//!   real agent code with the sim driver, in this one process) syncing every second; hub CPU
+//!   and memory, and the time from a plan's commit to its delivery
 //! - `hub-bench decide --cluster DIR --entities 1000 --rounds 50`: how fast a trigger becomes
 //!   an issued plan (SPEC P2, P11: event-driven, not polled)
 //!
@@ -11,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use futures::StreamExt;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -52,6 +57,22 @@ enum Cmd {
         /// Number of leader kills.
         #[arg(long, default_value_t = 20)]
         kills: usize,
+    },
+    /// Simulated agents (one environment and entity each) syncing every second while new
+    /// releases roll out to all of them.
+    Agents {
+        /// `hubctl dev up` directory.
+        #[arg(long)]
+        cluster: PathBuf,
+        /// Number of agents (and environments).
+        #[arg(long, default_value_t = 1000)]
+        agents: usize,
+        /// Seconds of measurement.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// A new release every this many seconds.
+        #[arg(long, default_value_t = 15)]
+        release_every: u64,
     },
     /// Time from a trigger's commit to the issued plan: a new entity (one decision) `rounds`
     /// times, then a release published to `entities` waiting entities (fan-out).
@@ -429,6 +450,169 @@ async fn decide(dir: &Path, entities: usize, rounds: usize) -> anyhow::Result<()
     Ok(())
 }
 
+/// CPU seconds (user + system) and resident memory (KiB) of a process.
+fn proc_usage(pid: u32) -> Option<(f64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some((ticks / hz, rss))
+}
+
+async fn agents_bench(
+    dir: &Path,
+    n: usize,
+    seconds: u64,
+    release_every: u64,
+) -> anyhow::Result<()> {
+    use hub_agent::driver::sim::{SimConfig, SimDriver};
+    use hub_agent::executor::{Agent, AgentConfig};
+    use hub_agent::hub::HubConnection;
+    use hub_agent::journal::JournalFile;
+    use hub_agent::metrics::Metrics;
+
+    let cluster = read_cluster(dir)?;
+    let Some(l) = leader(&cluster, None).await else {
+        bail!("no leader");
+    };
+    let endpoints: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
+    let run = next_name("sim");
+    let product = format!("com.bench:{run}");
+    let mut c = connect(&l.addr).await?;
+    submit(
+        &mut c,
+        serde_json::json!({"CreateProduct": {"product_id": product, "description": ""}}),
+    )
+    .await?;
+    // Environments and entities, 16 writers at a time.
+    let setup = Instant::now();
+    let envs: Vec<String> = (0..n).map(|i| format!("{run}-{i}")).collect();
+    futures::stream::iter(envs.clone())
+        .map(|env| {
+            let addr = l.addr.clone();
+            let product = product.clone();
+            async move {
+                let mut c = connect(&addr).await?;
+                submit(
+                    &mut c,
+                    serde_json::json!({"CreateEnvironment": {"name": env, "description": ""}}),
+                )
+                .await?;
+                let mut e = entity(&env, "svc");
+                e["CreateEntity"]["product_id"] = serde_json::json!(product);
+                submit(&mut c, e).await
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<anyhow::Result<()>>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<Vec<()>>>()?;
+    eprintln!(
+        "setup: {n} environments and entities in {:?}",
+        setup.elapsed()
+    );
+    let metrics = Arc::new(Metrics::default());
+    let tmp = tempfile::tempdir()?;
+    for (i, env) in envs.iter().enumerate() {
+        let journal = JournalFile::open(&tmp.path().join(i.to_string()), env)?;
+        let mut eps = endpoints.clone();
+        let shift = i % eps.len().max(1);
+        eps.rotate_left(shift);
+        let hub = Arc::new(HubConnection::new(eps, metrics.clone()));
+        let driver = Arc::new(SimDriver::new(SimConfig {
+            task_latency: Duration::from_millis(1),
+            failure_rate: 0.0,
+            seed: 1,
+        }));
+        let agent = Agent::new(
+            AgentConfig {
+                environment: env.clone(),
+                poll_wait: Duration::from_secs(1),
+                state_interval: Duration::from_secs(1),
+                state_refresh: Duration::from_secs(30),
+                parallel_plans: 1,
+            },
+            hub,
+            driver,
+            journal,
+            metrics.clone(),
+        );
+        tokio::spawn(agent.run());
+    }
+    let before: Vec<(f64, u64)> = cluster
+        .nodes
+        .iter()
+        .filter_map(|n| proc_usage(n.pid))
+        .collect();
+    let started = Instant::now();
+    let mut releases = 0u64;
+    let mut next_release = Instant::now();
+    let mut peak_rss = 0u64;
+    while started.elapsed() < Duration::from_secs(seconds) {
+        if Instant::now() >= next_release {
+            releases += 1;
+            let manifest = format!(
+                "product-group: com.bench\nproduct-name: {run}\nproduct-version: 1.{releases}.0\n"
+            );
+            submit(
+                &mut c,
+                serde_json::json!({"PublishRelease": {"manifest": manifest}}),
+            )
+            .await?;
+            next_release += Duration::from_secs(release_every);
+        }
+        let rss: u64 = cluster
+            .nodes
+            .iter()
+            .filter_map(|n| proc_usage(n.pid))
+            .map(|u| u.1)
+            .sum();
+        peak_rss = peak_rss.max(rss);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let after: Vec<(f64, u64)> = cluster
+        .nodes
+        .iter()
+        .filter_map(|n| proc_usage(n.pid))
+        .collect();
+    let cpu: f64 = after.iter().zip(&before).map(|(a, b)| a.0 - b.0).sum();
+    let mut samples = metrics.delivery.samples();
+    samples.sort_unstable();
+    let pct = |p: f64| {
+        if samples.is_empty() {
+            0
+        } else {
+            samples[((p / 100.0) * (samples.len() - 1) as f64).round() as usize]
+        }
+    };
+    use std::sync::atomic::Ordering::Relaxed;
+    println!("| agents | releases | plans delivered | plans succeeded | delivery p50 (ms) | p99 (ms) | max (ms) | hub CPU (cores, 3 nodes) | hub RSS (MiB, 3 nodes, peak) |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {n} | {releases} | {} | {} | {} | {} | {} | {:.2} | {} |",
+        samples.len(),
+        metrics.plans_succeeded.load(Relaxed),
+        pct(50.0),
+        pct(99.0),
+        pct(100.0),
+        cpu / elapsed,
+        peak_rss / 1024
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Args::parse().cmd {
@@ -443,5 +627,11 @@ async fn main() -> anyhow::Result<()> {
             entities,
             rounds,
         } => decide(&cluster, entities, rounds).await,
+        Cmd::Agents {
+            cluster,
+            agents,
+            seconds,
+            release_every,
+        } => agents_bench(&cluster, agents, seconds, release_every).await,
     }
 }

@@ -1,0 +1,385 @@
+//! The agent's main loops: long-poll the hub for plans, run each plan task by task through the
+//! driver (journaling every step before reporting it), send reports until the hub
+//! acknowledges them, and report observed entity state (SPEC P2, R4).
+//!
+//! Exactly once: a task recorded as finished in the journal never runs again; a task that was
+//! running when the agent died runs again with the next attempt number (drivers make tasks
+//! idempotent); reports carry `task:<plan>:<task>:<attempt>:<state>` as idempotency key, so a
+//! report re-sent after a hub failover counts once. One plan per entity runs at a time.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hub_proto::{AgentPlan, EntityState};
+use tokio::sync::{Mutex, Notify, Semaphore};
+
+use crate::driver::Driver;
+use crate::hub::{backoff, CallError, HubConnection};
+use crate::journal::{JournalFile, TaskRecord};
+use crate::metrics::Metrics;
+use crate::plan::{Artifact, Observed, PlanSpec, Registry, TaskFailure};
+
+/// Tunables.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The environment it serves.
+    pub environment: String,
+    /// How long one plan fetch waits for a change.
+    pub poll_wait: Duration,
+    /// How often observed state is compared and, when changed, reported.
+    pub state_interval: Duration,
+    /// Unchanged state is still reported this often.
+    pub state_refresh: Duration,
+    /// Plans run at once (for different entities).
+    pub parallel_plans: usize,
+}
+
+/// A running agent.
+pub struct Agent {
+    cfg: AgentConfig,
+    hub: Arc<HubConnection>,
+    driver: Arc<dyn Driver>,
+    journal: Mutex<JournalFile>,
+    metrics: Arc<Metrics>,
+    outbox: Notify,
+    /// entity -> (plan id, cancel flag) of the plan running for it.
+    running: std::sync::Mutex<HashMap<String, (String, Arc<AtomicBool>)>>,
+    permits: Arc<Semaphore>,
+}
+
+fn to_spec(p: &AgentPlan, registries: &[Registry]) -> PlanSpec {
+    PlanSpec {
+        id: p.id.clone(),
+        entity: p.entity.clone(),
+        kind: p.kind.clone(),
+        command: p.command.clone(),
+        from_version: p.from_version.clone(),
+        to_version: p.to_version.clone(),
+        config: p.config.clone(),
+        secrets_revision: p.secrets_revision,
+        secrets: p
+            .secrets
+            .iter()
+            .map(|s| (s.name.clone(), s.value.clone()))
+            .collect(),
+        artifacts: p
+            .artifacts
+            .iter()
+            .map(|a| Artifact {
+                uri: a.uri.clone(),
+                sha256: a.sha256.clone(),
+            })
+            .collect(),
+        registries: registries.to_vec(),
+        tasks: p.tasks.iter().map(|t| t.name.clone()).collect(),
+    }
+}
+
+fn state_proto(o: &Observed) -> EntityState {
+    EntityState {
+        entity: o.entity.clone(),
+        version: o.version.clone().unwrap_or_default(),
+        health: o.health.as_str().to_string(),
+        config_sha256: o.config_sha256.clone().unwrap_or_default(),
+        secrets_revision: o.secrets_revision,
+        message: o.message.clone(),
+    }
+}
+
+impl Agent {
+    /// An agent over an opened journal.
+    pub fn new(
+        cfg: AgentConfig,
+        hub: Arc<HubConnection>,
+        driver: Arc<dyn Driver>,
+        journal: JournalFile,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        let permits = Arc::new(Semaphore::new(cfg.parallel_plans.max(1)));
+        metrics
+            .outbox
+            .store(journal.journal.outbox.len() as u64, Ordering::Relaxed);
+        Arc::new(Self {
+            cfg,
+            hub,
+            driver,
+            journal: Mutex::new(journal),
+            metrics,
+            outbox: Notify::new(),
+            running: std::sync::Mutex::new(HashMap::new()),
+            permits,
+        })
+    }
+
+    /// Runs every loop until the process ends.
+    pub async fn run(self: Arc<Self>) {
+        tokio::spawn(self.clone().send_reports());
+        tokio::spawn(self.clone().report_states());
+        self.fetch_loop().await;
+    }
+
+    async fn fetch_loop(self: Arc<Self>) {
+        let mut fingerprint = String::new();
+        let mut failures = 0u32;
+        loop {
+            let reply = match self
+                .hub
+                .fetch(&self.cfg.environment, &fingerprint, self.cfg.poll_wait)
+                .await
+            {
+                Ok(r) => {
+                    failures = 0;
+                    r
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "plan fetch failed");
+                    tokio::time::sleep(backoff(failures)).await;
+                    failures = failures.saturating_add(1);
+                    continue;
+                }
+            };
+            fingerprint = reply.fingerprint.clone();
+            let registries: Vec<Registry> = reply
+                .registries
+                .iter()
+                .map(|r| Registry {
+                    name: r.name.clone(),
+                    url: r.url.clone(),
+                })
+                .collect();
+            let listed: BTreeMap<&str, &AgentPlan> =
+                reply.plans.iter().map(|p| (p.id.as_str(), p)).collect();
+            // Plans no longer listed were cancelled (or finished): stop before their next task.
+            {
+                let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+                for (plan, cancel) in running.values() {
+                    if !listed.contains_key(plan.as_str()) {
+                        cancel.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+            for plan in reply.plans.iter() {
+                if self.journal.lock().await.is_finished(&plan.id) {
+                    continue;
+                }
+                let cancel = {
+                    let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+                    if running.contains_key(&plan.entity) {
+                        continue;
+                    }
+                    let cancel = Arc::new(AtomicBool::new(false));
+                    running.insert(plan.entity.clone(), (plan.id.clone(), cancel.clone()));
+                    cancel
+                };
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as i64)
+                    .unwrap_or(0);
+                self.metrics
+                    .delivery
+                    .observe(now_ms.saturating_sub(plan.issued_ms).max(0) as u64);
+                let spec = to_spec(plan, &registries);
+                let hub_done: Vec<String> = plan
+                    .tasks
+                    .iter()
+                    .filter(|t| t.state == "succeeded")
+                    .map(|t| t.name.clone())
+                    .collect();
+                let agent = self.clone();
+                tokio::spawn(async move {
+                    let entity = spec.entity.clone();
+                    agent.run_plan(spec, hub_done, cancel).await;
+                    agent
+                        .running
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&entity);
+                });
+            }
+        }
+    }
+
+    async fn record(&self, plan: &str, task: &str, record: TaskRecord, output: String) -> bool {
+        let r = self.journal.lock().await.record(plan, task, record, output);
+        match r {
+            Ok(()) => {
+                self.metrics.outbox.fetch_add(1, Ordering::Relaxed);
+                self.outbox.notify_one();
+                true
+            }
+            Err(e) => {
+                // Without a durable journal the agent cannot promise exactly-once: stop here.
+                tracing::error!(error = %e, plan, task, "cannot write the journal; not running the plan");
+                false
+            }
+        }
+    }
+
+    async fn run_plan(&self, spec: PlanSpec, hub_done: Vec<String>, cancel: Arc<AtomicBool>) {
+        let Ok(_permit) = self.permits.clone().acquire_owned().await else {
+            return;
+        };
+        self.metrics.inc(&self.metrics.plans_started);
+        tracing::info!(plan = %spec.id, entity = %spec.entity, kind = %spec.kind, to = %spec.to_version, "running plan");
+        for task in spec.tasks.clone() {
+            if cancel.load(Ordering::Relaxed) {
+                tracing::info!(plan = %spec.id, "plan cancelled by the hub; stopping");
+                let _ = self.journal.lock().await.abandon(&spec.id);
+                return;
+            }
+            let attempt = {
+                let j = self.journal.lock().await;
+                match j.task(&spec.id, &task) {
+                    Some(TaskRecord::Succeeded { .. }) => continue,
+                    Some(TaskRecord::Failed { .. }) => {
+                        drop(j);
+                        let _ = self.journal.lock().await.finish(&spec.id);
+                        return;
+                    }
+                    Some(TaskRecord::Running { attempt }) => attempt + 1,
+                    None if hub_done.contains(&task) => continue,
+                    None => 1,
+                }
+            };
+            if !self
+                .record(
+                    &spec.id,
+                    &task,
+                    TaskRecord::Running { attempt },
+                    format!("{task} started (attempt {attempt})\n"),
+                )
+                .await
+            {
+                return;
+            }
+            self.metrics.inc(&self.metrics.tasks_run);
+            let started = Instant::now();
+            let result = self.driver.run_task(&spec, &task).await;
+            let ms = started.elapsed().as_millis();
+            match result {
+                Ok(outcome) => {
+                    let mut output = outcome.output;
+                    output.push_str(&format!("{task} succeeded in {ms} ms\n"));
+                    if !self
+                        .record(&spec.id, &task, TaskRecord::Succeeded { attempt }, output)
+                        .await
+                    {
+                        return;
+                    }
+                }
+                Err(failure) => {
+                    tracing::warn!(plan = %spec.id, task, stage = %failure.stage, error = %failure.message, "task failed");
+                    let output = format!(
+                        "{}{task} failed after {ms} ms: {}\n",
+                        failure.output, failure.message
+                    );
+                    let failure = TaskFailure {
+                        output: String::new(),
+                        ..failure
+                    };
+                    if self
+                        .record(
+                            &spec.id,
+                            &task,
+                            TaskRecord::Failed { attempt, failure },
+                            output,
+                        )
+                        .await
+                    {
+                        let _ = self.journal.lock().await.finish(&spec.id);
+                    }
+                    self.metrics.inc(&self.metrics.plans_failed);
+                    return;
+                }
+            }
+        }
+        if self.journal.lock().await.finish(&spec.id).is_ok() {
+            self.metrics.inc(&self.metrics.plans_succeeded);
+            tracing::info!(plan = %spec.id, "plan succeeded");
+        }
+    }
+
+    /// Sends queued reports in order until the hub acknowledges each.
+    async fn send_reports(self: Arc<Self>) {
+        let mut failures = 0u32;
+        loop {
+            let next = self.journal.lock().await.next_report().cloned();
+            let Some(report) = next else {
+                self.outbox.notified().await;
+                continue;
+            };
+            match self.hub.report_task(&self.cfg.environment, &report).await {
+                Ok(()) => {
+                    failures = 0;
+                    self.metrics.inc(&self.metrics.reports_sent);
+                }
+                Err(CallError::Refused(reason)) => {
+                    // The plan is gone (cancelled and forgotten) or the report is invalid:
+                    // retrying cannot help, and the next reports must not wait behind it.
+                    tracing::warn!(plan = %report.plan_id, task = %report.task, %reason, "report refused");
+                    self.metrics.inc(&self.metrics.reports_refused);
+                }
+                Err(CallError::Retry(reason)) => {
+                    tracing::debug!(plan = %report.plan_id, %reason, "report not delivered; retrying");
+                    self.metrics.inc(&self.metrics.report_retries);
+                    tokio::time::sleep(backoff(failures)).await;
+                    failures = failures.saturating_add(1);
+                    continue;
+                }
+            }
+            if let Err(e) = self.journal.lock().await.acknowledge(&report) {
+                tracing::error!(error = %e, "cannot write the journal");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            self.metrics.outbox.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Reports what the driver observes when it changes (and every `state_refresh`).
+    async fn report_states(self: Arc<Self>) {
+        let mut last: Vec<Observed> = Vec::new();
+        let mut last_sent = Instant::now();
+        let mut seq = 0u64;
+        let boot = format!("{}-{}", std::process::id(), rand::random::<u32>());
+        loop {
+            tokio::time::sleep(self.cfg.state_interval).await;
+            let observed = self.driver.observe().await;
+            if observed.is_empty()
+                || (observed == last && last_sent.elapsed() < self.cfg.state_refresh)
+            {
+                continue;
+            }
+            seq += 1;
+            let request_id = format!("states:{}:{boot}:{seq}", self.cfg.environment);
+            let states: Vec<EntityState> = observed.iter().map(state_proto).collect();
+            let mut failures = 0u32;
+            loop {
+                match self
+                    .hub
+                    .report_states(&self.cfg.environment, states.clone(), &request_id)
+                    .await
+                {
+                    Ok(()) => {
+                        self.metrics.inc(&self.metrics.state_reports);
+                        last = observed;
+                        last_sent = Instant::now();
+                        break;
+                    }
+                    Err(CallError::Refused(reason)) => {
+                        tracing::warn!(%reason, "state report refused");
+                        last = observed;
+                        last_sent = Instant::now();
+                        break;
+                    }
+                    Err(CallError::Retry(_)) => {
+                        tokio::time::sleep(backoff(failures)).await;
+                        failures = failures.saturating_add(1);
+                    }
+                }
+            }
+        }
+    }
+}

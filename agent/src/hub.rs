@@ -1,0 +1,263 @@
+//! The agent's connection to the hub: an endpoint list refreshed from every reply, rotation
+//! to the next endpoint on failure with jittered exponential back-off, and a split between
+//! errors worth retrying (the node is down, no leader yet) and refusals (retrying cannot help).
+//! Only safe calls are retried: plan fetches (reads) and reports (idempotent by request id).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use hub_proto::agent_client::AgentClient;
+use hub_proto::{
+    EntityState, FetchPlansReply, FetchPlansRequest, PlanFailure, ReportStatesRequest,
+    ReportTaskRequest,
+};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use crate::journal::PendingReport;
+use crate::metrics::Metrics;
+
+/// Largest gRPC message the agent accepts (plans carry configs and secrets).
+const MAX_MESSAGE_BYTES: usize = 32 << 20;
+
+/// How a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Worth retrying on another endpoint (unreachable, no leader, timeout).
+    #[error("{0}")]
+    Retry(String),
+    /// The hub refused the request; retrying cannot help.
+    #[error("{0}")]
+    Refused(String),
+}
+
+fn classify(addr: &str, s: Status) -> CallError {
+    match s.code() {
+        Code::InvalidArgument
+        | Code::NotFound
+        | Code::PermissionDenied
+        | Code::AlreadyExists
+        | Code::FailedPrecondition
+        | Code::Unauthenticated => CallError::Refused(format!("{addr}: {}", s.message())),
+        _ => CallError::Retry(format!("{addr}: {}", s.message())),
+    }
+}
+
+/// Jittered exponential back-off: full jitter over `base * 2^attempt`, capped.
+pub fn backoff(attempt: u32) -> Duration {
+    let cap_ms = 5_000u64;
+    let exp = 100u64.saturating_mul(1u64 << attempt.min(10)).min(cap_ms);
+    Duration::from_millis(rand::random_range(exp / 2..=exp))
+}
+
+/// Endpoints and cached channels.
+pub struct HubConnection {
+    endpoints: Mutex<Vec<String>>,
+    leader: Mutex<String>,
+    channels: Mutex<HashMap<String, Channel>>,
+    metrics: std::sync::Arc<Metrics>,
+}
+
+impl HubConnection {
+    /// A connection over `endpoints` (tried in order, the first one first).
+    pub fn new(endpoints: Vec<String>, metrics: std::sync::Arc<Metrics>) -> Self {
+        Self {
+            endpoints: Mutex::new(endpoints),
+            leader: Mutex::new(String::new()),
+            channels: Mutex::new(HashMap::new()),
+            metrics,
+        }
+    }
+
+    /// The current endpoint list, current first.
+    pub fn endpoints(&self) -> Vec<String> {
+        lock(&self.endpoints).clone()
+    }
+
+    /// The leader the hub last named.
+    pub fn leader(&self) -> String {
+        lock(&self.leader).clone()
+    }
+
+    fn current(&self) -> Option<String> {
+        lock(&self.endpoints).first().cloned()
+    }
+
+    /// Moves a failed endpoint to the back of the list.
+    fn failed(&self, addr: &str) {
+        lock(&self.channels).remove(addr);
+        let mut e = lock(&self.endpoints);
+        if let Some(pos) = e.iter().position(|x| x == addr) {
+            let failed = e.remove(pos);
+            e.push(failed);
+            self.metrics.inc(&self.metrics.endpoint_failovers);
+        }
+    }
+
+    /// Replaces the endpoint list with the hub's (keeping the current endpoint first).
+    fn refresh(&self, fresh: &[String], leader: &str) {
+        if !leader.is_empty() {
+            *lock(&self.leader) = leader.to_string();
+        }
+        if fresh.is_empty() {
+            return;
+        }
+        let mut e = lock(&self.endpoints);
+        let current = e.first().cloned();
+        let mut next: Vec<String> = fresh.to_vec();
+        if let Some(cur) = current {
+            if let Some(pos) = next.iter().position(|x| *x == cur) {
+                next.rotate_left(pos);
+            }
+        }
+        *e = next;
+    }
+
+    fn client(&self) -> Result<(String, AgentClient<Channel>), CallError> {
+        let addr = self
+            .current()
+            .ok_or_else(|| CallError::Refused("no hub endpoints configured".into()))?;
+        let channel = {
+            let mut cache = lock(&self.channels);
+            match cache.get(&addr) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = Endpoint::from_shared(format!("http://{addr}"))
+                        .map_err(|e| CallError::Refused(format!("bad endpoint {addr}: {e}")))?
+                        .connect_timeout(Duration::from_millis(500))
+                        .tcp_nodelay(true)
+                        .http2_keep_alive_interval(Duration::from_secs(5))
+                        .keep_alive_timeout(Duration::from_secs(5))
+                        .connect_lazy();
+                    cache.insert(addr.clone(), c.clone());
+                    c
+                }
+            }
+        };
+        Ok((
+            addr,
+            AgentClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        ))
+    }
+
+    fn outcome<T>(&self, addr: &str, r: Result<T, Status>) -> Result<T, CallError> {
+        match r {
+            Ok(v) => Ok(v),
+            Err(s) => {
+                let e = classify(addr, s);
+                if matches!(e, CallError::Retry(_)) {
+                    self.failed(addr);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// One long-poll for the environment's plans (waits up to `wait` for a change of
+    /// `fingerprint`).
+    pub async fn fetch(
+        &self,
+        environment: &str,
+        fingerprint: &str,
+        wait: Duration,
+    ) -> Result<FetchPlansReply, CallError> {
+        let (addr, mut c) = self.client()?;
+        let mut req = tonic::Request::new(FetchPlansRequest {
+            environment: environment.to_string(),
+            known_fingerprint: fingerprint.to_string(),
+            wait_ms: wait.as_millis() as u32,
+        });
+        req.set_timeout(wait + Duration::from_secs(10));
+        self.metrics.inc(&self.metrics.fetches);
+        let r = self.outcome(&addr, c.fetch_plans(req).await.map(|r| r.into_inner()));
+        if let Ok(reply) = &r {
+            self.refresh(&reply.endpoints, &reply.leader);
+        } else {
+            self.metrics.inc(&self.metrics.fetch_errors);
+        }
+        r
+    }
+
+    /// Sends one task report (idempotent by its request id).
+    pub async fn report_task(
+        &self,
+        environment: &str,
+        report: &PendingReport,
+    ) -> Result<(), CallError> {
+        let (addr, mut c) = self.client()?;
+        let mut req = tonic::Request::new(ReportTaskRequest {
+            environment: environment.to_string(),
+            plan_id: report.plan_id.clone(),
+            task: report.task.clone(),
+            attempt: report.attempt,
+            state: report.state.clone(),
+            output: report.output.clone(),
+            failure: report.failure.as_ref().map(|f| PlanFailure {
+                stage: f.stage.clone(),
+                message: f.message.clone(),
+                not_ready: f.not_ready.clone(),
+                validation_errors: f.validation_errors.clone(),
+            }),
+            request_id: report.request_id(),
+        });
+        req.set_timeout(Duration::from_secs(15));
+        let r = self.outcome(&addr, c.report_task(req).await.map(|r| r.into_inner()));
+        if let Ok(reply) = &r {
+            self.refresh(&reply.endpoints, &reply.leader);
+        }
+        r.map(|_| ())
+    }
+
+    /// Sends the entities' observed state (idempotent by `request_id`).
+    pub async fn report_states(
+        &self,
+        environment: &str,
+        states: Vec<EntityState>,
+        request_id: &str,
+    ) -> Result<(), CallError> {
+        let (addr, mut c) = self.client()?;
+        let mut req = tonic::Request::new(ReportStatesRequest {
+            environment: environment.to_string(),
+            states,
+            request_id: request_id.to_string(),
+        });
+        req.set_timeout(Duration::from_secs(15));
+        let r = self.outcome(&addr, c.report_states(req).await.map(|r| r.into_inner()));
+        if let Ok(reply) = &r {
+            self.refresh(&reply.endpoints, &reply.leader);
+        }
+        r.map(|_| ())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock only means another task panicked mid-update of a plain list.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_endpoints_rotate_to_the_back_and_replies_refresh_the_list() {
+        let m = std::sync::Arc::new(Metrics::default());
+        let h = HubConnection::new(vec!["a:1".into(), "b:1".into(), "c:1".into()], m);
+        h.failed("a:1");
+        assert_eq!(h.endpoints(), ["b:1", "c:1", "a:1"]);
+        h.refresh(&["a:1".into(), "b:1".into(), "d:1".into()], "d:1");
+        assert_eq!(h.endpoints(), ["b:1", "d:1", "a:1"]);
+        assert_eq!(h.leader(), "d:1");
+    }
+
+    #[test]
+    fn backoff_is_jittered_and_capped() {
+        for attempt in 0..20 {
+            let d = backoff(attempt).as_millis() as u64;
+            assert!((50..=5_000).contains(&d), "{attempt}: {d}");
+        }
+    }
+}

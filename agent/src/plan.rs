@@ -1,0 +1,146 @@
+//! Plans as the agent receives them, and what running a task produces.
+
+use serde::{Deserialize, Serialize};
+
+/// One artifact to fetch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// Absolute (`http://`, `file://`) or relative to the environment's first registry.
+    pub uri: String,
+    /// Lowercase hex SHA-256.
+    pub sha256: String,
+}
+
+/// An environment's artifact registry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registry {
+    /// Its name.
+    pub name: String,
+    /// `http://…` or `file:///…` base URL.
+    pub url: String,
+}
+
+/// A plan to execute (from `Agent.FetchPlans`). Secret values are held in memory only and
+/// never written to the agent's journal or logs.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanSpec {
+    /// Plan id.
+    pub id: String,
+    /// Entity id (`eid:<env>:<kind>:<name>`).
+    pub entity: String,
+    /// `install`, `config-change`, `version-change`, `uninstall`, `secrets-change`,
+    /// `rollback`, `recall-roll-off`, `command`.
+    pub kind: String,
+    /// For `command`: `install`, `uninstall`, `enforce-config`,
+    /// `enforce-config-and-version`, `restart`.
+    pub command: String,
+    /// Version before (may be empty).
+    pub from_version: String,
+    /// Version after (empty for uninstall).
+    pub to_version: String,
+    /// Rendered config overrides (YAML text).
+    pub config: String,
+    /// Secrets revision the plan applies.
+    pub secrets_revision: u64,
+    /// Secret values by name (never persisted by the agent).
+    #[serde(skip)]
+    pub secrets: Vec<(String, String)>,
+    /// Artifacts of the target release.
+    pub artifacts: Vec<Artifact>,
+    /// The environment's registries.
+    pub registries: Vec<Registry>,
+    /// Task names in order.
+    pub tasks: Vec<String>,
+}
+
+impl std::fmt::Debug for PlanSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanSpec")
+            .field("id", &self.id)
+            .field("entity", &self.entity)
+            .field("kind", &self.kind)
+            .field("to_version", &self.to_version)
+            .field("secrets", &self.secrets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PlanSpec {
+    /// Whether the plan removes the product.
+    pub fn is_uninstall(&self) -> bool {
+        self.kind == "uninstall" || (self.kind == "command" && self.command == "uninstall")
+    }
+}
+
+/// A task that finished well.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskOutcome {
+    /// Human-readable output for the plan record.
+    pub output: String,
+}
+
+/// A task that failed: what an operator needs to tell which stage failed (SPEC P6).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{stage}: {message}")]
+pub struct TaskFailure {
+    /// `fetch`, `verify`, `configure`, `start`, `readiness`, `stop`, `remove`.
+    pub stage: String,
+    /// One line.
+    pub message: String,
+    /// What never became ready (e.g. `eid:…:http http://127.0.0.1:18080/healthz`).
+    pub not_ready: Vec<String>,
+    /// Validation errors (e.g. of the config).
+    pub validation_errors: Vec<String>,
+    /// Output collected before the failure.
+    pub output: String,
+}
+
+impl TaskFailure {
+    /// A failure at `stage` with `message`.
+    pub fn new(stage: &str, message: impl Into<String>) -> Self {
+        Self {
+            stage: stage.to_string(),
+            message: message.into(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Reported health of an entity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Health {
+    /// Not known (e.g. not installed, or starting).
+    Unknown,
+    /// Running and ready.
+    Healthy,
+    /// Crashed, not ready, or failing.
+    Error,
+}
+
+impl Health {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Unknown => "unknown",
+            Health::Healthy => "healthy",
+            Health::Error => "error",
+        }
+    }
+}
+
+/// What a driver observes of one entity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observed {
+    /// Entity id.
+    pub entity: String,
+    /// Deployed version (`None` when not installed).
+    pub version: Option<String>,
+    /// Health.
+    pub health: Health,
+    /// SHA-256 of the applied config text, if known.
+    pub config_sha256: Option<String>,
+    /// Applied secrets revision, if known.
+    pub secrets_revision: Option<u64>,
+    /// Why unhealthy.
+    pub message: String,
+}

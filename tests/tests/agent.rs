@@ -1,0 +1,290 @@
+//! `hub-agent` with the process driver against a 3-node hub, with real processes: the demo
+//! service's releases installed, upgraded, failed and rolled back; the hub leader and the
+//! agent killed mid-plan (SPEC P2, P6, P8, P10, R3, R4, C9, C10).
+
+use std::path::Path;
+
+use hub_tests::agent::http_get;
+use hub_tests::{free_port, poll_until, Cluster, CONVERGE_TIMEOUT};
+use serde_json::{json, Value};
+
+const PRODUCT: &str = "com.example:demo-service";
+
+struct Demo {
+    cluster: Cluster,
+    entity: String,
+    port: u16,
+    starts: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+/// A hub with environment `prod`, the demo product with its file registry, and one entity
+/// whose config names a free port, a start counter and `ready_after_ms`.
+fn demo(ready_after_ms: u64) -> Demo {
+    let cluster = Cluster::up(3, "--artifact-ttl-ms 500");
+    let dir = cluster.package_demo();
+    cluster
+        .submit(json!({"CreateEnvironment": {"name": "prod", "description": ""}}))
+        .expect("env");
+    cluster
+        .submit(json!({"SetRegistry": {"environment": "prod", "name": "local",
+            "url": format!("file://{}", dir.join("registry").display()), "hub_access": "expected"}}))
+        .expect("registry");
+    cluster
+        .submit(json!({"CreateProduct": {"product_id": PRODUCT, "description": "demo"}}))
+        .expect("product");
+    let out = cluster
+        .submit(json!({"CreateEntity": {"environment": "prod", "kind": "HelmChart", "name": "demo",
+            "product_id": PRODUCT, "k8s_namespace": "demo", "account_id": null, "release_channel": null}}))
+        .expect("entity");
+    let entity = out["EntityCreated"].as_str().expect("id").to_string();
+    let port = free_port();
+    let starts = cluster.dir().join("starts.log");
+    cluster
+        .submit(json!({"SetConfigOverrides": {"entity": entity, "version": "0.0.0", "config": format!(
+            "port: {port}\nstarts_file: {}\nready_after_ms: {ready_after_ms}\n", starts.display())}}))
+        .expect("config");
+    Demo {
+        cluster,
+        entity,
+        port,
+        starts,
+        dir,
+    }
+}
+
+impl Demo {
+    fn publish(&self, version: &str) {
+        let manifest = std::fs::read_to_string(
+            self.dir
+                .join(format!("manifests/demo-service-{version}.yml")),
+        )
+        .expect("manifest");
+        self.cluster
+            .submit(json!({"PublishRelease": {"manifest": manifest}}))
+            .unwrap_or_else(|e| panic!("publish {version}: {e}"));
+    }
+
+    fn plans(&self) -> Option<Vec<Value>> {
+        let v = self
+            .cluster
+            .query(json!({"query": "plans", "entity": self.entity, "limit": 1000}))
+            .ok()?;
+        v["plans"].as_array().cloned()
+    }
+
+    fn wait_plan(&self, what: &str, f: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        poll_until(CONVERGE_TIMEOUT * 2, || {
+            let p = self.plans()?;
+            f(&p).then_some(p)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "timed out waiting for {what}: {:?}\n{}",
+                self.plans(),
+                self.cluster.log_tails(20)
+            )
+        })
+    }
+
+    fn serves(&self, version: &str) {
+        poll_until(CONVERGE_TIMEOUT, || {
+            let (status, body) = http_get(self.port, "/version")?;
+            (status == 200 && body.trim() == version).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "the service never answered {version}: {:?}",
+                http_get(self.port, "/version")
+            )
+        });
+    }
+
+    /// Start lines per version in the start counter.
+    fn starts(&self, version: &str) -> usize {
+        count_starts(&self.starts, version)
+    }
+}
+
+fn count_starts(path: &Path, version: &str) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.split_whitespace().next() == Some(version))
+        .count()
+}
+
+fn has(plans: &[Value], kind: &str, to: &str, status: &str) -> bool {
+    plans
+        .iter()
+        .any(|p| p["kind"] == kind && p["to_version"] == to && p["status"] == status)
+}
+
+#[test]
+fn install_upgrade_broken_release_rollback() {
+    // SPEC P2, P6, P8, P10, C9: the whole path with real artifacts and processes.
+    let d = demo(0);
+    let _agent = d.cluster.start_hub_agent("prod", &[]);
+    d.publish("1.0.0");
+    d.wait_plan("install 1.0.0", |p| has(p, "install", "1.0.0", "succeeded"));
+    d.serves("1.0.0");
+    d.publish("1.1.0");
+    d.wait_plan("upgrade to 1.1.0", |p| {
+        has(p, "version-change", "1.1.0", "succeeded")
+    });
+    d.serves("1.1.0");
+
+    d.publish("2.0.0");
+    let plans = d.wait_plan("2.0.0 to fail and the rollback to succeed", |p| {
+        has(p, "version-change", "2.0.0", "failed") && has(p, "rollback", "1.1.0", "succeeded")
+    });
+    let failed = plans
+        .iter()
+        .find(|p| p["status"] == "failed")
+        .expect("failed plan");
+    let full = d
+        .cluster
+        .query(json!({"query": "plan", "id": failed["id"]}))
+        .expect("plan");
+    assert_eq!(full["failure"]["stage"], "readiness", "{full}");
+    assert!(
+        full["failure"]["not_ready"].to_string().contains("healthz"),
+        "names what never became ready: {full}"
+    );
+    let sups = d
+        .cluster
+        .query(json!({"query": "suppressions", "environment": "prod"}))
+        .expect("suppressions");
+    assert!(sups.to_string().contains("failed-plan"), "{sups}");
+    d.serves("1.1.0");
+    let e = d
+        .cluster
+        .query(json!({"query": "entity", "entity": d.entity}))
+        .expect("entity");
+    assert_eq!(e["reported"]["version"], "1.1.0", "{e}");
+}
+
+#[test]
+fn hub_leader_killed_during_an_upgrade_the_upgrade_completes_once() {
+    // SPEC R3, R4, R6: the agent fails over; the upgrade runs exactly once.
+    let mut d = demo(3_000);
+    let _agent = d.cluster.start_hub_agent("prod", &[]);
+    d.publish("1.0.0");
+    d.wait_plan("install", |p| has(p, "install", "1.0.0", "succeeded"));
+    d.publish("1.1.0");
+    // The upgrade is running (readiness takes 3 s): kill the leader.
+    d.wait_plan("the upgrade to start", |p| {
+        has(p, "version-change", "1.1.0", "running")
+    });
+    let leader = d.cluster.leader_id();
+    d.cluster.kill9(leader);
+    d.wait_plan("the upgrade to succeed", |p| {
+        has(p, "version-change", "1.1.0", "succeeded")
+    });
+    d.serves("1.1.0");
+    d.cluster.restart(leader);
+    assert_eq!(
+        d.starts("1.0.0"),
+        1,
+        "{:?}",
+        std::fs::read_to_string(&d.starts)
+    );
+    assert_eq!(
+        d.starts("1.1.0"),
+        1,
+        "{:?}",
+        std::fs::read_to_string(&d.starts)
+    );
+    let upgrades = d
+        .plans()
+        .expect("plans")
+        .iter()
+        .filter(|p| p["kind"] == "version-change")
+        .count();
+    assert_eq!(upgrades, 1);
+}
+
+#[test]
+fn agent_killed_mid_plan_resumes_without_running_anything_twice() {
+    // SPEC R4: the in-progress plan is journaled; a finished task never runs again.
+    let d = demo(3_000);
+    let mut agent = d.cluster.start_hub_agent("prod", &[]);
+    d.publish("1.0.0");
+    // Kill the agent while readiness is being probed (the service takes 3 s to be ready).
+    poll_until(CONVERGE_TIMEOUT, || {
+        let full = d
+            .cluster
+            .query(json!({"query": "plans", "entity": d.entity}))
+            .ok()?;
+        let id = full["plans"].as_array()?.first()?["id"].clone();
+        let plan = d.cluster.query(json!({"query": "plan", "id": id})).ok()?;
+        let readiness = plan["tasks"]
+            .as_array()?
+            .iter()
+            .find(|t| t["name"] == "readiness")?
+            .clone();
+        (readiness["state"] == "running").then_some(())
+    })
+    .expect("the install reaches readiness");
+    agent.kill9();
+    agent.restart();
+    let plans = d.wait_plan("the install to succeed", |p| {
+        has(p, "install", "1.0.0", "succeeded")
+    });
+    assert_eq!(plans.len(), 1);
+    d.serves("1.0.0");
+    assert_eq!(
+        d.starts("1.0.0"),
+        1,
+        "the service was started once: {:?}",
+        std::fs::read_to_string(&d.starts)
+    );
+    let plan = d
+        .cluster
+        .query(json!({"query": "plan", "id": plans[0]["id"]}))
+        .expect("plan");
+    let tasks = plan["tasks"].as_array().expect("tasks");
+    let start = tasks.iter().find(|t| t["name"] == "start").expect("start");
+    assert_eq!(start["attempt"], 1, "start ran once: {plan}");
+    let readiness = tasks
+        .iter()
+        .find(|t| t["name"] == "readiness")
+        .expect("readiness");
+    assert_eq!(
+        readiness["attempt"], 2,
+        "readiness resumed with attempt 2: {plan}"
+    );
+}
+
+#[test]
+fn an_agent_sees_only_its_environment() {
+    // SPEC S1 (scoping), P2: environment B's agent never receives A's plans.
+    let d = demo(0);
+    d.cluster
+        .submit(json!({"CreateEnvironment": {"name": "staging", "description": ""}}))
+        .expect("env");
+    let b = d
+        .cluster
+        .start_hub_agent("staging", &["--driver", "sim", "--sim-task-ms", "1"]);
+    let _a = d.cluster.start_hub_agent("prod", &[]);
+    d.publish("1.0.0");
+    d.wait_plan("install", |p| has(p, "install", "1.0.0", "succeeded"));
+    // The staging agent's journal never saw a prod plan.
+    let journal = std::fs::read_to_string(b.data_dir.join("journal.json")).expect("journal");
+    assert!(!journal.contains("p-"), "{journal}");
+    // And a report about prod's plan from a staging agent is refused, changing nothing.
+    let plan_id = d.plans().expect("plans")[0]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let err = d
+        .cluster
+        .agent_report_task("staging", &plan_id, "fetch", "failed")
+        .expect_err("another environment's plan");
+    assert!(err.contains("not found"), "{err}");
+    let plan = d
+        .cluster
+        .query(json!({"query": "plan", "id": plan_id}))
+        .expect("plan");
+    assert_eq!(plan["status"], "succeeded", "{plan}");
+}
