@@ -106,27 +106,8 @@ impl TaskFailure {
     }
 }
 
-/// Reported health of an entity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Health {
-    /// Not known (e.g. not installed, or starting).
-    Unknown,
-    /// Running and ready.
-    Healthy,
-    /// Crashed, not ready, or failing.
-    Error,
-}
-
-impl Health {
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Health::Unknown => "unknown",
-            Health::Healthy => "healthy",
-            Health::Error => "error",
-        }
-    }
-}
+/// Reported health of an entity (the hub's own type).
+pub use hub_engine::entity::Health;
 
 /// What a driver observes of one entity.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -421,8 +421,10 @@ async fn head(url: &str) -> Result<StatusCode, String> {
         .header(header::HOST, target.host_port)
         .header(header::USER_AGENT, USER_AGENT);
     if let Some(userinfo) = target.userinfo {
-        let credentials = base64(&percent_decode(userinfo));
-        request = request.header(header::AUTHORIZATION, format!("Basic {credentials}"));
+        request = request.header(
+            header::AUTHORIZATION,
+            hub_engine::artifact::basic_authorization(userinfo),
+        );
     }
     let request = request
         .body(Empty::<Bytes>::new())
@@ -448,53 +450,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-/// Decodes `%XX` escapes; malformed escapes are kept verbatim.
-fn percent_decode(text: &str) -> Vec<u8> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%')
-            .then(|| bytes.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|hex| std::str::from_utf8(hex).ok())
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match escaped {
-            Some(byte) => {
-                out.push(byte);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
-/// Standard base64 with padding (RFC 4648), for HTTP Basic authentication.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (k, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if k <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -885,7 +840,7 @@ mod tests {
             sent,
             vec![
                 "Basic dXNlcjpwYXNz".to_string(),
-                format!("Basic {}", base64(b"user:secret"))
+                hub_engine::artifact::basic_authorization("user:secret")
             ]
         );
     }
@@ -943,24 +898,5 @@ mod tests {
         }
         let err = parse_http("http://user:secret@h:99999/x").unwrap_err();
         assert!(!err.contains("secret"), "{err}");
-    }
-
-    #[test]
-    fn base64_and_percent_decoding() {
-        for (input, want) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-            ("user:pass", "dXNlcjpwYXNz"),
-        ] {
-            assert_eq!(base64(input.as_bytes()), want, "{input}");
-        }
-        assert_eq!(percent_decode("a%40b%3Ac"), b"a@b:c");
-        assert_eq!(percent_decode("100%"), b"100%");
-        assert_eq!(percent_decode("%zz%4"), b"%zz%4");
     }
 }
