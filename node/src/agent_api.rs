@@ -6,6 +6,7 @@
 //! An agent names its environment in every call and sees and reports only that environment's
 //! plans and entities; mTLS identities that pin the environment are SPEC S1's work.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,18 +17,89 @@ use hub_engine::{Command, State};
 use hub_proto::agent_server::Agent;
 use hub_proto::*;
 use raft_store::StateEvent;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use crate::node::HubNode;
 
+/// Plan polls share read barriers younger than this (see `HubNode::shared_read_barrier`).
+pub const SHARED_BARRIER_AGE: Duration = Duration::from_millis(200);
+
 /// Longest long-poll a fetch may ask for.
 pub const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// Per-environment wake-ups for plan long-polls: a poll waits on its own environment's
+/// counter, so thousands of waiting agents are not all woken by every applied entry.
+#[derive(Default)]
+pub struct PlanWatch {
+    envs: std::sync::Mutex<HashMap<String, watch::Sender<u64>>>,
+}
+
+impl PlanWatch {
+    /// Starts a watch fed by the node's apply events.
+    pub fn start(node: &HubNode) -> Arc<Self> {
+        let watch = Arc::new(PlanWatch::default());
+        let mut events = node.sm.subscribe();
+        let w = watch.clone();
+        tokio::spawn(async move {
+            loop {
+                match events.recv().await {
+                    Ok(StateEvent::Applied {
+                        plan_environments, ..
+                    }) => {
+                        for env in plan_environments.iter() {
+                            w.notify(env);
+                        }
+                    }
+                    Ok(StateEvent::Replaced) | Err(RecvError::Lagged(_)) => w.notify_all(),
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        });
+        watch
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
+        // Plain map of senders: a panic elsewhere cannot leave it inconsistent.
+        self.envs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A receiver that changes whenever `environment`'s plans change.
+    pub fn subscribe(&self, environment: &str) -> watch::Receiver<u64> {
+        self.lock()
+            .entry(environment.to_string())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+
+    fn notify(&self, environment: &str) {
+        let mut envs = self.lock();
+        if let Some(tx) = envs.get(environment) {
+            if tx.receiver_count() == 0 {
+                envs.remove(environment);
+            } else {
+                tx.send_modify(|g| *g += 1);
+            }
+        }
+    }
+
+    fn notify_all(&self) {
+        let mut envs = self.lock();
+        envs.retain(|_, tx| tx.receiver_count() > 0);
+        for tx in envs.values() {
+            tx.send_modify(|g| *g += 1);
+        }
+    }
+}
 
 /// The gRPC service.
 pub struct AgentService {
     /// The node it serves from.
     pub node: Arc<HubNode>,
+    /// Long-poll wake-ups.
+    pub plans: Arc<PlanWatch>,
 }
 
 impl AgentService {
@@ -240,9 +312,12 @@ impl Agent for AgentService {
         let wait = Duration::from_millis(r.wait_ms as u64).min(MAX_WAIT);
         let deadline = Instant::now() + wait;
         // Subscribe before reading, so a change between the read and the wait is not missed.
-        let mut events = self.node.sm.subscribe();
-        self.node.read_barrier(false).await?;
+        let mut changes = self.plans.subscribe(&r.environment);
+        self.node.shared_read_barrier(SHARED_BARRIER_AGE).await?;
         loop {
+            // Mark the current generation seen *before* reading, so a change applied after
+            // the read wakes the wait below.
+            changes.borrow_and_update();
             let (plans, fingerprint, registries, index) = {
                 let s = self.node.state.read();
                 if s.state.environment(&r.environment).is_none() {
@@ -265,13 +340,9 @@ impl Agent for AgentService {
                     applied_index: index,
                 }));
             }
-            match tokio::time::timeout_at(deadline, events.recv()).await {
-                Err(_) => continue,
-                Ok(Ok(StateEvent::Applied { .. })) | Ok(Ok(StateEvent::Replaced)) => continue,
-                Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => continue,
-                Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => {
-                    return Err(Status::unavailable("node shutting down"))
-                }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Err(_) | Ok(Ok(())) => continue,
+                Ok(Err(_)) => return Err(Status::unavailable("node shutting down")),
             }
         }
     }

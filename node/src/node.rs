@@ -75,6 +75,8 @@ pub struct HubNode {
     pub request_timeout: Duration,
     /// Artifact-existence checks (used by the leader's orchestrator and `explain`).
     pub artifacts: crate::artifacts::ArtifactChecker,
+    /// When the last shared read barrier started (see [`HubNode::shared_read_barrier`]).
+    barrier: tokio::sync::Mutex<Option<Instant>>,
 }
 
 /// Wall-clock milliseconds, stamped on proposals by the leader.
@@ -156,6 +158,7 @@ impl HubNode {
                 cfg.artifact_timeout,
                 16,
             ),
+            barrier: tokio::sync::Mutex::new(None),
         }))
     }
 
@@ -344,6 +347,23 @@ impl HubNode {
                 Attempt::Retry => self.wait_for_change(deadline).await,
             }
         }
+    }
+
+    /// A read barrier shared by many concurrent callers: if one started less than `max_age`
+    /// ago and succeeded, it is reused; otherwise one is run while the others wait for it.
+    /// Thousands of agents' plan polls thus cost a few barriers per second, and a node cut off
+    /// from the leader still fails them (so agents move to another node). The state served
+    /// may miss writes committed in the last `max_age`; plan polls then see them on the next
+    /// change notification.
+    pub async fn shared_read_barrier(&self, max_age: Duration) -> Result<(), Status> {
+        let mut last = self.barrier.lock().await;
+        if last.is_some_and(|t| t.elapsed() < max_age) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        self.read_barrier(false).await?;
+        *last = Some(started);
+        Ok(())
     }
 
     async fn follower_read_barrier(&self, leader_addr: &str, deadline: Instant) -> Attempt<()> {

@@ -85,6 +85,9 @@ pub enum StateEvent {
         index: u64,
         /// The triggers of the applied commands, in order.
         triggers: Arc<Vec<Trigger>>,
+        /// Environments whose plans changed (issued, progressed, finished, cancelled), so
+        /// plan long-polls wake only for their own environment.
+        plan_environments: Arc<Vec<String>>,
     },
     /// The whole state was replaced by a snapshot.
     Replaced,
@@ -245,11 +248,25 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Not synced: the log holds every applied entry durably, and one WAL orders this
         // batch after them, so a crash loses at most a suffix that is re-applied on start.
         db.write(batch).map_err(io_err)?;
-        let index = self.shared.read().applied_index();
-        // No subscriber (a follower) is fine: the event is dropped.
+        let (index, plan_environments) = {
+            let s = self.shared.read();
+            let mut envs: Vec<String> = changed
+                .iter()
+                .filter_map(|k| match k {
+                    hub_engine::RecordKey::Plan(id) => s.state.plan(id),
+                    _ => None,
+                })
+                .map(|p| p.environment.clone())
+                .collect();
+            envs.sort();
+            envs.dedup();
+            (s.applied_index(), envs)
+        };
+        // Every node (followers too) serves plan long-polls; nobody listening is fine.
         let _ = self.events.send(StateEvent::Applied {
             index,
             triggers: Arc::new(triggers),
+            plan_environments: Arc::new(plan_environments),
         });
         for (responder, response) in responders {
             responder.send(response);

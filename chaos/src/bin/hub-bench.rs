@@ -523,7 +523,13 @@ async fn agents_bench(
         setup.elapsed()
     );
     let metrics = Arc::new(Metrics::default());
-    let tmp = tempfile::tempdir()?;
+    // Each simulated agent's journal is fsynced on every step; on a real deployment every
+    // agent has its own disk, here a thousand share one, so the journals live in tmpfs.
+    let tmp = if Path::new("/dev/shm").is_dir() {
+        tempfile::tempdir_in("/dev/shm")?
+    } else {
+        tempfile::tempdir()?
+    };
     for (i, env) in envs.iter().enumerate() {
         let journal = JournalFile::open(&tmp.path().join(i.to_string()), env)?;
         let mut eps = endpoints.clone();

@@ -144,7 +144,10 @@ async fn main() -> anyhow::Result<()> {
     let hub_svc = HubServer::new(HubService { node: node.clone() })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let agent_svc = AgentServer::new(hub_node::agent_api::AgentService { node: node.clone() })
+    let agent_svc = AgentServer::new(hub_node::agent_api::AgentService {
+        node: node.clone(),
+        plans: hub_node::agent_api::PlanWatch::start(&node),
+    })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // The leader-only orchestration loop: idle on followers.
