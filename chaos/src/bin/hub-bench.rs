@@ -571,11 +571,17 @@ async fn agents_bench(
             let manifest = format!(
                 "product-group: com.bench\nproduct-name: {run}\nproduct-version: 1.{releases}.0\n"
             );
-            submit(
-                &mut c,
-                serde_json::json!({"PublishRelease": {"manifest": manifest}}),
-            )
-            .await?;
+            let command = serde_json::json!({"PublishRelease": {"manifest": manifest}});
+            let mut tries = 0;
+            while let Err(e) = submit(&mut c, command.clone()).await {
+                tries += 1;
+                if tries > 5 {
+                    return Err(e.context(format!("publishing release {releases}")));
+                }
+                // A reset connection or an overloaded leader: reconnect to whoever leads.
+                let l = leader(&cluster, None).await.context("no leader")?;
+                c = connect(&l.addr).await?;
+            }
             next_release += Duration::from_secs(release_every);
         }
         let rss: u64 = cluster

@@ -148,8 +148,8 @@ async fn main() -> anyhow::Result<()> {
         node: node.clone(),
         plans: hub_node::agent_api::PlanWatch::start(&node),
     })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // The leader-only orchestration loop: idle on followers.
     let _orchestrator = hub_node::orchestrator::spawn(node.clone());
 
