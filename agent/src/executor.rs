@@ -21,6 +21,9 @@ use crate::journal::{JournalFile, TaskRecord};
 use crate::metrics::Metrics;
 use crate::plan::{Artifact, Observed, PlanSpec, Registry, TaskFailure};
 
+/// Most reports sent in one write.
+pub const REPORT_BATCH: usize = 64;
+
 /// Tunables.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -301,40 +304,49 @@ impl Agent {
         }
     }
 
-    /// Sends queued reports in order until the hub acknowledges each.
+    /// Sends queued reports in order, as many as are queued (up to [`REPORT_BATCH`]) in one
+    /// write, until the hub acknowledges them.
     async fn send_reports(self: Arc<Self>) {
         let mut failures = 0u32;
         loop {
-            let next = self.journal.lock().await.next_report().cloned();
-            let Some(report) = next else {
+            let batch = self.journal.lock().await.next_reports(REPORT_BATCH);
+            if batch.is_empty() {
                 self.outbox.notified().await;
                 continue;
-            };
-            match self.hub.report_task(&self.cfg.environment, &report).await {
-                Ok(()) => {
+            }
+            match self.hub.report_tasks(&self.cfg.environment, &batch).await {
+                Ok(result) => {
                     failures = 0;
-                    self.metrics.inc(&self.metrics.reports_sent);
+                    self.metrics
+                        .reports_sent
+                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    if result.contains("refused") {
+                        // A plan gone (cancelled and forgotten) or an invalid report:
+                        // retrying cannot help; the hub applied the others.
+                        tracing::warn!(%result, "some reports refused");
+                        self.metrics.inc(&self.metrics.reports_refused);
+                    }
                 }
                 Err(CallError::Refused(reason)) => {
-                    // The plan is gone (cancelled and forgotten) or the report is invalid:
-                    // retrying cannot help, and the next reports must not wait behind it.
-                    tracing::warn!(plan = %report.plan_id, task = %report.task, %reason, "report refused");
+                    tracing::warn!(%reason, reports = batch.len(), "reports refused");
                     self.metrics.inc(&self.metrics.reports_refused);
                 }
                 Err(CallError::Retry(reason)) => {
-                    tracing::debug!(plan = %report.plan_id, %reason, "report not delivered; retrying");
+                    tracing::debug!(%reason, "reports not delivered; retrying");
                     self.metrics.inc(&self.metrics.report_retries);
                     tokio::time::sleep(backoff(failures)).await;
                     failures = failures.saturating_add(1);
                     continue;
                 }
             }
-            if let Err(e) = self.journal.lock().await.acknowledge(&report) {
+            if let Err(e) = self.journal.lock().await.acknowledge_many(&batch) {
                 tracing::error!(error = %e, "cannot write the journal");
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
-            self.metrics.outbox.fetch_sub(1, Ordering::Relaxed);
+            self.metrics
+                .outbox
+                .fetch_sub(batch.len() as u64, Ordering::Relaxed);
         }
     }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use hub_proto::agent_client::AgentClient;
 use hub_proto::{
     EntityState, FetchPlansReply, FetchPlansRequest, PlanFailure, ReportStatesRequest,
-    ReportTaskRequest,
+    ReportTaskRequest, ReportTasksRequest,
 };
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -181,6 +181,34 @@ impl HubConnection {
         r
     }
 
+    /// Sends several task reports in one write (each idempotent on its own; the batch's key
+    /// is its first report's key and its length).
+    pub async fn report_tasks(
+        &self,
+        environment: &str,
+        reports: &[PendingReport],
+    ) -> Result<String, CallError> {
+        let (addr, mut c) = self.client()?;
+        let request_id = match reports.first() {
+            Some(r) => format!("tasks:{}:{}", r.request_id(), reports.len()),
+            None => return Ok(String::new()),
+        };
+        let mut req = tonic::Request::new(ReportTasksRequest {
+            environment: environment.to_string(),
+            reports: reports
+                .iter()
+                .map(|r| wire_report(environment, r))
+                .collect(),
+            request_id,
+        });
+        req.set_timeout(Duration::from_secs(15));
+        let r = self.outcome(&addr, c.report_tasks(req).await.map(|r| r.into_inner()));
+        if let Ok(reply) = &r {
+            self.refresh(&reply.endpoints, &reply.leader);
+        }
+        r.map(|reply| reply.result)
+    }
+
     /// Sends one task report (idempotent by its request id).
     pub async fn report_task(
         &self,
@@ -188,21 +216,7 @@ impl HubConnection {
         report: &PendingReport,
     ) -> Result<(), CallError> {
         let (addr, mut c) = self.client()?;
-        let mut req = tonic::Request::new(ReportTaskRequest {
-            environment: environment.to_string(),
-            plan_id: report.plan_id.clone(),
-            task: report.task.clone(),
-            attempt: report.attempt,
-            state: report.state.clone(),
-            output: report.output.clone(),
-            failure: report.failure.as_ref().map(|f| PlanFailure {
-                stage: f.stage.clone(),
-                message: f.message.clone(),
-                not_ready: f.not_ready.clone(),
-                validation_errors: f.validation_errors.clone(),
-            }),
-            request_id: report.request_id(),
-        });
+        let mut req = tonic::Request::new(wire_report(environment, report));
         req.set_timeout(Duration::from_secs(15));
         let r = self.outcome(&addr, c.report_task(req).await.map(|r| r.into_inner()));
         if let Ok(reply) = &r {
@@ -230,6 +244,24 @@ impl HubConnection {
             self.refresh(&reply.endpoints, &reply.leader);
         }
         r.map(|_| ())
+    }
+}
+
+fn wire_report(environment: &str, report: &PendingReport) -> ReportTaskRequest {
+    ReportTaskRequest {
+        environment: environment.to_string(),
+        plan_id: report.plan_id.clone(),
+        task: report.task.clone(),
+        attempt: report.attempt,
+        state: report.state.clone(),
+        output: report.output.clone(),
+        failure: report.failure.as_ref().map(|f| PlanFailure {
+            stage: f.stage.clone(),
+            message: f.message.clone(),
+            not_ready: f.not_ready.clone(),
+            validation_errors: f.validation_errors.clone(),
+        }),
+        request_id: report.request_id(),
     }
 }
 

@@ -251,6 +251,22 @@ impl JournalFile {
         self.journal.outbox.front()
     }
 
+    /// The oldest `max` unacknowledged reports, in order.
+    pub fn next_reports(&self, max: usize) -> Vec<PendingReport> {
+        self.journal.outbox.iter().take(max).cloned().collect()
+    }
+
+    /// Drops the oldest reports once the hub acknowledged them (they must still be first).
+    pub fn acknowledge_many(&mut self, reports: &[PendingReport]) -> Result<(), JournalError> {
+        let matches = self.journal.outbox.len() >= reports.len()
+            && self.journal.outbox.iter().zip(reports).all(|(a, b)| a == b);
+        if matches && !reports.is_empty() {
+            self.journal.outbox.drain(..reports.len());
+            self.save()?;
+        }
+        Ok(())
+    }
+
     /// Drops the oldest report once the hub acknowledged it.
     pub fn acknowledge(&mut self, report: &PendingReport) -> Result<(), JournalError> {
         if self.journal.outbox.front() == Some(report) {

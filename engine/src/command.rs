@@ -307,6 +307,15 @@ pub enum Command {
         /// The reports.
         states: Vec<EntityReport>,
     },
+    /// Several task reports in one entry (an agent's outbox drained at once). Each report is
+    /// applied on its own, as `ReportTask` would; a refused one is skipped and named in the
+    /// output, the others still apply.
+    ReportTasks {
+        /// The agent's environment: every plan must be in it.
+        environment: String,
+        /// The reports, in the order the agent produced them.
+        reports: Vec<TaskReport>,
+    },
     /// An agent's report about a task of a plan (idempotent).
     ReportTask {
         /// The agent's environment: the plan must be in it.
@@ -363,6 +372,7 @@ impl Command {
             Command::ExpireSuppressions => "expire_suppressions",
             Command::ReportEntityStates { .. } => "report_entity_states",
             Command::ReportTask { .. } => "report_task",
+            Command::ReportTasks { .. } => "report_tasks",
         }
     }
 }

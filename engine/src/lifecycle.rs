@@ -24,6 +24,9 @@ pub const MAX_EVALUATE_BATCH: usize = 2_000;
 /// entity as it was (no health change, so no rollback).
 pub const UNTOUCHED_STAGES: [&str; 2] = ["fetch", "verify"];
 
+/// Most task reports in one `ReportTasks` command.
+pub const MAX_BATCHED_REPORTS: usize = 1_000;
+
 /// Most entity reports in one command.
 pub const MAX_REPORTS: usize = 5_000;
 
@@ -100,6 +103,42 @@ impl State {
                 environment,
                 report,
             } => self.report_task(environment, report, now, index, fx),
+            Command::ReportTasks {
+                environment,
+                reports,
+            } => {
+                if !self.environments.contains_key(environment) {
+                    return Err(not_found("environment", environment));
+                }
+                if reports.len() > MAX_BATCHED_REPORTS {
+                    return Err(CommandError::invalid(
+                        "reports",
+                        format!("{} reports, at most {MAX_BATCHED_REPORTS}", reports.len()),
+                    ));
+                }
+                let mut applied = 0;
+                let mut refused = Vec::new();
+                // Each report validates before it changes anything, so skipping a refused
+                // one leaves no partial change behind.
+                for r in reports {
+                    match self.report_task(environment, r, now, index, fx) {
+                        Ok(_) => applied += 1,
+                        Err(e) => refused.push(format!("{} {}: {e}", r.plan_id, r.task)),
+                    }
+                }
+                let mut summary = format!("{applied} reports applied");
+                if !refused.is_empty() {
+                    summary.push_str(&format!(
+                        "; {} refused: {}",
+                        refused.len(),
+                        refused.join("; ")
+                    ));
+                }
+                Ok(CommandOutput::Changed {
+                    id: environment.clone(),
+                    summary,
+                })
+            }
             Command::CreateSuppression {
                 scope,
                 start_ms,

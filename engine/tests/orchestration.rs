@@ -2727,3 +2727,66 @@ fn replaying_a_scenario_log_gives_the_same_state() {
     hub.converge(&w);
     assert_eq!(hub.replay_digest(), hub.state.digest());
 }
+
+// SPEC P6, R4: a batch of task reports applies each report on its own; a refused one is
+// skipped and named, and the whole batch applied again changes nothing.
+#[test]
+fn batched_task_reports_apply_each_once() {
+    let (mut hub, w) = web_hub(&["1.0.0", "1.1.0"], Some("1.0.0"));
+    let plan = hub.step_one(&w).expect("an upgrade");
+    let mut reports: Vec<hub_engine::plan::TaskReport> = plan
+        .kind
+        .task_names()
+        .iter()
+        .flat_map(|t| {
+            [TaskState::Running, TaskState::Succeeded].map(|state| hub_engine::plan::TaskReport {
+                plan_id: plan.id.clone(),
+                task: t.to_string(),
+                attempt: 1,
+                state,
+                output: format!("{t} {}\n", state.as_str()),
+                failure: None,
+            })
+        })
+        .collect();
+    reports.insert(
+        3,
+        hub_engine::plan::TaskReport {
+            plan_id: "p-no-such".into(),
+            task: "fetch".into(),
+            attempt: 1,
+            state: TaskState::Running,
+            output: String::new(),
+            failure: None,
+        },
+    );
+    let batch = Command::ReportTasks {
+        environment: "prod".into(),
+        reports,
+    };
+    let out = hub.ok(batch.clone());
+    assert!(
+        out.summary()
+            .starts_with("10 reports applied; 1 refused: p-no-such fetch"),
+        "{}",
+        out.summary()
+    );
+    let done = hub.plan(&plan.id);
+    assert_eq!(done.status, PlanStatus::Succeeded);
+    assert_eq!(done.output.matches("fetch succeeded").count(), 1);
+    let digest = hub.state.digest();
+    let again = hub.apply(batch);
+    assert!(again.result.is_ok());
+    assert!(again.changed.is_empty(), "{:?}", again.changed);
+    assert_eq!(hub.state.digest(), digest);
+    // Another environment's batch is refused as a whole.
+    hub.env("staging");
+    let err = hub
+        .apply(Command::ReportTasks {
+            environment: "nowhere".into(),
+            reports: vec![],
+        })
+        .result
+        .unwrap_err();
+    assert!(err.to_string().contains("nowhere"), "{err}");
+}

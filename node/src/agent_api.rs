@@ -129,6 +129,31 @@ fn bad(field: &str, reason: impl std::fmt::Display) -> Status {
     Status::invalid_argument(format!("invalid {field}: {reason}"))
 }
 
+/// Converts one wire report; `prefix` names its place in a batch for errors.
+fn task_report(r: ReportTaskRequest, prefix: &str) -> Result<TaskReport, Status> {
+    let state = TaskState::parse(&r.state)
+        .filter(|s| *s != TaskState::Pending)
+        .ok_or_else(|| {
+            bad(
+                &format!("{prefix}state"),
+                format!("{:?} is not running, succeeded or failed", r.state),
+            )
+        })?;
+    Ok(TaskReport {
+        plan_id: r.plan_id,
+        task: r.task,
+        attempt: r.attempt,
+        state,
+        output: r.output,
+        failure: r.failure.map(|f| FailureMetadata {
+            stage: f.stage,
+            message: f.message,
+            not_ready: f.not_ready,
+            validation_errors: f.validation_errors,
+        }),
+    })
+}
+
 /// The environment's active plans as the agent sees them, and their fingerprint.
 fn agent_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, String, Vec<Registry>) {
     let mut fp = String::new();
@@ -264,41 +289,47 @@ impl Agent for AgentService {
         req: Request<ReportTaskRequest>,
     ) -> Result<Response<AgentReply>, Status> {
         let r = req.into_inner();
-        let state = TaskState::parse(&r.state)
-            .filter(|s| *s != TaskState::Pending)
-            .ok_or_else(|| {
-                bad(
-                    "state",
-                    format!("{:?} is not running, succeeded or failed", r.state),
-                )
-            })?;
-        let failure = r.failure.map(|f| FailureMetadata {
-            stage: f.stage,
-            message: f.message,
-            not_ready: f.not_ready,
-            validation_errors: f.validation_errors,
-        });
         // The natural idempotency key: the same report retried is the same key.
         let request_id = if r.request_id.is_empty() {
             format!("task:{}:{}:{}:{}", r.plan_id, r.task, r.attempt, r.state)
         } else {
-            r.request_id
+            r.request_id.clone()
         };
+        let environment = r.environment.clone();
+        let report = task_report(r, "")?;
         let w = self
             .node
             .propose(
                 Command::ReportTask {
-                    environment: r.environment,
-                    report: TaskReport {
-                        plan_id: r.plan_id,
-                        task: r.task,
-                        attempt: r.attempt,
-                        state,
-                        output: r.output,
-                        failure,
-                    },
+                    environment,
+                    report,
                 },
                 Some(request_id),
+            )
+            .await?;
+        Ok(Response::new(self.reply(w)))
+    }
+
+    async fn report_tasks(
+        &self,
+        req: Request<ReportTasksRequest>,
+    ) -> Result<Response<AgentReply>, Status> {
+        let r = req.into_inner();
+        let reports = r
+            .reports
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| task_report(t, &format!("reports[{i}].")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let request_id = (!r.request_id.is_empty()).then_some(r.request_id);
+        let w = self
+            .node
+            .propose(
+                Command::ReportTasks {
+                    environment: r.environment,
+                    reports,
+                },
+                request_id,
             )
             .await?;
         Ok(Response::new(self.reply(w)))

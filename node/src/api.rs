@@ -51,9 +51,11 @@ pub fn parse_submitted(json: &str) -> Result<Command, Status> {
         Command::Evaluate { .. } | Command::ExpireSuppressions => Err(Status::permission_denied(
             "evaluations are proposed by the leader only",
         )),
-        Command::ReportEntityStates { .. } | Command::ReportTask { .. } => Err(
-            Status::permission_denied("agent reports go through the Agent API"),
-        ),
+        Command::ReportEntityStates { .. }
+        | Command::ReportTask { .. }
+        | Command::ReportTasks { .. } => Err(Status::permission_denied(
+            "agent reports go through the Agent API",
+        )),
         other => Ok(other),
     }
 }
