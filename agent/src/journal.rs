@@ -120,6 +120,8 @@ pub struct JournalFile {
     path: PathBuf,
     /// The contents.
     pub journal: Journal,
+    /// Index of `journal.finished`, so the fetch loop's check is not a scan.
+    finished: std::collections::HashSet<String>,
 }
 
 impl JournalFile {
@@ -157,7 +159,12 @@ impl JournalFile {
             },
             Err(e) => return Err(io(e)),
         };
-        let mut f = JournalFile { path, journal };
+        let finished = journal.finished.iter().cloned().collect();
+        let mut f = JournalFile {
+            path,
+            journal,
+            finished,
+        };
         f.save()?;
         Ok(f)
     }
@@ -189,7 +196,7 @@ impl JournalFile {
 
     /// Whether `plan` has finished here.
     pub fn is_finished(&self, plan: &str) -> bool {
-        self.journal.finished.iter().any(|p| p == plan)
+        self.finished.contains(plan)
     }
 
     /// The record of one task.
@@ -229,10 +236,12 @@ impl JournalFile {
     /// Marks a plan finished (its task records are dropped; its reports stay queued).
     pub fn finish(&mut self, plan: &str) -> Result<(), JournalError> {
         self.journal.plans.remove(plan);
-        if !self.is_finished(plan) {
+        if self.finished.insert(plan.to_string()) {
             self.journal.finished.push_back(plan.to_string());
             while self.journal.finished.len() > FINISHED_KEPT {
-                self.journal.finished.pop_front();
+                if let Some(old) = self.journal.finished.pop_front() {
+                    self.finished.remove(&old);
+                }
             }
         }
         self.save()

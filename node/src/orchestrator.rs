@@ -297,10 +297,16 @@ impl Leadership {
                     .insert(id.clone());
             }
         }
-        let pending_artifacts: Vec<&ArtifactLocation> = eval
+        // One look at the checker per location (a lookup may schedule a probe).
+        let statuses: Vec<(&ArtifactLocation, Option<Availability>)> = eval
             .artifact_locations
             .iter()
-            .filter(|l| lookup(l).is_none())
+            .map(|l| (l, lookup(l)))
+            .collect();
+        let pending_artifacts: Vec<&ArtifactLocation> = statuses
+            .iter()
+            .filter(|(_, a)| a.is_none())
+            .map(|(l, _)| *l)
             .collect();
         for l in &pending_artifacts {
             self.artifact_waiters
@@ -310,10 +316,10 @@ impl Leadership {
         }
         // An unavailable artifact is checked again once its result expires: wake then, and
         // again when the fresh probe completes.
-        let unavailable: Vec<&ArtifactLocation> = eval
-            .artifact_locations
+        let unavailable: Vec<&ArtifactLocation> = statuses
             .iter()
-            .filter(|l| matches!(lookup(l), Some(Availability::Unavailable { .. })))
+            .filter(|(_, a)| matches!(a, Some(Availability::Unavailable { .. })))
+            .map(|(l, _)| *l)
             .collect();
         for l in &unavailable {
             self.artifact_waiters
@@ -369,10 +375,9 @@ impl Leadership {
         }
         self.proposed
             .insert(id.clone(), (fingerprint, Instant::now()));
-        let observed = eval
-            .artifact_locations
-            .iter()
-            .filter_map(|l| lookup(l).map(|a| (l.clone(), a)))
+        let observed = statuses
+            .into_iter()
+            .filter_map(|(l, a)| a.map(|a| (l.clone(), a)))
             .collect();
         Some((id, observed))
     }
