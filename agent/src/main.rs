@@ -17,47 +17,193 @@ use hub_agent::executor::{Agent, AgentConfig};
 use hub_agent::hub::HubConnection;
 use hub_agent::journal::JournalFile;
 use hub_agent::metrics::{self, Metrics};
+use serde::Deserialize;
 
-/// The agent of one environment.
-#[derive(Parser, Debug)]
+/// The agent of one environment. Every setting can also come from `--config agent.toml`
+/// (the same names, kebab-case); a flag given on the command line wins over the file.
+#[derive(Parser, Debug, Default)]
 #[command(name = "hub-agent", version)]
 struct Args {
+    /// A TOML file with the settings below (for example `environment = "prod"`).
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// The environment this agent serves (a data directory belongs to one environment).
     #[arg(long)]
-    environment: String,
+    environment: Option<String>,
     /// Hub endpoints, host:port,... (any nodes; the list is refreshed from the hub).
-    #[arg(long, value_delimiter = ',', required = true)]
-    endpoints: Vec<String>,
+    #[arg(long, value_delimiter = ',')]
+    endpoints: Option<Vec<String>>,
     /// Data directory: the journal and the process driver's services.
     #[arg(long)]
-    data_dir: PathBuf,
-    /// How plans are executed.
-    #[arg(long, default_value = "process", value_parser = ["process", "sim"])]
-    driver: String,
+    data_dir: Option<PathBuf>,
+    /// How plans are executed: `process` (default) or `sim`.
+    #[arg(long, value_parser = ["process", "sim"])]
+    driver: Option<String>,
     /// Serve Prometheus metrics on this address (`/metrics`).
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
-    /// Longest wait of one plan fetch for a change.
-    #[arg(long, default_value_t = 10_000)]
+    /// Longest wait of one plan fetch for a change (default 10000).
+    #[arg(long)]
+    poll_wait_ms: Option<u64>,
+    /// How often observed state is compared and reported when changed (default 1000).
+    #[arg(long)]
+    state_interval_ms: Option<u64>,
+    /// Plans run at once, for different entities (default 8).
+    #[arg(long)]
+    parallel_plans: Option<usize>,
+    /// sim driver: time each task takes (default 50).
+    #[arg(long)]
+    sim_task_ms: Option<u64>,
+    /// sim driver: fraction of plans that fail, 0–1 (default 0).
+    #[arg(long)]
+    sim_failure_rate: Option<f64>,
+    /// sim driver: seed of the failures (default 1).
+    #[arg(long)]
+    sim_seed: Option<u64>,
+    /// Log format: `text` (default) or `json`.
+    #[arg(long, value_parser = ["text", "json"])]
+    log_format: Option<String>,
+}
+
+/// The settings file: the flags' names in kebab-case; unknown keys are refused.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ConfigFile {
+    environment: Option<String>,
+    endpoints: Option<Vec<String>>,
+    data_dir: Option<PathBuf>,
+    driver: Option<String>,
+    metrics_listen: Option<SocketAddr>,
+    poll_wait_ms: Option<u64>,
+    state_interval_ms: Option<u64>,
+    parallel_plans: Option<usize>,
+    sim_task_ms: Option<u64>,
+    sim_failure_rate: Option<f64>,
+    sim_seed: Option<u64>,
+    log_format: Option<String>,
+}
+
+/// The agent's settings after the file and the flags are combined and checked.
+#[derive(Debug)]
+struct Settings {
+    environment: String,
+    endpoints: Vec<String>,
+    data_dir: PathBuf,
+    driver: String,
+    metrics_listen: Option<SocketAddr>,
     poll_wait_ms: u64,
-    /// How often observed state is compared and reported when changed.
-    #[arg(long, default_value_t = 1_000)]
     state_interval_ms: u64,
-    /// Plans run at once (for different entities).
-    #[arg(long, default_value_t = 8)]
     parallel_plans: usize,
-    /// sim driver: time each task takes.
-    #[arg(long, default_value_t = 50)]
     sim_task_ms: u64,
-    /// sim driver: fraction of plans that fail (0–1).
-    #[arg(long, default_value_t = 0.0)]
     sim_failure_rate: f64,
-    /// sim driver: seed of the failures.
-    #[arg(long, default_value_t = 1)]
     sim_seed: u64,
-    /// Log format.
-    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
+}
+
+impl Settings {
+    /// Combines `args` with the file it names (flags win) and checks every value; errors name
+    /// the flag or the file and key.
+    fn resolve(args: Args) -> anyhow::Result<Settings> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("--config {}: cannot read", path.display()))?;
+                toml::from_str::<ConfigFile>(&text)
+                    .map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))?
+            }
+            None => ConfigFile::default(),
+        };
+        let origin = |key: &str, from_flag: bool| match (&args.config, from_flag) {
+            (Some(path), false) => format!("{}: {key}", path.display()),
+            _ => format!("--{key}"),
+        };
+        let environment = args
+            .environment
+            .clone()
+            .or(file.environment.clone())
+            .context("--environment (or `environment` in --config) is required")?;
+        if environment.is_empty() {
+            anyhow::bail!(
+                "{}: must not be empty",
+                origin("environment", args.environment.is_some())
+            );
+        }
+        let endpoints = args
+            .endpoints
+            .clone()
+            .or(file.endpoints.clone())
+            .context("--endpoints (or `endpoints` in --config) is required")?;
+        let endpoints_origin = origin("endpoints", args.endpoints.is_some());
+        if endpoints.is_empty() {
+            anyhow::bail!("{endpoints_origin}: at least one host:port is required");
+        }
+        for e in &endpoints {
+            if !e.contains(':') {
+                anyhow::bail!("{endpoints_origin}: {e:?} is not host:port");
+            }
+        }
+        let data_dir = args
+            .data_dir
+            .clone()
+            .or(file.data_dir.clone())
+            .context("--data-dir (or `data-dir` in --config) is required")?;
+        let driver = args
+            .driver
+            .clone()
+            .or(file.driver.clone())
+            .unwrap_or_else(|| "process".into());
+        if driver != "process" && driver != "sim" {
+            anyhow::bail!(
+                "{}: {driver:?} is not `process` or `sim`",
+                origin("driver", args.driver.is_some())
+            );
+        }
+        let log_format = args
+            .log_format
+            .clone()
+            .or(file.log_format.clone())
+            .unwrap_or_else(|| "text".into());
+        if log_format != "text" && log_format != "json" {
+            anyhow::bail!(
+                "{}: {log_format:?} is not `text` or `json`",
+                origin("log-format", args.log_format.is_some())
+            );
+        }
+        let sim_failure_rate = args
+            .sim_failure_rate
+            .or(file.sim_failure_rate)
+            .unwrap_or(0.0);
+        if !(0.0..=1.0).contains(&sim_failure_rate) {
+            anyhow::bail!(
+                "{}: must be between 0 and 1",
+                origin("sim-failure-rate", args.sim_failure_rate.is_some())
+            );
+        }
+        let parallel_plans = args.parallel_plans.or(file.parallel_plans).unwrap_or(8);
+        if parallel_plans == 0 {
+            anyhow::bail!(
+                "{}: must be at least 1",
+                origin("parallel-plans", args.parallel_plans.is_some())
+            );
+        }
+        Ok(Settings {
+            environment,
+            endpoints,
+            data_dir,
+            driver,
+            metrics_listen: args.metrics_listen.or(file.metrics_listen),
+            poll_wait_ms: args.poll_wait_ms.or(file.poll_wait_ms).unwrap_or(10_000),
+            state_interval_ms: args
+                .state_interval_ms
+                .or(file.state_interval_ms)
+                .unwrap_or(1_000),
+            parallel_plans,
+            sim_task_ms: args.sim_task_ms.or(file.sim_task_ms).unwrap_or(50),
+            sim_failure_rate,
+            sim_seed: args.sim_seed.or(file.sim_seed).unwrap_or(1),
+            log_format,
+        })
+    }
 }
 
 fn init_tracing(format: &str) {
@@ -75,19 +221,8 @@ fn init_tracing(format: &str) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args = Settings::resolve(Args::parse())?;
     init_tracing(&args.log_format);
-    if args.environment.is_empty() {
-        anyhow::bail!("--environment: must not be empty");
-    }
-    for e in &args.endpoints {
-        if !e.contains(':') {
-            anyhow::bail!("--endpoints: {e:?} is not host:port");
-        }
-    }
-    if !(0.0..=1.0).contains(&args.sim_failure_rate) {
-        anyhow::bail!("--sim-failure-rate: must be between 0 and 1");
-    }
     // The journal first: a data directory of another environment is refused before anything
     // else is touched.
     let journal = JournalFile::open(&args.data_dir, &args.environment)
@@ -135,4 +270,71 @@ async fn main() -> anyhow::Result<()> {
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn the_file_supplies_settings_and_flags_win() {
+        let (_dir, path) = write(
+            "environment = \"prod\"\nendpoints = [\"a:1\", \"b:2\"]\ndata-dir = \"/var/lib/hub-agent\"\ndriver = \"sim\"\nparallel-plans = 3\n",
+        );
+        let settings = Settings::resolve(Args {
+            config: Some(path),
+            driver: Some("process".into()),
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(settings.environment, "prod");
+        assert_eq!(settings.endpoints, vec!["a:1", "b:2"]);
+        assert_eq!(settings.data_dir, PathBuf::from("/var/lib/hub-agent"));
+        assert_eq!(settings.driver, "process", "the flag wins over the file");
+        assert_eq!(settings.parallel_plans, 3);
+        assert_eq!(settings.poll_wait_ms, 10_000, "defaults fill the rest");
+    }
+
+    #[test]
+    fn bad_files_name_the_file_and_the_key() {
+        let (_dir, path) = write("environment = \"prod\"\nendpionts = [\"a:1\"]\n");
+        let err = Settings::resolve(Args {
+            config: Some(path.clone()),
+            ..Args::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert!(err.contains("endpionts"), "{err}");
+
+        let (_dir, path) =
+            write("environment = \"prod\"\nendpoints = [\"nohostport\"]\ndata-dir = \"d\"\n");
+        let err = Settings::resolve(Args {
+            config: Some(path.clone()),
+            ..Args::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("agent.toml: endpoints"), "{err}");
+
+        let err = Settings::resolve(Args {
+            config: Some(PathBuf::from("/nonexistent/agent.toml")),
+            ..Args::default()
+        })
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("/nonexistent/agent.toml"),
+            "{err:#}"
+        );
+
+        let err = Settings::resolve(Args::default()).unwrap_err().to_string();
+        assert!(err.contains("--environment"), "{err}");
+    }
 }

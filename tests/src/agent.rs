@@ -285,8 +285,11 @@ impl Cluster {
     /// into `<cluster dir>/demo`; returns that directory (`registry/`, `manifests/`).
     pub fn package_demo(&self) -> PathBuf {
         let out = self.dir().join("demo");
-        let script =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/demo-package.sh");
+        // The runtime variable (set by `cargo test`) names this checkout; the compiled-in one
+        // may name another clone that shared the target directory.
+        let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+        let script = std::path::Path::new(&manifest_dir).join("../scripts/demo-package.sh");
         let status = Command::new("bash")
             .arg(&script)
             .arg(&out)

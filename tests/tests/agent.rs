@@ -263,7 +263,7 @@ fn an_agent_sees_only_its_environment() {
     d.cluster
         .submit(json!({"CreateEnvironment": {"name": "staging", "description": ""}}))
         .expect("env");
-    let b = d
+    let mut b = d
         .cluster
         .start_hub_agent("staging", &["--driver", "sim", "--sim-task-ms", "1"]);
     let _a = d.cluster.start_hub_agent("prod", &[]);
@@ -287,4 +287,42 @@ fn an_agent_sees_only_its_environment() {
         .query(json!({"query": "plan", "id": plan_id}))
         .expect("plan");
     assert_eq!(plan["status"], "succeeded", "{plan}");
+
+    // A data directory belongs to one environment: started (from an agent.toml) as prod on
+    // staging's data directory, hub-agent refuses at start-up, names both, and leaves the
+    // journal untouched (issue 4, bad input).
+    b.kill9();
+    let before = std::fs::read(b.data_dir.join("journal.json")).expect("journal");
+    let config = d.cluster.dir().join("agent-prod-on-staging.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "environment = \"prod\"\nendpoints = [{}]\ndata-dir = \"{}\"\ndriver = \"sim\"\n",
+            d.cluster
+                .endpoints()
+                .split(',')
+                .map(|e| format!("\"{e}\""))
+                .collect::<Vec<_>>()
+                .join(", "),
+            b.data_dir.display()
+        ),
+    )
+    .expect("write agent.toml");
+    let out = std::process::Command::new(hub_tests::bin_dir().join("hub-agent"))
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .expect("run hub-agent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "must refuse: {stderr}");
+    assert!(
+        stderr.contains("belongs to environment \"staging\", not \"prod\""),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&b.data_dir.display().to_string()),
+        "{stderr}"
+    );
+    let after = std::fs::read(b.data_dir.join("journal.json")).expect("journal");
+    assert_eq!(before, after, "the refused start changed the journal");
 }
