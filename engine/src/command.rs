@@ -342,6 +342,24 @@ pub struct EntityReport {
     pub message: String,
 }
 
+impl EntityReport {
+    /// Whether applying this report would change `reported` (a report that changes nothing
+    /// writes no record and fires no trigger). Absent `config_sha256` and `secrets_revision`
+    /// leave the recorded values as they are.
+    pub fn changes(&self, reported: &crate::entity::ReportedState) -> bool {
+        reported.version != self.version
+            || reported.health != self.health
+            || self
+                .config_sha256
+                .as_ref()
+                .is_some_and(|sha| reported.config_sha256.as_ref() != Some(sha))
+            || self
+                .secrets_revision
+                .is_some_and(|rev| reported.secrets_revision != rev)
+            || reported.message != self.message
+    }
+}
+
 impl Command {
     /// A short name for logs and metrics.
     pub fn kind(&self) -> &'static str {
@@ -420,5 +438,64 @@ impl std::fmt::Display for Request {
     /// Names the command only: payloads may later carry secrets, which never reach logs.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}@{}", self.command.kind(), self.time_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entity::{Health, ReportedState};
+
+    #[test]
+    fn a_report_changes_only_what_it_states() {
+        let reported = ReportedState {
+            version: Some(Version::new(1, 0, 0)),
+            health: Health::Healthy,
+            config_sha256: Some("abc".into()),
+            secrets_revision: 3,
+            ..ReportedState::default()
+        };
+        let same = EntityReport {
+            entity: "e".into(),
+            version: Some(Version::new(1, 0, 0)),
+            health: Health::Healthy,
+            config_sha256: None,
+            secrets_revision: None,
+            message: String::new(),
+        };
+        assert!(
+            !same.changes(&reported),
+            "absent fields keep what is recorded"
+        );
+        let sha = EntityReport {
+            config_sha256: Some("abc".into()),
+            secrets_revision: Some(3),
+            ..same.clone()
+        };
+        assert!(!sha.changes(&reported));
+        for changed in [
+            EntityReport {
+                version: None,
+                ..same.clone()
+            },
+            EntityReport {
+                health: Health::Error,
+                ..same.clone()
+            },
+            EntityReport {
+                config_sha256: Some("abd".into()),
+                ..same.clone()
+            },
+            EntityReport {
+                secrets_revision: Some(4),
+                ..same.clone()
+            },
+            EntityReport {
+                message: "crashed".into(),
+                ..same.clone()
+            },
+        ] {
+            assert!(changed.changes(&reported), "{changed:?}");
+        }
     }
 }

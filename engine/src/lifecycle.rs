@@ -658,14 +658,13 @@ impl State {
         }
     }
 
-    fn report_entity_states(
-        &mut self,
+    /// Checks a state report against the state: the environment exists, every report names
+    /// one of its entities, and messages are within bounds.
+    fn check_entity_reports(
+        &self,
         environment: &str,
         states: &[EntityReport],
-        now: TimestampMs,
-        index: u64,
-        fx: &mut Effects,
-    ) -> Result<CommandOutput, CommandError> {
+    ) -> Result<(), CommandError> {
         if !self.environments.contains_key(environment) {
             return Err(not_found("environment", environment));
         }
@@ -695,11 +694,43 @@ impl State {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Whether `ReportEntityStates { environment, states }` would be accepted and change
+    /// nothing: a node that sees this on a linearizable read may answer the agent without a
+    /// Raft write (a no-op is ordered at the read).
+    pub fn entity_reports_change_nothing(
+        &self,
+        environment: &str,
+        states: &[EntityReport],
+    ) -> bool {
+        self.check_entity_reports(environment, states).is_ok()
+            && states.iter().all(|r| {
+                self.entities
+                    .get(&r.entity)
+                    .is_some_and(|e| !r.changes(&e.reported))
+            })
+    }
+
+    fn report_entity_states(
+        &mut self,
+        environment: &str,
+        states: &[EntityReport],
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) -> Result<CommandOutput, CommandError> {
+        self.check_entity_reports(environment, states)?;
         let mut changed_count = 0;
         for r in states {
             let Some(e) = self.entities.get_mut(&r.entity) else {
                 continue;
             };
+            if !r.changes(&e.reported) {
+                // An unchanged report changes no record (no write, no trigger).
+                continue;
+            }
             let before = e.reported.clone();
             e.reported.version = r.version.clone();
             e.reported.health = r.health;
@@ -710,16 +741,6 @@ impl State {
                 e.reported.secrets_revision = rev;
             }
             e.reported.message = r.message.clone();
-            let same = before.version == e.reported.version
-                && before.health == e.reported.health
-                && before.config_sha256 == e.reported.config_sha256
-                && before.secrets_revision == e.reported.secrets_revision
-                && before.message == e.reported.message;
-            if same {
-                // Restore: an unchanged report changes no record (no write, no trigger).
-                e.reported = before;
-                continue;
-            }
             e.reported.reported_at_ms = Some(now);
             let version_changed = before.version != e.reported.version;
             let line = format!(

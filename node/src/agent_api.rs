@@ -243,6 +243,7 @@ impl Agent for AgentService {
         &self,
         req: Request<ReportStatesRequest>,
     ) -> Result<Response<AgentReply>, Status> {
+        let arrived = Instant::now();
         let r = req.into_inner();
         let mut states = Vec::with_capacity(r.states.len());
         for (i, s) in r.states.into_iter().enumerate() {
@@ -270,6 +271,25 @@ impl Agent for AgentService {
                 secrets_revision: s.secrets_revision,
                 message: s.message,
             });
+        }
+        // Most reports repeat what the hub already records (the periodic refresh, the state
+        // after a plan whose success already set it). Checked on a linearizable read, such a
+        // report is answered without a Raft write.
+        self.node.read_barrier_since(arrived).await?;
+        let unchanged = {
+            let s = self.node.state.read();
+            s.state
+                .entity_reports_change_nothing(&r.environment, &states)
+                .then(|| s.applied_index())
+        };
+        if let Some(index) = unchanged {
+            let (endpoints, leader) = self.endpoints();
+            return Ok(Response::new(AgentReply {
+                index,
+                result: "unchanged".into(),
+                endpoints,
+                leader,
+            }));
         }
         let w = self
             .node

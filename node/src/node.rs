@@ -366,6 +366,21 @@ impl HubNode {
         Ok(())
     }
 
+    /// A linearizable read barrier for a request that arrived at `arrived`, shared with
+    /// concurrent callers: a barrier that *started* after `arrived` covers every write
+    /// committed before the request, so it is reused; otherwise one is run. Unlike
+    /// [`HubNode::shared_read_barrier`] nothing committed before the call can be missed.
+    pub async fn read_barrier_since(&self, arrived: Instant) -> Result<(), Status> {
+        let mut last = self.barrier.lock().await;
+        if last.is_some_and(|started| started >= arrived) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        self.read_barrier(false).await?;
+        *last = Some(started);
+        Ok(())
+    }
+
     async fn follower_read_barrier(&self, leader_addr: &str, deadline: Instant) -> Attempt<()> {
         let mut client = match self.hub_client(leader_addr) {
             Ok(c) => c,

@@ -363,3 +363,51 @@ impl Cluster {
         })
     }
 }
+
+impl Cluster {
+    /// `Agent.ReportStates` for one entity as an agent of `environment` would send it, to
+    /// node `node` (0-based); returns the reply's `result` (`"unchanged"` when no write was
+    /// needed), or the server's message.
+    pub fn agent_report_state(
+        &self,
+        node: usize,
+        environment: &str,
+        entity: &str,
+        version: &str,
+        health: &str,
+    ) -> Result<String, String> {
+        let addr = self
+            .endpoints()
+            .split(',')
+            .nth(node)
+            .unwrap_or_default()
+            .to_string();
+        let req = hub_proto::ReportStatesRequest {
+            environment: environment.to_string(),
+            states: vec![hub_proto::EntityState {
+                entity: entity.to_string(),
+                version: version.to_string(),
+                health: health.to_string(),
+                ..Default::default()
+            }],
+            request_id: format!("test-{}", rand_suffix()),
+        };
+        block_on(async move {
+            let mut c = hub_proto::agent_client::AgentClient::connect(format!("http://{addr}"))
+                .await
+                .map_err(|e| e.to_string())?;
+            c.report_states(req)
+                .await
+                .map(|r| r.into_inner().result)
+                .map_err(|s| s.message().to_string())
+        })
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default()
+}

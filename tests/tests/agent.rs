@@ -326,3 +326,50 @@ fn an_agent_sees_only_its_environment() {
     let after = std::fs::read(b.data_dir.join("journal.json")).expect("journal");
     assert_eq!(before, after, "the refused start changed the journal");
 }
+
+#[test]
+fn an_unchanged_state_report_is_answered_without_a_write() {
+    // SPEC C10: a report repeating what the hub records is answered on a linearizable read
+    // (no Raft entry); a changed one is written, on any node, and visible at once.
+    let cluster = Cluster::up(3, "");
+    cluster
+        .submit(json!({"CreateEnvironment": {"name": "prod", "description": ""}}))
+        .expect("env");
+    cluster
+        .submit(json!({"CreateProduct": {"product_id": PRODUCT, "description": "demo"}}))
+        .expect("product");
+    let out = cluster
+        .submit(json!({"CreateEntity": {"environment": "prod", "kind": "HelmChart", "name": "demo",
+            "product_id": PRODUCT, "k8s_namespace": "demo", "account_id": null, "release_channel": null}}))
+        .expect("entity");
+    let entity = out["EntityCreated"].as_str().expect("id").to_string();
+    let report = |node: usize, version: &str, health: &str| {
+        cluster
+            .agent_report_state(node, "prod", &entity, version, health)
+            .expect("report")
+    };
+    assert_ne!(
+        report(0, "1.0.0", "healthy"),
+        "unchanged",
+        "a new state is written"
+    );
+    for node in 0..3 {
+        // Every node sees the write before answering: the read is linearizable.
+        assert_eq!(report(node, "1.0.0", "healthy"), "unchanged", "node {node}");
+    }
+    assert_ne!(
+        report(2, "1.0.0", "error"),
+        "unchanged",
+        "a change is written"
+    );
+    let e = cluster
+        .query(json!({"query": "entity", "entity": entity}))
+        .expect("entity");
+    assert_eq!(e["reported"]["health"], "error", "{e}");
+    assert_eq!(report(1, "1.0.0", "error"), "unchanged");
+    // Bad input is still refused, whether or not it would change anything.
+    let err = cluster
+        .agent_report_state(0, "prod", "eid:prod:helm:nope", "1.0.0", "healthy")
+        .expect_err("unknown entity");
+    assert!(err.contains("states[0].entity"), "{err}");
+}
