@@ -250,6 +250,10 @@ impl Leadership {
         }
         let evaluated = batch.len();
         let proposals = to_propose.len();
+        // The chunks are proposed together, not one after another's commit: under a flood of
+        // agent reports a later chunk would otherwise queue behind them, and its plans would
+        // reach agents seconds later than the first chunk's.
+        let mut commands = Vec::new();
         for chunk in to_propose.chunks(PROPOSE_CHUNK) {
             let mut entities = Vec::with_capacity(chunk.len());
             let mut artifacts: Vec<(ArtifactLocation, Availability)> = Vec::new();
@@ -261,12 +265,12 @@ impl Leadership {
                     }
                 }
             }
-            self.propose(Command::Evaluate {
+            commands.push(Command::Evaluate {
                 entities,
                 artifacts,
-            })
-            .await?;
+            });
         }
+        futures::future::try_join_all(commands.into_iter().map(|c| self.propose(c))).await?;
         if proposals > 0 || evaluated > 100 {
             tracing::debug!(
                 evaluated,

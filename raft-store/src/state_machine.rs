@@ -353,16 +353,17 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
                 records: s.state.records().collect(),
             }
         };
-        let bytes = codec::encode(&file);
+        let meta = file.meta();
+        // Encoding tens of megabytes and writing them take long enough to starve the runtime's
+        // few worker threads (and with them Raft heartbeats): both run on a blocking thread.
         let store = self.store.clone();
-        let to_write = bytes.clone();
-        tokio::task::spawn_blocking(move || {
-            snapshot::write_atomically(&snapshot::snapshot_path(&store.dir), &to_write)
+        let bytes = tokio::task::spawn_blocking(move || {
+            let bytes = codec::encode(&file);
+            snapshot::write_atomically(&snapshot::snapshot_path(&store.dir), &bytes).map(|()| bytes)
         })
         .await
         .map_err(io_err)?
         .map_err(io_err)?;
-        let meta = file.meta();
         self.set_snapshot_meta(meta.clone());
         tracing::info!(last_log_id = ?meta.last_log_id, bytes = bytes.len(), "built snapshot");
         Ok(Snapshot {

@@ -561,12 +561,16 @@ async fn agents_bench(
         .iter()
         .filter_map(|n| proc_usage(n.pid))
         .collect();
+    let own_before = proc_usage(std::process::id());
     let started = Instant::now();
     let mut releases = 0u64;
     let mut next_release = Instant::now();
     let mut peak_rss = 0u64;
+    // How many deliveries were recorded when each release was published, to split them.
+    let mut marks: Vec<usize> = Vec::new();
     while started.elapsed() < Duration::from_secs(seconds) {
         if Instant::now() >= next_release {
+            marks.push(metrics.delivery.samples().len());
             releases += 1;
             let manifest = format!(
                 "product-group: com.bench\nproduct-name: {run}\nproduct-version: 1.{releases}.0\n"
@@ -600,7 +604,28 @@ async fn agents_bench(
         .filter_map(|n| proc_usage(n.pid))
         .collect();
     let cpu: f64 = after.iter().zip(&before).map(|(a, b)| a.0 - b.0).sum();
-    let mut samples = metrics.delivery.samples();
+    let own_cpu = match (own_before, proc_usage(std::process::id())) {
+        (Some(b), Some(a)) => (a.0 - b.0) / elapsed,
+        _ => f64::NAN,
+    };
+    eprintln!("load generator CPU: {own_cpu:.2} cores");
+    let all = metrics.delivery.samples();
+    marks.push(all.len());
+    for (i, w) in marks.windows(2).enumerate() {
+        let mut part = all[w[0]..w[1]].to_vec();
+        part.sort_unstable();
+        if let (Some(first), false) = (part.first(), part.is_empty()) {
+            let at = |p: f64| part[((p / 100.0) * (part.len() - 1) as f64).round() as usize];
+            eprintln!(
+                "release {}: {} deliveries, min {first} ms, p50 {} ms, p99 {} ms",
+                i + 1,
+                part.len(),
+                at(50.0),
+                at(99.0)
+            );
+        }
+    }
+    let mut samples = all;
     samples.sort_unstable();
     let pct = |p: f64| {
         if samples.is_empty() {

@@ -35,15 +35,18 @@ struct Args {
     #[arg(long)]
     cluster_id: String,
     /// Leader heartbeat period.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 100)]
     heartbeat_ms: u64,
     /// Minimum election timeout. A follower also refuses votes until `--election-max-ms` has
     /// passed since it last heard from the leader (leader lease), so a failover takes about
     /// one to two election timeouts; pre-vote keeps spurious timeouts from disrupting a leader.
-    #[arg(long, default_value_t = 150)]
+    /// The defaults (heartbeat 100, election 300–600 ms) keep a loaded node's scheduling
+    /// stalls from causing elections: with 50/150–300 ms, 5,000 agents on two shared cores
+    /// caused four leader changes in 90 s; with these, none (docs/BENCHMARKS.md).
+    #[arg(long, default_value_t = 300)]
     election_min_ms: u64,
     /// Maximum election timeout.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 600)]
     election_max_ms: u64,
     /// How long a write or linearizable read waits for a leader and a quorum before failing.
     #[arg(long, default_value_t = 5000)]
