@@ -1,5 +1,7 @@
 //! Commands: the only way the replicated state changes. Each is one Raft entry.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use semver::Version;
@@ -268,6 +270,71 @@ pub enum Command {
         /// Who.
         actor: String,
     },
+    /// Publish a module definition as the module's next version (SPEC M8).
+    PublishModule {
+        /// The file it came from (`<name>.yml`), checked against `name` when given.
+        file_name: Option<String>,
+        /// The definition.
+        yaml: String,
+    },
+    /// Delete a module that has no installations (SPEC M16).
+    DeleteModule {
+        /// The module's name.
+        name: String,
+    },
+    /// Install a module in an environment, creating or adopting its entities (SPEC M9, M10).
+    InstallModule {
+        /// The environment.
+        environment: String,
+        /// The module's name.
+        module: String,
+        /// The version (the latest when `None`).
+        version: Option<String>,
+        /// Installer values.
+        variables: BTreeMap<String, String>,
+        /// Who.
+        actor: String,
+    },
+    /// Set (`Some`) or clear (`None`) installer values of an installation; they apply at its
+    /// next update.
+    SetModuleVariables {
+        /// `<environment>/<module>`.
+        installation: String,
+        /// The values.
+        variables: BTreeMap<String, Option<String>>,
+    },
+    /// Pause or resume an installation's module updates (SPEC M15).
+    SetModuleUpdatesPaused {
+        /// `<environment>/<module>`.
+        installation: String,
+        /// Pause (`true`) or resume.
+        paused: bool,
+        /// Who.
+        actor: String,
+    },
+    /// Remove an installation; its entities stay installed, unmanaged (SPEC M16).
+    UnlinkModule {
+        /// `<environment>/<module>`.
+        installation: String,
+        /// Who.
+        actor: String,
+    },
+    /// Approve a change request: the installation is updated at once (SPEC M9).
+    ApproveChangeRequest {
+        /// `cr-<index>`.
+        id: String,
+        /// Who.
+        actor: String,
+    },
+    /// Reject a change request.
+    RejectChangeRequest {
+        /// `cr-<index>`.
+        id: String,
+        /// Who.
+        actor: String,
+        /// Why.
+        reason: String,
+    },
     /// Cancel active plans (SPEC P12), optionally with a short manual suppression.
     CancelPlans {
         /// What to cancel.
@@ -385,6 +452,14 @@ impl Command {
             Command::CreateSuppression { .. } => "create_suppression",
             Command::DeleteSuppression { .. } => "delete_suppression",
             Command::CancelPlans { .. } => "cancel_plans",
+            Command::PublishModule { .. } => "publish_module",
+            Command::DeleteModule { .. } => "delete_module",
+            Command::InstallModule { .. } => "install_module",
+            Command::SetModuleVariables { .. } => "set_module_variables",
+            Command::SetModuleUpdatesPaused { .. } => "set_module_updates_paused",
+            Command::UnlinkModule { .. } => "unlink_module",
+            Command::ApproveChangeRequest { .. } => "approve_change_request",
+            Command::RejectChangeRequest { .. } => "reject_change_request",
             Command::IssueCommand { .. } => "issue_command",
             Command::Evaluate { .. } => "evaluate",
             Command::ExpireSuppressions => "expire_suppressions",

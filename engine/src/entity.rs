@@ -126,6 +126,9 @@ pub struct Entity {
     pub owner_module: Option<String>,
     /// When set, the entity's product is to be uninstalled (SPEC M11).
     pub marked_for_uninstall: bool,
+    /// With `marked_for_uninstall`: the uninstall waits until the entity runs at least this
+    /// version (it is upgraded there first, like any entity) (SPEC M11 `minVersion`).
+    pub uninstall_min_version: Option<Version>,
 }
 
 impl Entity {

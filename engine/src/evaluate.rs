@@ -351,7 +351,13 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
         reason,
     };
 
-    if entity.marked_for_uninstall {
+    // With a minimum version, an entity below it is first upgraded like any other.
+    let uninstall_now = entity.marked_for_uninstall
+        && match (&entity.uninstall_min_version, &current) {
+            (Some(min), Some(v)) => v >= min,
+            _ => true,
+        };
+    if uninstall_now {
         return match &current {
             None => Choice::AtTarget("not installed (marked for uninstallation)".into()),
             Some(_) => {

@@ -208,6 +208,7 @@ impl State {
                     validate_config_yaml(text)?;
                 }
                 self.require_entity(entity)?;
+                self.check_module_config_edit(entity, &v, config.as_ref())?;
                 let e = self
                     .entities
                     .get_mut(entity)

@@ -310,6 +310,14 @@ impl State {
                 reason,
                 actor,
             } => self.issue_command(entity, command, reason, actor, now, index, fx),
+            Command::PublishModule { .. }
+            | Command::DeleteModule { .. }
+            | Command::InstallModule { .. }
+            | Command::SetModuleVariables { .. }
+            | Command::SetModuleUpdatesPaused { .. }
+            | Command::UnlinkModule { .. }
+            | Command::ApproveChangeRequest { .. }
+            | Command::RejectChangeRequest { .. } => self.execute_module(command, now, index, fx),
             other => Err(CommandError::FailedPrecondition(format!(
                 "command {} is not handled",
                 other.kind()
@@ -540,7 +548,7 @@ impl State {
         }
     }
 
-    fn note(
+    pub(crate) fn note(
         &mut self,
         entity: &str,
         now: TimestampMs,

@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::installation::{ChangeRequest, Installation, PublishedModule};
+
 use crate::activity::Activity;
 use crate::command::CommandOutput;
 use crate::entity::Entity;
@@ -41,6 +43,12 @@ pub enum RecordKey {
     Activity(String),
     /// An audit entry, by zero-padded log index.
     Audit(String),
+    /// A published module version, by `name@version`.
+    Module(String),
+    /// A module installation, by `<environment>/<module>`.
+    Installation(String),
+    /// A module change request, by id.
+    ChangeRequest(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -54,6 +62,9 @@ const TAG_SUPPRESSION: u8 = 8;
 const TAG_PLAN: u8 = 9;
 const TAG_ACTIVITY: u8 = 10;
 const TAG_AUDIT: u8 = 11;
+const TAG_MODULE: u8 = 12;
+const TAG_INSTALLATION: u8 = 13;
+const TAG_CHANGE_REQUEST: u8 = 14;
 
 impl RecordKey {
     /// Stable byte encoding: a table tag, then the UTF-8 name.
@@ -70,6 +81,9 @@ impl RecordKey {
             RecordKey::Plan(n) => (TAG_PLAN, n),
             RecordKey::Activity(n) => (TAG_ACTIVITY, n),
             RecordKey::Audit(n) => (TAG_AUDIT, n),
+            RecordKey::Module(n) => (TAG_MODULE, n),
+            RecordKey::Installation(n) => (TAG_INSTALLATION, n),
+            RecordKey::ChangeRequest(n) => (TAG_CHANGE_REQUEST, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -93,6 +107,9 @@ impl RecordKey {
             TAG_PLAN => Some(RecordKey::Plan(name)),
             TAG_ACTIVITY => Some(RecordKey::Activity(name)),
             TAG_AUDIT => Some(RecordKey::Audit(name)),
+            TAG_MODULE => Some(RecordKey::Module(name)),
+            TAG_INSTALLATION => Some(RecordKey::Installation(name)),
+            TAG_CHANGE_REQUEST => Some(RecordKey::ChangeRequest(name)),
             _ => None,
         }
     }
@@ -136,6 +153,12 @@ pub enum Record {
     Activity(Activity),
     /// See [`AuditEntry`].
     Audit(AuditEntry),
+    /// See [`PublishedModule`].
+    Module(PublishedModule),
+    /// See [`Installation`].
+    Installation(Installation),
+    /// See [`ChangeRequest`].
+    ChangeRequest(ChangeRequest),
 }
 
 /// Who did what, when (SPEC C2, S2).
@@ -177,6 +200,9 @@ impl Record {
             Record::Plan(p) => RecordKey::Plan(p.id.clone()),
             Record::Activity(a) => RecordKey::Activity(a.entity.clone()),
             Record::Audit(a) => RecordKey::Audit(AuditEntry::key_name(a.index)),
+            Record::Module(m) => RecordKey::Module(PublishedModule::key_name(&m.name, &m.version)),
+            Record::Installation(i) => RecordKey::Installation(i.id.clone()),
+            Record::ChangeRequest(c) => RecordKey::ChangeRequest(c.id.clone()),
         }
     }
 }
@@ -199,6 +225,9 @@ mod tests {
             RecordKey::Plan("p-9-0".into()),
             RecordKey::Activity("eid:prod:helmChart:web".into()),
             RecordKey::Audit(AuditEntry::key_name(9)),
+            RecordKey::Module("control-plane-module@0.1.0".into()),
+            RecordKey::Installation("prod/control-plane-module".into()),
+            RecordKey::ChangeRequest("cr-9".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

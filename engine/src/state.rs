@@ -19,6 +19,7 @@ use crate::entity::{
 };
 use crate::environment::Environment;
 use crate::error::CommandError;
+use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::name::{validate_name, validate_product_id};
 use crate::plan::{Plan, PlanKind, PlanStatus};
 use crate::product::{Channel, Product, Recall, Release};
@@ -106,6 +107,12 @@ pub struct State {
     pub(crate) plans: BTreeMap<String, Plan>,
     pub(crate) activity: BTreeMap<String, Activity>,
     pub(crate) audit: BTreeMap<String, AuditEntry>,
+    /// Published module versions by (name, version).
+    pub(crate) modules: BTreeMap<(String, Version), PublishedModule>,
+    /// Module installations by `<environment>/<module>`.
+    pub(crate) installations: BTreeMap<String, Installation>,
+    /// Module change requests by id.
+    pub(crate) change_requests: BTreeMap<String, ChangeRequest>,
     pub(crate) idx: Indexes,
 }
 
@@ -311,6 +318,7 @@ impl State {
                     reported: Default::default(),
                     owner_module: None,
                     marked_for_uninstall: false,
+                    uninstall_min_version: None,
                 };
                 self.idx
                     .entities_by_product
@@ -661,6 +669,22 @@ impl State {
             RecordKey::Plan(n) => self.plans.get(n).cloned().map(Record::Plan),
             RecordKey::Activity(n) => self.activity.get(n).cloned().map(Record::Activity),
             RecordKey::Audit(n) => self.audit.get(n).cloned().map(Record::Audit),
+            RecordKey::Module(n) => {
+                let (name, version) = n.rsplit_once('@')?;
+                let version = Version::parse(version).ok()?;
+                self.modules
+                    .get(&(name.to_string(), version))
+                    .cloned()
+                    .map(Record::Module)
+            }
+            RecordKey::Installation(n) => {
+                self.installations.get(n).cloned().map(Record::Installation)
+            }
+            RecordKey::ChangeRequest(n) => self
+                .change_requests
+                .get(n)
+                .cloned()
+                .map(Record::ChangeRequest),
         }
     }
 
@@ -677,6 +701,17 @@ impl State {
         let plans = self.plans.values().cloned().map(Record::Plan);
         let acts = self.activity.values().cloned().map(Record::Activity);
         let audit = self.audit.values().cloned().map(Record::Audit);
+        let modules = self.modules.values().cloned().map(Record::Module);
+        let installations = self
+            .installations
+            .values()
+            .cloned()
+            .map(Record::Installation);
+        let crs = self
+            .change_requests
+            .values()
+            .cloned()
+            .map(Record::ChangeRequest);
         envs.chain(ents)
             .chain(reqs)
             .chain(products)
@@ -687,6 +722,9 @@ impl State {
             .chain(plans)
             .chain(acts)
             .chain(audit)
+            .chain(modules)
+            .chain(installations)
+            .chain(crs)
     }
 
     /// Adds a record while loading persisted state or a snapshot. Call
@@ -727,6 +765,15 @@ impl State {
             }
             Record::Audit(a) => {
                 self.audit.insert(AuditEntry::key_name(a.index), a);
+            }
+            Record::Module(m) => {
+                self.modules.insert((m.name.clone(), m.version.clone()), m);
+            }
+            Record::Installation(i) => {
+                self.installations.insert(i.id.clone(), i);
+            }
+            Record::ChangeRequest(c) => {
+                self.change_requests.insert(c.id.clone(), c);
             }
         }
     }

@@ -1,0 +1,989 @@
+//! Applying module commands (SPEC M8–M16): publishing versions, installing a module into an
+//! environment (creating or adopting its entities), change requests that move an installation
+//! to a newer version, pausing and resuming updates, unlinking and deleting.
+//!
+//! Every handler first computes everything it will change without touching the state, and
+//! only then mutates: a refused command changes nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use semver::Version;
+
+use crate::command::{Command, CommandOutput};
+use crate::entity::{
+    Entity, EntityId, EntityKind, DEFAULT_DEPENDENCY_GROUP, DEFAULT_RELEASE_CHANNEL,
+    MAX_ENTITY_ID_LEN,
+};
+use crate::error::CommandError;
+use crate::installation::{
+    ChangeRequest, ChangeRequestStatus, Installation, ManagedEntity, PublishedModule,
+    FIRST_MODULE_VERSION,
+};
+use crate::module::{
+    check_user_edit, parse_and_validate, render, sync_config, ModuleCatalog, ModuleDefinition,
+    RenderError, RenderedEntity, SyncMode,
+};
+use crate::name::{validate_name, validate_product_id};
+use crate::record::RecordKey;
+use crate::state::{Effects, State, Trigger};
+use crate::TimestampMs;
+
+/// Most installer values one installation holds.
+pub const MAX_MODULE_VARIABLES: usize = 256;
+
+/// Longest installer value, in bytes.
+pub const MAX_VARIABLE_VALUE_BYTES: usize = 4096;
+
+impl ModuleCatalog for State {
+    fn definition(&self, name: &str, version: &Version) -> Option<&ModuleDefinition> {
+        self.modules
+            .get(&(name.to_string(), version.clone()))
+            .map(|m| &m.definition)
+    }
+}
+
+/// What applying a module version to an installation changes, computed before any mutation.
+struct ModuleSync {
+    /// New values of entities to create (`false`) or update (`true`).
+    upserts: Vec<(Entity, bool)>,
+    /// Entities the installation stops managing.
+    unmanage: Vec<String>,
+    /// What it manages afterwards.
+    managed: BTreeMap<String, ManagedEntity>,
+    /// Entities created, adopted (managed for the first time) and updated.
+    created: usize,
+    adopted: usize,
+}
+
+fn render_error(err: RenderError) -> CommandError {
+    match err {
+        RenderError::MissingVariables(_)
+        | RenderError::UnknownVariable(_)
+        | RenderError::PresetNotSettable { .. }
+        | RenderError::InvalidValue { .. } => CommandError::invalid("variables", err.to_string()),
+        other => CommandError::FailedPrecondition(other.to_string()),
+    }
+}
+
+fn not_found(kind: &str, name: &str) -> CommandError {
+    CommandError::NotFound {
+        kind: kind.into(),
+        name: name.into(),
+    }
+}
+
+fn check_actor(actor: &str) -> Result<(), CommandError> {
+    if actor.trim().is_empty() || actor.len() > 256 {
+        return Err(CommandError::invalid(
+            "actor",
+            "required, at most 256 bytes",
+        ));
+    }
+    Ok(())
+}
+
+fn check_variables<'a>(
+    variables: impl Iterator<Item = (&'a String, Option<&'a String>)>,
+) -> Result<(), CommandError> {
+    let mut count = 0;
+    for (name, value) in variables {
+        count += 1;
+        if name.is_empty() || name.len() > 256 || name.chars().any(char::is_whitespace) {
+            return Err(CommandError::invalid(
+                "variables",
+                format!("{name:?} is not a variable name"),
+            ));
+        }
+        if value.is_some_and(|v| v.len() > MAX_VARIABLE_VALUE_BYTES) {
+            return Err(CommandError::invalid(
+                &format!("variables.{name}"),
+                format!("longer than {MAX_VARIABLE_VALUE_BYTES} bytes"),
+            ));
+        }
+    }
+    if count > MAX_MODULE_VARIABLES {
+        return Err(CommandError::invalid(
+            "variables",
+            format!("at most {MAX_MODULE_VARIABLES}"),
+        ));
+    }
+    Ok(())
+}
+
+impl State {
+    /// Dispatches the module commands.
+    pub(crate) fn execute_module(
+        &mut self,
+        command: &Command,
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) -> Result<CommandOutput, CommandError> {
+        match command {
+            Command::PublishModule { file_name, yaml } => {
+                self.publish_module(file_name.as_deref(), yaml, now, index, fx)
+            }
+            Command::DeleteModule { name } => self.delete_module(name, fx),
+            Command::InstallModule {
+                environment,
+                module,
+                version,
+                variables,
+                actor,
+            } => self.install_module(
+                environment,
+                module,
+                version.as_deref(),
+                variables,
+                actor,
+                now,
+                index,
+                fx,
+            ),
+            Command::SetModuleVariables {
+                installation,
+                variables,
+            } => self.set_module_variables(installation, variables, fx),
+            Command::SetModuleUpdatesPaused {
+                installation,
+                paused,
+                actor,
+            } => self.set_updates_paused(installation, *paused, actor, now, index, fx),
+            Command::UnlinkModule {
+                installation,
+                actor,
+            } => self.unlink_module(installation, actor, now, index, fx),
+            Command::ApproveChangeRequest { id, actor } => {
+                self.approve_change_request(id, actor, now, index, fx)
+            }
+            Command::RejectChangeRequest { id, actor, reason } => {
+                check_actor(actor)?;
+                let cr = self
+                    .change_requests
+                    .get_mut(id)
+                    .ok_or_else(|| not_found("change request", id))?;
+                if !cr.status.is_open() {
+                    return Err(CommandError::FailedPrecondition(format!(
+                        "change request {id} is {}, not pending approval",
+                        cr.status.as_str()
+                    )));
+                }
+                cr.status = ChangeRequestStatus::Rejected;
+                cr.decided_by = Some(actor.clone());
+                cr.closed_ms = Some(now);
+                cr.message = reason.clone();
+                let target = cr.installation.clone();
+                fx.changed.push(RecordKey::ChangeRequest(id.clone()));
+                self.audit_entry(
+                    index,
+                    now,
+                    actor,
+                    "changerequest-reject",
+                    target,
+                    reason,
+                    fx,
+                );
+                Ok(CommandOutput::Changed {
+                    id: id.clone(),
+                    summary: format!("change request {id} rejected"),
+                })
+            }
+            other => Err(CommandError::FailedPrecondition(format!(
+                "command {} is not a module command",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// Validates `yaml` as `PublishModule` would and returns the definition with the version
+    /// it would be published as; `hubctl module create --dry-run` calls this on a read.
+    pub fn prepare_module_publish(
+        &self,
+        file_name: Option<&str>,
+        yaml: &str,
+    ) -> Result<(ModuleDefinition, Version), CommandError> {
+        let def = parse_and_validate(file_name, yaml, self).map_err(|errors| {
+            CommandError::invalid(
+                file_name.unwrap_or("module definition"),
+                format!("\n{errors}"),
+            )
+        })?;
+        let version = match self.latest_module(&def.name) {
+            Some(m) => Version::new(m.version.major, m.version.minor + 1, 0),
+            None => FIRST_MODULE_VERSION,
+        };
+        Ok((def, version))
+    }
+
+    fn publish_module(
+        &mut self,
+        file_name: Option<&str>,
+        yaml: &str,
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) -> Result<CommandOutput, CommandError> {
+        let (definition, version) = self.prepare_module_publish(file_name, yaml)?;
+        let name = definition.name.clone();
+        let record = PublishedModule {
+            name: name.clone(),
+            version: version.clone(),
+            definition,
+            yaml: yaml.to_string(),
+            published_ms: now,
+        };
+        self.modules.insert((name.clone(), version.clone()), record);
+        fx.changed.push(RecordKey::Module(PublishedModule::key_name(
+            &name, &version,
+        )));
+        // Every installation that follows updates gets a change request (SPEC M9).
+        let installations: Vec<String> = self
+            .installations
+            .values()
+            .filter(|i| i.module == name && !i.paused && i.version < version)
+            .map(|i| i.id.clone())
+            .collect();
+        let mut opened = 0;
+        for (n, inst) in installations.iter().enumerate() {
+            self.cancel_open_change_requests(
+                inst,
+                &format!("superseded by {name} {version}"),
+                now,
+                fx,
+            );
+            self.open_change_request(inst, &version, "module update", n, now, index, fx);
+            opened += 1;
+        }
+        Ok(CommandOutput::Changed {
+            id: PublishedModule::key_name(&name, &version),
+            summary: format!(
+                "module {name} {version} published; {opened} change request(s) opened"
+            ),
+        })
+    }
+
+    fn delete_module(
+        &mut self,
+        name: &str,
+        fx: &mut Effects,
+    ) -> Result<CommandOutput, CommandError> {
+        let versions: Vec<Version> = self
+            .module_versions(name)
+            .map(|m| m.version.clone())
+            .collect();
+        if versions.is_empty() {
+            return Err(not_found("module", name));
+        }
+        if let Some(i) = self.installations.values().find(|i| i.module == name) {
+            return Err(CommandError::FailedPrecondition(format!(
+                "module {name} is installed in {} ({}); unlink every installation first (SPEC M16)",
+                i.environment, i.id
+            )));
+        }
+        if let Some(parent) = self
+            .modules
+            .values()
+            .find(|m| m.name != name && m.definition.submodules.iter().any(|s| s.name == name))
+        {
+            return Err(CommandError::FailedPrecondition(format!(
+                "module {name} is a submodule of {} {}",
+                parent.name, parent.version
+            )));
+        }
+        for v in &versions {
+            self.modules.remove(&(name.to_string(), v.clone()));
+            fx.changed
+                .push(RecordKey::Module(PublishedModule::key_name(name, v)));
+        }
+        Ok(CommandOutput::Changed {
+            id: name.to_string(),
+            summary: format!("module {name} deleted ({} versions)", versions.len()),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn install_module(
+        &mut self,
+        environment: &str,
+        module: &str,
+        version: Option<&str>,
+        variables: &BTreeMap<String, String>,
+        actor: &str,
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) -> Result<CommandOutput, CommandError> {
+        check_actor(actor)?;
+        check_variables(variables.iter().map(|(k, v)| (k, Some(v))))?;
+        if !self.environments.contains_key(environment) {
+            return Err(not_found("environment", environment));
+        }
+        let published = match version {
+            Some(v) => {
+                let v = Version::parse(v)
+                    .map_err(|e| CommandError::invalid("version", format!("{v:?}: {e}")))?;
+                self.module(module, &v).ok_or_else(|| {
+                    not_found("module version", &PublishedModule::key_name(module, &v))
+                })?
+            }
+            None => self
+                .latest_module(module)
+                .ok_or_else(|| not_found("module", module))?,
+        };
+        if !published.definition.restrictions.new_installations_allowed {
+            return Err(CommandError::FailedPrecondition(format!(
+                "module {module} does not allow direct installation \
+                 (restrictions.newInstallations.allowed: false); use it as a submodule"
+            )));
+        }
+        let version = published.version.clone();
+        let id = Installation::id_of(environment, module);
+        if self.installations.contains_key(&id) {
+            return Err(CommandError::AlreadyExists {
+                kind: "module installation".into(),
+                name: id,
+            });
+        }
+        let mut inst = Installation {
+            id: id.clone(),
+            environment: environment.to_string(),
+            module: module.to_string(),
+            version: version.clone(),
+            variables: variables.clone(),
+            paused: false,
+            resuming: false,
+            entities: BTreeMap::new(),
+            created_ms: now,
+            updated_ms: now,
+        };
+        let sync = self.plan_module_sync(&inst, &version)?;
+        let (created, adopted) = (sync.created, sync.adopted);
+        self.apply_module_sync(&mut inst, sync, now, index, fx);
+        self.installations.insert(id.clone(), inst);
+        fx.changed.push(RecordKey::Installation(id.clone()));
+        self.audit_entry(index, now, actor, "module-install", id.clone(), "", fx);
+        Ok(CommandOutput::Changed {
+            id,
+            summary: format!(
+                "module {module} {version} installed in {environment}: \
+                 {created} entities created, {adopted} adopted"
+            ),
+        })
+    }
+
+    fn set_module_variables(
+        &mut self,
+        id: &str,
+        variables: &BTreeMap<String, Option<String>>,
+        fx: &mut Effects,
+    ) -> Result<CommandOutput, CommandError> {
+        check_variables(variables.iter().map(|(k, v)| (k, v.as_ref())))?;
+        let inst = self
+            .installations
+            .get_mut(id)
+            .ok_or_else(|| not_found("module installation", id))?;
+        for (name, value) in variables {
+            match value {
+                Some(v) => {
+                    inst.variables.insert(name.clone(), v.clone());
+                }
+                None => {
+                    inst.variables.remove(name);
+                }
+            }
+        }
+        if inst.variables.len() > MAX_MODULE_VARIABLES {
+            return Err(CommandError::invalid(
+                "variables",
+                format!("an installation holds at most {MAX_MODULE_VARIABLES}"),
+            ));
+        }
+        let inst = inst.clone();
+        fx.changed.push(RecordKey::Installation(id.to_string()));
+        // Open change requests may be unblocked (or blocked) by the new values.
+        let open: Vec<String> = self
+            .change_requests
+            .values()
+            .filter(|c| c.installation == id && c.status.is_open())
+            .map(|c| c.id.clone())
+            .collect();
+        for cr in open {
+            let to = self.change_requests[&cr].to_version.clone();
+            let blocked = self.blocked_reason(&inst, &to);
+            if let Some(c) = self.change_requests.get_mut(&cr) {
+                if c.blocked != blocked {
+                    c.blocked = blocked;
+                    fx.changed.push(RecordKey::ChangeRequest(cr.clone()));
+                }
+            }
+        }
+        Ok(CommandOutput::Changed {
+            id: id.to_string(),
+            summary: format!("variables of {id} updated"),
+        })
+    }
+
+    fn set_updates_paused(
+        &mut self,
+        id: &str,
+        paused: bool,
+        actor: &str,
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) -> Result<CommandOutput, CommandError> {
+        check_actor(actor)?;
+        let inst = self
+            .installations
+            .get(id)
+            .ok_or_else(|| not_found("module installation", id))?;
+        if inst.paused == paused {
+            return Err(CommandError::FailedPrecondition(format!(
+                "module updates of {id} are already {}",
+                if paused { "paused" } else { "active" }
+            )));
+        }
+        let module = inst.module.clone();
+        if paused {
+            self.cancel_open_change_requests(id, "module updates paused", now, fx);
+        }
+        if let Some(inst) = self.installations.get_mut(id) {
+            inst.paused = paused;
+            inst.resuming = !paused;
+        }
+        fx.changed.push(RecordKey::Installation(id.to_string()));
+        let mut summary = format!(
+            "module updates of {id} {}",
+            if paused { "paused" } else { "resumed" }
+        );
+        if !paused {
+            // One change request to the latest version reconciles what drifted while paused.
+            if let Some(latest) = self.latest_module(&module).map(|m| m.version.clone()) {
+                let cr =
+                    self.open_change_request(id, &latest, "resuming updates", 0, now, index, fx);
+                summary.push_str(&format!("; change request {cr} opened"));
+            }
+        }
+        self.audit_entry(
+            index,
+            now,
+            actor,
+            if paused {
+                "module-pause"
+            } else {
+                "module-resume"
+            },
+            id.to_string(),
+            "",
+            fx,
+        );
+        Ok(CommandOutput::Changed {
+            id: id.to_string(),
+            summary,
+        })
+    }
+
+    fn unlink_module(
+        &mut self,
+        id: &str,
+        actor: &str,
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) -> Result<CommandOutput, CommandError> {
+        check_actor(actor)?;
+        let inst = self
+            .installations
+            .get(id)
+            .cloned()
+            .ok_or_else(|| not_found("module installation", id))?;
+        self.cancel_open_change_requests(id, "installation unlinked", now, fx);
+        for entity in inst.entities.keys() {
+            if let Some(e) = self.entities.get_mut(entity) {
+                if e.owner_module.as_deref() == Some(inst.module.as_str()) {
+                    e.owner_module = None;
+                    fx.changed.push(RecordKey::Entity(entity.clone()));
+                }
+            }
+        }
+        self.installations.remove(id);
+        fx.changed.push(RecordKey::Installation(id.to_string()));
+        self.audit_entry(index, now, actor, "module-unlink", id.to_string(), "", fx);
+        Ok(CommandOutput::Changed {
+            id: id.to_string(),
+            summary: format!(
+                "installation {id} unlinked; its {} entities stay installed, unmanaged",
+                inst.entities.len()
+            ),
+        })
+    }
+
+    fn approve_change_request(
+        &mut self,
+        id: &str,
+        actor: &str,
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) -> Result<CommandOutput, CommandError> {
+        check_actor(actor)?;
+        let cr = self
+            .change_requests
+            .get(id)
+            .cloned()
+            .ok_or_else(|| not_found("change request", id))?;
+        if !cr.status.is_open() {
+            return Err(CommandError::FailedPrecondition(format!(
+                "change request {id} is {}, not pending approval",
+                cr.status.as_str()
+            )));
+        }
+        let mut inst = self
+            .installations
+            .get(&cr.installation)
+            .cloned()
+            .ok_or_else(|| not_found("module installation", &cr.installation))?;
+        if inst.paused {
+            return Err(CommandError::FailedPrecondition(format!(
+                "module updates of {} are paused",
+                inst.id
+            )));
+        }
+        let sync = self.plan_module_sync(&inst, &cr.to_version)?;
+        let (created, adopted) = (sync.created, sync.adopted);
+        self.apply_module_sync(&mut inst, sync, now, index, fx);
+        inst.version = cr.to_version.clone();
+        inst.resuming = false;
+        inst.updated_ms = now;
+        self.installations.insert(inst.id.clone(), inst.clone());
+        fx.changed.push(RecordKey::Installation(inst.id.clone()));
+        if let Some(c) = self.change_requests.get_mut(id) {
+            c.status = ChangeRequestStatus::Merged;
+            c.decided_by = Some(actor.to_string());
+            c.closed_ms = Some(now);
+            c.blocked = None;
+        }
+        fx.changed.push(RecordKey::ChangeRequest(id.to_string()));
+        self.audit_entry(
+            index,
+            now,
+            actor,
+            "changerequest-approve",
+            inst.id.clone(),
+            "",
+            fx,
+        );
+        Ok(CommandOutput::Changed {
+            id: id.to_string(),
+            summary: format!(
+                "change request {id} merged: {} at {} ({created} entities created, {adopted} adopted)",
+                inst.id, cr.to_version
+            ),
+        })
+    }
+
+    /// Why `inst` cannot be updated to `version` with its current values (a variable without
+    /// a default and without a value), if so.
+    fn blocked_reason(&self, inst: &Installation, version: &Version) -> Option<String> {
+        let def = self.definition(&inst.module, version)?;
+        match render(def, self, &inst.variables) {
+            Err(e @ RenderError::MissingVariables(_)) => Some(e.to_string()),
+            _ => None,
+        }
+    }
+
+    /// Opens a change request moving `inst` to `to`; returns its id.
+    #[allow(clippy::too_many_arguments)]
+    fn open_change_request(
+        &mut self,
+        inst: &str,
+        to: &Version,
+        reason: &str,
+        n: usize,
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) -> String {
+        let id = format!("cr-{index}-{n}");
+        let Some(installation) = self.installations.get(inst).cloned() else {
+            return id;
+        };
+        let (status, blocked, message) = match self
+            .definition(&installation.module, to)
+            .map(|def| render(def, self, &installation.variables))
+        {
+            None => (
+                ChangeRequestStatus::Error,
+                None,
+                format!("{} {to} is not published", installation.module),
+            ),
+            Some(Ok(_)) => (ChangeRequestStatus::PendingApproval, None, String::new()),
+            Some(Err(e @ RenderError::MissingVariables(_))) => (
+                ChangeRequestStatus::PendingApproval,
+                Some(e.to_string()),
+                String::new(),
+            ),
+            Some(Err(e)) => (ChangeRequestStatus::Error, None, e.to_string()),
+        };
+        let closed_ms = (status == ChangeRequestStatus::Error).then_some(now);
+        self.change_requests.insert(
+            id.clone(),
+            ChangeRequest {
+                id: id.clone(),
+                installation: inst.to_string(),
+                from_version: installation.version.clone(),
+                to_version: to.clone(),
+                status,
+                reason: reason.to_string(),
+                blocked,
+                message,
+                created_ms: now,
+                decided_by: None,
+                closed_ms,
+            },
+        );
+        fx.changed.push(RecordKey::ChangeRequest(id.clone()));
+        id
+    }
+
+    fn cancel_open_change_requests(
+        &mut self,
+        inst: &str,
+        message: &str,
+        now: TimestampMs,
+        fx: &mut Effects,
+    ) {
+        for c in self.change_requests.values_mut() {
+            if c.installation == inst && c.status.is_open() {
+                c.status = ChangeRequestStatus::Cancelled;
+                c.message = message.to_string();
+                c.closed_ms = Some(now);
+                fx.changed.push(RecordKey::ChangeRequest(c.id.clone()));
+            }
+        }
+    }
+
+    /// Renders `inst`'s module at `version` and computes every entity it creates, adopts,
+    /// updates or lets go, refusing (with nothing changed) what the module may not do.
+    fn plan_module_sync(
+        &self,
+        inst: &Installation,
+        version: &Version,
+    ) -> Result<ModuleSync, CommandError> {
+        let def = self.definition(&inst.module, version).ok_or_else(|| {
+            not_found(
+                "module version",
+                &PublishedModule::key_name(&inst.module, version),
+            )
+        })?;
+        let rendered = render(def, self, &inst.variables).map_err(render_error)?;
+        let mut sync = ModuleSync {
+            upserts: Vec::new(),
+            unmanage: Vec::new(),
+            managed: BTreeMap::new(),
+            created: 0,
+            adopted: 0,
+        };
+        let mut seen = BTreeSet::new();
+        for r in &rendered {
+            let field = |f: &str| format!("entities[{}].{f}", r.product_id);
+            validate_product_id(&field("productId"), &r.product_id)?;
+            validate_name(&field("entityName"), &r.entity_name)?;
+            if let Some(ns) = &r.k8s_namespace {
+                validate_name(&field("k8sNamespace"), ns)?;
+            }
+            let id = EntityId::new(&inst.environment, r.kind, &r.entity_name);
+            if id.0.len() >= MAX_ENTITY_ID_LEN {
+                return Err(CommandError::invalid(
+                    &field("entityName"),
+                    format!("entity id {id} must be shorter than {MAX_ENTITY_ID_LEN}"),
+                ));
+            }
+            if !seen.insert(id.0.clone()) {
+                return Err(CommandError::FailedPrecondition(format!(
+                    "the module renders entity {id} twice"
+                )));
+            }
+            let existing = self.entities.get(&id.0);
+            if let Some(e) = existing {
+                self.check_adoption(inst, e, r)?;
+            }
+            let config = sync_config(
+                r.sync_mode,
+                existing.map(|e| &e.config_overrides),
+                &r.config_overrides,
+                &r.install_config_overrides,
+            )
+            .map_err(|e| CommandError::invalid(&field("configOverrides"), e.to_string()))?;
+            let mut entity = match existing {
+                Some(e) => e.clone(),
+                None => {
+                    if r.marked_for_uninstallation.is_some() {
+                        // Nothing installed, nothing to uninstall: the entity is not created.
+                        continue;
+                    }
+                    Entity {
+                        id: id.clone(),
+                        environment: inst.environment.clone(),
+                        kind: r.kind,
+                        name: r.entity_name.clone(),
+                        product_id: r.product_id.clone(),
+                        k8s_namespace: r.k8s_namespace.clone(),
+                        account_id: r.account_id.clone(),
+                        release_channel: DEFAULT_RELEASE_CHANNEL.to_string(),
+                        created_at_ms: 0,
+                        dependency_groups: BTreeSet::from([DEFAULT_DEPENDENCY_GROUP.to_string()]),
+                        ignored_dependencies: BTreeSet::new(),
+                        maintenance_window: None,
+                        window_overrides: Vec::new(),
+                        config_overrides: BTreeMap::new(),
+                        secrets: BTreeMap::new(),
+                        secrets_revision: 0,
+                        reported: Default::default(),
+                        owner_module: None,
+                        marked_for_uninstall: false,
+                        uninstall_min_version: None,
+                    }
+                }
+            };
+            for g in &r.dependency_groups {
+                validate_name(&field("dependencyGroups"), g)?;
+            }
+            for p in &r.ignored_dependencies {
+                validate_product_id(&field("ignoredDependencies"), p)?;
+            }
+            if !r.dependency_groups.is_empty() {
+                entity.dependency_groups = r.dependency_groups.iter().cloned().collect();
+            }
+            if !r.ignored_dependencies.is_empty() {
+                entity.ignored_dependencies = r.ignored_dependencies.iter().cloned().collect();
+            }
+            if r.kind == EntityKind::TerraformModule && r.account_id.is_some() {
+                entity.account_id = r.account_id.clone();
+            }
+            entity.config_overrides = config;
+            entity.marked_for_uninstall = r.marked_for_uninstallation.is_some();
+            entity.uninstall_min_version = r
+                .marked_for_uninstallation
+                .as_ref()
+                .and_then(|u| u.min_version.clone());
+            entity.owner_module = Some(inst.module.clone());
+            match existing {
+                None => sync.created += 1,
+                Some(_) if !inst.entities.contains_key(&id.0) => sync.adopted += 1,
+                Some(_) => {}
+            }
+            sync.managed.insert(
+                id.0.clone(),
+                ManagedEntity {
+                    sync_mode: r.sync_mode,
+                    config: r.config_overrides.clone(),
+                    secret_requirements: r.secret_requirements.clone(),
+                    source_module: r.source_module.clone(),
+                },
+            );
+            if existing != Some(&entity) {
+                sync.upserts.push((entity, existing.is_some()));
+            }
+        }
+        sync.unmanage = inst
+            .entities
+            .keys()
+            .filter(|id| !sync.managed.contains_key(*id))
+            .cloned()
+            .collect();
+        Ok(sync)
+    }
+
+    /// Refuses to adopt `existing` for `inst` when another module manages it (SPEC M12) or
+    /// the module would move or change it in ways an existing entity never is (SPEC M4).
+    fn check_adoption(
+        &self,
+        inst: &Installation,
+        existing: &Entity,
+        r: &RenderedEntity,
+    ) -> Result<(), CommandError> {
+        let id = &existing.id;
+        if let Some(owner) = &existing.owner_module {
+            if *owner != inst.module {
+                return Err(CommandError::FailedPrecondition(format!(
+                    "entity {id} is managed by module {owner}; one module manages an entity at a \
+                     time: remove it from {owner}'s definition and update that installation \
+                     first (SPEC M12)"
+                )));
+            }
+        }
+        if existing.product_id != r.product_id {
+            return Err(CommandError::FailedPrecondition(format!(
+                "entity {id} deploys {}, the module's entity deploys {}",
+                existing.product_id, r.product_id
+            )));
+        }
+        if existing.kind == EntityKind::HelmChart && existing.k8s_namespace != r.k8s_namespace {
+            return Err(CommandError::FailedPrecondition(format!(
+                "entity {id} exists in namespace {}; the module renders namespace {}: an \
+                 existing entity is never moved to another namespace (SPEC M4)",
+                existing.k8s_namespace.as_deref().unwrap_or("-"),
+                r.k8s_namespace.as_deref().unwrap_or("-"),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Applies a computed [`ModuleSync`] to the state and to `inst`.
+    fn apply_module_sync(
+        &mut self,
+        inst: &mut Installation,
+        sync: ModuleSync,
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) {
+        for (mut entity, existed) in sync.upserts {
+            let id = entity.id.0.clone();
+            if existed {
+                if let Some(before) = self.entities.get(&id).cloned() {
+                    self.index_providers(&before, false);
+                }
+            } else {
+                entity.created_at_ms = now;
+                self.idx
+                    .entities_by_product
+                    .entry((entity.environment.clone(), entity.product_id.clone()))
+                    .or_default()
+                    .insert(id.clone());
+            }
+            self.index_providers(&entity, true);
+            self.entities.insert(id.clone(), entity);
+            self.reindex_dependencies(&id);
+            fx.changed.push(RecordKey::Entity(id.clone()));
+            fx.triggers.push(Trigger::Entity(id.clone()));
+            self.note(
+                &id,
+                now,
+                index,
+                "module",
+                format!(
+                    "{} by module {} ({})",
+                    if existed { "updated" } else { "created" },
+                    inst.module,
+                    inst.id
+                ),
+                fx,
+            );
+        }
+        for id in &sync.unmanage {
+            if let Some(e) = self.entities.get_mut(id) {
+                if e.owner_module.as_deref() == Some(inst.module.as_str()) {
+                    e.owner_module = None;
+                    fx.changed.push(RecordKey::Entity(id.clone()));
+                }
+            }
+            if self.entities.contains_key(id) {
+                self.note(
+                    id,
+                    now,
+                    index,
+                    "module",
+                    format!(
+                        "no longer managed by module {}: removed from its definition (it stays installed)",
+                        inst.module
+                    ),
+                    fx,
+                );
+            }
+        }
+        inst.entities = sync.managed;
+    }
+
+    /// Under MERGE, refuses a user's edit of an entity's config overrides (`version` set to
+    /// `config`, or removed) that would change a key its module controls, unless the
+    /// installation's module updates are paused (SPEC M13, M15).
+    pub(crate) fn check_module_config_edit(
+        &self,
+        entity: &str,
+        version: &Version,
+        config: Option<&String>,
+    ) -> Result<(), CommandError> {
+        let Some(e) = self.entities.get(entity) else {
+            return Ok(());
+        };
+        let Some(owner) = &e.owner_module else {
+            return Ok(());
+        };
+        let Some(inst) = self
+            .installations
+            .get(&Installation::id_of(&e.environment, owner))
+        else {
+            return Ok(());
+        };
+        let Some(managed) = inst.entities.get(entity) else {
+            return Ok(());
+        };
+        if inst.paused || managed.sync_mode != SyncMode::Merge {
+            return Ok(());
+        }
+        let mut proposed = e.config_overrides.clone();
+        match config {
+            Some(text) => {
+                proposed.insert(version.clone(), text.clone());
+            }
+            None => {
+                proposed.remove(version);
+            }
+        }
+        check_user_edit(&managed.config, &proposed).map_err(|err| {
+            CommandError::FailedPrecondition(format!(
+                "{err}; pause module updates of {} to edit it (SPEC M13, M15)",
+                inst.id
+            ))
+        })
+    }
+
+    /// Every published version of `name`, oldest first.
+    pub fn module_versions(
+        &self,
+        name: &str,
+    ) -> impl DoubleEndedIterator<Item = &PublishedModule> + '_ {
+        // `name` followed by NUL is the least string above `name`: the range holds exactly
+        // `name`'s versions.
+        let from = (name.to_string(), Version::new(0, 0, 0));
+        let to = (format!("{name}\u{0}"), Version::new(0, 0, 0));
+        self.modules.range(from..to).map(|(_, m)| m)
+    }
+
+    /// `name` at `version`, if published.
+    pub fn module(&self, name: &str, version: &Version) -> Option<&PublishedModule> {
+        self.modules.get(&(name.to_string(), version.clone()))
+    }
+
+    /// The newest version of `name`.
+    pub fn latest_module(&self, name: &str) -> Option<&PublishedModule> {
+        self.module_versions(name).next_back()
+    }
+
+    /// Every published module version, by name then version.
+    pub fn modules(&self) -> impl Iterator<Item = &PublishedModule> {
+        self.modules.values()
+    }
+
+    /// One installation.
+    pub fn installation(&self, id: &str) -> Option<&Installation> {
+        self.installations.get(id)
+    }
+
+    /// Every installation, by id.
+    pub fn installations(&self) -> impl Iterator<Item = &Installation> {
+        self.installations.values()
+    }
+
+    /// One change request.
+    pub fn change_request(&self, id: &str) -> Option<&ChangeRequest> {
+        self.change_requests.get(id)
+    }
+
+    /// Every change request, by id.
+    pub fn change_requests(&self) -> impl Iterator<Item = &ChangeRequest> {
+        self.change_requests.values()
+    }
+}
