@@ -84,6 +84,52 @@ pub enum Query {
         #[serde(default)]
         limit: Option<usize>,
     },
+    /// Every module with its versions and installations.
+    Modules,
+    /// One module version (the latest when none is named), with its YAML.
+    Module {
+        /// The module's name.
+        name: String,
+        /// The version.
+        #[serde(default)]
+        version: Option<String>,
+    },
+    /// Validates a definition as publishing would, without publishing (`--dry-run`).
+    ModuleDryRun {
+        /// The file name (checked against `name`).
+        #[serde(default)]
+        file_name: Option<String>,
+        /// The definition.
+        yaml: String,
+    },
+    /// Module installations, optionally of one environment or module.
+    ModuleInstallations {
+        /// Only this environment.
+        #[serde(default)]
+        environment: Option<String>,
+        /// Only this module.
+        #[serde(default)]
+        module: Option<String>,
+    },
+    /// One installation (`<environment>/<module>`) with its entities.
+    ModuleInstallation {
+        /// The installation id.
+        id: String,
+    },
+    /// Change requests, optionally of one installation, open ones only with `open`.
+    ChangeRequests {
+        /// Only this installation.
+        #[serde(default)]
+        installation: Option<String>,
+        /// Only pending ones.
+        #[serde(default)]
+        open: bool,
+    },
+    /// One change request.
+    ChangeRequest {
+        /// `cr-…`.
+        id: String,
+    },
 }
 
 /// Why a query failed.
@@ -388,6 +434,121 @@ pub fn answer(
                 "action": a.action, "target": a.target, "reason": a.reason,
             }))
             .collect::<Vec<_>>() }),
+        Query::Modules => modules_view(state),
+        Query::Module { name, version } => {
+            let m = match version {
+                Some(v) => {
+                    let v = semver::Version::parse(v)
+                        .map_err(|e| QueryError::Bad(format!("version {v:?}: {e}")))?;
+                    state.module(name, &v)
+                }
+                None => state.latest_module(name),
+            }
+            .ok_or_else(|| QueryError::NotFound(format!("module {name:?} not found")))?;
+            let d = &m.definition;
+            json!({
+                "name": m.name, "version": m.version.to_string(),
+                "published": format_time(m.published_ms),
+                "display_name": d.display_name, "description": d.description,
+                "variables": d.variables.keys().collect::<Vec<_>>(),
+                "entities": d.entities.iter().map(|e| json!({
+                    "kind": e.kind.as_str(), "product_id": e.product_id, "name": e.name_template(),
+                })).collect::<Vec<_>>(),
+                "submodules": d.submodules.iter().map(|s| format!("{}@{}", s.name, s.version)).collect::<Vec<_>>(),
+                "new_installations_allowed": d.restrictions.new_installations_allowed,
+                "allow_entity_overrides": d.restrictions.allow_entity_overrides,
+                "yaml": m.yaml,
+            })
+        }
+        Query::ModuleDryRun { file_name, yaml } => {
+            match state.prepare_module_publish(file_name.as_deref(), yaml) {
+                Ok((def, version)) => json!({
+                    "valid": true, "name": def.name, "version": version.to_string(),
+                    "entities": def.entities.len(), "variables": def.variables.len(),
+                }),
+                Err(e) => return Err(QueryError::Bad(e.to_string())),
+            }
+        }
+        Query::ModuleInstallations {
+            environment,
+            module,
+        } => json!({ "installations": state
+            .installations()
+            .filter(|i| environment.as_ref().is_none_or(|e| *e == i.environment))
+            .filter(|i| module.as_ref().is_none_or(|m| *m == i.module))
+            .map(|i| installation_view(state, i))
+            .collect::<Vec<_>>() }),
+        Query::ModuleInstallation { id } => {
+            let i = state.installation(id).ok_or_else(|| {
+                QueryError::NotFound(format!("module installation {id:?} not found"))
+            })?;
+            let mut v = installation_view(state, i);
+            v["variables"] = json!(i.variables);
+            v["entities"] = json!(i.entities.iter().map(|(id, m)| json!({
+                "id": id, "sync": m.sync_mode.as_str(), "source": m.source_module,
+                "secret_requirements": m.secret_requirements.keys().collect::<Vec<_>>(),
+                "marked_for_uninstall": state.entity(id).is_some_and(|e| e.marked_for_uninstall),
+            })).collect::<Vec<_>>());
+            v
+        }
+        Query::ChangeRequests { installation, open } => json!({ "change_requests": state
+            .change_requests()
+            .filter(|c| installation.as_ref().is_none_or(|i| *i == c.installation))
+            .filter(|c| !*open || c.status.is_open())
+            .map(change_request_view)
+            .collect::<Vec<_>>() }),
+        Query::ChangeRequest { id } => change_request_view(
+            state
+                .change_request(id)
+                .ok_or_else(|| QueryError::NotFound(format!("change request {id:?} not found")))?,
+        ),
+    })
+}
+
+fn modules_view(state: &State) -> Value {
+    let mut by_name: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for m in state.modules() {
+        by_name
+            .entry(&m.name)
+            .or_default()
+            .push(m.version.to_string());
+    }
+    json!({ "modules": by_name.into_iter().map(|(name, versions)| json!({
+        "name": name,
+        "latest": versions.last(),
+        "versions": versions,
+        "installations": state.installations().filter(|i| i.module == name).count(),
+    })).collect::<Vec<_>>() })
+}
+
+fn installation_view(state: &State, i: &hub_engine::installation::Installation) -> Value {
+    let status = if i.paused {
+        "Paused"
+    } else if i.resuming {
+        "Resuming Updates"
+    } else if state
+        .change_requests()
+        .any(|c| c.installation == i.id && c.status.is_open())
+    {
+        "Update Pending"
+    } else {
+        "Up To Date"
+    };
+    json!({
+        "id": i.id, "environment": i.environment, "module": i.module,
+        "version": i.version.to_string(), "status": status, "paused": i.paused,
+        "resuming": i.resuming, "entities": i.entities.len(),
+        "installed": format_time(i.created_ms), "updated": format_time(i.updated_ms),
+    })
+}
+
+fn change_request_view(c: &hub_engine::installation::ChangeRequest) -> Value {
+    json!({
+        "id": c.id, "installation": c.installation,
+        "from_version": c.from_version.to_string(), "to_version": c.to_version.to_string(),
+        "status": c.status.as_str(), "reason": c.reason, "blocked": c.blocked,
+        "message": c.message, "created": format_time(c.created_ms),
+        "decided_by": c.decided_by, "closed": time(c.closed_ms),
     })
 }
 

@@ -124,8 +124,15 @@ impl Cluster {
     /// `Hub.Submit` of one engine command (JSON) with a request id, against the first node
     /// that answers; retried on other nodes with the same id (applied once).
     pub fn submit(&self, command: Value) -> Result<Value, String> {
-        let endpoints: Vec<String> = self.endpoints().split(',').map(String::from).collect();
         let request_id = format!("test-{}-{}", std::process::id(), unique());
+        self.submit_with_id(command, &request_id)
+    }
+
+    /// [`Cluster::submit`] with a given idempotency key (what a client retrying one request
+    /// across a failover sends); only live nodes are tried.
+    pub fn submit_with_id(&self, command: Value, request_id: &str) -> Result<Value, String> {
+        let endpoints: Vec<String> = self.endpoints().split(',').map(String::from).collect();
+        let request_id = request_id.to_string();
         block_on(async move {
             let mut last = String::from("no endpoint");
             for _round in 0..3 {

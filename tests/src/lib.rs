@@ -453,7 +453,7 @@ impl Cluster {
 
     /// `hubctl -e <endpoints> ARGS` (`endpoints` is one `host:port` or a comma list).
     pub fn hubctl_at(&self, endpoints: &str, args: &[&str]) -> CmdOutput {
-        let mut all = vec!["-e", endpoints];
+        let mut all = vec!["--endpoints", endpoints];
         all.extend_from_slice(args);
         hubctl_raw(&all)
     }

@@ -60,7 +60,7 @@ fn unknown_hubctl_flag_is_refused() {
 /// An unreachable endpoint fails quickly with an error naming it.
 #[test]
 fn unreachable_endpoint_fails_fast_with_clear_error() {
-    let out = hubctl_raw(&["-e", "127.0.0.1:1", "env", "list", "-o", "json"]);
+    let out = hubctl_raw(&["--endpoints", "127.0.0.1:1", "env", "list", "-o", "json"]);
     assert_eq!(out.code(), Some(1), "{}", out.describe());
     assert!(
         out.elapsed < Duration::from_secs(5),
@@ -76,7 +76,7 @@ fn unreachable_endpoint_fails_fast_with_clear_error() {
     assert!(out.stdout.is_empty(), "{}", out.describe());
 
     // A malformed endpoint is refused before anything is contacted.
-    let out = hubctl_raw(&["-e", "localhost", "env", "list"]);
+    let out = hubctl_raw(&["--endpoints", "localhost", "env", "list"]);
     assert_eq!(out.code(), Some(1), "{}", out.describe());
     assert!(out.stderr.contains("--endpoints"), "{}", out.describe());
 }

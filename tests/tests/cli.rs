@@ -233,31 +233,39 @@ fn cluster_init_bootstraps_hand_started_nodes() {
     args.extend(members.iter().map(String::as_str));
     // The nodes may still be binding their ports: retry init until one answers.
     let init = hub_tests::poll_until(std::time::Duration::from_secs(30), || {
-        let mut full = vec!["-e", addrs[0].as_str()];
+        let mut full = vec!["--endpoints", addrs[0].as_str()];
         full.extend(args.iter().copied());
         let out = hub_tests::hubctl_raw(&full);
         out.success().then_some(out)
     });
     assert!(init.is_some(), "cluster init never succeeded");
     // A second init is refused: the cluster exists.
-    let mut again = vec!["-e", addrs[0].as_str()];
+    let mut again = vec!["--endpoints", addrs[0].as_str()];
     again.extend(args.iter().copied());
     let out = hub_tests::hubctl_raw(&again);
     assert_eq!(out.code(), Some(1), "{}", out.describe());
 
     let created = hub_tests::poll_until(std::time::Duration::from_secs(30), || {
-        hub_tests::hubctl_raw(&["-e", &endpoints, "env", "create", "bootstrapped"])
+        hub_tests::hubctl_raw(&["--endpoints", &endpoints, "env", "create", "bootstrapped"])
             .success()
             .then_some(())
     });
     assert!(created.is_some(), "no write succeeded after init");
-    let out = hub_tests::hubctl_raw(&["-e", &endpoints, "cluster", "status", "-o", "json"])
-        .expect_ok("status");
+    let out =
+        hub_tests::hubctl_raw(&["--endpoints", &endpoints, "cluster", "status", "-o", "json"])
+            .expect_ok("status");
     let status = out.json();
     assert_eq!(status["members"].as_array().unwrap().len(), 3, "{status}");
     assert!(status["leader"].as_u64().is_some(), "{status}");
 
     // Bad member syntax is refused by the CLI.
-    let out = hub_tests::hubctl_raw(&["-e", &endpoints, "cluster", "init", "--member", "x=1"]);
+    let out = hub_tests::hubctl_raw(&[
+        "--endpoints",
+        &endpoints,
+        "cluster",
+        "init",
+        "--member",
+        "x=1",
+    ]);
     out.expect_err(2, "--member");
 }

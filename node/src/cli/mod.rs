@@ -2,6 +2,7 @@
 //! them) and `-o table|json|yaml`.
 
 pub mod dev;
+mod modules;
 mod orch;
 mod output;
 mod plans;
@@ -24,14 +25,9 @@ use output::{print, Format};
 #[command(name = "hubctl", version)]
 pub struct Cli {
     /// Hub endpoints, host:port,... (any nodes). Default: $HUBCTL_ENDPOINTS, else the local
-    /// dev cluster's first three ports.
-    #[arg(
-        short,
-        long,
-        global = true,
-        value_delimiter = ',',
-        env = "HUBCTL_ENDPOINTS"
-    )]
+    /// dev cluster's first three ports. (No short form: `-e` names an environment, as in
+    /// `hubctl module install NAME -e ENV`.)
+    #[arg(long, global = true, value_delimiter = ',', env = "HUBCTL_ENDPOINTS")]
     endpoints: Vec<String>,
     /// Output format.
     #[arg(short, long, global = true, default_value = "table")]

@@ -228,6 +228,12 @@ pub enum OrchCmd {
     /// Change plans: list, show, cancel (SPEC P6, P12).
     #[command(subcommand)]
     Plan(super::plans::PlanCmd),
+    /// Modules: publish definitions, install them, pause and resume updates (SPEC M8–M16).
+    #[command(subcommand)]
+    Module(super::modules::ModuleCmd),
+    /// Module change requests: list, approve, reject (SPEC M9).
+    #[command(subcommand, name = "changerequest")]
+    ChangeRequest(super::modules::ChangeRequestCmd),
     /// Issue a break-glass command to an entity: bypasses every constraint (SPEC P1, C2).
     Command(CommandArgs),
     /// The audit log, newest first.
@@ -493,6 +499,8 @@ pub async fn run(client: &FailoverClient, cmd: OrchCmd, fmt: Format) -> anyhow::
         OrchCmd::Window(WindowCmd::Override(c)) => window_override(client, c, fmt).await,
         OrchCmd::Suppression(c) => suppression(client, c, fmt).await,
         OrchCmd::Plan(c) => super::plans::run(client, c, fmt).await,
+        OrchCmd::Module(c) => super::modules::module(client, c, fmt).await,
+        OrchCmd::ChangeRequest(c) => super::modules::change_request(client, c, fmt).await,
         OrchCmd::Command(c) => emergency(client, c, fmt).await,
         OrchCmd::Audit { limit, read } => {
             let v = query(client, json!({"query": "audit", "limit": limit}), read).await?;
