@@ -129,6 +129,9 @@ pub struct Entity {
     /// With `marked_for_uninstall`: the uninstall waits until the entity runs at least this
     /// version (it is upgraded there first, like any entity) (SPEC M11 `minVersion`).
     pub uninstall_min_version: Option<Version>,
+    /// Secrets its module requires before a release is deployed, as `secret.key` names
+    /// (SPEC M4 `secretRequirements`, multikey).
+    pub required_secrets: BTreeSet<String>,
 }
 
 impl Entity {

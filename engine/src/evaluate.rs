@@ -40,6 +40,8 @@ pub enum ConstraintKind {
     Dependents,
     /// The target release's artifacts exist (SPEC C9).
     Artifacts,
+    /// Every secret its module requires is set (SPEC M4 `secretRequirements`).
+    Secrets,
 }
 
 impl ConstraintKind {
@@ -52,6 +54,7 @@ impl ConstraintKind {
             ConstraintKind::ProductDependencies => "product-dependencies",
             ConstraintKind::Dependents => "dependents",
             ConstraintKind::Artifacts => "artifacts",
+            ConstraintKind::Secrets => "secrets",
         }
     }
 }
@@ -698,7 +701,37 @@ fn version_constraints(
         dependencies_constraint(ctx, eval, release),
         dependents_constraint(ctx, &release.version),
         artifacts_constraint(ctx, eval, release),
+        secrets_constraint(ctx),
     ]
+}
+
+/// SPEC M4: the secrets a module requires (`secret.key`) are set before a release is
+/// deployed; an operator sets them with `hubctl entity secret set`.
+fn secrets_constraint(ctx: &Ctx<'_>) -> ConstraintResult {
+    let c = ConstraintKind::Secrets;
+    let entity = ctx.entity;
+    let missing: Vec<&str> = entity
+        .required_secrets
+        .iter()
+        .filter(|name| !entity.secrets.contains_key(*name))
+        .map(String::as_str)
+        .collect();
+    if missing.is_empty() {
+        ConstraintResult::pass(
+            c,
+            format!("{} required secrets set", entity.required_secrets.len()),
+        )
+    } else {
+        ConstraintResult::fail(
+            c,
+            format!(
+                "missing secrets required by module {}: {}",
+                entity.owner_module.as_deref().unwrap_or("-"),
+                missing.join(", ")
+            ),
+            None,
+        )
+    }
 }
 
 /// SPEC C7: the target's dependencies, as satisfied by entities sharing a dependency group.

@@ -502,7 +502,9 @@ impl State {
             if let Some(e) = self.entities.get_mut(entity) {
                 if e.owner_module.as_deref() == Some(inst.module.as_str()) {
                     e.owner_module = None;
+                    e.required_secrets.clear();
                     fx.changed.push(RecordKey::Entity(entity.clone()));
+                    fx.triggers.push(Trigger::EntityOnly(entity.clone()));
                 }
             }
         }
@@ -743,6 +745,7 @@ impl State {
                         owner_module: None,
                         marked_for_uninstall: false,
                         uninstall_min_version: None,
+                        required_secrets: BTreeSet::new(),
                     }
                 }
             };
@@ -767,6 +770,17 @@ impl State {
                 .marked_for_uninstallation
                 .as_ref()
                 .and_then(|u| u.min_version.clone());
+            entity.required_secrets = r
+                .secret_requirements
+                .iter()
+                .flat_map(|(name, secret)| {
+                    if secret.keys.is_empty() {
+                        vec![name.clone()]
+                    } else {
+                        secret.keys.iter().map(|k| format!("{name}.{k}")).collect()
+                    }
+                })
+                .collect();
             entity.owner_module = Some(inst.module.clone());
             match existing {
                 None => sync.created += 1,
@@ -876,7 +890,9 @@ impl State {
             if let Some(e) = self.entities.get_mut(id) {
                 if e.owner_module.as_deref() == Some(inst.module.as_str()) {
                     e.owner_module = None;
+                    e.required_secrets.clear();
                     fx.changed.push(RecordKey::Entity(id.clone()));
+                    fx.triggers.push(Trigger::EntityOnly(id.clone()));
                 }
             }
             if self.entities.contains_key(id) {

@@ -319,6 +319,7 @@ impl State {
                     owner_module: None,
                     marked_for_uninstall: false,
                     uninstall_min_version: None,
+                    required_secrets: BTreeSet::new(),
                 };
                 self.idx
                     .entities_by_product

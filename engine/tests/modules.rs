@@ -694,3 +694,34 @@ fn restrictions_unlinking_and_deleting() {
         Health::Unknown
     );
 }
+
+#[test]
+fn required_secrets_block_the_install_until_they_are_set() {
+    // SPEC M4: the database's `service-secret` (multikey, key `api-key`) must be set before a
+    // release is deployed; `explain` names what is missing.
+    let mut hub = Hub::new();
+    hub.env("prod");
+    hub.product("com.example:database-service");
+    hub.publish("com.example:database-service", "2.0.0", &[]);
+    publish(
+        &mut hub,
+        "control-plane-module.yml",
+        &fixture("control-plane-module.yml"),
+    );
+    install(&mut hub, "prod", "control-plane-module", &[]);
+    let db = helm_id("prod", "database-service");
+    assert!(hub.step().is_empty());
+    let eval = hub.eval(&db);
+    assert!(
+        eval.summary().contains("service-secret.api-key"),
+        "{}",
+        eval.summary()
+    );
+    hub.ok(Command::SetSecret {
+        entity: db.clone(),
+        name: "service-secret.api-key".into(),
+        value: Some(hub_engine::entity::SecretValue("s3cr3t".into())),
+    });
+    let plan = hub.converge(&db);
+    assert_eq!(plan.to_version, Some(v("2.0.0")));
+}

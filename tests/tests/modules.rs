@@ -161,6 +161,30 @@ fn control_plane_module_installed_updated_and_an_entity_moved() {
     });
     let config = plan_config(&cluster, &plans, "install");
     assert!(config.contains("memory: 1Gi"), "{config}");
+    // The database's required secret (SPEC M4) holds its install until it is set.
+    let db = "eid:prod:helmChart:database-service";
+    let explain = poll_until(CONVERGE_TIMEOUT, || {
+        let x = cluster
+            .query(json!({"query": "explain", "entity": db}))
+            .ok()?;
+        x.to_string()
+            .contains("service-secret.api-key")
+            .then_some(x)
+    });
+    assert!(explain.is_some(), "explain names the missing secret");
+    let secret = write(&dir, "api-key", "s3cr3t");
+    ok(
+        &cluster,
+        &[
+            "entity",
+            "secret",
+            "set",
+            "prod/database-service",
+            "service-secret.api-key",
+            "--value-file",
+            secret.to_str().expect("path"),
+        ],
+    );
     wait_plans(
         &cluster,
         "eid:prod:helmChart:database-service",
