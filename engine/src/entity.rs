@@ -132,6 +132,9 @@ pub struct Entity {
     /// Secrets its module requires before a release is deployed, as `secret.key` names
     /// (SPEC M4 `secretRequirements`, multikey).
     pub required_secrets: BTreeSet<String>,
+    /// For a dependency on a given product, the groups its providers are looked up in instead
+    /// of `dependency_groups` (SPEC M5 `dependencyGroupOverrides`).
+    pub dependency_group_overrides: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Entity {
@@ -142,6 +145,13 @@ impl Entity {
             .next_back()
             .map(|(_, text)| text.as_str())
             .unwrap_or("")
+    }
+
+    /// The groups in which this entity looks for providers of `product` (SPEC C7, M5).
+    pub fn groups_for_dependency(&self, product: &str) -> &BTreeSet<String> {
+        self.dependency_group_overrides
+            .get(product)
+            .unwrap_or(&self.dependency_groups)
     }
 
     /// Whether this entity and `other` share a dependency group.

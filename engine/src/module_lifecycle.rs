@@ -746,6 +746,7 @@ impl State {
                         marked_for_uninstall: false,
                         uninstall_min_version: None,
                         required_secrets: BTreeSet::new(),
+                        dependency_group_overrides: BTreeMap::new(),
                     }
                 }
             };
@@ -755,6 +756,23 @@ impl State {
             for p in &r.ignored_dependencies {
                 validate_product_id(&field("ignoredDependencies"), p)?;
             }
+            for (p, groups) in &r.dependency_group_overrides {
+                validate_product_id(&field("dependencyGroupOverrides"), p)?;
+                if groups.is_empty() {
+                    return Err(CommandError::invalid(
+                        &field(&format!("dependencyGroupOverrides.{p}")),
+                        "at least one group",
+                    ));
+                }
+                for g in groups {
+                    validate_name(&field(&format!("dependencyGroupOverrides.{p}")), g)?;
+                }
+            }
+            entity.dependency_group_overrides = r
+                .dependency_group_overrides
+                .iter()
+                .map(|(p, groups)| (p.clone(), groups.iter().cloned().collect()))
+                .collect();
             if !r.dependency_groups.is_empty() {
                 entity.dependency_groups = r.dependency_groups.iter().cloned().collect();
             }

@@ -320,6 +320,7 @@ impl State {
                     marked_for_uninstall: false,
                     uninstall_min_version: None,
                     required_secrets: BTreeSet::new(),
+                    dependency_group_overrides: BTreeMap::new(),
                 };
                 self.idx
                     .entities_by_product
@@ -426,7 +427,7 @@ impl State {
         product: &str,
     ) -> impl Iterator<Item = &'a Entity> + 'a {
         let mut ids: BTreeSet<&'a String> = BTreeSet::new();
-        for g in &entity.dependency_groups {
+        for g in entity.groups_for_dependency(product) {
             if let Some(set) = self.idx.providers.get(&(
                 entity.environment.clone(),
                 g.clone(),
@@ -874,10 +875,14 @@ impl State {
                     .collect()
             })
             .unwrap_or_default();
-        let new: BTreeSet<(String, String)> = entity
-            .dependency_groups
+        let new: BTreeSet<(String, String)> = products
             .iter()
-            .flat_map(|g| products.iter().map(move |p| (g.clone(), p.clone())))
+            .flat_map(|p| {
+                entity
+                    .groups_for_dependency(p)
+                    .iter()
+                    .map(move |g| (g.clone(), p.clone()))
+            })
             .collect();
         for (group, product) in &new {
             self.idx

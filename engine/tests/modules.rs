@@ -725,3 +725,99 @@ fn required_secrets_block_the_install_until_they_are_set() {
     let plan = hub.converge(&db);
     assert_eq!(plan.to_version, Some(v("2.0.0")));
 }
+
+#[test]
+fn dependency_group_overrides_choose_where_a_dependency_is_looked_for() {
+    // SPEC M5: the infrastructure module's entity is in group `application`, but looks for
+    // its networking dependency in group `networking` (dependencyGroupOverrides).
+    let mut hub = Hub::new();
+    hub.env("prod");
+    hub.product("com.example:networking-module");
+    hub.publish("com.example:networking-module", "1.0.0", &[]);
+    hub.product("com.example:infrastructure-module");
+    hub.publish(
+        "com.example:infrastructure-module",
+        "1.0.0",
+        &[("com.example:networking-module", "1.0.0", "1.x.x", false)],
+    );
+    let net = create_helm(
+        &mut hub,
+        "prod",
+        "networking",
+        "com.example:networking-module",
+        "net",
+    );
+    hub.entity_settings(
+        &net,
+        hub_engine::command::EntitySettingsPatch {
+            dependency_groups: Some(vec!["networking".into()]),
+            ..Default::default()
+        },
+    );
+    hub.installed(&net, "1.0.0");
+    publish(
+        &mut hub,
+        "infrastructure-module.yml",
+        &fixture("infrastructure-module.yml"),
+    );
+    install(
+        &mut hub,
+        "prod",
+        "infrastructure-module",
+        &[("targetAccountId", "acct-1"), ("exampleValue", "v")],
+    );
+    let infra = hub_engine::EntityId::new(
+        "prod",
+        hub_engine::EntityKind::TerraformModule,
+        "application-infrastructure",
+    )
+    .0;
+    let e = hub.state.entity(&infra).expect("infra entity");
+    assert_eq!(e.account_id.as_deref(), Some("acct-1"));
+    assert!(e.dependency_groups.contains("application"));
+    let plan = hub.converge(&infra);
+    assert_eq!(
+        plan.to_version,
+        Some(v("1.0.0")),
+        "the provider in `networking` counts"
+    );
+    // Without the override the same entity finds no provider.
+    let mut other = Hub::new();
+    other.env("prod");
+    other.product("com.example:networking-module");
+    other.publish("com.example:networking-module", "1.0.0", &[]);
+    other.product("com.example:infrastructure-module");
+    other.publish(
+        "com.example:infrastructure-module",
+        "1.0.0",
+        &[("com.example:networking-module", "1.0.0", "1.x.x", false)],
+    );
+    let net = create_helm(
+        &mut other,
+        "prod",
+        "networking",
+        "com.example:networking-module",
+        "net",
+    );
+    other.entity_settings(
+        &net,
+        hub_engine::command::EntitySettingsPatch {
+            dependency_groups: Some(vec!["networking".into()]),
+            ..Default::default()
+        },
+    );
+    other.installed(&net, "1.0.0");
+    let without = fixture("infrastructure-module.yml").replace(
+        "      dependencyGroupOverrides:\n        \"com.example:networking-module\":\n          - \"{{ moduleVariable.networkDependencyGroupId }}\"\n",
+        "",
+    );
+    publish(&mut other, "infrastructure-module.yml", &without);
+    install(
+        &mut other,
+        "prod",
+        "infrastructure-module",
+        &[("targetAccountId", "acct-1"), ("exampleValue", "v")],
+    );
+    assert!(other.step().is_empty());
+    assert!(other.eval(&infra).summary().contains("networking-module"));
+}
