@@ -44,6 +44,8 @@ impl ModuleCatalog for State {
 
 /// What applying a module version to an installation changes, computed before any mutation.
 struct ModuleSync {
+    /// The installer values kept (an update drops those of variables the version removed).
+    variables: BTreeMap<String, String>,
     /// New values of entities to create (`false`) or update (`true`).
     upserts: Vec<(Entity, bool)>,
     /// Entities the installation stops managing.
@@ -356,7 +358,7 @@ impl State {
             created_ms: now,
             updated_ms: now,
         };
-        let sync = self.plan_module_sync(&inst, &version)?;
+        let sync = self.plan_module_sync(&inst, &version, false)?;
         let (created, adopted) = (sync.created, sync.adopted);
         self.apply_module_sync(&mut inst, sync, now, index, fx);
         self.installations.insert(id.clone(), inst);
@@ -551,7 +553,7 @@ impl State {
                 inst.id
             )));
         }
-        let sync = self.plan_module_sync(&inst, &cr.to_version)?;
+        let sync = self.plan_module_sync(&inst, &cr.to_version, true)?;
         let (created, adopted) = (sync.created, sync.adopted);
         self.apply_module_sync(&mut inst, sync, now, index, fx);
         inst.version = cr.to_version.clone();
@@ -588,7 +590,7 @@ impl State {
     /// a default and without a value), if so.
     fn blocked_reason(&self, inst: &Installation, version: &Version) -> Option<String> {
         let def = self.definition(&inst.module, version)?;
-        match render(def, self, &inst.variables) {
+        match self.render_values(def, &inst.variables, true) {
             Err(e @ RenderError::MissingVariables(_)) => Some(e.to_string()),
             _ => None,
         }
@@ -612,7 +614,7 @@ impl State {
         };
         let (status, blocked, message) = match self
             .definition(&installation.module, to)
-            .map(|def| render(def, self, &installation.variables))
+            .map(|def| self.render_values(def, &installation.variables, true))
         {
             None => (
                 ChangeRequestStatus::Error,
@@ -671,6 +673,7 @@ impl State {
         &self,
         inst: &Installation,
         version: &Version,
+        update: bool,
     ) -> Result<ModuleSync, CommandError> {
         let def = self.definition(&inst.module, version).ok_or_else(|| {
             not_found(
@@ -678,8 +681,11 @@ impl State {
                 &PublishedModule::key_name(&inst.module, version),
             )
         })?;
-        let rendered = render(def, self, &inst.variables).map_err(render_error)?;
+        let (rendered, variables) = self
+            .render_values(def, &inst.variables, update)
+            .map_err(render_error)?;
         let mut sync = ModuleSync {
+            variables,
             upserts: Vec::new(),
             unmanage: Vec::new(),
             managed: BTreeMap::new(),
@@ -928,6 +934,28 @@ impl State {
             }
         }
         inst.entities = sync.managed;
+        inst.variables = sync.variables;
+    }
+
+    /// Renders `def` with `values`. For an update, values of variables the version no longer
+    /// defines are dropped, not refused: a removed or renamed variable's value is not carried
+    /// (SPEC M3). Returns the entities and the values kept.
+    fn render_values(
+        &self,
+        def: &ModuleDefinition,
+        values: &BTreeMap<String, String>,
+        update: bool,
+    ) -> Result<(Vec<RenderedEntity>, BTreeMap<String, String>), RenderError> {
+        let mut values = values.clone();
+        loop {
+            match render(def, self, &values) {
+                Ok(rendered) => return Ok((rendered, values)),
+                // Terminates: every retry has one value fewer.
+                Err(RenderError::UnknownVariable(name))
+                    if update && values.remove(&name).is_some() => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Under MERGE, refuses a user's edit of an entity's config overrides (`version` set to

@@ -821,3 +821,47 @@ fn dependency_group_overrides_choose_where_a_dependency_is_looked_for() {
     assert!(other.step().is_empty());
     assert!(other.eval(&infra).summary().contains("networking-module"));
 }
+
+#[test]
+fn a_removed_variable_s_value_is_not_carried_into_the_update() {
+    // SPEC M3: removing (or renaming) a variable drops the installation's value for it at
+    // the next update; the update is not refused because of it.
+    let mut hub = Hub::new();
+    hub.env("prod");
+    let v1 = fixture("control-plane-module.yml");
+    publish(&mut hub, "control-plane-module.yml", &v1);
+    install(
+        &mut hub,
+        "prod",
+        "control-plane-module",
+        &[("myNamespace", "default")],
+    );
+    let v2 = v1
+        .replace(
+            "  myNamespace:\n    type: string\n    string:\n      defaultValue: default\n      description: 배포 개체의 기본 네임스페이스\n",
+            "",
+        )
+        .replace("\"{{ moduleVariable.myNamespace }}\"", "default");
+    assert!(!v2.contains("myNamespace"), "the fixture changed: {v2}");
+    publish(&mut hub, "control-plane-module.yml", &v2);
+    let cr = open_cr(&hub, "prod/control-plane-module");
+    assert_eq!(hub.state.change_request(&cr).unwrap().blocked, None);
+    approve(&mut hub, &cr);
+    let inst = hub.state.installation("prod/control-plane-module").unwrap();
+    assert_eq!(inst.version, v("0.2.0"));
+    assert!(
+        !inst.variables.contains_key("myNamespace"),
+        "{:?}",
+        inst.variables
+    );
+    // A direct installation still refuses a value for an unknown variable.
+    hub.env("staging");
+    let err = hub.err(Command::InstallModule {
+        environment: "staging".into(),
+        module: "control-plane-module".into(),
+        version: None,
+        variables: vars(&[("myNamespace", "default")]),
+        actor: ACTOR.into(),
+    });
+    assert!(err.to_string().contains("myNamespace"), "{err}");
+}
