@@ -865,3 +865,53 @@ fn a_removed_variable_s_value_is_not_carried_into_the_update() {
     });
     assert!(err.to_string().contains("myNamespace"), "{err}");
 }
+
+#[test]
+fn install_config_overrides_apply_at_creation_and_then_belong_to_the_entity() {
+    // SPEC M14: applied with configOverrides when the entity is created; afterwards the entity
+    // owns those keys (users may edit them under MERGE), and keys added later are not
+    // retroactive.
+    let mut hub = Hub::new();
+    hub.env("prod");
+    let v1 = fixture("install-config-module.yml");
+    publish(&mut hub, "install-config-module.yml", &v1);
+    install(&mut hub, "prod", "install-config-module", &[]);
+    let db = helm_id("prod", "database-service");
+    let c = config(&hub, &db, "2.0.0");
+    assert_eq!(c["feature-flag"], "enabled", "{c}");
+    assert_eq!(c["resources"]["requests"]["cpu"], 8, "{c}");
+    assert_eq!(c["resources"]["requests"]["memory"], "4Gi", "{c}");
+    // The entity owns the install keys; the module keeps feature-flag.
+    hub.ok(Command::SetConfigOverrides {
+        entity: db.clone(),
+        version: "2.0.0".into(),
+        config: Some(
+            "feature-flag: enabled\nresources:\n  requests:\n    cpu: 16\n    memory: 4Gi\n".into(),
+        ),
+    });
+    let err = hub.err(Command::SetConfigOverrides {
+        entity: db.clone(),
+        version: "2.0.0".into(),
+        config: Some("feature-flag: disabled\n".into()),
+    });
+    assert!(err.to_string().contains("feature-flag"), "{err}");
+    // A later version adds an install key: not applied to the existing entity.
+    let v2 = v1.replace(
+        "                memory: 4Gi",
+        "                memory: 4Gi\n            disk: 100Gi",
+    );
+    publish(&mut hub, "install-config-module.yml", &v2);
+    let cr = open_cr(&hub, "prod/install-config-module");
+    approve(&mut hub, &cr);
+    let c = config(&hub, &db, "2.0.0");
+    assert_eq!(
+        c["resources"]["requests"]["cpu"], 16,
+        "the user's value stays: {c}"
+    );
+    assert!(c.get("disk").is_none(), "not retroactive: {c}");
+    // A new installation elsewhere gets it.
+    hub.env("staging");
+    install(&mut hub, "staging", "install-config-module", &[]);
+    let c = config(&hub, &helm_id("staging", "database-service"), "2.0.0");
+    assert_eq!(c["disk"], "100Gi", "{c}");
+}
