@@ -15,3 +15,4 @@ pub mod hub;
 pub mod journal;
 pub mod metrics;
 pub mod plan;
+pub mod proxy;

@@ -1,0 +1,420 @@
+//! The canary proxy the agent owns for one service (DESIGN "Execution", SPEC K2): three HTTP
+//! listeners — `<svc>` (the main address: split between primary and canary by the committed
+//! weight and A/B rules), `<svc>-primary` and `<svc>-canary` — forwarding to the two
+//! workloads and measuring each workload's success rate and latency, the metrics the hub's
+//! canary analysis reads (SPEC K6).
+//!
+//! HTTP/1.1 only; one upstream connection per request (loopback to local workloads).
+
+pub mod route;
+pub mod stats;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+pub use route::{HeaderMatch, Routing, Workload};
+pub use stats::WindowStats;
+
+use route::Selector;
+use stats::WorkloadStats;
+
+/// How long the proxy waits for a workload's answer headers.
+pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which of the three listeners a request came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    Main,
+    Primary,
+    Canary,
+}
+
+type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+/// The addresses the proxy listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyAddrs {
+    /// `<svc>`: weighted.
+    pub main: SocketAddr,
+    /// `<svc>-primary`.
+    pub primary: SocketAddr,
+    /// `<svc>-canary`.
+    pub canary: SocketAddr,
+}
+
+/// Where the workloads listen (`None`: not running).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Upstreams {
+    /// The primary workload.
+    pub primary: Option<SocketAddr>,
+    /// The canary workload.
+    pub canary: Option<SocketAddr>,
+}
+
+/// One service's canary proxy. Dropping the last handle does not stop it; call
+/// [`CanaryProxy::shutdown`].
+#[derive(Debug)]
+pub struct CanaryProxy {
+    service: String,
+    addrs: ProxyAddrs,
+    routing: RwLock<Routing>,
+    upstreams: RwLock<Upstreams>,
+    selector: Selector,
+    stats: Mutex<BTreeMap<Workload, WorkloadStats>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn text(status: StatusCode, body: String) -> Response<ProxyBody> {
+    let mut r = Response::new(Full::new(Bytes::from(body)).map_err(|e| match e {}).boxed());
+    *r.status_mut() = status;
+    r
+}
+
+impl CanaryProxy {
+    /// Binds the three listeners (port 0 picks a free port) and starts serving.
+    pub async fn start(service: &str, addrs: ProxyAddrs) -> std::io::Result<Arc<Self>> {
+        let main = TcpListener::bind(addrs.main).await?;
+        let primary = TcpListener::bind(addrs.primary).await?;
+        let canary = TcpListener::bind(addrs.canary).await?;
+        let proxy = Arc::new(CanaryProxy {
+            service: service.to_string(),
+            addrs: ProxyAddrs {
+                main: main.local_addr()?,
+                primary: primary.local_addr()?,
+                canary: canary.local_addr()?,
+            },
+            routing: RwLock::new(Routing::default()),
+            upstreams: RwLock::new(Upstreams::default()),
+            selector: Selector::default(),
+            stats: Mutex::new(BTreeMap::new()),
+            tasks: Mutex::new(Vec::new()),
+        });
+        let mut tasks = Vec::new();
+        for (listener, entry) in [
+            (main, Entry::Main),
+            (primary, Entry::Primary),
+            (canary, Entry::Canary),
+        ] {
+            tasks.push(tokio::spawn(accept_loop(proxy.clone(), listener, entry)));
+        }
+        *proxy.tasks.lock().unwrap_or_else(|p| p.into_inner()) = tasks;
+        tracing::info!(
+            service,
+            main = %proxy.addrs.main,
+            primary = %proxy.addrs.primary,
+            canary = %proxy.addrs.canary,
+            "canary proxy listening"
+        );
+        Ok(proxy)
+    }
+
+    /// The bound addresses.
+    pub fn addrs(&self) -> ProxyAddrs {
+        self.addrs
+    }
+
+    /// Applies a committed routing (weight and A/B rules).
+    pub fn set_routing(&self, routing: Routing) {
+        *self.routing.write().unwrap_or_else(|p| p.into_inner()) = routing;
+    }
+
+    /// The routing in force.
+    pub fn canary_weight(&self) -> u8 {
+        self.routing
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .canary_weight
+    }
+
+    /// Points the proxy at the workloads.
+    pub fn set_upstreams(&self, upstreams: Upstreams) {
+        *self.upstreams.write().unwrap_or_else(|p| p.into_inner()) = upstreams;
+    }
+
+    /// One workload's traffic over the last `window_secs` seconds.
+    pub fn window(&self, workload: Workload, window_secs: u64) -> WindowStats {
+        self.stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&workload)
+            .map(|s| s.window(now_secs(), window_secs))
+            .unwrap_or_default()
+    }
+
+    /// Prometheus lines: requests and 5xx per workload, and the canary weight.
+    pub fn render_prometheus(&self) -> String {
+        let svc = &self.service;
+        let mut out = format!(
+            "hub_agent_canary_weight{{service=\"{svc}\"}} {}\n",
+            self.canary_weight()
+        );
+        let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        for (w, s) in stats.iter() {
+            let w = w.as_str();
+            out.push_str(&format!(
+                "hub_agent_proxy_requests_total{{service=\"{svc}\",workload=\"{w}\"}} {}\n\
+                 hub_agent_proxy_errors_total{{service=\"{svc}\",workload=\"{w}\"}} {}\n",
+                s.total_requests, s.total_errors
+            ));
+        }
+        out
+    }
+
+    /// Stops the listeners (requests in flight finish).
+    pub fn shutdown(&self) {
+        for t in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            t.abort();
+        }
+    }
+
+    fn record(&self, workload: Workload, status: u16, latency: Duration) {
+        self.stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(workload)
+            .or_default()
+            .record(now_secs(), status, latency.as_millis() as u64);
+    }
+
+    async fn handle(self: Arc<Self>, entry: Entry, req: Request<Incoming>) -> Response<ProxyBody> {
+        let workload = match entry {
+            Entry::Primary => Workload::Primary,
+            Entry::Canary => Workload::Canary,
+            Entry::Main => {
+                let routing = self
+                    .routing
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                let headers: Vec<(&str, &str)> = req
+                    .headers()
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
+                    .collect();
+                self.selector.pick(&routing, headers.iter().copied())
+            }
+        };
+        let upstream = {
+            let u = self.upstreams.read().unwrap_or_else(|p| p.into_inner());
+            match workload {
+                Workload::Primary => u.primary,
+                Workload::Canary => u.canary,
+            }
+        };
+        let started = Instant::now();
+        let response = match upstream {
+            None => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "{}: no {} workload running\n",
+                    self.service,
+                    workload.as_str()
+                ),
+            ),
+            Some(addr) => match tokio::time::timeout(UPSTREAM_TIMEOUT, forward(addr, req)).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => text(
+                    StatusCode::BAD_GATEWAY,
+                    format!("{} {}: {e}\n", self.service, workload.as_str()),
+                ),
+                Err(_) => text(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!(
+                        "{} {}: no answer within {UPSTREAM_TIMEOUT:?}\n",
+                        self.service,
+                        workload.as_str()
+                    ),
+                ),
+            },
+        };
+        self.record(workload, response.status().as_u16(), started.elapsed());
+        response
+    }
+}
+
+async fn accept_loop(proxy: Arc<CanaryProxy>, listener: TcpListener, entry: Entry) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "canary proxy accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let proxy = proxy.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let proxy = proxy.clone();
+                async move { Ok::<_, std::convert::Infallible>(proxy.handle(entry, req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// Sends `req` to the workload at `addr` over a fresh connection.
+async fn forward(addr: SocketAddr, req: Request<Incoming>) -> Result<Response<ProxyBody>, String> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake {addr}: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let response = sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("request to {addr}: {e}"))?;
+    Ok(response.map(|b| b.boxed()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A tiny upstream answering `status` with `name` as the body.
+    async fn upstream(name: &'static str, status: u16) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = l.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    let reply = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{name}",
+                        name.len()
+                    );
+                    let _ = s.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn get(addr: SocketAddr, header: Option<(&str, &str)>) -> (u16, String) {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let extra = header
+            .map(|(k, v)| format!("{k}: {v}\r\n"))
+            .unwrap_or_default();
+        s.write_all(
+            format!("GET / HTTP/1.1\r\nhost: x\r\n{extra}connection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let body = out
+            .split_once("\r\n\r\n")
+            .map(|x| x.1.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    fn local() -> ProxyAddrs {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        ProxyAddrs {
+            main: any,
+            primary: any,
+            canary: any,
+        }
+    }
+
+    #[tokio::test]
+    async fn splits_by_weight_and_measures_each_workload() {
+        let proxy = CanaryProxy::start("demo", local()).await.unwrap();
+        proxy.set_upstreams(Upstreams {
+            primary: Some(upstream("primary", 200).await),
+            canary: Some(upstream("canary", 500).await),
+        });
+        proxy.set_routing(Routing {
+            canary_weight: 20,
+            match_rules: Vec::new(),
+        });
+        let mut canary = 0;
+        for _ in 0..50 {
+            let (status, body) = get(proxy.addrs().main, None).await;
+            if body == "canary" {
+                assert_eq!(status, 500);
+                canary += 1;
+            }
+        }
+        assert_eq!(canary, 10, "20% of 50");
+        let c = proxy.window(Workload::Canary, 60);
+        assert_eq!((c.requests, c.errors, c.success_rate), (10, 10, Some(0.0)));
+        let p = proxy.window(Workload::Primary, 60);
+        assert_eq!((p.requests, p.success_rate), (40, Some(100.0)));
+        // The fixed addresses always reach their workload.
+        assert_eq!(get(proxy.addrs().primary, None).await.1, "primary");
+        assert_eq!(get(proxy.addrs().canary, None).await.1, "canary");
+        assert!(proxy
+            .render_prometheus()
+            .contains("workload=\"canary\"} 11"));
+        proxy.shutdown();
+    }
+
+    #[tokio::test]
+    async fn ab_rules_and_missing_workloads() {
+        let proxy = CanaryProxy::start("demo", local()).await.unwrap();
+        proxy.set_upstreams(Upstreams {
+            primary: Some(upstream("primary", 200).await),
+            canary: None,
+        });
+        proxy.set_routing(Routing {
+            canary_weight: 0,
+            match_rules: vec![vec![
+                HeaderMatch::new("x-canary", "exact", "insider").unwrap()
+            ]],
+        });
+        assert_eq!(get(proxy.addrs().main, None).await.1, "primary");
+        // Matching traffic goes to the canary, which is not running: 503, counted.
+        let (status, _) = get(proxy.addrs().main, Some(("X-Canary", "insider"))).await;
+        assert_eq!(status, 503);
+        assert_eq!(proxy.window(Workload::Canary, 60).errors, 1);
+        // A workload that refuses connections: 502.
+        let dead = {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            l.local_addr().unwrap()
+        };
+        proxy.set_upstreams(Upstreams {
+            primary: Some(dead),
+            canary: None,
+        });
+        assert_eq!(get(proxy.addrs().primary, None).await.0, 502);
+        proxy.shutdown();
+    }
+}

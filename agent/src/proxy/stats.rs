@@ -1,0 +1,159 @@
+//! Per-workload request statistics of the canary proxy: requests, 5xx answers and a latency
+//! histogram in one-second buckets, so the success rate and the p99 latency over any recent
+//! window (a metric's `interval`) can be read (SPEC K6).
+
+use std::collections::VecDeque;
+
+/// Upper bounds (ms) of the latency histogram's buckets; the last bucket is open-ended.
+pub const LATENCY_BOUNDS_MS: [u64; 16] = [
+    1, 2, 5, 10, 20, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 2000, 5000,
+];
+
+/// Most one-second buckets kept (the longest window that can be asked for).
+pub const MAX_WINDOW_SECS: u64 = 3600;
+
+/// One second of one workload's traffic.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Bucket {
+    /// Seconds since the epoch.
+    second: u64,
+    requests: u64,
+    errors: u64,
+    latency: [u64; LATENCY_BOUNDS_MS.len() + 1],
+}
+
+/// What a window of traffic looked like.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WindowStats {
+    /// Requests answered.
+    pub requests: u64,
+    /// Of which 5xx (including the proxy's own 502 when the workload cannot be reached).
+    pub errors: u64,
+    /// Percentage of non-5xx answers; `None` without requests ("no values found").
+    pub success_rate: Option<f64>,
+    /// 99th percentile latency in ms (the upper bound of its histogram bucket); `None`
+    /// without requests.
+    pub p99_ms: Option<f64>,
+}
+
+/// The statistics of one workload.
+#[derive(Debug, Default)]
+pub struct WorkloadStats {
+    buckets: VecDeque<Bucket>,
+    /// Totals since start, for Prometheus.
+    pub total_requests: u64,
+    /// 5xx answers since start.
+    pub total_errors: u64,
+}
+
+impl WorkloadStats {
+    /// Records one answered request at `now_secs`.
+    pub fn record(&mut self, now_secs: u64, status: u16, latency_ms: u64) {
+        if self.buckets.back().is_none_or(|b| b.second < now_secs) {
+            self.buckets.push_back(Bucket {
+                second: now_secs,
+                ..Bucket::default()
+            });
+        }
+        while self
+            .buckets
+            .front()
+            .is_some_and(|b| b.second + MAX_WINDOW_SECS < now_secs)
+        {
+            self.buckets.pop_front();
+        }
+        // A clock that stepped back lands in the newest bucket.
+        let Some(b) = self.buckets.back_mut() else {
+            return;
+        };
+        b.requests += 1;
+        self.total_requests += 1;
+        if status >= 500 {
+            b.errors += 1;
+            self.total_errors += 1;
+        }
+        let i = LATENCY_BOUNDS_MS
+            .iter()
+            .position(|bound| latency_ms <= *bound)
+            .unwrap_or(LATENCY_BOUNDS_MS.len());
+        b.latency[i] += 1;
+    }
+
+    /// The traffic of the last `window_secs` seconds up to `now_secs` (inclusive).
+    pub fn window(&self, now_secs: u64, window_secs: u64) -> WindowStats {
+        let from = now_secs.saturating_sub(window_secs.max(1) - 1);
+        let mut requests = 0;
+        let mut errors = 0;
+        let mut latency = [0u64; LATENCY_BOUNDS_MS.len() + 1];
+        for b in self
+            .buckets
+            .iter()
+            .filter(|b| b.second >= from && b.second <= now_secs)
+        {
+            requests += b.requests;
+            errors += b.errors;
+            for (sum, n) in latency.iter_mut().zip(b.latency.iter()) {
+                *sum += n;
+            }
+        }
+        if requests == 0 {
+            return WindowStats::default();
+        }
+        // The smallest bucket bound under which at least 99% of the requests fall.
+        let rank = (requests * 99).div_ceil(100);
+        let mut seen = 0;
+        let mut p99 = None;
+        for (i, n) in latency.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                p99 = Some(
+                    LATENCY_BOUNDS_MS
+                        .get(i)
+                        .copied()
+                        .unwrap_or(2 * LATENCY_BOUNDS_MS[LATENCY_BOUNDS_MS.len() - 1])
+                        as f64,
+                );
+                break;
+            }
+        }
+        WindowStats {
+            requests,
+            errors,
+            success_rate: Some(100.0 * (requests - errors) as f64 / requests as f64),
+            p99_ms: p99,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn success_rate_and_p99_over_a_window() {
+        let mut s = WorkloadStats::default();
+        for i in 0..100 {
+            let status = if i % 10 == 0 { 503 } else { 200 };
+            let latency = if i == 99 { 900 } else { 3 };
+            s.record(1000 + i / 20, status, latency);
+        }
+        let w = s.window(1004, 5);
+        assert_eq!((w.requests, w.errors), (100, 10));
+        assert_eq!(w.success_rate, Some(90.0));
+        assert_eq!(w.p99_ms, Some(5.0), "99 of 100 are at most 5 ms");
+        // A window that excludes the early seconds sees less.
+        let w = s.window(1004, 1);
+        assert_eq!(w.requests, 20);
+        // No traffic: no values.
+        assert_eq!(s.window(5000, 10), WindowStats::default());
+    }
+
+    #[test]
+    fn old_buckets_are_dropped() {
+        let mut s = WorkloadStats::default();
+        s.record(10, 200, 1);
+        s.record(10 + MAX_WINDOW_SECS + 5, 200, 1);
+        assert_eq!(s.buckets.len(), 1);
+        assert_eq!(s.total_requests, 2);
+    }
+}
