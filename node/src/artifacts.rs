@@ -31,7 +31,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
 use tokio::sync::{watch, Semaphore};
-use tokio::task::JoinHandle;
+
+use crate::http::{error_chain, parse_http, AbortOnDrop};
 
 /// The reason given for every `https://` location.
 pub const HTTPS_UNSUPPORTED: &str = "https registries are not supported by this hub build";
@@ -337,69 +338,6 @@ async fn probe_http(url: &str, location: &ArtifactLocation) -> Availability {
     }
 }
 
-/// The parts of an `http://` URL a request needs.
-#[derive(Debug, PartialEq, Eq)]
-struct Target<'a> {
-    /// `user:password` as written (percent-encoded).
-    userinfo: Option<&'a str>,
-    /// `host[:port]`, for the `Host` header.
-    host_port: &'a str,
-    /// Host to connect to (IPv6 without brackets).
-    host: &'a str,
-    port: u16,
-    /// Path to request; never empty.
-    path: &'a str,
-}
-
-/// Splits an `http://` URL. Errors never contain the credentials.
-fn parse_http(url: &str) -> Result<Target<'_>, String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| "not an http:// URL".to_string())?;
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let (userinfo, host_port) = match authority.rsplit_once('@') {
-        Some((userinfo, host_port)) => (Some(userinfo), host_port),
-        None => (None, authority),
-    };
-    let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
-        let (host, after) = v6
-            .split_once(']')
-            .ok_or_else(|| "malformed IPv6 host".to_string())?;
-        (host, after.strip_prefix(':'))
-    } else {
-        match host_port.split_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (host_port, None),
-        }
-    };
-    if host.is_empty() {
-        return Err("no host".to_string());
-    }
-    let port = match port {
-        None => 80,
-        Some(port) => port
-            .parse::<u16>()
-            .map_err(|_| format!("bad port {port:?}"))?,
-    };
-    Ok(Target {
-        userinfo,
-        host_port,
-        host,
-        port,
-        path: if path.is_empty() { "/" } else { path },
-    })
-}
-
-/// Aborts the connection task when the request ends (or times out).
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// Sends `HEAD` to an `http://` URL on a fresh connection; the response status.
 async fn head(url: &str) -> Result<StatusCode, String> {
     let target = parse_http(url)?;
@@ -437,21 +375,6 @@ async fn head(url: &str) -> Result<StatusCode, String> {
     Ok(response.status())
 }
 
-/// An error and its sources, `: `-separated.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -460,6 +383,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
+    use crate::http::Target;
 
     const WAIT: Duration = Duration::from_secs(10);
     const LONG_TTL: Duration = Duration::from_secs(3600);
