@@ -7,6 +7,7 @@
 
 pub mod activity;
 pub mod artifact;
+pub mod canary;
 pub mod command;
 pub mod entity;
 pub mod environment;

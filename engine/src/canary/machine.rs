@@ -1,0 +1,1293 @@
+//! The second half of a tick (SPEC K3–K10): [`advance`] decides, from the spec, the status,
+//! what the leader observed ([`TickInput`]) and the entry's time, what the canary does next.
+//! It is pure, so re-applying a committed tick on any node gives the same [`TickOutcome`].
+//!
+//! Order inside one tick (Flagger's, see `docs/CANARY.md`):
+//!
+//! 1. suspended (or terminating, or not due and no manual command) → nothing but `step`;
+//! 2. Initializing → set up the primary, then wait for it to be ready;
+//! 3. resting phases (Initialized, Succeeded, Failed, Waiting) → a new revision passes the
+//!    confirm-rollout gate and starts analysis;
+//! 4. Progressing/WaitingPromotion with a new revision → restart at weight 0 (no
+//!    confirm-rollout again);
+//! 5. manual promote / abort / retry;
+//! 6. Promoting/Finalising → primary readiness (hold, then fail forward to the canary), then
+//!    the traffic shift back to the primary, then Succeeded;
+//! 7. readiness of primary and canary (progress deadline → rollback);
+//! 8. skipAnalysis → promote at once;
+//! 9. rollback webhooks (a success rolls back);
+//! 10. failedChecks ≥ threshold → rollback;
+//! 11. analysis: the first step runs pre-rollout webhooks only, later steps rollout webhooks
+//!     then metrics; a failure adds one failed check and keeps the weight;
+//! 12. advance: confirm-traffic-increase then the next weight, or at maxWeight (iterations)
+//!     confirm-promotion then promotion.
+
+use super::action::{Action, TickOutcome};
+use super::input::{Manual, TickInput};
+use super::plan::{payload, WebhookCall};
+use super::spec::{CanarySpec, Severity, Strategy, WebhookType, MILLI, TOTAL_WEIGHT};
+use super::status::{CanaryStatus, Phase};
+use crate::TimestampMs;
+
+/// Whether `revision` is one a resting canary should analyse (SPEC K3): not the last applied,
+/// not the promoted one, and not the one that failed.
+pub(super) fn is_new_revision(status: &CanaryStatus, revision: &str) -> bool {
+    let r = Some(revision);
+    status.last_applied_spec.as_deref() != r
+        && status.last_promoted_spec.as_deref() != r
+        && status.failed_spec.as_deref() != r
+}
+
+/// Whether the next analysis step is the first of the revision (pre-rollout webhooks only).
+pub(super) fn is_first_step(status: &CanaryStatus) -> bool {
+    status.canary_weight == 0 && status.iterations == 0
+}
+
+/// The gate a successful analysis step passes before it advances.
+pub(super) fn gate_after_analysis(spec: &CanarySpec, status: &CanaryStatus) -> Option<WebhookType> {
+    match &spec.analysis.strategy {
+        Strategy::Canary { max_weight, .. } => Some(if status.canary_weight < *max_weight {
+            WebhookType::ConfirmTrafficIncrease
+        } else {
+            WebhookType::ConfirmPromotion
+        }),
+        Strategy::AbTesting { iterations, .. } | Strategy::BlueGreen { iterations } => {
+            (status.iterations >= *iterations).then_some(WebhookType::ConfirmPromotion)
+        }
+    }
+}
+
+/// Decides one tick. `now` is the time stamped on the Raft entry. The outcome's status has
+/// `step` one more than `status` in every case (a suspended or not-due tick changes nothing
+/// else), so a second proposal planned at the same step is refused by the step check.
+pub fn advance(
+    spec: &CanarySpec,
+    status: &CanaryStatus,
+    input: &TickInput,
+    now: TimestampMs,
+) -> TickOutcome {
+    advance_traced(spec, status, input, now).0
+}
+
+/// [`advance`], also returning the names of the webhooks and metrics it consulted (tests
+/// check that they are always in the plan).
+pub(super) fn advance_traced(
+    spec: &CanarySpec,
+    status: &CanaryStatus,
+    input: &TickInput,
+    now: TimestampMs,
+) -> (TickOutcome, Vec<String>) {
+    let mut t = Tick {
+        spec,
+        input,
+        now,
+        s: status.clone(),
+        actions: Vec::new(),
+        events: Vec::new(),
+        consulted: Vec::new(),
+        fallback_to_canary: false,
+    };
+    t.s.step = status.step.saturating_add(1);
+    t.run();
+    t.check_invariants(status);
+    let outcome = TickOutcome {
+        status: t.s,
+        actions: t.actions,
+        events: t.events,
+    };
+    (outcome, t.consulted)
+}
+
+/// Marks the canary deleted (SPEC K8): phase Terminating, and with `revertOnDeletion` the
+/// original workload and routing are restored. Later ticks do nothing.
+pub fn terminate(spec: &CanarySpec, status: &CanaryStatus, now: TimestampMs) -> TickOutcome {
+    let mut s = status.clone();
+    s.step = status.step.saturating_add(1);
+    let mut actions = Vec::new();
+    let mut events = Vec::new();
+    if status.phase != Phase::Terminating {
+        if spec.revert_on_deletion {
+            actions.push(Action::RestoreOriginal);
+            s.canary_weight = 0;
+            s.match_routing = false;
+            s.canary_revision = None;
+            events.push(format!(
+                "Deleting canary {}: restoring the original routing of {}",
+                spec.name, spec.target.name
+            ));
+        } else {
+            events.push(format!(
+                "Deleting canary {}: workloads and routing are left as they are",
+                spec.name
+            ));
+        }
+        s.next_tick_ms = None;
+        s.set_phase(
+            Phase::Terminating,
+            "Canary is being deleted.".to_string(),
+            now,
+        );
+    }
+    TickOutcome {
+        status: s,
+        actions,
+        events,
+    }
+}
+
+/// Warning or normal event (the `eventType` of event webhooks).
+#[derive(Clone, Copy)]
+enum EventKind {
+    Normal,
+    Warning,
+}
+
+/// Why a gate held: the webhook and its answer.
+struct Held {
+    webhook: String,
+    message: String,
+    muted: bool,
+}
+
+struct Tick<'a> {
+    spec: &'a CanarySpec,
+    input: &'a TickInput,
+    now: TimestampMs,
+    s: CanaryStatus,
+    actions: Vec<Action>,
+    events: Vec<String>,
+    consulted: Vec<String>,
+    /// Set when traffic moved to the canary because the promoted primary is not ready.
+    fallback_to_canary: bool,
+}
+
+impl Tick<'_> {
+    fn run(&mut self) {
+        let phase = self.s.phase;
+        let manual = self.input.manual;
+        if self.spec.suspend {
+            self.events.push(match manual {
+                Some(m) => format!(
+                    "Canary {} is suspended: manual {} ignored",
+                    self.spec.name,
+                    m.as_str()
+                ),
+                None => format!("Canary {} is suspended: tick skipped", self.spec.name),
+            });
+            return;
+        }
+        if phase == Phase::Terminating {
+            self.events.push(format!(
+                "Canary {} is terminating: tick skipped",
+                self.spec.name
+            ));
+            return;
+        }
+        if manual.is_none() && !self.s.is_due(self.now) {
+            self.events.push(format!(
+                "Canary {}: tick not due before {} ms: skipped",
+                self.spec.name,
+                self.s.next_tick_ms.unwrap_or_default()
+            ));
+            return;
+        }
+        self.s.next_tick_ms = Some(self.now.saturating_add(self.spec.analysis.interval_ms));
+        match phase {
+            Phase::Initializing => self.initializing(),
+            Phase::Initialized | Phase::Succeeded | Phase::Failed | Phase::Waiting => {
+                self.resting()
+            }
+            Phase::Progressing | Phase::WaitingPromotion | Phase::Promoting | Phase::Finalising => {
+                self.active()
+            }
+            // Handled above.
+            Phase::Terminating => {}
+        }
+    }
+
+    // ----- helpers -----
+
+    fn revision(&self) -> &str {
+        &self.input.revision
+    }
+
+    /// The revision notifications are about: the one analysed (or promoted), else the
+    /// target's.
+    fn subject(&self) -> &str {
+        self.s
+            .last_applied_spec
+            .as_deref()
+            .unwrap_or(&self.input.revision)
+    }
+
+    fn target(&self) -> String {
+        format!("{} {}", self.spec.target.kind, self.spec.target.name)
+    }
+
+    fn event(&mut self, kind: EventKind, message: String) {
+        let event_type = match kind {
+            EventKind::Normal => "Normal",
+            EventKind::Warning => "Warning",
+        };
+        let hooks: Vec<_> = self.spec.webhooks_of(WebhookType::Event).collect();
+        for w in hooks {
+            let extra = [
+                ("eventMessage", message.clone()),
+                ("eventType", event_type.to_string()),
+                ("timestamp", self.now.to_string()),
+            ];
+            let p = payload(self.spec, w, self.s.phase, self.subject(), &extra);
+            self.actions.push(Action::NotifyWebhook {
+                call: WebhookCall::new(w, p),
+            });
+        }
+        self.events.push(message);
+    }
+
+    fn alert(&mut self, severity: Severity, message: String) {
+        if self
+            .spec
+            .analysis
+            .alerts
+            .iter()
+            .any(|a| a.receives(severity))
+        {
+            self.actions.push(Action::Alert { severity, message });
+        }
+    }
+
+    fn notify_post_rollout(&mut self) {
+        let hooks: Vec<_> = self.spec.webhooks_of(WebhookType::PostRollout).collect();
+        for w in hooks {
+            let p = payload(self.spec, w, self.s.phase, self.subject(), &[]);
+            self.actions.push(Action::NotifyWebhook {
+                call: WebhookCall::new(w, p),
+            });
+        }
+    }
+
+    fn deadline_passed(&self, since: TimestampMs) -> bool {
+        self.now.saturating_sub(since) >= self.spec.progress_deadline_ms()
+    }
+
+    /// Whether the primary is ready: enough replicas, and (when the agent says) running the
+    /// revision the status wants on it.
+    fn primary_ready(&self) -> bool {
+        let runs_wanted = match (&self.input.primary_revision, &self.s.primary_revision) {
+            (Some(seen), Some(wanted)) => seen == wanted,
+            _ => true,
+        };
+        runs_wanted
+            && self.input.primary_ready_percent >= self.spec.analysis.primary_ready_threshold
+    }
+
+    /// Whether the canary is ready, likewise.
+    fn canary_ready(&self) -> bool {
+        let runs_wanted = match (&self.input.canary_revision, &self.s.canary_revision) {
+            (Some(seen), Some(wanted)) => seen == wanted,
+            _ => true,
+        };
+        runs_wanted && self.input.canary_ready_percent >= self.spec.analysis.canary_ready_threshold
+    }
+
+    /// Runs every webhook of `kind` as a gate: all must have succeeded.
+    fn gate(&mut self, kind: WebhookType) -> Result<(), Held> {
+        let hooks: Vec<_> = self.spec.webhooks_of(kind).collect();
+        for w in hooks {
+            self.consulted.push(w.name.clone());
+            match self.input.webhooks.get(&w.name) {
+                Some(r) if r.ok => {}
+                Some(r) => {
+                    let status = r.status.map(|s| format!(" (HTTP {s})")).unwrap_or_default();
+                    return Err(Held {
+                        webhook: w.name.clone(),
+                        message: format!("{}{status}", r.message),
+                        muted: w.mute_alert,
+                    });
+                }
+                None => {
+                    return Err(Held {
+                        webhook: w.name.clone(),
+                        message: "no answer (the webhook was not called)".to_string(),
+                        muted: w.mute_alert,
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The first rollback webhook that succeeded, if any (SPEC K5: a success rolls back).
+    fn rollback_signal(&mut self) -> Option<String> {
+        let hooks: Vec<_> = self.spec.webhooks_of(WebhookType::Rollback).collect();
+        for w in hooks {
+            self.consulted.push(w.name.clone());
+            if self.input.webhooks.get(&w.name).is_some_and(|r| r.ok) {
+                return Some(w.name.clone());
+            }
+        }
+        None
+    }
+
+    /// Checks every metric (SPEC K6); the first failure, described.
+    fn metrics(&mut self) -> Result<(), String> {
+        let metrics = &self.spec.analysis.metrics;
+        for m in metrics {
+            self.consulted.push(m.name.clone());
+            let Some(value) = self.input.metrics.get(&m.name).copied().flatten() else {
+                return Err(format!("no values found for metric {}", m.name));
+            };
+            if !m.range.contains(value) {
+                let bound = match (m.range.min, m.range.max) {
+                    (Some(min), _) if value < min => format!("< {}", milli(min)),
+                    (_, Some(max)) => format!("> {}", milli(max)),
+                    _ => "out of range".to_string(),
+                };
+                return Err(format!("metric {} {} {bound}", m.name, milli(value)));
+            }
+        }
+        Ok(())
+    }
+
+    fn route_all_to_primary(&mut self) {
+        self.actions.push(Action::RouteAllToPrimary);
+        self.s.canary_weight = 0;
+        self.s.match_routing = false;
+    }
+
+    /// Clears the analysis counters for a fresh analysis of `revision` that starts now.
+    fn reset_analysis(&mut self, revision: &str) {
+        self.s.failed_checks = 0;
+        self.s.iterations = 0;
+        self.s.last_applied_spec = Some(revision.to_string());
+        self.s.failed_spec = None;
+        self.s.revision_started_ms = Some(self.now);
+        self.s.not_ready_since_ms = Some(self.now);
+    }
+
+    // ----- phases -----
+
+    fn initializing(&mut self) {
+        if let Some(m) = self.input.manual {
+            self.event(
+                EventKind::Warning,
+                format!(
+                    "Manual {} ignored: canary {} is still initializing",
+                    m.as_str(),
+                    self.spec.name
+                ),
+            );
+            return;
+        }
+        let rev = self.revision().to_string();
+        if self.s.last_applied_spec.as_deref() != Some(rev.as_str()) {
+            self.reinitialize(&rev);
+            return;
+        }
+        if self.primary_ready() {
+            self.s.not_ready_since_ms = None;
+            self.s.last_promoted_spec = Some(rev);
+            let msg = format!("{} initialization completed.", self.spec.target.kind);
+            self.s.set_phase(Phase::Initialized, msg, self.now);
+            self.event(
+                EventKind::Normal,
+                format!("Initialization done! {}", self.spec.name),
+            );
+            self.alert(
+                Severity::Info,
+                format!(
+                    "New {} detected, initialization completed.",
+                    self.spec.target.kind
+                ),
+            );
+            return;
+        }
+        let since = *self.s.not_ready_since_ms.get_or_insert(self.now);
+        if self.deadline_passed(since) {
+            self.s.not_ready_since_ms = None;
+            self.s.failed_spec = Some(rev);
+            let msg = format!(
+                "Initialization failed: the primary was not ready within {}s.",
+                self.spec.progress_deadline_seconds
+            );
+            self.s.set_phase(Phase::Failed, msg.clone(), self.now);
+            self.event(EventKind::Warning, format!("{msg} ({})", self.target()));
+            self.alert(Severity::Error, msg);
+            return;
+        }
+        self.event(
+            EventKind::Normal,
+            format!(
+                "Waiting for the primary of {} to be ready ({}% of {}%)",
+                self.spec.name,
+                self.input.primary_ready_percent,
+                self.spec.analysis.primary_ready_threshold
+            ),
+        );
+    }
+
+    /// (Re)creates the primary from `rev`: on the first tick, when the target changed before
+    /// initialisation finished, and for a new revision after initialisation failed.
+    fn reinitialize(&mut self, rev: &str) {
+        self.actions.push(Action::Initialize {
+            revision: rev.to_string(),
+        });
+        self.s.canary_weight = 0;
+        self.s.match_routing = false;
+        self.s.canary_revision = None;
+        self.s.primary_revision = Some(rev.to_string());
+        self.s.last_applied_spec = Some(rev.to_string());
+        self.s.failed_spec = None;
+        self.s.not_ready_since_ms = Some(self.now);
+        let msg = format!(
+            "New {} detected, starting initialization.",
+            self.spec.target.kind
+        );
+        self.s.set_phase(Phase::Initializing, msg, self.now);
+        self.event(
+            EventKind::Normal,
+            format!(
+                "Initializing {}: creating the primary of {} at revision {rev}",
+                self.spec.name,
+                self.target()
+            ),
+        );
+    }
+
+    /// Resting phases and Waiting: start analysis of a new revision.
+    fn resting(&mut self) {
+        let rev = self.revision().to_string();
+        if let Some(m) = self.input.manual {
+            self.resting_manual(m, &rev);
+            return;
+        }
+        if !is_new_revision(&self.s, &rev) {
+            if self.s.phase == Phase::Waiting {
+                self.settle_waiting(&rev);
+            }
+            return;
+        }
+        if self.s.last_promoted_spec.is_none() {
+            // Initialisation failed: a new revision sets the primary up again.
+            self.reinitialize(&rev);
+            return;
+        }
+        if !self.spec.skip_analysis && !self.primary_ready() {
+            self.event(
+                EventKind::Warning,
+                format!(
+                    "New revision {rev} of {} waits for the primary to be ready ({}% of {}%)",
+                    self.spec.name,
+                    self.input.primary_ready_percent,
+                    self.spec.analysis.primary_ready_threshold
+                ),
+            );
+            return;
+        }
+        if let Err(held) = self.gate(WebhookType::ConfirmRollout) {
+            if self.s.phase != Phase::Waiting {
+                self.s.set_phase(
+                    Phase::Waiting,
+                    "Waiting for approval.".to_string(),
+                    self.now,
+                );
+                if !held.muted {
+                    self.alert(
+                        Severity::Warn,
+                        "Canary is waiting for approval.".to_string(),
+                    );
+                }
+            }
+            self.event(
+                EventKind::Warning,
+                format!(
+                    "Halt {} advancement waiting for approval {}: {}",
+                    self.spec.name, held.webhook, held.message
+                ),
+            );
+            return;
+        }
+        let msg = format!("New revision detected! Scaling up {}", self.target());
+        self.start(&rev, msg);
+    }
+
+    fn resting_manual(&mut self, m: Manual, rev: &str) {
+        let phase = self.s.phase;
+        let is_failed_rev = self.s.failed_spec.as_deref() == Some(rev)
+            || self.s.last_applied_spec.as_deref() == Some(rev);
+        match m {
+            Manual::Retry if phase == Phase::Failed && is_failed_rev => {
+                if self.s.last_promoted_spec.is_none() {
+                    self.reinitialize(rev);
+                } else if self.s.canary_weight > 0
+                    && self.s.primary_revision.as_deref() == Some(rev)
+                {
+                    // The promotion of this revision failed with traffic on the canary:
+                    // retry the promotion.
+                    self.event(
+                        EventKind::Normal,
+                        format!("Retrying the promotion of {} (operator)", self.spec.name),
+                    );
+                    self.promote();
+                } else if !self.spec.skip_analysis && !self.primary_ready() {
+                    self.event(
+                        EventKind::Warning,
+                        format!(
+                            "Manual retry of {} refused: the primary is not ready",
+                            self.spec.name
+                        ),
+                    );
+                } else {
+                    let msg = format!(
+                        "Retrying analysis of revision {rev} of {} (operator)",
+                        self.target()
+                    );
+                    self.start(rev, msg);
+                }
+            }
+            Manual::Abort if phase == Phase::Waiting => {
+                // Reject the revision waiting for approval: it does not start by itself.
+                self.s.last_applied_spec = Some(rev.to_string());
+                let msg = format!("Revision {rev} of {} rejected by operator", self.spec.name);
+                self.rollback(msg.clone());
+                self.alert(Severity::Warn, msg);
+            }
+            _ => self.event(
+                EventKind::Warning,
+                format!(
+                    "Manual {} ignored: canary {} is {} with revision {rev}",
+                    m.as_str(),
+                    self.spec.name,
+                    phase
+                ),
+            ),
+        }
+    }
+
+    /// Waiting, but the target went back to a revision that needs no analysis.
+    fn settle_waiting(&mut self, rev: &str) {
+        if self.s.failed_spec.as_deref() == Some(rev) {
+            let msg = format!("Revision {rev} failed before; it does not restart by itself.");
+            self.s.set_phase(Phase::Failed, msg, self.now);
+        } else {
+            self.s.last_applied_spec = Some(rev.to_string());
+            let msg = "The target is back at the promoted revision.".to_string();
+            self.s.set_phase(Phase::Succeeded, msg, self.now);
+        }
+        self.event(
+            EventKind::Normal,
+            format!(
+                "Revision {rev} of {} needs no analysis: back to {}",
+                self.spec.name, self.s.phase
+            ),
+        );
+    }
+
+    /// Starts analysis of `rev`: Progressing at weight 0, canary deployed.
+    fn start(&mut self, rev: &str, event: String) {
+        if self.s.canary_weight > 0 || self.s.match_routing {
+            // Only after a failed promotion: the primary is ready again (checked).
+            self.route_all_to_primary();
+        }
+        self.reset_analysis(rev);
+        self.s.canary_revision = Some(rev.to_string());
+        self.actions.push(Action::DeployCanary {
+            revision: rev.to_string(),
+        });
+        self.s.set_phase(
+            Phase::Progressing,
+            "New revision detected, progressing canary analysis.".to_string(),
+            self.now,
+        );
+        self.event(EventKind::Normal, event);
+        self.alert(
+            Severity::Info,
+            "New revision detected, progressing canary analysis.".to_string(),
+        );
+    }
+
+    fn active(&mut self) {
+        let rev = self.revision().to_string();
+        if self.s.phase.is_analysing() && self.s.last_applied_spec.as_deref() != Some(rev.as_str())
+        {
+            self.restart(&rev);
+            return;
+        }
+        if let Some(m) = self.input.manual {
+            self.active_manual(m);
+            return;
+        }
+        if self.s.phase.is_promoting() {
+            self.promotion();
+            return;
+        }
+        // Progressing or WaitingPromotion.
+        if !self.readiness() {
+            return;
+        }
+        if self.spec.skip_analysis {
+            self.skip_to_promoted();
+            return;
+        }
+        if let Some(hook) = self.rollback_signal() {
+            let msg = format!(
+                "Rolling back {}: rollback webhook {hook} invoked",
+                self.spec.name
+            );
+            self.rollback(msg.clone());
+            self.alert(Severity::Warn, msg);
+            return;
+        }
+        if self.s.failed_checks >= self.spec.analysis.threshold {
+            let msg = format!(
+                "Rolling back {}: failed checks threshold reached {}",
+                self.spec.name, self.s.failed_checks
+            );
+            self.rollback(msg);
+            self.alert(
+                Severity::Error,
+                format!("Failed checks threshold reached {}", self.s.failed_checks),
+            );
+            return;
+        }
+        if let Err(why) = self.analysis() {
+            self.s.failed_checks = self.s.failed_checks.saturating_add(1);
+            self.event(
+                EventKind::Warning,
+                format!(
+                    "Halt {} advancement: {why} (failed checks {}/{})",
+                    self.spec.name, self.s.failed_checks, self.spec.analysis.threshold
+                ),
+            );
+            return;
+        }
+        self.step_forward();
+    }
+
+    /// A new revision during analysis: back to weight 0 (or, if the target went back to the
+    /// promoted revision, nothing left to analyse).
+    fn restart(&mut self, rev: &str) {
+        if self.s.canary_weight > 0 || self.s.match_routing {
+            self.route_all_to_primary();
+        }
+        if self.s.last_promoted_spec.as_deref() == Some(rev) {
+            self.actions.push(Action::ScaleCanaryToZero);
+            self.s.canary_revision = None;
+            self.s.last_applied_spec = Some(rev.to_string());
+            self.s.failed_checks = 0;
+            self.s.iterations = 0;
+            self.s.not_ready_since_ms = None;
+            let msg = "The target is back at the promoted revision; analysis cancelled.";
+            self.s
+                .set_phase(Phase::Succeeded, msg.to_string(), self.now);
+            self.event(
+                EventKind::Normal,
+                format!(
+                    "{} is back at the promoted revision {rev}: analysis of {} cancelled",
+                    self.target(),
+                    self.spec.name
+                ),
+            );
+            return;
+        }
+        self.reset_analysis(rev);
+        self.s.canary_revision = Some(rev.to_string());
+        self.actions.push(Action::DeployCanary {
+            revision: rev.to_string(),
+        });
+        self.s.set_phase(
+            Phase::Progressing,
+            "New revision detected, progressing canary analysis.".to_string(),
+            self.now,
+        );
+        self.event(
+            EventKind::Normal,
+            format!(
+                "New revision detected! Restarting analysis for {}",
+                self.target()
+            ),
+        );
+    }
+
+    fn active_manual(&mut self, m: Manual) {
+        let phase = self.s.phase;
+        match m {
+            Manual::Abort if phase.is_analysing() => {
+                let msg = format!("Rolling back {}: aborted by operator", self.spec.name);
+                self.rollback(msg.clone());
+                self.alert(Severity::Warn, msg);
+            }
+            Manual::Promote if phase.is_analysing() => {
+                self.event(
+                    EventKind::Normal,
+                    format!("Promotion of {} requested by operator", self.spec.name),
+                );
+                self.promote();
+            }
+            _ => {
+                let why = if phase.is_promoting() {
+                    "the canary spec is already copied to the primary"
+                } else {
+                    "nothing to retry"
+                };
+                self.event(
+                    EventKind::Warning,
+                    format!(
+                        "Manual {} ignored: canary {} is {phase}: {why}",
+                        m.as_str(),
+                        self.spec.name
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Readiness of primary and canary during analysis; `false` ends the tick.
+    fn readiness(&mut self) -> bool {
+        let primary_ok = self.spec.skip_analysis || self.primary_ready();
+        let canary_ok = self.canary_ready();
+        if primary_ok && canary_ok {
+            self.s.not_ready_since_ms = None;
+            return true;
+        }
+        let which = match (primary_ok, canary_ok) {
+            (false, false) => "primary and canary",
+            (false, true) => "primary",
+            _ => "canary",
+        };
+        let since = *self.s.not_ready_since_ms.get_or_insert(self.now);
+        if self.deadline_passed(since) {
+            let msg = format!(
+                "Progress deadline exceeded: {which} of {} not ready for {}s",
+                self.spec.name, self.spec.progress_deadline_seconds
+            );
+            self.rollback(format!("Rolling back {}: {msg}", self.spec.name));
+            self.alert(Severity::Error, msg);
+        } else {
+            self.event(
+                EventKind::Normal,
+                format!(
+                    "Waiting for the {which} of {} to be ready (primary {}%, canary {}%)",
+                    self.spec.name,
+                    self.input.primary_ready_percent,
+                    self.input.canary_ready_percent
+                ),
+            );
+        }
+        false
+    }
+
+    /// One analysis step: the first runs pre-rollout webhooks, later ones rollout webhooks
+    /// then metrics.
+    fn analysis(&mut self) -> Result<(), String> {
+        if is_first_step(&self.s) {
+            self.event(
+                EventKind::Normal,
+                format!("Starting canary analysis for {}", self.target()),
+            );
+            return self
+                .gate(WebhookType::PreRollout)
+                .map_err(|h| format!("pre-rollout check {} failed: {}", h.webhook, h.message));
+        }
+        self.gate(WebhookType::Rollout)
+            .map_err(|h| format!("external check {} failed: {}", h.webhook, h.message))?;
+        self.metrics()
+    }
+
+    /// After a successful analysis step: the next weight or iteration, or promotion.
+    fn step_forward(&mut self) {
+        let name = self.spec.name.clone();
+        match &self.spec.analysis.strategy {
+            Strategy::Canary { steps, max_weight } => {
+                let max = *max_weight;
+                if self.s.canary_weight < max {
+                    if let Err(held) = self.gate(WebhookType::ConfirmTrafficIncrease) {
+                        self.event(
+                            EventKind::Warning,
+                            format!(
+                                "Halt {name} advancement waiting for traffic increase approval {}: {}",
+                                held.webhook, held.message
+                            ),
+                        );
+                        if !held.muted {
+                            self.alert(
+                                Severity::Warn,
+                                "Canary traffic increase is waiting for approval.".to_string(),
+                            );
+                        }
+                        return;
+                    }
+                    let w = steps.next(self.s.canary_weight, max);
+                    self.actions.push(Action::SetWeights {
+                        primary: TOTAL_WEIGHT - w,
+                        canary: w,
+                    });
+                    self.s.canary_weight = w;
+                    self.event(
+                        EventKind::Normal,
+                        format!("Advance {name} canary weight {w}"),
+                    );
+                } else if self.confirm_promotion() {
+                    self.promote();
+                }
+            }
+            Strategy::AbTesting {
+                iterations,
+                match_rules,
+            } => {
+                if self.s.iterations < *iterations {
+                    if !self.s.match_routing {
+                        self.actions.push(Action::SetRouting {
+                            canary_weight: 0,
+                            match_rules: match_rules.clone(),
+                        });
+                        self.s.match_routing = true;
+                    }
+                    self.s.iterations += 1;
+                    self.event(
+                        EventKind::Normal,
+                        format!(
+                            "Advance {name} canary iteration {}/{iterations}",
+                            self.s.iterations
+                        ),
+                    );
+                } else if self.confirm_promotion() {
+                    self.promote();
+                }
+            }
+            Strategy::BlueGreen { iterations } => {
+                let n = *iterations;
+                if self.s.iterations < n {
+                    self.s.iterations += 1;
+                    self.event(
+                        EventKind::Normal,
+                        format!("Advance {name} canary iteration {}/{n}", self.s.iterations),
+                    );
+                } else if self.confirm_promotion() {
+                    if self.s.iterations == n {
+                        // Switch: all traffic to the canary for one more analysis step.
+                        self.actions.push(Action::SetWeights {
+                            primary: 0,
+                            canary: TOTAL_WEIGHT,
+                        });
+                        self.s.canary_weight = TOTAL_WEIGHT;
+                        self.s.iterations += 1;
+                        if self.s.phase == Phase::WaitingPromotion {
+                            self.s.set_phase(
+                                Phase::Progressing,
+                                "New revision detected, progressing canary analysis.".to_string(),
+                                self.now,
+                            );
+                        }
+                        self.event(
+                            EventKind::Normal,
+                            format!("Routing all traffic of {name} to canary"),
+                        );
+                    } else {
+                        self.promote();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The confirm-promotion gate; a hold moves to WaitingPromotion.
+    fn confirm_promotion(&mut self) -> bool {
+        match self.gate(WebhookType::ConfirmPromotion) {
+            Ok(()) => true,
+            Err(held) => {
+                if self.s.phase != Phase::WaitingPromotion {
+                    self.s.set_phase(
+                        Phase::WaitingPromotion,
+                        "Waiting for approval.".to_string(),
+                        self.now,
+                    );
+                    if !held.muted {
+                        self.alert(
+                            Severity::Warn,
+                            "Canary promotion is waiting for approval.".to_string(),
+                        );
+                    }
+                }
+                self.event(
+                    EventKind::Warning,
+                    format!(
+                        "Halt {} advancement waiting for promotion approval {}: {}",
+                        self.spec.name, held.webhook, held.message
+                    ),
+                );
+                false
+            }
+        }
+    }
+
+    /// Copies the canary spec to the primary: Promoting.
+    fn promote(&mut self) {
+        let Some(rev) = self.s.last_applied_spec.clone() else {
+            // Not reached: analysis (and a failed promotion) always has a last applied spec.
+            return;
+        };
+        self.actions.push(Action::PromoteCanary {
+            revision: rev.clone(),
+        });
+        self.s.primary_revision = Some(rev);
+        // The primary rolls to the new spec: the deadline for it to be ready starts now.
+        self.s.not_ready_since_ms = Some(self.now);
+        self.s.set_phase(
+            Phase::Promoting,
+            "Canary analysis completed, starting primary rolling update.".to_string(),
+            self.now,
+        );
+        self.event(
+            EventKind::Normal,
+            format!(
+                "Copying {} canary spec to {}",
+                self.target(),
+                self.spec.service.primary_name()
+            ),
+        );
+    }
+
+    /// Promoting and Finalising. Traffic never moves to a primary that is not ready (SPEC
+    /// K10): while it is not, the weights hold (in Finalising, where the primary already has
+    /// all traffic, traffic goes back to the still-running canary at once); at the progress
+    /// deadline the promotion fails forward: all traffic on the canary, phase Failed.
+    fn promotion(&mut self) {
+        if !self.primary_ready() {
+            let since = *self.s.not_ready_since_ms.get_or_insert(self.now);
+            if self.s.phase == Phase::Finalising {
+                self.actions.push(Action::SetWeights {
+                    primary: 0,
+                    canary: TOTAL_WEIGHT,
+                });
+                self.s.canary_weight = TOTAL_WEIGHT;
+                self.s.match_routing = false;
+                self.fallback_to_canary = true;
+                self.s.set_phase(
+                    Phase::Promoting,
+                    "Primary not ready: traffic back on the canary.".to_string(),
+                    self.now,
+                );
+                self.alert(
+                    Severity::Warn,
+                    format!(
+                        "Promotion of {}: primary not ready, all traffic routed to the canary",
+                        self.spec.name
+                    ),
+                );
+            }
+            if self.deadline_passed(since) {
+                self.promotion_failed();
+            } else {
+                self.event(
+                    EventKind::Warning,
+                    format!(
+                        "Holding promotion of {}: primary not ready ({}% of {}%)",
+                        self.spec.name,
+                        self.input.primary_ready_percent,
+                        self.spec.analysis.primary_ready_threshold
+                    ),
+                );
+            }
+            return;
+        }
+        self.s.not_ready_since_ms = None;
+        if self.s.phase == Phase::Promoting {
+            match self.spec.analysis.step_weight_promotion {
+                Some(step) if self.s.canary_weight > step && !self.s.match_routing => {
+                    let c = self.s.canary_weight - step;
+                    self.actions.push(Action::SetWeights {
+                        primary: TOTAL_WEIGHT - c,
+                        canary: c,
+                    });
+                    self.s.canary_weight = c;
+                    self.event(
+                        EventKind::Normal,
+                        format!(
+                            "Advance {} primary weight {}",
+                            self.spec.name,
+                            TOTAL_WEIGHT - c
+                        ),
+                    );
+                }
+                _ => {
+                    self.route_all_to_primary();
+                    self.s.set_phase(
+                        Phase::Finalising,
+                        "Canary analysis completed, routing all traffic to primary.".to_string(),
+                        self.now,
+                    );
+                    self.event(
+                        EventKind::Normal,
+                        format!("Routing all traffic of {} to primary", self.spec.name),
+                    );
+                }
+            }
+            return;
+        }
+        // Finalising, with a ready primary holding all traffic.
+        self.actions.push(Action::ScaleCanaryToZero);
+        self.s.canary_revision = None;
+        self.s.iterations = 0;
+        self.s.failed_spec = None;
+        self.s.last_promoted_spec = self.s.last_applied_spec.clone();
+        self.s.set_phase(
+            Phase::Succeeded,
+            "Canary analysis completed successfully, promotion finished.".to_string(),
+            self.now,
+        );
+        self.notify_post_rollout();
+        self.event(
+            EventKind::Normal,
+            format!("Promotion completed! Scaling down {}", self.target()),
+        );
+        self.alert(
+            Severity::Info,
+            "Canary analysis completed successfully, promotion finished.".to_string(),
+        );
+    }
+
+    /// The promoted primary did not become ready by the deadline: all traffic stays on (or
+    /// goes back to) the canary, which keeps running; phase Failed.
+    fn promotion_failed(&mut self) {
+        if self.s.canary_weight != TOTAL_WEIGHT || self.s.match_routing {
+            self.actions.push(Action::SetWeights {
+                primary: 0,
+                canary: TOTAL_WEIGHT,
+            });
+            self.s.canary_weight = TOTAL_WEIGHT;
+            self.s.match_routing = false;
+        }
+        self.fallback_to_canary = true;
+        self.s.not_ready_since_ms = None;
+        self.s.failed_spec = self.s.last_applied_spec.clone();
+        let msg = format!(
+            "Promotion failed: the primary was not ready within {}s; all traffic is on the canary.",
+            self.spec.progress_deadline_seconds
+        );
+        self.s.set_phase(Phase::Failed, msg.clone(), self.now);
+        self.notify_post_rollout();
+        self.event(
+            EventKind::Warning,
+            format!("Promotion of {} failed: primary not ready", self.spec.name),
+        );
+        self.alert(Severity::Error, msg);
+    }
+
+    /// skipAnalysis: promote at once (Flagger: all traffic to the primary, copy the spec,
+    /// scale the canary down, Succeeded).
+    fn skip_to_promoted(&mut self) {
+        let Some(rev) = self.s.last_applied_spec.clone() else {
+            // Not reached: analysis always has a last applied spec.
+            return;
+        };
+        self.route_all_to_primary();
+        self.actions.push(Action::PromoteCanary {
+            revision: rev.clone(),
+        });
+        self.actions.push(Action::ScaleCanaryToZero);
+        self.s.primary_revision = Some(rev);
+        self.s.canary_revision = None;
+        self.s.iterations = 0;
+        self.s.not_ready_since_ms = None;
+        self.s.last_promoted_spec = self.s.last_applied_spec.clone();
+        self.s.set_phase(
+            Phase::Succeeded,
+            "Canary analysis completed successfully, promotion finished.".to_string(),
+            self.now,
+        );
+        self.notify_post_rollout();
+        self.event(
+            EventKind::Normal,
+            format!(
+                "Promotion completed! Canary analysis was skipped for {}",
+                self.target()
+            ),
+        );
+        self.alert(
+            Severity::Info,
+            "Canary analysis was skipped, promotion finished.".to_string(),
+        );
+    }
+
+    /// Rolls the revision back (SPEC K3): all traffic to the primary, canary to zero, phase
+    /// Failed, the revision remembered so that it does not start again by itself.
+    fn rollback(&mut self, event: String) {
+        self.route_all_to_primary();
+        self.actions.push(Action::ScaleCanaryToZero);
+        self.s.canary_revision = None;
+        self.s.not_ready_since_ms = None;
+        self.s.failed_spec = self.s.last_applied_spec.clone();
+        let msg = format!(
+            "Canary analysis failed, {} scaled to zero.",
+            self.spec.target.kind
+        );
+        self.s.set_phase(Phase::Failed, msg, self.now);
+        self.event(EventKind::Warning, event);
+        self.event(
+            EventKind::Warning,
+            format!("Canary failed! Scaling down {}", self.target()),
+        );
+        self.notify_post_rollout();
+    }
+
+    /// TigerBeetle-style assertions of what every tick must keep (debug builds).
+    fn check_invariants(&self, before: &CanaryStatus) {
+        let s = &self.s;
+        debug_assert_eq!(
+            s.step,
+            before.step.saturating_add(1),
+            "step advances by one"
+        );
+        debug_assert!(
+            s.canary_weight <= TOTAL_WEIGHT,
+            "weight {}",
+            s.canary_weight
+        );
+        for a in &self.actions {
+            if let Some((p, c)) = a.weights() {
+                debug_assert_eq!(u16::from(p) + u16::from(c), 100, "weights {p}+{c}");
+            }
+        }
+        if s.canary_weight > before.canary_weight && !self.fallback_to_canary {
+            debug_assert!(
+                s.canary_weight <= self.spec.max_weight(),
+                "weight {} above maxWeight {}",
+                s.canary_weight,
+                self.spec.max_weight()
+            );
+        }
+        if matches!(s.phase, Phase::Initialized | Phase::Succeeded) {
+            debug_assert!(
+                s.canary_weight == 0 && !s.match_routing,
+                "resting with traffic on the canary"
+            );
+        }
+        if s.phase == Phase::Failed && s.canary_weight > 0 {
+            debug_assert!(
+                s.canary_revision.is_some(),
+                "traffic on a canary scaled to zero"
+            );
+        }
+        if s.last_applied_spec == before.last_applied_spec
+            && s.revision_started_ms == before.revision_started_ms
+        {
+            debug_assert!(
+                s.failed_checks >= before.failed_checks,
+                "failed checks decreased"
+            );
+        }
+    }
+}
+
+/// Thousandths as a decimal (`99500` → `99.5`).
+fn milli(v: i64) -> String {
+    let whole = v / MILLI;
+    let frac = (v % MILLI).abs();
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let sign = if v < 0 && whole == 0 { "-" } else { "" };
+    let digits = format!("{frac:03}");
+    format!("{sign}{whole}.{}", digits.trim_end_matches('0'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canary::{parse_canary, plan_tick, WebhookResult};
+    use proptest::prelude::*;
+
+    const HOOKS: &str = "
+    webhooks:
+      - {name: gate, type: confirm-rollout, url: 'http://g/'}
+      - {name: smoke, type: pre-rollout, url: 'http://t/'}
+      - {name: load, url: 'http://t/'}
+      - {name: traffic, type: confirm-traffic-increase, url: 'http://g/'}
+      - {name: promotion, type: confirm-promotion, url: 'http://g/'}
+      - {name: done, type: post-rollout, url: 'http://c/'}
+      - {name: kill, type: rollback, url: 'http://g/'}
+      - {name: audit, type: event, url: 'http://a/'}
+    metrics:
+      - {name: request-success-rate, thresholdRange: {min: 99}}
+      - {name: request-duration, thresholdRange: {max: 500}}
+";
+
+    fn specs() -> Vec<CanarySpec> {
+        [
+            "maxWeight: 30\n    stepWeight: 10\n    stepWeightPromotion: 10",
+            "stepWeights: [5, 50]",
+            "iterations: 2\n    match: [{headers: {x: {exact: y}}}]",
+            "iterations: 2",
+        ]
+        .iter()
+        .map(|strategy| {
+            let yaml = format!(
+                "metadata: {{name: p}}\nspec:\n  targetRef: {{name: p}}\n  service: {{port: 80}}\n  \
+                 progressDeadlineSeconds: 3\n  analysis:\n    interval: 1s\n    threshold: 2\n    \
+                 {strategy}{HOOKS}"
+            );
+            parse_canary(&yaml).unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect()
+    }
+
+    proptest! {
+        /// Everything [`advance`] consults is in the plan of the same tick, and a tick with
+        /// an empty plan (and no manual command) does nothing.
+        #[test]
+        fn advance_consults_only_what_the_plan_asked_for(
+            which in 0usize..4,
+            ticks in prop::collection::vec(
+                (0u8..4, any::<u8>(), any::<u8>(), prop::option::weighted(0.05, 0u8..3), any::<bool>()),
+                1..80,
+            ),
+        ) {
+            let spec = specs().swap_remove(which);
+            let mut status = CanaryStatus::new(0);
+            let mut now = 0;
+            for (rev, bits, ready, manual, force) in ticks {
+                now += 1_000;
+                let revision = if rev == 3 { "r2".to_string() } else { format!("r{}", rev.min(1)) };
+                let plan = plan_tick(&spec, &status, &revision, now);
+                let manual = manual.map(|m| [Manual::Promote, Manual::Abort, Manual::Retry][usize::from(m)]);
+                if !plan.due && manual.is_none() && !force {
+                    continue;
+                }
+                let mut input = TickInput::new(revision);
+                input.primary_ready_percent = if ready % 7 == 0 { 0 } else { 100 };
+                input.canary_ready_percent = if ready % 5 == 0 { 0 } else { 100 };
+                input.manual = manual;
+                for (i, call) in plan.webhooks.iter().enumerate() {
+                    let ok = bits & (1 << (i % 8)) != 0;
+                    input.webhooks.insert(call.name.clone(), WebhookResult::from_status(if ok { 200 } else { 500 }, ""));
+                }
+                for q in &plan.metrics {
+                    input.metrics.insert(q.name.clone(), (bits % 3 != 0).then_some(100_000));
+                }
+                let (out, consulted) = advance_traced(&spec, &status, &input, now);
+                if plan.due {
+                    for name in &consulted {
+                        prop_assert!(
+                            plan.webhooks.iter().any(|c| &c.name == name)
+                                || plan.metrics.iter().any(|m| &m.name == name),
+                            "{} consulted but not planned in {}", name, status.phase
+                        );
+                    }
+                } else if manual.is_none() {
+                    prop_assert!(out.actions.is_empty(), "{:?}", out.actions);
+                }
+                status = out.status;
+            }
+        }
+    }
+
+    #[test]
+    fn thousandths_print_as_decimals() {
+        assert_eq!(milli(99_000), "99");
+        assert_eq!(milli(99_500), "99.5");
+        assert_eq!(milli(1), "0.001");
+        assert_eq!(milli(-1_250), "-1.25");
+        assert_eq!(milli(-250), "-0.25");
+    }
+}

@@ -1,0 +1,1076 @@
+//! Parsing and validation of a canary resource (SPEC K1, K4–K6, S3).
+//!
+//! [`parse_canary`] refuses an oversized text, reads the YAML (syntax errors and duplicate
+//! keys), lets serde read the shape (unknown fields, wrong types: the first such error is
+//! reported with its line), then validates every field, collecting all problems with their
+//! YAML paths, and fills in the defaults of SPEC K1.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use regex::Regex;
+
+use super::duration::{format_duration, parse_duration, MAX_DURATION_MS};
+use super::error::{from_serde, quote, CanaryError, CanaryErrors};
+use super::raw::{
+    RawAlert, RawAnalysis, RawCanary, RawMatch, RawMetadata, RawMetric, RawService, RawSpec,
+    RawTargetRef, RawWebhook,
+};
+use super::spec::{
+    AlertSpec, AlertTarget, Analysis, CanarySpec, HeaderMatch, MatchRule, Metric, MetricSource,
+    ServiceSpec, Severity, StepWeights, Strategy, TargetRef, ThresholdRange, Webhook, WebhookType,
+    DEFAULT_INTERVAL_MS, DEFAULT_METRIC_INTERVAL_MS, DEFAULT_PROGRESS_DEADLINE_SECONDS,
+    DEFAULT_READY_THRESHOLD, DEFAULT_THRESHOLD, DEFAULT_WEBHOOK_TIMEOUT_MS, MILLI, MIN_INTERVAL_MS,
+    TOTAL_WEIGHT,
+};
+use crate::entity::EntityKind;
+use crate::error::CommandError;
+use crate::name::validate_name;
+
+/// Largest resource text accepted, in bytes; a larger one is refused before parsing.
+pub const MAX_CANARY_BYTES: usize = 64 * 1024;
+/// The only `apiVersion` accepted (when given).
+pub const API_VERSION: &str = "flagger.app/v1beta1";
+/// The only `kind` accepted (when given).
+pub const KIND: &str = "Canary";
+/// Most retries of one webhook call.
+pub const MAX_WEBHOOK_RETRIES: u32 = 10;
+/// Longest webhook timeout, in milliseconds.
+pub const MAX_WEBHOOK_TIMEOUT_MS: i64 = 10 * 60_000;
+/// Most entries in each list of the analysis (metrics, webhooks, alerts, match, stepWeights).
+pub const MAX_LIST_LEN: usize = 64;
+
+const BUILTIN_SUCCESS_RATE: &str = "request-success-rate";
+const BUILTIN_DURATION: &str = "request-duration";
+
+/// Parses and validates a canary resource. Every problem is reported with its YAML path;
+/// shape errors (unknown fields, wrong types, bad YAML) stop at the first and carry a line.
+pub fn parse_canary(yaml: &str) -> Result<CanarySpec, CanaryErrors> {
+    if yaml.len() > MAX_CANARY_BYTES {
+        return Err(CanaryErrors::single(CanaryError::new(
+            "",
+            format!(
+                "resource is {} bytes, at most {MAX_CANARY_BYTES} bytes allowed",
+                yaml.len()
+            ),
+        )));
+    }
+    // Syntax and duplicate keys first: the struct parse reports some syntax errors as type
+    // errors.
+    let value: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(yaml).map_err(|e| CanaryErrors::single(from_serde(&e)))?;
+    match value {
+        serde_yaml_ng::Value::Mapping(_) => {}
+        serde_yaml_ng::Value::Null => {
+            return Err(CanaryErrors::single(CanaryError::new(
+                "",
+                "resource is empty: expected a mapping with apiVersion, kind, metadata and spec",
+            )))
+        }
+        _ => {
+            return Err(CanaryErrors::single(CanaryError::new(
+                "",
+                "a canary resource must be a YAML mapping with apiVersion, kind, metadata and spec",
+            )))
+        }
+    }
+    let raw: RawCanary =
+        serde_yaml_ng::from_str(yaml).map_err(|e| CanaryErrors::single(from_serde(&e)))?;
+    let mut v = Validator { errors: Vec::new() };
+    let spec = v.canary(raw);
+    match (spec, CanaryErrors::from_vec(v.errors)) {
+        (Some(spec), None) => Ok(spec),
+        (_, Some(errors)) => Err(errors),
+        // Not reached: every path that yields no spec records an error first.
+        (None, None) => Err(CanaryErrors::single(CanaryError::new(
+            "",
+            "invalid canary resource",
+        ))),
+    }
+}
+
+/// The reason of a name-validation error, without the field it names.
+fn reason(e: CommandError) -> String {
+    match e {
+        CommandError::InvalidField { reason, .. } => reason,
+        other => other.to_string(),
+    }
+}
+
+/// Whether `url` is an absolute `http://` or `https://` URL with a host.
+fn is_http_url(url: &str) -> bool {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    match rest {
+        Some(rest) => {
+            let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+            !host.is_empty() && !url.chars().any(char::is_whitespace)
+        }
+        None => false,
+    }
+}
+
+/// A YAML number as thousandths, if finite and not absurdly large.
+fn to_milli(x: f64) -> Option<i64> {
+    const LIMIT: f64 = 1e15;
+    if !x.is_finite() || x.abs() > LIMIT {
+        return None;
+    }
+    // In range by the check above, so the cast neither saturates nor wraps.
+    Some((x * MILLI as f64).round() as i64)
+}
+
+struct Validator {
+    errors: Vec<CanaryError>,
+}
+
+/// Which strategy fields the resource gives (valid or not).
+struct Given {
+    max_weight: bool,
+    step_weight: bool,
+    step_weights: bool,
+    step_weights_ok: bool,
+    step_weight_promotion: bool,
+    iterations: bool,
+    match_rules: bool,
+}
+
+/// Strategy inputs, validated one by one before they are combined.
+struct StrategyInputs {
+    max_weight: Option<u8>,
+    step_weight: Option<u8>,
+    step_weights: Option<Vec<u8>>,
+    iterations: Option<u32>,
+    match_rules: Option<Vec<MatchRule>>,
+    step_weight_promotion: Option<u8>,
+}
+
+impl Validator {
+    fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(CanaryError::new(path, message));
+    }
+
+    fn name(&mut self, path: &str, value: Option<String>) -> Option<String> {
+        match value {
+            None => {
+                self.err(path, "required");
+                None
+            }
+            Some(n) => match validate_name(path, &n) {
+                Ok(()) => Some(n),
+                Err(e) => {
+                    self.err(path, reason(e));
+                    None
+                }
+            },
+        }
+    }
+
+    /// A percentage in `min..=100`.
+    fn weight(&mut self, path: &str, value: Option<i64>, min: u8) -> Option<u8> {
+        let v = value?;
+        match u8::try_from(v) {
+            Ok(w) if (min..=TOTAL_WEIGHT).contains(&w) => Some(w),
+            _ => {
+                self.err(path, format!("must be between {min} and 100, got {v}"));
+                None
+            }
+        }
+    }
+
+    /// A count in `1..=u32::MAX`.
+    fn positive(&mut self, path: &str, value: Option<i64>) -> Option<u32> {
+        let v = value?;
+        match u32::try_from(v) {
+            Ok(n) if n >= 1 => Some(n),
+            _ => {
+                self.err(
+                    path,
+                    format!("must be a whole number of at least 1, got {v}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A duration of at least `min_ms`, or `default` when absent.
+    fn duration(&mut self, path: &str, value: Option<&str>, default: i64, min_ms: i64) -> i64 {
+        let Some(text) = value else {
+            return default;
+        };
+        match parse_duration(text) {
+            Ok(ms) if ms < min_ms => {
+                self.err(
+                    path,
+                    format!(
+                        "{} is below the minimum of {}",
+                        quote(text),
+                        format_duration(min_ms)
+                    ),
+                );
+                default
+            }
+            Ok(ms) => ms,
+            Err(e) => {
+                self.err(path, e);
+                default
+            }
+        }
+    }
+
+    fn url(&mut self, path: &str, value: Option<String>) -> Option<String> {
+        match value {
+            None => {
+                self.err(path, "required");
+                None
+            }
+            Some(u) if is_http_url(&u) => Some(u),
+            Some(u) => {
+                self.err(
+                    path,
+                    format!(
+                        "{} is not an http:// or https:// URL with a host",
+                        quote(&u)
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn canary(&mut self, raw: RawCanary) -> Option<CanarySpec> {
+        if let Some(api) = &raw.api_version {
+            if api != API_VERSION {
+                self.err(
+                    "apiVersion",
+                    format!("must be {API_VERSION:?}, got {}", quote(api)),
+                );
+            }
+        }
+        if let Some(kind) = &raw.kind {
+            if kind != KIND {
+                self.err("kind", format!("must be {KIND:?}, got {}", quote(kind)));
+            }
+        }
+        let metadata = match raw.metadata {
+            Some(m) => self.metadata(m),
+            None => {
+                self.err("metadata", "required: a mapping with name (and namespace)");
+                None
+            }
+        };
+        let spec = match raw.spec {
+            Some(s) => self.spec(s),
+            None => {
+                self.err(
+                    "spec",
+                    "required: a mapping with targetRef, service and analysis",
+                );
+                None
+            }
+        };
+        let (name, namespace) = metadata?;
+        let spec = spec?;
+        Some(CanarySpec {
+            name,
+            namespace,
+            ..spec
+        })
+    }
+
+    fn metadata(&mut self, raw: RawMetadata) -> Option<(String, Option<String>)> {
+        let name = self.name("metadata.name", raw.name);
+        let namespace = match raw.namespace {
+            None => Some(None),
+            Some(ns) => self.name("metadata.namespace", Some(ns)).map(Some),
+        };
+        Some((name?, namespace?))
+    }
+
+    /// The spec with an empty name: [`Self::canary`] fills in `metadata`.
+    fn spec(&mut self, raw: RawSpec) -> Option<CanarySpec> {
+        let target = match raw.target_ref {
+            Some(t) => self.target(t),
+            None => {
+                self.err("spec.targetRef", "required: a mapping with kind and name");
+                None
+            }
+        };
+        let service = match raw.service {
+            Some(s) => self.service(s, target.as_ref().map(|t| t.name.as_str())),
+            None => {
+                self.err("spec.service", "required: a mapping with port (and name)");
+                None
+            }
+        };
+        let progress_deadline_seconds = match raw.progress_deadline_seconds {
+            None => Some(DEFAULT_PROGRESS_DEADLINE_SECONDS),
+            Some(s) => {
+                let max = MAX_DURATION_MS / 1_000;
+                match u32::try_from(s) {
+                    Ok(n) if n >= 1 && i64::from(n) <= max => Some(n),
+                    _ => {
+                        self.err(
+                            "spec.progressDeadlineSeconds",
+                            format!("must be between 1 and {max}, got {s}"),
+                        );
+                        None
+                    }
+                }
+            }
+        };
+        let analysis = match raw.analysis {
+            Some(a) => self.analysis(a),
+            None => {
+                self.err(
+                    "spec.analysis",
+                    "required: a mapping with interval, threshold and the strategy's fields",
+                );
+                None
+            }
+        };
+        Some(CanarySpec {
+            name: String::new(),
+            namespace: None,
+            target: target?,
+            service: service?,
+            progress_deadline_seconds: progress_deadline_seconds?,
+            skip_analysis: raw.skip_analysis.unwrap_or(false),
+            suspend: raw.suspend.unwrap_or(false),
+            revert_on_deletion: raw.revert_on_deletion.unwrap_or(false),
+            analysis: analysis?,
+        })
+    }
+
+    fn target(&mut self, raw: RawTargetRef) -> Option<TargetRef> {
+        let kind = match raw.kind.as_deref() {
+            None | Some("helmChart") => Some(EntityKind::HelmChart),
+            Some("terraformModule") => Some(EntityKind::TerraformModule),
+            Some(other) => {
+                self.err(
+                    "spec.targetRef.kind",
+                    format!(
+                        "{} is not a hub entity kind: use helmChart or terraformModule",
+                        quote(other)
+                    ),
+                );
+                None
+            }
+        };
+        let name = self.name("spec.targetRef.name", raw.name);
+        Some(TargetRef {
+            kind: kind?,
+            name: name?,
+        })
+    }
+
+    fn service(&mut self, raw: RawService, target_name: Option<&str>) -> Option<ServiceSpec> {
+        let port = match raw.port {
+            None => {
+                self.err("spec.service.port", "required");
+                None
+            }
+            Some(p) => self.port("spec.service.port", p),
+        };
+        let target_port = match raw.target_port {
+            None => Some(None),
+            Some(p) => self.port("spec.service.targetPort", p).map(Some),
+        };
+        let name = match raw.name {
+            Some(n) => self.name("spec.service.name", Some(n)),
+            // Defaults to the target's name; a missing target is reported there.
+            None => target_name.map(str::to_string),
+        };
+        let port_name = match raw.port_name {
+            None => Some("http".to_string()),
+            Some(n) => self.name("spec.service.portName", Some(n)),
+        };
+        Some(ServiceSpec {
+            name: name?,
+            port: port?,
+            port_name: port_name?,
+            target_port: target_port?,
+        })
+    }
+
+    fn port(&mut self, path: &str, p: i64) -> Option<u16> {
+        match u16::try_from(p) {
+            Ok(port) if port >= 1 => Some(port),
+            _ => {
+                self.err(path, format!("must be a port between 1 and 65535, got {p}"));
+                None
+            }
+        }
+    }
+
+    fn list_len<T>(&mut self, path: &str, list: &Option<Vec<T>>) {
+        if let Some(l) = list {
+            if l.len() > MAX_LIST_LEN {
+                self.err(
+                    path,
+                    format!("{} entries, at most {MAX_LIST_LEN} allowed", l.len()),
+                );
+            }
+        }
+    }
+
+    fn analysis(&mut self, raw: RawAnalysis) -> Option<Analysis> {
+        const P: &str = "spec.analysis";
+        self.list_len(&format!("{P}.stepWeights"), &raw.step_weights);
+        self.list_len(&format!("{P}.match"), &raw.match_rules);
+        self.list_len(&format!("{P}.metrics"), &raw.metrics);
+        self.list_len(&format!("{P}.webhooks"), &raw.webhooks);
+        self.list_len(&format!("{P}.alerts"), &raw.alerts);
+        let errors_before = self.errors.len();
+
+        let interval_ms = self.duration(
+            &format!("{P}.interval"),
+            raw.interval.as_deref(),
+            DEFAULT_INTERVAL_MS,
+            MIN_INTERVAL_MS,
+        );
+        let threshold = match raw.threshold {
+            None => DEFAULT_THRESHOLD,
+            Some(t) => self
+                .positive(&format!("{P}.threshold"), Some(t))
+                .unwrap_or(DEFAULT_THRESHOLD),
+        };
+        let primary_ready_threshold = self
+            .weight(
+                &format!("{P}.primaryReadyThreshold"),
+                raw.primary_ready_threshold,
+                0,
+            )
+            .unwrap_or(DEFAULT_READY_THRESHOLD);
+        let canary_ready_threshold = self
+            .weight(
+                &format!("{P}.canaryReadyThreshold"),
+                raw.canary_ready_threshold,
+                0,
+            )
+            .unwrap_or(DEFAULT_READY_THRESHOLD);
+
+        let given = Given {
+            max_weight: raw.max_weight.is_some(),
+            step_weight: raw.step_weight.is_some(),
+            step_weights: raw.step_weights.is_some(),
+            step_weights_ok: raw.step_weights_ok(),
+            step_weight_promotion: raw.step_weight_promotion.is_some(),
+            iterations: raw.iterations.is_some(),
+            match_rules: raw.match_rules.is_some(),
+        };
+        let inputs = StrategyInputs {
+            max_weight: self.weight(&format!("{P}.maxWeight"), raw.max_weight, 1),
+            step_weight: self.weight(&format!("{P}.stepWeight"), raw.step_weight, 1),
+            step_weights: raw.step_weights.as_ref().map(|l| self.step_weights(l)),
+            iterations: self.positive(&format!("{P}.iterations"), raw.iterations),
+            match_rules: raw.match_rules.map(|rules| self.match_rules(rules)),
+            step_weight_promotion: self.weight(
+                &format!("{P}.stepWeightPromotion"),
+                raw.step_weight_promotion,
+                1,
+            ),
+        };
+        let strategy = self.strategy(&given, &inputs);
+
+        let metrics = self.metrics(raw.metrics.unwrap_or_default());
+        let webhooks = self.webhooks(raw.webhooks.unwrap_or_default());
+        let alerts = self.alerts(raw.alerts.unwrap_or_default());
+
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        Some(Analysis {
+            interval_ms,
+            threshold,
+            strategy: strategy?,
+            step_weight_promotion: inputs.step_weight_promotion,
+            primary_ready_threshold,
+            canary_ready_threshold,
+            metrics,
+            webhooks,
+            alerts,
+        })
+    }
+
+    /// `stepWeights`: every entry 1–100 and greater than the one before. Bad entries are
+    /// reported and left out of the returned list.
+    fn step_weights(&mut self, raw: &[i64]) -> Vec<u8> {
+        const P: &str = "spec.analysis.stepWeights";
+        if raw.is_empty() {
+            self.err(P, "must not be empty");
+        }
+        let mut out = Vec::with_capacity(raw.len());
+        let mut prev: Option<i64> = None;
+        for (i, &w) in raw.iter().enumerate() {
+            let path = format!("{P}[{i}]");
+            let Some(weight) = self.weight(&path, Some(w), 1) else {
+                continue;
+            };
+            if let Some(p) = prev {
+                if w <= p {
+                    self.err(
+                        path,
+                        format!("must be greater than {p} (weights must rise)"),
+                    );
+                    continue;
+                }
+            }
+            prev = Some(w);
+            out.push(weight);
+        }
+        out
+    }
+
+    fn strategy(&mut self, given: &Given, s: &StrategyInputs) -> Option<Strategy> {
+        const P: &str = "spec.analysis";
+        let has_steps = given.step_weight || given.step_weights;
+        let has_match = given.match_rules;
+        let has_iterations = given.iterations;
+        if !has_steps && !has_iterations {
+            self.err(
+                P,
+                if has_match {
+                    "match selects A/B testing, which needs iterations"
+                } else {
+                    "no strategy: set stepWeight or stepWeights (canary), iterations (blue/green), \
+                     or match and iterations (A/B testing)"
+                },
+            );
+            return None;
+        }
+        if has_steps && has_iterations {
+            let which = if given.step_weight {
+                "stepWeight"
+            } else {
+                "stepWeights"
+            };
+            self.err(
+                format!("{P}.iterations"),
+                format!(
+                    "cannot be combined with {which}: iterations select blue/green (or A/B \
+                     testing with match), step weights the canary strategy"
+                ),
+            );
+            return None;
+        }
+        if has_match && has_steps {
+            self.err(
+                format!("{P}.match"),
+                "A/B testing routes by match and iterations, not by stepWeight/stepWeights",
+            );
+            return None;
+        }
+        if has_iterations {
+            if given.max_weight {
+                self.err(
+                    format!("{P}.maxWeight"),
+                    "applies to the canary strategy (stepWeight/stepWeights) only",
+                );
+            }
+            let iterations = s.iterations?;
+            if has_match {
+                if given.step_weight_promotion {
+                    self.err(
+                        format!("{P}.stepWeightPromotion"),
+                        "A/B testing promotes by switching the match route; stepWeightPromotion \
+                         applies to the canary and blue/green strategies",
+                    );
+                }
+                let match_rules = s.match_rules.clone()?;
+                return Some(Strategy::AbTesting {
+                    iterations,
+                    match_rules,
+                });
+            }
+            return Some(Strategy::BlueGreen { iterations });
+        }
+        // Canary: stepWeight wins when both are given (as in Flagger).
+        let steps = match (s.step_weight, &s.step_weights, given.step_weight) {
+            (Some(step), _, _) => StepWeights::Fixed(step),
+            (None, Some(list), false) if !list.is_empty() => StepWeights::List(list.clone()),
+            // Reported already (a bad stepWeight or list).
+            _ => return None,
+        };
+        let last_listed = s.step_weights.as_ref().and_then(|l| l.last().copied());
+        let max_weight = match (s.max_weight, last_listed, given.max_weight) {
+            (Some(max), Some(last), _) if max != last && given.step_weights_ok => {
+                self.err(
+                    format!("{P}.maxWeight"),
+                    format!(
+                        "must equal the last stepWeights entry ({last}) when stepWeights is \
+                         given, got {max}"
+                    ),
+                );
+                return None;
+            }
+            (Some(max), _, _) => max,
+            (None, Some(last), false) => last,
+            (None, None, false) => TOTAL_WEIGHT,
+            // A bad maxWeight, reported already.
+            (None, _, true) => return None,
+        };
+        Some(Strategy::Canary { steps, max_weight })
+    }
+
+    fn match_rules(&mut self, rules: Vec<RawMatch>) -> Vec<MatchRule> {
+        const P: &str = "spec.analysis.match";
+        if rules.is_empty() {
+            self.err(P, "must not be empty");
+        }
+        let mut out = Vec::with_capacity(rules.len());
+        for (i, rule) in rules.into_iter().enumerate() {
+            let path = format!("{P}[{i}].headers");
+            let Some(headers) = rule.headers else {
+                self.err(path, "required: header name → {exact|prefix|regex: value}");
+                continue;
+            };
+            if headers.is_empty() {
+                self.err(path, "must name at least one header");
+                continue;
+            }
+            let mut parsed = BTreeMap::new();
+            for (name, m) in headers {
+                let hpath = format!("{path}.{name}");
+                if name.trim().is_empty() {
+                    self.err(hpath, "header name must not be empty");
+                    continue;
+                }
+                let given = [
+                    m.exact.map(HeaderMatch::Exact),
+                    m.prefix.map(HeaderMatch::Prefix),
+                    m.regex.map(HeaderMatch::Regex),
+                ];
+                let mut given: Vec<HeaderMatch> = given.into_iter().flatten().collect();
+                if given.len() != 1 {
+                    self.err(hpath, "needs exactly one of exact, prefix or regex");
+                    continue;
+                }
+                let Some(m) = given.pop() else { continue };
+                if let HeaderMatch::Regex(re) = &m {
+                    if let Err(e) = Regex::new(re) {
+                        self.err(
+                            format!("{hpath}.regex"),
+                            format!("invalid regular expression: {e}"),
+                        );
+                        continue;
+                    }
+                }
+                parsed.insert(name, m);
+            }
+            out.push(MatchRule { headers: parsed });
+        }
+        out
+    }
+
+    fn metrics(&mut self, raw: Vec<RawMetric>) -> Vec<Metric> {
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::with_capacity(raw.len());
+        for (i, m) in raw.into_iter().enumerate() {
+            let path = format!("spec.analysis.metrics[{i}]");
+            if let Some(metric) = self.metric(&path, m, &mut seen) {
+                out.push(metric);
+            }
+        }
+        out
+    }
+
+    fn metric(&mut self, path: &str, m: RawMetric, seen: &mut BTreeSet<String>) -> Option<Metric> {
+        let name = match m.name {
+            Some(n) if !n.trim().is_empty() => {
+                if !seen.insert(n.clone()) {
+                    self.err(
+                        format!("{path}.name"),
+                        format!("{} is listed twice", quote(&n)),
+                    );
+                }
+                Some(n)
+            }
+            _ => {
+                self.err(format!("{path}.name"), "required");
+                None
+            }
+        };
+        let range = match m.threshold_range {
+            None => {
+                self.err(
+                    format!("{path}.thresholdRange"),
+                    "required: {min: ..} and/or {max: ..}",
+                );
+                None
+            }
+            Some(r) => {
+                let rpath = format!("{path}.thresholdRange");
+                let bound = |v: &mut Self, key: &str, x: Option<f64>| match x {
+                    None => Some(None),
+                    Some(x) => match to_milli(x) {
+                        Some(milli) => Some(Some(milli)),
+                        None => {
+                            v.err(
+                                format!("{rpath}.{key}"),
+                                format!("{x} is not a usable number"),
+                            );
+                            None
+                        }
+                    },
+                };
+                let min = bound(self, "min", r.min);
+                let max = bound(self, "max", r.max);
+                match (min, max) {
+                    (Some(None), Some(None)) => {
+                        self.err(rpath, "needs min, max or both");
+                        None
+                    }
+                    (Some(Some(lo)), Some(Some(hi))) if lo > hi => {
+                        self.err(
+                            format!("{rpath}.min"),
+                            format!(
+                                "must not be greater than max ({} > {})",
+                                r.min.unwrap_or_default(),
+                                r.max.unwrap_or_default()
+                            ),
+                        );
+                        None
+                    }
+                    (Some(min), Some(max)) => Some(ThresholdRange { min, max }),
+                    _ => None,
+                }
+            }
+        };
+        let interval_ms = self.duration(
+            &format!("{path}.interval"),
+            m.interval.as_deref(),
+            DEFAULT_METRIC_INTERVAL_MS,
+            MIN_INTERVAL_MS,
+        );
+        let source = match name.as_deref() {
+            Some(n @ (BUILTIN_SUCCESS_RATE | BUILTIN_DURATION)) => {
+                if m.provider.is_some() || m.query.is_some() {
+                    self.err(
+                        format!("{path}.query"),
+                        format!(
+                            "{n} is built in and measured by the agent; give a custom metric \
+                             another name"
+                        ),
+                    );
+                    None
+                } else if n == BUILTIN_SUCCESS_RATE {
+                    Some(MetricSource::RequestSuccessRate)
+                } else {
+                    Some(MetricSource::RequestDuration)
+                }
+            }
+            Some(n) => match (m.provider, m.query) {
+                (None, None) => {
+                    self.err(
+                        format!("{path}.name"),
+                        format!(
+                            "{} is not a built-in metric ({BUILTIN_SUCCESS_RATE}, \
+                             {BUILTIN_DURATION}); a custom metric needs provider and query",
+                            quote(n)
+                        ),
+                    );
+                    None
+                }
+                (None, Some(_)) => {
+                    self.err(format!("{path}.provider"), "required with query");
+                    None
+                }
+                (Some(_), None) => {
+                    self.err(format!("{path}.query"), "required with provider");
+                    None
+                }
+                (Some(p), Some(q)) => {
+                    let mut ok = true;
+                    match p.kind.as_deref() {
+                        Some("prometheus") => {}
+                        None => {
+                            self.err(format!("{path}.provider.type"), "required: prometheus");
+                            ok = false;
+                        }
+                        Some(other) => {
+                            self.err(
+                                format!("{path}.provider.type"),
+                                format!("unknown provider {}: use prometheus", quote(other)),
+                            );
+                            ok = false;
+                        }
+                    }
+                    let address = self.url(&format!("{path}.provider.address"), p.address);
+                    if q.trim().is_empty() {
+                        self.err(format!("{path}.query"), "must not be empty");
+                        ok = false;
+                    }
+                    match (ok, address) {
+                        (true, Some(address)) => {
+                            Some(MetricSource::Prometheus { address, query: q })
+                        }
+                        _ => None,
+                    }
+                }
+            },
+            None => None,
+        };
+        Some(Metric {
+            name: name?,
+            interval_ms,
+            range: range?,
+            source: source?,
+        })
+    }
+
+    fn webhooks(&mut self, raw: Vec<RawWebhook>) -> Vec<Webhook> {
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::with_capacity(raw.len());
+        for (i, w) in raw.into_iter().enumerate() {
+            let path = format!("spec.analysis.webhooks[{i}]");
+            let name = match w.name {
+                Some(n) if !n.trim().is_empty() => {
+                    if !seen.insert(n.clone()) {
+                        self.err(
+                            format!("{path}.name"),
+                            format!("{} is listed twice", quote(&n)),
+                        );
+                    }
+                    Some(n)
+                }
+                _ => {
+                    self.err(format!("{path}.name"), "required");
+                    None
+                }
+            };
+            let kind = match w.kind.as_deref() {
+                None => Some(WebhookType::Rollout),
+                Some(t) => match WebhookType::parse(t) {
+                    Some(k) => Some(k),
+                    None => {
+                        let all: Vec<&str> = WebhookType::ALL.iter().map(|t| t.as_str()).collect();
+                        self.err(
+                            format!("{path}.type"),
+                            format!(
+                                "unknown webhook type {}: use one of {}",
+                                quote(t),
+                                all.join(", ")
+                            ),
+                        );
+                        None
+                    }
+                },
+            };
+            let url = self.url(&format!("{path}.url"), w.url);
+            let timeout_ms = self.duration(
+                &format!("{path}.timeout"),
+                w.timeout.as_deref(),
+                DEFAULT_WEBHOOK_TIMEOUT_MS,
+                1,
+            );
+            if timeout_ms > MAX_WEBHOOK_TIMEOUT_MS {
+                self.err(
+                    format!("{path}.timeout"),
+                    format!(
+                        "must be at most {}",
+                        format_duration(MAX_WEBHOOK_TIMEOUT_MS)
+                    ),
+                );
+            }
+            let retries = match w.retries {
+                None => Some(0),
+                Some(r) => match u32::try_from(r) {
+                    Ok(n) if n <= MAX_WEBHOOK_RETRIES => Some(n),
+                    _ => {
+                        self.err(
+                            format!("{path}.retries"),
+                            format!("must be between 0 and {MAX_WEBHOOK_RETRIES}, got {r}"),
+                        );
+                        None
+                    }
+                },
+            };
+            if let (Some(name), Some(kind), Some(url), Some(retries)) = (name, kind, url, retries) {
+                out.push(Webhook {
+                    name,
+                    kind,
+                    url,
+                    timeout_ms,
+                    retries,
+                    metadata: w.metadata.unwrap_or_default(),
+                    mute_alert: w.mute_alert.unwrap_or(false),
+                });
+            }
+        }
+        out
+    }
+
+    fn alerts(&mut self, raw: Vec<RawAlert>) -> Vec<AlertSpec> {
+        let mut out = Vec::with_capacity(raw.len());
+        for (i, a) in raw.into_iter().enumerate() {
+            let path = format!("spec.analysis.alerts[{i}]");
+            let name = match a.name {
+                Some(n) if !n.trim().is_empty() => Some(n),
+                _ => {
+                    self.err(format!("{path}.name"), "required");
+                    None
+                }
+            };
+            let severity = match a.severity.as_deref() {
+                None => Some(Severity::Info),
+                Some(s) => match Severity::parse(s) {
+                    Some(s) => Some(s),
+                    None => {
+                        self.err(
+                            format!("{path}.severity"),
+                            format!("{} is not a severity: use info, warn or error", quote(s)),
+                        );
+                        None
+                    }
+                },
+            };
+            let target = match (a.provider_ref, a.url) {
+                (Some(_), Some(_)) => {
+                    self.err(path.clone(), "give providerRef or url, not both");
+                    None
+                }
+                (None, None) => {
+                    self.err(path.clone(), "needs providerRef or url");
+                    None
+                }
+                (None, Some(u)) => self
+                    .url(&format!("{path}.url"), Some(u))
+                    .map(AlertTarget::Url),
+                (Some(p), None) => {
+                    let name = self.name(&format!("{path}.providerRef.name"), p.name);
+                    let namespace = match p.namespace {
+                        None => Some(None),
+                        Some(ns) => self
+                            .name(&format!("{path}.providerRef.namespace"), Some(ns))
+                            .map(Some),
+                    };
+                    match (name, namespace) {
+                        (Some(name), Some(namespace)) => {
+                            Some(AlertTarget::Provider { name, namespace })
+                        }
+                        _ => None,
+                    }
+                }
+            };
+            if let (Some(name), Some(severity), Some(target)) = (name, severity, target) {
+                out.push(AlertSpec {
+                    name,
+                    severity,
+                    target,
+                });
+            }
+        }
+        out
+    }
+}
+
+impl RawAnalysis {
+    /// Whether `stepWeights` is given and every entry is in range and rising, so that its
+    /// last entry can be compared with `maxWeight`.
+    fn step_weights_ok(&self) -> bool {
+        self.step_weights.as_ref().is_some_and(|l| {
+            !l.is_empty()
+                && l.iter().all(|w| (1..=i64::from(TOTAL_WEIGHT)).contains(w))
+                && l.windows(2).all(|p| p[0] < p[1])
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "\
+metadata: {name: demo}
+spec:
+  targetRef: {name: demo}
+  service: {port: 9898}
+  analysis: {stepWeight: 10}
+";
+
+    #[test]
+    fn minimal_resource_gets_the_defaults_of_k1() {
+        let spec = parse_canary(MINIMAL).unwrap();
+        assert_eq!(spec.name, "demo");
+        assert_eq!(spec.namespace, None);
+        assert_eq!(spec.target.kind, EntityKind::HelmChart);
+        assert_eq!(spec.service.name, "demo");
+        assert_eq!(spec.service.port_name, "http");
+        assert_eq!(spec.progress_deadline_seconds, 600);
+        let a = &spec.analysis;
+        assert_eq!(a.interval_ms, 60_000);
+        assert_eq!(a.threshold, 1);
+        assert_eq!(
+            (a.primary_ready_threshold, a.canary_ready_threshold),
+            (100, 100)
+        );
+        assert_eq!(
+            a.strategy,
+            Strategy::Canary {
+                steps: StepWeights::Fixed(10),
+                max_weight: 100
+            }
+        );
+        assert!(!spec.skip_analysis && !spec.suspend && !spec.revert_on_deletion);
+    }
+
+    #[test]
+    fn step_weight_wins_over_step_weights() {
+        let yaml = MINIMAL.replace("{stepWeight: 10}", "{stepWeight: 10, stepWeights: [5, 40]}");
+        let spec = parse_canary(&yaml).unwrap();
+        assert_eq!(
+            spec.analysis.strategy,
+            Strategy::Canary {
+                steps: StepWeights::Fixed(10),
+                max_weight: 40
+            }
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let yaml = "\
+metadata: {name: Demo}
+spec:
+  targetRef: {kind: Deployment}
+  service: {port: 0}
+  analysis:
+    interval: 10ms
+    stepWeights: [10, 150, 5]
+    maxWeight: 0
+";
+        let errs = parse_canary(yaml).unwrap_err();
+        let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+        for want in [
+            "metadata.name",
+            "spec.targetRef.kind",
+            "spec.targetRef.name",
+            "spec.service.port",
+            "spec.analysis.interval",
+            "spec.analysis.maxWeight",
+            "spec.analysis.stepWeights[1]",
+            "spec.analysis.stepWeights[2]",
+        ] {
+            assert!(paths.contains(&want), "{want} missing from\n{errs}");
+        }
+    }
+
+    #[test]
+    fn urls_need_scheme_and_host() {
+        assert!(is_http_url("http://loadtester.test/"));
+        assert!(is_http_url("https://a:8080/x?y"));
+        assert!(!is_http_url("ftp://a"));
+        assert!(!is_http_url("http://"));
+        assert!(!is_http_url("http:// a"));
+    }
+
+    #[test]
+    fn thresholds_become_thousandths() {
+        assert_eq!(to_milli(99.0), Some(99_000));
+        assert_eq!(to_milli(99.5), Some(99_500));
+        assert_eq!(to_milli(0.0005), Some(1));
+        assert_eq!(to_milli(f64::NAN), None);
+        assert_eq!(to_milli(1e300), None);
+    }
+}
