@@ -335,6 +335,27 @@ pub enum Command {
         /// Why.
         reason: String,
     },
+    /// Create or update a canary from its resource (SPEC K1).
+    ApplyCanary {
+        /// The environment, when the resource's `metadata.namespace` does not name it.
+        environment: Option<String>,
+        /// The resource (YAML).
+        yaml: String,
+    },
+    /// Delete a canary (`revertOnDeletion` restores the original routing).
+    DeleteCanary {
+        /// `<environment>/<name>`.
+        id: String,
+    },
+    /// An operator's promote, abort or retry of a canary's revision (SPEC K10).
+    CanaryManual {
+        /// `<environment>/<name>`.
+        id: String,
+        /// What to do.
+        action: crate::canary::Manual,
+        /// Who (audited).
+        actor: String,
+    },
     /// Cancel active plans (SPEC P12), optionally with a short manual suppression.
     CancelPlans {
         /// What to cancel.
@@ -452,6 +473,9 @@ impl Command {
             Command::CreateSuppression { .. } => "create_suppression",
             Command::DeleteSuppression { .. } => "delete_suppression",
             Command::CancelPlans { .. } => "cancel_plans",
+            Command::ApplyCanary { .. } => "apply_canary",
+            Command::DeleteCanary { .. } => "delete_canary",
+            Command::CanaryManual { .. } => "canary_manual",
             Command::PublishModule { .. } => "publish_module",
             Command::DeleteModule { .. } => "delete_module",
             Command::InstallModule { .. } => "install_module",

@@ -8,6 +8,7 @@
 pub mod activity;
 pub mod artifact;
 pub mod canary;
+pub mod canary_lifecycle;
 pub mod command;
 pub mod entity;
 pub mod environment;

@@ -310,6 +310,26 @@ impl State {
                 reason,
                 actor,
             } => self.issue_command(entity, command, reason, actor, now, index, fx),
+            Command::ApplyCanary { environment, yaml } => {
+                self.apply_canary(environment.as_deref(), yaml, now, index, fx)
+            }
+            Command::DeleteCanary { id } => self.delete_canary(id, now, index, fx),
+            Command::CanaryManual { id, action, actor } => {
+                if actor.trim().is_empty() {
+                    return Err(CommandError::invalid("actor", "required"));
+                }
+                let out = self.canary_manual(id, *action, now, index, fx)?;
+                self.audit_entry(
+                    index,
+                    now,
+                    actor,
+                    &format!("canary-{}", action.as_str()),
+                    id.clone(),
+                    "",
+                    fx,
+                );
+                Ok(out)
+            }
             Command::PublishModule { .. }
             | Command::DeleteModule { .. }
             | Command::InstallModule { .. }

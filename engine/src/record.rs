@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::canary_lifecycle::Canary;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 
 use crate::activity::Activity;
@@ -49,6 +50,8 @@ pub enum RecordKey {
     Installation(String),
     /// A module change request, by id.
     ChangeRequest(String),
+    /// A canary, by `<environment>/<name>`.
+    Canary(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -65,6 +68,7 @@ const TAG_AUDIT: u8 = 11;
 const TAG_MODULE: u8 = 12;
 const TAG_INSTALLATION: u8 = 13;
 const TAG_CHANGE_REQUEST: u8 = 14;
+const TAG_CANARY: u8 = 15;
 
 impl RecordKey {
     /// Stable byte encoding: a table tag, then the UTF-8 name.
@@ -84,6 +88,7 @@ impl RecordKey {
             RecordKey::Module(n) => (TAG_MODULE, n),
             RecordKey::Installation(n) => (TAG_INSTALLATION, n),
             RecordKey::ChangeRequest(n) => (TAG_CHANGE_REQUEST, n),
+            RecordKey::Canary(n) => (TAG_CANARY, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -110,6 +115,7 @@ impl RecordKey {
             TAG_MODULE => Some(RecordKey::Module(name)),
             TAG_INSTALLATION => Some(RecordKey::Installation(name)),
             TAG_CHANGE_REQUEST => Some(RecordKey::ChangeRequest(name)),
+            TAG_CANARY => Some(RecordKey::Canary(name)),
             _ => None,
         }
     }
@@ -159,6 +165,8 @@ pub enum Record {
     Installation(Installation),
     /// See [`ChangeRequest`].
     ChangeRequest(ChangeRequest),
+    /// See [`Canary`].
+    Canary(Canary),
 }
 
 /// Who did what, when (SPEC C2, S2).
@@ -203,6 +211,7 @@ impl Record {
             Record::Module(m) => RecordKey::Module(PublishedModule::key_name(&m.name, &m.version)),
             Record::Installation(i) => RecordKey::Installation(i.id.clone()),
             Record::ChangeRequest(c) => RecordKey::ChangeRequest(c.id.clone()),
+            Record::Canary(c) => RecordKey::Canary(c.id.clone()),
         }
     }
 }
@@ -228,6 +237,7 @@ mod tests {
             RecordKey::Module("control-plane-module@0.1.0".into()),
             RecordKey::Installation("prod/control-plane-module".into()),
             RecordKey::ChangeRequest("cr-9".into()),
+            RecordKey::Canary("prod/demo".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

@@ -12,6 +12,7 @@ use semver::Version;
 use sha2::{Digest, Sha256};
 
 use crate::activity::Activity;
+use crate::canary_lifecycle::Canary;
 use crate::command::{Command, CommandOutput, Request};
 use crate::entity::{
     Entity, EntityId, EntityKind, DEFAULT_DEPENDENCY_GROUP, DEFAULT_RELEASE_CHANNEL,
@@ -113,6 +114,8 @@ pub struct State {
     pub(crate) installations: BTreeMap<String, Installation>,
     /// Module change requests by id.
     pub(crate) change_requests: BTreeMap<String, ChangeRequest>,
+    /// Canaries by `<environment>/<name>`.
+    pub(crate) canaries: BTreeMap<String, Canary>,
     pub(crate) idx: Indexes,
 }
 
@@ -687,6 +690,7 @@ impl State {
                 .get(n)
                 .cloned()
                 .map(Record::ChangeRequest),
+            RecordKey::Canary(n) => self.canaries.get(n).cloned().map(Record::Canary),
         }
     }
 
@@ -714,6 +718,7 @@ impl State {
             .values()
             .cloned()
             .map(Record::ChangeRequest);
+        let canaries = self.canaries.values().cloned().map(Record::Canary);
         envs.chain(ents)
             .chain(reqs)
             .chain(products)
@@ -727,6 +732,7 @@ impl State {
             .chain(modules)
             .chain(installations)
             .chain(crs)
+            .chain(canaries)
     }
 
     /// Adds a record while loading persisted state or a snapshot. Call
@@ -776,6 +782,9 @@ impl State {
             }
             Record::ChangeRequest(c) => {
                 self.change_requests.insert(c.id.clone(), c);
+            }
+            Record::Canary(c) => {
+                self.canaries.insert(c.id.clone(), c);
             }
         }
     }
