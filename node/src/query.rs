@@ -130,6 +130,17 @@ pub enum Query {
         /// `cr-…`.
         id: String,
     },
+    /// Canaries, optionally of one environment (SPEC K7 listing).
+    Canaries {
+        /// Only this environment.
+        #[serde(default)]
+        environment: Option<String>,
+    },
+    /// One canary with its spec, status block and recent actions.
+    Canary {
+        /// `<environment>/<name>`.
+        id: String,
+    },
 }
 
 /// Why a query failed.
@@ -497,12 +508,62 @@ pub fn answer(
             .filter(|c| !*open || c.status.is_open())
             .map(change_request_view)
             .collect::<Vec<_>>() }),
+        Query::Canaries { environment } => json!({ "canaries": state
+            .canaries()
+            .filter(|c| environment.as_ref().is_none_or(|e| *e == c.environment))
+            .map(|c| canary_view(c, false))
+            .collect::<Vec<_>>() }),
+        Query::Canary { id } => canary_view(
+            state
+                .canary(id)
+                .ok_or_else(|| QueryError::NotFound(format!("canary {id:?} not found")))?,
+            true,
+        ),
         Query::ChangeRequest { id } => change_request_view(
             state
                 .change_request(id)
                 .ok_or_else(|| QueryError::NotFound(format!("change request {id:?} not found")))?,
         ),
     })
+}
+
+fn canary_view(c: &hub_engine::canary_lifecycle::Canary, full: bool) -> Value {
+    let st = &c.status;
+    let mut v = json!({
+        "id": c.id, "namespace": c.environment, "name": c.name, "entity": c.entity,
+        "status": st.phase.as_str(), "weight": st.canary_weight,
+        "last_transition": format_time(st.phase_started_ms),
+        "promoted": st.is_promoted(),
+    });
+    if full {
+        v["yaml"] = json!(c.yaml);
+        v["status_block"] = json!({
+            "phase": st.phase.as_str(),
+            "canaryWeight": st.canary_weight,
+            "failedChecks": st.failed_checks,
+            "iterations": st.iterations,
+            "lastAppliedSpec": st.last_applied_spec,
+            "lastPromotedSpec": st.last_promoted_spec,
+            "conditions": [{
+                "type": "Promoted",
+                "status": st.promoted.status.as_str(),
+                "reason": st.promoted.reason.as_str(),
+                "message": st.promoted.message,
+                "lastTransitionTime": format_time(st.promoted.last_transition_ms),
+                "lastUpdateTime": format_time(st.promoted.last_update_ms),
+            }],
+        });
+        v["step"] = json!(st.step);
+        v["next_tick"] = time(st.next_tick_ms);
+        v["actions"] = json!(c
+            .actions
+            .iter()
+            .rev()
+            .take(20)
+            .map(|(step, a)| json!({"step": step, "action": hub_engine::canary_lifecycle::action_label(a)}))
+            .collect::<Vec<_>>());
+    }
+    v
 }
 
 fn modules_view(state: &State) -> Value {

@@ -1,6 +1,7 @@
 //! `hubctl`: the operator CLI. Global `-e/--endpoints` (any nodes; the CLI fails over between
 //! them) and `-o table|json|yaml`.
 
+mod canary;
 pub mod dev;
 mod modules;
 mod orch;

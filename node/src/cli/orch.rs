@@ -231,6 +231,9 @@ pub enum OrchCmd {
     /// Modules: publish definitions, install them, pause and resume updates (SPEC M8–M16).
     #[command(subcommand)]
     Module(super::modules::ModuleCmd),
+    /// Canaries: apply, get (-A), wait --for=promoted, promote, abort, retry, delete (SPEC K).
+    #[command(subcommand)]
+    Canary(super::canary::CanaryCmd),
     /// Module change requests: list, approve, reject (SPEC M9).
     #[command(subcommand, name = "changerequest")]
     ChangeRequest(super::modules::ChangeRequestCmd),
@@ -500,6 +503,7 @@ pub async fn run(client: &FailoverClient, cmd: OrchCmd, fmt: Format) -> anyhow::
         OrchCmd::Suppression(c) => suppression(client, c, fmt).await,
         OrchCmd::Plan(c) => super::plans::run(client, c, fmt).await,
         OrchCmd::Module(c) => super::modules::module(client, c, fmt).await,
+        OrchCmd::Canary(c) => super::canary::run(client, c, fmt).await,
         OrchCmd::ChangeRequest(c) => super::modules::change_request(client, c, fmt).await,
         OrchCmd::Command(c) => emergency(client, c, fmt).await,
         OrchCmd::Audit { limit, read } => {

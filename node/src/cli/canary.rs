@@ -1,0 +1,243 @@
+//! `hubctl canary …` (SPEC K1, K7, K10): apply a canary resource to an entity, list and show
+//! canaries (the status block as in Flagger), wait for promotion in CI, promote, abort, retry
+//! and delete.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Subcommand;
+use hub_engine::canary::Manual;
+use hub_engine::Command;
+use serde_json::{json, Value};
+
+use super::orch::{items, print_list, query, read_file, submit_and_print, ActorArg, FRESH};
+use super::output::{print, Format};
+use super::timeparse::parse_duration;
+use super::ReadArgs;
+use crate::client::FailoverClient;
+
+/// `hubctl canary …`.
+#[derive(Subcommand, Debug)]
+pub enum CanaryCmd {
+    /// Create or update a canary from its resource (YAML).
+    Apply {
+        /// The resource.
+        #[arg(long, short = 'f')]
+        file: PathBuf,
+        /// The environment, when `metadata.namespace` does not name it.
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
+    },
+    /// List canaries (`-A` for every environment), or show one (`-o yaml` for its status).
+    Get {
+        /// The canary's name (omit to list).
+        name: Option<String>,
+        /// Its environment.
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
+        /// Every environment.
+        #[arg(long, short = 'A')]
+        all_namespaces: bool,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Wait until the canary is promoted; non-zero on failure or timeout.
+    Wait {
+        /// The canary's name.
+        name: String,
+        /// Its environment.
+        #[arg(long, short = 'n')]
+        namespace: String,
+        /// The condition: `promoted`.
+        #[arg(long = "for", default_value = "promoted")]
+        condition: String,
+        /// How long to wait (e.g. `5m`).
+        #[arg(long, default_value = "5m")]
+        timeout: String,
+    },
+    /// Promote the revision under analysis now (skipping the remaining steps).
+    Promote {
+        /// The canary's name.
+        name: String,
+        /// Its environment.
+        #[arg(long, short = 'n')]
+        namespace: String,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+    /// Abort the analysis: all traffic back to the primary, the canary fails.
+    Abort {
+        /// The canary's name.
+        name: String,
+        /// Its environment.
+        #[arg(long, short = 'n')]
+        namespace: String,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+    /// Analyse a failed revision again.
+    Retry {
+        /// The canary's name.
+        name: String,
+        /// Its environment.
+        #[arg(long, short = 'n')]
+        namespace: String,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+    /// Delete the canary (`revertOnDeletion` restores the original routing).
+    Delete {
+        /// The canary's name.
+        name: String,
+        /// Its environment.
+        #[arg(long, short = 'n')]
+        namespace: String,
+    },
+}
+
+fn id(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Runs a `hubctl canary` command.
+pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow::Result<()> {
+    let command = match cmd {
+        CanaryCmd::Apply { file, namespace } => Command::ApplyCanary {
+            environment: namespace,
+            yaml: read_file(&file, "canary")?,
+        },
+        CanaryCmd::Get {
+            name: None,
+            namespace,
+            all_namespaces,
+            read,
+        } => {
+            if namespace.is_none() && !all_namespaces {
+                anyhow::bail!("give -n ENVIRONMENT, or -A for every environment");
+            }
+            let v = query(
+                client,
+                json!({"query": "canaries", "environment": if all_namespaces { None } else { namespace }}),
+                read,
+            )
+            .await?;
+            return print_list(
+                fmt,
+                items(&v, "canaries"),
+                &[
+                    "NAMESPACE",
+                    "NAME",
+                    "STATUS",
+                    "WEIGHT",
+                    "LASTTRANSITIONTIME",
+                ],
+                |c| {
+                    json!({"NAMESPACE": c["namespace"], "NAME": c["name"], "STATUS": c["status"],
+                        "WEIGHT": c["weight"], "LASTTRANSITIONTIME": c["last_transition"]})
+                },
+            );
+        }
+        CanaryCmd::Get {
+            name: Some(name),
+            namespace,
+            read,
+            ..
+        } => {
+            let namespace = namespace.context("-n ENVIRONMENT: required with a name")?;
+            let v = query(
+                client,
+                json!({"query": "canary", "id": id(&namespace, &name)}),
+                read,
+            )
+            .await?;
+            if matches!(fmt, Format::Yaml | Format::Json) {
+                let out = json!({"metadata": {"name": v["name"], "namespace": v["namespace"]},
+                    "spec": {"entity": v["entity"]}, "status": v["status_block"]});
+                return print(fmt, &out, &[]);
+            }
+            return print(
+                fmt,
+                &v,
+                &[
+                    "namespace",
+                    "name",
+                    "status",
+                    "weight",
+                    "last_transition",
+                    "step",
+                ],
+            );
+        }
+        CanaryCmd::Wait {
+            name,
+            namespace,
+            condition,
+            timeout,
+        } => return wait(client, &id(&namespace, &name), &condition, &timeout).await,
+        CanaryCmd::Promote {
+            name,
+            namespace,
+            actor,
+        } => Command::CanaryManual {
+            id: id(&namespace, &name),
+            action: Manual::Promote,
+            actor: actor.name(),
+        },
+        CanaryCmd::Abort {
+            name,
+            namespace,
+            actor,
+        } => Command::CanaryManual {
+            id: id(&namespace, &name),
+            action: Manual::Abort,
+            actor: actor.name(),
+        },
+        CanaryCmd::Retry {
+            name,
+            namespace,
+            actor,
+        } => Command::CanaryManual {
+            id: id(&namespace, &name),
+            action: Manual::Retry,
+            actor: actor.name(),
+        },
+        CanaryCmd::Delete { name, namespace } => Command::DeleteCanary {
+            id: id(&namespace, &name),
+        },
+    };
+    submit_and_print(client, &command, fmt).await.map(drop)
+}
+
+/// Polls the canary until it is promoted (exit 0), failed, or the timeout passes.
+async fn wait(
+    client: &FailoverClient,
+    id: &str,
+    condition: &str,
+    timeout: &str,
+) -> anyhow::Result<()> {
+    if condition != "promoted" && condition != "condition=promoted" {
+        anyhow::bail!("--for {condition:?}: only `promoted` can be waited for");
+    }
+    let timeout_ms = parse_duration(timeout).map_err(|e| anyhow::anyhow!("--timeout: {e}"))?;
+    let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+    let deadline = Instant::now() + timeout;
+    loop {
+        let v: Value = query(client, json!({"query": "canary", "id": id}), FRESH).await?;
+        let phase = v["status"].as_str().unwrap_or_default().to_string();
+        if v["promoted"] == true && phase == "Succeeded" {
+            println!("canary {id} promoted");
+            return Ok(());
+        }
+        if phase == "Failed" {
+            anyhow::bail!(
+                "canary {id} failed: {}",
+                v["status_block"]["conditions"][0]["message"]
+            );
+        }
+        if Instant::now() >= deadline {
+            anyhow::bail!("canary {id}: still {phase} after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

@@ -1,0 +1,147 @@
+//! `hubctl canary` against a 3-node hub (SPEC K1, K7, K10): a resource applied to an entity,
+//! listed like Flagger's `get canaries -A`, bad input refused with the path and the running
+//! canary untouched, a manual abort, `wait` failing on timeout, deletion.
+//!
+//! The leader's analysis ticks and the agent's proxy are not exercised here.
+
+use std::path::{Path, PathBuf};
+
+use hub_tests::{Cluster, CmdOutput};
+use serde_json::{json, Value};
+
+fn fixture() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../engine/tests/fixtures/canary/valid/podinfo.yml");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    path
+}
+
+#[track_caller]
+fn ok(cluster: &Cluster, args: &[&str]) -> CmdOutput {
+    cluster.hubctl(args).expect_ok(&args.join(" "))
+}
+
+fn list(cluster: &Cluster) -> Vec<Value> {
+    ok(cluster, &["canary", "get", "-A", "-o", "json"])
+        .json()
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn canary_resources_through_hubctl() {
+    let cluster = Cluster::up(3, "");
+    let dir = cluster.dir().to_path_buf();
+    ok(&cluster, &["env", "create", "prod"]);
+    cluster
+        .submit(json!({"CreateEntity": {"environment": "prod", "kind": "HelmChart", "name": "podinfo",
+            "product_id": "com.example:podinfo", "k8s_namespace": "podinfo", "account_id": null, "release_channel": null}}))
+        .expect("entity");
+    let good = write(&dir, "podinfo.yml", &fixture());
+    ok(
+        &cluster,
+        &[
+            "canary",
+            "apply",
+            "-f",
+            good.to_str().unwrap(),
+            "-n",
+            "prod",
+        ],
+    );
+    let rows = list(&cluster);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (
+            rows[0]["namespace"].clone(),
+            rows[0]["name"].clone(),
+            rows[0]["status"].clone(),
+            rows[0]["weight"].clone()
+        ),
+        (
+            json!("prod"),
+            json!("podinfo"),
+            json!("Initializing"),
+            json!(0)
+        )
+    );
+    let table = ok(&cluster, &["canary", "get", "-A"]).stdout;
+    assert!(table.contains("LASTTRANSITIONTIME"), "{table}");
+
+    // Bad input: the error names the path; the canary is untouched.
+    let before = ok(
+        &cluster,
+        &["canary", "get", "podinfo", "-n", "prod", "-o", "json"],
+    )
+    .json();
+    let bad = write(
+        &dir,
+        "bad.yml",
+        &fixture().replace("maxWeight: 50", "maxWeight: 101"),
+    );
+    let out = cluster.hubctl(&["canary", "apply", "-f", bad.to_str().unwrap(), "-n", "prod"]);
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        out.stderr.contains("spec.analysis.maxWeight"),
+        "{}",
+        out.describe()
+    );
+    let after = ok(
+        &cluster,
+        &["canary", "get", "podinfo", "-n", "prod", "-o", "json"],
+    )
+    .json();
+    assert_eq!(before, after);
+    assert_eq!(after["status"]["phase"], "Initializing", "{after}");
+    assert_eq!(
+        after["status"]["conditions"][0]["type"], "Promoted",
+        "{after}"
+    );
+
+    // `wait` fails on timeout with a non-zero exit.
+    let out = cluster.hubctl(&[
+        "canary",
+        "wait",
+        "podinfo",
+        "-n",
+        "prod",
+        "--for",
+        "promoted",
+        "--timeout",
+        "1s",
+    ]);
+    assert!(
+        !out.success() && out.stderr.contains("still"),
+        "{}",
+        out.describe()
+    );
+
+    // A manual abort is one committed step, audited.
+    ok(
+        &cluster,
+        &[
+            "canary", "abort", "podinfo", "-n", "prod", "--actor", "alice",
+        ],
+    );
+    let v = cluster
+        .query(json!({"query": "canary", "id": "prod/podinfo"}))
+        .expect("canary");
+    assert_eq!(v["step"], 1, "{v}");
+    let audit = cluster.query(json!({"query": "audit"})).expect("audit");
+    assert!(audit.to_string().contains("canary-abort"), "{audit}");
+
+    ok(&cluster, &["canary", "delete", "podinfo", "-n", "prod"]);
+    assert!(list(&cluster).is_empty());
+    let out = cluster.hubctl(&["canary", "promote", "podinfo", "-n", "prod"]);
+    assert!(
+        !out.success() && out.stderr.contains("not found"),
+        "{}",
+        out.describe()
+    );
+}
