@@ -206,6 +206,66 @@ impl State {
         })
     }
 
+    /// Applies one planned tick: runs the phase machine with the leader's observations if the
+    /// canary is still at `step`; otherwise (a deposed leader's proposal, a duplicate) changes
+    /// nothing (SPEC K9).
+    pub(crate) fn canary_tick(
+        &mut self,
+        id: &str,
+        step: u64,
+        input: &TickInput,
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) -> Result<CommandOutput, CommandError> {
+        let c = self
+            .canaries
+            .get(id)
+            .ok_or_else(|| CommandError::NotFound {
+                kind: "canary".into(),
+                name: id.to_string(),
+            })?;
+        if c.status.step != step {
+            return Ok(CommandOutput::Changed {
+                id: id.to_string(),
+                summary: format!(
+                    "stale tick (planned at step {step}, canary at {}) ignored",
+                    c.status.step
+                ),
+            });
+        }
+        let outcome = advance(&c.spec, &c.status, input, now);
+        debug_assert_eq!(outcome.status.step, step + 1, "a tick advances one step");
+        let entity = c.entity.clone();
+        let before = c.status.phase;
+        let Some(c) = self.canaries.get_mut(id) else {
+            // Proven above: the canary exists and nothing removed it since.
+            return Err(CommandError::FailedPrecondition(format!(
+                "canary {id} vanished"
+            )));
+        };
+        c.status = outcome.status;
+        c.record_actions(step, outcome.actions);
+        let after = c.status.phase;
+        let weight = c.status.canary_weight;
+        fx.changed.push(RecordKey::Canary(id.to_string()));
+        let mut summary = format!(
+            "canary {id} step {step}: {} -> {}, weight {weight}",
+            before.as_str(),
+            after.as_str()
+        );
+        if !outcome.events.is_empty() {
+            summary.push_str(&format!(": {}", outcome.events.join("; ")));
+        }
+        if before != after && self.entities.contains_key(&entity) {
+            self.note(&entity, now, index, "canary", summary.clone(), fx);
+        }
+        Ok(CommandOutput::Changed {
+            id: id.to_string(),
+            summary,
+        })
+    }
+
     /// Runs an operator's promote, abort or retry as a tick of its own, at once (SPEC K10).
     pub(crate) fn canary_manual(
         &mut self,

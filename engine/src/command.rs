@@ -347,6 +347,16 @@ pub enum Command {
         /// `<environment>/<name>`.
         id: String,
     },
+    /// One analysis tick of a canary, proposed by the leader with what it observed; applied
+    /// only while the canary is still at `step` (SPEC K9: at most once across failovers).
+    CanaryTick {
+        /// `<environment>/<name>`.
+        id: String,
+        /// The step the tick was planned at.
+        step: u64,
+        /// Revision, readiness, webhook answers, metric values.
+        input: crate::canary::TickInput,
+    },
     /// An operator's promote, abort or retry of a canary's revision (SPEC K10).
     CanaryManual {
         /// `<environment>/<name>`.
@@ -476,6 +486,7 @@ impl Command {
             Command::ApplyCanary { .. } => "apply_canary",
             Command::DeleteCanary { .. } => "delete_canary",
             Command::CanaryManual { .. } => "canary_manual",
+            Command::CanaryTick { .. } => "canary_tick",
             Command::PublishModule { .. } => "publish_module",
             Command::DeleteModule { .. } => "delete_module",
             Command::InstallModule { .. } => "install_module",

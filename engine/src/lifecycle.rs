@@ -314,6 +314,9 @@ impl State {
                 self.apply_canary(environment.as_deref(), yaml, now, index, fx)
             }
             Command::DeleteCanary { id } => self.delete_canary(id, now, index, fx),
+            Command::CanaryTick { id, step, input } => {
+                self.canary_tick(id, *step, input, now, index, fx)
+            }
             Command::CanaryManual { id, action, actor } => {
                 if actor.trim().is_empty() {
                     return Err(CommandError::invalid("actor", "required"));

@@ -48,9 +48,11 @@ pub fn parse_submitted(json: &str) -> Result<Command, Status> {
         }
     })?;
     match command {
-        Command::Evaluate { .. } | Command::ExpireSuppressions => Err(Status::permission_denied(
-            "evaluations are proposed by the leader only",
-        )),
+        Command::Evaluate { .. } | Command::ExpireSuppressions | Command::CanaryTick { .. } => {
+            Err(Status::permission_denied(
+                "evaluations and canary ticks are proposed by the leader only",
+            ))
+        }
         Command::ReportEntityStates { .. }
         | Command::ReportTask { .. }
         | Command::ReportTasks { .. } => Err(Status::permission_denied(

@@ -136,6 +136,17 @@ fn canary_resources_through_hubctl() {
     let audit = cluster.query(json!({"query": "audit"})).expect("audit");
     assert!(audit.to_string().contains("canary-abort"), "{audit}");
 
+    // Ticks are the leader's alone.
+    let err = cluster
+        .submit(
+            json!({"CanaryTick": {"id": "prod/podinfo", "step": 1, "input": {
+            "revision": "r", "primary_ready_percent": 100, "canary_ready_percent": 100,
+            "primary_revision": null, "canary_revision": null, "webhooks": {}, "metrics": {},
+            "manual": null}}}),
+        )
+        .expect_err("leader only");
+    assert!(err.contains("leader only"), "{err}");
+
     ok(&cluster, &["canary", "delete", "podinfo", "-n", "prod"]);
     assert!(list(&cluster).is_empty());
     let out = cluster.hubctl(&["canary", "promote", "podinfo", "-n", "prod"]);
