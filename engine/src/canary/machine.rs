@@ -485,6 +485,21 @@ impl Tick<'_> {
             return;
         }
         if let Err(held) = self.gate(WebhookType::ConfirmRollout) {
+            if self.s.canary_weight > 0 || self.s.match_routing {
+                // Traffic is still on the canary after a failed promotion: it moves back to
+                // the primary only once the primary is ready; Waiting carries none.
+                if !self.primary_ready() {
+                    self.event(
+                        EventKind::Warning,
+                        format!(
+                            "New revision {rev} of {} waits for the primary to be ready",
+                            self.spec.name
+                        ),
+                    );
+                    return;
+                }
+                self.route_all_to_primary();
+            }
             if self.s.phase != Phase::Waiting {
                 self.s.set_phase(
                     Phase::Waiting,
@@ -566,10 +581,42 @@ impl Tick<'_> {
 
     /// Waiting, but the target went back to a revision that needs no analysis.
     fn settle_waiting(&mut self, rev: &str) {
+        if self.s.canary_weight > 0 || self.s.match_routing {
+            // Only after a failed promotion: the canary still carries the traffic because the
+            // primary never became ready. Nothing is settled and no traffic moves to a
+            // primary that may be dead (SPEC K10); a retry promotes again.
+            let msg = format!(
+                "Revision {rev} needs no analysis, but traffic is still on the canary after a \
+                 failed promotion; retry to promote again."
+            );
+            self.s.set_phase(Phase::Failed, msg, self.now);
+            self.event(
+                EventKind::Warning,
+                format!(
+                    "{} stays Failed with traffic on the canary until a retry",
+                    self.spec.name
+                ),
+            );
+            return;
+        }
         if self.s.failed_spec.as_deref() == Some(rev) {
             let msg = format!("Revision {rev} failed before; it does not restart by itself.");
             self.s.set_phase(Phase::Failed, msg, self.now);
+        } else if self.s.primary_revision.as_deref() != Some(rev) {
+            // After a failed promotion the primary runs another revision: claiming success
+            // would be false. The operator retries the promotion or publishes a revision.
+            let msg = format!(
+                "The target is back at {rev}, but the primary runs {}; retry the promotion \
+                 or publish a new revision.",
+                self.s.primary_revision.as_deref().unwrap_or("nothing")
+            );
+            self.s.set_phase(Phase::Failed, msg, self.now);
         } else {
+            if self.s.canary_revision.is_some() {
+                // A canary left running (a failed promotion's) is not needed at rest.
+                self.actions.push(Action::ScaleCanaryToZero);
+                self.s.canary_revision = None;
+            }
             self.s.last_applied_spec = Some(rev.to_string());
             let msg = "The target is back at the promoted revision.".to_string();
             self.s.set_phase(Phase::Succeeded, msg, self.now);
@@ -1280,6 +1327,66 @@ mod tests {
                 status = out.status;
             }
         }
+    }
+
+    /// Regression (found by the property test in CI): a promotion fails forward (traffic on
+    /// the canary, primary not ready), a new revision is held at its gate, then the target
+    /// goes back to the promoted revision. The canary must neither settle as Succeeded with
+    /// traffic on it nor claim success while the primary runs another revision.
+    #[test]
+    fn back_to_the_promoted_revision_after_a_failed_promotion_keeps_traffic_on_the_canary() {
+        let spec = specs().swap_remove(0);
+        let mut status = CanaryStatus::new(0);
+        let mut now = 0;
+        let ticks: Vec<(u8, u8, u8, Option<u8>, bool)> = vec![
+            (1, 0, 0, None, false),
+            (1, 0, 1, None, false),
+            (0, 103, 57, None, false),
+            (0, 0, 0, Some(0), false),
+            (0, 0, 49, None, false),
+            (0, 0, 147, None, false),
+            (0, 0, 7, None, false),
+            (3, 20, 1, None, false),
+            (1, 0, 0, None, false),
+        ];
+        for (rev, bits, ready, manual, force) in ticks {
+            now += 1_000;
+            let revision = if rev == 3 {
+                "r2".to_string()
+            } else {
+                format!("r{}", rev.min(1))
+            };
+            let plan = plan_tick(&spec, &status, &revision, now);
+            let manual =
+                manual.map(|m| [Manual::Promote, Manual::Abort, Manual::Retry][usize::from(m)]);
+            if !plan.due && manual.is_none() && !force {
+                continue;
+            }
+            let mut input = TickInput::new(revision.clone());
+            input.primary_ready_percent = if ready % 7 == 0 { 0 } else { 100 };
+            input.canary_ready_percent = if ready % 5 == 0 { 0 } else { 100 };
+            input.manual = manual;
+            for (i, call) in plan.webhooks.iter().enumerate() {
+                let ok = bits & (1 << (i % 8)) != 0;
+                input.webhooks.insert(
+                    call.name.clone(),
+                    WebhookResult::from_status(if ok { 200 } else { 500 }, ""),
+                );
+            }
+            for q in &plan.metrics {
+                input
+                    .metrics
+                    .insert(q.name.clone(), (bits % 3 != 0).then_some(100_000));
+            }
+            let out = advance(&spec, &status, &input, now);
+            status = out.status;
+        }
+        // The primary became ready (running the failed promotion's revision r0) when r2
+        // arrived, so traffic went back to it; back at r1, the canary does not claim success
+        // while the primary runs r0.
+        assert_eq!(status.phase, Phase::Failed, "{status:?}");
+        assert_eq!(status.canary_weight, 0, "{status:?}");
+        assert_eq!(status.primary_revision.as_deref(), Some("r0"));
     }
 
     #[test]
