@@ -249,3 +249,120 @@ fn a_tick_is_applied_at_most_once() {
     // Through Hub.Submit a tick is refused (leader only) — checked in the node's API; here the
     // engine accepts it because only the leader proposes it.
 }
+
+mod random {
+    //! Random histories of canary commands through the harness (determinism, refused commands
+    //! change nothing, persisted changes rebuild the state), with the tick at-most-once rule:
+    //! a tick applies only at its planned step, so the step counts exactly the ticks and
+    //! manual commands that applied.
+    use super::*;
+    use hub_engine::canary::{plan_tick, TickInput, WebhookResult};
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Apply(u8),
+        Tick {
+            revision: u8,
+            stale: bool,
+            ok: bool,
+            ready: bool,
+        },
+        Manual(u8),
+        Delete,
+        Wait(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            1 => any::<u8>().prop_map(Op::Apply),
+            8 => (0u8..3, prop::bool::weighted(0.2), prop::bool::weighted(0.8), prop::bool::weighted(0.9))
+                .prop_map(|(revision, stale, ok, ready)| Op::Tick { revision, stale, ok, ready }),
+            1 => (0u8..3).prop_map(Op::Manual),
+            1 => (0u8..8).prop_filter_map("rare", |d| (d == 0).then_some(Op::Delete)),
+            2 => (0u8..10).prop_map(Op::Wait),
+        ]
+    }
+
+    fn resource(variant: u8) -> String {
+        let strategy = match variant % 3 {
+            0 => "maxWeight: 30\n    stepWeight: 10",
+            1 => "stepWeights: [5, 50]",
+            _ => "iterations: 2",
+        };
+        format!(
+            "metadata: {{name: podinfo}}\nspec:\n  targetRef: {{name: podinfo}}\n  service: {{port: 80}}\n  \
+             suspend: {}\n  analysis:\n    interval: 1s\n    threshold: 2\n    {strategy}\n    \
+             webhooks:\n      - {{name: gate, type: confirm-promotion, url: 'http://g/'}}\n    \
+             metrics:\n      - {{name: request-success-rate, thresholdRange: {{min: 99}}}}\n",
+            variant % 7 == 6
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn canary_histories_replay_and_apply_each_tick_once(ops in prop::collection::vec(op(), 1..80)) {
+            let mut hub = setup();
+            let id = "prod/podinfo";
+            let mut applied_steps = 0u64;
+            for op in &ops {
+                let step_before = hub.state.canary(id).map(|c| c.status.step);
+                let command = match op {
+                    Op::Apply(v) => Command::ApplyCanary {
+                        environment: Some("prod".into()),
+                        yaml: resource(*v),
+                    },
+                    Op::Tick { revision, stale, ok, ready } => {
+                        let Some(c) = hub.state.canary(id).cloned() else { continue };
+                        let rev = format!("r{revision}");
+                        let plan = plan_tick(&c.spec, &c.status, &rev, hub.now);
+                        let mut input = TickInput::new(rev);
+                        input.primary_ready_percent = if *ready { 100 } else { 0 };
+                        for w in &plan.webhooks {
+                            input.webhooks.insert(w.name.clone(), WebhookResult::from_status(if *ok { 200 } else { 500 }, ""));
+                        }
+                        for m in &plan.metrics {
+                            input.metrics.insert(m.name.clone(), ok.then_some(100_000));
+                        }
+                        let step = if *stale { plan.step.wrapping_sub(1) } else { plan.step };
+                        Command::CanaryTick { id: id.into(), step, input }
+                    }
+                    Op::Manual(m) => Command::CanaryManual {
+                        id: id.into(),
+                        action: [Manual::Promote, Manual::Abort, Manual::Retry][usize::from(*m)],
+                        actor: "p".into(),
+                    },
+                    Op::Delete => Command::DeleteCanary { id: id.into() },
+                    Op::Wait(s) => {
+                        hub.advance(i64::from(*s) * 500);
+                        continue;
+                    }
+                };
+                let is_tick_or_manual = matches!(op, Op::Tick { .. } | Op::Manual(_));
+                let stale = matches!(op, Op::Tick { stale: true, .. });
+                let result = hub.apply(command).result;
+                let step_after = hub.state.canary(id).map(|c| c.status.step);
+                match (op, step_before, step_after) {
+                    (Op::Delete, _, _) | (Op::Apply(_), None, _) => applied_steps = 0,
+                    _ if is_tick_or_manual && result.is_ok() => {
+                        if let (Some(b), Some(a)) = (step_before, step_after) {
+                            if stale {
+                                prop_assert_eq!(a, b, "a stale tick changed the step");
+                            } else {
+                                prop_assert_eq!(a, b + 1, "an applied tick moves one step");
+                                applied_steps += 1;
+                            }
+                        }
+                    }
+                    _ => prop_assert_eq!(step_before, step_after, "{:?} moved the step", op),
+                }
+                if let Some(c) = hub.state.canary(id) {
+                    prop_assert_eq!(c.status.step, applied_steps);
+                    prop_assert!(c.status.canary_weight <= 100);
+                }
+            }
+        }
+    }
+}
