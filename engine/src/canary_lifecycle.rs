@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::canary::{
-    advance, parse_canary, terminate, Action, CanarySpec, CanaryStatus, Manual, TickInput,
+    advance, parse_canary, terminate, Action, CanarySpec, CanaryStatus, Manual, Phase, TickInput,
 };
 use crate::command::CommandOutput;
 use crate::entity::EntityId;
@@ -236,29 +236,18 @@ impl State {
         }
         let outcome = advance(&c.spec, &c.status, input, now);
         debug_assert_eq!(outcome.status.step, step + 1, "a tick advances one step");
-        let entity = c.entity.clone();
-        let before = c.status.phase;
-        let Some(c) = self.canaries.get_mut(id) else {
-            // Proven above: the canary exists and nothing removed it since.
-            return Err(CommandError::FailedPrecondition(format!(
-                "canary {id} vanished"
-            )));
-        };
-        c.status = outcome.status;
-        c.record_actions(step, outcome.actions);
-        let after = c.status.phase;
-        let weight = c.status.canary_weight;
-        fx.changed.push(RecordKey::Canary(id.to_string()));
-        let mut summary = format!(
-            "canary {id} step {step}: {} -> {}, weight {weight}",
-            before.as_str(),
-            after.as_str()
+        let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, fx);
+        let weight = self.canaries.get(id).map_or(0, |c| c.status.canary_weight);
+        let summary = with_events(
+            format!(
+                "canary {id} step {step}: {} -> {}, weight {weight}",
+                before.as_str(),
+                after.as_str()
+            ),
+            &outcome.events,
         );
-        if !outcome.events.is_empty() {
-            summary.push_str(&format!(": {}", outcome.events.join("; ")));
-        }
-        if before != after && self.entities.contains_key(&entity) {
-            self.note(&entity, now, index, "canary", summary.clone(), fx);
+        if before != after {
+            self.note_canary(id, summary.clone(), now, index, fx);
         }
         Ok(CommandOutput::Changed {
             id: id.to_string(),
@@ -289,35 +278,60 @@ impl State {
         }
         let input = TickInput::manual(c.current_revision(), manual);
         let outcome = advance(&c.spec, &c.status, &input, now);
-        let entity = c.entity.clone();
-        let before = c.status.phase;
         let step = c.status.step;
-        let Some(c) = self.canaries.get_mut(id) else {
-            // Proven above: the canary exists and nothing removed it since.
-            return Err(CommandError::FailedPrecondition(format!(
-                "canary {id} vanished"
-            )));
-        };
-        c.status = outcome.status;
-        c.record_actions(step, outcome.actions);
-        let after = c.status.phase;
-        fx.changed.push(RecordKey::Canary(id.to_string()));
-        let mut summary = format!(
-            "canary {id}: {} ({} -> {})",
-            manual.as_str(),
-            before.as_str(),
-            after.as_str()
+        let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, fx);
+        let summary = with_events(
+            format!(
+                "canary {id}: {} ({} -> {})",
+                manual.as_str(),
+                before.as_str(),
+                after.as_str()
+            ),
+            &outcome.events,
         );
-        if !outcome.events.is_empty() {
-            summary.push_str(&format!(": {}", outcome.events.join("; ")));
-        }
-        if self.entities.contains_key(&entity) {
-            self.note(&entity, now, index, "canary", summary.clone(), fx);
-        }
+        self.note_canary(id, summary.clone(), now, index, fx);
         Ok(CommandOutput::Changed {
             id: id.to_string(),
             summary,
         })
+    }
+
+    /// Stores the status a tick decided and its actions (decided at `step`); returns the
+    /// phases before and after.
+    fn commit_outcome(
+        &mut self,
+        id: &str,
+        step: u64,
+        status: CanaryStatus,
+        actions: Vec<Action>,
+        fx: &mut Effects,
+    ) -> (Phase, Phase) {
+        let Some(c) = self.canaries.get_mut(id) else {
+            // Callers looked the canary up just before; nothing removed it since.
+            return (status.phase, status.phase);
+        };
+        let before = c.status.phase;
+        c.status = status;
+        c.record_actions(step, actions);
+        fx.changed.push(RecordKey::Canary(id.to_string()));
+        (before, c.status.phase)
+    }
+
+    /// Notes `summary` in the activity of the canary's entity, if it still exists.
+    fn note_canary(
+        &mut self,
+        id: &str,
+        summary: String,
+        now: TimestampMs,
+        index: u64,
+        fx: &mut Effects,
+    ) {
+        let Some(entity) = self.canaries.get(id).map(|c| c.entity.clone()) else {
+            return;
+        };
+        if self.entities.contains_key(&entity) {
+            self.note(&entity, now, index, "canary", summary, fx);
+        }
     }
 
     /// One canary.
@@ -329,6 +343,14 @@ impl State {
     pub fn canaries(&self) -> impl Iterator<Item = &Canary> {
         self.canaries.values()
     }
+}
+
+/// `summary`, followed by the tick's events when there are any.
+fn with_events(mut summary: String, events: &[String]) -> String {
+    if !events.is_empty() {
+        summary.push_str(&format!(": {}", events.join("; ")));
+    }
+    summary
 }
 
 /// A short name for an action, for summaries.

@@ -138,6 +138,46 @@ pub struct Entity {
 }
 
 impl Entity {
+    /// A new, unmanaged entity with the defaults every entity starts with: the default
+    /// dependency group, no windows, config, secrets or reported state.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: EntityId,
+        environment: &str,
+        kind: EntityKind,
+        name: &str,
+        product_id: &str,
+        k8s_namespace: Option<String>,
+        account_id: Option<String>,
+        release_channel: String,
+        created_at_ms: TimestampMs,
+    ) -> Self {
+        Entity {
+            id,
+            environment: environment.to_string(),
+            kind,
+            name: name.to_string(),
+            product_id: product_id.to_string(),
+            k8s_namespace,
+            account_id,
+            release_channel,
+            created_at_ms,
+            dependency_groups: BTreeSet::from([DEFAULT_DEPENDENCY_GROUP.to_string()]),
+            ignored_dependencies: BTreeSet::new(),
+            maintenance_window: None,
+            window_overrides: Vec::new(),
+            config_overrides: BTreeMap::new(),
+            secrets: BTreeMap::new(),
+            secrets_revision: 0,
+            reported: ReportedState::default(),
+            owner_module: None,
+            marked_for_uninstall: false,
+            uninstall_min_version: None,
+            required_secrets: BTreeSet::new(),
+            dependency_group_overrides: BTreeMap::new(),
+        }
+    }
+
     /// The config overrides that apply to `version`: the newest key not above it.
     pub fn config_for(&self, version: &Version) -> &str {
         self.config_overrides

@@ -10,10 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use semver::Version;
 
 use crate::command::{Command, CommandOutput};
-use crate::entity::{
-    Entity, EntityId, EntityKind, DEFAULT_DEPENDENCY_GROUP, DEFAULT_RELEASE_CHANNEL,
-    MAX_ENTITY_ID_LEN,
-};
+use crate::entity::{Entity, EntityId, EntityKind, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN};
 use crate::error::CommandError;
 use crate::installation::{
     ChangeRequest, ChangeRequestStatus, Installation, ManagedEntity, PublishedModule,
@@ -501,14 +498,7 @@ impl State {
             .ok_or_else(|| not_found("module installation", id))?;
         self.cancel_open_change_requests(id, "installation unlinked", now, fx);
         for entity in inst.entities.keys() {
-            if let Some(e) = self.entities.get_mut(entity) {
-                if e.owner_module.as_deref() == Some(inst.module.as_str()) {
-                    e.owner_module = None;
-                    e.required_secrets.clear();
-                    fx.changed.push(RecordKey::Entity(entity.clone()));
-                    fx.triggers.push(Trigger::EntityOnly(entity.clone()));
-                }
-            }
+            self.release_ownership(entity, &inst.module, fx);
         }
         self.installations.remove(id);
         fx.changed.push(RecordKey::Installation(id.to_string()));
@@ -730,30 +720,17 @@ impl State {
                         // Nothing installed, nothing to uninstall: the entity is not created.
                         continue;
                     }
-                    Entity {
-                        id: id.clone(),
-                        environment: inst.environment.clone(),
-                        kind: r.kind,
-                        name: r.entity_name.clone(),
-                        product_id: r.product_id.clone(),
-                        k8s_namespace: r.k8s_namespace.clone(),
-                        account_id: r.account_id.clone(),
-                        release_channel: DEFAULT_RELEASE_CHANNEL.to_string(),
-                        created_at_ms: 0,
-                        dependency_groups: BTreeSet::from([DEFAULT_DEPENDENCY_GROUP.to_string()]),
-                        ignored_dependencies: BTreeSet::new(),
-                        maintenance_window: None,
-                        window_overrides: Vec::new(),
-                        config_overrides: BTreeMap::new(),
-                        secrets: BTreeMap::new(),
-                        secrets_revision: 0,
-                        reported: Default::default(),
-                        owner_module: None,
-                        marked_for_uninstall: false,
-                        uninstall_min_version: None,
-                        required_secrets: BTreeSet::new(),
-                        dependency_group_overrides: BTreeMap::new(),
-                    }
+                    Entity::new(
+                        id.clone(),
+                        &inst.environment,
+                        r.kind,
+                        &r.entity_name,
+                        &r.product_id,
+                        r.k8s_namespace.clone(),
+                        r.account_id.clone(),
+                        DEFAULT_RELEASE_CHANNEL.to_string(),
+                        0,
+                    )
                 }
             };
             for g in &r.dependency_groups {
@@ -868,6 +845,19 @@ impl State {
         Ok(())
     }
 
+    /// Ends `module`'s management of `entity` (if it still manages it): the entity stays
+    /// installed, unowned, without the module's secret requirements (SPEC M11, M16).
+    fn release_ownership(&mut self, entity: &str, module: &str, fx: &mut Effects) {
+        if let Some(e) = self.entities.get_mut(entity) {
+            if e.owner_module.as_deref() == Some(module) {
+                e.owner_module = None;
+                e.required_secrets.clear();
+                fx.changed.push(RecordKey::Entity(entity.to_string()));
+                fx.triggers.push(Trigger::EntityOnly(entity.to_string()));
+            }
+        }
+    }
+
     /// Applies a computed [`ModuleSync`] to the state and to `inst`.
     fn apply_module_sync(
         &mut self,
@@ -911,14 +901,7 @@ impl State {
             );
         }
         for id in &sync.unmanage {
-            if let Some(e) = self.entities.get_mut(id) {
-                if e.owner_module.as_deref() == Some(inst.module.as_str()) {
-                    e.owner_module = None;
-                    e.required_secrets.clear();
-                    fx.changed.push(RecordKey::Entity(id.clone()));
-                    fx.triggers.push(Trigger::EntityOnly(id.clone()));
-                }
-            }
+            self.release_ownership(id, &inst.module, fx);
             if self.entities.contains_key(id) {
                 self.note(
                     id,

@@ -14,10 +14,7 @@ use sha2::{Digest, Sha256};
 use crate::activity::Activity;
 use crate::canary_lifecycle::Canary;
 use crate::command::{Command, CommandOutput, Request};
-use crate::entity::{
-    Entity, EntityId, EntityKind, DEFAULT_DEPENDENCY_GROUP, DEFAULT_RELEASE_CHANNEL,
-    MAX_ENTITY_ID_LEN,
-};
+use crate::entity::{Entity, EntityId, EntityKind, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN};
 use crate::environment::Environment;
 use crate::error::CommandError;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
@@ -301,30 +298,17 @@ impl State {
                         name: id.0,
                     });
                 }
-                let entity = Entity {
-                    id: id.clone(),
-                    environment: environment.clone(),
-                    kind: *kind,
-                    name: name.clone(),
-                    product_id: product_id.clone(),
+                let entity = Entity::new(
+                    id.clone(),
+                    environment,
+                    *kind,
+                    name,
+                    product_id,
                     k8s_namespace,
                     account_id,
                     release_channel,
-                    created_at_ms: now,
-                    dependency_groups: BTreeSet::from([DEFAULT_DEPENDENCY_GROUP.to_string()]),
-                    ignored_dependencies: BTreeSet::new(),
-                    maintenance_window: None,
-                    window_overrides: Vec::new(),
-                    config_overrides: BTreeMap::new(),
-                    secrets: BTreeMap::new(),
-                    secrets_revision: 0,
-                    reported: Default::default(),
-                    owner_module: None,
-                    marked_for_uninstall: false,
-                    uninstall_min_version: None,
-                    required_secrets: BTreeSet::new(),
-                    dependency_group_overrides: BTreeMap::new(),
-                };
+                    now,
+                );
                 self.idx
                     .entities_by_product
                     .entry((environment.clone(), product_id.clone()))
