@@ -10,11 +10,13 @@ use serde::{Deserialize, Serialize};
 use crate::canary::{
     advance, parse_canary, terminate, Action, CanarySpec, CanaryStatus, Manual, Phase, TickInput,
 };
+use crate::canary_rollout::{CanaryObservation, CanaryRevision};
 use crate::command::CommandOutput;
 use crate::entity::EntityId;
 use crate::error::CommandError;
+use crate::plan::Plan;
 use crate::record::RecordKey;
-use crate::state::{Effects, State};
+use crate::state::{Effects, State, Trigger};
 use crate::TimestampMs;
 
 /// Most actions remembered on a canary record (the newest).
@@ -39,6 +41,15 @@ pub struct Canary {
     pub status: CanaryStatus,
     /// The newest actions decided, oldest first, with the step that decided them.
     pub actions: Vec<(u64, Action)>,
+    /// The revision the analysis is about: the entity's newest candidate that passed every
+    /// constraint (or what it runs), set by evaluations. `None` until the first one.
+    pub target: Option<CanaryRevision>,
+    /// Revisions the status and queued steps may refer to (target, primary, canary, ...).
+    pub revisions: Vec<CanaryRevision>,
+    /// What the agent last observed.
+    pub observation: Option<CanaryObservation>,
+    /// Step plans decided while another plan of the entity was active, oldest first.
+    pub queued: Vec<Plan>,
     /// Entry time of the first apply.
     pub created_ms: TimestampMs,
     /// Entry time of the last apply of the resource.
@@ -110,6 +121,20 @@ impl State {
                 format!("entity {entity} does not exist"),
             ));
         }
+        for suffix in ["primary", "canary"] {
+            let workload = EntityId::new(
+                &env,
+                spec.target.kind,
+                &format!("{}-{suffix}", spec.target.name),
+            )
+            .0;
+            if self.entities.contains_key(&workload) {
+                return Err(CommandError::FailedPrecondition(format!(
+                    "entity {workload} exists: the canary's {suffix} workload of {entity} \
+                     would take its name"
+                )));
+            }
+        }
         let id = Canary::id_of(&env, &spec.name);
         if let Some(other) = self
             .canaries
@@ -155,6 +180,10 @@ impl State {
                         yaml: yaml.to_string(),
                         status: CanaryStatus::new(now),
                         actions: Vec::new(),
+                        target: None,
+                        revisions: Vec::new(),
+                        observation: None,
+                        queued: Vec::new(),
                         created_ms: now,
                         updated_ms: now,
                     },
@@ -163,6 +192,8 @@ impl State {
             }
         };
         fx.changed.push(RecordKey::Canary(id.clone()));
+        // The next evaluation sets the canary's target.
+        fx.triggers.push(Trigger::Entity(entity.clone()));
         self.note(&entity, now, index, "canary", summary.clone(), fx);
         Ok(CommandOutput::Changed { id, summary })
     }
@@ -178,12 +209,32 @@ impl State {
     ) -> Result<CommandOutput, CommandError> {
         let c = self
             .canaries
-            .remove(id)
+            .get(id)
+            .cloned()
             .ok_or_else(|| CommandError::NotFound {
                 kind: "canary".into(),
                 name: id.to_string(),
             })?;
         let outcome = terminate(&c.spec, &c.status, now);
+        // Steps not yet applied are moot. With revertOnDeletion the restore plan must reach
+        // the agent: it supersedes whatever plan of the entity is active.
+        let restore = !outcome.actions.is_empty();
+        let active = self
+            .active_plan_of(&c.entity)
+            .map(|p| (p.id.clone(), p.kind.is_canary_step()));
+        if let Some((plan, is_step)) = active {
+            if is_step || restore {
+                self.cancel_plan(&plan, &format!("canary {id} deleted"), now, index, fx);
+            }
+        }
+        if restore {
+            if let Some(rec) = self.canaries.get_mut(id) {
+                rec.queued.clear();
+                rec.status = outcome.status.clone();
+            }
+            self.issue_canary_step(id, &outcome.actions, now, index, fx);
+        }
+        self.canaries.remove(id);
         fx.changed.push(RecordKey::Canary(id.to_string()));
         let mut summary = format!("canary {id} deleted");
         if !outcome.actions.is_empty() {
@@ -236,7 +287,8 @@ impl State {
         }
         let outcome = advance(&c.spec, &c.status, input, now);
         debug_assert_eq!(outcome.status.step, step + 1, "a tick advances one step");
-        let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, fx);
+        let (before, after) =
+            self.commit_outcome(id, step, outcome.status, outcome.actions, now, index, fx);
         let weight = self.canaries.get(id).map_or(0, |c| c.status.canary_weight);
         let summary = with_events(
             format!(
@@ -279,7 +331,8 @@ impl State {
         let input = TickInput::manual(c.current_revision(), manual);
         let outcome = advance(&c.spec, &c.status, &input, now);
         let step = c.status.step;
-        let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, fx);
+        let (before, after) =
+            self.commit_outcome(id, step, outcome.status, outcome.actions, now, index, fx);
         let summary = with_events(
             format!(
                 "canary {id}: {} ({} -> {})",
@@ -296,14 +349,17 @@ impl State {
         })
     }
 
-    /// Stores the status a tick decided and its actions (decided at `step`); returns the
-    /// phases before and after.
+    /// Stores the status a tick decided and its actions (decided at `step`), and issues the
+    /// step plan that carries them to the agent; returns the phases before and after.
+    #[allow(clippy::too_many_arguments)]
     fn commit_outcome(
         &mut self,
         id: &str,
         step: u64,
         status: CanaryStatus,
         actions: Vec<Action>,
+        now: TimestampMs,
+        index: u64,
         fx: &mut Effects,
     ) -> (Phase, Phase) {
         let Some(c) = self.canaries.get_mut(id) else {
@@ -312,9 +368,11 @@ impl State {
         };
         let before = c.status.phase;
         c.status = status;
-        c.record_actions(step, actions);
+        c.record_actions(step, actions.clone());
+        let after = c.status.phase;
         fx.changed.push(RecordKey::Canary(id.to_string()));
-        (before, c.status.phase)
+        self.issue_canary_step(id, &actions, now, index, fx);
+        (before, after)
     }
 
     /// Notes `summary` in the activity of the canary's entity, if it still exists.

@@ -414,6 +414,14 @@ pub enum Command {
         /// The reports, in the order the agent produced them.
         reports: Vec<TaskReport>,
     },
+    /// What an agent observes of its environment's canaries: workload revisions, readiness
+    /// and proxy metrics (SPEC K6), stored for the leader's next tick.
+    ReportCanaries {
+        /// The agent's environment: every canary must be in it (others are skipped).
+        environment: String,
+        /// Canary id (`<environment>/<name>`) and what was observed.
+        observations: Vec<(String, crate::canary_rollout::CanaryObservation)>,
+    },
     /// An agent's report about a task of a plan (idempotent).
     ReportTask {
         /// The agent's environment: the plan must be in it.
@@ -501,6 +509,7 @@ impl Command {
             Command::ReportEntityStates { .. } => "report_entity_states",
             Command::ReportTask { .. } => "report_task",
             Command::ReportTasks { .. } => "report_tasks",
+            Command::ReportCanaries { .. } => "report_canaries",
         }
     }
 }

@@ -8,6 +8,7 @@ use semver::Version;
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::{resolve, ArtifactLocation, Availability, Resolution};
+use crate::canary_rollout::CanaryRevision;
 use crate::entity::{Entity, Health};
 use crate::environment::Environment;
 use crate::plan::{Plan, PlanKind, PlanStatus};
@@ -159,6 +160,15 @@ pub enum Outcome {
     },
     /// Every constraint passes: issue the candidate.
     Issue,
+    /// The entity is under a canary (SPEC K3): instead of a plan, the candidate (or, at
+    /// target, what runs) becomes the canary's new target revision, which the leader's ticks
+    /// analyse.
+    CanaryTarget {
+        /// The canary's id.
+        canary: String,
+        /// The new target.
+        revision: crate::canary_rollout::CanaryRevision,
+    },
 }
 
 /// The full answer for one entity at one time.
@@ -197,6 +207,7 @@ impl Evaluation {
             Outcome::NothingExecutable { reason } => format!("nothing:{reason}"),
             Outcome::Blocked { .. } => "blocked".to_string(),
             Outcome::Issue => "issue".to_string(),
+            Outcome::CanaryTarget { revision, .. } => format!("canary:{}", revision.revision),
         };
         if let Some(c) = &self.candidate {
             out.push('|');
@@ -221,6 +232,10 @@ impl Evaluation {
                 Some(c) => format!("issuing {}: {}", c.describe(), c.reason),
                 None => "issuing".to_string(),
             },
+            Outcome::CanaryTarget { canary, revision } => format!(
+                "canary {canary} targets revision {} ({} with its config)",
+                revision.revision, revision.version
+            ),
             Outcome::Blocked { may_clear_at_ms } => {
                 let what = self
                     .candidate
@@ -309,7 +324,58 @@ pub fn evaluate(
         Choice::AtTarget(detail) => eval.outcome = Outcome::AtTarget { detail },
         Choice::Nothing(reason) => eval.outcome = Outcome::NothingExecutable { reason },
     }
+    divert_to_canary(&ctx, &mut eval);
     Some(eval)
+}
+
+/// SPEC K3: an installed entity under a canary gets no version, config or secrets plan. A
+/// candidate that passed every constraint becomes the canary's target revision instead (at
+/// target, what runs is the target); the outcome says so only when the target changes.
+/// Uninstalls, rollbacks of failed plans and break-glass commands are issued as usual.
+fn divert_to_canary(ctx: &Ctx<'_>, eval: &mut Evaluation) {
+    let entity = ctx.entity;
+    let Some(canary) = ctx.state.canary_of_entity(&entity.id.0) else {
+        return;
+    };
+    let Some(current) = entity.reported.version.as_ref() else {
+        return;
+    };
+    let target = match (&eval.outcome, &eval.candidate) {
+        (Outcome::Issue, Some(c))
+            if matches!(
+                c.kind,
+                PlanKind::VersionChange
+                    | PlanKind::ConfigChange
+                    | PlanKind::SecretsChange
+                    | PlanKind::RecallRollOff
+            ) =>
+        {
+            let Some(version) = c.to_version.as_ref() else {
+                return;
+            };
+            let config = c.to_config.clone().unwrap_or_default();
+            CanaryRevision::of(ctx.state, entity, version, &config)
+        }
+        (Outcome::AtTarget { .. }, _) => {
+            CanaryRevision::of(ctx.state, entity, current, entity.config_for(current))
+        }
+        _ => return,
+    };
+    if canary.target.as_ref().map(|t| &t.revision) == Some(&target.revision) {
+        if matches!(eval.outcome, Outcome::Issue) {
+            eval.outcome = Outcome::AtTarget {
+                detail: format!(
+                    "canary {} analyses revision {} ({})",
+                    canary.id, target.revision, target.version
+                ),
+            };
+        }
+        return;
+    }
+    eval.outcome = Outcome::CanaryTarget {
+        canary: canary.id.clone(),
+        revision: target,
+    };
 }
 
 struct Ctx<'a> {

@@ -9,6 +9,7 @@ pub mod activity;
 pub mod artifact;
 pub mod canary;
 pub mod canary_lifecycle;
+pub mod canary_rollout;
 pub mod command;
 pub mod entity;
 pub mod environment;

@@ -314,6 +314,16 @@ impl State {
                 self.apply_canary(environment.as_deref(), yaml, now, index, fx)
             }
             Command::DeleteCanary { id } => self.delete_canary(id, now, index, fx),
+            Command::ReportCanaries {
+                environment,
+                observations,
+            } => {
+                let stored = self.observe_canaries(environment, observations, now, fx)?;
+                Ok(CommandOutput::Changed {
+                    id: environment.clone(),
+                    summary: format!("{stored} canary observations stored"),
+                })
+            }
             Command::CanaryTick { id, step, input } => {
                 self.canary_tick(id, *step, input, now, index, fx)
             }
@@ -453,6 +463,15 @@ impl State {
                 issued = Some(plan_id);
             }
             Outcome::PlanActive { .. } => {}
+            Outcome::CanaryTarget { canary, revision } => {
+                activity.blocked_since_ms = None;
+                activity.blocked_candidate = None;
+                activity.last_decision = Some(fingerprint);
+                activity.push(now, index, "canary", eval.summary());
+                touched = true;
+                let (canary, revision) = (canary.clone(), revision.clone());
+                self.set_canary_target(&canary, revision, fx);
+            }
             _ => {
                 if activity.last_decision.as_deref() != Some(fingerprint.as_str()) {
                     activity.push(now, index, "decision", eval.summary());
@@ -532,7 +551,7 @@ impl State {
         }
     }
 
-    fn cancel_plan(
+    pub(crate) fn cancel_plan(
         &mut self,
         plan_id: &str,
         reason: &str,
@@ -901,7 +920,10 @@ impl State {
             );
             // A plan that failed before touching the workload (fetching or verifying the
             // artifact) left it as it was.
+            // A canary step's workloads are the canary's: its analysis reads their readiness.
+            let canary_step = plan.kind.is_canary_step();
             let changes_workload = !matches!(plan.kind, PlanKind::Uninstall)
+                && !canary_step
                 && !UNTOUCHED_STAGES.contains(&failure.stage.as_str());
             let health_message = format!(
                 "plan {plan_id} failed at {}: {}",
@@ -921,7 +943,11 @@ impl State {
                 }
             }
             self.note(&entity_id, now, index, "plan", line, fx);
-            self.suppress_after_failure(&entity_id, &plan_id, now, index, fx);
+            if canary_step {
+                self.release_queued_canary_step(&entity_id, now, fx);
+            } else {
+                self.suppress_after_failure(&entity_id, &plan_id, now, index, fx);
+            }
             fx.triggers.push(Trigger::Entity(entity_id));
             return Ok(CommandOutput::Changed {
                 id: plan_id,
@@ -936,7 +962,11 @@ impl State {
                 plan.kind.clone(),
             );
             self.finish_plan(&plan_id, PlanStatus::Succeeded, now, fx);
-            if let Some(e) = self.entities.get_mut(&entity_id) {
+            // A canary step changes the canary's workloads; the entity's reported state
+            // follows the primary through the agent's reports.
+            let canary_step = kind.is_canary_step();
+            self.release_queued_canary_step(&entity_id, now, fx);
+            if let Some(e) = self.entities.get_mut(&entity_id).filter(|_| !canary_step) {
                 let uninstall = matches!(kind, PlanKind::Uninstall)
                     || matches!(
                         kind,

@@ -75,6 +75,9 @@ pub enum PlanKind {
         /// Who issued it.
         actor: String,
     },
+    /// One committed canary step: the state the canary's workloads and routing must reach
+    /// (SPEC K2, K9).
+    CanaryStep(Box<crate::canary_rollout::CanaryStepSpec>),
 }
 
 impl PlanKind {
@@ -89,7 +92,13 @@ impl PlanKind {
             PlanKind::Rollback { .. } => "rollback",
             PlanKind::RecallRollOff => "recall-roll-off",
             PlanKind::Command { .. } => "command",
+            PlanKind::CanaryStep(_) => "canary-step",
         }
+    }
+
+    /// Whether this is a canary step.
+    pub fn is_canary_step(&self) -> bool {
+        matches!(self, PlanKind::CanaryStep(_))
     }
 
     /// Whether this is a break-glass command.
@@ -108,6 +117,7 @@ impl PlanKind {
                 &["configure", "start", "readiness"]
             }
             PlanKind::Uninstall => &["stop", "remove"],
+            PlanKind::CanaryStep(_) => &["apply"],
             PlanKind::Command { command, .. } => match command {
                 EmergencyCommand::Install { .. }
                 | EmergencyCommand::EnforceConfigAndVersion { .. } => {

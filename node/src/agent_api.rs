@@ -10,6 +10,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hub_engine::canary::HeaderMatch;
+use hub_engine::canary_rollout::{
+    CanaryObservation as EngineObservation, CanaryRevision, CanaryStepSpec, MetricWindow,
+};
 use hub_engine::command::EntityReport;
 use hub_engine::entity::{config_sha256, Health};
 use hub_engine::plan::{FailureMetadata, PlanKind, TaskReport, TaskState};
@@ -154,6 +158,96 @@ fn task_report(r: ReportTaskRequest, prefix: &str) -> Result<TaskReport, Status>
     })
 }
 
+/// A canary step plan's desired state on the wire.
+fn canary_step(s: &CanaryStepSpec) -> CanaryStep {
+    let workload = |r: &CanaryRevision| CanaryWorkload {
+        revision: r.revision.clone(),
+        version: r.version.to_string(),
+        config: r.config.clone(),
+        artifacts: r
+            .artifacts
+            .iter()
+            .map(|a| PlanArtifact {
+                uri: a.uri.clone(),
+                sha256: a.sha256.clone(),
+            })
+            .collect(),
+        secrets_revision: r.secrets_revision,
+    };
+    CanaryStep {
+        canary: s.canary.clone(),
+        service: s.service.clone(),
+        port: u32::from(s.port),
+        step: s.step,
+        phase: s.phase.as_str().to_string(),
+        primary: s.primary.as_ref().map(workload),
+        canary_workload: s.canary_workload.as_ref().map(workload),
+        canary_weight: u32::from(s.canary_weight),
+        match_routing: s.match_routing,
+        r#match: s
+            .match_rules
+            .iter()
+            .map(|rule| CanaryMatchRule {
+                headers: rule
+                    .headers
+                    .iter()
+                    .map(|(name, m)| {
+                        let (op, value) = match m {
+                            HeaderMatch::Exact(v) => ("exact", v),
+                            HeaderMatch::Prefix(v) => ("prefix", v),
+                            HeaderMatch::Regex(v) => ("regex", v),
+                        };
+                        CanaryHeaderMatch {
+                            name: name.clone(),
+                            op: op.to_string(),
+                            value: value.clone(),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect(),
+        restore_original: s.restore_original,
+        metric_windows_ms: s.metric_windows_ms.clone(),
+    }
+}
+
+/// An agent's canary observation, checked.
+fn canary_observation(
+    i: usize,
+    o: hub_proto::CanaryObservation,
+) -> Result<(String, EngineObservation), Status> {
+    let percent = |field: &str, v: u32| {
+        u8::try_from(v).ok().filter(|v| *v <= 100).ok_or_else(|| {
+            bad(
+                &format!("observations[{i}].{field}"),
+                format!("{v} is not 0-100"),
+            )
+        })
+    };
+    let opt = |s: String| (!s.is_empty()).then_some(s);
+    Ok((
+        o.canary,
+        EngineObservation {
+            applied_step: o.applied_step,
+            primary_revision: opt(o.primary_revision),
+            primary_ready_percent: percent("primary_ready_percent", o.primary_ready_percent)?,
+            canary_revision: opt(o.canary_revision),
+            canary_ready_percent: percent("canary_ready_percent", o.canary_ready_percent)?,
+            windows: o
+                .windows
+                .into_iter()
+                .map(|w| MetricWindow {
+                    interval_ms: w.interval_ms,
+                    requests: w.requests,
+                    success_rate_milli: w.success_rate_milli,
+                    p99_ms_milli: w.p99_ms_milli,
+                })
+                .collect(),
+            observed_ms: 0,
+        },
+    ))
+}
+
 /// The environment's active plans as the agent sees them, and their fingerprint.
 fn agent_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, String, Vec<Registry>) {
     let mut fp = String::new();
@@ -218,6 +312,10 @@ fn agent_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, String, Vec
                     .collect(),
                 reason: p.reason.clone(),
                 issued_ms: p.issued_ms,
+                canary: match &p.kind {
+                    PlanKind::CanaryStep(s) => Some(canary_step(s)),
+                    _ => None,
+                },
             }
         })
         .collect();
@@ -348,6 +446,31 @@ impl Agent for AgentService {
                 Command::ReportTasks {
                     environment: r.environment,
                     reports,
+                },
+                request_id,
+            )
+            .await?;
+        Ok(Response::new(self.reply(w)))
+    }
+
+    async fn report_canaries(
+        &self,
+        req: Request<ReportCanariesRequest>,
+    ) -> Result<Response<AgentReply>, Status> {
+        let r = req.into_inner();
+        let observations = r
+            .observations
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| canary_observation(i, o))
+            .collect::<Result<Vec<_>, _>>()?;
+        let request_id = (!r.request_id.is_empty()).then_some(r.request_id);
+        let w = self
+            .node
+            .propose(
+                Command::ReportCanaries {
+                    environment: r.environment,
+                    observations,
                 },
                 request_id,
             )

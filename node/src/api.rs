@@ -55,7 +55,8 @@ pub fn parse_submitted(json: &str) -> Result<Command, Status> {
         }
         Command::ReportEntityStates { .. }
         | Command::ReportTask { .. }
-        | Command::ReportTasks { .. } => Err(Status::permission_denied(
+        | Command::ReportTasks { .. }
+        | Command::ReportCanaries { .. } => Err(Status::permission_denied(
             "agent reports go through the Agent API",
         )),
         other => Ok(other),

@@ -14,6 +14,7 @@
 pub mod agent_api;
 pub mod api;
 pub mod artifacts;
+pub mod canary_controller;
 pub mod cli;
 pub mod client;
 pub mod http;

@@ -56,7 +56,8 @@ pub fn spawn(node: Arc<HubNode>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-async fn wait_for_leadership(node: &HubNode) {
+/// Returns once this node is the leader.
+pub(crate) async fn wait_for_leadership(node: &HubNode) {
     let mut rx = node.raft.metrics();
     loop {
         {
@@ -72,7 +73,8 @@ async fn wait_for_leadership(node: &HubNode) {
     }
 }
 
-fn is_leader(node: &HubNode) -> bool {
+/// Whether this node is the leader now.
+pub(crate) fn is_leader(node: &HubNode) -> bool {
     let m = node.raft.metrics();
     let m = m.borrow_watched();
     m.state == ServerState::Leader && m.current_leader == Some(node.id)
@@ -351,7 +353,7 @@ impl Leadership {
         let fingerprint = eval.fingerprint();
         let worth = match &eval.outcome {
             Outcome::PlanActive { .. } => false,
-            Outcome::Issue => true,
+            Outcome::Issue | Outcome::CanaryTarget { .. } => true,
             _ if only_pending => false,
             _ => {
                 let recheck_due = eval.is_blocked()
@@ -372,7 +374,7 @@ impl Leadership {
         if let Some((fp, at)) = self.proposed.get(&id) {
             if *fp == fingerprint
                 && at.elapsed() < REPROPOSE_AFTER
-                && !matches!(eval.outcome, Outcome::Issue)
+                && !matches!(eval.outcome, Outcome::Issue | Outcome::CanaryTarget { .. })
             {
                 return None;
             }

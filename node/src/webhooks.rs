@@ -3,31 +3,17 @@
 //! with a timeout per attempt and a number of retries. Only the result goes into the Raft
 //! entry; the call itself happens once per tick on the leader.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hyper::Method;
-use serde::Serialize;
 
 use crate::http;
 
 /// Longest timeout a webhook may ask for.
 pub const MAX_WEBHOOK_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The body sent to a webhook (Flagger's payload).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct WebhookPayload {
-    /// The canary's name.
-    pub name: String,
-    /// Its namespace (the hub environment).
-    pub namespace: String,
-    /// The phase the canary is in.
-    pub phase: String,
-    /// The revision under analysis.
-    pub checksum: String,
-    /// The webhook's `metadata`.
-    pub metadata: BTreeMap<String, String>,
-}
+/// The body sent to a webhook (Flagger's payload), as the engine plans it.
+pub use hub_engine::canary::WebhookPayload;
 
 /// What one webhook call came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +92,8 @@ mod tests {
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
+
+    use std::collections::BTreeMap;
 
     use super::*;
 

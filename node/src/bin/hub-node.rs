@@ -155,6 +155,7 @@ async fn main() -> anyhow::Result<()> {
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // The leader-only orchestration loop: idle on followers.
     let _orchestrator = hub_node::orchestrator::spawn(node.clone());
+    let _canaries = hub_node::canary_controller::spawn(node.clone());
 
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -1,0 +1,304 @@
+//! Canaries driving the entity's rollout through `State::apply` (SPEC K2, K3, K9): a new
+//! release becomes the canary's target instead of a plan, every committed step reaches the
+//! agent as a `canary-step` plan carrying the desired state, step plans are issued one at a
+//! time in step order (queued behind an active plan), and agent observations are stored.
+//! Every apply runs the harness checks.
+
+mod common;
+
+use common::*;
+use hub_engine::canary::{plan_tick, Phase, TickInput, WebhookResult};
+use hub_engine::canary_rollout::{CanaryObservation, MetricWindow};
+use hub_engine::evaluate::Outcome;
+use hub_engine::plan::{PlanKind, PlanStatus};
+use hub_engine::Command;
+
+const ID: &str = "prod/podinfo";
+
+fn fixture() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/canary/valid/podinfo.yml");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// prod/podinfo installed at 1.0.0, with the podinfo canary applied and its target set.
+fn setup() -> (Hub, String) {
+    let mut hub = Hub::new();
+    hub.env("prod");
+    hub.product("com.example:podinfo");
+    hub.publish("com.example:podinfo", "1.0.0", &[]);
+    let e = hub.helm("prod", "podinfo", "com.example:podinfo");
+    hub.converge(&e);
+    hub.ok(Command::ApplyCanary {
+        environment: Some("prod".into()),
+        yaml: fixture(),
+    });
+    assert!(hub.step().is_empty(), "a canary target is not a plan");
+    (hub, e)
+}
+
+/// One leader tick with everything healthy: the agent runs what the status says, every
+/// webhook answers 200 and every metric is in range. Returns the step plan it issued.
+fn tick(hub: &mut Hub) -> Option<String> {
+    let c = hub.state.canary(ID).unwrap().clone();
+    if let Some(at) = c.status.next_tick_ms {
+        hub.set_time(at.max(hub.now));
+    }
+    let revision = c.target.as_ref().expect("target").revision.clone();
+    let plan = plan_tick(&c.spec, &c.status, &revision, hub.now);
+    assert!(plan.due, "tick due at {:?}", c.status.next_tick_ms);
+    let mut input = TickInput::new(revision);
+    input.primary_revision = c.status.primary_revision.clone();
+    input.canary_revision = c.status.canary_revision.clone();
+    for w in &plan.webhooks {
+        input
+            .webhooks
+            .insert(w.name.clone(), WebhookResult::from_status(200, "ok"));
+    }
+    for m in &plan.metrics {
+        input.metrics.insert(m.name.clone(), Some(99_500));
+    }
+    let before: Vec<String> = hub.state.plans().map(|p| p.id.clone()).collect();
+    hub.ok(Command::CanaryTick {
+        id: ID.into(),
+        step: plan.step,
+        input,
+    });
+    hub.state
+        .plans()
+        .map(|p| p.id.clone())
+        .find(|p| !before.contains(p))
+}
+
+fn step_weight(hub: &Hub, plan: &str) -> (u64, u8, Phase) {
+    match &hub.plan(plan).kind {
+        PlanKind::CanaryStep(s) => (s.step, s.canary_weight, s.phase),
+        other => panic!("{plan} is {other:?}"),
+    }
+}
+
+#[test]
+fn a_release_is_analysed_by_the_canary_and_every_step_reaches_the_agent_in_order() {
+    // SPEC K3: the new release becomes the target, no version-change plan.
+    let (mut hub, e) = setup();
+    let target0 = hub
+        .state
+        .canary(ID)
+        .unwrap()
+        .target
+        .clone()
+        .expect("target");
+    assert_eq!(target0.version, v("1.0.0"));
+    assert!(hub
+        .activity(&e)
+        .iter()
+        .any(|a| a.contains("targets revision")));
+
+    // Initialisation: the primary at 1.0.0.
+    let p = tick(&mut hub).expect("initialize plan");
+    let PlanKind::CanaryStep(spec) = hub.plan(&p).kind else {
+        unreachable!()
+    };
+    assert_eq!(spec.primary.as_ref().unwrap().revision, target0.revision);
+    assert_eq!(spec.port, 9898);
+    assert_eq!(spec.metric_windows_ms, vec![60_000]);
+    assert_eq!(hub.plan(&p).kind.task_names(), ["apply"]);
+    hub.succeed(&p);
+    let mut applied = Vec::new();
+    while hub.state.canary(ID).unwrap().status.phase != Phase::Initialized {
+        if let Some(p) = tick(&mut hub) {
+            hub.succeed(&p);
+        }
+    }
+
+    hub.publish("com.example:podinfo", "1.1.0", &[]);
+    let eval = hub.eval(&e);
+    assert!(
+        matches!(eval.outcome, Outcome::CanaryTarget { .. }),
+        "{}",
+        eval.summary()
+    );
+    assert!(hub.step().is_empty(), "no version-change plan");
+    let target1 = hub.state.canary(ID).unwrap().target.clone().unwrap();
+    assert_eq!(target1.version, v("1.1.0"));
+    assert_ne!(target1.revision, target0.revision);
+    // The next evaluation records nothing new.
+    assert!(matches!(hub.eval(&e).outcome, Outcome::AtTarget { .. }));
+
+    // Analysis to promotion; the agent applies each step plan before the next tick.
+    for _ in 0..40 {
+        if hub.state.canary(ID).unwrap().status.phase == Phase::Succeeded {
+            break;
+        }
+        if let Some(p) = tick(&mut hub) {
+            applied.push(step_weight(&hub, &p));
+            hub.succeed(&p);
+        }
+    }
+    let c = hub.state.canary(ID).unwrap();
+    assert_eq!(c.status.phase, Phase::Succeeded);
+    // Exactly: the canary deployed at 0, stepWeight 5 up to maxWeight 50, promotion (the
+    // canary keeps its traffic while the primary is replaced), then all traffic back at once.
+    let weights: Vec<u8> = applied.iter().map(|(_, w, _)| *w).collect();
+    let mut expected: Vec<u8> = (0..=10).map(|i| i * 5).collect();
+    expected.extend([50, 0, 0]);
+    assert_eq!(weights, expected);
+    let phases: Vec<Phase> = applied.iter().map(|(_, _, p)| *p).collect();
+    assert_eq!(
+        &phases[phases.len() - 3..],
+        [Phase::Promoting, Phase::Finalising, Phase::Succeeded]
+    );
+    // One plan per committed step, in order, and each plan's weight is its step's.
+    assert!(
+        applied.windows(2).all(|w| w[0].0 + 1 == w[1].0),
+        "{applied:?}"
+    );
+    for (step, weight, _) in &applied {
+        if let Some((_, canary)) = c
+            .actions
+            .iter()
+            .filter(|(s, _)| s + 1 == *step)
+            .filter_map(|(_, a)| a.weights())
+            .last()
+        {
+            assert_eq!(canary, *weight, "step {step}");
+        }
+    }
+    // No plan but canary steps since the install.
+    assert!(hub
+        .state
+        .plans_of(&e)
+        .all(|p| p.kind.is_canary_step() || p.kind == PlanKind::Install));
+    // The agent now reports the primary at 1.1.0: at target, nothing to do.
+    hub.report(&e, Some("1.1.0"), hub_engine::entity::Health::Healthy);
+    assert!(
+        matches!(hub.eval(&e).outcome, Outcome::AtTarget { .. }),
+        "{}",
+        hub.eval(&e).summary()
+    );
+}
+
+#[test]
+fn steps_decided_while_a_plan_is_active_wait_and_are_issued_in_order() {
+    // SPEC K9: the agent applies every committed weight, in order.
+    let (mut hub, _e) = setup();
+    let first = tick(&mut hub).expect("initialize plan");
+    // The agent has not applied it; two manual commands' steps queue behind it.
+    hub.ok(Command::CanaryManual {
+        id: ID.into(),
+        action: hub_engine::canary::Manual::Abort,
+        actor: "ops".into(),
+    });
+    let queued = hub.state.canary(ID).unwrap().queued.len();
+    assert!(queued <= 1, "{queued}");
+    assert_eq!(hub.plan(&first).status, PlanStatus::Issued);
+    hub.succeed(&first);
+    // The queued step (if the abort decided one) is issued only now.
+    let c = hub.state.canary(ID).unwrap();
+    assert!(c.queued.is_empty());
+    if queued == 1 {
+        let active = hub.active(&c.entity).expect("queued step issued");
+        assert!(active.kind.is_canary_step());
+        assert!(step_weight(&hub, &active.id).0 > step_weight(&hub, &first).0);
+    }
+}
+
+#[test]
+fn observations_are_stored_with_the_entry_time_and_foreign_ones_skipped() {
+    // SPEC K6: the proxy's metrics reach the leader through the replicated state.
+    let (mut hub, _e) = setup();
+    let o = CanaryObservation {
+        applied_step: 1,
+        primary_revision: Some("abc".into()),
+        primary_ready_percent: 100,
+        canary_revision: None,
+        canary_ready_percent: 0,
+        windows: vec![MetricWindow {
+            interval_ms: 60_000,
+            requests: 10,
+            success_rate_milli: Some(100_000),
+            p99_ms_milli: Some(3_000),
+        }],
+        observed_ms: 0,
+    };
+    hub.ok(Command::ReportCanaries {
+        environment: "prod".into(),
+        observations: vec![(ID.into(), o.clone()), ("prod/nope".into(), o.clone())],
+    });
+    let stored = hub.state.canary(ID).unwrap().observation.clone().unwrap();
+    assert_eq!(stored.observed_ms, hub.now);
+    assert_eq!(stored.windows, o.windows);
+    // Another environment's agent cannot write it.
+    hub.env("staging");
+    hub.ok(Command::ReportCanaries {
+        environment: "staging".into(),
+        observations: vec![(
+            ID.into(),
+            CanaryObservation {
+                applied_step: 9,
+                ..o.clone()
+            },
+        )],
+    });
+    assert_eq!(
+        hub.state
+            .canary(ID)
+            .unwrap()
+            .observation
+            .as_ref()
+            .unwrap()
+            .applied_step,
+        1
+    );
+    // Out-of-range readiness is refused.
+    let err = hub.err(Command::ReportCanaries {
+        environment: "prod".into(),
+        observations: vec![(
+            ID.into(),
+            CanaryObservation {
+                canary_ready_percent: 101,
+                ..o
+            },
+        )],
+    });
+    assert!(err.to_string().contains("ready_percent"), "{err}");
+}
+
+#[test]
+fn deleting_with_revert_supersedes_pending_steps_with_a_restore_plan() {
+    // SPEC K8: revertOnDeletion gives the entity its original workload back.
+    let mut hub = Hub::new();
+    hub.env("prod");
+    hub.product("com.example:podinfo");
+    hub.publish("com.example:podinfo", "1.0.0", &[]);
+    let e = hub.helm("prod", "podinfo", "com.example:podinfo");
+    hub.converge(&e);
+    hub.ok(Command::ApplyCanary {
+        environment: Some("prod".into()),
+        yaml: fixture().replace("spec:\n", "spec:\n  revertOnDeletion: true\n"),
+    });
+    hub.step();
+    let init = tick(&mut hub).expect("initialize plan");
+    hub.ok(Command::DeleteCanary { id: ID.into() });
+    assert_eq!(hub.plan(&init).status, PlanStatus::Cancelled);
+    let restore = hub.active(&e).expect("restore plan");
+    let PlanKind::CanaryStep(spec) = &restore.kind else {
+        panic!("{restore:?}")
+    };
+    assert!(spec.restore_original);
+    assert_eq!(spec.canary_weight, 0);
+    assert!(hub.state.canary(ID).is_none());
+}
+
+#[test]
+fn a_canary_refuses_a_target_whose_workload_names_are_taken() {
+    let mut hub = Hub::new();
+    hub.env("prod");
+    hub.helm("prod", "podinfo", "com.example:podinfo");
+    hub.helm("prod", "podinfo-primary", "com.example:podinfo");
+    let err = hub.err(Command::ApplyCanary {
+        environment: Some("prod".into()),
+        yaml: fixture(),
+    });
+    assert!(err.to_string().contains("podinfo-primary"), "{err}");
+}
