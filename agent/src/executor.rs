@@ -6,23 +6,35 @@
 //! running when the agent died runs again with the next attempt number (drivers make tasks
 //! idempotent); reports carry `task:<plan>:<task>:<attempt>:<state>` as idempotency key, so a
 //! report re-sent after a hub failover counts once. One plan per entity runs at a time.
+//!
+//! `canary-step` plans run their `apply` task through the [`CanaryRunner`] (same journaling);
+//! entity states are reported through [`CanaryRunner::overlay`] (a canary's target as its
+//! primary workload, its workloads' pseudo-entities left out), and the canaries' observations
+//! are sent every second with `Agent.ReportCanaries`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hub_proto::{AgentPlan, EntityState};
+use hub_proto::{AgentPlan, EntityState, PlanArtifact};
 use tokio::sync::{Mutex, Notify, Semaphore};
 
+use crate::canary::CanaryRunner;
 use crate::driver::Driver;
 use crate::hub::{backoff, CallError, HubConnection};
 use crate::journal::{JournalFile, TaskRecord};
 use crate::metrics::Metrics;
-use crate::plan::{Artifact, Observed, PlanSpec, Registry, TaskFailure};
+use crate::plan::{
+    Artifact, CanaryHeaderMatchSpec, CanaryStepSpec, CanaryWorkloadSpec, Observed, PlanSpec,
+    Registry, TaskFailure, CANARY_STEP,
+};
 
 /// Most reports sent in one write.
 pub const REPORT_BATCH: usize = 64;
+
+/// How often the canaries' observations are sent.
+pub const CANARY_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Tunables.
 #[derive(Debug, Clone)]
@@ -44,6 +56,7 @@ pub struct Agent {
     cfg: AgentConfig,
     hub: Arc<HubConnection>,
     driver: Arc<dyn Driver>,
+    canary: Arc<CanaryRunner>,
     journal: Mutex<JournalFile>,
     metrics: Arc<Metrics>,
     outbox: Notify,
@@ -67,16 +80,56 @@ fn to_spec(p: &AgentPlan, registries: &[Registry]) -> PlanSpec {
             .iter()
             .map(|s| (s.name.clone(), s.value.clone()))
             .collect(),
-        artifacts: p
-            .artifacts
-            .iter()
-            .map(|a| Artifact {
-                uri: a.uri.clone(),
-                sha256: a.sha256.clone(),
-            })
-            .collect(),
+        artifacts: artifacts(&p.artifacts),
         registries: registries.to_vec(),
         tasks: p.tasks.iter().map(|t| t.name.clone()).collect(),
+        canary: p.canary.as_ref().map(canary_spec),
+    }
+}
+
+fn artifacts(a: &[PlanArtifact]) -> Vec<Artifact> {
+    a.iter()
+        .map(|a| Artifact {
+            uri: a.uri.clone(),
+            sha256: a.sha256.clone(),
+        })
+        .collect()
+}
+
+fn canary_spec(c: &hub_proto::CanaryStep) -> CanaryStepSpec {
+    let workload = |w: &hub_proto::CanaryWorkload| CanaryWorkloadSpec {
+        revision: w.revision.clone(),
+        version: w.version.clone(),
+        config: w.config.clone(),
+        artifacts: artifacts(&w.artifacts),
+        secrets_revision: w.secrets_revision,
+    };
+    CanaryStepSpec {
+        canary: c.canary.clone(),
+        service: c.service.clone(),
+        port: c.port,
+        step: c.step,
+        phase: c.phase.clone(),
+        primary: c.primary.as_ref().map(workload),
+        canary_workload: c.canary_workload.as_ref().map(workload),
+        canary_weight: c.canary_weight,
+        match_routing: c.match_routing,
+        match_rules: c
+            .r#match
+            .iter()
+            .map(|rule| {
+                rule.headers
+                    .iter()
+                    .map(|h| CanaryHeaderMatchSpec {
+                        name: h.name.clone(),
+                        op: h.op.clone(),
+                        value: h.value.clone(),
+                    })
+                    .collect()
+            })
+            .collect(),
+        restore_original: c.restore_original,
+        metric_windows_ms: c.metric_windows_ms.clone(),
     }
 }
 
@@ -92,7 +145,8 @@ fn state_proto(o: &Observed) -> EntityState {
 }
 
 impl Agent {
-    /// An agent over an opened journal.
+    /// An agent over an opened journal; its canaries' state lives beside the journal
+    /// (`DATA/canary/`).
     pub fn new(
         cfg: AgentConfig,
         hub: Arc<HubConnection>,
@@ -101,6 +155,11 @@ impl Agent {
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         let permits = Arc::new(Semaphore::new(cfg.parallel_plans.max(1)));
+        let canary = Arc::new(CanaryRunner::new(
+            journal.data_dir(),
+            &cfg.environment,
+            driver.clone(),
+        ));
         metrics
             .outbox
             .store(journal.journal.outbox.len() as u64, Ordering::Relaxed);
@@ -108,6 +167,7 @@ impl Agent {
             cfg,
             hub,
             driver,
+            canary,
             journal: Mutex::new(journal),
             metrics,
             outbox: Notify::new(),
@@ -116,10 +176,18 @@ impl Agent {
         })
     }
 
+    /// The canary runner.
+    pub fn canaries(&self) -> &Arc<CanaryRunner> {
+        &self.canary
+    }
+
     /// Runs every loop until the process ends.
     pub async fn run(self: Arc<Self>) {
+        let canary = self.canary.clone();
+        tokio::spawn(async move { canary.resume().await });
         tokio::spawn(self.clone().send_reports());
         tokio::spawn(self.clone().report_states());
+        tokio::spawn(self.clone().report_canaries());
         self.fetch_loop().await;
     }
 
@@ -259,7 +327,11 @@ impl Agent {
             }
             self.metrics.inc(&self.metrics.tasks_run);
             let started = Instant::now();
-            let result = self.driver.run_task(&spec, &task).await;
+            let result = if spec.kind == CANARY_STEP {
+                self.canary.run_task(&spec, &task).await
+            } else {
+                self.driver.run_task(&spec, &task).await
+            };
             let ms = started.elapsed().as_millis();
             match result {
                 Ok(outcome) => {
@@ -358,7 +430,7 @@ impl Agent {
         let boot = format!("{}-{}", std::process::id(), rand::random::<u32>());
         loop {
             tokio::time::sleep(self.cfg.state_interval).await;
-            let observed = self.driver.observe().await;
+            let observed = self.canary.overlay(self.driver.observe().await);
             if observed.is_empty()
                 || (observed == last && last_sent.elapsed() < self.cfg.state_refresh)
             {
@@ -393,5 +465,115 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// Sends the canaries' observations every [`CANARY_REPORT_INTERVAL`] (nothing while no
+    /// canary is managed). A report the hub does not take within a few intervals is dropped
+    /// for a fresh one.
+    async fn report_canaries(self: Arc<Self>) {
+        let mut seq = 0u64;
+        let boot = format!("{}-{}", std::process::id(), rand::random::<u32>());
+        let mut last_refusal = String::new();
+        loop {
+            tokio::time::sleep(CANARY_REPORT_INTERVAL).await;
+            let observations = self.canary.observations().await;
+            if observations.is_empty() {
+                continue;
+            }
+            seq += 1;
+            let request_id = format!("canaries:{}:{boot}:{seq}", self.cfg.environment);
+            let started = Instant::now();
+            let mut failures = 0u32;
+            loop {
+                match self
+                    .hub
+                    .report_canaries(&self.cfg.environment, observations.clone(), &request_id)
+                    .await
+                {
+                    Ok(()) => {
+                        last_refusal.clear();
+                        break;
+                    }
+                    Err(CallError::Refused(reason)) => {
+                        if reason != last_refusal {
+                            tracing::warn!(%reason, canaries = observations.len(), "canary report refused");
+                            last_refusal = reason;
+                        }
+                        break;
+                    }
+                    Err(CallError::Retry(reason)) => {
+                        if started.elapsed() >= CANARY_REPORT_INTERVAL * 5 {
+                            tracing::debug!(%reason, "canary report not delivered; sending a fresh one");
+                            break;
+                        }
+                        tokio::time::sleep(backoff(failures)).await;
+                        failures = failures.saturating_add(1);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hub_proto::{CanaryHeaderMatch, CanaryMatchRule, CanaryStep, CanaryWorkload, PlanSecret};
+
+    #[test]
+    fn canary_steps_are_carried_into_the_plan_spec() {
+        let plan = AgentPlan {
+            id: "p-1".into(),
+            entity: "eid:prod:helmChart:web".into(),
+            kind: CANARY_STEP.into(),
+            secrets: vec![PlanSecret {
+                name: "token".into(),
+                value: "v".into(),
+            }],
+            canary: Some(CanaryStep {
+                canary: "prod/web".into(),
+                service: "web".into(),
+                port: 8080,
+                step: 3,
+                phase: "Progressing".into(),
+                primary: Some(CanaryWorkload {
+                    revision: "r1".into(),
+                    version: "1.0.0".into(),
+                    config: "port: 8080\n".into(),
+                    artifacts: vec![PlanArtifact {
+                        uri: "demo/a.tar.gz".into(),
+                        sha256: "ab".repeat(32),
+                    }],
+                    secrets_revision: 2,
+                }),
+                canary_workload: None,
+                canary_weight: 10,
+                match_routing: true,
+                r#match: vec![CanaryMatchRule {
+                    headers: vec![CanaryHeaderMatch {
+                        name: "x-canary".into(),
+                        op: "exact".into(),
+                        value: "insider".into(),
+                    }],
+                }],
+                restore_original: false,
+                metric_windows_ms: vec![60_000],
+            }),
+            ..Default::default()
+        };
+        let spec = to_spec(&plan, &[]);
+        let c = spec.canary.clone().unwrap();
+        assert_eq!((c.canary.as_str(), c.port, c.step), ("prod/web", 8080, 3));
+        let p = c.primary.unwrap();
+        assert_eq!((p.revision.as_str(), p.secrets_revision), ("r1", 2));
+        assert_eq!(p.artifacts[0].uri, "demo/a.tar.gz");
+        assert!(c.canary_workload.is_none());
+        assert_eq!(c.match_rules[0][0].value, "insider");
+        assert_eq!(c.metric_windows_ms, vec![60_000]);
+        // Secrets stay out of anything serialised.
+        assert_eq!(spec.secrets.len(), 1);
+        let json = serde_json::to_string(&spec).unwrap();
+        assert!(!json.contains("\"v\""), "{json}");
+        assert!(!format!("{spec:?}").contains("\"v\""));
     }
 }

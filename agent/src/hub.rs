@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use hub_proto::agent_client::AgentClient;
 use hub_proto::{
-    EntityState, FetchPlansReply, FetchPlansRequest, PlanFailure, ReportStatesRequest,
-    ReportTaskRequest, ReportTasksRequest,
+    CanaryObservation, EntityState, FetchPlansReply, FetchPlansRequest, PlanFailure,
+    ReportCanariesRequest, ReportStatesRequest, ReportTaskRequest, ReportTasksRequest,
 };
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -240,6 +240,27 @@ impl HubConnection {
         });
         req.set_timeout(Duration::from_secs(15));
         let r = self.outcome(&addr, c.report_states(req).await.map(|r| r.into_inner()));
+        if let Ok(reply) = &r {
+            self.refresh(&reply.endpoints, &reply.leader);
+        }
+        r.map(|_| ())
+    }
+
+    /// Sends what the agent observes of its canaries (idempotent by `request_id`).
+    pub async fn report_canaries(
+        &self,
+        environment: &str,
+        observations: Vec<CanaryObservation>,
+        request_id: &str,
+    ) -> Result<(), CallError> {
+        let (addr, mut c) = self.client()?;
+        let mut req = tonic::Request::new(ReportCanariesRequest {
+            environment: environment.to_string(),
+            observations,
+            request_id: request_id.to_string(),
+        });
+        req.set_timeout(Duration::from_secs(15));
+        let r = self.outcome(&addr, c.report_canaries(req).await.map(|r| r.into_inner()));
         if let Ok(reply) = &r {
             self.refresh(&reply.endpoints, &reply.leader);
         }

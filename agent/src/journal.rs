@@ -125,6 +125,11 @@ pub struct JournalFile {
 }
 
 impl JournalFile {
+    /// The data directory holding the journal.
+    pub fn data_dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
+    }
+
     /// Opens (or creates) `DATA/journal.json` for `environment`; refuses a data directory of
     /// another environment.
     pub fn open(data_dir: &Path, environment: &str) -> Result<Self, JournalError> {

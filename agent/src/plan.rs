@@ -29,7 +29,7 @@ pub struct PlanSpec {
     /// Entity id (`eid:<env>:<kind>:<name>`).
     pub entity: String,
     /// `install`, `config-change`, `version-change`, `uninstall`, `secrets-change`,
-    /// `rollback`, `recall-roll-off`, `command`.
+    /// `rollback`, `recall-roll-off`, `command`, `canary-step`.
     pub kind: String,
     /// For `command`: `install`, `uninstall`, `enforce-config`,
     /// `enforce-config-and-version`, `restart`.
@@ -51,6 +51,68 @@ pub struct PlanSpec {
     pub registries: Vec<Registry>,
     /// Task names in order.
     pub tasks: Vec<String>,
+    /// For kind `canary-step`: the desired state after the step.
+    #[serde(default)]
+    pub canary: Option<CanaryStepSpec>,
+}
+
+/// Plan kind of canary steps.
+pub const CANARY_STEP: &str = "canary-step";
+
+/// One workload revision of a canary (proto `CanaryWorkload`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CanaryWorkloadSpec {
+    /// The revision hash (version, rendered config, tracked secrets).
+    pub revision: String,
+    /// The version to run.
+    pub version: String,
+    /// The hub's rendered config (YAML); the agent sets its top-level `port`.
+    pub config: String,
+    /// Artifacts of the version.
+    pub artifacts: Vec<Artifact>,
+    /// Secrets revision of the workload.
+    pub secrets_revision: u64,
+}
+
+/// One header condition of an A/B rule (proto `CanaryHeaderMatch`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CanaryHeaderMatchSpec {
+    /// Header name.
+    pub name: String,
+    /// `exact`, `prefix` or `regex`.
+    pub op: String,
+    /// Value compared with.
+    pub value: String,
+}
+
+/// The desired state after one committed canary step (proto `CanaryStep`). Carries no
+/// secret values (those are the plan's).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CanaryStepSpec {
+    /// `<environment>/<name>`.
+    pub canary: String,
+    /// The service name (`<svc>`).
+    pub service: String,
+    /// The port of the `<svc>` address.
+    pub port: u32,
+    /// The status step the plan brings the agent to.
+    pub step: u64,
+    /// The phase after the step.
+    pub phase: String,
+    /// The primary workload; `None` before initialisation.
+    pub primary: Option<CanaryWorkloadSpec>,
+    /// The canary workload; `None` when scaled to zero.
+    pub canary_workload: Option<CanaryWorkloadSpec>,
+    /// Percent of `<svc>` traffic routed to the canary.
+    pub canary_weight: u32,
+    /// Whether requests matching `match_rules` go to the canary (A/B).
+    pub match_routing: bool,
+    /// A/B rules: each a list of header conditions that must all hold.
+    pub match_rules: Vec<Vec<CanaryHeaderMatchSpec>>,
+    /// Run the entity's original workload again and drop the canary's workloads and proxy.
+    pub restore_original: bool,
+    /// Windows the proxy metrics are reported for, in ms.
+    pub metric_windows_ms: Vec<i64>,
 }
 
 impl std::fmt::Debug for PlanSpec {
@@ -61,6 +123,7 @@ impl std::fmt::Debug for PlanSpec {
             .field("kind", &self.kind)
             .field("to_version", &self.to_version)
             .field("secrets", &self.secrets.len())
+            .field("canary", &self.canary.as_ref().map(|c| (&c.canary, c.step)))
             .finish_non_exhaustive()
     }
 }

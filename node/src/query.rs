@@ -562,6 +562,43 @@ fn canary_view(c: &hub_engine::canary_lifecycle::Canary, full: bool) -> Value {
             .take(20)
             .map(|(step, a)| json!({"step": step, "action": hub_engine::canary_lifecycle::action_label(a)}))
             .collect::<Vec<_>>());
+        // The canary weight each committed step set, by the step its plan brings the agent
+        // to (what the agent's applied log records).
+        let mut weights: Vec<(u64, u8)> = Vec::new();
+        for (step, a) in &c.actions {
+            if let Some((_, canary)) = a.weights() {
+                match weights.last_mut() {
+                    Some(last) if last.0 == step + 1 => last.1 = canary,
+                    _ => weights.push((step + 1, canary)),
+                }
+            }
+        }
+        v["committed_weights"] = json!(weights
+            .iter()
+            .map(|(step, w)| json!({"step": step, "canary_weight": w}))
+            .collect::<Vec<_>>());
+        v["target"] = c.target.as_ref().map_or(
+            Value::Null,
+            |t| json!({"revision": t.revision, "version": t.version.to_string()}),
+        );
+        v["primary_revision"] = json!(st.primary_revision);
+        v["canary_revision"] = json!(st.canary_revision);
+        v["observation"] = c.observation.as_ref().map_or(Value::Null, |o| {
+            json!({
+                "applied_step": o.applied_step,
+                "primary_revision": o.primary_revision,
+                "primary_ready_percent": o.primary_ready_percent,
+                "canary_revision": o.canary_revision,
+                "canary_ready_percent": o.canary_ready_percent,
+                "observed": format_time(o.observed_ms),
+                "windows": o.windows.iter().map(|w| json!({
+                    "interval_ms": w.interval_ms, "requests": w.requests,
+                    "success_rate": w.success_rate_milli.map(|m| m as f64 / 1000.0),
+                    "p99_ms": w.p99_ms_milli.map(|m| m as f64 / 1000.0),
+                })).collect::<Vec<_>>(),
+            })
+        });
+        v["queued_steps"] = json!(c.queued.len());
     }
     v
 }

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod agent;
+pub mod canary;
 pub use agent::{Execution, TestAgent};
 
 /// Generous deadline for convergence on a loaded 2-core machine.

@@ -23,4 +23,10 @@ pub trait Driver: Send + Sync + 'static {
 
     /// What is deployed now, for every entity the driver knows of.
     fn observe(&self) -> BoxFuture<'_, Vec<Observed>>;
+
+    /// Whether entities are simulated (no processes, no ports): the canary runner then
+    /// starts no proxy and reports synthetic metrics.
+    fn simulated(&self) -> bool {
+        false
+    }
 }

@@ -25,8 +25,8 @@
 
 mod fetch;
 mod http;
-mod layout;
-mod names;
+pub(crate) mod layout;
+pub(crate) mod names;
 mod os;
 mod probe;
 mod retention;

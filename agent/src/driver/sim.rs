@@ -124,6 +124,10 @@ impl Driver for SimDriver {
         }
         .boxed()
     }
+
+    fn simulated(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

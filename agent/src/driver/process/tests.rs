@@ -133,6 +133,7 @@ fn plan(
         artifacts,
         registries,
         tasks: tasks.iter().map(|t| t.to_string()).collect(),
+        canary: None,
     }
 }
 
@@ -1113,4 +1114,164 @@ async fn refuses_foreign_entities_and_unknown_tasks() {
     assert_eq!(f.stage, "configure");
     assert!(!fx.data.join("process").join("1").exists());
     assert!(ProcessDriver::new(fx.data.clone(), "Bad Env".into()).is_err());
+}
+
+/// Plan `n` of canary `test/web` bringing it to `primary`, `canary` and `weight`.
+fn canary_step_plan(
+    fx: &Fixture,
+    n: u64,
+    port: u16,
+    primary: &crate::plan::CanaryWorkloadSpec,
+    canary: Option<&crate::plan::CanaryWorkloadSpec>,
+    weight: u32,
+) -> PlanSpec {
+    let mut p = plan(
+        &format!("canary-{n}"),
+        crate::plan::CANARY_STEP,
+        "",
+        "",
+        vec![],
+        fx.registries(),
+        &["apply"],
+    );
+    p.canary = Some(crate::plan::CanaryStepSpec {
+        canary: "test/web".into(),
+        service: "web".into(),
+        port: u32::from(port),
+        step: n,
+        phase: "Progressing".into(),
+        primary: Some(primary.clone()),
+        canary_workload: canary.cloned(),
+        canary_weight: weight,
+        metric_windows_ms: vec![60_000],
+        ..Default::default()
+    });
+    p
+}
+
+/// `n` GETs of `/version` on `port`, counted by answer.
+async fn versions_served(port: u16, n: usize) -> std::collections::BTreeMap<String, usize> {
+    let mut seen = std::collections::BTreeMap::new();
+    for _ in 0..n {
+        let (status, body) = get(port, "/version").await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        *seen.entry(body).or_insert(0) += 1;
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_canary_runs_its_workloads_as_processes_behind_the_proxy() {
+    use crate::canary::CanaryRunner;
+    use crate::plan::CanaryWorkloadSpec;
+
+    let mut fx = Fixture::new();
+    let port = free_port();
+    let install = fx.install_plan("p-1", "install", "1.0.0", port, true);
+    run(fx.driver(), &install).await.unwrap();
+    assert_eq!(get(port, "/version").await.unwrap().1, "1.0.0");
+    let workload = |revision: &str, version: &str, artifacts: Vec<Artifact>| CanaryWorkloadSpec {
+        revision: revision.into(),
+        version: version.into(),
+        config: config(port),
+        artifacts,
+        secrets_revision: 3,
+    };
+    let v1 = workload("r1", "1.0.0", install.artifacts.clone());
+    let v2 = workload("r2", "2.0.0", vec![fx.release("2.0.0", true)]);
+
+    let driver: Arc<dyn Driver> = Arc::new(fx.driver.take().unwrap());
+    let runner = CanaryRunner::new(&fx.data, ENV, driver.clone());
+    runner
+        .run_task(&canary_step_plan(&fx, 1, port, &v1, None, 0), "apply")
+        .await
+        .unwrap();
+    // The proxy owns the port now, in front of the primary workload.
+    assert!(runner.proxy("test/web").is_some());
+    assert_eq!(versions_served(port, 3).await.get("1.0.0"), Some(&3));
+    runner
+        .run_task(&canary_step_plan(&fx, 2, port, &v1, Some(&v2), 50), "apply")
+        .await
+        .unwrap();
+    // The canary is not necessarily ready yet: wait as the hub would.
+    let deadline = Instant::now() + WAIT;
+    while runner.observations().await[0].canary_ready_percent != 100 {
+        assert!(Instant::now() < deadline, "the canary never became ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seen = versions_served(port, 10).await;
+    assert_eq!(seen.get("2.0.0"), Some(&5), "{seen:?}");
+    let obs = runner.observations().await;
+    assert_eq!(
+        (
+            obs[0].primary_revision.as_str(),
+            obs[0].primary_ready_percent
+        ),
+        ("r1", 100)
+    );
+    assert_eq!(obs[0].windows[0].requests, 5);
+    assert_eq!(obs[0].windows[0].success_rate_milli, Some(100_000));
+    // The hub sees the entity as the primary, with its own config's hash.
+    let reported = runner.overlay(driver.observe().await);
+    assert_eq!(
+        reported
+            .iter()
+            .map(|o| (o.entity.as_str(), o.version.as_deref(), o.health))
+            .collect::<Vec<_>>(),
+        vec![(WEB, Some("1.0.0"), Health::Healthy)]
+    );
+    assert_eq!(
+        reported[0].config_sha256.as_deref(),
+        Some(config_sha256(&config(port)).as_str())
+    );
+
+    // An agent restart: a new driver adopts the workloads, the proxy comes back.
+    runner.shutdown();
+    drop(runner);
+    drop(driver);
+    let driver: Arc<dyn Driver> =
+        Arc::new(ProcessDriver::new(fx.data.clone(), ENV.into()).unwrap());
+    let runner = CanaryRunner::new(&fx.data, ENV, driver.clone());
+    runner.resume().await;
+    let seen = versions_served(port, 10).await;
+    assert_eq!(seen.get("2.0.0"), Some(&5), "{seen:?}");
+
+    // Restore: the original serves the port again at the primary's version.
+    let mut restore = canary_step_plan(&fx, 3, port, &v1, None, 0);
+    if let Some(c) = restore.canary.as_mut() {
+        c.restore_original = true;
+    }
+    runner.run_task(&restore, "apply").await.unwrap();
+    assert!(runner.proxy("test/web").is_none());
+    let o = wait_observed_in(&*driver, WEB, |o| o.health == Health::Healthy).await;
+    assert_eq!(o.version.as_deref(), Some("1.0.0"));
+    assert_eq!(get(port, "/version").await.unwrap().1, "1.0.0");
+    let ids: Vec<String> = driver
+        .observe()
+        .await
+        .into_iter()
+        .map(|o| o.entity)
+        .collect();
+    assert_eq!(ids, vec![WEB.to_string()], "the workloads are removed");
+}
+
+/// Polls `observe` until `pred` holds for `entity` (panics after `WAIT`).
+async fn wait_observed_in(
+    driver: &dyn Driver,
+    entity: &str,
+    pred: impl Fn(&Observed) -> bool,
+) -> Observed {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let o = driver
+            .observe()
+            .await
+            .into_iter()
+            .find(|o| o.entity == entity);
+        if let Some(o) = o.as_ref().filter(|o| pred(o)) {
+            return o.clone();
+        }
+        assert!(Instant::now() < deadline, "timed out; last {o:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -1,0 +1,286 @@
+//! Canary analysis end to end (SPEC K2–K10, issue 6): a 3-node hub whose leader runs the
+//! analysis, a real `hub-agent` (process driver) running the demo service's primary and
+//! canary behind its weighted proxy, real traffic through the `<svc>` port, a real webhook
+//! receiver, and hub leaders SIGKILLed mid-rollout. Every test checks that the weights the
+//! agent applied are exactly the committed sequence.
+
+use std::time::{Duration, Instant};
+
+use hub_tests::agent::http_get;
+use hub_tests::canary::{CanaryHub, Traffic, WebhookServer};
+use hub_tests::{poll_until, CONVERGE_TIMEOUT};
+use serde_json::json;
+
+const ROLLOUT: Duration = Duration::from_secs(120);
+
+/// The test canary: 1 s ticks, weights up by `step` to `max`, the proxy's success rate over
+/// 2 s must stay at 99% or more, rollback after `threshold` failed checks.
+fn canary_yaml(port: u16, extra_spec: &str, analysis_extra: &str) -> String {
+    format!(
+        "apiVersion: flagger.app/v1beta1
+kind: Canary
+metadata:
+  name: demo
+  namespace: prod
+spec:
+  targetRef:
+    kind: helmChart
+    name: demo
+  service:
+    port: {port}
+  progressDeadlineSeconds: 30
+{extra_spec}  analysis:
+    interval: 1s
+    threshold: 2
+    maxWeight: 30
+    stepWeight: 10
+    metrics:
+      - name: request-success-rate
+        thresholdRange:
+          min: 99
+        interval: 2s
+{analysis_extra}"
+    )
+}
+
+fn webhook(name: &str, kind: &str, url: &str) -> String {
+    format!("    webhooks:\n      - name: {name}\n        type: {kind}\n        url: {url}\n        timeout: 2s\n")
+}
+
+/// Waits for Initialized: the primary serves 1.0.0 behind the proxy.
+fn initialized(hub: &CanaryHub) {
+    hub.wait_phase("demo", ROLLOUT, |p| p == "Initialized");
+    hub.serves("1.0.0");
+}
+
+/// Changes the entity's config (a healthy new revision of the same version).
+fn new_config(hub: &CanaryHub, message: &str) {
+    hub.cluster
+        .submit(
+            json!({"SetConfigOverrides": {"entity": hub.entity, "version": "0.0.0",
+            "config": format!("port: {}\nmessage: {message}\n", hub.port)}}),
+        )
+        .expect("config");
+}
+
+#[test]
+fn a_healthy_release_is_promoted_and_a_faulty_one_rolled_back() {
+    // SPEC K3, K4, K6: exact weight sequence; threshold rollback; traffic back on the primary.
+    let hub = CanaryHub::start();
+    hub.apply(&canary_yaml(hub.port, "", ""));
+    let _traffic = Traffic::start(hub.port);
+    initialized(&hub);
+
+    hub.publish("1.1.0");
+    let v = hub.wait_phase("demo", ROLLOUT, |p| p == "Succeeded");
+    assert_eq!(v["promoted"], true);
+    hub.serves("1.1.0");
+    let weights = hub.assert_applied_equals_committed("demo");
+    // Initialisation at 0; the canary deployed at 0, then 10, 20, 30; promotion keeps 30
+    // until the primary runs 1.1.0; then all traffic back to it.
+    assert_eq!(weights, vec![0, 10, 20, 30, 0], "{weights:?}");
+    // The entity reports the promoted primary.
+    poll_until(CONVERGE_TIMEOUT, || {
+        let e = hub
+            .cluster
+            .query(json!({"query": "entity", "entity": hub.entity}))
+            .ok()?;
+        (e["reported"]["version"] == "1.1.0").then_some(())
+    })
+    .expect("entity reported at 1.1.0");
+
+    // 1.2.0 answers 20% of requests with 500: two failed checks roll it back.
+    hub.publish("1.2.0");
+    let v = hub.wait_phase("demo", ROLLOUT, |p| p == "Failed");
+    assert_eq!(v["promoted"], false);
+    let full = hub.canary("demo").unwrap();
+    assert_eq!(full["status_block"]["failedChecks"], 2, "{full}");
+    assert_eq!(full["weight"], 0);
+    let weights = hub.assert_applied_equals_committed("demo");
+    assert_eq!(weights.last(), Some(&0));
+    assert!(weights.iter().rev().take(3).all(|w| *w < 30), "{weights:?}");
+    // All traffic is on the primary, still 1.1.0, and stays there: no new analysis starts.
+    for _ in 0..20 {
+        let (status, body) = http_get(hub.port, "/version").expect("service answers");
+        assert_eq!((status, body.trim()), (200, "1.1.0"));
+    }
+    let entity = hub
+        .cluster
+        .query(json!({"query": "entity", "entity": hub.entity}))
+        .expect("entity");
+    assert_eq!(entity["reported"]["version"], "1.1.0");
+}
+
+#[test]
+fn webhooks_hold_promotion_until_confirmed_and_a_rollback_webhook_aborts() {
+    // SPEC K5: confirm-promotion holds in WaitingPromotion until it answers 200; a rollback
+    // webhook answering 200 rolls back (without failed checks).
+    let hooks = WebhookServer::start();
+    hooks.set("/confirm", 403);
+    hooks.set("/rollback", 404);
+    let hub = CanaryHub::start();
+    let analysis_extra = format!(
+        "{}      - name: stop\n        type: rollback\n        url: {}\n        timeout: 2s\n",
+        webhook("gate", "confirm-promotion", &hooks.url("/confirm")),
+        hooks.url("/rollback")
+    );
+    hub.apply(&canary_yaml(hub.port, "", &analysis_extra));
+    let _traffic = Traffic::start(hub.port);
+    initialized(&hub);
+
+    hub.publish("1.1.0");
+    hub.wait_phase("demo", ROLLOUT, |p| p == "WaitingPromotion");
+    // Held: weight stays at 30 while the gate keeps refusing.
+    let calls = hooks.calls("/confirm");
+    let held_until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < held_until {
+        let v = hub.canary("demo").expect("view");
+        assert_eq!(v["status"], "WaitingPromotion", "{v}");
+        assert_eq!(v["weight"], 30, "{v}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        hooks.calls("/confirm") > calls,
+        "the gate is asked again each tick"
+    );
+    hooks.set("/confirm", 200);
+    hub.wait_phase("demo", ROLLOUT, |p| p == "Succeeded");
+    hub.serves("1.1.0");
+
+    // A new revision; the rollback webhook signals at once.
+    hooks.set("/rollback", 200);
+    new_config(&hub, "second");
+    let v = hub.wait_phase("demo", ROLLOUT, |p| p == "Failed");
+    let full = hub.canary("demo").unwrap();
+    assert_eq!(full["status_block"]["failedChecks"], 0, "{full}");
+    assert_eq!(v["weight"], 0);
+    hub.serves("1.1.0");
+    hub.assert_applied_equals_committed("demo");
+}
+
+#[test]
+fn suspend_freezes_weights_and_operators_promote_and_abort() {
+    // SPEC K8 (suspend), K10 (manual promote and abort).
+    let hub = CanaryHub::start();
+    let yaml = canary_yaml(hub.port, "", "").replace("maxWeight: 30", "maxWeight: 80");
+    hub.apply(&yaml);
+    let _traffic = Traffic::start(hub.port);
+    initialized(&hub);
+
+    hub.publish("1.1.0");
+    let v = hub.wait_phase("demo", ROLLOUT, |_| {
+        hub.canary("demo")
+            .and_then(|v| v["weight"].as_u64())
+            .is_some_and(|w| w >= 20)
+    });
+    let _ = v;
+    hub.apply(&yaml.replace("spec:\n", "spec:\n  suspend: true\n"));
+    // Whatever tick was in flight has landed; from now on nothing moves.
+    std::thread::sleep(Duration::from_millis(1500));
+    let frozen = hub.canary("demo").expect("view");
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        let v = hub.canary("demo").expect("view");
+        assert_eq!(v["weight"], frozen["weight"], "suspended: {v}");
+        assert_eq!(v["step"], frozen["step"], "suspended: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Manual commands are refused while suspended.
+    hub.cluster
+        .hubctl(&["canary", "promote", "demo", "-n", "prod"])
+        .expect_err(1, "suspended");
+    hub.apply(&yaml);
+    hub.cluster
+        .hubctl(&["canary", "promote", "demo", "-n", "prod"])
+        .expect_ok("promote");
+    hub.wait_phase("demo", ROLLOUT, |p| p == "Succeeded");
+    hub.serves("1.1.0");
+
+    new_config(&hub, "to-abort");
+    hub.wait_phase("demo", ROLLOUT, |p| p == "Progressing");
+    hub.cluster
+        .hubctl(&["canary", "abort", "demo", "-n", "prod"])
+        .expect_ok("abort");
+    let v = hub.wait_phase("demo", ROLLOUT, |p| p == "Failed");
+    assert_eq!(v["weight"], 0);
+    hub.serves("1.1.0");
+    hub.assert_applied_equals_committed("demo");
+}
+
+#[test]
+fn a_canary_that_never_becomes_ready_fails_at_its_deadline() {
+    // SPEC K3: progressDeadlineSeconds; the primary keeps serving.
+    let hub = CanaryHub::start();
+    hub.apply(
+        &canary_yaml(hub.port, "", "")
+            .replace("progressDeadlineSeconds: 30", "progressDeadlineSeconds: 5"),
+    );
+    let _traffic = Traffic::start(hub.port);
+    initialized(&hub);
+    let started = Instant::now();
+    hub.publish("2.0.0");
+    hub.wait_phase("demo", ROLLOUT, |p| p == "Progressing");
+    let v = hub.wait_phase("demo", ROLLOUT, |p| p == "Failed");
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "failed before its deadline: {v}"
+    );
+    assert_eq!(v["weight"], 0);
+    hub.serves("1.0.0");
+    hub.assert_applied_equals_committed("demo");
+}
+
+#[test]
+fn leaders_killed_in_progressing_waiting_promotion_and_promoting() {
+    // SPEC K9: after every leader change the analysis resumes from the committed step; the
+    // agent applied exactly the committed weights.
+    let hooks = WebhookServer::start();
+    hooks.set("/confirm", 403);
+    let mut hub = CanaryHub::start();
+    let yaml = canary_yaml(
+        hub.port,
+        "",
+        &webhook("gate", "confirm-promotion", &hooks.url("/confirm")),
+    )
+    .replace("maxWeight: 30", "maxWeight: 50")
+    .replace(
+        "    threshold: 2\n",
+        "    threshold: 2\n    stepWeightPromotion: 10\n",
+    );
+    hub.apply(&yaml);
+    let _traffic = Traffic::start(hub.port);
+    initialized(&hub);
+    hub.publish("1.1.0");
+
+    let kill_leader = |hub: &mut CanaryHub| {
+        let leader = hub.cluster.leader_id();
+        hub.cluster.kill9(leader);
+        hub.cluster.wait_leader(CONVERGE_TIMEOUT, |l| l != leader);
+        hub.cluster.restart(leader);
+    };
+
+    hub.wait_phase("demo", ROLLOUT, |_| {
+        hub.canary("demo")
+            .is_some_and(|v| v["status"] == "Progressing" && v["weight"].as_u64() >= Some(20))
+    });
+    kill_leader(&mut hub);
+    hub.wait_phase("demo", ROLLOUT, |p| p == "WaitingPromotion");
+    kill_leader(&mut hub);
+    let v = hub.canary("demo").expect("view");
+    assert_eq!(
+        v["status"], "WaitingPromotion",
+        "held across the failover: {v}"
+    );
+    hooks.set("/confirm", 200);
+    hub.wait_phase("demo", ROLLOUT, |p| p == "Promoting");
+    kill_leader(&mut hub);
+    hub.wait_phase("demo", ROLLOUT, |p| p == "Succeeded");
+    hub.serves("1.1.0");
+    let weights = hub.assert_applied_equals_committed("demo");
+    // Up by 10 to 50, held, then back by 10 per tick during promotion.
+    assert_eq!(
+        weights,
+        vec![0, 10, 20, 30, 40, 50, 40, 30, 20, 10, 0],
+        "{weights:?}"
+    );
+}
