@@ -288,7 +288,7 @@ impl Cluster {
         }
     }
 
-    /// Packages the demo service (1.0.0, 1.1.0, broken 2.0.0) with `scripts/demo-package.sh`
+    /// Packages the demo service (1.0.0, 1.1.0, 1.2.0, broken 2.0.0) with `scripts/demo-package.sh`
     /// into `<cluster dir>/demo`; returns that directory (`registry/`, `manifests/`).
     pub fn package_demo(&self) -> PathBuf {
         let out = self.dir().join("demo");
@@ -300,6 +300,7 @@ impl Cluster {
         let status = Command::new("bash")
             .arg(&script)
             .arg(&out)
+            .args(["1.0.0", "1.1.0", "1.2.0", "2.0.0:broken"])
             .env("DEMO_SERVICE_BIN", bin_dir().join("demo-service"))
             .stdout(Stdio::null())
             .status()

@@ -130,12 +130,18 @@ impl CanaryHub {
             .expect_ok("canary apply");
     }
 
-    /// The canary's full view (`hubctl canary get NAME -o json`).
+    /// The canary's full view (the `canary` query `hubctl canary get` reads): `status` is the
+    /// phase, `weight` the canary weight, plus `status_block`, `committed_weights`, ...
     pub fn canary(&self, name: &str) -> Option<Value> {
-        let out = self
+        let v = self
             .cluster
-            .hubctl(&["canary", "get", name, "-n", "prod", "-o", "json"]);
-        out.success().then(|| out.json())
+            .query(json!({"query": "canary", "id": format!("prod/{name}")}))
+            .ok()?;
+        if v.get("canary").is_some() {
+            Some(v["canary"].clone())
+        } else {
+            Some(v)
+        }
     }
 
     /// Waits until the canary's phase satisfies `f`; returns its view.
@@ -198,9 +204,23 @@ impl CanaryHub {
     /// steps only grow, and both sequences of distinct consecutive weights are equal.
     #[track_caller]
     pub fn assert_applied_equals_committed(&self, name: &str) -> Vec<u64> {
-        let view = self.canary(name).expect("canary view");
-        let committed = Self::committed(&view);
-        let applied = self.applied(name);
+        // The agent applies the last step plan shortly after it is committed.
+        let (committed, applied) = poll_until(CONVERGE_TIMEOUT, || {
+            let committed = Self::committed(&self.canary(name)?);
+            let applied = self.applied(name);
+            let last = committed.last()?.0;
+            applied
+                .iter()
+                .any(|a| a.0 >= last)
+                .then_some((committed, applied))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "the agent never applied the last committed step of {name}: {:?}\n{}",
+                self.applied(name),
+                self.agent.log_tail(30)
+            )
+        });
         assert!(
             applied.windows(2).all(|w| w[0].0 < w[1].0),
             "applied steps must strictly grow: {applied:?}"
