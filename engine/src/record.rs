@@ -166,7 +166,7 @@ pub enum Record {
     /// See [`ChangeRequest`].
     ChangeRequest(ChangeRequest),
     /// See [`Canary`].
-    Canary(Canary),
+    Canary(Box<Canary>),
 }
 
 /// Who did what, when (SPEC C2, S2).

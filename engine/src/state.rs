@@ -674,7 +674,7 @@ impl State {
                 .get(n)
                 .cloned()
                 .map(Record::ChangeRequest),
-            RecordKey::Canary(n) => self.canaries.get(n).cloned().map(Record::Canary),
+            RecordKey::Canary(n) => self.canaries.get(n).map(|c| Record::Canary(Box::new(c.clone()))),
         }
     }
 
@@ -702,7 +702,7 @@ impl State {
             .values()
             .cloned()
             .map(Record::ChangeRequest);
-        let canaries = self.canaries.values().cloned().map(Record::Canary);
+        let canaries = self.canaries.values().map(|c| Record::Canary(Box::new(c.clone())));
         envs.chain(ents)
             .chain(reqs)
             .chain(products)
@@ -768,7 +768,7 @@ impl State {
                 self.change_requests.insert(c.id.clone(), c);
             }
             Record::Canary(c) => {
-                self.canaries.insert(c.id.clone(), c);
+                self.canaries.insert(c.id.clone(), *c);
             }
         }
     }

@@ -157,9 +157,9 @@ fn a_release_is_analysed_by_the_canary_and_every_step_reaches_the_agent_in_order
         if let Some((_, canary)) = c
             .actions
             .iter()
+            .rev()
             .filter(|(s, _)| s + 1 == *step)
-            .filter_map(|(_, a)| a.weights())
-            .last()
+            .find_map(|(_, a)| a.weights())
         {
             assert_eq!(canary, *weight, "step {step}");
         }
