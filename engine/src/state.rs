@@ -674,7 +674,10 @@ impl State {
                 .get(n)
                 .cloned()
                 .map(Record::ChangeRequest),
-            RecordKey::Canary(n) => self.canaries.get(n).map(|c| Record::Canary(Box::new(c.clone()))),
+            RecordKey::Canary(n) => self
+                .canaries
+                .get(n)
+                .map(|c| Record::Canary(Box::new(c.clone()))),
         }
     }
 
@@ -702,7 +705,10 @@ impl State {
             .values()
             .cloned()
             .map(Record::ChangeRequest);
-        let canaries = self.canaries.values().map(|c| Record::Canary(Box::new(c.clone())));
+        let canaries = self
+            .canaries
+            .values()
+            .map(|c| Record::Canary(Box::new(c.clone())));
         envs.chain(ents)
             .chain(reqs)
             .chain(products)

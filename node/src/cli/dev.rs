@@ -92,7 +92,7 @@ pub async fn run(cmd: DevCmd, fmt: Format) -> anyhow::Result<()> {
     }
 }
 
-fn hub_node_binary() -> anyhow::Result<PathBuf> {
+pub(crate) fn hub_node_binary() -> anyhow::Result<PathBuf> {
     if let Ok(p) = std::env::var("HUB_NODE_BIN") {
         return Ok(PathBuf::from(p));
     }
@@ -219,6 +219,28 @@ async fn up(
     node_args: &str,
     fmt: Format,
 ) -> anyhow::Result<()> {
+    let (cluster, leader) = start_cluster(nodes, dir, base_port, node_args).await?;
+    let v = json!({"cluster_id": cluster.cluster_id, "leader": leader, "nodes": cluster.nodes});
+    if fmt == Format::Table {
+        println!("cluster {} up, leader {leader}", cluster.cluster_id);
+        let rows: Vec<_> = cluster
+            .nodes
+            .iter()
+            .map(|n| serde_json::to_value(n).unwrap_or_default())
+            .collect();
+        return super::output::table(&rows, &["id", "addr", "pid", "data_dir"]);
+    }
+    print(fmt, &v, &[])
+}
+
+/// Starts (or restarts) the cluster in `dir` and waits for a leader; returns the cluster
+/// file and the leader's id.
+pub(crate) async fn start_cluster(
+    nodes: Option<u64>,
+    dir: &Path,
+    base_port: u16,
+    node_args: &str,
+) -> anyhow::Result<(ClusterFile, u64)> {
     let n = nodes.unwrap_or(3);
     if n != 3 && n != 5 {
         bail!("--nodes: {n} is not 3 or 5");
@@ -303,20 +325,17 @@ async fn up(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let v = json!({"cluster_id": cluster.cluster_id, "leader": leader, "nodes": cluster.nodes});
-    if fmt == Format::Table {
-        println!("cluster {} up, leader {leader}", cluster.cluster_id);
-        let rows: Vec<_> = cluster
-            .nodes
-            .iter()
-            .map(|n| serde_json::to_value(n).unwrap_or_default())
-            .collect();
-        return super::output::table(&rows, &["id", "addr", "pid", "data_dir"]);
-    }
-    print(fmt, &v, &[])
+    Ok((cluster, leader))
 }
 
 fn down(dir: &Path, fmt: Format) -> anyhow::Result<()> {
+    let stopped = stop_cluster(dir)?;
+    print(fmt, &json!({"stopped": stopped}), &["stopped"])
+}
+
+/// Stops every node of the cluster in `dir` (SIGTERM, then SIGKILL after 10 s); returns the
+/// pids stopped.
+pub(crate) fn stop_cluster(dir: &Path) -> anyhow::Result<Vec<u32>> {
     let cluster = super::read_cluster_file(dir)?;
     let mut stopped = Vec::new();
     for n in &cluster.nodes {
@@ -334,7 +353,7 @@ fn down(dir: &Path, fmt: Format) -> anyhow::Result<()> {
         // SAFETY: as above.
         unsafe { libc::kill(*p as i32, libc::SIGKILL) };
     }
-    print(fmt, &json!({"stopped": stopped}), &["stopped"])
+    Ok(stopped)
 }
 
 async fn restart(dir: &Path, id: u64, fmt: Format) -> anyhow::Result<()> {

@@ -2,6 +2,7 @@
 //! them) and `-o table|json|yaml`.
 
 mod canary;
+mod demo;
 pub mod dev;
 mod modules;
 mod orch;
@@ -42,6 +43,9 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// A guided canary rollout on this machine: a local 3-node hub and agent, the demo
+    /// service's 1.1.0 promoted and its faulty 1.2.0 rolled back.
+    Demo(demo::DemoArgs),
     /// A local development cluster of hub-node processes.
     #[command(subcommand)]
     Dev(dev::DevCmd),
@@ -202,6 +206,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let fmt = cli.output;
     match cli.command {
         Cmd::Dev(cmd) => dev::run(cmd, fmt).await,
+        Cmd::Demo(args) => demo::run(args).await,
         Cmd::Cluster(cmd) => cluster(&client, cmd, fmt).await,
         Cmd::Env(cmd) => env(&client, cmd, fmt).await,
         Cmd::Entity(cmd) => entity(&client, cmd, fmt).await,
