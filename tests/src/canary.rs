@@ -23,10 +23,11 @@ pub const PRODUCT: &str = "com.example:demo-service";
 /// A hub with environment `prod`, the demo service installed at 1.0.0 by a process-driver
 /// agent on [`CanaryHub::port`], ready for a canary.
 pub struct CanaryHub {
-    /// The hub (dropped last: it kills its nodes).
-    pub cluster: Cluster,
-    /// The agent.
+    /// The agent. Declared first so it drops first: its drop stops the services it started,
+    /// by pids under its data directory, which the cluster's drop deletes.
     pub agent: HubAgent,
+    /// The hub (dropped last: it kills its nodes and deletes the directory).
+    pub cluster: Cluster,
     /// The entity id.
     pub entity: String,
     /// The service port (`<svc>`).
