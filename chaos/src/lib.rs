@@ -1,7 +1,12 @@
-//! Load generation and (later) fault injection against real hub clusters.
+//! Fault injection and load generation against real hub clusters (SPEC R6).
 //!
-//! Today this crate holds the `hub-bench` load generator: concurrent writers with latency
-//! percentiles, and leader-kill failover timing on a `hubctl dev` cluster. The chaos runner
-//! with checked histories (SPEC R6) is a later issue.
+//! - [`runner`]: `chaos run`: a hub of real `hub-node` processes under a register workload,
+//!   killed, paused and restarted on a seeded schedule, then healed and checked.
+//! - [`check`]: the pure checkers of a recorded history (linearizability, durability, plans at
+//!   most once, canary weights, rollouts terminal, convergence).
+//! - [`stats`]: latency percentiles for `hub-bench`, the load generator (concurrent writers,
+//!   leader-kill failover timing, agents at scale).
 
+pub mod check;
+pub mod runner;
 pub mod stats;

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
+use hub_chaos::runner::cluster::is_alive;
 use hub_chaos::stats::Latencies;
 use hub_proto::hub_client::HubClient;
 use hub_proto::{
@@ -191,16 +192,6 @@ async fn writes(dir: &Path, concurrency: &[usize], seconds: u64) -> anyhow::Resu
         );
     }
     Ok(())
-}
-
-fn is_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| !r.trim_start().starts_with('Z'))
-                .unwrap_or(false)
-        })
-        .unwrap_or(false)
 }
 
 async fn failover(dir: &Path, kills: usize) -> anyhow::Result<()> {

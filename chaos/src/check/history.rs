@@ -1,0 +1,196 @@
+//! The recorded history of a chaos run: what clients did and saw, what agents executed, and
+//! what the cluster looked like after healing. Saved as `history.json`; every checker reads
+//! its part from here.
+//!
+//! Times are nanoseconds on the runner's monotonic clock (agents on the same machine log the
+//! same `CLOCK_MONOTONIC`). Every part may be empty; a checker with no input passes.
+
+use serde::{Deserialize, Serialize};
+
+/// Everything a run recorded. Missing parts deserialize as empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct History {
+    /// Reads and writes of single-value registers (one register per key).
+    pub register_ops: Vec<RegisterOp>,
+    /// Register writes acknowledged Ok; merged with the Ok writes of `register_ops` by id.
+    pub acked_writes: Vec<AckedWrite>,
+    /// `(key, value)` read from every node after healing (one entry per node and key).
+    pub final_reads: Vec<(String, Option<u64>)>,
+    /// Adds to the append-only set workload.
+    pub set_adds: Vec<SetAdd>,
+    /// The append-only set read after healing.
+    pub final_set: Vec<String>,
+    /// Task executions gathered from the agents' logs.
+    pub task_executions: Vec<TaskExecution>,
+    /// Plans as the hub records them after healing.
+    pub hub_plans: Vec<HubPlan>,
+    /// Committed and applied canary weights, one entry per canary revision.
+    pub canary_runs: Vec<CanaryRun>,
+    /// Rollouts as the hub records them after healing.
+    pub rollouts: Vec<Rollout>,
+    /// State-machine digests of every node after healing.
+    pub node_digests: Vec<NodeDigest>,
+}
+
+/// One client operation on a register.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterOp {
+    /// Unique id of the operation in the run.
+    pub id: u64,
+    /// The client (a sequential process) that issued it.
+    pub client: u32,
+    /// The register.
+    pub key: String,
+    /// Read or write.
+    pub kind: OpKind,
+    /// When the client sent the request.
+    pub invoke_ns: u64,
+    /// When the client got the answer; `None` when it never did.
+    pub complete_ns: Option<u64>,
+    /// What the client learned.
+    pub outcome: Outcome,
+}
+
+/// What a register operation does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum OpKind {
+    /// Sets the register to `value`.
+    Write {
+        /// The value written (unique per key in the runner's workload).
+        value: u64,
+    },
+    /// Returns the register's current value.
+    Read,
+}
+
+/// What the client learned about an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    /// It took effect between invoke and completion; reads carry the value
+    /// (`None`: the key was never written).
+    Ok {
+        /// The value a read returned; `None` for writes.
+        read_value: Option<u64>,
+    },
+    /// It definitely did not take effect (refused before being proposed).
+    Failed,
+    /// Timed out or the connection was lost: it may take effect at any time after invoke, or
+    /// never.
+    Unknown,
+}
+
+/// A register write acknowledged Ok.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckedWrite {
+    /// The operation id (same as the [`RegisterOp`] id when that op is recorded too).
+    pub id: u64,
+    /// The register.
+    pub key: String,
+    /// The value written.
+    pub value: u64,
+}
+
+/// One add to the append-only set workload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetAdd {
+    /// Unique id of the operation in the run.
+    pub id: u64,
+    /// The element added.
+    pub element: String,
+    /// What the client learned.
+    pub outcome: AddOutcome,
+}
+
+/// What the client learned about a set add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AddOutcome {
+    /// Acknowledged: it must be in the final set.
+    Ok,
+    /// Refused before being proposed: it must not have taken effect.
+    Failed,
+    /// Timed out or lost: it may or may not be in the final set.
+    Unknown,
+}
+
+/// One line of an agent's task log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskExecution {
+    /// The agent that executed the task.
+    pub agent: String,
+    /// The plan id (`p-12-0`).
+    pub plan: String,
+    /// The entity the plan acts on.
+    pub entity: String,
+    /// The task within the plan.
+    pub task: String,
+    /// Attempt number (retries of the same task count up).
+    pub attempt: u32,
+    /// What happened.
+    pub state: TaskState,
+    /// When it happened.
+    pub at_ns: u64,
+}
+
+/// A task-log event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// The agent started the task.
+    Started,
+    /// The task finished successfully.
+    Succeeded,
+    /// The task finished with an error.
+    Failed,
+}
+
+/// A plan as the hub records it after healing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HubPlan {
+    /// The plan id.
+    pub id: String,
+    /// The entity the plan acts on.
+    pub entity: String,
+    /// `issued`, `running`, `succeeded`, `failed` or `cancelled`.
+    pub status: String,
+    /// The plan's tasks.
+    pub tasks: Vec<String>,
+}
+
+/// Canary weights of one canary revision: what the hub committed and what was applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CanaryRun {
+    /// The canary revision.
+    pub canary: String,
+    /// `(step, weight)` committed by the hub.
+    pub committed: Vec<(u64, u8)>,
+    /// `(step, weight)` applied to the traffic split, in application order.
+    pub applied: Vec<(u64, u8)>,
+}
+
+/// A rollout as the hub records it after healing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rollout {
+    /// The rollout id.
+    pub id: String,
+    /// `release`, `module` or `canary`.
+    pub kind: String,
+    /// The hub's state name.
+    pub state: String,
+    /// Whether the state is terminal.
+    pub terminal: bool,
+}
+
+/// A node's state-machine digest after healing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeDigest {
+    /// The node id.
+    pub node: u64,
+    /// The log index the digest was taken at.
+    pub applied_index: u64,
+    /// The digest of the state machine at that index.
+    pub digest: String,
+}

@@ -1,0 +1,361 @@
+//! Checkers of the chaos runner: pure functions from a recorded [`History`] to a verdict.
+//!
+//! The runner injects faults, records what clients, agents and the healed cluster saw, and
+//! hands the history to [`check_all`]. Each checker returns a serializable report with `ok`,
+//! counts and violations naming the operations, keys or plans involved:
+//!
+//! - [`check_linearizable`]: register operations are linearizable, per key;
+//! - [`acked_writes_durable`]: values read after healing keep acknowledged register writes;
+//! - [`lost_writes`]: the append-only set keeps acknowledged adds, without phantoms;
+//! - [`plans_at_most_once`]: tasks succeed at most once, one plan per entity at a time;
+//! - [`canary_weights`]: applied canary weights follow the committed ones;
+//! - [`rollouts_terminal`]: every rollout is terminal after healing;
+//! - [`converged`]: nodes at the same applied index have equal digests.
+//!
+//! No I/O and no clock: the same history always gives the same report.
+
+mod canary;
+mod cluster;
+mod durable;
+mod history;
+mod linear;
+mod plans;
+#[cfg(test)]
+mod sim;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub use canary::{canary_weights, CanaryReport, CanaryViolation};
+pub use cluster::{
+    converged, rollouts_terminal, ConvergenceReport, ConvergenceViolation, RolloutReport,
+    RolloutViolation,
+};
+pub use durable::{
+    acked_writes_durable, lost_writes, DurabilityReport, DurabilityViolation, SetReport,
+    SetViolation,
+};
+pub use history::{
+    AckedWrite, AddOutcome, CanaryRun, History, HubPlan, NodeDigest, OpKind, Outcome, RegisterOp,
+    Rollout, SetAdd, TaskExecution, TaskState,
+};
+pub use linear::{
+    check_linearizable, check_linearizable_with, KeyReport, LinOptions, LinReport, LinViolation,
+    Verdict, Zone, DEFAULT_MAX_STATES_PER_KEY,
+};
+pub use plans::{plans_at_most_once, ExecRef, PlanReport, PlanSpan, PlanViolation};
+
+/// Totals over all checkers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Client operations recorded: register operations and set adds.
+    pub operations: usize,
+    /// Of those, acknowledged writes: register writes and set adds acknowledged Ok.
+    pub acknowledged: usize,
+    /// Acknowledged writes proven lost (registers and set).
+    pub lost: usize,
+    /// Things done twice: extra task successes and extra set copies.
+    pub duplicates: usize,
+    /// Violations over all checkers.
+    pub violations: usize,
+}
+
+/// The verdict on a whole history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckReport {
+    /// True when every checker passed.
+    pub ok: bool,
+    /// Totals.
+    pub summary: Summary,
+    /// Register linearizability.
+    pub linearizability: LinReport,
+    /// Acknowledged register writes survive healing.
+    pub durability: DurabilityReport,
+    /// The append-only set.
+    pub set: SetReport,
+    /// Plans at most once.
+    pub plans: PlanReport,
+    /// Canary weights.
+    pub canary: CanaryReport,
+    /// Rollouts terminal.
+    pub rollouts: RolloutReport,
+    /// Convergence.
+    pub convergence: ConvergenceReport,
+    /// Every violation as one human-readable line, prefixed by its checker.
+    pub messages: Vec<String>,
+}
+
+/// Runs every checker with the default linearizability budget.
+pub fn check_all(h: &History) -> CheckReport {
+    check_all_with(h, &LinOptions::default())
+}
+
+/// Runs every checker.
+pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
+    let linearizability = check_linearizable_with(&h.register_ops, opts);
+    let durability = acked_writes_durable(&h.register_ops, &h.acked_writes, &h.final_reads);
+    let set = lost_writes(&h.set_adds, &h.final_set);
+    let plans = plans_at_most_once(&h.task_executions, &h.hub_plans);
+    let canary = canary_weights(&h.canary_runs);
+    let rollouts = rollouts_terminal(&h.rollouts);
+    let convergence = converged(&h.node_digests);
+
+    let mut messages = Vec::new();
+    let mut add = |checker: &str, lines: Vec<String>| {
+        messages.extend(lines.into_iter().map(|l| format!("{checker}: {l}")));
+    };
+    add("linearizability", strings(&linearizability.violations));
+    add("durability", strings(&durability.violations));
+    add("set", strings(&set.violations));
+    add("plans", strings(&plans.violations));
+    add("canary", strings(&canary.violations));
+    add("rollouts", strings(&rollouts.violations));
+    add("convergence", strings(&convergence.violations));
+
+    let summary = Summary {
+        operations: h.register_ops.len() + h.set_adds.len(),
+        acknowledged: durability.acknowledged + set.acknowledged,
+        lost: durability.lost + set.lost,
+        duplicates: plans.duplicates + set.duplicates,
+        violations: messages.len(),
+    };
+    CheckReport {
+        ok: linearizability.ok
+            && durability.ok
+            && set.ok
+            && plans.ok
+            && canary.ok
+            && rollouts.ok
+            && convergence.ok,
+        summary,
+        linearizability,
+        durability,
+        set,
+        plans,
+        canary,
+        rollouts,
+        convergence,
+        messages,
+    }
+}
+
+fn strings<T: ToString>(violations: &[T]) -> Vec<String> {
+    violations.iter().map(ToString::to_string).collect()
+}
+
+impl fmt::Display for CheckReport {
+    /// One summary line, then one line per violation.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.summary;
+        writeln!(
+            f,
+            "{}: {} operations, {} acknowledged, {} lost, {} duplicates, {} violations",
+            if self.ok { "PASS" } else { "FAIL" },
+            s.operations,
+            s.acknowledged,
+            s.lost,
+            s.duplicates,
+            s.violations
+        )?;
+        for m in &self.messages {
+            writeln!(f, "  {m}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A history with every part filled in, all of it correct.
+    fn full_history() -> History {
+        History {
+            register_ops: vec![
+                RegisterOp {
+                    id: 1,
+                    client: 0,
+                    key: "k".into(),
+                    kind: OpKind::Write { value: 7 },
+                    invoke_ns: 0,
+                    complete_ns: Some(10),
+                    outcome: Outcome::Ok { read_value: None },
+                },
+                RegisterOp {
+                    id: 2,
+                    client: 1,
+                    key: "k".into(),
+                    kind: OpKind::Write { value: 8 },
+                    invoke_ns: 5,
+                    complete_ns: None,
+                    outcome: Outcome::Unknown,
+                },
+                RegisterOp {
+                    id: 3,
+                    client: 0,
+                    key: "k".into(),
+                    kind: OpKind::Read,
+                    invoke_ns: 20,
+                    complete_ns: Some(30),
+                    outcome: Outcome::Ok {
+                        read_value: Some(7),
+                    },
+                },
+                RegisterOp {
+                    id: 4,
+                    client: 2,
+                    key: "k".into(),
+                    kind: OpKind::Write { value: 9 },
+                    invoke_ns: 25,
+                    complete_ns: Some(26),
+                    outcome: Outcome::Failed,
+                },
+            ],
+            acked_writes: vec![AckedWrite {
+                id: 1,
+                key: "k".into(),
+                value: 7,
+            }],
+            final_reads: vec![("k".into(), Some(7)), ("k".into(), Some(7))],
+            set_adds: vec![
+                SetAdd {
+                    id: 10,
+                    element: "e1".into(),
+                    outcome: AddOutcome::Ok,
+                },
+                SetAdd {
+                    id: 11,
+                    element: "e2".into(),
+                    outcome: AddOutcome::Unknown,
+                },
+            ],
+            final_set: vec!["e1".into()],
+            task_executions: vec![
+                TaskExecution {
+                    agent: "a1".into(),
+                    plan: "p-1-0".into(),
+                    entity: "svc".into(),
+                    task: "start".into(),
+                    attempt: 1,
+                    state: TaskState::Started,
+                    at_ns: 100,
+                },
+                TaskExecution {
+                    agent: "a1".into(),
+                    plan: "p-1-0".into(),
+                    entity: "svc".into(),
+                    task: "start".into(),
+                    attempt: 1,
+                    state: TaskState::Succeeded,
+                    at_ns: 200,
+                },
+            ],
+            hub_plans: vec![HubPlan {
+                id: "p-1-0".into(),
+                entity: "svc".into(),
+                status: "succeeded".into(),
+                tasks: vec!["start".into()],
+            }],
+            canary_runs: vec![CanaryRun {
+                canary: "web@2".into(),
+                committed: vec![(1, 10), (2, 100)],
+                applied: vec![(1, 10), (2, 100)],
+            }],
+            rollouts: vec![Rollout {
+                id: "r1".into(),
+                kind: "canary".into(),
+                state: "promoted".into(),
+                terminal: true,
+            }],
+            node_digests: vec![
+                NodeDigest {
+                    node: 1,
+                    applied_index: 12,
+                    digest: "abc".into(),
+                },
+                NodeDigest {
+                    node: 2,
+                    applied_index: 12,
+                    digest: "abc".into(),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn history_round_trips_through_json() {
+        let h = full_history();
+        let json = serde_json::to_string_pretty(&h).expect("serialize");
+        let back: History = serde_json::from_str(&json).expect("deserialize");
+        assert_eq!(back, h);
+        // Tags as the runner writes them.
+        assert!(json.contains(r#""op": "write""#), "{json}");
+        assert!(json.contains(r#""status": "unknown""#), "{json}");
+        // Missing parts default to empty.
+        let empty: History = serde_json::from_str("{}").expect("deserialize");
+        assert_eq!(empty, History::default());
+    }
+
+    #[test]
+    fn good_history_passes_every_checker() {
+        let rep = check_all(&full_history());
+        assert!(rep.ok, "{rep}");
+        assert_eq!(
+            rep.summary,
+            Summary {
+                operations: 6,
+                acknowledged: 2,
+                lost: 0,
+                duplicates: 0,
+                violations: 0
+            }
+        );
+        assert!(rep.to_string().starts_with("PASS: 6 operations"));
+        assert!(check_all(&History::default()).ok);
+    }
+
+    #[test]
+    fn every_checker_contributes_to_the_verdict() {
+        let mut h = full_history();
+        h.final_set.clear();
+        h.task_executions.push(h.task_executions[1].clone());
+        h.rollouts[0].terminal = false;
+        let rep = check_all(&h);
+        assert!(!rep.ok);
+        assert_eq!((rep.summary.lost, rep.summary.duplicates), (1, 1));
+        assert!(
+            rep.messages.iter().any(|m| m.starts_with("set: add 10")),
+            "{rep}"
+        );
+        assert!(
+            rep.messages
+                .iter()
+                .any(|m| m.starts_with("plans: plan p-1-0 task start succeeded 2 times")),
+            "{rep}"
+        );
+        assert!(
+            rep.messages
+                .iter()
+                .any(|m| m.starts_with("rollouts: canary rollout r1")),
+            "{rep}"
+        );
+
+        let mut h = full_history();
+        h.register_ops[2].outcome = Outcome::Ok {
+            read_value: Some(9),
+        };
+        h.final_reads.push(("k".into(), Some(9)));
+        h.node_digests[1].digest = "abd".into();
+        h.canary_runs[0].applied[1].1 = 50;
+        let rep = check_all(&h);
+        assert!(!rep.ok);
+        assert!(
+            !rep.linearizability.ok && !rep.durability.ok && !rep.convergence.ok && !rep.canary.ok
+        );
+        // The report itself serializes.
+        let json = serde_json::to_string(&rep).expect("serialize");
+        let back: CheckReport = serde_json::from_str(&json).expect("deserialize");
+        assert_eq!(back, rep);
+    }
+}

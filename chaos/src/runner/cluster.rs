@@ -1,0 +1,251 @@
+//! The hub under test: real `hub-node` processes started and restarted with `hubctl dev`
+//! (`cluster.json` names every node's pid and address), killed with SIGKILL, paused with
+//! SIGSTOP / SIGCONT, and asked for their leader and state digests over gRPC.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use hub_proto::hub_client::HubClient;
+use hub_proto::NodeStatusRequest;
+use serde::Deserialize;
+use tonic::transport::{Channel, Endpoint};
+
+/// One node as `cluster.json` records it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Node {
+    /// Raft id.
+    pub id: u64,
+    /// `host:port`.
+    pub addr: String,
+    /// Process id of the running (or last) process.
+    pub pid: u32,
+}
+
+#[derive(Deserialize)]
+struct ClusterFile {
+    nodes: Vec<Node>,
+}
+
+/// A node's view of the replicated state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    /// Raft id.
+    pub id: u64,
+    /// Its leader, if it knows one.
+    pub leader: Option<u64>,
+    /// Last applied log index.
+    pub applied: u64,
+    /// Digest of its state.
+    pub digest: String,
+}
+
+/// A `hubctl dev` cluster in a directory.
+pub struct Cluster {
+    dir: PathBuf,
+    hubctl: PathBuf,
+    /// Node ids currently stopped with SIGSTOP.
+    paused: Vec<u64>,
+}
+
+impl Cluster {
+    /// Starts `nodes` nodes in `dir` (free ports) and waits for a leader.
+    pub fn start(dir: &Path, nodes: u64, hubctl: &Path) -> anyhow::Result<Cluster> {
+        let out = Command::new(hubctl)
+            .args([
+                "dev",
+                "up",
+                "--nodes",
+                &nodes.to_string(),
+                "--base-port",
+                "0",
+            ])
+            .arg("--data-dir")
+            .arg(dir)
+            .args(["-o", "json"])
+            .output()
+            .with_context(|| format!("run {}", hubctl.display()))?;
+        if !out.status.success() {
+            bail!(
+                "the cluster never became healthy: hubctl dev up: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(Cluster {
+            dir: dir.to_path_buf(),
+            hubctl: hubctl.to_path_buf(),
+            paused: Vec::new(),
+        })
+    }
+
+    /// The nodes as `cluster.json` records them now.
+    pub fn nodes(&self) -> anyhow::Result<Vec<Node>> {
+        let p = self.dir.join("cluster.json");
+        let f: ClusterFile =
+            serde_json::from_slice(&std::fs::read(&p).with_context(|| p.display().to_string())?)
+                .with_context(|| p.display().to_string())?;
+        Ok(f.nodes)
+    }
+
+    /// Every node's address.
+    pub fn endpoints(&self) -> anyhow::Result<Vec<String>> {
+        Ok(self.nodes()?.into_iter().map(|n| n.addr).collect())
+    }
+
+    /// SIGKILLs node `id` and waits until it is gone.
+    pub fn kill(&mut self, id: u64) -> anyhow::Result<()> {
+        let node = self.node(id)?;
+        self.resume(id);
+        signal(node.pid, libc::SIGKILL);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while is_alive(node.pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
+    /// Starts node `id` again on its data (it must not be running).
+    pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
+        let out = Command::new(&self.hubctl)
+            .args(["dev", "restart-node", "--id", &id.to_string()])
+            .arg("--data-dir")
+            .arg(&self.dir)
+            .args(["-o", "json"])
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "restart node {id}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// SIGSTOPs node `id`.
+    pub fn pause(&mut self, id: u64) -> anyhow::Result<()> {
+        let node = self.node(id)?;
+        signal(node.pid, libc::SIGSTOP);
+        self.paused.push(id);
+        Ok(())
+    }
+
+    /// SIGCONTs node `id` if it was paused.
+    pub fn resume(&mut self, id: u64) {
+        if let Some(pos) = self.paused.iter().position(|p| *p == id) {
+            self.paused.remove(pos);
+            if let Ok(n) = self.node(id) {
+                signal(n.pid, libc::SIGCONT);
+            }
+        }
+    }
+
+    /// Whether node `id`'s process runs.
+    pub fn is_running(&self, id: u64) -> bool {
+        self.node(id).is_ok_and(|n| is_alive(n.pid))
+    }
+
+    /// Resumes every paused node and restarts every dead one.
+    pub fn heal(&mut self) -> anyhow::Result<()> {
+        for id in self.paused.clone() {
+            self.resume(id);
+        }
+        for n in self.nodes()? {
+            if !is_alive(n.pid) {
+                self.restart(n.id)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn node(&self, id: u64) -> anyhow::Result<Node> {
+        self.nodes()?
+            .into_iter()
+            .find(|n| n.id == id)
+            .with_context(|| format!("no node {id}"))
+    }
+
+    /// Every reachable node's view (unreachable ones are left out).
+    pub async fn views(&self) -> Vec<NodeView> {
+        let mut out = Vec::new();
+        for n in self.nodes().unwrap_or_default() {
+            if self.paused.contains(&n.id) || !is_alive(n.pid) {
+                continue;
+            }
+            let Ok(mut c) = connect(&n.addr).await else {
+                continue;
+            };
+            let mut req = tonic::Request::new(NodeStatusRequest {});
+            req.set_timeout(Duration::from_secs(1));
+            if let Ok(s) = c.node_status(req).await {
+                let s = s.into_inner();
+                out.push(NodeView {
+                    id: n.id,
+                    leader: s.has_leader.then_some(s.leader_id),
+                    applied: s.last_applied,
+                    digest: s.digest,
+                });
+            }
+        }
+        out
+    }
+
+    /// The leader most reachable nodes agree on.
+    pub async fn leader(&self) -> Option<u64> {
+        let views = self.views().await;
+        let mut votes: Vec<(u64, usize)> = Vec::new();
+        for l in views.iter().filter_map(|v| v.leader) {
+            match votes.iter_mut().find(|(id, _)| *id == l) {
+                Some((_, n)) => *n += 1,
+                None => votes.push((l, 1)),
+            }
+        }
+        votes.into_iter().max_by_key(|(_, n)| *n).map(|(id, _)| id)
+    }
+
+    /// Stops every node (SIGCONT first, then SIGKILL): the runner's cleanup.
+    pub fn stop_all(&mut self) {
+        for id in self.paused.clone() {
+            self.resume(id);
+        }
+        for n in self.nodes().unwrap_or_default() {
+            if is_alive(n.pid) {
+                signal(n.pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+/// A gRPC client to `addr` (short connect timeout).
+pub async fn connect(addr: &str) -> anyhow::Result<HubClient<Channel>> {
+    let ch = Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_millis(500))
+        .tcp_nodelay(true)
+        .connect()
+        .await?;
+    Ok(HubClient::new(ch))
+}
+
+fn signal(pid: u32, sig: i32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        // SAFETY: kill(2) on a pid from the cluster file of a cluster this runner started.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Whether `pid` is a live (not zombie) process.
+pub fn is_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| !r.trim_start().starts_with('Z'))
+                .unwrap_or(false)
+        })
+        .unwrap_or(false)
+}

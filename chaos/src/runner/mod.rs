@@ -1,0 +1,333 @@
+//! `chaos run`: a hub of real `hub-node` processes under a register workload while faults hit
+//! it on a seeded schedule; then heal, wait for convergence, check the history and report.
+//!
+//! - [`cluster`]: the nodes (`hubctl dev`), signals, leader and digests.
+//! - [`register`]: the concurrent register clients and their history.
+//! - [`faults`]: fault names and the seeded schedule.
+//!
+//! Everything the runner starts is stopped when it returns, on success or error.
+
+pub mod cluster;
+pub mod faults;
+pub mod register;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+
+use crate::check::{check_all, AckedWrite, CheckReport, History, NodeDigest, OpKind, Outcome};
+use cluster::Cluster;
+use faults::{Fault, Rng, Scheduled};
+
+/// How long the healed cluster may take to converge.
+const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// 3 or 5.
+    pub nodes: u64,
+    /// How long the workload and the faults run.
+    pub duration: Duration,
+    /// The schedule's seed.
+    pub seed: u64,
+    /// Faults to draw from.
+    pub faults: Vec<Fault>,
+    /// Register keys.
+    pub keys: usize,
+    /// Concurrent register clients.
+    pub clients: usize,
+    /// Where the cluster, `history.json` and `report.json` go.
+    pub out: PathBuf,
+    /// `hubctl` (next to the runner by default).
+    pub hubctl: PathBuf,
+}
+
+/// One fault as injected.
+#[derive(Debug, Clone, Serialize)]
+pub struct Injected {
+    /// The schedule entry.
+    pub scheduled: Scheduled,
+    /// The node hit (all for restart-all).
+    pub node: Option<u64>,
+    /// Whether it hit the leader.
+    pub was_leader: bool,
+    /// Milliseconds from the kill of a leader to the next acknowledged write, if any.
+    pub failover_ms: Option<u64>,
+    /// Nanoseconds on the runner's clock when it took effect (the kill, the stop).
+    pub at_ns: u64,
+}
+
+/// The run's report (`report.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The seed to replay.
+    pub seed: u64,
+    /// Nodes.
+    pub nodes: u64,
+    /// The faults drawn from (`--faults`).
+    pub faults: Vec<Fault>,
+    /// The run's duration in milliseconds.
+    pub duration_ms: u64,
+    /// Register keys and clients.
+    pub keys: usize,
+    /// See `keys`.
+    pub clients: usize,
+    /// How faults were injected.
+    pub mechanism: String,
+    /// Faults injected by kind.
+    pub faults_by_kind: Vec<(String, usize)>,
+    /// Every fault.
+    pub injected: Vec<Injected>,
+    /// Register operations.
+    pub operations: usize,
+    /// Acknowledged writes.
+    pub acknowledged_writes: usize,
+    /// Operations with an unknown outcome.
+    pub unknown: usize,
+    /// Longest time without an acknowledged write, in milliseconds.
+    pub longest_unavailable_ms: u64,
+    /// Failover times (kill of a leader → next acknowledged write): p50 and p99, in ms.
+    pub failover_p50_ms: Option<u64>,
+    /// See `failover_p50_ms`.
+    pub failover_p99_ms: Option<u64>,
+    /// The checkers' verdict.
+    pub check: CheckReport,
+}
+
+/// Runs the whole thing; `Ok` carries the report (check it: violations do not make an `Err`).
+pub async fn run(cfg: Config) -> anyhow::Result<Report> {
+    if cfg.nodes != 3 && cfg.nodes != 5 {
+        bail!("--nodes: {} is not 3 or 5", cfg.nodes);
+    }
+    if !cfg.hubctl.exists() {
+        bail!(
+            "{} not found (cargo build --workspace --bins)",
+            cfg.hubctl.display()
+        );
+    }
+    std::fs::create_dir_all(&cfg.out).with_context(|| cfg.out.display().to_string())?;
+    let schedule = faults::schedule(cfg.seed, &cfg.faults, cfg.duration);
+    let hub_dir = cfg.out.join("hub");
+    if hub_dir.exists() {
+        bail!("{} exists: use a fresh --out directory", hub_dir.display());
+    }
+    println!(
+        "chaos: {} nodes, {} faults scheduled over {:?}, seed {}",
+        cfg.nodes,
+        schedule.len(),
+        cfg.duration,
+        cfg.seed
+    );
+    let hubctl = cfg.hubctl.clone();
+    let mut cluster = tokio::task::block_in_place(|| Cluster::start(&hub_dir, cfg.nodes, &hubctl))?;
+    let endpoints = cluster.endpoints()?;
+    register::create_keys(&endpoints, cfg.keys).await?;
+
+    let epoch = Instant::now();
+    let workload =
+        register::Workload::start(endpoints.clone(), cfg.keys, cfg.clients, cfg.seed, epoch);
+    let mut injected = Vec::new();
+    let mut rng = Rng::new(cfg.seed ^ 0xFA17);
+    for s in &schedule {
+        let at = Duration::from_millis(s.at_ms);
+        if let Some(wait) = at.checked_sub(epoch.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+        let leader = cluster.leader().await;
+        let nodes: Vec<u64> = cluster.nodes()?.iter().map(|n| n.id).collect();
+        let any = nodes[(s.pick % nodes.len() as u64) as usize];
+        let hold = Duration::from_millis(s.hold_ms);
+        let node = match s.fault {
+            Fault::KillLeader => leader,
+            Fault::KillAny => Some(any),
+            Fault::Pause => {
+                if rng.next_u64().is_multiple_of(2) {
+                    leader.or(Some(any))
+                } else {
+                    Some(any)
+                }
+            }
+            Fault::RestartAll => None,
+            Fault::Partition | Fault::Latency => unreachable!("refused by parse_faults"),
+        };
+        println!(
+            "[{:>6.1}s] {} {}",
+            epoch.elapsed().as_secs_f64(),
+            s.fault,
+            node.map_or("all nodes".to_string(), |n| format!("node {n}"))
+        );
+        // When the fault took effect (failover is measured from here).
+        let mut hit_ns = epoch.elapsed().as_nanos() as u64;
+        match (s.fault, node) {
+            (Fault::KillLeader | Fault::KillAny, Some(n)) => {
+                tokio::task::block_in_place(|| cluster.kill(n))?;
+                hit_ns = epoch.elapsed().as_nanos() as u64;
+                tokio::time::sleep(hold).await;
+                tokio::task::block_in_place(|| cluster.restart(n))?;
+            }
+            (Fault::Pause, Some(n)) => {
+                cluster.pause(n)?;
+                hit_ns = epoch.elapsed().as_nanos() as u64;
+                tokio::time::sleep(hold).await;
+                cluster.resume(n);
+            }
+            (Fault::RestartAll, _) => {
+                for n in &nodes {
+                    tokio::task::block_in_place(|| cluster.kill(*n))?;
+                }
+                hit_ns = epoch.elapsed().as_nanos() as u64;
+                tokio::time::sleep(hold).await;
+                for n in &nodes {
+                    tokio::task::block_in_place(|| cluster.restart(*n))?;
+                }
+            }
+            _ => {}
+        }
+        injected.push(Injected {
+            scheduled: s.clone(),
+            node,
+            was_leader: node.is_some() && node == leader,
+            failover_ms: None,
+            at_ns: hit_ns,
+        });
+    }
+    if let Some(rest) = cfg.duration.checked_sub(epoch.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
+    let ops = workload.stop().await;
+
+    println!("[{:>6.1}s] healing", epoch.elapsed().as_secs_f64());
+    tokio::task::block_in_place(|| cluster.heal())?;
+    let digests = converge(&cluster, cfg.nodes).await?;
+
+    // Failover: from each leader kill or pause to the next acknowledged write.
+    let mut acks: Vec<u64> = ops
+        .iter()
+        .filter(|o| {
+            matches!(o.kind, OpKind::Write { .. }) && matches!(o.outcome, Outcome::Ok { .. })
+        })
+        .filter_map(|o| o.complete_ns)
+        .collect();
+    acks.sort_unstable();
+    for i in injected.iter_mut() {
+        if i.was_leader || i.scheduled.fault == Fault::RestartAll {
+            let next = acks.iter().find(|t| **t > i.at_ns);
+            i.failover_ms = next.map(|t| (t - i.at_ns) / 1_000_000);
+        }
+    }
+    let mut failovers: Vec<u64> = injected
+        .iter()
+        .filter(|i| i.scheduled.fault != Fault::Pause)
+        .filter_map(|i| i.failover_ms)
+        .collect();
+    failovers.sort_unstable();
+    let pct = |p: f64| -> Option<u64> {
+        (!failovers.is_empty()).then(|| {
+            let idx = ((failovers.len() as f64 - 1.0) * p).round() as usize;
+            failovers[idx.min(failovers.len() - 1)]
+        })
+    };
+    let longest = acks.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0) / 1_000_000;
+
+    let acked_writes: Vec<AckedWrite> = ops
+        .iter()
+        .filter(|o| matches!(o.outcome, Outcome::Ok { .. }))
+        .filter_map(|o| match o.kind {
+            OpKind::Write { value } => Some(AckedWrite {
+                id: o.id,
+                key: o.key.clone(),
+                value,
+            }),
+            OpKind::Read => None,
+        })
+        .collect();
+    // What every node holds after healing (each node's own state, converged above).
+    let mut final_reads = Vec::new();
+    for n in cluster.nodes()? {
+        match register::final_reads(&n.addr, cfg.keys).await {
+            Ok(r) => final_reads.extend(r),
+            Err(e) => eprintln!("chaos: final read from node {} failed: {e:#}", n.id),
+        }
+    }
+    let history = History {
+        register_ops: ops.clone(),
+        acked_writes,
+        final_reads,
+        node_digests: digests,
+        ..History::default()
+    };
+    std::fs::write(
+        cfg.out.join("history.json"),
+        serde_json::to_vec_pretty(&history)?,
+    )?;
+    let check = check_all(&history);
+    let mut by_kind: Vec<(String, usize)> = Vec::new();
+    for i in &injected {
+        match by_kind
+            .iter_mut()
+            .find(|(k, _)| k == i.scheduled.fault.as_str())
+        {
+            Some((_, n)) => *n += 1,
+            None => by_kind.push((i.scheduled.fault.as_str().to_string(), 1)),
+        }
+    }
+    let report = Report {
+        seed: cfg.seed,
+        nodes: cfg.nodes,
+        faults: cfg.faults.clone(),
+        duration_ms: cfg.duration.as_millis() as u64,
+        keys: cfg.keys,
+        clients: cfg.clients,
+        mechanism: "signals on real processes (SIGKILL, SIGSTOP/SIGCONT); no network faults".into(),
+        faults_by_kind: by_kind,
+        injected,
+        operations: ops.len(),
+        acknowledged_writes: acks.len(),
+        unknown: ops
+            .iter()
+            .filter(|o| matches!(o.outcome, Outcome::Unknown))
+            .count(),
+        longest_unavailable_ms: longest,
+        failover_p50_ms: pct(0.5),
+        failover_p99_ms: pct(0.99),
+        check,
+    };
+    std::fs::write(
+        cfg.out.join("report.json"),
+        serde_json::to_vec_pretty(&report)?,
+    )?;
+    drop(cluster);
+    Ok(report)
+}
+
+/// Waits until every node reports the same digest at the same applied index.
+async fn converge(cluster: &Cluster, nodes: u64) -> anyhow::Result<Vec<NodeDigest>> {
+    let deadline = Instant::now() + CONVERGE_TIMEOUT;
+    loop {
+        let views = cluster.views().await;
+        let same = views.len() as u64 == nodes
+            && views
+                .windows(2)
+                .all(|w| w[0].applied == w[1].applied && w[0].digest == w[1].digest);
+        if !same && Instant::now() > deadline {
+            bail!(
+                "the healed cluster did not converge within {CONVERGE_TIMEOUT:?}: {} of {nodes} nodes answer, views {views:?}",
+                views.len()
+            );
+        }
+        if same {
+            return Ok(views
+                .into_iter()
+                .map(|v| NodeDigest {
+                    node: v.id,
+                    applied_index: v.applied,
+                    digest: v.digest,
+                })
+                .collect());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
