@@ -29,6 +29,7 @@ pub mod settings;
 pub mod state;
 pub mod suppression;
 pub mod window;
+pub mod yaml_error;
 
 pub use command::{Command, CommandOutput, Request};
 pub use entity::{Entity, EntityId, EntityKind};

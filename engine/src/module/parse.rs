@@ -105,44 +105,8 @@ fn to_errors(errors: Vec<DefinitionError>) -> DefinitionErrors {
     })
 }
 
-/// A serde_yaml_ng error as a [`DefinitionError`]: its location kept, the path it prefixes
-/// the message with moved to `path`, and the field of "unknown field `x`" / "missing field
-/// `x`" appended to it.
-pub(crate) fn serde_error(err: &serde_yaml_ng::Error) -> DefinitionError {
-    let mut message = err.to_string();
-    let location = err.location();
-    if let Some(l) = &location {
-        let suffix = format!(" at line {} column {}", l.line(), l.column());
-        if let Some(stripped) = message.strip_suffix(&suffix) {
-            message = stripped.to_string();
-        }
-    }
-    let (prefix, body) = match message.split_once(": ") {
-        Some((p, b)) if !p.is_empty() && !p.contains(char::is_whitespace) && !p.contains('`') => {
-            (Some(p.to_string()), b.to_string())
-        }
-        _ => (None, message.clone()),
-    };
-    let field = ["unknown field `", "missing field `", "duplicate field `"]
-        .iter()
-        .find_map(|lead| body.strip_prefix(lead))
-        .and_then(|rest| rest.split_once('`'))
-        .map(|(field, _)| field.to_string());
-    let path = match (prefix, field) {
-        (Some(p), Some(f)) => format!("{p}.{f}"),
-        (Some(p), None) => p,
-        (None, Some(f)) => f,
-        (None, None) => String::new(),
-    };
-    let mut out = DefinitionError::new(path, body);
-    if let Some(l) = location {
-        out = out.at(
-            u32::try_from(l.line()).unwrap_or(u32::MAX),
-            u32::try_from(l.column()).unwrap_or(u32::MAX),
-        );
-    }
-    out
-}
+/// A serde_yaml_ng error as a [`DefinitionError`] (see [`crate::yaml_error::from_serde`]).
+pub(crate) use crate::yaml_error::from_serde as serde_error;
 
 /// The reason of a name-validation error, without the field it names.
 fn reason(e: CommandError) -> String {
