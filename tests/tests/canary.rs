@@ -168,23 +168,30 @@ fn suspend_freezes_weights_and_operators_promote_and_abort() {
     initialized(&hub);
 
     hub.publish("1.1.0");
-    let v = hub.wait_phase("demo", ROLLOUT, |_| {
+    hub.wait_phase("demo", ROLLOUT, |_| {
         hub.canary("demo")
             .and_then(|v| v["weight"].as_u64())
             .is_some_and(|w| w >= 20)
     });
-    let _ = v;
     hub.apply(&yaml.replace("spec:\n", "spec:\n  suspend: true\n"));
-    // Whatever tick was in flight has landed; from now on nothing moves.
-    std::thread::sleep(Duration::from_millis(1500));
-    let frozen = hub.canary("demo").expect("view");
-    let until = Instant::now() + Duration::from_secs(4);
+    // Frozen: over 5 s (five intervals) the step moves at most once more (a tick the leader
+    // proposed before the suspension committed) and the weight at most one step with it.
+    let first = hub.canary("demo").expect("view");
+    let step0 = first["step"].as_u64().expect("step");
+    let mut seen = vec![(step0, first["weight"].as_u64().expect("weight"))];
+    let until = Instant::now() + Duration::from_secs(5);
     while Instant::now() < until {
         let v = hub.canary("demo").expect("view");
-        assert_eq!(v["weight"], frozen["weight"], "suspended: {v}");
-        assert_eq!(v["step"], frozen["step"], "suspended: {v}");
+        let now = (v["step"].as_u64().unwrap(), v["weight"].as_u64().unwrap());
+        if seen.last() != Some(&now) {
+            seen.push(now);
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
+    assert!(
+        seen.len() <= 2 && seen.last().unwrap().0 <= step0 + 1,
+        "suspended canary moved: {seen:?}"
+    );
     // Manual commands are refused while suspended.
     hub.cluster
         .hubctl(&["canary", "promote", "demo", "-n", "prod"])
