@@ -137,13 +137,13 @@ impl State {
         }
         let id = Canary::id_of(&env, &spec.name);
         if let Some(other) = self
-            .canaries
-            .values()
-            .find(|c| c.entity == entity && c.id != id)
+            .idx
+            .canary_of_entity
+            .get(&entity)
+            .filter(|other| **other != id)
         {
             return Err(CommandError::FailedPrecondition(format!(
-                "entity {entity} already has canary {}; one canary per entity",
-                other.id
+                "entity {entity} already has canary {other}; one canary per entity"
             )));
         }
         let summary = match self.canaries.get_mut(&id) {
@@ -169,6 +169,7 @@ impl State {
                 format!("canary {id} updated")
             }
             None => {
+                self.idx.canary_of_entity.insert(entity.clone(), id.clone());
                 self.canaries.insert(
                     id.clone(),
                     Canary {
@@ -235,6 +236,7 @@ impl State {
             self.issue_canary_step(id, &outcome.actions, now, index, fx);
         }
         self.canaries.remove(id);
+        self.idx.canary_of_entity.remove(&c.entity);
         fx.changed.push(RecordKey::Canary(id.to_string()));
         let mut summary = format!("canary {id} deleted");
         if !outcome.actions.is_empty() {

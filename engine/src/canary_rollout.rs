@@ -156,9 +156,11 @@ fn is_agent_action(a: &Action) -> bool {
 impl State {
     /// The canary controlling `entity`, unless it is being deleted.
     pub fn canary_of_entity(&self, entity: &str) -> Option<&Canary> {
-        self.canaries
-            .values()
-            .find(|c| c.entity == entity && c.status.phase != Phase::Terminating)
+        self.idx
+            .canary_of_entity
+            .get(entity)
+            .and_then(|id| self.canaries.get(id))
+            .filter(|c| c.status.phase != Phase::Terminating)
     }
 
     /// Records `target` as the revision canary `id` analyses next (from an evaluation).
@@ -211,10 +213,11 @@ impl State {
             return;
         }
         let Some(id) = self
-            .canaries
-            .values()
-            .find(|c| c.entity == entity && !c.queued.is_empty())
-            .map(|c| c.id.clone())
+            .idx
+            .canary_of_entity
+            .get(entity)
+            .filter(|id| self.canaries.get(*id).is_some_and(|c| !c.queued.is_empty()))
+            .cloned()
         else {
             return;
         };

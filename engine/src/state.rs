@@ -85,6 +85,8 @@ pub(crate) struct Indexes {
     pub(crate) dependents: BTreeMap<(String, String, String), BTreeSet<String>>,
     /// entity -> the (group, product) keys it has in `dependents`.
     pub(crate) dependency_edges: BTreeMap<String, BTreeSet<(String, String)>>,
+    /// entity -> the id of its canary (at most one per entity).
+    pub(crate) canary_of_entity: BTreeMap<String, String>,
 }
 
 /// Everything the hub replicates. Built only by applying commands in log order (or by loading
@@ -808,6 +810,9 @@ impl State {
             if p.status.is_active() {
                 idx.active_plan.insert(p.entity.clone(), p.id.clone());
             }
+        }
+        for c in self.canaries.values() {
+            idx.canary_of_entity.insert(c.entity.clone(), c.id.clone());
         }
         for e in self.entities.values() {
             idx.entities_by_product
