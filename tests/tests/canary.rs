@@ -120,9 +120,13 @@ fn webhooks_hold_promotion_until_confirmed_and_a_rollback_webhook_aborts() {
     hooks.set("/rollback", 404);
     let hub = CanaryHub::start();
     let analysis_extra = format!(
-        "{}      - name: stop\n        type: rollback\n        url: {}\n        timeout: 2s\n",
+        "{}      - name: stop\n        type: rollback\n        url: {}\n        timeout: 2s\n\
+         \x20     - name: events\n        type: event\n        url: {}\n\
+         \x20   alerts:\n      - name: on-call\n        severity: info\n        url: {}\n",
         webhook("gate", "confirm-promotion", &hooks.url("/confirm")),
-        hooks.url("/rollback")
+        hooks.url("/rollback"),
+        hooks.url("/events"),
+        hooks.url("/alerts")
     );
     hub.apply(&canary_yaml(hub.port, "", &analysis_extra));
     let _traffic = Traffic::start(hub.port);
@@ -156,6 +160,17 @@ fn webhooks_hold_promotion_until_confirmed_and_a_rollback_webhook_aborts() {
     assert_eq!(v["weight"], 0);
     hub.serves("1.1.0");
     hub.assert_applied_equals_committed("demo");
+    // The leader sent the event webhook's notifications and the alerts (SPEC K5).
+    poll_until(CONVERGE_TIMEOUT, || {
+        (hooks.calls("/events") > 0 && hooks.calls("/alerts") > 0).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "events {} alerts {}",
+            hooks.calls("/events"),
+            hooks.calls("/alerts")
+        )
+    });
 }
 
 #[test]
