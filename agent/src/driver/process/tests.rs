@@ -903,10 +903,12 @@ async fn recreated_driver_adopts_running_service() {
     // The adopted process (not a child of this driver) crashes: noticed by pid, restarted.
     // SAFETY: kill(2) of the service this test started.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    // A failed health check ("not ready") may be observed before the crash.
     let o = wait_observed(fx.driver(), "adopted crash noticed", |o| {
-        o.health == Health::Error
+        o.message.starts_with("crashed (")
     })
     .await;
+    assert_eq!(o.health, Health::Error, "{o:?}");
     assert!(
         o.message.starts_with("crashed (exited; status unknown"),
         "{o:?}"
@@ -1017,7 +1019,13 @@ async fn supervisor_restarts_crashed_service() {
     // SAFETY: kill(2) of the service this test started.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
 
-    let o = wait_observed(fx.driver(), "crash noticed", |o| o.health == Health::Error).await;
+    // Before the supervisor reaps the process, an observation may already
+    // see the health check fail ("not ready"); what must follow is the crash.
+    let o = wait_observed(fx.driver(), "crash noticed", |o| {
+        o.message.starts_with("crashed (")
+    })
+    .await;
+    assert_eq!(o.health, Health::Error, "{o:?}");
     assert!(
         o.message
             .starts_with("crashed (killed by signal 9 (SIGKILL)), restarted"),
