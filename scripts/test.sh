@@ -30,11 +30,12 @@ awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 [ "$status" -eq 0 ] || exit "$status"
 
-# A seed-fixed chaos run (about 3 minutes): real nodes killed, paused and restarted under the
-# register workload; the history must be linearizable, nothing acknowledged lost, and the
-# healed nodes' states equal. Its report stays in $chaos_dir for a failed run.
+# A seed-fixed chaos run (about 3 minutes): real nodes killed, paused, restarted and
+# partitioned (network namespaces; CI runs as root) under the register workload; the history
+# must be linearizable, nothing acknowledged lost, and the healed nodes' states equal. Its
+# report stays in $chaos_dir for a failed run.
 chaos_dir=$(mktemp -d)
 echo "chaos: seed-fixed run, output in $chaos_dir"
 "$CARGO_TARGET_DIR/debug/chaos" run --nodes 3 --duration 150s --seed 20261130 \
-  --faults kill-leader,kill-any,pause,restart-all --out "$chaos_dir/run"
+  --faults kill-leader,kill-any,pause,restart-all,partition,latency --out "$chaos_dir/run"
 rm -rf "$chaos_dir"

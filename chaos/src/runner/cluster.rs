@@ -1,6 +1,6 @@
 //! The hub under test: real `hub-node` processes started and restarted with `hubctl dev`
-//! (`cluster.json` names every node's pid and address), killed with SIGKILL, paused with
-//! SIGSTOP / SIGCONT, and asked for their leader and state digests over gRPC.
+//! (`cluster.json` names every node's pid, address and namespace), killed with SIGKILL,
+//! paused with SIGSTOP / SIGCONT, and asked for their leader and state digests over gRPC.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,17 +50,31 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts `nodes` nodes in `dir` (free ports) and waits for a leader.
-    pub fn start(dir: &Path, nodes: u64, hubctl: &Path) -> anyhow::Result<Cluster> {
-        let out = Command::new(hubctl)
-            .args([
-                "dev",
-                "up",
-                "--nodes",
-                &nodes.to_string(),
-                "--base-port",
-                "0",
-            ])
+    /// Starts `nodes` nodes in `dir` and waits for a leader: on loopback with free ports, or
+    /// with `net` each node on its own host (namespace and address).
+    pub fn start(
+        dir: &Path,
+        nodes: u64,
+        hubctl: &Path,
+        net: Option<&super::net::Network>,
+    ) -> anyhow::Result<Cluster> {
+        let mut cmd = Command::new(hubctl);
+        cmd.args([
+            "dev",
+            "up",
+            "--nodes",
+            &nodes.to_string(),
+            "--base-port",
+            "0",
+        ]);
+        if let Some(net) = net {
+            let ids = 1..=nodes;
+            let hosts: Vec<String> = ids.clone().map(|i| net.addr(i).to_string()).collect();
+            let netns: Vec<String> = ids.map(|i| net.netns(i)).collect();
+            cmd.arg("--hosts").arg(hosts.join(","));
+            cmd.arg("--netns").arg(netns.join(","));
+        }
+        let out = cmd
             .arg("--data-dir")
             .arg(dir)
             .args(["-o", "json"])

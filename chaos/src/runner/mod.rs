@@ -4,12 +4,17 @@
 //! - [`cluster`]: the nodes (`hubctl dev`), signals, leader and digests.
 //! - [`register`]: the concurrent register clients and their history.
 //! - [`faults`]: fault names and the seeded schedule.
+//! - [`net`]: nodes on their own hosts (network namespaces) and partitions between them.
+//! - [`relay`]: the delaying relay between agents and the hub.
 //!
-//! Everything the runner starts is stopped when it returns, on success or error.
+//! Everything the runner starts (processes, namespaces, links) is removed when it returns,
+//! on success or error.
 
 pub mod cluster;
 pub mod faults;
+pub mod net;
 pub mod register;
+pub mod relay;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -50,8 +55,10 @@ pub struct Config {
 pub struct Injected {
     /// The schedule entry.
     pub scheduled: Scheduled,
-    /// The node hit (all for restart-all).
+    /// The node hit (all for restart-all and latency).
     pub node: Option<u64>,
+    /// What exactly happened ("isolate leader 2", "delay 250 ms", …).
+    pub detail: String,
     /// Whether it hit the leader.
     pub was_leader: bool,
     /// Milliseconds from the kill of a leader to the next acknowledged write, if any.
@@ -108,6 +115,14 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             cfg.hubctl.display()
         );
     }
+    let wants_net = cfg.faults.iter().any(|f| f.needs_netns());
+    if let (true, Some(why)) = (wants_net, net::unavailable()) {
+        bail!(
+            "--faults: partition needs network namespaces, and {why}; the node's transport \
+             has no fault layer to fall back on (not built). Run as root with iproute2 and \
+             nftables, or leave partition out"
+        );
+    }
     std::fs::create_dir_all(&cfg.out).with_context(|| cfg.out.display().to_string())?;
     let schedule = faults::schedule(cfg.seed, &cfg.faults, cfg.duration);
     let hub_dir = cfg.out.join("hub");
@@ -122,8 +137,18 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         cfg.seed
     );
     let hubctl = cfg.hubctl.clone();
-    let mut cluster = tokio::task::block_in_place(|| Cluster::start(&hub_dir, cfg.nodes, &hubctl))?;
+    // Declared before the cluster: dropped after it, once its processes are gone.
+    let mut network = if wants_net {
+        let ids: Vec<u64> = (1..=cfg.nodes).collect();
+        Some(tokio::task::block_in_place(|| net::Network::create(&ids))?)
+    } else {
+        None
+    };
+    let mut cluster = tokio::task::block_in_place(|| {
+        Cluster::start(&hub_dir, cfg.nodes, &hubctl, network.as_ref())
+    })?;
     let endpoints = cluster.endpoints()?;
+    let relay = relay::DelayRelay::start(&endpoints).await?;
     register::create_keys(&endpoints, cfg.keys).await?;
 
     let epoch = Instant::now();
@@ -143,24 +168,17 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         let node = match s.fault {
             Fault::KillLeader => leader,
             Fault::KillAny => Some(any),
-            Fault::Pause => {
-                if rng.next_u64().is_multiple_of(2) {
-                    leader.or(Some(any))
-                } else {
-                    Some(any)
-                }
-            }
-            Fault::RestartAll => None,
-            Fault::Partition | Fault::Latency => unreachable!("refused by parse_faults"),
+            // The leader half the time.
+            Fault::Pause if rng.next_u64().is_multiple_of(2) => leader.or(Some(any)),
+            Fault::Pause => Some(any),
+            Fault::RestartAll | Fault::Latency => None,
+            // The node the partition is about (isolated, cut one way, or ignored by a split).
+            Fault::Partition => leader.or(Some(any)),
         };
-        println!(
-            "[{:>6.1}s] {} {}",
-            epoch.elapsed().as_secs_f64(),
-            s.fault,
-            node.map_or("all nodes".to_string(), |n| format!("node {n}"))
-        );
         // When the fault took effect (failover is measured from here).
         let mut hit_ns = epoch.elapsed().as_nanos() as u64;
+        let mut detail = String::new();
+        let mut hit_leader = node.is_some() && node == leader;
         match (s.fault, node) {
             (Fault::KillLeader | Fault::KillAny, Some(n)) => {
                 tokio::task::block_in_place(|| cluster.kill(n))?;
@@ -184,12 +202,42 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                     tokio::task::block_in_place(|| cluster.restart(*n))?;
                 }
             }
+            (Fault::Partition, Some(target)) => {
+                let net = network
+                    .as_mut()
+                    .context("partition without a test network")?;
+                let (what, leader_cut) = partition(net, &nodes, target, leader, s.pick)?;
+                hit_ns = epoch.elapsed().as_nanos() as u64;
+                detail = what;
+                hit_leader = leader_cut;
+                tokio::time::sleep(hold).await;
+                tokio::task::block_in_place(|| net.heal())?;
+            }
+            (Fault::Latency, _) => {
+                let delay = Duration::from_millis(100 + s.pick % 301);
+                relay.set_delay(delay);
+                hit_ns = epoch.elapsed().as_nanos() as u64;
+                detail = format!("agents' links delayed {} ms each way", delay.as_millis());
+                tokio::time::sleep(hold).await;
+                relay.set_delay(Duration::ZERO);
+            }
             _ => {}
         }
+        println!(
+            "[{:>6.1}s] {} {}",
+            hit_ns as f64 / 1e9,
+            s.fault,
+            match (s.fault, node) {
+                (Fault::Partition | Fault::Latency, _) => detail.clone(),
+                (_, Some(n)) => format!("node {n}"),
+                (_, None) => "all nodes".to_string(),
+            }
+        );
         injected.push(Injected {
             scheduled: s.clone(),
             node,
-            was_leader: node.is_some() && node == leader,
+            detail,
+            was_leader: hit_leader,
             failover_ms: None,
             at_ns: hit_ns,
         });
@@ -200,6 +248,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     let ops = workload.stop().await;
 
     println!("[{:>6.1}s] healing", epoch.elapsed().as_secs_f64());
+    relay.set_delay(Duration::ZERO);
+    if let Some(net) = network.as_mut() {
+        tokio::task::block_in_place(|| net.heal())?;
+    }
     tokio::task::block_in_place(|| cluster.heal())?;
     let digests = converge(&cluster, cfg.nodes).await?;
 
@@ -281,7 +333,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         duration_ms: cfg.duration.as_millis() as u64,
         keys: cfg.keys,
         clients: cfg.clients,
-        mechanism: "signals on real processes (SIGKILL, SIGSTOP/SIGCONT); no network faults".into(),
+        mechanism: mechanism(&cfg.faults, network.is_some()),
         faults_by_kind: by_kind,
         injected,
         operations: ops.len(),
@@ -300,7 +352,78 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         serde_json::to_vec_pretty(&report)?,
     )?;
     drop(cluster);
+    drop(network);
     Ok(report)
+}
+
+/// Cuts the network for a `partition` fault; `pick` chooses the shape. Returns what was cut
+/// and whether the leader lost its majority.
+fn partition(
+    net: &mut net::Network,
+    nodes: &[u64],
+    target: u64,
+    leader: Option<u64>,
+    pick: u64,
+) -> anyhow::Result<(String, bool)> {
+    let others: Vec<u64> = nodes.iter().copied().filter(|n| *n != target).collect();
+    tokio::task::block_in_place(|| match (pick >> 8) % 3 {
+        0 => {
+            net.split(&[target])?;
+            Ok((
+                format!("node {target} isolated from {others:?}"),
+                leader == Some(target),
+            ))
+        }
+        1 => {
+            // A minority (1 of 3, 2 of 5) drawn from `pick`, away from the majority.
+            let start = (pick >> 16) as usize % nodes.len();
+            let minority: Vec<u64> = (0..nodes.len() / 2)
+                .map(|i| nodes[(start + i) % nodes.len()])
+                .collect();
+            let majority: Vec<u64> = nodes
+                .iter()
+                .copied()
+                .filter(|n| !minority.contains(n))
+                .collect();
+            net.split(&minority)?;
+            Ok((
+                format!("minority {minority:?} split from majority {majority:?}"),
+                leader.is_some_and(|l| minority.contains(&l)),
+            ))
+        }
+        _ => {
+            for o in &others {
+                net.cut(target, *o)?;
+            }
+            Ok((
+                format!("one-way: node {target}'s packets to {others:?} dropped"),
+                leader == Some(target),
+            ))
+        }
+    })
+}
+
+/// The report's description of how faults were injected.
+fn mechanism(faults: &[Fault], netns: bool) -> String {
+    let mut parts = vec![
+        "process faults as signals to real hub-node processes (SIGKILL and restart, SIGSTOP/SIGCONT)"
+            .to_string(),
+    ];
+    if netns {
+        parts.push(
+            "partitions as nftables drop rules at each node's input, every node in its own \
+             network namespace with a veth link to a bridge (runner is root)"
+                .into(),
+        );
+    }
+    if faults.contains(&Fault::Latency) {
+        parts.push(
+            "latency as a delaying TCP relay in front of the agents' hub endpoints (this \
+             kernel has no sch_netem for tc)"
+                .into(),
+        );
+    }
+    parts.join("; ")
 }
 
 /// Waits until every node reports the same digest at the same applied index.

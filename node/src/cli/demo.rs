@@ -125,7 +125,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         keep: args.keep,
     };
     say("starting a 3-node hub");
-    let (cluster, leader) = super::dev::start_cluster(Some(3), &running.hub_dir, 0, "").await?;
+    let (cluster, leader) = super::dev::start_cluster(
+        Some(3),
+        &running.hub_dir,
+        0,
+        "",
+        &super::dev::Placement::default(),
+    )
+    .await?;
     let endpoints: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
     say(&format!(
         "hub up ({}), leader node {leader}",

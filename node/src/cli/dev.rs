@@ -35,6 +35,14 @@ pub enum DevCmd {
         /// Extra arguments for every hub-node (e.g. "--snapshot-logs 100").
         #[arg(long, default_value = "", allow_hyphen_values = true)]
         node_args: String,
+        /// One address per node (`10.77.0.11,10.77.0.12,…`): node N listens on the Nth at
+        /// base-port (7401 when 0) instead of on 127.0.0.1. For test networks.
+        #[arg(long, value_delimiter = ',')]
+        hosts: Vec<String>,
+        /// One network namespace per node: node N runs in the Nth (`ip netns exec`). For
+        /// test networks; requires root.
+        #[arg(long, value_delimiter = ',')]
+        netns: Vec<String>,
     },
     /// Stop every node of the cluster (data is kept).
     Down {
@@ -76,6 +84,9 @@ pub struct NodeEntry {
     pub pid: u32,
     /// Its data directory.
     pub data_dir: PathBuf,
+    /// The network namespace it runs in, if not the caller's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
 }
 
 /// Runs a `dev` subcommand.
@@ -86,7 +97,12 @@ pub async fn run(cmd: DevCmd, fmt: Format) -> anyhow::Result<()> {
             data_dir,
             base_port,
             node_args,
-        } => up(nodes, &data_dir, base_port, &node_args, fmt).await,
+            hosts,
+            netns,
+        } => {
+            let placement = Placement { hosts, netns };
+            up(nodes, &data_dir, base_port, &node_args, &placement, fmt).await
+        }
         DevCmd::Down { data_dir } => down(&data_dir, fmt),
         DevCmd::RestartNode { data_dir, id } => restart(&data_dir, id, fmt).await,
     }
@@ -135,7 +151,16 @@ fn spawn_node(dir: &Path, cluster: &ClusterFile, node: &NodeEntry) -> anyhow::Re
         .append(true)
         .open(&log_path)
         .with_context(|| log_path.display().to_string())?;
-    let child = Command::new(hub_node_binary()?)
+    let mut cmd = match &node.netns {
+        Some(ns) => {
+            // `ip netns exec` execs hub-node: the pid stays the node's.
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(hub_node_binary()?);
+            c
+        }
+        None => Command::new(hub_node_binary()?),
+    };
+    let child = cmd
         .arg("--id")
         .arg(node.id.to_string())
         .arg("--listen")
@@ -212,14 +237,25 @@ fn pick_ports(n: u64, base: u16) -> anyhow::Result<Vec<u16>> {
     Ok(ports)
 }
 
+/// Where the nodes of a new cluster run: their own addresses and namespaces, or (both empty)
+/// loopback in the caller's namespace.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Placement {
+    /// One address per node, or empty.
+    pub hosts: Vec<String>,
+    /// One network namespace per node, or empty.
+    pub netns: Vec<String>,
+}
+
 async fn up(
     nodes: Option<u64>,
     dir: &Path,
     base_port: u16,
     node_args: &str,
+    placement: &Placement,
     fmt: Format,
 ) -> anyhow::Result<()> {
-    let (cluster, leader) = start_cluster(nodes, dir, base_port, node_args).await?;
+    let (cluster, leader) = start_cluster(nodes, dir, base_port, node_args, placement).await?;
     let v = json!({"cluster_id": cluster.cluster_id, "leader": leader, "nodes": cluster.nodes});
     if fmt == Format::Table {
         println!("cluster {} up, leader {leader}", cluster.cluster_id);
@@ -240,10 +276,23 @@ pub(crate) async fn start_cluster(
     dir: &Path,
     base_port: u16,
     node_args: &str,
+    placement: &Placement,
 ) -> anyhow::Result<(ClusterFile, u64)> {
     let n = nodes.unwrap_or(3);
     if n != 3 && n != 5 {
         bail!("--nodes: {n} is not 3 or 5");
+    }
+    for (flag, list) in [("--hosts", &placement.hosts), ("--netns", &placement.netns)] {
+        if !list.is_empty() && list.len() as u64 != n {
+            bail!("{flag}: {} entries for {n} nodes", list.len());
+        }
+    }
+    if let Some(bad) = placement
+        .hosts
+        .iter()
+        .find(|h| h.parse::<std::net::IpAddr>().is_err())
+    {
+        bail!("--hosts: {bad:?} is not an IP address");
     }
     // Fail before anything is written if the node binary is missing.
     hub_node_binary()?;
@@ -268,7 +317,12 @@ pub(crate) async fn start_cluster(
         }
         (cluster, false)
     } else {
-        let ports = pick_ports(n, base_port)?;
+        let ports = if placement.hosts.is_empty() {
+            pick_ports(n, base_port)?
+        } else {
+            // Every node has its own address: one port for all.
+            vec![if base_port == 0 { 7401 } else { base_port }; n as usize]
+        };
         std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
         let dir = dir.canonicalize()?;
         let cluster = ClusterFile {
@@ -276,11 +330,16 @@ pub(crate) async fn start_cluster(
             node_args: node_args.split_whitespace().map(String::from).collect(),
             nodes: (1..=n)
                 .zip(ports)
-                .map(|(id, port)| NodeEntry {
-                    id,
-                    addr: format!("127.0.0.1:{port}"),
-                    pid: 0,
-                    data_dir: dir.join(format!("node-{id}")),
+                .map(|(id, port)| {
+                    let i = id as usize - 1;
+                    let host = placement.hosts.get(i).map_or("127.0.0.1", String::as_str);
+                    NodeEntry {
+                        id,
+                        addr: format!("{host}:{port}"),
+                        pid: 0,
+                        data_dir: dir.join(format!("node-{id}")),
+                        netns: placement.netns.get(i).cloned(),
+                    }
                 })
                 .collect(),
         };

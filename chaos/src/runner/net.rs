@@ -1,0 +1,338 @@
+//! Network faults between hub nodes: every node on its own host (a network namespace with a
+//! veth link to a bridge in the runner's namespace, its own address), and partitions as
+//! nftables rules that silently drop the packets from chosen peers at a node's input.
+//!
+//! Needs root, `ip` (iproute2) and `nft` (nftables). The runner, its register clients and the
+//! agents stay in the runner's namespace and reach every node over the bridge; only traffic
+//! between nodes is ever dropped, so a client talking to a minority node sees what a client
+//! of a real minority sees.
+//!
+//! Names carry the runner's pid (`hc<pid>-…`), so a run never touches another's, and a run
+//! removes the leftovers of runners that died without cleaning up (their pid is gone).
+//! [`Network`] deletes its namespaces, links and rules when dropped.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+use anyhow::{bail, Context};
+
+/// The port every node listens on (each node has its own address).
+pub const NODE_PORT: u16 = 7401;
+
+/// The namespaces, links and addresses of one run.
+#[derive(Debug)]
+pub struct Network {
+    /// `hc<pid>`: the prefix of every name this run creates.
+    tag: String,
+    /// The bridge's /24 (`10.77.<subnet>.0`).
+    subnet: u8,
+    /// Node ids.
+    nodes: Vec<u64>,
+    /// Directed cuts in force: `(from, to)` drops what `from` sends to `to`.
+    cuts: BTreeSet<(u64, u64)>,
+}
+
+/// Why the machine cannot provide network faults, or `None` when it can.
+pub fn unavailable() -> Option<String> {
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("the runner is not root (network namespaces need it)".into());
+    }
+    for tool in ["ip", "nft"] {
+        let found = Command::new(tool)
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Some(format!(
+                "`{tool}` is not installed (apt-get install iproute2 nftables)"
+            ));
+        }
+    }
+    None
+}
+
+impl Network {
+    /// Creates a namespace per node (`hc<pid>-n<id>`), linked to a new bridge.
+    pub fn create(nodes: &[u64]) -> anyhow::Result<Network> {
+        if let Some(why) = unavailable() {
+            bail!("network faults are not available: {why}");
+        }
+        remove_stale();
+        let tag = format!("hc{}", std::process::id());
+        let subnet = free_subnet()?;
+        let mut net = Network {
+            tag,
+            subnet,
+            nodes: nodes.to_vec(),
+            cuts: BTreeSet::new(),
+        };
+        net.build().context("create the test network")?;
+        Ok(net)
+    }
+
+    fn build(&mut self) -> anyhow::Result<()> {
+        let br = self.bridge();
+        ip(&["link", "add", &br, "type", "bridge"])?;
+        ip(&["addr", "add", &format!("{}/24", self.gateway()), "dev", &br])?;
+        ip(&["link", "set", &br, "up"])?;
+        for id in self.nodes.clone() {
+            let ns = self.netns(id);
+            let link = self.link(id);
+            ip(&["netns", "add", &ns])?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+            ip(&[
+                "link", "add", &link, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ])?;
+            ip(&["link", "set", &link, "master", &br, "up"])?;
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{}/24", self.addr(id)),
+                "dev",
+                "eth0",
+            ])?;
+            ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+            nft(
+                &ns,
+                "add table inet chaos\n\
+                 add chain inet chaos input { type filter hook input priority 0; policy accept; }",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The namespace node `id` runs in.
+    pub fn netns(&self, id: u64) -> String {
+        format!("{}-n{id}", self.tag)
+    }
+
+    /// Node `id`'s address.
+    pub fn addr(&self, id: u64) -> Ipv4Addr {
+        Ipv4Addr::new(10, 77, self.subnet, 10 + id as u8)
+    }
+
+    /// The bridge's address (the runner's side).
+    fn gateway(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 77, self.subnet, 1)
+    }
+
+    fn bridge(&self) -> String {
+        format!("{}-br", self.tag)
+    }
+
+    fn link(&self, id: u64) -> String {
+        format!("{}-n{id}", self.tag)
+    }
+
+    /// Drops every packet `from` sends to `to` (one direction).
+    pub fn cut(&mut self, from: u64, to: u64) -> anyhow::Result<()> {
+        if from != to && self.cuts.insert((from, to)) {
+            self.apply(to)?;
+        }
+        Ok(())
+    }
+
+    /// Cuts both directions between every node of `side` and every node outside it.
+    pub fn split(&mut self, side: &[u64]) -> anyhow::Result<()> {
+        for a in side {
+            for b in self.nodes.clone().iter().filter(|b| !side.contains(b)) {
+                self.cut(*a, *b)?;
+                self.cut(*b, *a)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every cut.
+    pub fn heal(&mut self) -> anyhow::Result<()> {
+        let hit: BTreeSet<u64> = self.cuts.iter().map(|(_, to)| *to).collect();
+        self.cuts.clear();
+        for id in hit {
+            self.apply(id)?;
+        }
+        Ok(())
+    }
+
+    /// The cuts in force, `(from, to)`.
+    pub fn cuts(&self) -> Vec<(u64, u64)> {
+        self.cuts.iter().copied().collect()
+    }
+
+    /// Rewrites node `to`'s input chain from `cuts`.
+    fn apply(&self, to: u64) -> anyhow::Result<()> {
+        let mut script = String::from("flush chain inet chaos input\n");
+        for (from, _) in self.cuts.iter().filter(|(_, t)| *t == to) {
+            script.push_str(&format!(
+                "add rule inet chaos input ip saddr {} drop\n",
+                self.addr(*from)
+            ));
+        }
+        nft(&self.netns(to), &script)
+    }
+
+    fn teardown(&self) {
+        for id in &self.nodes {
+            // The pair now (a namespace's own links go only when the kernel gets round to
+            // destroying it), then the namespace.
+            let _ = ip(&["link", "del", &self.link(*id)]);
+            let _ = ip(&["netns", "del", &self.netns(*id)]);
+        }
+        let _ = ip(&["link", "del", &self.bridge()]);
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+/// Runs `ip ARGS`, failing with its stderr.
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip").args(args).output().context("run ip")?;
+    if !out.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Runs an nft script inside namespace `ns`.
+fn nft(ns: &str, script: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("run nft")?;
+    child
+        .stdin
+        .take()
+        .context("nft stdin")?
+        .write_all(script.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "nft in {ns}: {}: {}",
+            script.trim().replace('\n', "; "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// A /24 under 10.77.0.0/16 no interface uses yet.
+fn free_subnet() -> anyhow::Result<u8> {
+    let out = Command::new("ip")
+        .args(["-o", "-4", "addr", "show"])
+        .output()
+        .context("run ip addr")?;
+    let used = String::from_utf8_lossy(&out.stdout).to_string();
+    let start = (std::process::id() % 250) as u8;
+    (0..250u8)
+        .map(|i| ((start as u16 + i as u16) % 250) as u8)
+        .find(|s| !used.contains(&format!("10.77.{s}.")))
+        .context("no free 10.77.x.0/24 subnet for the test network")
+}
+
+/// Deletes the namespaces and bridges of runners whose pid is gone.
+fn remove_stale() {
+    let dead = |name: &str| -> bool {
+        name.strip_prefix("hc")
+            .and_then(|r| r.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .is_some_and(|pid| !super::cluster::is_alive(pid))
+    };
+    if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let name = line.split_whitespace().next().unwrap_or("");
+            if name.contains("-n") && dead(name) {
+                let _ = ip(&["link", "del", name]); // the veth of the same name
+                let _ = ip(&["netns", "del", name]);
+            }
+        }
+    }
+    if let Ok(out) = Command::new("ip")
+        .args(["-o", "link", "show", "type", "bridge"])
+        .output()
+    {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            // "12: hc123-br: <…>"
+            let name = line.split(':').nth(1).unwrap_or("").trim();
+            if name.ends_with("-br") && dead(name) {
+                let _ = ip(&["link", "del", name]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::time::Duration;
+
+    /// Runs `f` on a thread inside namespace `ns` (sockets it opens live there).
+    fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/run/netns/{ns}");
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).unwrap();
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns(2) on this thread with a namespace fd we own.
+            assert_eq!(
+                unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) },
+                0
+            );
+            f()
+        })
+        .join()
+        .unwrap()
+    }
+
+    fn reaches(net: &Network, from: u64, to: SocketAddr) -> bool {
+        in_netns(&net.netns(from), move || {
+            TcpStream::connect_timeout(&to, Duration::from_millis(300)).is_ok()
+        })
+    }
+
+    // The CI machine is root with iproute2 and nftables (scripts/deps.sh installs them).
+    #[test]
+    fn cuts_drop_packets_one_way_and_heal_and_everything_is_removed() {
+        if let Some(why) = unavailable() {
+            panic!("network faults unavailable: {why}");
+        }
+        let mut net = Network::create(&[1, 2, 3]).unwrap();
+        let addr2 = SocketAddr::new(net.addr(2).into(), 7999);
+        let listener = in_netns(&net.netns(2), move || TcpListener::bind(addr2).unwrap());
+        assert!(reaches(&net, 1, addr2) && reaches(&net, 3, addr2));
+        // The runner's own namespace reaches every node over the bridge.
+        assert!(TcpStream::connect_timeout(&addr2, Duration::from_millis(300)).is_ok());
+
+        net.cut(1, 2).unwrap();
+        assert!(!reaches(&net, 1, addr2), "1 -> 2 is cut");
+        assert!(reaches(&net, 3, addr2), "3 -> 2 is not");
+        net.split(&[3]).unwrap();
+        assert_eq!(net.cuts(), vec![(1, 2), (1, 3), (2, 3), (3, 1), (3, 2)]);
+        assert!(!reaches(&net, 3, addr2));
+        assert!(TcpStream::connect_timeout(&addr2, Duration::from_millis(300)).is_ok());
+        net.heal().unwrap();
+        assert!(reaches(&net, 1, addr2) && reaches(&net, 3, addr2));
+        drop(listener);
+
+        let tag = net.tag.clone();
+        drop(net);
+        let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        assert!(!String::from_utf8_lossy(&list.stdout).contains(&tag));
+        let links = Command::new("ip").args(["-o", "link"]).output().unwrap();
+        assert!(!String::from_utf8_lossy(&links.stdout).contains(&tag));
+    }
+}
