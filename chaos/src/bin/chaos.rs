@@ -32,8 +32,8 @@ enum Cmd {
         /// The schedule's seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Faults to draw from: kill-leader, kill-any, pause, restart-all (partition and
-        /// latency are refused: this runner does not provide network faults yet).
+        /// Faults to draw from: kill-leader, kill-any, pause, restart-all, partition (needs
+        /// root, iproute2 and nftables), latency (the agents' links to the hub).
         #[arg(long, default_value = "kill-leader,kill-any,pause,restart-all")]
         faults: String,
         /// Register keys.
@@ -108,7 +108,28 @@ fn print(report: &Report) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    match real_main().await {
+    // On Ctrl-C or SIGTERM the run is dropped, and with it every process, namespace and link
+    // it created (their owners clean up on drop).
+    let interrupted = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(mut int), Ok(mut term)) => {
+                tokio::select! {
+                    _ = int.recv() => "SIGINT",
+                    _ = term.recv() => "SIGTERM",
+                }
+            }
+            _ => std::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        r = real_main() => r,
+        sig = interrupted => Err(anyhow::anyhow!("interrupted by {sig}; everything the run started was stopped")),
+    };
+    match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
