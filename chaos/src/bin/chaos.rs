@@ -114,7 +114,10 @@ fn print(report: &Report) {
             "  canary revisions      {} ({} promoted, {} rolled back)",
             r.canary_revisions, r.canary_promoted, r.canary_rolled_back
         );
-        println!("  plans executed        {}", r.plans_executed);
+        println!(
+            "  plans executed        {} ({} failed-plan suppressions lifted)",
+            r.plans_executed, r.suppressions_lifted
+        );
         println!(
             "  hub plans             {}",
             r.hub_plans_by_status

@@ -121,16 +121,40 @@ pub fn plan_rows(answer: &Value) -> Vec<PlanRow> {
         .unwrap_or_default()
 }
 
-/// The rollout of release `version` in environment `env` to `entities` (id → the version
-/// the hub records as reported), judged from the environment's plans: not terminal while a
-/// plan to it is issued or running, or — for the `newest` release — while an entity has
-/// neither reached it nor finished a plan to it. Older releases without plans were
-/// superseded before any entity got to them.
+/// What the hub records as an entity's reported state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reported {
+    /// The deployed version (`None`: not installed).
+    pub version: Option<String>,
+    /// Whether its health is `error`.
+    pub error: bool,
+}
+
+impl Reported {
+    /// From an `{"query": "entity"}` answer.
+    pub fn from_view(v: &Value) -> Reported {
+        Reported {
+            version: v["reported"]["version"]
+                .as_str()
+                .filter(|v| *v != "-")
+                .map(String::from),
+            error: v["reported"]["health"] == "error",
+        }
+    }
+}
+
+/// The rollout of release `version` in environment `env` to `entities` (id → what the hub
+/// records as reported), judged from the environment's plans: not terminal while a plan to it
+/// is issued or running, or — for the `newest` release — while an entity has neither reached
+/// it nor finished a plan to it. Older releases without plans were superseded before any
+/// entity got to them. An entity reported in error gets no ordinary plan any more (SPEC C10:
+/// after a failed upgrade whose rollback failed too, it waits for an operator): the newest
+/// release is settled for it as `blocked`.
 pub fn release_rollout(
     env: &str,
     version: &str,
     newest: bool,
-    entities: &BTreeMap<String, Option<String>>,
+    entities: &BTreeMap<String, Reported>,
     plans: &[PlanRow],
 ) -> Rollout {
     let id = format!("{env}@{version}");
@@ -147,14 +171,16 @@ pub fn release_rollout(
             terminal: false,
         };
     }
+    let mut blocked: Vec<&str> = Vec::new();
     if newest {
-        let pending: Vec<&str> = entities
-            .iter()
-            .filter(|(e, reported)| {
-                reported.as_deref() != Some(version) && !to_it.iter().any(|p| &p.entity == *e)
-            })
-            .map(|(e, _)| e.as_str())
-            .collect();
+        let waiting = entities.iter().filter(|(e, reported)| {
+            reported.version.as_deref() != Some(version) && !to_it.iter().any(|p| &p.entity == *e)
+        });
+        let (errored, pending): (Vec<_>, Vec<_>) = waiting.partition(|(e, reported)| {
+            reported.error && !plans.iter().any(|p| p.active() && &p.entity == *e)
+        });
+        blocked = errored.into_iter().map(|(e, _)| e.as_str()).collect();
+        let pending: Vec<&str> = pending.into_iter().map(|(e, _)| e.as_str()).collect();
         if !pending.is_empty() {
             return Rollout {
                 id,
@@ -168,7 +194,7 @@ pub fn release_rollout(
     for p in &to_it {
         *counts.entry(p.status.as_str()).or_default() += 1;
     }
-    let state = if counts.is_empty() {
+    let mut state = if counts.is_empty() {
         if newest {
             "reached".to_string()
         } else {
@@ -181,6 +207,12 @@ pub fn release_rollout(
             .collect::<Vec<_>>()
             .join(", ")
     };
+    if !blocked.is_empty() {
+        state.push_str(&format!(
+            "; blocked on {} (reported error)",
+            blocked.join(", ")
+        ));
+    }
     Rollout {
         id,
         kind: "release".into(),
@@ -315,9 +347,13 @@ mod tests {
 
     #[test]
     fn release_rollouts_are_terminal_only_when_settled() {
+        let at = |v: &str| Reported {
+            version: Some(v.to_string()),
+            error: false,
+        };
         let mut entities = BTreeMap::new();
-        entities.insert("a".to_string(), Some("1.0.1".to_string()));
-        entities.insert("b".to_string(), Some("1.0.0".to_string()));
+        entities.insert("a".to_string(), at("1.0.1"));
+        entities.insert("b".to_string(), at("1.0.0"));
         let plans = vec![
             row("p-1", "a", "succeeded", "1.0.1"),
             row("p-2", "b", "running", "1.0.1"),
@@ -337,6 +373,22 @@ mod tests {
         // The newest release with no plan to b and b elsewhere: pending.
         let r = release_rollout("env", "1.0.1", true, &entities, &plans[..1]);
         assert!(!r.terminal && r.state == "pending on b", "{r:?}");
+        // b in error after a failed rollback: no plan will come (SPEC C10); blocked, settled.
+        // While a plan of b (the rollback) still runs, it is not.
+        entities.get_mut("b").unwrap().error = true;
+        let r = release_rollout("env", "1.0.1", true, &entities, &plans[..1]);
+        assert!(r.terminal, "{r:?}");
+        assert_eq!(r.state, "succeeded 1; blocked on b (reported error)");
+        let rolling_back = vec![plans[0].clone(), row("p-4", "b", "running", "1.0.0")];
+        let r = release_rollout("env", "1.0.1", true, &entities, &rolling_back);
+        assert!(!r.terminal && r.state == "pending on b", "{r:?}");
+        assert_eq!(
+            Reported::from_view(&json!({"reported": {"version": "-", "health": "error"}})),
+            Reported {
+                version: None,
+                error: true
+            }
+        );
         // An older release nobody got to: superseded, terminal.
         let r = release_rollout("env", "1.0.0", false, &entities, &[]);
         assert!(r.terminal && r.state == "superseded", "{r:?}");

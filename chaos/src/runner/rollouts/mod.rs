@@ -17,7 +17,7 @@
 //! What it drives until [`Rollouts::stop_issuing`]: a new `chaos-app` release every
 //! [`RELEASE_EVERY`] (version-change plans on every app entity); a new `chaos-mod` version
 //! every [`MODULE_EVERY`] (a config change) whose change requests it approves (config-change
-//! plans); and canary revisions one after the other — each a new config of the demo entity,
+//! plans), lifting the suppressions failed plans leave; and canary revisions one after the other — each a new config of the demo entity,
 //! alternately healthy and answering half of its requests with 500 — each waited for until
 //! the canary promoted or rolled it back.
 //!
@@ -50,9 +50,10 @@ use hub::{CallError, Hub};
 
 /// App entities per sim environment.
 pub const APP_ENTITIES: usize = 3;
-/// Fraction of sim plans that fail. None: a failed plan suppresses its entity for at least a
-/// minute (the shortest `auto_suppression_ms`), which would hold the newest release back.
-pub const SIM_FAILURE_RATE: f64 = 0.0;
+/// Fraction of sim plans that fail (then rolled back). A failed plan suppresses its entity
+/// for at least a minute; the driver lifts such suppressions as an operator would, so the
+/// entity gets the newest release again.
+pub const SIM_FAILURE_RATE: f64 = 0.1;
 /// A new `chaos-app` release this often.
 pub const RELEASE_EVERY: Duration = Duration::from_secs(3);
 /// A new `chaos-mod` version this often.
@@ -113,6 +114,8 @@ pub struct RolloutSummary {
     pub module_versions: usize,
     /// Change requests approved.
     pub change_requests_approved: usize,
+    /// Suppressions of failed plans lifted.
+    pub suppressions_lifted: usize,
     /// Canary revisions rolled out.
     pub canary_revisions: usize,
     /// Of those, promoted.
@@ -163,6 +166,7 @@ struct Progress {
     releases: Vec<String>,
     module_versions: usize,
     approved: BTreeSet<String>,
+    lifted: BTreeSet<String>,
     revisions: Vec<Revision>,
     committed: BTreeMap<u64, u8>,
     notes: Vec<String>,
@@ -469,6 +473,7 @@ impl Rollouts {
         // Approve what is still open; wait for every rollout to settle.
         let rollouts = loop {
             approve_open(&hub, &self.progress, self.cfg.sim_agents.len()).await;
+            lift_suppressions(&hub, &self.progress, self.cfg.sim_agents.len()).await;
             match self.rollouts(&hub).await {
                 Ok(r) if r.iter().all(|r| r.terminal) => break r,
                 Ok(r) if Instant::now() >= deadline => {
@@ -538,6 +543,7 @@ impl Rollouts {
             releases_published: progress.releases.len(),
             module_versions: progress.module_versions,
             change_requests_approved: progress.approved.len(),
+            suppressions_lifted: progress.lifted.len(),
             canary_revisions: progress.revisions.len(),
             canary_promoted: progress
                 .revisions
@@ -582,11 +588,7 @@ impl Rollouts {
             for i in 0..APP_ENTITIES {
                 let id = entity_id(&env, &format!("app{i}"));
                 let v = hub.query(&json!({"query": "entity", "entity": id})).await?;
-                let reported = v["reported"]["version"]
-                    .as_str()
-                    .filter(|v| *v != "-")
-                    .map(String::from);
-                entities.insert(id, reported);
+                entities.insert(id, gather::Reported::from_view(&v));
             }
             for (i, version) in releases.iter().enumerate() {
                 out.push(gather::release_rollout(
@@ -722,6 +724,36 @@ async fn hub_plans(hub: &Hub, envs: &[String]) -> anyhow::Result<Vec<HubPlan>> {
     Ok(out)
 }
 
+/// Deletes the suppressions failed plans left in the sim environments (what an operator does
+/// after looking at the failure), so that the entities take new releases again.
+async fn lift_suppressions(hub: &Hub, progress: &Shared, sim_envs: usize) {
+    for k in 0..sim_envs {
+        let Ok(v) = hub
+            .query(&json!({"query": "suppressions", "environment": sim_env(k)}))
+            .await
+        else {
+            continue;
+        };
+        for sup in v["suppressions"].as_array().into_iter().flatten() {
+            let Some(id) = sup["id"].as_str() else {
+                continue;
+            };
+            if sup["source"] != "failed-plan" {
+                continue;
+            }
+            let r = hub
+                .submit(
+                    &json!({"DeleteSuppression": {"id": id, "actor": "chaos"}}),
+                    &format!("chaos-lift-{}-{id}", sim_env(k)),
+                )
+                .await;
+            if r.is_ok() {
+                lock(progress).lifted.insert(format!("{}/{id}", sim_env(k)));
+            }
+        }
+    }
+}
+
 /// Approves every open change request of the sim environments' installations.
 async fn approve_open(hub: &Hub, progress: &Shared, sim_envs: usize) {
     for k in 0..sim_envs {
@@ -817,6 +849,7 @@ async fn drive(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, sim_envs: usiz
             }
         }
         approve_open(&hub, &progress, sim_envs).await;
+        lift_suppressions(&hub, &progress, sim_envs).await;
         tokio::time::sleep(POLL).await;
     }
 }
