@@ -7,6 +7,11 @@
 //! idempotent); reports carry `task:<plan>:<task>:<attempt>:<state>` as idempotency key, so a
 //! report re-sent after a hub failover counts once. One plan per entity runs at a time.
 //!
+//! Every journaled task state is also appended to the execution log (`DATA/executions.jsonl`,
+//! [`crate::execlog`]) right after the journal write, under the journal's lock, when the agent
+//! has one: `started` before the task runs, `succeeded`/`failed` before the plan is marked
+//! finished.
+//!
 //! `canary-step` plans run their `apply` task through the [`CanaryRunner`] (same journaling);
 //! entity states are reported through [`CanaryRunner::overlay`] (a canary's target as its
 //! primary workload, its workloads' pseudo-entities left out), and the canaries' observations
@@ -22,6 +27,7 @@ use tokio::sync::{Mutex, Notify, Semaphore};
 
 use crate::canary::CanaryRunner;
 use crate::driver::Driver;
+use crate::execlog::{monotonic_ns, ExecLine, ExecLog, ExecState};
 use crate::hub::{backoff, CallError, HubConnection};
 use crate::journal::{JournalFile, TaskRecord};
 use crate::metrics::Metrics;
@@ -58,6 +64,8 @@ pub struct Agent {
     driver: Arc<dyn Driver>,
     canary: Arc<CanaryRunner>,
     journal: Mutex<JournalFile>,
+    /// The execution log; written under the `journal` lock, after the journal.
+    exec_log: Option<std::sync::Mutex<ExecLog>>,
     metrics: Arc<Metrics>,
     outbox: Notify,
     /// entity -> (plan id, cancel flag) of the plan running for it.
@@ -145,13 +153,26 @@ fn state_proto(o: &Observed) -> EntityState {
 }
 
 impl Agent {
-    /// An agent over an opened journal; its canaries' state lives beside the journal
-    /// (`DATA/canary/`).
+    /// An agent over an opened journal, without an execution log; its canaries' state lives
+    /// beside the journal (`DATA/canary/`).
     pub fn new(
         cfg: AgentConfig,
         hub: Arc<HubConnection>,
         driver: Arc<dyn Driver>,
         journal: JournalFile,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        Self::with_exec_log(cfg, hub, driver, journal, None, metrics)
+    }
+
+    /// [`Agent::new`] that also appends every task event to `exec_log` (reconcile it with the
+    /// journal first: [`ExecLog::reconcile`]).
+    pub fn with_exec_log(
+        cfg: AgentConfig,
+        hub: Arc<HubConnection>,
+        driver: Arc<dyn Driver>,
+        journal: JournalFile,
+        exec_log: Option<ExecLog>,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         let permits = Arc::new(Semaphore::new(cfg.parallel_plans.max(1)));
@@ -169,6 +190,7 @@ impl Agent {
             driver,
             canary,
             journal: Mutex::new(journal),
+            exec_log: exec_log.map(std::sync::Mutex::new),
             metrics,
             outbox: Notify::new(),
             running: std::sync::Mutex::new(HashMap::new()),
@@ -272,17 +294,48 @@ impl Agent {
         }
     }
 
-    async fn record(&self, plan: &str, task: &str, record: TaskRecord, output: String) -> bool {
-        let r = self.journal.lock().await.record(plan, task, record, output);
-        match r {
-            Ok(()) => {
-                self.metrics.outbox.fetch_add(1, Ordering::Relaxed);
-                self.outbox.notify_one();
-                true
-            }
+    /// Journals a task state, then logs it in the execution log (under the journal lock, so
+    /// the log's order is the journal's). `false`: neither could be written durably.
+    async fn record(
+        &self,
+        spec: &PlanSpec,
+        task: &str,
+        record: TaskRecord,
+        output: String,
+    ) -> bool {
+        let plan = spec.id.as_str();
+        let mut journal = self.journal.lock().await;
+        let line = ExecLine {
+            plan: plan.to_string(),
+            entity: spec.entity.clone(),
+            task: task.to_string(),
+            attempt: record.attempt(),
+            state: match record {
+                TaskRecord::Running { .. } => ExecState::Started,
+                TaskRecord::Succeeded { .. } => ExecState::Succeeded,
+                TaskRecord::Failed { .. } => ExecState::Failed,
+            },
+            at_ns: 0,
+        };
+        if let Err(e) = journal.record(plan, task, record, output) {
+            // Without a durable journal the agent cannot promise exactly-once: stop here.
+            tracing::error!(error = %e, plan, task, "cannot write the journal; not running the plan");
+            return false;
+        }
+        self.metrics.outbox.fetch_add(1, Ordering::Relaxed);
+        self.outbox.notify_one();
+        let Some(log) = &self.exec_log else {
+            return true;
+        };
+        let line = ExecLine {
+            at_ns: monotonic_ns(),
+            ..line
+        };
+        match log.lock().unwrap_or_else(|p| p.into_inner()).append(&line) {
+            Ok(()) => true,
             Err(e) => {
-                // Without a durable journal the agent cannot promise exactly-once: stop here.
-                tracing::error!(error = %e, plan, task, "cannot write the journal; not running the plan");
+                // The log must show every journaled state: go no further than it does.
+                tracing::error!(error = %e, plan, task, "cannot write the execution log; not running the plan");
                 false
             }
         }
@@ -316,7 +369,7 @@ impl Agent {
             };
             if !self
                 .record(
-                    &spec.id,
+                    &spec,
                     &task,
                     TaskRecord::Running { attempt },
                     format!("{task} started (attempt {attempt})\n"),
@@ -338,7 +391,7 @@ impl Agent {
                     let mut output = outcome.output;
                     output.push_str(&format!("{task} succeeded in {ms} ms\n"));
                     if !self
-                        .record(&spec.id, &task, TaskRecord::Succeeded { attempt }, output)
+                        .record(&spec, &task, TaskRecord::Succeeded { attempt }, output)
                         .await
                     {
                         return;
@@ -356,7 +409,7 @@ impl Agent {
                     };
                     if self
                         .record(
-                            &spec.id,
+                            &spec,
                             &task,
                             TaskRecord::Failed { attempt, failure },
                             output,

@@ -6,6 +6,8 @@
 //!   the proxy) and observes canaries.
 //! - [`driver`]: what executes tasks: [`driver::process`] (real processes from artifacts) and
 //!   [`driver::sim`] (simulated entities for scale and chaos runs).
+//! - [`execlog`]: `DATA/executions.jsonl`, one line per task event, reconciled with the
+//!   journal at start-up.
 //! - [`executor`]: the loops: fetch plans, run them task by task, report.
 //! - [`journal`]: the local, durable record that makes execution exactly-once across restarts.
 //! - [`hub`]: the hub connection: endpoint failover, back-off, safe retries.
@@ -14,6 +16,7 @@
 
 pub mod canary;
 pub mod driver;
+pub mod execlog;
 pub mod executor;
 pub mod hub;
 pub mod journal;

@@ -13,6 +13,7 @@ use clap::Parser;
 use hub_agent::driver::process::ProcessDriver;
 use hub_agent::driver::sim::{SimConfig, SimDriver};
 use hub_agent::driver::Driver;
+use hub_agent::execlog::ExecLog;
 use hub_agent::executor::{Agent, AgentConfig};
 use hub_agent::hub::HubConnection;
 use hub_agent::journal::JournalFile;
@@ -33,7 +34,8 @@ struct Args {
     /// Hub endpoints, host:port,... (any nodes; the list is refreshed from the hub).
     #[arg(long, value_delimiter = ',')]
     endpoints: Option<Vec<String>>,
-    /// Data directory: the journal and the process driver's services.
+    /// Data directory: the journal, the execution log (`executions.jsonl`) and the process
+    /// driver's services.
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// How plans are executed: `process` (default) or `sim`.
@@ -227,6 +229,19 @@ async fn main() -> anyhow::Result<()> {
     // else is touched.
     let journal = JournalFile::open(&args.data_dir, &args.environment)
         .with_context(|| format!("--data-dir {}", args.data_dir.display()))?;
+    // The execution log next: it gets the finish lines an earlier run journaled but did not
+    // log (killed between the two writes) before any task runs.
+    let mut exec_log = ExecLog::open(&args.data_dir)
+        .with_context(|| format!("--data-dir {}", args.data_dir.display()))?;
+    let reconciled = exec_log
+        .reconcile(&journal.journal)
+        .with_context(|| format!("--data-dir {}", args.data_dir.display()))?;
+    if reconciled > 0 {
+        tracing::info!(
+            lines = reconciled,
+            "execution log: appended finishes the journal recorded"
+        );
+    }
     let metrics = Arc::new(Metrics::default());
     let driver: Arc<dyn Driver> = match args.driver.as_str() {
         "sim" => Arc::new(SimDriver::new(SimConfig {
@@ -251,7 +266,7 @@ async fn main() -> anyhow::Result<()> {
         ));
     }
     let hub = Arc::new(HubConnection::new(args.endpoints.clone(), metrics.clone()));
-    let agent = Agent::new(
+    let agent = Agent::with_exec_log(
         AgentConfig {
             environment: args.environment.clone(),
             poll_wait: Duration::from_millis(args.poll_wait_ms.clamp(100, 30_000)),
@@ -262,6 +277,7 @@ async fn main() -> anyhow::Result<()> {
         hub,
         driver,
         journal,
+        Some(exec_log),
         metrics,
     );
     tracing::info!(environment = %args.environment, driver = %args.driver, "hub-agent started");

@@ -1,5 +1,7 @@
 //! `chaos run` bad input (issue 7): an unknown fault, a fault this runner cannot provide and a
-//! bad duration each give a clear error and a non-zero exit, and start nothing.
+//! bad duration each give a clear error and a non-zero exit, and start nothing. And a short run
+//! with the rollout workload: agents execute plans while leaders die, the checkers are fed and
+//! pass, `chaos check` agrees on the saved history, and nothing the run started is left.
 
 use std::process::Command;
 use std::time::Duration;
@@ -69,4 +71,88 @@ fn partitions_the_machine_cannot_provide_are_refused() {
         "{text}"
     );
     assert!(!out.exists(), "a refused run wrote {}", out.display());
+}
+
+/// Processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                out.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_short_run_with_agents_feeds_every_checker_and_leaves_nothing_running() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let out_s = out.to_str().unwrap();
+    let r = run_with_limit(
+        Command::new(bin_dir().join("chaos")).args([
+            "run",
+            "--duration",
+            "30s",
+            "--seed",
+            "3",
+            "--faults",
+            "kill-leader,pause",
+            "--agents",
+            "1",
+            "--out",
+            out_s,
+        ]),
+        Duration::from_secs(300),
+    );
+    assert!(r.success(), "{}", r.describe());
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report.json"))
+            .expect("report");
+    let rollouts = &report["rollouts"];
+    assert!(rollouts["plans_executed"].as_u64() > Some(0), "{rollouts}");
+    assert!(
+        rollouts["releases_published"].as_u64() > Some(1),
+        "{rollouts}"
+    );
+    assert!(
+        rollouts["canary_revisions"].as_u64() >= Some(1),
+        "{rollouts}"
+    );
+    assert_eq!(
+        rollouts["rollouts"], rollouts["rollouts_terminal"],
+        "{rollouts}"
+    );
+    let check = &report["check"];
+    assert_eq!(check["ok"], true, "{check}");
+    assert!(
+        check["plans"]["succeeded_tasks"].as_u64() > Some(0),
+        "{check}"
+    );
+    assert!(
+        check["canary"]["committed_steps"].as_u64() > Some(0),
+        "{check}"
+    );
+    assert!(check["rollouts"]["rollouts"].as_u64() > Some(0), "{check}");
+    // The saved history gives the same verdict.
+    let again = run_with_limit(
+        Command::new(bin_dir().join("chaos"))
+            .arg("check")
+            .arg(out.join("history.json")),
+        Duration::from_secs(60),
+    );
+    assert!(again.success(), "{}", again.describe());
+    // Agents, demo services and nodes are gone (their command lines name the run's directory).
+    // (SIGKILLed processes may take a moment to disappear from /proc.)
+    let gone = hub_tests::poll_until(Duration::from_secs(10), || {
+        processes_mentioning(out_s).is_empty().then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "left running: {:?}",
+        processes_mentioning(out_s)
+    );
 }

@@ -49,6 +49,13 @@ enum Cmd {
         /// Replay the run a report.json describes (seed, nodes, faults, duration, workload).
         #[arg(long)]
         replay: Option<PathBuf>,
+        /// Sim agents of the rollout workload (releases and module updates), one environment
+        /// each; 0 leaves them out.
+        #[arg(long, default_value_t = 2)]
+        agents: usize,
+        /// Leave out the process agent with the demo service and its canary revisions.
+        #[arg(long)]
+        no_canary: bool,
     },
     /// Run the checkers on a saved history.json (exit 1 on a violation).
     Check {
@@ -96,6 +103,37 @@ fn print(report: &Report) {
         report.failover_p50_ms.map_or("-".into(), |v| v.to_string()),
         report.failover_p99_ms.map_or("-".into(), |v| v.to_string())
     );
+    if let Some(r) = &report.rollouts {
+        println!("  agents                {}", r.agents);
+        println!("  releases published    {}", r.releases_published);
+        println!(
+            "  module versions       {} ({} change requests approved)",
+            r.module_versions, r.change_requests_approved
+        );
+        println!(
+            "  canary revisions      {} ({} promoted, {} rolled back)",
+            r.canary_revisions, r.canary_promoted, r.canary_rolled_back
+        );
+        println!(
+            "  plans executed        {} ({} failed-plan suppressions lifted)",
+            r.plans_executed, r.suppressions_lifted
+        );
+        println!(
+            "  hub plans             {}",
+            r.hub_plans_by_status
+                .iter()
+                .map(|(s, n)| format!("{n} {s}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        println!(
+            "  rollouts terminal     {} of {}",
+            r.rollouts_terminal, r.rollouts
+        );
+        for n in &r.notes {
+            println!("    note: {n}");
+        }
+    }
     println!(
         "  verdict               {}",
         if report.check.ok { "OK" } else { "VIOLATIONS" }
@@ -140,8 +178,15 @@ async fn main() -> ExitCode {
 }
 
 async fn real_main() -> anyhow::Result<bool> {
-    let (nodes, duration, seed, fault_list, keys, clients, out, replay) = match Cli::parse().command
-    {
+    let command = Cli::parse().command;
+    // The rollout workload's flags (separate from the register workload's tuple below).
+    let (agents, no_canary) = match &command {
+        Cmd::Run {
+            agents, no_canary, ..
+        } => (*agents, *no_canary),
+        Cmd::Check { .. } => (0, true),
+    };
+    let (nodes, duration, seed, fault_list, keys, clients, out, replay) = match command {
         Cmd::Check { history } => {
             let h: hub_chaos::check::History = serde_json::from_slice(
                 &std::fs::read(&history).with_context(|| history.display().to_string())?,
@@ -163,6 +208,7 @@ async fn real_main() -> anyhow::Result<bool> {
             clients,
             out,
             replay,
+            ..
         } => (nodes, duration, seed, faults, keys, clients, out, replay),
     };
     let hubctl = std::env::current_exe()?.with_file_name("hubctl");
@@ -175,6 +221,8 @@ async fn real_main() -> anyhow::Result<bool> {
         clients: clients.max(1),
         out,
         hubctl,
+        agents,
+        canary: !no_canary,
     };
     if let Some(path) = replay {
         let v: serde_json::Value = serde_json::from_slice(
@@ -192,6 +240,9 @@ async fn real_main() -> anyhow::Result<bool> {
         cfg.duration = Duration::from_millis(serde_json::from_value(field("duration_ms")?)?);
         cfg.keys = serde_json::from_value(field("keys")?)?;
         cfg.clients = serde_json::from_value(field("clients")?)?;
+        // Reports from before the rollout workload have neither: no agents then.
+        cfg.agents = v.get("agents").and_then(|a| a.as_u64()).unwrap_or(0) as usize;
+        cfg.canary = v.get("canary").and_then(|c| c.as_bool()).unwrap_or(false);
     }
     let report = runner::run(cfg).await?;
     print(&report);

@@ -6,6 +6,8 @@
 //! - [`faults`]: fault names and the seeded schedule.
 //! - [`net`]: nodes on their own hosts (network namespaces) and partitions between them.
 //! - [`relay`]: the delaying relay between agents and the hub.
+//! - [`rollouts`]: agents executing continuous rollouts (releases, module updates, canary
+//!   revisions); their logs and the hub's records feed the plan, canary and rollout checkers.
 //!
 //! Everything the runner starts (processes, namespaces, links) is removed when it returns,
 //! on success or error.
@@ -15,6 +17,7 @@ pub mod faults;
 pub mod net;
 pub mod register;
 pub mod relay;
+pub mod rollouts;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -48,6 +51,10 @@ pub struct Config {
     pub out: PathBuf,
     /// `hubctl` (next to the runner by default).
     pub hubctl: PathBuf,
+    /// Sim agents of the rollout workload (0 and no `canary`: no rollout workload).
+    pub agents: usize,
+    /// Whether the rollout workload runs the process agent with the demo service's canary.
+    pub canary: bool,
 }
 
 /// One fault as injected.
@@ -100,6 +107,12 @@ pub struct Report {
     pub failover_p50_ms: Option<u64>,
     /// See `failover_p50_ms`.
     pub failover_p99_ms: Option<u64>,
+    /// Sim agents of the rollout workload.
+    pub agents: usize,
+    /// Whether the rollout workload ran the canary.
+    pub canary: bool,
+    /// The rollout workload's counts (`None` without it).
+    pub rollouts: Option<rollouts::RolloutSummary>,
     /// The checkers' verdict.
     pub check: CheckReport,
 }
@@ -154,6 +167,20 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     let epoch = Instant::now();
     let workload =
         register::Workload::start(endpoints.clone(), cfg.keys, cfg.clients, cfg.seed, epoch);
+    // Rollout workload: agents run on the runner's host (empty prefix) and reach the hub
+    // through the latency relay ("another region").
+    let mut rollouts = if cfg.agents > 0 || cfg.canary {
+        let hosts = (0..cfg.agents)
+            .map(|k| rollouts::AgentHost {
+                name: format!("sim-{k}"),
+                prefix: Vec::new(),
+            })
+            .collect();
+        let rc = rollout_config(&cfg, &endpoints, relay.endpoints(), hosts, epoch);
+        Some(rollouts::Rollouts::start(rc).await?)
+    } else {
+        None
+    };
     let mut injected = Vec::new();
     let mut rng = Rng::new(cfg.seed ^ 0xFA17);
     for s in &schedule {
@@ -246,6 +273,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         tokio::time::sleep(rest).await;
     }
     let ops = workload.stop().await;
+    if let Some(r) = rollouts.as_mut() {
+        r.stop_issuing().await;
+    }
 
     println!("[{:>6.1}s] healing", epoch.elapsed().as_secs_f64());
     relay.set_delay(Duration::ZERO);
@@ -254,6 +284,16 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     }
     tokio::task::block_in_place(|| cluster.heal())?;
     let digests = converge(&cluster, cfg.nodes).await?;
+    let rollout_history = match rollouts.take() {
+        Some(r) => {
+            println!(
+                "[{:>6.1}s] waiting for every rollout to finish",
+                epoch.elapsed().as_secs_f64()
+            );
+            Some(r.finish(&cluster.endpoints()?).await?)
+        }
+        None => None,
+    };
 
     // Failover: from each leader kill or pause to the next acknowledged write.
     let mut acks: Vec<u64> = ops
@@ -304,13 +344,20 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             Err(e) => eprintln!("chaos: final read from node {} failed: {e:#}", n.id),
         }
     }
-    let history = History {
+    let mut history = History {
         register_ops: ops.clone(),
         acked_writes,
         final_reads,
         node_digests: digests,
         ..History::default()
     };
+    let rollout_summary = rollout_history.map(|r| {
+        history.task_executions = r.task_executions;
+        history.hub_plans = r.hub_plans;
+        history.canary_runs = r.canary_runs;
+        history.rollouts = r.rollouts;
+        r.summary
+    });
     std::fs::write(
         cfg.out.join("history.json"),
         serde_json::to_vec_pretty(&history)?,
@@ -345,6 +392,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         longest_unavailable_ms: longest,
         failover_p50_ms: pct(0.5),
         failover_p99_ms: pct(0.99),
+        agents: cfg.agents,
+        canary: cfg.canary,
+        rollouts: rollout_summary,
         check,
     };
     std::fs::write(
@@ -424,6 +474,27 @@ fn mechanism(faults: &[Fault], netns: bool) -> String {
         );
     }
     parts.join("; ")
+}
+
+/// The rollout workload's configuration: its files under `<out>/rollouts`, binaries next to
+/// `hubctl`.
+fn rollout_config(
+    cfg: &Config,
+    endpoints: &[String],
+    agent_endpoints: &[String],
+    sim_agents: Vec<rollouts::AgentHost>,
+    epoch: Instant,
+) -> rollouts::RolloutConfig {
+    rollouts::RolloutConfig {
+        endpoints: endpoints.to_vec(),
+        agent_endpoints: agent_endpoints.to_vec(),
+        dir: cfg.out.join("rollouts"),
+        sim_agents,
+        process_agent: cfg.canary,
+        seed: cfg.seed,
+        epoch,
+        bin_dir: cfg.hubctl.parent().map(PathBuf::from).unwrap_or_default(),
+    }
 }
 
 /// Waits until every node reports the same digest at the same applied index.

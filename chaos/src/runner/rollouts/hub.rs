@@ -1,0 +1,189 @@
+//! A fault-tolerant client of the hub for the rollout workload: every call has a bounded
+//! timeout and fails over along the endpoint list; writes carry request ids, so a retry after
+//! an unknown outcome is applied at most once.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hub_proto::{QueryRequest, ReadOptions, SubmitRequest};
+use serde_json::Value;
+use tonic::Code;
+
+use crate::runner::cluster::connect;
+
+/// Timeout of one call on one node.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// Pause between two rounds over every endpoint.
+const ROUND_PAUSE: Duration = Duration::from_millis(250);
+
+/// Why a call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// The hub answered and refused (bad input, not found, already exists, …): retrying
+    /// cannot help.
+    #[error("refused ({code:?}): {message}")]
+    Refused {
+        /// The gRPC code.
+        code: Code,
+        /// The hub's message.
+        message: String,
+    },
+    /// No node answered in time (or none had a leader): may be retried.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl CallError {
+    /// Whether the hub refused because the thing exists already.
+    pub fn already_exists(&self) -> bool {
+        matches!(self, CallError::Refused { code, message }
+            if *code == Code::AlreadyExists || message.contains("already exists"))
+    }
+}
+
+/// The hub's nodes, tried in turn.
+#[derive(Clone)]
+pub struct Hub {
+    endpoints: Arc<Vec<String>>,
+    next: Arc<AtomicUsize>,
+}
+
+fn refused(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        Code::InvalidArgument
+            | Code::NotFound
+            | Code::AlreadyExists
+            | Code::FailedPrecondition
+            | Code::PermissionDenied
+            | Code::OutOfRange
+    )
+}
+
+impl Hub {
+    /// A client of `endpoints` (`host:port`).
+    pub fn new(endpoints: Vec<String>) -> Hub {
+        Hub {
+            endpoints: Arc::new(endpoints),
+            next: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    fn current(&self) -> Option<String> {
+        let n = self.endpoints.len();
+        (n > 0).then(|| self.endpoints[self.next.load(Ordering::Relaxed) % n].clone())
+    }
+
+    fn advance(&self) {
+        self.next.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `Hub.Submit` of one engine command; one try on every node at most. The output is the
+    /// command's output JSON (`Null` when empty).
+    pub async fn submit(&self, command: &Value, request_id: &str) -> Result<Value, CallError> {
+        let mut last = String::from("no endpoint");
+        for _ in 0..self.endpoints.len() {
+            let Some(addr) = self.current() else { break };
+            let call = async {
+                let mut c = connect(&addr)
+                    .await
+                    .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+                let mut req = tonic::Request::new(SubmitRequest {
+                    command_json: command.to_string(),
+                    request_id: request_id.to_string(),
+                });
+                req.set_timeout(CALL_TIMEOUT);
+                c.submit(req).await
+            };
+            match tokio::time::timeout(CALL_TIMEOUT + Duration::from_secs(1), call).await {
+                Ok(Ok(r)) => {
+                    let out = r.into_inner().output_json;
+                    return Ok(serde_json::from_str(&out).unwrap_or(Value::Null));
+                }
+                Ok(Err(s)) if refused(&s) => {
+                    return Err(CallError::Refused {
+                        code: s.code(),
+                        message: s.message().to_string(),
+                    })
+                }
+                Ok(Err(s)) => last = format!("{addr}: {}", s.message()),
+                Err(_) => last = format!("{addr}: timed out"),
+            }
+            self.advance();
+        }
+        Err(CallError::Unavailable(last))
+    }
+
+    /// [`Hub::submit`] retried (same request id) until it is answered or `timeout` passes.
+    pub async fn submit_until(
+        &self,
+        command: &Value,
+        request_id: &str,
+        timeout: Duration,
+    ) -> Result<Value, CallError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.submit(command, request_id).await {
+                Err(CallError::Unavailable(e)) if Instant::now() < deadline => {
+                    tracing_free_pause(&e).await
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A linearizable `Hub.Query`; one try on every node at most.
+    pub async fn query(&self, query: &Value) -> Result<Value, CallError> {
+        let mut last = String::from("no endpoint");
+        for _ in 0..self.endpoints.len() {
+            let Some(addr) = self.current() else { break };
+            let call = async {
+                let mut c = connect(&addr)
+                    .await
+                    .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+                let mut req = tonic::Request::new(QueryRequest {
+                    query_json: query.to_string(),
+                    read: Some(ReadOptions { stale: false }),
+                });
+                req.set_timeout(CALL_TIMEOUT);
+                c.query(req).await
+            };
+            match tokio::time::timeout(CALL_TIMEOUT + Duration::from_secs(1), call).await {
+                Ok(Ok(r)) => {
+                    return serde_json::from_str(&r.into_inner().json)
+                        .map_err(|e| CallError::Unavailable(format!("{addr}: bad JSON: {e}")))
+                }
+                Ok(Err(s)) if refused(&s) => {
+                    return Err(CallError::Refused {
+                        code: s.code(),
+                        message: s.message().to_string(),
+                    })
+                }
+                Ok(Err(s)) => last = format!("{addr}: {}", s.message()),
+                Err(_) => last = format!("{addr}: timed out"),
+            }
+            self.advance();
+        }
+        Err(CallError::Unavailable(last))
+    }
+
+    /// [`Hub::query`] retried until it is answered or `timeout` passes.
+    pub async fn query_until(&self, query: &Value, timeout: Duration) -> Result<Value, CallError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.query(query).await {
+                Err(CallError::Unavailable(e)) if Instant::now() < deadline => {
+                    tracing_free_pause(&e).await
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// The pause between rounds (the error is not logged: unavailability is expected under
+/// faults and would flood the runner's output).
+async fn tracing_free_pause(_error: &str) {
+    tokio::time::sleep(ROUND_PAUSE).await;
+}

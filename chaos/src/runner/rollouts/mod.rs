@@ -1,0 +1,1068 @@
+//! The rollout workload: real `hub-agent` processes executing plans while hub nodes die, and
+//! continuous rollouts driving them; after healing, the agents' execution logs and the hub's
+//! records become the plan, canary and rollout parts of the history.
+//!
+//! What it sets up ([`Rollouts::start`]):
+//!
+//! - per sim agent `K` an environment `chaos-sim-K` with [`APP_ENTITIES`] helm-chart
+//!   entities of `com.example:chaos-app` and an installation of the module `chaos-mod` (one
+//!   entity of `com.example:chaos-mod-svc`), executed by `hub-agent --driver sim` (40 ms per
+//!   task, [`SIM_FAILURE_RATE`] of the plans fail);
+//! - with `process_agent`, an environment `chaos-canary` with the demo service (packaged from
+//!   `demo-service` next to the runner into a `file://` registry) installed by
+//!   `hub-agent --driver process`, and a canary `chaos-canary/demo` on it (1 s interval,
+//!   weights 10/20/30, success rate ≥ 99% over 2 s, rollback after 2 failed checks) with
+//!   traffic (about 100 requests a second) sent to the service port.
+//!
+//! What it drives until [`Rollouts::stop_issuing`]: a new `chaos-app` release every
+//! [`RELEASE_EVERY`] (version-change plans on every app entity); a new `chaos-mod` version
+//! every [`MODULE_EVERY`] (a config change) whose change requests it approves (config-change
+//! plans), lifting the suppressions failed plans leave; and canary revisions one after the other — each a new config of the demo entity,
+//! alternately healthy and answering half of its requests with 500 — each waited for until
+//! the canary promoted or rolled it back.
+//!
+//! Every hub call has a bounded timeout and fails over between nodes ([`hub::Hub`]); a write
+//! that gets no answer is retried with the same request id later, or given up, never fatal.
+//!
+//! [`Rollouts::finish`] (after healing) approves the last change requests, waits (at most
+//! [`FINISH_TIMEOUT`]) until every rollout is terminal and the agent applied the last committed
+//! canary step, reads the hub's plans, stops every agent and the services it started, and
+//! reads the agents' logs. Dropping [`Rollouts`] at any point stops every process too.
+
+mod agents;
+mod demo;
+pub mod gather;
+mod hub;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::check::{CanaryRun, HubPlan, Rollout, TaskExecution};
+use agents::{AgentProcess, Driver};
+use hub::{CallError, Hub};
+
+/// App entities per sim environment.
+pub const APP_ENTITIES: usize = 3;
+/// Fraction of sim plans that fail (then rolled back). A failed plan suppresses its entity
+/// for at least a minute; the driver lifts such suppressions as an operator would, so the
+/// entity gets the newest release again.
+pub const SIM_FAILURE_RATE: f64 = 0.1;
+/// A new `chaos-app` release this often.
+pub const RELEASE_EVERY: Duration = Duration::from_secs(3);
+/// A new `chaos-mod` version this often.
+pub const MODULE_EVERY: Duration = Duration::from_secs(8);
+/// How long [`Rollouts::finish`] waits for every rollout to be terminal.
+pub const FINISH_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long set-up writes are retried (the hub is healthy then, but may still elect).
+const SETUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// Polling period of the driver and the waits.
+const POLL: Duration = Duration::from_millis(500);
+/// A canary revision not settled after this long is left behind for the next one.
+const REVISION_TIMEOUT: Duration = Duration::from_secs(150);
+
+const APP_PRODUCT: &str = "com.example:chaos-app";
+const MOD_PRODUCT: &str = "com.example:chaos-mod-svc";
+const MODULE: &str = "chaos-mod";
+const DEMO_PRODUCT: &str = "com.example:demo-service";
+const CANARY_ENV: &str = "chaos-canary";
+const CANARY_NAME: &str = "demo";
+
+/// Where an agent runs: `prefix` is prepended to its command line (e.g.
+/// `["ip", "netns", "exec", "hc123-a1"]`), empty for the runner's own host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentHost {
+    /// The agent's name (its data directory is `agent-<name>`).
+    pub name: String,
+    /// The command prefix.
+    pub prefix: Vec<String>,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct RolloutConfig {
+    /// Hub endpoints (`host:port`), as the runner reaches them.
+    pub endpoints: Vec<String>,
+    /// The endpoints agents use, one per node in the same order (the latency relay's).
+    pub agent_endpoints: Vec<String>,
+    /// Where agents' data, logs and the demo registry go.
+    pub dir: PathBuf,
+    /// One sim agent (and environment) per host.
+    pub sim_agents: Vec<AgentHost>,
+    /// Whether to run the process agent with the demo service and the canary.
+    pub process_agent: bool,
+    /// Seeds the sim agents' failures.
+    pub seed: u64,
+    /// The runner's epoch: execution times are nanoseconds since it.
+    pub epoch: Instant,
+    /// Where `hub-agent` and `demo-service` are.
+    pub bin_dir: PathBuf,
+}
+
+/// Counts for the report.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutSummary {
+    /// Agents started.
+    pub agents: usize,
+    /// `chaos-app` releases the hub acknowledged.
+    pub releases_published: usize,
+    /// `chaos-mod` versions the hub acknowledged.
+    pub module_versions: usize,
+    /// Change requests approved.
+    pub change_requests_approved: usize,
+    /// Suppressions of failed plans lifted.
+    pub suppressions_lifted: usize,
+    /// Canary revisions rolled out.
+    pub canary_revisions: usize,
+    /// Of those, promoted.
+    pub canary_promoted: usize,
+    /// Of those, rolled back.
+    pub canary_rolled_back: usize,
+    /// Distinct plans with at least one task event in the agents' logs.
+    pub plans_executed: usize,
+    /// Plans the hub records after healing, by status.
+    pub hub_plans_by_status: BTreeMap<String, usize>,
+    /// Rollouts recorded.
+    pub rollouts: usize,
+    /// Of those, terminal.
+    pub rollouts_terminal: usize,
+    /// What went wrong on the way without failing the run (timeouts, unreadable files).
+    pub notes: Vec<String>,
+}
+
+/// What the workload gathered.
+#[derive(Debug, Clone, Default)]
+pub struct RolloutHistory {
+    /// Task events from every agent's log, on the runner's clock.
+    pub task_executions: Vec<TaskExecution>,
+    /// The hub's plans of the workload's environments after healing.
+    pub hub_plans: Vec<HubPlan>,
+    /// Committed and applied canary weights (one run for the whole canary: every revision's
+    /// steps in one sequence, which implies the per-revision equality).
+    pub canary_runs: Vec<CanaryRun>,
+    /// Releases, module change requests and canary revisions.
+    pub rollouts: Vec<Rollout>,
+    /// Counts.
+    pub summary: RolloutSummary,
+}
+
+/// One canary revision as the driver saw it.
+#[derive(Debug, Clone)]
+struct Revision {
+    index: u64,
+    healthy: bool,
+    revision: Option<String>,
+    phase: String,
+    terminal: bool,
+}
+
+/// What the driver tasks record.
+#[derive(Debug, Default)]
+struct Progress {
+    releases: Vec<String>,
+    module_versions: usize,
+    approved: BTreeSet<String>,
+    lifted: BTreeSet<String>,
+    revisions: Vec<Revision>,
+    committed: BTreeMap<u64, u8>,
+    notes: Vec<String>,
+}
+
+type Shared = Arc<Mutex<Progress>>;
+
+fn lock(p: &Shared) -> std::sync::MutexGuard<'_, Progress> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The running workload. Dropping it stops every agent and service.
+pub struct Rollouts {
+    cfg: RolloutConfig,
+    agents: Vec<AgentProcess>,
+    progress: Shared,
+    stop: Arc<AtomicBool>,
+    stop_traffic: Arc<AtomicBool>,
+    driver: Option<tokio::task::JoinHandle<()>>,
+    canary: Option<tokio::task::JoinHandle<()>>,
+    traffic: Option<tokio::task::JoinHandle<()>>,
+    epoch_monotonic_ns: u64,
+}
+
+impl Drop for Rollouts {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.stop_traffic.store(true, Ordering::Relaxed);
+        for t in [self.driver.take(), self.canary.take(), self.traffic.take()]
+            .into_iter()
+            .flatten()
+        {
+            t.abort();
+        }
+        for a in &mut self.agents {
+            a.stop();
+        }
+    }
+}
+
+fn sim_env(k: usize) -> String {
+    format!("chaos-sim-{k}")
+}
+
+fn entity_id(env: &str, name: &str) -> String {
+    format!("eid:{env}:helmChart:{name}")
+}
+
+fn app_manifest(version: &str) -> String {
+    format!("product-group: com.example\nproduct-name: chaos-app\nproduct-version: {version}\n")
+}
+
+fn module_yaml(generation: usize) -> String {
+    format!(
+        "name: {MODULE}\nentities:\n  - type: helmChart\n    helmChart:\n      productId: {MOD_PRODUCT}\n      k8sNamespace: chaos\n      configOverrides: |\n        \"1.0.0\":\n          overrides:\n            generation: {generation}\n"
+    )
+}
+
+fn canary_yaml(port: u16) -> String {
+    format!(
+        "apiVersion: flagger.app/v1beta1
+kind: Canary
+metadata:
+  name: {CANARY_NAME}
+  namespace: {CANARY_ENV}
+spec:
+  targetRef:
+    kind: helmChart
+    name: {CANARY_NAME}
+  service:
+    port: {port}
+  progressDeadlineSeconds: 60
+  analysis:
+    interval: 1s
+    threshold: 2
+    maxWeight: 30
+    stepWeight: 10
+    metrics:
+      - name: request-success-rate
+        thresholdRange:
+          min: 99
+        interval: 2s
+"
+    )
+}
+
+fn canary_config(port: u16, index: u64, healthy: bool) -> String {
+    let mut c = format!("port: {port}\nmessage: chaos revision {index}\n");
+    if !healthy {
+        c.push_str("error_rate: 0.5\n");
+    }
+    c
+}
+
+/// Submits a set-up command, retrying until the hub answers; "already exists" counts as done.
+async fn setup(hub: &Hub, what: &str, command: Value) -> anyhow::Result<Value> {
+    match hub
+        .submit_until(&command, &format!("chaos-setup-{what}"), SETUP_TIMEOUT)
+        .await
+    {
+        Ok(v) => Ok(v),
+        Err(e) if e.already_exists() => Ok(Value::Null),
+        Err(e) => Err(anyhow::anyhow!("set-up {what}: {e}")),
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+impl Rollouts {
+    /// Creates the environments, entities, releases, module and (with `process_agent`) the
+    /// demo service and its canary; starts the agents, the driver, the canary and its traffic.
+    pub async fn start(cfg: RolloutConfig) -> anyhow::Result<Rollouts> {
+        std::fs::create_dir_all(&cfg.dir).with_context(|| cfg.dir.display().to_string())?;
+        let epoch_monotonic_ns = hub_agent::execlog::monotonic_ns()
+            .saturating_sub(cfg.epoch.elapsed().as_nanos() as u64);
+        let hub = Hub::new(cfg.endpoints.clone());
+        let mut this = Rollouts {
+            agents: Vec::new(),
+            progress: Shared::default(),
+            stop: Arc::new(AtomicBool::new(false)),
+            stop_traffic: Arc::new(AtomicBool::new(false)),
+            driver: None,
+            canary: None,
+            traffic: None,
+            epoch_monotonic_ns,
+            cfg: cfg.clone(),
+        };
+
+        for p in [APP_PRODUCT, MOD_PRODUCT] {
+            setup(
+                &hub,
+                &format!("product-{p}"),
+                json!({"CreateProduct": {"product_id": p, "description": "chaos"}}),
+            )
+            .await?;
+        }
+        setup(
+            &hub,
+            "release-app-1.0.0",
+            json!({"PublishRelease": {"manifest": app_manifest("1.0.0")}}),
+        )
+        .await?;
+        lock(&this.progress).releases.push("1.0.0".into());
+        setup(
+            &hub,
+            "release-mod-1.0.0",
+            json!({"PublishRelease": {"manifest": "product-group: com.example\nproduct-name: chaos-mod-svc\nproduct-version: 1.0.0\n"}}),
+        )
+        .await?;
+        setup(
+            &hub,
+            "module-0",
+            json!({"PublishModule": {"file_name": format!("{MODULE}.yml"), "yaml": module_yaml(0)}}),
+        )
+        .await?;
+        lock(&this.progress).module_versions += 1;
+        for k in 0..cfg.sim_agents.len() {
+            let env = sim_env(k);
+            setup(
+                &hub,
+                &format!("env-{env}"),
+                json!({"CreateEnvironment": {"name": env, "description": "chaos rollouts"}}),
+            )
+            .await?;
+            for i in 0..APP_ENTITIES {
+                setup(
+                    &hub,
+                    &format!("entity-{env}-{i}"),
+                    json!({"CreateEntity": {"environment": env, "kind": "HelmChart",
+                        "name": format!("app{i}"), "product_id": APP_PRODUCT,
+                        "k8s_namespace": "chaos", "account_id": null, "release_channel": null}}),
+                )
+                .await?;
+            }
+            setup(
+                &hub,
+                &format!("install-{env}"),
+                json!({"InstallModule": {"environment": env, "module": MODULE, "version": null,
+                    "variables": {}, "actor": "chaos"}}),
+            )
+            .await?;
+        }
+        for (k, host) in cfg.sim_agents.iter().enumerate() {
+            this.agents.push(AgentProcess::start(
+                &cfg.bin_dir,
+                host,
+                &sim_env(k),
+                &cfg.agent_endpoints,
+                &cfg.dir,
+                &Driver::Sim {
+                    failure_rate: SIM_FAILURE_RATE,
+                    seed: cfg.seed.wrapping_add(k as u64),
+                },
+            )?);
+        }
+
+        if cfg.process_agent {
+            let port = free_port()?;
+            let registry = cfg.dir.join("registry");
+            let manifest = demo::package(&cfg.bin_dir.join("demo-service"), &registry, "1.0.0")?;
+            setup(
+                &hub,
+                "env-canary",
+                json!({"CreateEnvironment": {"name": CANARY_ENV, "description": "chaos canary"}}),
+            )
+            .await?;
+            setup(
+                &hub,
+                "registry-canary",
+                json!({"SetRegistry": {"environment": CANARY_ENV, "name": "local",
+                    "url": format!("file://{}", registry.display()), "hub_access": "expected"}}),
+            )
+            .await?;
+            setup(
+                &hub,
+                "product-demo",
+                json!({"CreateProduct": {"product_id": DEMO_PRODUCT, "description": "demo"}}),
+            )
+            .await?;
+            setup(
+                &hub,
+                "entity-canary",
+                json!({"CreateEntity": {"environment": CANARY_ENV, "kind": "HelmChart",
+                    "name": CANARY_NAME, "product_id": DEMO_PRODUCT, "k8s_namespace": "demo",
+                    "account_id": null, "release_channel": null}}),
+            )
+            .await?;
+            setup(
+                &hub,
+                "config-canary-0",
+                json!({"SetConfigOverrides": {"entity": entity_id(CANARY_ENV, CANARY_NAME),
+                    "version": "0.0.0", "config": canary_config(port, 0, true)}}),
+            )
+            .await?;
+            setup(
+                &hub,
+                "release-demo-1.0.0",
+                json!({"PublishRelease": {"manifest": manifest}}),
+            )
+            .await?;
+            this.agents.push(AgentProcess::start(
+                &cfg.bin_dir,
+                &AgentHost {
+                    name: "process".into(),
+                    prefix: Vec::new(),
+                },
+                CANARY_ENV,
+                &cfg.agent_endpoints,
+                &cfg.dir,
+                &Driver::Process,
+            )?);
+            this.canary = Some(tokio::spawn(canary_loop(
+                hub.clone(),
+                this.progress.clone(),
+                this.stop.clone(),
+                port,
+            )));
+            this.traffic = Some(tokio::spawn(traffic(port, this.stop_traffic.clone())));
+        }
+        this.driver = Some(tokio::spawn(drive(
+            hub,
+            this.progress.clone(),
+            this.stop.clone(),
+            cfg.sim_agents.len(),
+        )));
+        Ok(this)
+    }
+
+    /// Stops issuing rollouts: no new release, module version or canary revision (the
+    /// revision under way runs to its end).
+    pub async fn stop_issuing(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(d) = self.driver.take() {
+            let _ = d.await;
+        }
+    }
+
+    /// After healing: waits until every rollout is terminal (at most [`FINISH_TIMEOUT`]),
+    /// gathers the history parts from the hub at `endpoints` and the agents' files, and stops
+    /// every agent and service.
+    pub async fn finish(mut self, endpoints: &[String]) -> anyhow::Result<RolloutHistory> {
+        self.stop_issuing().await;
+        let deadline = Instant::now() + FINISH_TIMEOUT;
+        let hub = Hub::new(endpoints.to_vec());
+        if let Some(c) = self.canary.take() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let abort = c.abort_handle();
+            if tokio::time::timeout(left, c).await.is_err() {
+                abort.abort();
+                lock(&self.progress)
+                    .notes
+                    .push("the last canary revision did not settle in time".into());
+            }
+        }
+        self.stop_traffic.store(true, Ordering::Relaxed);
+        if let Some(t) = self.traffic.take() {
+            let _ = t.await;
+        }
+
+        // Approve what is still open; wait for every rollout to settle.
+        let rollouts = loop {
+            approve_open(&hub, &self.progress, self.cfg.sim_agents.len()).await;
+            lift_suppressions(&hub, &self.progress, self.cfg.sim_agents.len()).await;
+            match self.rollouts(&hub).await {
+                Ok(r) if r.iter().all(|r| r.terminal) => break r,
+                Ok(r) if Instant::now() >= deadline => {
+                    lock(&self.progress).notes.push(format!(
+                        "rollouts not terminal after {FINISH_TIMEOUT:?}: {}",
+                        r.iter()
+                            .filter(|r| !r.terminal)
+                            .map(|r| format!("{} ({})", r.id, r.state))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ));
+                    break r;
+                }
+                Err(e) if Instant::now() >= deadline => {
+                    anyhow::bail!("rollouts: the healed hub does not answer: {e}")
+                }
+                _ => tokio::time::sleep(POLL).await,
+            }
+        };
+
+        // The canary: the committed steps, and the agent's applied log caught up with them.
+        let canary_runs = if self.cfg.process_agent {
+            vec![self.canary_run(&hub, deadline).await]
+        } else {
+            Vec::new()
+        };
+
+        let mut envs: Vec<String> = (0..self.cfg.sim_agents.len()).map(sim_env).collect();
+        if self.cfg.process_agent {
+            envs.push(CANARY_ENV.to_string());
+        }
+        let hub_plans = hub_plans(&hub, &envs).await?;
+
+        for a in &mut self.agents {
+            if !a.is_running() {
+                lock(&self.progress).notes.push(format!(
+                    "agent {} exited before the end (see agent-{}.log)",
+                    a.name, a.name
+                ));
+            }
+            a.stop();
+        }
+        let mut task_executions = Vec::new();
+        for a in &self.agents {
+            let path = a.data_dir.join(hub_agent::execlog::EXEC_LOG_FILE);
+            match hub_agent::execlog::read_lines(&path) {
+                Ok(lines) => task_executions.extend(gather::task_executions(
+                    &a.name,
+                    &lines,
+                    self.epoch_monotonic_ns,
+                )),
+                Err(e) => lock(&self.progress)
+                    .notes
+                    .push(format!("{}: {e}", path.display())),
+            }
+        }
+        task_executions.sort_by_key(|e| e.at_ns);
+
+        let progress = lock(&self.progress);
+        let mut by_status: BTreeMap<String, usize> = BTreeMap::new();
+        for p in &hub_plans {
+            *by_status.entry(p.status.clone()).or_default() += 1;
+        }
+        let executed: BTreeSet<&str> = task_executions.iter().map(|e| e.plan.as_str()).collect();
+        let summary = RolloutSummary {
+            agents: self.agents.len(),
+            releases_published: progress.releases.len(),
+            module_versions: progress.module_versions,
+            change_requests_approved: progress.approved.len(),
+            suppressions_lifted: progress.lifted.len(),
+            canary_revisions: progress.revisions.len(),
+            canary_promoted: progress
+                .revisions
+                .iter()
+                .filter(|r| r.terminal && r.phase == "Succeeded")
+                .count(),
+            canary_rolled_back: progress
+                .revisions
+                .iter()
+                .filter(|r| r.terminal && r.phase == "Failed")
+                .count(),
+            plans_executed: executed.len(),
+            hub_plans_by_status: by_status,
+            rollouts: rollouts.len(),
+            rollouts_terminal: rollouts.iter().filter(|r| r.terminal).count(),
+            notes: progress.notes.clone(),
+        };
+        drop(progress);
+        Ok(RolloutHistory {
+            task_executions,
+            hub_plans,
+            canary_runs,
+            rollouts,
+            summary,
+        })
+    }
+
+    /// Every rollout as the hub records it now.
+    async fn rollouts(&self, hub: &Hub) -> Result<Vec<Rollout>, CallError> {
+        let (releases, revisions) = {
+            let p = lock(&self.progress);
+            (p.releases.clone(), p.revisions.clone())
+        };
+        let mut out = Vec::new();
+        for k in 0..self.cfg.sim_agents.len() {
+            let env = sim_env(k);
+            let plans = gather::plan_rows(
+                &hub.query(&json!({"query": "plans", "environment": env, "limit": 10000}))
+                    .await?,
+            );
+            let mut entities = BTreeMap::new();
+            for i in 0..APP_ENTITIES {
+                let id = entity_id(&env, &format!("app{i}"));
+                let v = hub.query(&json!({"query": "entity", "entity": id})).await?;
+                entities.insert(id, gather::Reported::from_view(&v));
+            }
+            for (i, version) in releases.iter().enumerate() {
+                out.push(gather::release_rollout(
+                    &env,
+                    version,
+                    i + 1 == releases.len(),
+                    &entities,
+                    &plans,
+                ));
+            }
+            let installation = format!("{env}/{MODULE}");
+            let crs = hub
+                .query(&json!({"query": "change_requests", "installation": installation}))
+                .await?;
+            let crs = crs["change_requests"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let module_entities: BTreeSet<String> =
+                [entity_id(&env, "chaos-mod-svc")].into_iter().collect();
+            // The newest change request is the one whose plans may still run.
+            let newest = crs.iter().filter_map(|c| cr_number(&c["id"])).max();
+            for cr in &crs {
+                let latest = cr_number(&cr["id"]) == newest;
+                out.extend(gather::module_rollout(cr, latest, &module_entities, &plans));
+            }
+        }
+        for r in &revisions {
+            out.push(Rollout {
+                id: format!(
+                    "{CANARY_ENV}/{CANARY_NAME}#{}{}",
+                    r.index,
+                    r.revision
+                        .as_deref()
+                        .map(|v| format!("@{v}"))
+                        .unwrap_or_default()
+                ),
+                kind: "canary".into(),
+                state: format!(
+                    "{} ({})",
+                    r.phase,
+                    if r.healthy { "healthy" } else { "faulty" }
+                ),
+                terminal: r.terminal,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The canary's committed weights (merged over the run) and the agent's applied ones,
+    /// once the applied log reaches the last committed step (or the deadline passes).
+    async fn canary_run(&self, hub: &Hub, deadline: Instant) -> CanaryRun {
+        let applied_path = self
+            .agents
+            .iter()
+            .find(|a| a.environment == CANARY_ENV)
+            .map(|a| {
+                a.data_dir
+                    .join("canary")
+                    .join(format!("{CANARY_ENV}--{CANARY_NAME}"))
+                    .join("applied.jsonl")
+            });
+        let id = format!("{CANARY_ENV}/{CANARY_NAME}");
+        loop {
+            if let Ok(v) = hub.query(&json!({"query": "canary", "id": id})).await {
+                let view = if v.get("canary").is_some() {
+                    v["canary"].clone()
+                } else {
+                    v
+                };
+                gather::merge_committed(&view, &mut lock(&self.progress).committed);
+            }
+            let committed: Vec<(u64, u8)> = lock(&self.progress)
+                .committed
+                .iter()
+                .map(|(s, w)| (*s, *w))
+                .collect();
+            let applied = applied_path
+                .as_ref()
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .map(|t| gather::applied_weights(&t))
+                .unwrap_or_default();
+            let caught_up = committed
+                .last()
+                .is_none_or(|(last, _)| applied.iter().any(|(s, _)| s >= last));
+            if caught_up || Instant::now() >= deadline {
+                if !caught_up {
+                    lock(&self.progress)
+                        .notes
+                        .push("the agent never applied the last committed canary step".into());
+                }
+                return CanaryRun {
+                    canary: id,
+                    committed,
+                    applied,
+                };
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// The order of a change request id: `cr-<log index>-<n>` → (index, n).
+fn cr_number(id: &Value) -> Option<(u64, u64)> {
+    let rest = id.as_str()?.strip_prefix("cr-")?;
+    let (index, n) = rest.split_once('-').unwrap_or((rest, "0"));
+    Some((index.parse().ok()?, n.parse().ok()?))
+}
+
+/// The hub's plans of `envs`, each with its tasks.
+async fn hub_plans(hub: &Hub, envs: &[String]) -> anyhow::Result<Vec<HubPlan>> {
+    let mut out = Vec::new();
+    for env in envs {
+        let list = hub
+            .query_until(
+                &json!({"query": "plans", "environment": env, "limit": 10000}),
+                SETUP_TIMEOUT,
+            )
+            .await
+            .with_context(|| format!("plans of {env}"))?;
+        for row in gather::plan_rows(&list) {
+            match hub
+                .query_until(&json!({"query": "plan", "id": row.id}), SETUP_TIMEOUT)
+                .await
+            {
+                Ok(v) => out.extend(gather::hub_plan(&v)),
+                // Pruned between the two reads (finished plans beyond the newest kept).
+                Err(CallError::Refused { .. }) => {}
+                Err(e) => return Err(anyhow::anyhow!("plan {}: {e}", row.id)),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes the suppressions failed plans left in the sim environments (what an operator does
+/// after looking at the failure), so that the entities take new releases again.
+async fn lift_suppressions(hub: &Hub, progress: &Shared, sim_envs: usize) {
+    for k in 0..sim_envs {
+        let Ok(v) = hub
+            .query(&json!({"query": "suppressions", "environment": sim_env(k)}))
+            .await
+        else {
+            continue;
+        };
+        for sup in v["suppressions"].as_array().into_iter().flatten() {
+            let Some(id) = sup["id"].as_str() else {
+                continue;
+            };
+            if sup["source"] != "failed-plan" {
+                continue;
+            }
+            let r = hub
+                .submit(
+                    &json!({"DeleteSuppression": {"id": id, "actor": "chaos"}}),
+                    &format!("chaos-lift-{}-{id}", sim_env(k)),
+                )
+                .await;
+            if r.is_ok() {
+                lock(progress).lifted.insert(format!("{}/{id}", sim_env(k)));
+            }
+        }
+    }
+}
+
+/// Approves every open change request of the sim environments' installations.
+async fn approve_open(hub: &Hub, progress: &Shared, sim_envs: usize) {
+    for k in 0..sim_envs {
+        let installation = format!("{}/{MODULE}", sim_env(k));
+        let Ok(v) = hub
+            .query(&json!({"query": "change_requests", "installation": installation, "open": true}))
+            .await
+        else {
+            continue;
+        };
+        for cr in v["change_requests"].as_array().into_iter().flatten() {
+            let Some(id) = cr["id"].as_str() else {
+                continue;
+            };
+            if cr["status"] != "pending-approval" {
+                continue;
+            }
+            let r = hub
+                .submit(
+                    &json!({"ApproveChangeRequest": {"id": id, "actor": "chaos"}}),
+                    &format!("chaos-approve-{id}"),
+                )
+                .await;
+            if r.is_ok() {
+                lock(progress).approved.insert(id.to_string());
+            }
+        }
+    }
+}
+
+/// Publishes releases and module versions and approves change requests until `stop`.
+async fn drive(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, sim_envs: usize) {
+    if sim_envs == 0 {
+        return;
+    }
+    let mut release = 1u64;
+    let mut generation = 1usize;
+    let mut next_release = Instant::now() + RELEASE_EVERY;
+    let mut next_module = Instant::now() + MODULE_EVERY;
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now >= next_release {
+            let version = format!("1.0.{release}");
+            let r = hub
+                .submit(
+                    &json!({"PublishRelease": {"manifest": app_manifest(&version)}}),
+                    &format!("chaos-release-{release}"),
+                )
+                .await;
+            match r {
+                Ok(_) => {
+                    lock(&progress).releases.push(version);
+                    release += 1;
+                    next_release = Instant::now() + RELEASE_EVERY;
+                }
+                Err(e) if e.already_exists() => {
+                    lock(&progress).releases.push(version);
+                    release += 1;
+                    next_release = Instant::now() + RELEASE_EVERY;
+                }
+                Err(CallError::Refused { message, .. }) => {
+                    lock(&progress)
+                        .notes
+                        .push(format!("release {version} refused: {message}"));
+                    release += 1;
+                }
+                // Unknown outcome: the same request id again at the next round.
+                Err(CallError::Unavailable(_)) => {}
+            }
+        }
+        if now >= next_module {
+            let r = hub
+                .submit(
+                    &json!({"PublishModule": {"file_name": format!("{MODULE}.yml"),
+                        "yaml": module_yaml(generation)}}),
+                    &format!("chaos-module-{generation}"),
+                )
+                .await;
+            match r {
+                Ok(_) => {
+                    lock(&progress).module_versions += 1;
+                    generation += 1;
+                    next_module = Instant::now() + MODULE_EVERY;
+                }
+                Err(CallError::Refused { message, .. }) => {
+                    lock(&progress)
+                        .notes
+                        .push(format!("module generation {generation} refused: {message}"));
+                    generation += 1;
+                    next_module = Instant::now() + MODULE_EVERY;
+                }
+                Err(CallError::Unavailable(_)) => {}
+            }
+        }
+        approve_open(&hub, &progress, sim_envs).await;
+        lift_suppressions(&hub, &progress, sim_envs).await;
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The canary's view (`None` while the hub does not answer).
+async fn canary_view(hub: &Hub, progress: &Shared) -> Option<Value> {
+    let v = hub
+        .query(&json!({"query": "canary", "id": format!("{CANARY_ENV}/{CANARY_NAME}")}))
+        .await
+        .ok()?;
+    let view = if v.get("canary").is_some() {
+        v["canary"].clone()
+    } else {
+        v
+    };
+    gather::merge_committed(&view, &mut lock(progress).committed);
+    Some(view)
+}
+
+/// Polls until `f` holds for the canary's view (or `stop`, or `timeout`).
+async fn wait_view(
+    hub: &Hub,
+    progress: &Shared,
+    stop: Option<&AtomicBool>,
+    timeout: Duration,
+    f: impl Fn(&Value) -> bool,
+) -> Option<Value> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = canary_view(hub, progress).await {
+            if f(&v) {
+                return Some(v);
+            }
+        }
+        if Instant::now() >= deadline || stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            return None;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Applies the canary once the demo entity runs 1.0.0, then rolls out revisions one after
+/// the other (healthy, faulty, healthy, …) until `stop`.
+async fn canary_loop(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, port: u16) {
+    let entity = entity_id(CANARY_ENV, CANARY_NAME);
+    // The demo service installed.
+    let installed = async {
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            if let Ok(v) = hub
+                .query(&json!({"query": "entity", "entity": entity}))
+                .await
+            {
+                if v["reported"]["version"] == "1.0.0" {
+                    return true;
+                }
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    };
+    if !installed.await {
+        lock(&progress)
+            .notes
+            .push("the demo service was not installed before the workload stopped".into());
+        return;
+    }
+    let apply = json!({"ApplyCanary": {"environment": CANARY_ENV, "yaml": canary_yaml(port)}});
+    loop {
+        match hub.submit(&apply, "chaos-canary-apply").await {
+            Ok(_) => break,
+            Err(e @ CallError::Refused { .. }) => {
+                lock(&progress)
+                    .notes
+                    .push(format!("canary apply refused: {e}"));
+                return;
+            }
+            Err(CallError::Unavailable(_)) if stop.load(Ordering::Relaxed) => return,
+            Err(CallError::Unavailable(_)) => tokio::time::sleep(POLL).await,
+        }
+    }
+    if wait_view(&hub, &progress, Some(&stop), REVISION_TIMEOUT, |v| {
+        v["status"] == "Initialized"
+    })
+    .await
+    .is_none()
+    {
+        lock(&progress)
+            .notes
+            .push("the canary was not initialized before the workload stopped".into());
+        return;
+    }
+    let mut index = 1u64;
+    while !stop.load(Ordering::Relaxed) {
+        let healthy = index % 2 == 1;
+        let before = canary_view(&hub, &progress)
+            .await
+            .and_then(|v| v["target"]["revision"].as_str().map(String::from));
+        let command = json!({"SetConfigOverrides": {"entity": entity, "version": "0.0.0",
+            "config": canary_config(port, index, healthy)}});
+        match hub
+            .submit(&command, &format!("chaos-canary-revision-{index}"))
+            .await
+        {
+            Ok(_) => {}
+            Err(CallError::Unavailable(_)) => {
+                // Unknown: send the same request again (applied at most once).
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+            Err(e @ CallError::Refused { .. }) => {
+                lock(&progress)
+                    .notes
+                    .push(format!("canary revision {index} refused: {e}"));
+                index += 1;
+                continue;
+            }
+        }
+        let slot = {
+            let mut p = lock(&progress);
+            p.revisions.push(Revision {
+                index,
+                healthy,
+                revision: None,
+                phase: "Published".into(),
+                terminal: false,
+            });
+            p.revisions.len() - 1
+        };
+        let update = |f: &dyn Fn(&mut Revision)| f(&mut lock(&progress).revisions[slot]);
+        // The hub picks the new revision as the canary's target …
+        let Some(v) = wait_view(&hub, &progress, None, REVISION_TIMEOUT, |v| {
+            v["target"]["revision"].as_str().is_some()
+                && v["target"]["revision"].as_str().map(String::from) != before
+        })
+        .await
+        else {
+            update(&|r| r.phase = "never targeted".into());
+            index += 1;
+            continue;
+        };
+        let revision = v["target"]["revision"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        update(&|r| r.revision = Some(revision.clone()));
+        // … and analyses it until it is promoted or rolled back.
+        let settled = wait_view(&hub, &progress, None, REVISION_TIMEOUT, |v| {
+            let phase = v["status"].as_str().unwrap_or_default();
+            let about = v["status_block"]["lastAppliedSpec"].as_str() == Some(revision.as_str());
+            about && (phase == "Succeeded" || phase == "Failed")
+        })
+        .await;
+        match settled {
+            Some(v) => {
+                let phase = v["status"].as_str().unwrap_or_default().to_string();
+                update(&|r| {
+                    r.phase = phase.clone();
+                    r.terminal = true;
+                });
+            }
+            None => {
+                let phase = canary_view(&hub, &progress)
+                    .await
+                    .and_then(|v| v["status"].as_str().map(String::from))
+                    .unwrap_or_else(|| "unknown".into());
+                update(&|r| r.phase = phase.clone());
+            }
+        }
+        index += 1;
+    }
+}
+
+/// Sends `GET /` to the service port every 10 ms until `stop`.
+async fn traffic(port: u16, stop: Arc<AtomicBool>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    while !stop.load(Ordering::Relaxed) {
+        let one = async {
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+            s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .await?;
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf).await?;
+            Ok::<_, std::io::Error>(())
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(2), one).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn change_request_ids_order_by_log_index() {
+        assert_eq!(cr_number(&json!("cr-1791-0")), Some((1791, 0)));
+        assert_eq!(cr_number(&json!("cr-12")), Some((12, 0)));
+        assert!(cr_number(&json!("cr-9-1")) < cr_number(&json!("cr-10-0")));
+        assert_eq!(cr_number(&json!("x-1")), None);
+    }
+
+    #[test]
+    fn canary_revisions_alternate_healthy_and_faulty_configs() {
+        assert_eq!(
+            canary_config(8080, 1, true),
+            "port: 8080\nmessage: chaos revision 1\n"
+        );
+        assert!(canary_config(8080, 2, false).ends_with("error_rate: 0.5\n"));
+        assert!(module_yaml(3).contains("generation: 3"));
+        assert!(canary_yaml(8080).contains("port: 8080"));
+    }
+}
