@@ -38,4 +38,12 @@ chaos_dir=$(mktemp -d)
 echo "chaos: seed-fixed run, output in $chaos_dir"
 "$CARGO_TARGET_DIR/debug/chaos" run --nodes 3 --duration 150s --seed 20261130 \
   --faults kill-leader,kill-any,pause,restart-all,partition,latency --out "$chaos_dir/run"
+
+# Where the runner is not root it partitions through the nodes' own transport instead: a fault
+# layer compiled only into a chaos build of hub-node. Exercise that path too, then put the
+# normal build back (both stay cached: switching recompiles nothing).
+cargo build --workspace --bins --features hub-node/chaos-faults
+"$CARGO_TARGET_DIR/debug/chaos" run --nodes 3 --duration 45s --seed 20261201 --network transport \
+  --faults partition,kill-leader --agents 1 --no-canary --out "$chaos_dir/transport"
+cargo build --workspace --bins
 rm -rf "$chaos_dir"

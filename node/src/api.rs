@@ -427,12 +427,16 @@ impl Hub for HubService {
     }
 
     async fn forward(&self, req: Request<ForwardRequest>) -> Result<Response<WriteReply>, Status> {
+        #[cfg(feature = "chaos-faults")]
+        let reply_lost = crate::fault_layer::reply_lost(&req);
         let r = req.into_inner();
         self.check_cluster(&r.cluster_id)?;
-        self.node
-            .propose_as_leader(&r.command)
-            .await
-            .map(Response::new)
+        let reply = self.node.propose_as_leader(&r.command).await;
+        #[cfg(feature = "chaos-faults")]
+        if reply_lost {
+            return Err(crate::fault_layer::lose(std::time::Duration::MAX).await);
+        }
+        reply.map(Response::new)
     }
 
     async fn submit(&self, req: Request<SubmitRequest>) -> Result<Response<WriteReply>, Status> {
@@ -488,8 +492,14 @@ impl Hub for HubService {
         &self,
         req: Request<ReadIndexRequest>,
     ) -> Result<Response<ReadIndexReply>, Status> {
+        #[cfg(feature = "chaos-faults")]
+        let reply_lost = crate::fault_layer::reply_lost(&req);
         self.check_cluster(&req.into_inner().cluster_id)?;
-        let index = self.node.read_index().await?;
-        Ok(Response::new(ReadIndexReply { index }))
+        let index = self.node.read_index().await;
+        #[cfg(feature = "chaos-faults")]
+        if reply_lost {
+            return Err(crate::fault_layer::lose(std::time::Duration::MAX).await);
+        }
+        Ok(Response::new(ReadIndexReply { index: index? }))
     }
 }

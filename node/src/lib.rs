@@ -17,6 +17,8 @@ pub mod artifacts;
 pub mod canary_controller;
 pub mod cli;
 pub mod client;
+#[cfg(any(test, feature = "chaos-faults"))]
+pub mod fault_layer;
 pub mod http;
 pub mod network;
 pub mod node;

@@ -113,6 +113,8 @@ impl PeerClient {
             payload: codec::encode(body),
         });
         req.set_timeout(ttl);
+        #[cfg(feature = "chaos-faults")]
+        crate::fault_layer::stamp(&mut req);
         req
     }
 
@@ -146,6 +148,14 @@ impl PeerClient {
         Fut: Future<Output = Result<tonic::Response<RaftReply>, tonic::Status>>,
     {
         let client = self.client()?;
+        #[cfg(feature = "chaos-faults")]
+        if crate::fault_layer::is_cut(self.target) {
+            crate::fault_layer::lose(ttl).await;
+            return Err(CallError::Unreachable(format!(
+                "node {} timed out after {ttl:?}",
+                self.target
+            )));
+        }
         let req = self.request(body, ttl);
         let reply = tokio::time::timeout(ttl, f(client, req))
             .await
@@ -223,9 +233,18 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let ttl = option.hard_ttl();
         let mut req = tonic::Request::new(tokio_stream::iter(chunks));
         req.set_timeout(ttl);
+        #[cfg(feature = "chaos-faults")]
+        crate::fault_layer::stamp(&mut req);
         let target = self.target;
         tracing::info!(target, bytes = total, "sending snapshot");
         let send = async move {
+            #[cfg(feature = "chaos-faults")]
+            if crate::fault_layer::is_cut(target) {
+                crate::fault_layer::lose(ttl).await;
+                return Err(CallError::Unreachable(format!(
+                    "snapshot to node {target} timed out after {ttl:?}"
+                )));
+            }
             tokio::time::timeout(ttl, client.install_snapshot(req))
                 .await
                 .map_err(|_| {

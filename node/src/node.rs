@@ -301,6 +301,14 @@ impl HubNode {
             command: encoded,
         });
         req.set_timeout(deadline.saturating_duration_since(Instant::now()));
+        #[cfg(feature = "chaos-faults")]
+        {
+            crate::fault_layer::stamp(&mut req);
+            if crate::fault_layer::is_cut(leader) {
+                crate::fault_layer::lose(deadline.saturating_duration_since(Instant::now())).await;
+                return Attempt::Retry;
+            }
+        }
         match tokio::time::timeout_at(deadline, client.forward(req)).await {
             Err(_) => Attempt::Retry,
             Ok(Ok(reply)) => Attempt::Done(Ok(reply.into_inner())),
@@ -336,7 +344,7 @@ impl HubNode {
                         Ok(Err(e)) => Attempt::Done(Err(Status::unavailable(e.to_string()))),
                     }
                 }
-                Some((_, addr)) => self.follower_read_barrier(&addr, deadline).await,
+                Some((leader, addr)) => self.follower_read_barrier(leader, &addr, deadline).await,
                 None => Attempt::Retry,
             };
             match attempt {
@@ -381,18 +389,35 @@ impl HubNode {
         Ok(())
     }
 
-    async fn follower_read_barrier(&self, leader_addr: &str, deadline: Instant) -> Attempt<()> {
+    async fn follower_read_barrier(
+        &self,
+        leader: NodeId,
+        leader_addr: &str,
+        deadline: Instant,
+    ) -> Attempt<()> {
         let mut client = match self.hub_client(leader_addr) {
             Ok(c) => c,
             Err(e) => return Attempt::Done(Err(e)),
         };
-        let req = ReadIndexRequest {
+        #[allow(unused_mut)] // stamped in chaos builds only
+        let mut req = tonic::Request::new(ReadIndexRequest {
             cluster_id: self.cluster_id.to_string(),
-        };
+        });
+        #[cfg(feature = "chaos-faults")]
+        {
+            crate::fault_layer::stamp(&mut req);
+            if crate::fault_layer::is_cut(leader) {
+                crate::fault_layer::lose(deadline.saturating_duration_since(Instant::now())).await;
+                return Attempt::Retry;
+            }
+        }
         let index = match tokio::time::timeout_at(deadline, client.read_index(req)).await {
             Err(_) => return Attempt::Retry,
             Ok(Ok(r)) => r.into_inner().index,
-            Ok(Err(s)) if is_transient(&s) => return Attempt::Retry,
+            Ok(Err(s)) if is_transient(&s) => {
+                tracing::debug!(leader, error = %s.message(), "read index failed; retrying");
+                return Attempt::Retry;
+            }
             Ok(Err(s)) => return Attempt::Done(Err(s)),
         };
         let wait = deadline.saturating_duration_since(Instant::now());

@@ -47,12 +47,18 @@ impl RaftService {
         F: FnOnce(Raft, Rpc) -> Fut,
         Fut: std::future::Future<Output = Resp>,
     {
+        #[cfg(feature = "chaos-faults")]
+        let reply_lost = crate::fault_layer::reply_lost(&req);
         let req = req.into_inner();
         if let Some(refused) = self.check_cluster(&req.cluster_id) {
             return Ok(Response::new(refused));
         }
         let rpc: Rpc = decode(&req.payload)?;
         let result = f(self.raft.clone(), rpc).await;
+        #[cfg(feature = "chaos-faults")]
+        if reply_lost {
+            return Err(crate::fault_layer::lose(std::time::Duration::MAX).await);
+        }
         Ok(Response::new(RaftReply {
             payload: codec::encode(&result),
             refused: String::new(),
@@ -94,6 +100,8 @@ impl RaftRpc for RaftService {
         &self,
         req: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<RaftReply>, Status> {
+        #[cfg(feature = "chaos-faults")]
+        let reply_lost = crate::fault_layer::reply_lost(&req);
         let mut stream = req.into_inner();
         let first = stream
             .next()
@@ -119,6 +127,10 @@ impl RaftRpc for RaftService {
             snapshot: Cursor::new(data),
         };
         let result = self.raft.install_full_snapshot(vote, snapshot).await;
+        #[cfg(feature = "chaos-faults")]
+        if reply_lost {
+            return Err(crate::fault_layer::lose(std::time::Duration::MAX).await);
+        }
         Ok(Response::new(RaftReply {
             payload: codec::encode(
                 &result.map_err(openraft::errors::RaftError::<TypeConfig>::Fatal),

@@ -35,6 +35,23 @@ fn bad_faults_and_durations_are_refused_before_anything_starts() {
             vec!["run", "--nodes", "4", "--out", out_s],
             "--nodes: 4 is not 3 or 5",
         ),
+        (
+            vec!["run", "--network", "wifi", "--out", out_s],
+            "--network: \"wifi\" is not auto, netns or transport",
+        ),
+        (
+            // The test build of hub-node is not a chaos build.
+            vec![
+                "run",
+                "--faults",
+                "partition",
+                "--network",
+                "transport",
+                "--out",
+                out_s,
+            ],
+            "is not a chaos build",
+        ),
     ] {
         let r = chaos(&args, &[]);
         assert_eq!(r.code(), Some(2), "{args:?}: {}", r.describe());

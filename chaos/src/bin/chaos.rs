@@ -32,8 +32,8 @@ enum Cmd {
         /// The schedule's seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Faults to draw from: kill-leader, kill-any, pause, restart-all, partition (needs
-        /// root, iproute2 and nftables), latency (the agents' links to the hub).
+        /// Faults to draw from: kill-leader, kill-any, pause, restart-all, partition (see
+        /// --network), latency (the agents' links to the hub).
         #[arg(long, default_value = "kill-leader,kill-any,pause,restart-all")]
         faults: String,
         /// Register keys.
@@ -56,6 +56,10 @@ enum Cmd {
         /// Leave out the process agent with the demo service and its canary revisions.
         #[arg(long)]
         no_canary: bool,
+        /// How partitions are made: netns (root, iproute2, nftables), transport (a chaos
+        /// build of hub-node: --features hub-node/chaos-faults), or auto (netns if possible).
+        #[arg(long, default_value = "auto")]
+        network: String,
     },
     /// Run the checkers on a saved history.json (exit 1 on a violation).
     Check {
@@ -180,11 +184,18 @@ async fn main() -> ExitCode {
 async fn real_main() -> anyhow::Result<bool> {
     let command = Cli::parse().command;
     // The rollout workload's flags (separate from the register workload's tuple below).
-    let (agents, no_canary) = match &command {
+    let (agents, no_canary, network) = match &command {
         Cmd::Run {
-            agents, no_canary, ..
-        } => (*agents, *no_canary),
-        Cmd::Check { .. } => (0, true),
+            agents,
+            no_canary,
+            network,
+            ..
+        } => (
+            *agents,
+            *no_canary,
+            network.parse().map_err(anyhow::Error::msg)?,
+        ),
+        Cmd::Check { .. } => (0, true, runner::NetMode::Auto),
     };
     let (nodes, duration, seed, fault_list, keys, clients, out, replay) = match command {
         Cmd::Check { history } => {
@@ -223,6 +234,7 @@ async fn real_main() -> anyhow::Result<bool> {
         hubctl,
         agents,
         canary: !no_canary,
+        network,
     };
     if let Some(path) = replay {
         let v: serde_json::Value = serde_json::from_slice(

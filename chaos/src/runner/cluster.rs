@@ -21,6 +21,8 @@ pub struct Node {
     pub addr: String,
     /// Process id of the running (or last) process.
     pub pid: u32,
+    /// Its data directory.
+    pub data_dir: PathBuf,
 }
 
 #[derive(Deserialize)]
@@ -57,6 +59,7 @@ impl Cluster {
         nodes: u64,
         hubctl: &Path,
         net: Option<&super::net::Network>,
+        node_args: &str,
     ) -> anyhow::Result<Cluster> {
         let mut cmd = Command::new(hubctl);
         cmd.args([
@@ -67,6 +70,9 @@ impl Cluster {
             "--base-port",
             "0",
         ]);
+        if !node_args.is_empty() {
+            cmd.arg(format!("--node-args={node_args}"));
+        }
         if let Some(net) = net {
             let ids = 1..=nodes;
             let hosts: Vec<String> = ids.clone().map(|i| net.addr(i).to_string()).collect();

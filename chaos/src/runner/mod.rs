@@ -55,6 +55,65 @@ pub struct Config {
     pub agents: usize,
     /// Whether the rollout workload runs the process agent with the demo service's canary.
     pub canary: bool,
+    /// How partitions are made.
+    pub network: NetMode,
+}
+
+/// How partitions are made (`--network`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetMode {
+    /// Network namespaces when the machine allows them, else the transport fault layer when
+    /// hub-node is a chaos build.
+    Auto,
+    /// Network namespaces and nftables (root).
+    Netns,
+    /// The nodes' transport fault layer (a chaos build of hub-node).
+    Transport,
+}
+
+impl std::str::FromStr for NetMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(NetMode::Auto),
+            "netns" => Ok(NetMode::Netns),
+            "transport" => Ok(NetMode::Transport),
+            _ => Err(format!("--network: {s:?} is not auto, netns or transport")),
+        }
+    }
+}
+
+/// The partition backend `mode` resolves to on this machine, or why there is none.
+fn choose_backend(mode: NetMode, hubctl: &std::path::Path) -> anyhow::Result<NetMode> {
+    let hub_node = std::env::var_os("HUB_NODE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| hubctl.with_file_name("hub-node"));
+    // A chaos build of hub-node has the --chaos-faults flag.
+    let layer = std::process::Command::new(&hub_node)
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--chaos-faults"));
+    let no_layer = format!(
+        "{} is not a chaos build (cargo build --workspace --bins --features \
+         hub-node/chaos-faults)",
+        hub_node.display()
+    );
+    match (mode, net::unavailable()) {
+        (NetMode::Netns, Some(why)) => {
+            bail!("--faults: partition needs network namespaces (--network netns), and {why}")
+        }
+        (NetMode::Netns, None) | (NetMode::Auto, None) => Ok(NetMode::Netns),
+        (NetMode::Transport, _) | (NetMode::Auto, Some(_)) if layer => Ok(NetMode::Transport),
+        (NetMode::Transport, _) => {
+            bail!("--faults: partition through the transport fault layer (--network transport): {no_layer}")
+        }
+        (NetMode::Auto, Some(why)) => bail!(
+            "--faults: partition needs network namespaces, and {why}; nor can it fall back on \
+             the nodes' transport fault layer: {no_layer}"
+        ),
+    }
 }
 
 /// One fault as injected.
@@ -68,7 +127,8 @@ pub struct Injected {
     pub detail: String,
     /// Whether it hit the leader.
     pub was_leader: bool,
-    /// Milliseconds from the kill of a leader to the next acknowledged write, if any.
+    /// Milliseconds from a fault that cut off the leader (kill, pause, partition, restart-all)
+    /// to the first acknowledgement of a write sent after it, if any.
     pub failover_ms: Option<u64>,
     /// Nanoseconds on the runner's clock when it took effect (the kill, the stop).
     pub at_ns: u64,
@@ -103,7 +163,8 @@ pub struct Report {
     pub unknown: usize,
     /// Longest time without an acknowledged write, in milliseconds.
     pub longest_unavailable_ms: u64,
-    /// Failover times (kill of a leader → next acknowledged write): p50 and p99, in ms.
+    /// Failover times (a kill, partition or restart-all that cut off the leader → first
+    /// acknowledgement of a write sent after it; pauses left out): p50 and p99, in ms.
     pub failover_p50_ms: Option<u64>,
     /// See `failover_p50_ms`.
     pub failover_p99_ms: Option<u64>,
@@ -128,14 +189,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             cfg.hubctl.display()
         );
     }
-    let wants_net = cfg.faults.iter().any(|f| f.needs_netns());
-    if let (true, Some(why)) = (wants_net, net::unavailable()) {
-        bail!(
-            "--faults: partition needs network namespaces, and {why}; the node's transport \
-             has no fault layer to fall back on (not built). Run as root with iproute2 and \
-             nftables, or leave partition out"
-        );
-    }
+    let backend = if cfg.faults.iter().any(|f| f.needs_netns()) {
+        Some(choose_backend(cfg.network, &cfg.hubctl)?)
+    } else {
+        None
+    };
     std::fs::create_dir_all(&cfg.out).with_context(|| cfg.out.display().to_string())?;
     let schedule = faults::schedule(cfg.seed, &cfg.faults, cfg.duration);
     let hub_dir = cfg.out.join("hub");
@@ -150,16 +208,34 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         cfg.seed
     );
     let hubctl = cfg.hubctl.clone();
+    let ids: Vec<u64> = (1..=cfg.nodes).collect();
     // Declared before the cluster: dropped after it, once its processes are gone.
-    let mut network = if wants_net {
-        let ids: Vec<u64> = (1..=cfg.nodes).collect();
-        Some(tokio::task::block_in_place(|| net::Network::create(&ids))?)
+    let namespaces = match backend {
+        Some(NetMode::Netns) => Some(tokio::task::block_in_place(|| net::Network::create(&ids))?),
+        _ => None,
+    };
+    let node_args = if backend == Some(NetMode::Transport) {
+        "--chaos-faults"
     } else {
-        None
+        ""
     };
     let mut cluster = tokio::task::block_in_place(|| {
-        Cluster::start(&hub_dir, cfg.nodes, &hubctl, network.as_ref())
+        Cluster::start(&hub_dir, cfg.nodes, &hubctl, namespaces.as_ref(), node_args)
     })?;
+    let mut network = match (backend, namespaces) {
+        (Some(NetMode::Netns), Some(ns)) => {
+            Some(net::Partitions::new(net::Backend::Netns(ns), &ids))
+        }
+        (Some(NetMode::Transport), _) => {
+            let files = cluster
+                .nodes()?
+                .into_iter()
+                .map(|n| (n.id, n.data_dir.join("chaos-faults.json")))
+                .collect();
+            Some(net::Partitions::new(net::Backend::Transport(files), &ids))
+        }
+        _ => None,
+    };
     let endpoints = cluster.endpoints()?;
     let relay = relay::DelayRelay::start(&endpoints).await?;
     register::create_keys(&endpoints, cfg.keys).await?;
@@ -295,18 +371,24 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         None => None,
     };
 
-    // Failover: from each leader kill or pause to the next acknowledged write.
-    let mut acks: Vec<u64> = ops
+    // Failover: from a fault that cut off the leader to the first acknowledgement of a write
+    // sent after it (a write already committed when the fault hit may still be answered).
+    let acked: Vec<(u64, u64)> = ops
         .iter()
         .filter(|o| {
             matches!(o.kind, OpKind::Write { .. }) && matches!(o.outcome, Outcome::Ok { .. })
         })
-        .filter_map(|o| o.complete_ns)
+        .filter_map(|o| o.complete_ns.map(|c| (o.invoke_ns, c)))
         .collect();
+    let mut acks: Vec<u64> = acked.iter().map(|(_, c)| *c).collect();
     acks.sort_unstable();
     for i in injected.iter_mut() {
         if i.was_leader || i.scheduled.fault == Fault::RestartAll {
-            let next = acks.iter().find(|t| **t > i.at_ns);
+            let next = acked
+                .iter()
+                .filter(|(invoke, _)| *invoke > i.at_ns)
+                .map(|(_, complete)| *complete)
+                .min();
             i.failover_ms = next.map(|t| (t - i.at_ns) / 1_000_000);
         }
     }
@@ -380,7 +462,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         duration_ms: cfg.duration.as_millis() as u64,
         keys: cfg.keys,
         clients: cfg.clients,
-        mechanism: mechanism(&cfg.faults, network.is_some()),
+        mechanism: mechanism(&cfg.faults, network.as_ref()),
         faults_by_kind: by_kind,
         injected,
         operations: ops.len(),
@@ -409,7 +491,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
 /// Cuts the network for a `partition` fault; `pick` chooses the shape. Returns what was cut
 /// and whether the leader lost its majority.
 fn partition(
-    net: &mut net::Network,
+    net: &mut net::Partitions,
     nodes: &[u64],
     target: u64,
     leader: Option<u64>,
@@ -454,17 +536,13 @@ fn partition(
 }
 
 /// The report's description of how faults were injected.
-fn mechanism(faults: &[Fault], netns: bool) -> String {
+fn mechanism(faults: &[Fault], partitions: Option<&net::Partitions>) -> String {
     let mut parts = vec![
         "process faults as signals to real hub-node processes (SIGKILL and restart, SIGSTOP/SIGCONT)"
             .to_string(),
     ];
-    if netns {
-        parts.push(
-            "partitions as nftables drop rules at each node's input, every node in its own \
-             network namespace with a veth link to a bridge (runner is root)"
-                .into(),
-        );
+    if let Some(p) = partitions {
+        parts.push(p.mechanism().into());
     }
     if faults.contains(&Fault::Latency) {
         parts.push(

@@ -1,19 +1,26 @@
-//! Network faults between hub nodes: every node on its own host (a network namespace with a
-//! veth link to a bridge in the runner's namespace, its own address), and partitions as
-//! nftables rules that silently drop the packets from chosen peers at a node's input.
+//! Partitions between hub nodes, made one of two ways (the report names which):
 //!
-//! Needs root, `ip` (iproute2) and `nft` (nftables). The runner, its register clients and the
-//! agents stay in the runner's namespace and reach every node over the bridge; only traffic
-//! between nodes is ever dropped, so a client talking to a minority node sees what a client
-//! of a real minority sees.
+//! - **Network namespaces** ([`Network`], root with `ip` from iproute2 and `nft` from
+//!   nftables): every node on its own host, a namespace with a veth link to a bridge in the
+//!   runner's namespace and its own address; a cut is an nftables rule that silently drops
+//!   the peer's packets at a node's input. The runner, its register clients and the agents
+//!   stay in the runner's namespace and reach every node over the bridge; only traffic between
+//!   nodes is ever dropped, so a client of a minority node sees what a real one sees.
+//! - **The nodes' transport fault layer** (a chaos build of `hub-node`, started with
+//!   `--chaos-faults`; `node/src/fault_layer.rs`): the runner writes each node's
+//!   `DATA/chaos-faults.json`, and the node drops every message to the peers listed there.
 //!
-//! Names carry the runner's pid (`hc<pid>-…`), so a run never touches another's, and a run
-//! removes the leftovers of runners that died without cleaning up (their pid is gone).
-//! [`Network`] deletes its namespaces, links and rules when dropped.
+//! [`Partitions`] keeps the set of directed cuts and applies it through either.
+//!
+//! Namespace and link names carry the runner's pid (`hc<pid>-…`), so a run never touches
+//! another's, and a run removes the leftovers of runners that died without cleaning up (their
+//! pid is gone). [`Network`] deletes its namespaces and links when dropped.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
@@ -29,8 +36,6 @@ pub struct Network {
     subnet: u8,
     /// Node ids.
     nodes: Vec<u64>,
-    /// Directed cuts in force: `(from, to)` drops what `from` sends to `to`.
-    cuts: BTreeSet<(u64, u64)>,
 }
 
 /// Why the machine cannot provide network faults, or `None` when it can.
@@ -66,7 +71,6 @@ impl Network {
             tag,
             subnet,
             nodes: nodes.to_vec(),
-            cuts: BTreeSet::new(),
         };
         net.build().context("create the test network")?;
         Ok(net)
@@ -128,44 +132,10 @@ impl Network {
         format!("{}-n{id}", self.tag)
     }
 
-    /// Drops every packet `from` sends to `to` (one direction).
-    pub fn cut(&mut self, from: u64, to: u64) -> anyhow::Result<()> {
-        if from != to && self.cuts.insert((from, to)) {
-            self.apply(to)?;
-        }
-        Ok(())
-    }
-
-    /// Cuts both directions between every node of `side` and every node outside it.
-    pub fn split(&mut self, side: &[u64]) -> anyhow::Result<()> {
-        for a in side {
-            for b in self.nodes.clone().iter().filter(|b| !side.contains(b)) {
-                self.cut(*a, *b)?;
-                self.cut(*b, *a)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Removes every cut.
-    pub fn heal(&mut self) -> anyhow::Result<()> {
-        let hit: BTreeSet<u64> = self.cuts.iter().map(|(_, to)| *to).collect();
-        self.cuts.clear();
-        for id in hit {
-            self.apply(id)?;
-        }
-        Ok(())
-    }
-
-    /// The cuts in force, `(from, to)`.
-    pub fn cuts(&self) -> Vec<(u64, u64)> {
-        self.cuts.iter().copied().collect()
-    }
-
-    /// Rewrites node `to`'s input chain from `cuts`.
-    fn apply(&self, to: u64) -> anyhow::Result<()> {
+    /// Makes node `to` drop every packet from `froms` (and nothing else).
+    fn drop_at(&self, to: u64, froms: &[u64]) -> anyhow::Result<()> {
         let mut script = String::from("flush chain inet chaos input\n");
-        for (from, _) in self.cuts.iter().filter(|(_, t)| *t == to) {
+        for from in froms {
             script.push_str(&format!(
                 "add rule inet chaos input ip saddr {} drop\n",
                 self.addr(*from)
@@ -189,6 +159,137 @@ impl Drop for Network {
     fn drop(&mut self) {
         self.teardown();
     }
+}
+
+/// How cuts reach the nodes.
+pub enum Backend {
+    /// nftables rules in the nodes' namespaces.
+    Netns(Network),
+    /// Each node's `chaos-faults.json` (node id → path), read by its transport fault layer.
+    Transport(BTreeMap<u64, PathBuf>),
+}
+
+/// The directed cuts in force and the backend that applies them.
+pub struct Partitions {
+    backend: Backend,
+    nodes: Vec<u64>,
+    /// `(from, to)`: everything `from` sends to `to` is lost.
+    cuts: BTreeSet<(u64, u64)>,
+}
+
+impl Partitions {
+    /// Partitions of `nodes` through `backend`; no cut yet.
+    pub fn new(backend: Backend, nodes: &[u64]) -> Partitions {
+        Partitions {
+            backend,
+            nodes: nodes.to_vec(),
+            cuts: BTreeSet::new(),
+        }
+    }
+
+    /// The namespaces, when that is the backend.
+    pub fn network(&self) -> Option<&Network> {
+        match &self.backend {
+            Backend::Netns(n) => Some(n),
+            Backend::Transport(_) => None,
+        }
+    }
+
+    /// How the cuts are made, for the report.
+    pub fn mechanism(&self) -> &'static str {
+        match self.backend {
+            Backend::Netns(_) => {
+                "partitions as nftables drop rules at each node's input, every node in its own \
+                 network namespace with a veth link to a bridge (runner is root)"
+            }
+            Backend::Transport(_) => {
+                "partitions in the nodes' own transport (chaos build, hub-node --chaos-faults): \
+                 calls to a cut peer are never sent and replies to it are withheld"
+            }
+        }
+    }
+
+    /// Loses everything `from` sends to `to` (one direction).
+    pub fn cut(&mut self, from: u64, to: u64) -> anyhow::Result<()> {
+        if from != to && self.cuts.insert((from, to)) {
+            self.apply()?;
+        }
+        Ok(())
+    }
+
+    /// Cuts both directions between every node of `side` and every node outside it.
+    pub fn split(&mut self, side: &[u64]) -> anyhow::Result<()> {
+        for a in side {
+            for b in self.nodes.iter().filter(|b| !side.contains(b)) {
+                self.cuts.insert((*a, *b));
+                self.cuts.insert((*b, *a));
+            }
+        }
+        self.apply()
+    }
+
+    /// Removes every cut.
+    pub fn heal(&mut self) -> anyhow::Result<()> {
+        self.cuts.clear();
+        self.apply()
+    }
+
+    /// The cuts in force, `(from, to)`.
+    pub fn cuts(&self) -> Vec<(u64, u64)> {
+        self.cuts.iter().copied().collect()
+    }
+
+    /// Brings every node's rules in line with `cuts`.
+    fn apply(&self) -> anyhow::Result<()> {
+        for id in &self.nodes {
+            match &self.backend {
+                Backend::Netns(net) => {
+                    let froms: Vec<u64> = self
+                        .cuts
+                        .iter()
+                        .filter(|(_, to)| to == id)
+                        .map(|(from, _)| *from)
+                        .collect();
+                    net.drop_at(*id, &froms)?;
+                }
+                Backend::Transport(files) => {
+                    let path = files
+                        .get(id)
+                        .with_context(|| format!("no fault file for node {id}"))?;
+                    let cut_to: Vec<u64> = self
+                        .cuts
+                        .iter()
+                        .filter(|(from, _)| from == id)
+                        .map(|(_, to)| *to)
+                        .collect();
+                    write_atomic(path, &serde_json::json!({ "cut_to": cut_to }).to_string())?;
+                }
+            }
+        }
+        if let Backend::Transport(files) = &self.backend {
+            // The cut holds once every node has acknowledged its file.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            for (id, path) in files {
+                let want = std::fs::read(path).with_context(|| path.display().to_string())?;
+                let ack = path.with_file_name("chaos-faults.applied");
+                while std::fs::read(&ack).ok() != Some(want.clone()) {
+                    if Instant::now() > deadline {
+                        bail!("node {id} did not take up {} within 5 s", path.display());
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes `path` through a temporary file and a rename, so a node never reads half of it.
+fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text).with_context(|| tmp.display().to_string())?;
+    std::fs::rename(&tmp, path).with_context(|| path.display().to_string())?;
+    Ok(())
 }
 
 /// Runs `ip ARGS`, failing with its stderr.
@@ -310,29 +411,84 @@ mod tests {
         if let Some(why) = unavailable() {
             panic!("network faults unavailable: {why}");
         }
-        let mut net = Network::create(&[1, 2, 3]).unwrap();
-        let addr2 = SocketAddr::new(net.addr(2).into(), 7999);
-        let listener = in_netns(&net.netns(2), move || TcpListener::bind(addr2).unwrap());
-        assert!(reaches(&net, 1, addr2) && reaches(&net, 3, addr2));
+        let net = Network::create(&[1, 2, 3]).unwrap();
+        let (addr2, ns2, tag) = (
+            SocketAddr::new(net.addr(2).into(), 7999),
+            net.netns(2),
+            net.tag.clone(),
+        );
+        let mut parts = Partitions::new(Backend::Netns(net), &[1, 2, 3]);
+        let reaches =
+            |parts: &Partitions, from: u64| reaches(parts.network().unwrap(), from, addr2);
+        let listener = in_netns(&ns2, move || TcpListener::bind(addr2).unwrap());
+        assert!(reaches(&parts, 1) && reaches(&parts, 3));
         // The runner's own namespace reaches every node over the bridge.
         assert!(TcpStream::connect_timeout(&addr2, Duration::from_millis(300)).is_ok());
 
-        net.cut(1, 2).unwrap();
-        assert!(!reaches(&net, 1, addr2), "1 -> 2 is cut");
-        assert!(reaches(&net, 3, addr2), "3 -> 2 is not");
-        net.split(&[3]).unwrap();
-        assert_eq!(net.cuts(), vec![(1, 2), (1, 3), (2, 3), (3, 1), (3, 2)]);
-        assert!(!reaches(&net, 3, addr2));
+        parts.cut(1, 2).unwrap();
+        assert!(!reaches(&parts, 1), "1 -> 2 is cut");
+        assert!(reaches(&parts, 3), "3 -> 2 is not");
+        parts.split(&[3]).unwrap();
+        assert_eq!(parts.cuts(), vec![(1, 2), (1, 3), (2, 3), (3, 1), (3, 2)]);
+        assert!(!reaches(&parts, 3));
         assert!(TcpStream::connect_timeout(&addr2, Duration::from_millis(300)).is_ok());
-        net.heal().unwrap();
-        assert!(reaches(&net, 1, addr2) && reaches(&net, 3, addr2));
+        parts.heal().unwrap();
+        assert!(reaches(&parts, 1) && reaches(&parts, 3));
         drop(listener);
 
-        let tag = net.tag.clone();
-        drop(net);
+        drop(parts);
         let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
         assert!(!String::from_utf8_lossy(&list.stdout).contains(&tag));
         let links = Command::new("ip").args(["-o", "link"]).output().unwrap();
         assert!(!String::from_utf8_lossy(&links.stdout).contains(&tag));
+    }
+
+    /// The transport backend writes each node the peers its messages to are lost to, and
+    /// returns once every node acknowledged (here a thread stands in for the nodes).
+    #[test]
+    fn transport_cuts_are_written_per_sending_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: BTreeMap<u64, PathBuf> = (1..=3)
+            .map(|id| {
+                let d = dir.path().join(format!("node-{id}"));
+                std::fs::create_dir_all(&d).unwrap();
+                (id, d.join("chaos-faults.json"))
+            })
+            .collect();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let nodes = {
+            let (files, stop) = (files.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for path in files.values() {
+                        if let Ok(b) = std::fs::read(path) {
+                            let _ = std::fs::write(path.with_file_name("chaos-faults.applied"), b);
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        let read = |id: u64| -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(&files[&id]).unwrap()).unwrap()
+        };
+        let mut parts = Partitions::new(Backend::Transport(files.clone()), &[1, 2, 3]);
+        parts.cut(2, 1).unwrap();
+        assert_eq!(read(2)["cut_to"], serde_json::json!([1]));
+        assert_eq!(read(1)["cut_to"], serde_json::json!([]));
+        parts.split(&[3]).unwrap();
+        assert_eq!(read(3)["cut_to"], serde_json::json!([1, 2]));
+        assert_eq!(read(1)["cut_to"], serde_json::json!([3]));
+        assert_eq!(read(2)["cut_to"], serde_json::json!([1, 3]));
+        parts.heal().unwrap();
+        for id in 1..=3 {
+            assert_eq!(read(id)["cut_to"], serde_json::json!([]));
+        }
+        assert!(parts.mechanism().contains("chaos build"));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        nodes.join().unwrap();
+        // Without acknowledgements the cut is an error, not a silent no-op.
+        let e = parts.cut(1, 2).unwrap_err().to_string();
+        assert!(e.contains("did not take up"), "{e}");
     }
 }

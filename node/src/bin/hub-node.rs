@@ -66,6 +66,11 @@ struct Args {
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
+    /// Chaos builds only: read partitions from DATA/chaos-faults.json (`{"cut_to":[ids]}`)
+    /// and drop every message to those nodes. For the chaos runner without root.
+    #[cfg(feature = "chaos-faults")]
+    #[arg(long)]
+    chaos_faults: bool,
 }
 
 fn init_tracing(format: &str) {
@@ -135,6 +140,10 @@ async fn main() -> anyhow::Result<()> {
         artifact_ttl: Duration::from_millis(args.artifact_ttl_ms),
         artifact_timeout: Duration::from_millis(args.artifact_timeout_ms),
     };
+    #[cfg(feature = "chaos-faults")]
+    if args.chaos_faults {
+        hub_node::fault_layer::install(cfg.id, &cfg.data_dir);
+    }
     let node = HubNode::start(&cfg).await?;
     tracing::info!(id = cfg.id, addr = %cfg.advertise, cluster = %cfg.cluster_id, "hub-node started");
 

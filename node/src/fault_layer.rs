@@ -1,0 +1,222 @@
+//! Chaos builds only (`cargo build --features hub-node/chaos-faults`, then `hub-node
+//! --chaos-faults`): a fault layer in this node's transport, so the chaos runner can
+//! partition nodes where it cannot use network namespaces (it is not root). Like TiKV's
+//! `fail` points, it is not compiled into a normal build.
+//!
+//! The runner writes `DATA/chaos-faults.json`, `{"cut_to":[2,3]}`: every message this node
+//! would send to those nodes is lost, as if the packets were dropped.
+//! - Its outbound calls to them (Raft RPCs, forwarded writes, read-index requests) are never
+//!   sent; the caller waits out its own timeout and sees the peer unreachable.
+//! - Calls from them are processed but the reply is withheld (a reply is a message to them);
+//!   the caller times out. The sender is named by the [`FROM_HEADER`] every node-to-node call
+//!   carries in a chaos build.
+//! - Calls without that header (clients, agents, hubctl) are never affected.
+//!
+//! The file is read every [`POLL`]; a missing file cuts nothing, a malformed one is logged and
+//! the previous cuts stay. Once the node has taken up a new file it writes the same bytes to
+//! [`APPLIED`] next to it, so the runner knows from when the cut holds.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{OnceLock, RwLock};
+use std::time::Duration;
+
+use raft_store::NodeId;
+use serde::Deserialize;
+
+/// The metadata header naming the sending node on node-to-node calls.
+pub const FROM_HEADER: &str = "x-hub-from";
+/// The control file in the node's data directory.
+pub const FILE: &str = "chaos-faults.json";
+/// Written with the control file's bytes once they are in force.
+pub const APPLIED: &str = "chaos-faults.applied";
+/// How often the file is read.
+pub const POLL: Duration = Duration::from_millis(50);
+/// The longest a withheld reply or an unsent call waits before giving up (its caller has
+/// timed out long before).
+const LOST_FOR: Duration = Duration::from_secs(10);
+
+/// The control file's content.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Faults {
+    /// Nodes that lose every message this node sends them.
+    #[serde(default)]
+    pub cut_to: BTreeSet<NodeId>,
+}
+
+/// Parses the control file.
+pub fn parse(bytes: &[u8]) -> Result<Faults, String> {
+    serde_json::from_slice(bytes).map_err(|e| format!("{FILE}: {e}"))
+}
+
+struct Layer {
+    self_id: NodeId,
+    cut_to: RwLock<BTreeSet<NodeId>>,
+}
+
+static LAYER: OnceLock<Layer> = OnceLock::new();
+
+/// Turns the layer on for node `self_id`, reading `data_dir/chaos-faults.json` from now on.
+pub fn install(self_id: NodeId, data_dir: &Path) {
+    let path = data_dir.join(FILE);
+    if LAYER
+        .set(Layer {
+            self_id,
+            cut_to: RwLock::new(BTreeSet::new()),
+        })
+        .is_err()
+    {
+        return; // already installed
+    }
+    tracing::warn!(path = %path.display(), "chaos fault layer installed: not for production");
+    tokio::spawn(poll(path, data_dir.join(APPLIED)));
+}
+
+async fn poll(path: PathBuf, applied: PathBuf) {
+    let mut last: Option<Vec<u8>> = None;
+    loop {
+        let read = match std::fs::read(&path) {
+            Ok(bytes) => parse(&bytes).map(|f| (f, bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Ok((Faults::default(), Vec::new()))
+            }
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        };
+        match read {
+            Ok((f, bytes)) if last.as_ref() != Some(&bytes) => {
+                tracing::info!(cut_to = ?f.cut_to, "chaos fault layer: cuts changed");
+                if let Some(layer) = LAYER.get() {
+                    *layer.cut_to.write().unwrap_or_else(|p| p.into_inner()) = f.cut_to;
+                }
+                let tmp = applied.with_extension("tmp");
+                let acked =
+                    std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, &applied));
+                if let Err(e) = acked {
+                    tracing::warn!(error = %e, path = %applied.display(), "chaos fault layer: cannot acknowledge");
+                }
+                last = Some(bytes);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "chaos fault layer: control file ignored"),
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Whether messages from this node to `to` are lost.
+pub fn is_cut(to: NodeId) -> bool {
+    LAYER.get().is_some_and(|l| {
+        l.cut_to
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&to)
+    })
+}
+
+/// Names this node as the sender of an outbound node-to-node call.
+pub fn stamp<T>(req: &mut tonic::Request<T>) {
+    if let Some(l) = LAYER.get() {
+        if let Ok(v) = l.self_id.to_string().parse() {
+            req.metadata_mut().insert(FROM_HEADER, v);
+        }
+    }
+}
+
+/// The node that sent `req`, if it is a node-to-node call.
+pub fn sender<T>(req: &tonic::Request<T>) -> Option<NodeId> {
+    req.metadata().get(FROM_HEADER)?.to_str().ok()?.parse().ok()
+}
+
+/// Whether the reply to `req` is lost (its sender is cut off from this node).
+pub fn reply_lost<T>(req: &tonic::Request<T>) -> bool {
+    sender(req).is_some_and(is_cut)
+}
+
+/// Waits as for a message that never arrives, at most `limit` (capped at 10 s), then returns
+/// the error the caller would see.
+pub async fn lose(limit: Duration) -> tonic::Status {
+    tokio::time::sleep(limit.min(LOST_FOR)).await;
+    tonic::Status::unavailable("message lost (chaos fault layer)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_control_file_is_strict() {
+        assert_eq!(parse(b"{}").unwrap(), Faults::default());
+        assert_eq!(
+            parse(br#"{"cut_to":[3,2]}"#).unwrap().cut_to,
+            BTreeSet::from([2, 3])
+        );
+        let e = parse(br#"{"cut_too":[2]}"#).unwrap_err();
+        assert!(
+            e.contains("chaos-faults.json") && e.contains("cut_too"),
+            "{e}"
+        );
+        assert!(parse(br#"{"cut_to":["two"]}"#).is_err());
+    }
+
+    /// The only test that installs the (process-wide) layer.
+    #[tokio::test]
+    async fn cuts_follow_the_control_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |text: &str| {
+            let tmp = dir.path().join("tmp");
+            std::fs::write(&tmp, text).unwrap();
+            std::fs::rename(&tmp, dir.path().join(FILE)).unwrap();
+        };
+        let wait = |want: bool| async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            while is_cut(2) != want {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "is_cut(2) != {want}"
+                );
+                tokio::time::sleep(POLL).await;
+            }
+        };
+        install(1, dir.path());
+        assert!(!is_cut(2));
+        let mut req = tonic::Request::new(());
+        stamp(&mut req);
+        assert_eq!(sender(&req), Some(1));
+
+        write(r#"{"cut_to":[2]}"#);
+        wait(true).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while std::fs::read(dir.path().join(APPLIED)).ok().as_deref()
+            != Some(&br#"{"cut_to":[2]}"#[..])
+        {
+            assert!(tokio::time::Instant::now() < deadline, "no acknowledgement");
+            tokio::time::sleep(POLL).await;
+        }
+        assert!(!is_cut(3));
+        let mut from2 = tonic::Request::new(());
+        from2
+            .metadata_mut()
+            .insert(FROM_HEADER, "2".parse().unwrap());
+        assert!(reply_lost(&from2));
+        assert!(
+            !reply_lost(&tonic::Request::new(())),
+            "clients are never cut"
+        );
+
+        std::fs::remove_file(dir.path().join(FILE)).unwrap();
+        wait(false).await;
+        assert!(!reply_lost(&from2));
+    }
+
+    #[test]
+    fn the_sender_header_is_read_back() {
+        let mut req = tonic::Request::new(());
+        assert_eq!(sender(&req), None);
+        req.metadata_mut().insert(FROM_HEADER, "7".parse().unwrap());
+        assert_eq!(sender(&req), Some(7));
+        req.metadata_mut()
+            .insert(FROM_HEADER, "seven".parse().unwrap());
+        assert_eq!(sender(&req), None);
+    }
+}
