@@ -173,3 +173,27 @@ fn a_short_run_with_agents_feeds_every_checker_and_leaves_nothing_running() {
         processes_mentioning(out_s)
     );
 }
+
+/// A cluster that never becomes healthy (here every hub-node exits at once) is a clear error
+/// with exit 2, and nothing is left running.
+#[test]
+fn a_cluster_that_never_becomes_healthy_is_refused_and_cleaned_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let out_s = out.to_str().unwrap();
+    let r = chaos(
+        &["run", "--duration", "20s", "--out", out_s],
+        &[("HUB_NODE_BIN", "/bin/false")],
+    );
+    assert_eq!(r.code(), Some(2), "{}", r.describe());
+    assert!(
+        r.describe().contains("the cluster never became healthy"),
+        "{}",
+        r.describe()
+    );
+    assert!(
+        processes_mentioning(out_s).is_empty(),
+        "left running: {:?}",
+        processes_mentioning(out_s)
+    );
+}
