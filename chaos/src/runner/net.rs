@@ -401,7 +401,7 @@ mod tests {
 
     fn reaches(net: &Network, from: u64, to: SocketAddr) -> bool {
         in_netns(&net.netns(from), move || {
-            TcpStream::connect_timeout(&to, Duration::from_millis(300)).is_ok()
+            TcpStream::connect_timeout(&to, Duration::from_millis(1_000)).is_ok()
         })
     }
 
@@ -423,7 +423,7 @@ mod tests {
         let listener = in_netns(&ns2, move || TcpListener::bind(addr2).unwrap());
         assert!(reaches(&parts, 1) && reaches(&parts, 3));
         // The runner's own namespace reaches every node over the bridge.
-        assert!(TcpStream::connect_timeout(&addr2, Duration::from_millis(300)).is_ok());
+        assert!(TcpStream::connect_timeout(&addr2, Duration::from_millis(1_000)).is_ok());
 
         parts.cut(1, 2).unwrap();
         assert!(!reaches(&parts, 1), "1 -> 2 is cut");
@@ -431,7 +431,7 @@ mod tests {
         parts.split(&[3]).unwrap();
         assert_eq!(parts.cuts(), vec![(1, 2), (1, 3), (2, 3), (3, 1), (3, 2)]);
         assert!(!reaches(&parts, 3));
-        assert!(TcpStream::connect_timeout(&addr2, Duration::from_millis(300)).is_ok());
+        assert!(TcpStream::connect_timeout(&addr2, Duration::from_millis(1_000)).is_ok());
         parts.heal().unwrap();
         assert!(reaches(&parts, 1) && reaches(&parts, 3));
         drop(listener);
