@@ -701,3 +701,18 @@ impl Inner {
         )))
     }
 }
+
+/// The pids of the services the process driver records as running under an agent's data
+/// directory (`DATA/process/*/state.json`), for tools that stop what an agent started once
+/// the agent itself is gone. Unreadable state files are skipped.
+pub fn recorded_service_pids(data_dir: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(data_dir.join("process")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| state::RunState::load(&layout::EntityDir::new(e.path()).state()).ok()?)
+        .filter_map(|s| s.pid)
+        .filter(|pid| *pid > 1)
+        .collect()
+}

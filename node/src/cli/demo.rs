@@ -279,11 +279,12 @@ fn binaries() -> anyhow::Result<Binaries> {
     })
 }
 
-/// Packages `version` of the demo service as a process-driver artifact in `registry`;
-/// returns its release manifest.
-fn package(bin: &Path, registry: &Path, version: &str) -> anyhow::Result<String> {
+/// Packages `version` of the demo-service binary `bin` as a process-driver artifact in
+/// `registry/demo-service/` (a `file://` registry); returns the release manifest of
+/// `com.example:demo-service`. Also used by the chaos runner.
+pub fn package(bin: &Path, registry: &Path, version: &str) -> anyhow::Result<String> {
     let dir = registry.join("demo-service");
-    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
     let name = format!("demo-service-{version}.tar.gz");
     let service = json!({
         "command": "bin/demo-service",
@@ -293,7 +294,12 @@ fn package(bin: &Path, registry: &Path, version: &str) -> anyhow::Result<String>
         "ready_timeout_ms": 10000,
         "stop_timeout_ms": 5000
     });
-    let binary = std::fs::read(bin).with_context(|| bin.display().to_string())?;
+    let binary = std::fs::read(bin).with_context(|| {
+        format!(
+            "{} (cargo build --workspace --bins builds it)",
+            bin.display()
+        )
+    })?;
     let mut tarball = Vec::new();
     {
         let gz = flate2::write::GzEncoder::new(&mut tarball, flate2::Compression::default());

@@ -3,6 +3,7 @@
 
 mod canary;
 mod demo;
+pub use demo::package as package_demo_service;
 pub mod dev;
 mod modules;
 mod orch;

@@ -1016,6 +1016,8 @@ async fn supervisor_restarts_crashed_service() {
     .await
     .unwrap();
     let pid = fx.state().pid.unwrap();
+    // What a tool stopping the agent's services finds.
+    assert_eq!(super::recorded_service_pids(&fx.data), vec![pid]);
     // SAFETY: kill(2) of the service this test started.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
 

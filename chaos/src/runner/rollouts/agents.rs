@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use anyhow::Context;
-use serde_json::Value;
 
 use super::AgentHost;
 use crate::runner::cluster::is_alive;
@@ -114,13 +113,16 @@ impl AgentProcess {
             let _ = c.kill();
             let _ = c.wait();
         }
-        for pid in service_pids(&self.data_dir) {
-            if is_alive(pid as u32) {
+        for pid in hub_agent::driver::process::recorded_service_pids(&self.data_dir) {
+            let Ok(id) = i32::try_from(pid) else {
+                continue;
+            };
+            if is_alive(pid) {
                 // SAFETY: kill(2) on the process group and the pid of a service this run's
                 // agent started in its own session (its pid is the group's id).
                 unsafe {
-                    libc::kill(-pid, libc::SIGKILL);
-                    libc::kill(pid, libc::SIGKILL);
+                    libc::kill(-id, libc::SIGKILL);
+                    libc::kill(id, libc::SIGKILL);
                 }
             }
         }
@@ -131,25 +133,4 @@ impl Drop for AgentProcess {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-/// Pids recorded in the process driver's state files under `data_dir`.
-fn service_pids(data_dir: &Path) -> Vec<i32> {
-    let mut pids = Vec::new();
-    let Ok(entries) = std::fs::read_dir(data_dir.join("process")) else {
-        return pids;
-    };
-    for e in entries.flatten() {
-        let Ok(bytes) = std::fs::read(e.path().join("state.json")) else {
-            continue;
-        };
-        if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
-            if let Some(pid) = v["pid"].as_i64().and_then(|p| i32::try_from(p).ok()) {
-                if pid > 1 {
-                    pids.push(pid);
-                }
-            }
-        }
-    }
-    pids
 }

@@ -6,8 +6,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hub_proto::hub_client::HubClient;
 use hub_proto::{QueryRequest, ReadOptions, SubmitRequest};
 use serde_json::Value;
+use tonic::transport::Channel;
 use tonic::Code;
 
 use crate::runner::cluster::connect;
@@ -79,28 +81,24 @@ impl Hub {
         self.next.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// `Hub.Submit` of one engine command; one try on every node at most. The output is the
-    /// command's output JSON (`Null` when empty).
-    pub async fn submit(&self, command: &Value, request_id: &str) -> Result<Value, CallError> {
+    /// Calls the current node, then each next one, until a node answers or refuses: one try
+    /// on every node at most. Returns the answering node and its reply.
+    async fn on_some_node<R, F, Fut>(&self, call: F) -> Result<(String, R), CallError>
+    where
+        F: Fn(HubClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
         let mut last = String::from("no endpoint");
         for _ in 0..self.endpoints.len() {
             let Some(addr) = self.current() else { break };
-            let call = async {
-                let mut c = connect(&addr)
+            let attempt = async {
+                let c = connect(&addr)
                     .await
                     .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-                let mut req = tonic::Request::new(SubmitRequest {
-                    command_json: command.to_string(),
-                    request_id: request_id.to_string(),
-                });
-                req.set_timeout(CALL_TIMEOUT);
-                c.submit(req).await
+                call(c).await
             };
-            match tokio::time::timeout(CALL_TIMEOUT + Duration::from_secs(1), call).await {
-                Ok(Ok(r)) => {
-                    let out = r.into_inner().output_json;
-                    return Ok(serde_json::from_str(&out).unwrap_or(Value::Null));
-                }
+            match tokio::time::timeout(CALL_TIMEOUT + Duration::from_secs(1), attempt).await {
+                Ok(Ok(r)) => return Ok((addr, r.into_inner())),
                 Ok(Err(s)) if refused(&s) => {
                     return Err(CallError::Refused {
                         code: s.code(),
@@ -113,6 +111,22 @@ impl Hub {
             self.advance();
         }
         Err(CallError::Unavailable(last))
+    }
+
+    /// `Hub.Submit` of one engine command; one try on every node at most. The output is the
+    /// command's output JSON (`Null` when empty).
+    pub async fn submit(&self, command: &Value, request_id: &str) -> Result<Value, CallError> {
+        let (_, reply) = self
+            .on_some_node(|mut c| async move {
+                let mut req = tonic::Request::new(SubmitRequest {
+                    command_json: command.to_string(),
+                    request_id: request_id.to_string(),
+                });
+                req.set_timeout(CALL_TIMEOUT);
+                c.submit(req).await
+            })
+            .await?;
+        Ok(serde_json::from_str(&reply.output_json).unwrap_or(Value::Null))
     }
 
     /// [`Hub::submit`] retried (same request id) until it is answered or `timeout` passes.
@@ -135,37 +149,18 @@ impl Hub {
 
     /// A linearizable `Hub.Query`; one try on every node at most.
     pub async fn query(&self, query: &Value) -> Result<Value, CallError> {
-        let mut last = String::from("no endpoint");
-        for _ in 0..self.endpoints.len() {
-            let Some(addr) = self.current() else { break };
-            let call = async {
-                let mut c = connect(&addr)
-                    .await
-                    .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let (addr, reply) = self
+            .on_some_node(|mut c| async move {
                 let mut req = tonic::Request::new(QueryRequest {
                     query_json: query.to_string(),
                     read: Some(ReadOptions { stale: false }),
                 });
                 req.set_timeout(CALL_TIMEOUT);
                 c.query(req).await
-            };
-            match tokio::time::timeout(CALL_TIMEOUT + Duration::from_secs(1), call).await {
-                Ok(Ok(r)) => {
-                    return serde_json::from_str(&r.into_inner().json)
-                        .map_err(|e| CallError::Unavailable(format!("{addr}: bad JSON: {e}")))
-                }
-                Ok(Err(s)) if refused(&s) => {
-                    return Err(CallError::Refused {
-                        code: s.code(),
-                        message: s.message().to_string(),
-                    })
-                }
-                Ok(Err(s)) => last = format!("{addr}: {}", s.message()),
-                Err(_) => last = format!("{addr}: timed out"),
-            }
-            self.advance();
-        }
-        Err(CallError::Unavailable(last))
+            })
+            .await?;
+        serde_json::from_str(&reply.json)
+            .map_err(|e| CallError::Unavailable(format!("{addr}: bad JSON: {e}")))
     }
 
     /// [`Hub::query`] retried until it is answered or `timeout` passes.

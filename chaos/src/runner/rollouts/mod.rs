@@ -30,7 +30,6 @@
 //! reads the agents' logs. Dropping [`Rollouts`] at any point stops every process too.
 
 mod agents;
-mod demo;
 pub mod gather;
 mod hub;
 
@@ -372,7 +371,11 @@ impl Rollouts {
         if cfg.process_agent {
             let port = free_port()?;
             let registry = cfg.dir.join("registry");
-            let manifest = demo::package(&cfg.bin_dir.join("demo-service"), &registry, "1.0.0")?;
+            let manifest = hub_node::cli::package_demo_service(
+                &cfg.bin_dir.join("demo-service"),
+                &registry,
+                "1.0.0",
+            )?;
             setup(
                 &hub,
                 "env-canary",
