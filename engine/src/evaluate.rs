@@ -480,17 +480,27 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
     });
     if let Some(failed) = rollback {
         let to = failed.from_version.clone();
+        let target = to.as_ref().map_or("-".to_string(), |v| v.to_string());
+        // The agent may have restored the old version itself before it reported the
+        // failure: the rollback then confirms what runs, and the reason says so.
+        let restored = current.is_some()
+            && current == to
+            && entity.reported.health == Health::Healthy;
+        let reason = if restored {
+            format!(
+                "plan {} failed; back to {target} (the agent reports {target} running and healthy again: the rollback confirms it)",
+                failed.id
+            )
+        } else {
+            format!("plan {} failed; back to {target}", failed.id)
+        };
         return Choice::Candidate(
             make(
                 PlanKind::Rollback {
                     failed_plan: failed.id.clone(),
                 },
-                to.clone(),
-                format!(
-                    "plan {} failed; back to {}",
-                    failed.id,
-                    to.map_or("-".to_string(), |v| v.to_string())
-                ),
+                to,
+                reason,
             ),
             Vec::new(),
         );

@@ -20,9 +20,6 @@ use crate::TimestampMs;
 
 /// Most entities one `Evaluate` command may name.
 pub const MAX_EVALUATE_BATCH: usize = 2_000;
-/// Failure stages that happen before the workload is touched: such a failure leaves the
-/// entity as it was (no health change, so no rollback).
-pub const UNTOUCHED_STAGES: [&str; 2] = ["fetch", "verify"];
 
 /// Most task reports in one `ReportTasks` command.
 pub const MAX_BATCHED_REPORTS: usize = 1_000;
@@ -924,7 +921,7 @@ impl State {
             let canary_step = plan.kind.is_canary_step();
             let changes_workload = !matches!(plan.kind, PlanKind::Uninstall)
                 && !canary_step
-                && !UNTOUCHED_STAGES.contains(&failure.stage.as_str());
+                && failure.touched_workload();
             let health_message = format!(
                 "plan {plan_id} failed at {}: {}",
                 failure.stage, failure.message

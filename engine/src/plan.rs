@@ -237,6 +237,17 @@ pub struct FailureMetadata {
     pub validation_errors: Vec<String>,
 }
 
+/// Failure stages that happen before the workload is touched (fetching or verifying the
+/// artifact): such a failure leaves the entity as it was, so it needs no rollback.
+pub const UNTOUCHED_STAGES: [&str; 2] = ["fetch", "verify"];
+
+impl FailureMetadata {
+    /// Whether the failed stage may have changed the running workload.
+    pub fn touched_workload(&self) -> bool {
+        !UNTOUCHED_STAGES.contains(&self.stage.as_str())
+    }
+}
+
 /// A plan record (SPEC P6).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {

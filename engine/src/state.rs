@@ -581,8 +581,15 @@ impl State {
     }
 
     /// The failed version-changing plan a rollback should undo (SPEC P10): the entity's last
-    /// finished plan failed, it had a version to go back to, and the entity is not already
-    /// back there and healthy.
+    /// finished plan failed after touching the workload and had a version to go back to.
+    ///
+    /// Decided from the plan record alone, never from the agent's state reports: an agent
+    /// may restore the previous version on its own before it reports the failure, and its
+    /// "back at the old version, healthy" report can be applied before or after the leader
+    /// decides. Either order issues the same rollback plan, which on such an agent finds
+    /// the old version running and confirms it (see docs/ARCHITECTURE.md, "The flow of a
+    /// decision"). A plan that failed before touching the workload (fetch, verify) left the
+    /// entity as it was and needs none.
     pub fn rollback_needed(&self, entity: &Entity) -> Option<&Plan> {
         let last = self
             .plans_of(&entity.id.0)
@@ -593,10 +600,11 @@ impl State {
         {
             return None;
         }
-        let from = last.from_version.as_ref()?;
-        let back = entity.reported.version.as_ref() == Some(from)
-            && entity.reported.health != crate::entity::Health::Error;
-        (!back).then_some(last)
+        last.from_version.as_ref()?;
+        last.failure
+            .as_ref()
+            .is_none_or(|f| f.touched_workload())
+            .then_some(last)
     }
 
     /// An entity's activity.

@@ -1107,6 +1107,111 @@ fn p10_rollback_passes_automatic_but_not_manual_suppression() {
     assert!(hub.step().is_empty());
 }
 
+/// The three events that follow a failed upgrade on an agent that restores the previous
+/// version by itself, in the order a test applies them.
+#[derive(Debug, Clone, Copy)]
+enum AfterFailure {
+    /// The agent's task report: the upgrade failed at readiness.
+    Failure,
+    /// The agent's state report: the old version runs again and is healthy.
+    Restored,
+    /// The leader evaluates the entity and proposes what it decides.
+    Evaluate,
+}
+
+// SPEC P8–P10: a failed upgrade on an agent that restored the old version itself. The rollback
+// is decided from the failed plan alone, so every order of the agent's two reports and the
+// leader's evaluation issues the same rollback (the race of a CI run where the state report
+// won and no rollback came), the suppression holds the broken version back, and the rollback
+// confirms the restored version.
+#[test]
+fn p10_rollback_is_issued_whichever_report_arrives_first() {
+    use AfterFailure::{Evaluate, Failure, Restored};
+    let orders = [
+        [Failure, Evaluate, Restored],
+        [Failure, Restored, Evaluate],
+        [Restored, Failure, Evaluate],
+    ];
+    for order in orders {
+        let (mut hub, w) = web_hub(&["1.0.0", "2.0.0"], Some("1.0.0"));
+        let up = hub.step_one(&w).expect("upgrade issued");
+        assert_eq!(up.to_version, Some(v("2.0.0")));
+        let mut rollback = None;
+        for event in order {
+            match event {
+                Failure => hub.fail(&up.id, "readiness"),
+                Restored => {
+                    hub.report(&w, Some("1.0.0"), Health::Healthy);
+                }
+                Evaluate => rollback = hub.step_one(&w),
+            }
+        }
+        let rb = rollback.unwrap_or_else(|| panic!("{order:?}: no rollback issued"));
+        assert_eq!(
+            rb.kind,
+            PlanKind::Rollback {
+                failed_plan: up.id.clone()
+            },
+            "{order:?}"
+        );
+        assert_eq!(rb.to_version, Some(v("1.0.0")), "{order:?}");
+        assert_eq!(hub.plan(&up.id).status, PlanStatus::Failed, "{order:?}");
+        let sups: Vec<_> = hub.state.suppressions().cloned().collect();
+        assert_eq!(sups.len(), 1, "{order:?}");
+        assert_eq!(
+            sups[0].source,
+            SuppressionSource::FailedPlan {
+                plan_id: up.id.clone()
+            },
+            "{order:?}"
+        );
+        // Whatever the agent reports while the rollback runs, nothing else is issued.
+        assert!(hub.step().is_empty(), "{order:?}");
+        hub.succeed(&rb.id);
+        let ent = hub.state.entity(&w).unwrap();
+        assert_eq!(
+            (ent.reported.version.clone(), ent.reported.health),
+            (Some(v("1.0.0")), Health::Healthy),
+            "{order:?}"
+        );
+        // The broken version waits for the automatic suppression; no second rollback.
+        let e = hub.eval(&w);
+        assert_eq!(kind(&e), PlanKind::VersionChange, "{order:?}");
+        assert_eq!(to_version(&e), "2.0.0", "{order:?}");
+        assert_eq!(blocking(&e), [ConstraintKind::Suppression], "{order:?}");
+        assert!(hub.step().is_empty(), "{order:?}");
+        let plans = hub.activity_of_kind(&w, "plan");
+        assert!(
+            plans.iter().any(|m| m.contains(&format!("plan {} failed at readiness", up.id))),
+            "{order:?}: {plans:?}"
+        );
+        assert!(
+            plans
+                .iter()
+                .any(|m| m.contains(&format!("plan {} succeeded", rb.id))),
+            "{order:?}: {plans:?}"
+        );
+    }
+}
+
+// The rollback's reason tells an operator when the agent had already restored the version.
+#[test]
+fn p10_rollback_reason_says_the_agent_restored_the_old_version() {
+    let (mut hub, w) = web_hub(&["1.0.0", "2.0.0"], Some("1.0.0"));
+    let up = hub.step_one(&w).unwrap();
+    hub.fail(&up.id, "readiness");
+    let e = hub.eval(&w);
+    let reason = &e.candidate.as_ref().expect("candidate").reason;
+    assert_eq!(reason, &format!("plan {} failed; back to 1.0.0", up.id));
+    hub.report(&w, Some("1.0.0"), Health::Healthy);
+    let e = hub.eval(&w);
+    let reason = &e.candidate.as_ref().expect("candidate").reason;
+    assert!(
+        reason.contains("the agent reports 1.0.0 running and healthy again"),
+        "{reason}"
+    );
+}
+
 // SPEC P10: a failed upgrade that left the entity where it was needs no rollback.
 #[test]
 fn p10_no_rollback_when_the_entity_is_still_healthy_at_its_old_version() {

@@ -162,6 +162,31 @@ fn install_upgrade_broken_release_rollback() {
         .query(json!({"query": "entity", "entity": d.entity}))
         .expect("entity");
     assert_eq!(e["reported"]["version"], "1.1.0", "{e}");
+    // The agent restored 1.1.0 itself before it reported the failure; the hub's rollback
+    // (issued whichever report won) found it running and adopted it: 1.1.0 started twice
+    // (the upgrade, the agent's restore), never a third time.
+    assert!(
+        full["output"].to_string().contains("restored previous version 1.1.0"),
+        "{full}"
+    );
+    let rollback = plans
+        .iter()
+        .find(|p| p["kind"] == "rollback")
+        .expect("rollback plan");
+    let rollback = d
+        .cluster
+        .query(json!({"query": "plan", "id": rollback["id"]}))
+        .expect("plan");
+    assert!(
+        rollback["output"].to_string().contains("adopted"),
+        "the rollback adopts the restored version: {rollback}"
+    );
+    assert_eq!(
+        d.starts("1.1.0"),
+        2,
+        "{:?}",
+        std::fs::read_to_string(&d.starts)
+    );
 }
 
 #[test]
