@@ -1,0 +1,457 @@
+//! The listener side: TLS 1.3 handshakes with optional client certificates, off the accept
+//! loop and under a deadline, at most [`Limits::max_connections`] connections at once, and
+//! connections that tell the gRPC layer who is calling ([`ConnInfo`]).
+//!
+//! A client certificate is verified against the cluster CA during the handshake: one signed
+//! by another CA, expired or not yet valid ends the handshake (logged with the identity it
+//! names and its dates). A connection without a certificate is accepted as
+//! [`Authenticated::NoCertificate`]: the gRPC layer answers UNAUTHENTICATED with a message,
+//! which a refused handshake cannot carry. The identity is read once per connection.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tracing::{debug, warn};
+
+use crate::identity::Identity;
+use crate::material::{certificate_identity, format_time, Material, TlsFiles};
+use crate::stream::MaybeTls;
+use crate::{arc_provider, TlsError, ALPN_H2, PROTOCOLS};
+
+/// What the transport established about a caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authenticated {
+    /// A plaintext listener (`--insecure`, loopback only): nobody is identified.
+    Plaintext,
+    /// TLS without a client certificate.
+    NoCertificate,
+    /// A certificate of this cluster, verified against its CA.
+    Identity(Identity),
+    /// A certificate signed by the CA that is not usable here (another cluster's identity,
+    /// or none); the reason says which.
+    Unusable(String),
+}
+
+/// What a connection carries to every request on it (tonic puts it in the request's
+/// extensions).
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// The peer's address.
+    pub remote: Option<SocketAddr>,
+    /// Who the peer is.
+    pub auth: Authenticated,
+}
+
+/// Listener limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Open connections at most; further ones are closed at once.
+    pub max_connections: usize,
+    /// Deadline of one TLS handshake.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 4_096,
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Counts of what the listener refused.
+#[derive(Debug, Default)]
+pub struct ListenerStats {
+    /// Handshakes that failed (bad or foreign certificate, not TLS, other protocol errors).
+    pub handshakes_refused: AtomicU64,
+    /// Handshakes that did not finish in time.
+    pub handshakes_timed_out: AtomicU64,
+    /// Connections closed because the cap was reached.
+    pub connections_over_cap: AtomicU64,
+    /// Client certificates refused by the verifier.
+    pub certificates_refused: AtomicU64,
+}
+
+/// A client verifier that logs and counts what it refuses, naming the identity and dates.
+#[derive(Debug)]
+struct LoggingVerifier {
+    inner: Arc<dyn ClientCertVerifier>,
+    stats: Arc<ListenerStats>,
+}
+
+/// `operator/alice (valid 2026-01-01T00:00:00Z to 2026-04-01T00:00:00Z)`, or what is known.
+pub fn describe_certificate(cert: &CertificateDer<'_>) -> String {
+    match certificate_identity(cert) {
+        Ok((id, v)) => format!(
+            "{} (valid {} to {})",
+            id,
+            format_time(v.not_before),
+            format_time(v.not_after)
+        ),
+        Err(e) => format!("a certificate that {e}"),
+    }
+}
+
+impl ClientCertVerifier for LoggingVerifier {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.inner
+            .verify_client_cert(end_entity, intermediates, now)
+            .inspect_err(|e| {
+                self.stats
+                    .certificates_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                warn!(
+                    certificate = %describe_certificate(end_entity),
+                    error = %e,
+                    "client certificate refused"
+                );
+            })
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// A node's server TLS: its certificate and the CA clients are verified against, reloadable.
+pub struct ServerTls {
+    files: TlsFiles,
+    expected: Identity,
+    stats: Arc<ListenerStats>,
+    current: RwLock<(Arc<ServerConfig>, Material)>,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("files", &self.files)
+            .field("identity", &self.expected)
+            .finish_non_exhaustive()
+    }
+}
+
+fn server_config(m: &Material, stats: &Arc<ListenerStats>) -> Result<ServerConfig, TlsError> {
+    let inner = WebPkiClientVerifier::builder_with_provider(m.roots.clone(), arc_provider())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let verifier = Arc::new(LoggingVerifier {
+        inner,
+        stats: stats.clone(),
+    });
+    let mut cfg = ServerConfig::builder_with_provider(arc_provider())
+        .with_protocol_versions(PROTOCOLS)
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(
+            (*m.certified).clone(),
+        )));
+    cfg.alpn_protocols = vec![ALPN_H2.to_vec()];
+    Ok(cfg)
+}
+
+/// Loads `files` and checks they name `expected` (any identity when `None`) of `cluster`
+/// (any cluster when `None`).
+pub(crate) fn load_as_any(
+    files: &TlsFiles,
+    expected: Option<&Identity>,
+    cluster: Option<&str>,
+    now: SystemTime,
+) -> Result<Material, TlsError> {
+    let m = files.load(now)?;
+    let cluster_ok = cluster.is_none_or(|c| c == m.identity.cluster);
+    let identity_ok = expected.is_none_or(|e| *e == m.identity.identity);
+    if !identity_ok || !cluster_ok {
+        let who = expected.map_or_else(|| "any identity".to_string(), |e| e.to_string());
+        let want = match cluster {
+            Some(c) => format!("{who} of cluster {c:?}"),
+            None => who,
+        };
+        return Err(TlsError::WrongIdentity {
+            file: files.cert.clone(),
+            expected: want,
+            found: m.identity.to_string(),
+        });
+    }
+    Ok(m)
+}
+
+impl ServerTls {
+    /// Loads the files of `expected` (a node of `cluster`) at `now`.
+    pub fn load(
+        files: TlsFiles,
+        expected: Identity,
+        cluster: &str,
+        now: SystemTime,
+    ) -> Result<ServerTls, TlsError> {
+        let m = load_as_any(&files, Some(&expected), Some(cluster), now)?;
+        let stats = Arc::new(ListenerStats::default());
+        let cfg = server_config(&m, &stats)?;
+        Ok(ServerTls {
+            files,
+            expected,
+            stats,
+            current: RwLock::new((Arc::new(cfg), m)),
+        })
+    }
+
+    /// Re-reads the files; on any error the current configuration stays. New handshakes use
+    /// the new one; open connections keep theirs.
+    pub fn reload(&self, now: SystemTime) -> Result<Material, TlsError> {
+        let cluster = self.material().identity.cluster;
+        let m = load_as_any(&self.files, Some(&self.expected), Some(&cluster), now)?;
+        let cfg = server_config(&m, &self.stats)?;
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = (Arc::new(cfg), m.clone());
+        Ok(m)
+    }
+
+    /// The material in use.
+    pub fn material(&self) -> Material {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone()
+    }
+
+    /// What the listener refused so far.
+    pub fn stats(&self) -> &Arc<ListenerStats> {
+        &self.stats
+    }
+
+    fn config(&self) -> Arc<ServerConfig> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clone()
+    }
+}
+
+/// How a listener speaks.
+#[derive(Debug, Clone)]
+pub enum ListenerMode {
+    /// Plaintext (`--insecure`).
+    Plaintext,
+    /// TLS with client certificates of `cluster`.
+    Tls {
+        /// The node's TLS.
+        tls: Arc<ServerTls>,
+        /// The cluster whose identities are accepted.
+        cluster: String,
+    },
+}
+
+/// One accepted connection.
+pub struct Conn {
+    io: ConnIo,
+    info: ConnInfo,
+    _permit: OwnedSemaphorePermit,
+}
+
+type ConnIo = MaybeTls<tokio_rustls::server::TlsStream<TcpStream>>;
+
+impl Conn {
+    /// What the connection established.
+    pub fn info(&self) -> &ConnInfo {
+        &self.info
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> ConnInfo {
+        self.info.clone()
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// Who the peer of a finished handshake is.
+fn authenticate(tls: &tokio_rustls::server::TlsStream<TcpStream>, cluster: &str) -> Authenticated {
+    let Some(leaf) = tls.get_ref().1.peer_certificates().and_then(|c| c.first()) else {
+        return Authenticated::NoCertificate;
+    };
+    match certificate_identity(leaf) {
+        Ok((id, _)) if id.cluster == cluster => Authenticated::Identity(id.identity),
+        Ok((id, _)) => Authenticated::Unusable(format!(
+            "the certificate is for {id}, of cluster {:?}, not {cluster:?}",
+            id.cluster
+        )),
+        Err(e) => Authenticated::Unusable(format!("the certificate {e}")),
+    }
+}
+
+/// The connections of `listener`, handshaken in `mode`, for tonic's
+/// `serve_with_incoming_shutdown`. Handshakes run in their own tasks, so a slow or silent
+/// client never holds up the next one; a failed handshake is logged and dropped.
+pub fn incoming(
+    listener: TcpListener,
+    mode: ListenerMode,
+    limits: Limits,
+) -> tokio_stream::wrappers::ReceiverStream<Result<Conn, io::Error>> {
+    let (tx, rx) = mpsc::channel(256);
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let stats = match &mode {
+        ListenerMode::Tls { tls, .. } => tls.stats().clone(),
+        ListenerMode::Plaintext => Arc::new(ListenerStats::default()),
+    };
+    tokio::spawn(async move {
+        loop {
+            let (stream, remote) = match listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    // EMFILE and the like: back off instead of spinning.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            if tx.is_closed() {
+                return;
+            }
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                stats.connections_over_cap.fetch_add(1, Ordering::Relaxed);
+                warn!(%remote, max = limits.max_connections, "connection refused: too many open connections");
+                drop(stream);
+                continue;
+            };
+            if let Err(e) = stream.set_nodelay(true) {
+                debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+            let (tx, mode, stats) = (tx.clone(), mode.clone(), stats.clone());
+            tokio::spawn(async move {
+                let conn = match mode {
+                    ListenerMode::Plaintext => Conn {
+                        io: MaybeTls::Plain(stream),
+                        info: ConnInfo {
+                            remote: Some(remote),
+                            auth: Authenticated::Plaintext,
+                        },
+                        _permit: permit,
+                    },
+                    ListenerMode::Tls { tls, cluster } => {
+                        let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+                        let tls_stream = match tokio::time::timeout(
+                            limits.handshake_timeout,
+                            acceptor.accept(stream),
+                        )
+                        .await
+                        {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+                                warn!(%remote, error = %e, "TLS handshake refused");
+                                return;
+                            }
+                            Err(_) => {
+                                stats.handshakes_timed_out.fetch_add(1, Ordering::Relaxed);
+                                warn!(%remote, timeout = ?limits.handshake_timeout, "TLS handshake timed out");
+                                return;
+                            }
+                        };
+                        let auth = authenticate(&tls_stream, &cluster);
+                        Conn {
+                            io: MaybeTls::Tls(Box::new(tls_stream)),
+                            info: ConnInfo {
+                                remote: Some(remote),
+                                auth,
+                            },
+                            _permit: permit,
+                        }
+                    }
+                };
+                let _ = tx.send(Ok(conn)).await;
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
