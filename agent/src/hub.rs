@@ -54,6 +54,7 @@ pub fn backoff(attempt: u32) -> Duration {
 /// Endpoints and cached channels.
 pub struct HubConnection {
     endpoints: Mutex<Vec<String>>,
+    connector: hub_tls::client::Connector,
     leader: Mutex<String>,
     channels: Mutex<HashMap<String, Channel>>,
     metrics: std::sync::Arc<Metrics>,
@@ -61,9 +62,15 @@ pub struct HubConnection {
 
 impl HubConnection {
     /// A connection over `endpoints` (tried in order, the first one first).
-    pub fn new(endpoints: Vec<String>, metrics: std::sync::Arc<Metrics>) -> Self {
+    /// Channels dial through `connector` (the agent's certificate over TLS).
+    pub fn new(
+        endpoints: Vec<String>,
+        metrics: std::sync::Arc<Metrics>,
+        connector: hub_tls::client::Connector,
+    ) -> Self {
         Self {
             endpoints: Mutex::new(endpoints),
+            connector,
             leader: Mutex::new(String::new()),
             channels: Mutex::new(HashMap::new()),
             metrics,
@@ -123,13 +130,15 @@ impl HubConnection {
             match cache.get(&addr) {
                 Some(c) => c.clone(),
                 None => {
-                    let c = Endpoint::from_shared(format!("http://{addr}"))
-                        .map_err(|e| CallError::Refused(format!("bad endpoint {addr}: {e}")))?
-                        .connect_timeout(Duration::from_millis(500))
-                        .tcp_nodelay(true)
-                        .http2_keep_alive_interval(Duration::from_secs(5))
-                        .keep_alive_timeout(Duration::from_secs(5))
-                        .connect_lazy();
+                    let c = self
+                        .connector
+                        .channel_lazy(&addr, |ep: Endpoint| {
+                            ep.connect_timeout(Duration::from_millis(500))
+                                .tcp_nodelay(true)
+                                .http2_keep_alive_interval(Duration::from_secs(5))
+                                .keep_alive_timeout(Duration::from_secs(5))
+                        })
+                        .map_err(|e| CallError::Refused(format!("bad endpoint {addr}: {e}")))?;
                     cache.insert(addr.clone(), c.clone());
                     c
                 }
@@ -298,7 +307,14 @@ mod tests {
     #[test]
     fn failed_endpoints_rotate_to_the_back_and_replies_refresh_the_list() {
         let m = std::sync::Arc::new(Metrics::default());
-        let h = HubConnection::new(vec!["a:1".into(), "b:1".into(), "c:1".into()], m);
+        let h = HubConnection::new(
+            vec!["a:1".into(), "b:1".into(), "c:1".into()],
+            m,
+            hub_tls::client::Connector::new(
+                hub_tls::client::ClientMode::Plaintext,
+                Duration::from_millis(500),
+            ),
+        );
         h.failed("a:1");
         assert_eq!(h.endpoints(), ["b:1", "c:1", "a:1"]);
         h.refresh(&["a:1".into(), "b:1".into(), "d:1".into()], "d:1");

@@ -65,6 +65,19 @@ struct Args {
     /// Log format: `text` (default) or `json`.
     #[arg(long, value_parser = ["text", "json"])]
     log_format: Option<String>,
+    /// The cluster CA's certificate (PEM): hub nodes are verified against it.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+    /// This agent's certificate (PEM), naming `hub://<cluster>/agent/<environment>`
+    /// (`hubctl pki issue agent`).
+    #[arg(long)]
+    cert_file: Option<PathBuf>,
+    /// This agent's private key (PEM).
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// Plaintext to a hub run with --insecure (development only).
+    #[arg(long)]
+    insecure: bool,
 }
 
 /// The settings file: the flags' names in kebab-case; unknown keys are refused.
@@ -83,6 +96,10 @@ struct ConfigFile {
     sim_failure_rate: Option<f64>,
     sim_seed: Option<u64>,
     log_format: Option<String>,
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+    insecure: Option<bool>,
 }
 
 /// The agent's settings after the file and the flags are combined and checked.
@@ -100,6 +117,8 @@ struct Settings {
     sim_failure_rate: f64,
     sim_seed: u64,
     log_format: String,
+    /// `None`: plaintext (`insecure`).
+    tls: Option<hub_tls::TlsFiles>,
 }
 
 impl Settings {
@@ -188,7 +207,22 @@ impl Settings {
                 origin("parallel-plans", args.parallel_plans.is_some())
             );
         }
+        let insecure = args.insecure || file.insecure.unwrap_or(false);
+        let ca = args.ca_file.clone().or(file.ca_file.clone());
+        let cert = args.cert_file.clone().or(file.cert_file.clone());
+        let key = args.key_file.clone().or(file.key_file.clone());
+        let tls = match (insecure, ca, cert, key) {
+            (true, None, None, None) => None,
+            (true, ..) => anyhow::bail!(
+                "--insecure: plaintext takes no --ca-file, --cert-file or --key-file"
+            ),
+            (false, Some(ca), Some(cert), Some(key)) => Some(hub_tls::TlsFiles { ca, cert, key }),
+            (false, ..) => anyhow::bail!(
+                "--ca-file, --cert-file and --key-file (or `ca-file`, `cert-file`, `key-file` in --config) are required; --insecure only for a hub run with --insecure"
+            ),
+        };
         Ok(Settings {
+            tls,
             environment,
             endpoints,
             data_dir,
@@ -225,6 +259,35 @@ fn init_tracing(format: &str) {
 async fn main() -> anyhow::Result<()> {
     let args = Settings::resolve(Args::parse())?;
     init_tracing(&args.log_format);
+    // The TLS material before anything else: a bad certificate changes nothing on disk.
+    let (mode, reloadable) = match &args.tls {
+        None => {
+            tracing::warn!(
+                "--insecure: plaintext to the hub; plans and secrets travel unencrypted"
+            );
+            (hub_tls::client::ClientMode::Plaintext, Vec::new())
+        }
+        Some(files) => {
+            let tls = Arc::new(hub_tls::client::ClientTls::load(
+                files.clone(),
+                Some(hub_tls::Identity::Agent(args.environment.clone())),
+                std::time::SystemTime::now(),
+            )?);
+            let m = tls.material();
+            tracing::info!(
+                identity = %m.identity,
+                not_after = %hub_tls::material::format_time(m.validity.not_after),
+                "TLS 1.3 to the hub"
+            );
+            (
+                hub_tls::client::ClientMode::Tls(tls.clone()),
+                vec![hub_tls::reload::Reloadable::Client(tls)],
+            )
+        }
+    };
+    let _reload =
+        hub_tls::reload::reload_on_sighup(reloadable).context("install the SIGHUP handler")?;
+    let connector = hub_tls::client::Connector::new(mode, Duration::from_millis(500));
     // The journal first: a data directory of another environment is refused before anything
     // else is touched.
     let journal = JournalFile::open(&args.data_dir, &args.environment)
@@ -265,7 +328,11 @@ async fn main() -> anyhow::Result<()> {
             args.environment.clone(),
         ));
     }
-    let hub = Arc::new(HubConnection::new(args.endpoints.clone(), metrics.clone()));
+    let hub = Arc::new(HubConnection::new(
+        args.endpoints.clone(),
+        metrics.clone(),
+        connector,
+    ));
     let agent = Agent::with_exec_log(
         AgentConfig {
             environment: args.environment.clone(),
@@ -302,14 +369,22 @@ mod tests {
     #[test]
     fn the_file_supplies_settings_and_flags_win() {
         let (_dir, path) = write(
-            "environment = \"prod\"\nendpoints = [\"a:1\", \"b:2\"]\ndata-dir = \"/var/lib/hub-agent\"\ndriver = \"sim\"\nparallel-plans = 3\n",
+            "environment = \"prod\"\nendpoints = [\"a:1\", \"b:2\"]\ndata-dir = \"/var/lib/hub-agent\"\ndriver = \"sim\"\nparallel-plans = 3\nca-file = \"/etc/hub/ca.pem\"\ncert-file = \"/etc/hub/agent.pem\"\nkey-file = \"/etc/hub/agent-key.pem\"\n",
         );
         let settings = Settings::resolve(Args {
             config: Some(path),
             driver: Some("process".into()),
+            key_file: Some("/run/agent-key.pem".into()),
             ..Args::default()
         })
         .unwrap();
+        let tls = settings.tls.as_ref().expect("TLS files");
+        assert_eq!(tls.ca, PathBuf::from("/etc/hub/ca.pem"));
+        assert_eq!(
+            tls.key,
+            PathBuf::from("/run/agent-key.pem"),
+            "the flag wins"
+        );
         assert_eq!(settings.environment, "prod");
         assert_eq!(settings.endpoints, vec!["a:1", "b:2"]);
         assert_eq!(settings.data_dir, PathBuf::from("/var/lib/hub-agent"));

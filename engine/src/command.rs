@@ -514,6 +514,58 @@ impl Command {
     }
 }
 
+impl Command {
+    /// Records `who` as the command's actor, wherever the command has one. The node calls it
+    /// with the caller's verified identity before proposing, so the actor in audit records,
+    /// plans and emergency commands is never what a client typed. Exhaustive: a new command
+    /// must say whether it has an actor.
+    pub fn stamp_actor(&mut self, who: &str) {
+        let actor = match self {
+            Command::AddWindowOverride { actor, .. }
+            | Command::CreateSuppression { actor, .. }
+            | Command::DeleteSuppression { actor, .. }
+            | Command::InstallModule { actor, .. }
+            | Command::SetModuleUpdatesPaused { actor, .. }
+            | Command::UnlinkModule { actor, .. }
+            | Command::ApproveChangeRequest { actor, .. }
+            | Command::RejectChangeRequest { actor, .. }
+            | Command::CanaryManual { actor, .. }
+            | Command::CancelPlans { actor, .. }
+            | Command::IssueCommand { actor, .. } => actor,
+            Command::CreateEnvironment { .. }
+            | Command::DeleteEnvironment { .. }
+            | Command::CreateEntity { .. }
+            | Command::SetEnvironmentSettings { .. }
+            | Command::SetRegistry { .. }
+            | Command::RemoveRegistry { .. }
+            | Command::SetEntitySettings { .. }
+            | Command::SetConfigOverrides { .. }
+            | Command::SetSecret { .. }
+            | Command::CreateProduct { .. }
+            | Command::SetProductWindow { .. }
+            | Command::PublishRelease { .. }
+            | Command::CreateChannel { .. }
+            | Command::SetReleaseChannel { .. }
+            | Command::RecallReleases { .. }
+            | Command::DeleteRecall { .. }
+            | Command::RemoveWindowOverride { .. }
+            | Command::PublishModule { .. }
+            | Command::DeleteModule { .. }
+            | Command::SetModuleVariables { .. }
+            | Command::ApplyCanary { .. }
+            | Command::DeleteCanary { .. }
+            | Command::CanaryTick { .. }
+            | Command::Evaluate { .. }
+            | Command::ExpireSuppressions
+            | Command::ReportEntityStates { .. }
+            | Command::ReportTask { .. }
+            | Command::ReportTasks { .. }
+            | Command::ReportCanaries { .. } => return,
+        };
+        *actor = who.to_string();
+    }
+}
+
 /// What a successful command produced.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CommandOutput {

@@ -1182,7 +1182,9 @@ fn p10_rollback_is_issued_whichever_report_arrives_first() {
         assert!(hub.step().is_empty(), "{order:?}");
         let plans = hub.activity_of_kind(&w, "plan");
         assert!(
-            plans.iter().any(|m| m.contains(&format!("plan {} failed at readiness", up.id))),
+            plans
+                .iter()
+                .any(|m| m.contains(&format!("plan {} failed at readiness", up.id))),
             "{order:?}: {plans:?}"
         );
         assert!(

@@ -342,7 +342,9 @@ impl Agent for AgentService {
         req: Request<ReportStatesRequest>,
     ) -> Result<Response<AgentReply>, Status> {
         let arrived = Instant::now();
+        let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
+        caller.require_environment(&r.environment)?;
         let mut states = Vec::with_capacity(r.states.len());
         for (i, s) in r.states.into_iter().enumerate() {
             let version = if s.version.is_empty() {
@@ -397,6 +399,7 @@ impl Agent for AgentService {
                     states,
                 },
                 Some(r.request_id),
+                &caller,
             )
             .await?;
         Ok(Response::new(self.reply(w)))
@@ -406,7 +409,9 @@ impl Agent for AgentService {
         &self,
         req: Request<ReportTaskRequest>,
     ) -> Result<Response<AgentReply>, Status> {
+        let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
+        caller.require_environment(&r.environment)?;
         // The natural idempotency key: the same report retried is the same key.
         let request_id = if r.request_id.is_empty() {
             format!("task:{}:{}:{}:{}", r.plan_id, r.task, r.attempt, r.state)
@@ -423,6 +428,7 @@ impl Agent for AgentService {
                     report,
                 },
                 Some(request_id),
+                &caller,
             )
             .await?;
         Ok(Response::new(self.reply(w)))
@@ -432,7 +438,9 @@ impl Agent for AgentService {
         &self,
         req: Request<ReportTasksRequest>,
     ) -> Result<Response<AgentReply>, Status> {
+        let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
+        caller.require_environment(&r.environment)?;
         let reports = r
             .reports
             .into_iter()
@@ -448,6 +456,7 @@ impl Agent for AgentService {
                     reports,
                 },
                 request_id,
+                &caller,
             )
             .await?;
         Ok(Response::new(self.reply(w)))
@@ -457,7 +466,9 @@ impl Agent for AgentService {
         &self,
         req: Request<ReportCanariesRequest>,
     ) -> Result<Response<AgentReply>, Status> {
+        let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
+        caller.require_environment(&r.environment)?;
         let observations = r
             .observations
             .into_iter()
@@ -473,6 +484,7 @@ impl Agent for AgentService {
                     observations,
                 },
                 request_id,
+                &caller,
             )
             .await?;
         Ok(Response::new(self.reply(w)))
@@ -482,7 +494,9 @@ impl Agent for AgentService {
         &self,
         req: Request<FetchPlansRequest>,
     ) -> Result<Response<FetchPlansReply>, Status> {
+        let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
+        caller.require_environment(&r.environment)?;
         let wait = Duration::from_millis(r.wait_ms as u64).min(MAX_WAIT);
         let deadline = Instant::now() + wait;
         // Subscribe before reading, so a change between the read and the wait is not missed.

@@ -139,13 +139,14 @@ impl Hub for HubService {
         &self,
         req: Request<CreateEnvironmentRequest>,
     ) -> Result<Response<WriteReply>, Status> {
+        let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         let cmd = Command::CreateEnvironment {
             name: r.name,
             description: r.description,
         };
         self.node
-            .propose(cmd, opt(r.request_id))
+            .propose(cmd, opt(r.request_id), &caller)
             .await
             .map(Response::new)
     }
@@ -154,10 +155,11 @@ impl Hub for HubService {
         &self,
         req: Request<DeleteEnvironmentRequest>,
     ) -> Result<Response<WriteReply>, Status> {
+        let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         let cmd = Command::DeleteEnvironment { name: r.name };
         self.node
-            .propose(cmd, opt(r.request_id))
+            .propose(cmd, opt(r.request_id), &caller)
             .await
             .map(Response::new)
     }
@@ -166,6 +168,7 @@ impl Hub for HubService {
         &self,
         req: Request<CreateEntityRequest>,
     ) -> Result<Response<WriteReply>, Status> {
+        let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         let kind: EntityKind = r
             .kind
@@ -181,7 +184,7 @@ impl Hub for HubService {
             release_channel: opt(r.release_channel),
         };
         self.node
-            .propose(cmd, opt(r.request_id))
+            .propose(cmd, opt(r.request_id), &caller)
             .await
             .map(Response::new)
     }
@@ -440,9 +443,13 @@ impl Hub for HubService {
     }
 
     async fn submit(&self, req: Request<SubmitRequest>) -> Result<Response<WriteReply>, Status> {
+        let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         let command = parse_submitted(&r.command_json)?;
-        let reply = self.node.propose(command, opt(r.request_id)).await?;
+        let reply = self
+            .node
+            .propose(command, opt(r.request_id), &caller)
+            .await?;
         Ok(Response::new(reply))
     }
 

@@ -12,7 +12,9 @@ use hub_proto::hub_client::HubClient;
 use tonic::transport::Channel;
 use tonic::{Response, Status};
 
-use crate::peers::{endpoint, MAX_MESSAGE_BYTES};
+use hub_tls::client::Connector;
+
+use crate::peers::{configure, MAX_MESSAGE_BYTES};
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +31,7 @@ pub enum ClientError {
 #[derive(Debug, Clone)]
 pub struct FailoverClient {
     endpoints: Vec<String>,
+    connector: Connector,
     /// Per-call deadline.
     pub timeout: Duration,
 }
@@ -45,9 +48,18 @@ fn connection_lost(s: &Status) -> bool {
 }
 
 impl FailoverClient {
-    /// A client for `endpoints` (tried in order).
-    pub fn new(endpoints: Vec<String>, timeout: Duration) -> Self {
-        Self { endpoints, timeout }
+    /// A client for `endpoints` (tried in order), dialling through `connector`.
+    pub fn new(endpoints: Vec<String>, timeout: Duration, connector: Connector) -> Self {
+        Self {
+            endpoints,
+            connector,
+            timeout,
+        }
+    }
+
+    /// The connector it dials through.
+    pub fn connector(&self) -> &Connector {
+        &self.connector
     }
 
     /// The endpoints, in the order they are tried.
@@ -56,8 +68,11 @@ impl FailoverClient {
     }
 
     /// A client connected to one specific endpoint.
-    pub async fn connect(addr: &str) -> Result<HubClient<Channel>, tonic::transport::Error> {
-        let channel = endpoint(addr)?.connect().await?;
+    pub async fn connect(
+        addr: &str,
+        connector: &Connector,
+    ) -> Result<HubClient<Channel>, tonic::transport::Error> {
+        let channel = connector.channel(addr, configure).await?;
         Ok(HubClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
@@ -71,7 +86,12 @@ impl FailoverClient {
     {
         let mut errors = Vec::new();
         for addr in &self.endpoints {
-            let client = match tokio::time::timeout(self.timeout, Self::connect(addr)).await {
+            let client = match tokio::time::timeout(
+                self.timeout,
+                Self::connect(addr, &self.connector),
+            )
+            .await
+            {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => {
                     errors.push(format!("{addr}: {e}"));

@@ -9,11 +9,14 @@
 //! - [`query`]: read-only JSON views of the orchestration state.
 //! - [`peers`]: reusable gRPC channels to other nodes.
 //! - [`client`]: the failover client `hubctl` and tools use.
+//! - [`auth`]: who may call which method, from the TLS-verified identity.
+//! - [`transport`]: the node's TLS material from flags (or `--insecure` on loopback).
 //! - [`cli`]: `hubctl`'s commands.
 
 pub mod agent_api;
 pub mod api;
 pub mod artifacts;
+pub mod auth;
 pub mod canary_controller;
 pub mod cli;
 pub mod client;
@@ -27,4 +30,5 @@ pub mod peers;
 pub mod prometheus;
 pub mod query;
 pub mod raft_service;
+pub mod transport;
 pub mod webhooks;

@@ -18,11 +18,15 @@ use raft_store::{NodeId, NodeIdentity, Raft, SharedState, StateMachine};
 use tokio::time::Instant;
 use tonic::Status;
 
+use crate::auth::Caller;
 use crate::network::NetworkFactory;
 use crate::peers::{PeerPool, MAX_MESSAGE_BYTES};
 
 /// Largest encoded command a client may submit (SPEC S3: oversized messages are refused).
 pub const MAX_COMMAND_BYTES: usize = 256 << 10;
+
+/// Longest request id (idempotency key) a caller may send.
+pub const MAX_REQUEST_ID_BYTES: usize = 128;
 
 /// Everything a node needs to start.
 #[derive(Debug, Clone)]
@@ -53,6 +57,8 @@ pub struct NodeConfig {
     pub artifact_ttl: Duration,
     /// Timeout of one artifact-existence check.
     pub artifact_timeout: Duration,
+    /// How this node dials its peers (its own certificate over TLS, or plaintext).
+    pub connector: hub_tls::client::Connector,
 }
 
 /// A running node.
@@ -136,7 +142,7 @@ impl HubNode {
         // Opened only after the configuration is known to be valid: bad flags touch no file.
         let (_store, log, sm) = raft_store::open(&cfg.data_dir, &identity)?;
         let cluster_id: Arc<str> = cfg.cluster_id.clone().into();
-        let peers = Arc::new(PeerPool::default());
+        let peers = Arc::new(PeerPool::new(cfg.connector.clone()));
         let network = NetworkFactory {
             self_id: cfg.id,
             cluster_id: cluster_id.clone(),
@@ -201,16 +207,33 @@ impl HubNode {
     /// forwards it to the leader, and while there is no leader the call waits up to the request
     /// timeout. Every write carries a request id (one is made up if the client gave none), so a
     /// forwarded write retried after a failover is applied at most once.
+    ///
+    /// The caller's verified identity becomes the command's actor, and its request id is
+    /// scoped to that identity (`<identity>:<id>`), so no caller can claim or replay
+    /// another's idempotency key.
     pub async fn propose(
         &self,
-        command: Command,
+        mut command: Command,
         request_id: Option<String>,
+        caller: &Caller,
     ) -> Result<WriteReply, Status> {
-        let request_id = Some(
-            request_id
-                .filter(|r| !r.is_empty())
-                .unwrap_or_else(new_request_id),
-        );
+        let request_id = request_id.filter(|r| !r.is_empty());
+        if let Some(r) = &request_id {
+            if r.len() > MAX_REQUEST_ID_BYTES {
+                return Err(Status::invalid_argument(format!(
+                    "request_id: {} bytes, at most {MAX_REQUEST_ID_BYTES}",
+                    r.len()
+                )));
+            }
+        }
+        let request_id = request_id.unwrap_or_else(new_request_id);
+        let request_id = Some(match caller.actor() {
+            Some(actor) => {
+                command.stamp_actor(&actor);
+                format!("{actor}:{request_id}")
+            }
+            None => request_id,
+        });
         let encoded = codec::encode(&(&command, &request_id));
         if encoded.len() > MAX_COMMAND_BYTES {
             return Err(Status::invalid_argument(format!(
@@ -245,9 +268,27 @@ impl HubNode {
     }
 
     /// Proposes on this node, which believes it is the leader. Used for forwarded writes too.
+    ///
+    /// Only nodes call it (the authorization layer admits nothing else to `Forward`); the
+    /// forwarding node already checked and stamped the command. Leader-only decisions are
+    /// never forwarded, so one arriving here is refused.
     pub async fn propose_as_leader(&self, encoded: &[u8]) -> Result<WriteReply, Status> {
+        if encoded.len() > MAX_COMMAND_BYTES + MAX_REQUEST_ID_BYTES + 64 {
+            return Err(Status::invalid_argument(format!(
+                "forwarded command is {} bytes, at most {MAX_COMMAND_BYTES} allowed",
+                encoded.len()
+            )));
+        }
         let (command, request_id): (Command, Option<String>) = codec::decode(encoded)
             .map_err(|e| Status::invalid_argument(format!("bad forwarded command: {e}")))?;
+        if matches!(
+            command,
+            Command::Evaluate { .. } | Command::ExpireSuppressions | Command::CanaryTick { .. }
+        ) {
+            return Err(Status::permission_denied(
+                "evaluations and canary ticks are proposed by the leader only, never forwarded",
+            ));
+        }
         let deadline = Instant::now() + self.request_timeout;
         match self.propose_local(command, request_id, deadline).await {
             Attempt::Done(r) => r,
@@ -495,6 +536,16 @@ impl HubNode {
     }
 
     /// Current voters and learners.
+    /// Whether node `id` may act as a peer: a member (voter or learner), or any node of the
+    /// cluster while this node has no membership yet (a pristine node being added).
+    pub fn is_member(&self, id: NodeId) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let membership = m.membership_config.membership();
+        let mut nodes = membership.nodes().peekable();
+        nodes.peek().is_none() || membership.nodes().any(|(n, _)| *n == id)
+    }
+
     pub fn members(&self) -> Vec<(NodeId, String, bool)> {
         let m = self.raft.metrics();
         let m = m.borrow_watched();

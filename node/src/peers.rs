@@ -7,36 +7,48 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use hub_tls::client::Connector;
 use tonic::transport::{Channel, Endpoint};
 
 /// Largest gRPC message a hub node accepts or sends.
 pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
 
 /// The pool of channels to other nodes.
-#[derive(Default)]
 pub struct PeerPool {
+    connector: Connector,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
 impl PeerPool {
+    /// A pool dialling through `connector` (the node's own certificate over TLS).
+    pub fn new(connector: Connector) -> Self {
+        Self {
+            connector,
+            channels: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// The channel to `addr` (`host:port`), created on first use.
     pub fn channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
         let mut map = self.channels.lock().expect("peer pool lock poisoned");
         if let Some(c) = map.get(addr) {
             return Ok(c.clone());
         }
-        let channel = endpoint(addr)?.connect_lazy();
+        let channel = self.connector.channel_lazy(addr, configure)?;
         map.insert(addr.to_string(), channel.clone());
         Ok(channel)
     }
 }
 
-/// A client endpoint for `addr` with the hub's transport settings.
-pub fn endpoint(addr: &str) -> Result<Endpoint, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_millis(500))
+/// How long dialling a node (TCP and TLS handshake) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The hub's transport settings for a client endpoint.
+pub fn configure(endpoint: Endpoint) -> Endpoint {
+    endpoint
+        .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(5))
         .keep_alive_timeout(Duration::from_secs(5))
-        .keep_alive_while_idle(true))
+        .keep_alive_while_idle(true)
 }

@@ -75,6 +75,7 @@ impl Cluster {
                 "--endpoints",
                 &self.endpoints(),
             ])
+            .args(self.tls_args(&hub_tls::Identity::Agent(environment.to_string())))
             .arg("--log")
             .arg(&log)
             .args(extra)
@@ -89,18 +90,18 @@ impl Cluster {
     /// `Hub.Query` against the first node that answers; `Err` carries the server's message.
     pub fn query(&self, query: Value) -> Result<Value, String> {
         let endpoints: Vec<String> = self.endpoints().split(',').map(String::from).collect();
+        let admin = hub_tls::Identity::Operator(crate::tls::ADMIN.into());
         block_on(async move {
             let mut last = String::from("no endpoint");
             for addr in endpoints {
-                let Ok(Ok(mut c)) = tokio::time::timeout(
-                    Duration::from_secs(2),
-                    HubClient::connect(format!("http://{addr}")),
-                )
-                .await
+                let Ok(Ok(ch)) =
+                    tokio::time::timeout(Duration::from_secs(2), self.channel_as(&admin, &addr))
+                        .await
                 else {
                     last = format!("{addr}: unreachable");
                     continue;
                 };
+                let mut c = HubClient::new(ch);
                 let req = QueryRequest {
                     query_json: query.to_string(),
                     read: Some(ReadOptions { stale: false }),
@@ -133,19 +134,19 @@ impl Cluster {
     pub fn submit_with_id(&self, command: Value, request_id: &str) -> Result<Value, String> {
         let endpoints: Vec<String> = self.endpoints().split(',').map(String::from).collect();
         let request_id = request_id.to_string();
+        let admin = hub_tls::Identity::Operator(crate::tls::ADMIN.into());
         block_on(async move {
             let mut last = String::from("no endpoint");
             for _round in 0..3 {
                 for addr in &endpoints {
-                    let Ok(Ok(mut c)) = tokio::time::timeout(
-                        Duration::from_secs(2),
-                        HubClient::connect(format!("http://{addr}")),
-                    )
-                    .await
+                    let Ok(Ok(ch)) =
+                        tokio::time::timeout(Duration::from_secs(2), self.channel_as(&admin, addr))
+                            .await
                     else {
                         last = format!("{addr}: unreachable");
                         continue;
                     };
+                    let mut c = HubClient::new(ch);
                     let req = SubmitRequest {
                         command_json: command.to_string(),
                         request_id: request_id.clone(),
@@ -192,6 +193,13 @@ pub struct HubAgent {
 }
 
 impl HubAgent {
+    /// Sends `signal` (e.g. `libc::SIGHUP`: reload the TLS files) to the agent.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on the pid of a child this handle owns and has not reaped.
+        let rc = unsafe { libc::kill(self.child.id() as i32, signal) };
+        assert_eq!(rc, 0, "kill({}, {signal}) failed", self.child.id());
+    }
+
     /// SIGKILLs the agent (its services keep running: they are in their own sessions).
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
@@ -278,6 +286,11 @@ impl Cluster {
             "--state-interval-ms".into(),
             "300".into(),
         ];
+        args.extend(
+            self.tls_args(&hub_tls::Identity::Agent(environment.to_string()))
+                .into_iter()
+                .map(|a| a.to_string_lossy().into_owned()),
+        );
         args.extend(extra.iter().map(|s| s.to_string()));
         let child = spawn_agent(&args, &log);
         HubAgent {
@@ -361,9 +374,11 @@ impl Cluster {
             request_id: String::new(),
         };
         block_on(async move {
-            let mut c = hub_proto::agent_client::AgentClient::connect(format!("http://{addr}"))
+            let ch = self
+                .channel_as(&hub_tls::Identity::Agent(environment.to_string()), &addr)
                 .await
                 .map_err(|e| e.to_string())?;
+            let mut c = hub_proto::agent_client::AgentClient::new(ch);
             c.report_task(req)
                 .await
                 .map(|_| ())
@@ -401,9 +416,11 @@ impl Cluster {
             request_id: format!("test-{}", rand_suffix()),
         };
         block_on(async move {
-            let mut c = hub_proto::agent_client::AgentClient::connect(format!("http://{addr}"))
+            let ch = self
+                .channel_as(&hub_tls::Identity::Agent(environment.to_string()), &addr)
                 .await
                 .map_err(|e| e.to_string())?;
+            let mut c = hub_proto::agent_client::AgentClient::new(ch);
             c.report_states(req)
                 .await
                 .map(|r| r.into_inner().result)

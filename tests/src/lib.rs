@@ -23,6 +23,7 @@ use serde_json::Value;
 
 pub mod agent;
 pub mod canary;
+pub mod tls;
 pub use agent::{Execution, TestAgent};
 
 /// Generous deadline for convergence on a loaded 2-core machine.
@@ -456,7 +457,14 @@ impl Cluster {
     pub fn hubctl_at(&self, endpoints: &str, args: &[&str]) -> CmdOutput {
         let mut all = vec!["--endpoints", endpoints];
         all.extend_from_slice(args);
-        hubctl_raw(&all)
+        run_with_limit(self.hubctl_cmd().args(&all), HUBCTL_LIMIT)
+    }
+
+    /// A `hubctl` command that talks to this cluster as its admin (no arguments yet).
+    pub fn hubctl_cmd(&self) -> Command {
+        let mut cmd = Command::new(hubctl_bin());
+        cmd.envs(self.hubctl_env());
+        cmd
     }
 
     /// `hubctl env create NAME -o json` against every endpoint, starting at node `k`.
@@ -788,6 +796,7 @@ impl Cluster {
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--cluster-id", &self.cluster_id])
+            .args(self.tls_args(&hub_tls::Identity::Node(id)))
             .args(&self.node_args)
             .args(extra_args)
             .stdin(Stdio::null())

@@ -166,7 +166,9 @@ fn install_upgrade_broken_release_rollback() {
     // (issued whichever report won) found it running and adopted it: 1.1.0 started twice
     // (the upgrade, the agent's restore), never a third time.
     assert!(
-        full["output"].to_string().contains("restored previous version 1.1.0"),
+        full["output"]
+            .to_string()
+            .contains("restored previous version 1.1.0"),
         "{full}"
     );
     let rollback = plans
@@ -319,17 +321,24 @@ fn an_agent_sees_only_its_environment() {
     b.kill9();
     let before = std::fs::read(b.data_dir.join("journal.json")).expect("journal");
     let config = d.cluster.dir().join("agent-prod-on-staging.toml");
+    let prod_tls = d
+        .cluster
+        .tls_files(&hub_tls::Identity::Agent("prod".into()));
     std::fs::write(
         &config,
         format!(
-            "environment = \"prod\"\nendpoints = [{}]\ndata-dir = \"{}\"\ndriver = \"sim\"\n",
+            "environment = \"prod\"\nendpoints = [{}]\ndata-dir = \"{}\"\ndriver = \"sim\"\n\
+             ca-file = \"{}\"\ncert-file = \"{}\"\nkey-file = \"{}\"\n",
             d.cluster
                 .endpoints()
                 .split(',')
                 .map(|e| format!("\"{e}\""))
                 .collect::<Vec<_>>()
                 .join(", "),
-            b.data_dir.display()
+            b.data_dir.display(),
+            prod_tls.ca.display(),
+            prod_tls.cert.display(),
+            prod_tls.key.display(),
         ),
     )
     .expect("write agent.toml");

@@ -112,7 +112,7 @@ fn node_refuses_data_dir_of_another_node() {
             .args(["--id", "9", "--listen", &addr])
             .arg("--data-dir")
             .arg(&node1.data_dir)
-            .args(["--cluster-id", &cluster.cluster_id]),
+            .args(["--cluster-id", &cluster.cluster_id, "--insecure"]),
         Duration::from_secs(60),
     );
     assert!(
@@ -134,7 +134,7 @@ fn node_refuses_data_dir_of_another_node() {
             .args(["--id", "1", "--listen", &addr])
             .arg("--data-dir")
             .arg(&node1.data_dir)
-            .args(["--cluster-id", "some-other-cluster"]),
+            .args(["--cluster-id", "some-other-cluster", "--insecure"]),
         Duration::from_secs(60),
     );
     assert!(!out.success(), "{}", out.describe());
@@ -166,7 +166,7 @@ fn node_on_port_in_use_fails_before_touching_data_dir() {
             .args(["--id", "1", "--listen", &format!("127.0.0.1:{port}")])
             .arg("--data-dir")
             .arg(&data_dir)
-            .args(["--cluster-id", "test-port-in-use"]),
+            .args(["--cluster-id", "test-port-in-use", "--insecure"]),
         Duration::from_secs(60),
     );
     assert!(!out.success(), "{}", out.describe());
@@ -390,6 +390,16 @@ fn hub_node_once(args: &[&str]) -> (hub_tests::CmdOutput, bool) {
     let out = run_with_limit(
         Command::new(hub_node_bin())
             .args(["--id", "1", "--listen", &addr, "--cluster-id", "bad-flags"])
+            .args(
+                if args
+                    .iter()
+                    .any(|a| a.ends_with("-file") || *a == "--insecure")
+                {
+                    &[][..]
+                } else {
+                    &["--insecure"][..]
+                },
+            )
             .arg("--data-dir")
             .arg(&data_dir)
             .args(args)
@@ -471,7 +481,15 @@ fn hub_node_on_unspecified_address_needs_advertise() {
     let listen = format!("0.0.0.0:{}", hub_tests::free_port());
     let out = run_with_limit(
         Command::new(hub_node_bin())
-            .args(["--id", "1", "--listen", &listen, "--cluster-id", "c"])
+            .args([
+                "--id",
+                "1",
+                "--listen",
+                &listen,
+                "--cluster-id",
+                "c",
+                "--insecure",
+            ])
             .arg("--data-dir")
             .arg(&data_dir)
             .env("RUST_BACKTRACE", "0"),
@@ -480,4 +498,179 @@ fn hub_node_on_unspecified_address_needs_advertise() {
     assert!(!out.success(), "{}", out.describe());
     assert!(out.stderr.contains("--advertise"), "{}", out.describe());
     assert!(!data_dir.exists(), "the data dir was created");
+}
+
+/// SPEC S1: hub-node refuses unusable TLS material, naming the file and the problem, and
+/// `--insecure` anywhere but loopback, before it touches its data dir.
+#[test]
+fn hub_node_refuses_bad_tls_material_before_touching_data_dir() {
+    use hub_tls::pki::Ca;
+    use hub_tls::Identity;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let now = std::time::SystemTime::now();
+    let pki = tmp.path().join("pki");
+    let ca = Ca::init(&pki, "bad-flags", now).unwrap();
+    let other = Ca::init(&tmp.path().join("other"), "bad-flags", now).unwrap();
+    let host = ["127.0.0.1".to_string()];
+    let n1 = ca
+        .issue(&Identity::Node(1), &host, 1, now)
+        .unwrap()
+        .write(&pki, "node-1")
+        .unwrap();
+    let n2 = ca
+        .issue(&Identity::Node(2), &host, 1, now)
+        .unwrap()
+        .write(&pki, "node-2")
+        .unwrap();
+    let rogue = other
+        .issue(&Identity::Node(1), &host, 1, now)
+        .unwrap()
+        .write(&tmp.path().join("other"), "node-1")
+        .unwrap();
+    let empty = tmp.path().join("empty.pem");
+    std::fs::write(&empty, "no certificate here\n").unwrap();
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let ca_pem = s(&ca.cert_path());
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            vec![
+                "--ca-file".into(),
+                ca_pem.clone(),
+                "--cert-file".into(),
+                s(&tmp.path().join("missing.pem")),
+                "--key-file".into(),
+                s(&n1.key),
+            ],
+            "missing.pem: cannot read".into(),
+        ),
+        (
+            vec![
+                "--ca-file".into(),
+                ca_pem.clone(),
+                "--cert-file".into(),
+                s(&n1.cert),
+                "--key-file".into(),
+                s(&n2.key),
+            ],
+            "does not match the certificate".into(),
+        ),
+        (
+            vec![
+                "--ca-file".into(),
+                ca_pem.clone(),
+                "--cert-file".into(),
+                s(&rogue.cert),
+                "--key-file".into(),
+                s(&rogue.key),
+            ],
+            "not signed by the CA".into(),
+        ),
+        (
+            vec![
+                "--ca-file".into(),
+                s(&empty),
+                "--cert-file".into(),
+                s(&n1.cert),
+                "--key-file".into(),
+                s(&n1.key),
+            ],
+            "empty.pem: holds no certificate".into(),
+        ),
+        (
+            vec![
+                "--ca-file".into(),
+                ca_pem.clone(),
+                "--cert-file".into(),
+                s(&n2.cert),
+                "--key-file".into(),
+                s(&n2.key),
+            ],
+            "the certificate is for hub://bad-flags/node/2".into(),
+        ),
+        (
+            vec!["--ca-file".into(), ca_pem.clone()],
+            "missing: --cert-file, --key-file".into(),
+        ),
+        (
+            vec![
+                "--insecure".into(),
+                "--advertise".into(),
+                "10.0.0.1:7401".into(),
+            ],
+            "--insecure: refused because --advertise 10.0.0.1:7401 is not a loopback address"
+                .into(),
+        ),
+    ];
+    for (args, needle) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (out, created) = hub_node_once(&args);
+        assert!(!out.success(), "{args:?}: {}", out.describe());
+        assert!(
+            out.stderr.contains(&needle),
+            "{args:?}: want {needle:?}: {}",
+            out.describe()
+        );
+        assert!(!created, "{args:?}: the data dir was created");
+    }
+}
+
+/// SPEC S1: hub-agent refuses a certificate that is not its environment's, and plaintext
+/// without `--insecure`, naming the problem, before it creates its data dir.
+#[test]
+fn hub_agent_refuses_bad_tls_material_before_touching_data_dir() {
+    use hub_tls::pki::Ca;
+    use hub_tls::Identity;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let now = std::time::SystemTime::now();
+    let pki = tmp.path().join("pki");
+    let ca = Ca::init(&pki, "c1", now).unwrap();
+    let stage = ca
+        .issue(&Identity::Agent("stage".into()), &[], 1, now)
+        .unwrap()
+        .write(&pki, "agent-stage")
+        .unwrap();
+    let data_dir = tmp.path().join("agent");
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let base = [
+        "--environment".to_string(),
+        "prod".into(),
+        "--endpoints".into(),
+        "127.0.0.1:1".into(),
+        "--data-dir".into(),
+        s(&data_dir),
+    ];
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "--ca-file".into(),
+                s(&ca.cert_path()),
+                "--cert-file".into(),
+                s(&stage.cert),
+                "--key-file".into(),
+                s(&stage.key),
+            ],
+            "the certificate is for hub://c1/agent/stage, but this is agent/prod",
+        ),
+        (Vec::new(), "--ca-file, --cert-file and --key-file"),
+        (
+            vec!["--insecure".into(), "--ca-file".into(), s(&ca.cert_path())],
+            "--insecure: plaintext takes no --ca-file",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let out = run_with_limit(
+            Command::new(hub_tests::bin_dir().join("hub-agent"))
+                .args(&base)
+                .args(&extra)
+                .env("RUST_BACKTRACE", "0"),
+            Duration::from_secs(20),
+        );
+        assert!(!out.success(), "{extra:?}: {}", out.describe());
+        assert!(
+            out.stderr.contains(needle),
+            "{extra:?}: want {needle:?}: {}",
+            out.describe()
+        );
+        assert!(!data_dir.exists(), "{extra:?}: the data dir was created");
+    }
 }

@@ -196,33 +196,74 @@ impl Drop for Procs {
     }
 }
 
-/// `hubctl cluster init` bootstraps hub-node processes started by hand (as systemd would).
+/// `hubctl cluster init` bootstraps hub-node processes started by hand (as systemd would),
+/// after `hubctl pki` made the cluster's CA and certificates: the production bootstrap of
+/// docs/SECURITY.md, step by step.
 #[test]
 fn cluster_init_bootstraps_hand_started_nodes() {
     let tmp = tempfile::tempdir().expect("tempdir");
+    let pki = tmp.path().join("pki");
+    let pki_s = pki.to_str().unwrap().to_string();
+    hub_tests::hubctl_raw(&["pki", "init", "--dir", &pki_s, "--cluster-id", "by-hand"])
+        .expect_ok("pki init");
     let addrs: Vec<String> = (0..3)
         .map(|_| format!("127.0.0.1:{}", hub_tests::free_port()))
         .collect();
+    for i in 1..=3 {
+        hub_tests::hubctl_raw(&[
+            "pki",
+            "issue",
+            "node",
+            "--dir",
+            &pki_s,
+            "--id",
+            &i.to_string(),
+            "--host",
+            "127.0.0.1",
+        ])
+        .expect_ok("pki issue node");
+    }
+    hub_tests::hubctl_raw(&[
+        "pki", "issue", "operator", "--dir", &pki_s, "--name", "alice",
+    ])
+    .expect_ok("pki issue operator");
     let mut procs = Procs(Vec::new());
     for (i, addr) in addrs.iter().enumerate() {
-        let log = std::fs::File::create(tmp.path().join(format!("node-{}.log", i + 1))).unwrap();
+        let id = i + 1;
+        let log = std::fs::File::create(tmp.path().join(format!("node-{id}.log"))).unwrap();
         let child = std::process::Command::new(hub_tests::hub_node_bin())
             .args([
                 "--id",
-                &(i + 1).to_string(),
+                &id.to_string(),
                 "--listen",
                 addr,
                 "--cluster-id",
                 "by-hand",
             ])
             .arg("--data-dir")
-            .arg(tmp.path().join(format!("node-{}", i + 1)))
+            .arg(tmp.path().join(format!("node-{id}")))
+            .arg("--ca-file")
+            .arg(pki.join("ca.pem"))
+            .arg("--cert-file")
+            .arg(pki.join(format!("node-{id}.pem")))
+            .arg("--key-file")
+            .arg(pki.join(format!("node-{id}-key.pem")))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .expect("start hub-node");
         procs.0.push(child);
     }
+    let alice = |args: &[&str]| {
+        hub_tests::run_with_limit(
+            std::process::Command::new(hub_tests::hubctl_bin())
+                .env("HUBCTL_CA_FILE", pki.join("ca.pem"))
+                .env("HUBCTL_CERT_FILE", pki.join("operator-alice.pem"))
+                .env("HUBCTL_KEY_FILE", pki.join("operator-alice-key.pem"))
+                .args(args),
+            hub_tests::HUBCTL_LIMIT,
+        )
+    };
     let endpoints = addrs.join(",");
     let members: Vec<String> = addrs
         .iter()
@@ -231,29 +272,41 @@ fn cluster_init_bootstraps_hand_started_nodes() {
         .collect();
     let mut args = vec!["cluster", "init"];
     args.extend(members.iter().map(String::as_str));
+    // Without a certificate (TLS that verifies the node, but no identity) the nodes refuse
+    // the caller.
+    let mut full = vec!["--endpoints", addrs[0].as_str()];
+    full.extend(args.iter().copied());
+    let anonymous = hub_tests::poll_until(std::time::Duration::from_secs(30), || {
+        let out = hub_tests::run_with_limit(
+            std::process::Command::new(hub_tests::hubctl_bin())
+                .env("HUBCTL_CA_FILE", pki.join("ca.pem"))
+                .args(&full),
+            hub_tests::HUBCTL_LIMIT,
+        );
+        out.stderr.contains("no client certificate").then_some(out)
+    });
+    assert!(
+        anonymous.is_some(),
+        "a caller without a certificate was not refused"
+    );
     // The nodes may still be binding their ports: retry init until one answers.
     let init = hub_tests::poll_until(std::time::Duration::from_secs(30), || {
-        let mut full = vec!["--endpoints", addrs[0].as_str()];
-        full.extend(args.iter().copied());
-        let out = hub_tests::hubctl_raw(&full);
+        let out = alice(&full);
         out.success().then_some(out)
     });
     assert!(init.is_some(), "cluster init never succeeded");
     // A second init is refused: the cluster exists.
-    let mut again = vec!["--endpoints", addrs[0].as_str()];
-    again.extend(args.iter().copied());
-    let out = hub_tests::hubctl_raw(&again);
+    let out = alice(&full);
     assert_eq!(out.code(), Some(1), "{}", out.describe());
 
     let created = hub_tests::poll_until(std::time::Duration::from_secs(30), || {
-        hub_tests::hubctl_raw(&["--endpoints", &endpoints, "env", "create", "bootstrapped"])
+        alice(&["--endpoints", &endpoints, "env", "create", "bootstrapped"])
             .success()
             .then_some(())
     });
     assert!(created.is_some(), "no write succeeded after init");
     let out =
-        hub_tests::hubctl_raw(&["--endpoints", &endpoints, "cluster", "status", "-o", "json"])
-            .expect_ok("status");
+        alice(&["--endpoints", &endpoints, "cluster", "status", "-o", "json"]).expect_ok("status");
     let status = out.json();
     assert_eq!(status["members"].as_array().unwrap().len(), 3, "{status}");
     assert!(status["leader"].as_u64().is_some(), "{status}");

@@ -709,7 +709,8 @@ fn entity_settings_explain_suppression_secrets_plans_and_audit() {
     assert!(
         entries
             .iter()
-            .any(|a| a["actor"] == "alice" && a["reason"] == "hotfix"),
+            // The certificate's identity, not the --actor the client typed (SPEC S4).
+            .any(|a| a["actor"] == "operator/admin" && a["reason"] == "hotfix"),
         "{audit}"
     );
     let table = ok(&cluster, &["audit", "--limit", "50"]).stdout;

@@ -30,7 +30,9 @@ use crate::{arc_provider, TlsError, ALPN_H2, PROTOCOLS};
 #[derive(Debug)]
 struct NodeVerifier {
     inner: Arc<WebPkiServerVerifier>,
-    cluster: String,
+    /// `None`: a node of any cluster the CA signed for (a client without its own
+    /// certificate does not know the cluster id).
+    cluster: Option<String>,
 }
 
 impl ServerCertVerifier for NodeVerifier {
@@ -47,13 +49,17 @@ impl ServerCertVerifier for NodeVerifier {
                 .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)?;
         match certificate_identity(end_entity) {
             Ok((id, _))
-                if id.cluster == self.cluster && matches!(id.identity, Identity::Node(_)) =>
+                if self.cluster.as_ref().is_none_or(|c| *c == id.cluster)
+                    && matches!(id.identity, Identity::Node(_)) =>
             {
                 Ok(verified)
             }
             Ok((id, _)) => Err(rustls::Error::General(format!(
-                "the server's certificate is for {id}, not a node of cluster {:?}",
+                "the server's certificate is for {id}, not a hub node{}",
                 self.cluster
+                    .as_ref()
+                    .map(|c| format!(" of cluster {c:?}"))
+                    .unwrap_or_default()
             ))),
             Err(e) => Err(rustls::Error::General(format!(
                 "the server's certificate {e}"
@@ -84,24 +90,45 @@ impl ServerCertVerifier for NodeVerifier {
     }
 }
 
-fn client_config(m: &Material) -> Result<ClientConfig, TlsError> {
-    let inner = WebPkiServerVerifier::builder_with_provider(m.roots.clone(), arc_provider())
+fn client_config(
+    roots: Arc<rustls::RootCertStore>,
+    cluster: Option<String>,
+    certified: Option<&rustls::sign::CertifiedKey>,
+) -> Result<ClientConfig, TlsError> {
+    let inner = WebPkiServerVerifier::builder_with_provider(roots, arc_provider())
         .build()
         .map_err(|e| TlsError::Config(e.to_string()))?;
-    let verifier = Arc::new(NodeVerifier {
-        inner,
-        cluster: m.identity.cluster.clone(),
-    });
-    let mut cfg = ClientConfig::builder_with_provider(arc_provider())
+    let verifier = Arc::new(NodeVerifier { inner, cluster });
+    let builder = ClientConfig::builder_with_provider(arc_provider())
         .with_protocol_versions(PROTOCOLS)
         .map_err(|e| TlsError::Config(e.to_string()))?
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(
-            (*m.certified).clone(),
-        )));
+        .with_custom_certificate_verifier(verifier);
+    let mut cfg = match certified {
+        Some(c) => builder
+            .with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(c.clone()))),
+        None => builder.with_no_client_auth(),
+    };
     cfg.alpn_protocols = vec![ALPN_H2.to_vec()];
     Ok(cfg)
+}
+
+fn party_config(m: &Material) -> Result<ClientConfig, TlsError> {
+    client_config(
+        m.roots.clone(),
+        Some(m.identity.cluster.clone()),
+        Some(&m.certified),
+    )
+}
+
+/// A TLS client without a certificate of its own: it verifies the node it dials against the
+/// CA in `ca` but is nobody to the hub (every method answers UNAUTHENTICATED). For tools and
+/// tests that show what an unidentified caller gets.
+pub fn anonymous(ca: &std::path::Path) -> Result<ClientMode, TlsError> {
+    let roots = crate::material::load_roots(ca)?;
+    Ok(ClientMode::Anonymous(Arc::new(client_config(
+        roots, None, None,
+    )?)))
 }
 
 /// A party's client TLS, reloadable.
@@ -128,7 +155,7 @@ impl ClientTls {
         now: SystemTime,
     ) -> Result<ClientTls, TlsError> {
         let m = load_as_any(&files, expected.as_ref(), None, now)?;
-        let cfg = client_config(&m)?;
+        let cfg = party_config(&m)?;
         Ok(ClientTls {
             files,
             expected,
@@ -150,7 +177,7 @@ impl ClientTls {
             Some(&old.identity.cluster),
             now,
         )?;
-        let cfg = client_config(&m)?;
+        let cfg = party_config(&m)?;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = (Arc::new(cfg), m.clone());
         Ok(m)
     }
@@ -180,6 +207,8 @@ pub enum ClientMode {
     Plaintext,
     /// TLS with the party's certificate.
     Tls(Arc<ClientTls>),
+    /// TLS without a certificate ([`anonymous`]).
+    Anonymous(Arc<ClientConfig>),
 }
 
 /// A tower connector for tonic: TCP (no Nagle), then TLS in [`ClientMode::Tls`], within a
@@ -232,18 +261,17 @@ async fn dial(mode: ClientMode, uri: Uri) -> io::Result<ClientConn> {
     let port = uri.port_u16().unwrap_or(80);
     let tcp = TcpStream::connect((host.as_str(), port)).await?;
     tcp.set_nodelay(true)?;
-    let io = match mode {
-        ClientMode::Plaintext => MaybeTls::Plain(tcp),
-        ClientMode::Tls(tls) => {
-            let name = ServerName::try_from(host.clone())
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{host}: {e}")))?;
-            let tls = tokio_rustls::TlsConnector::from(tls.config())
-                .connect(name, tcp)
-                .await?;
-            MaybeTls::Tls(Box::new(tls))
-        }
+    let config = match mode {
+        ClientMode::Plaintext => return Ok(TokioIo::new(MaybeTls::Plain(tcp))),
+        ClientMode::Tls(tls) => tls.config(),
+        ClientMode::Anonymous(config) => config,
     };
-    Ok(TokioIo::new(io))
+    let name = ServerName::try_from(host.clone())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{host}: {e}")))?;
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await?;
+    Ok(TokioIo::new(MaybeTls::Tls(Box::new(tls))))
 }
 
 impl tower::Service<Uri> for Connector {

@@ -108,11 +108,27 @@ fn read_cluster(dir: &Path) -> anyhow::Result<ClusterFile> {
         .with_context(|| p.display().to_string())
 }
 
+/// The benchmarked cluster's directory and how its admin dials it (mutual TLS unless the
+/// cluster was started with `dev up --insecure`). One cluster per run: set once in `main`.
+static HUB: std::sync::OnceLock<(PathBuf, hub_tls::client::Connector)> = std::sync::OnceLock::new();
+
+fn use_cluster(dir: &Path) -> anyhow::Result<()> {
+    let file = hub_node::cli::read_cluster_file(dir)?;
+    let connector = hub_node::cli::dev::dev_connector(dir, &file)?;
+    HUB.set((dir.to_path_buf(), connector))
+        .map_err(|_| anyhow::anyhow!("one cluster per run"))
+}
+
+fn connector() -> anyhow::Result<&'static hub_tls::client::Connector> {
+    Ok(&HUB.get().context("no cluster")?.1)
+}
+
 async fn connect(addr: &str) -> anyhow::Result<HubClient<Channel>> {
-    let ch = Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_millis(300))
-        .tcp_nodelay(true)
-        .connect()
+    let ch = connector()?
+        .channel(addr, |ep: Endpoint| {
+            ep.connect_timeout(Duration::from_millis(300))
+                .tcp_nodelay(true)
+        })
         .await?;
     Ok(HubClient::new(ch))
 }
@@ -526,7 +542,25 @@ async fn agents_bench(
         let mut eps = endpoints.clone();
         let shift = i % eps.len().max(1);
         eps.rotate_left(shift);
-        let hub = Arc::new(HubConnection::new(eps, metrics.clone()));
+        // Each simulated agent speaks as its own environment's agent.
+        let (dir, _) = HUB.get().context("no cluster")?;
+        let file = hub_node::cli::read_cluster_file(dir)?;
+        let mode = if file.insecure {
+            hub_tls::client::ClientMode::Plaintext
+        } else {
+            let files =
+                hub_node::cli::dev::dev_issue(dir, &hub_tls::Identity::Agent(env.clone()), &[])?;
+            hub_tls::client::ClientMode::Tls(Arc::new(hub_tls::client::ClientTls::load(
+                files,
+                None,
+                std::time::SystemTime::now(),
+            )?))
+        };
+        let hub = Arc::new(HubConnection::new(
+            eps,
+            metrics.clone(),
+            hub_tls::client::Connector::new(mode, Duration::from_millis(500)),
+        ));
         let driver = Arc::new(SimDriver::new(SimConfig {
             task_latency: Duration::from_millis(1),
             failure_rate: 0.0,
@@ -643,7 +677,14 @@ async fn agents_bench(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    match Args::parse().cmd {
+    let cmd = Args::parse().cmd;
+    match &cmd {
+        Cmd::Writes { cluster, .. }
+        | Cmd::Failover { cluster, .. }
+        | Cmd::Decide { cluster, .. }
+        | Cmd::Agents { cluster, .. } => use_cluster(cluster)?,
+    }
+    match cmd {
         Cmd::Writes {
             cluster,
             concurrency,

@@ -12,6 +12,25 @@ use hub_proto::NodeStatusRequest;
 use serde::Deserialize;
 use tonic::transport::{Channel, Endpoint};
 
+/// The cluster the runner drives: its directory, whose PKI (`dev up` makes one) gives the
+/// runner its admin certificate and every agent it starts a certificate of its environment.
+/// A runner process drives exactly one cluster, so this is set once, when it starts.
+static HUB: std::sync::OnceLock<(PathBuf, hub_tls::client::Connector)> = std::sync::OnceLock::new();
+
+/// `--ca-file --cert-file --key-file` for an agent of `environment` of the running cluster.
+pub fn agent_tls_args(environment: &str) -> anyhow::Result<Vec<std::ffi::OsString>> {
+    let (dir, _) = HUB.get().context("the cluster has not been started")?;
+    let f = hub_node::cli::dev::dev_issue(dir, &hub_tls::Identity::Agent(environment.into()), &[])?;
+    Ok(vec![
+        "--ca-file".into(),
+        f.ca.into(),
+        "--cert-file".into(),
+        f.cert.into(),
+        "--key-file".into(),
+        f.key.into(),
+    ])
+}
+
 /// One node as `cluster.json` records it.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Node {
@@ -91,6 +110,11 @@ impl Cluster {
                 "the cluster never became healthy: hubctl dev up: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             );
+        }
+        let file = hub_node::cli::read_cluster_file(dir)?;
+        let connector = hub_node::cli::dev::dev_connector(dir, &file)?;
+        if HUB.set((dir.to_path_buf(), connector)).is_err() {
+            bail!("this runner already drives a cluster");
         }
         Ok(Cluster {
             dir: dir.to_path_buf(),
@@ -242,12 +266,14 @@ impl Drop for Cluster {
     }
 }
 
-/// A gRPC client to `addr` (short connect timeout).
+/// A gRPC client to `addr` as the cluster's admin (short connect timeout).
 pub async fn connect(addr: &str) -> anyhow::Result<HubClient<Channel>> {
-    let ch = Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_millis(500))
-        .tcp_nodelay(true)
-        .connect()
+    let (_, connector) = HUB.get().context("the cluster has not been started")?;
+    let ch = connector
+        .channel(addr, |ep: Endpoint| {
+            ep.connect_timeout(Duration::from_millis(500))
+                .tcp_nodelay(true)
+        })
         .await?;
     Ok(HubClient::new(ch))
 }

@@ -66,6 +66,23 @@ struct Args {
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
+    /// The cluster CA's certificate (PEM): peers, agents and operators are verified against it.
+    #[arg(long, env = "HUB_CA_FILE")]
+    ca_file: Option<PathBuf>,
+    /// This node's certificate (PEM), naming `hub://<cluster>/node/<id>` and the hosts it is
+    /// dialled at (`hubctl pki issue node`).
+    #[arg(long, env = "HUB_CERT_FILE")]
+    cert_file: Option<PathBuf>,
+    /// This node's private key (PEM).
+    #[arg(long, env = "HUB_KEY_FILE")]
+    key_file: Option<PathBuf>,
+    /// Plaintext, unauthenticated gRPC, for development only: refused unless the listen and
+    /// advertise addresses are loopback. Anyone who can reach the port may do anything.
+    #[arg(long, conflicts_with_all = ["ca_file", "cert_file", "key_file"])]
+    insecure: bool,
+    /// Most open client and peer connections; more are closed at once.
+    #[arg(long, default_value_t = 4096)]
+    max_connections: usize,
     /// Chaos builds only: read partitions from DATA/chaos-faults.json (`{"cut_to":[ids]}`)
     /// and drop every message to those nodes. For the chaos runner without root.
     #[cfg(feature = "chaos-faults")]
@@ -88,7 +105,16 @@ fn init_tracing(format: &str) {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() {
+    // The error and its causes on one line, without a backtrace (RUST_BACKTRACE may be set
+    // on an operator's machine): what a supervisor's log should show.
+    if let Err(e) = run().await {
+        eprintln!("Error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     init_tracing(&args.log_format);
     if args.id == 0 {
@@ -118,6 +144,18 @@ async fn main() -> anyhow::Result<()> {
             args.listen
         );
     }
+    let transport = hub_node::transport::Transport::from_flags(
+        hub_node::transport::TlsFlags {
+            ca: args.ca_file.clone(),
+            cert: args.cert_file.clone(),
+            key: args.key_file.clone(),
+            insecure: args.insecure,
+        },
+        args.id,
+        &args.cluster_id,
+        args.listen,
+        args.advertise.as_deref(),
+    )?;
     // Bind first: a port in use fails before the data directory is touched.
     let listener = TcpListener::bind(args.listen)
         .await
@@ -139,6 +177,7 @@ async fn main() -> anyhow::Result<()> {
         keep_logs: args.keep_logs,
         artifact_ttl: Duration::from_millis(args.artifact_ttl_ms),
         artifact_timeout: Duration::from_millis(args.artifact_timeout_ms),
+        connector: transport.connector.clone(),
     };
     #[cfg(feature = "chaos-faults")]
     if args.chaos_faults {
@@ -175,27 +214,38 @@ async fn main() -> anyhow::Result<()> {
         }
         tracing::info!("shutting down");
     };
+    let _reload = hub_tls::reload::reload_on_sighup(transport.reloadable.clone())
+        .context("install the SIGHUP handler")?;
+    let policy = hub_node::auth::Policy {
+        insecure: transport.insecure,
+        is_member: {
+            let node = node.clone();
+            std::sync::Arc::new(move |id| node.is_member(id))
+        },
+        stats: std::sync::Arc::default(),
+    };
+    let incoming = hub_tls::server::incoming(
+        listener,
+        transport.listener.clone(),
+        hub_tls::server::Limits {
+            max_connections: args.max_connections,
+            ..Default::default()
+        },
+    );
     tonic::transport::Server::builder()
-        .tcp_nodelay(true)
+        // Bounds per connection and per request, so one client cannot exhaust the node.
+        .concurrency_limit_per_connection(256)
+        .max_concurrent_streams(1024)
+        .http2_max_header_list_size(64 << 10)
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        // Longer than the longest call (an agent's long poll waits at most 30 s).
+        .timeout(Duration::from_secs(120))
+        .layer(hub_node::auth::AuthLayer::new(policy))
         .add_service(raft_svc)
         .add_service(hub_svc)
         .add_service(agent_svc)
-        .serve_with_incoming_shutdown(
-            // `Server::tcp_nodelay` applies only to listeners tonic binds itself; accepted
-            // streams need it set here, or replies written in several segments wait for the
-            // peer's delayed ACK (about 40 ms) under Nagle's algorithm.
-            tokio_stream::StreamExt::map(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                |conn| {
-                    conn.inspect(|s| {
-                        if let Err(e) = s.set_nodelay(true) {
-                            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
-                        }
-                    })
-                },
-            ),
-            shutdown,
-        )
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .context("serve")?;
     let _ = node.raft.shutdown().await;

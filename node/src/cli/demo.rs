@@ -138,7 +138,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         "hub up ({}), leader node {leader}",
         endpoints.join(", ")
     ));
-    let client = FailoverClient::new(endpoints.clone(), Duration::from_secs(15));
+    let client = FailoverClient::new(
+        endpoints.clone(),
+        Duration::from_secs(15),
+        super::dev::dev_connector(&running.hub_dir, &cluster)?,
+    );
+    let agent_tls =
+        super::dev::dev_issue(&running.hub_dir, &hub_tls::Identity::Agent(ENV.into()), &[])?;
 
     let port = free_port()?;
     for command in [
@@ -177,6 +183,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             .arg("--data-dir")
             .arg(&running.agent_dir)
             .args(["--driver", "process", "--state-interval-ms", "300"])
+            .arg("--ca-file")
+            .arg(&agent_tls.ca)
+            .arg("--cert-file")
+            .arg(&agent_tls.cert)
+            .arg("--key-file")
+            .arg(&agent_tls.key)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -238,8 +250,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("  traffic: {ok} answered, {errors} with 5xx, {failed} without an answer");
     if args.keep {
         println!(
-            "  left running: hubctl --endpoints {} canary get -A",
-            endpoints.join(",")
+            "  left running: source {} && hubctl canary get -A",
+            running.hub_dir.join("hubctl.env").display()
         );
     }
     let expected = results

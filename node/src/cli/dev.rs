@@ -2,6 +2,11 @@
 //!
 //! `dev up` writes `DIR/cluster.json` (`{"cluster_id":…,"nodes":[{"id","addr","pid","data_dir"}]}`);
 //! each node logs to `DIR/node-N.log` and keeps its data in `DIR/node-N`.
+//!
+//! A new cluster gets its own PKI in `DIR/pki/` (the CA, one certificate per node, and an
+//! operator `admin`), every node runs with mutual TLS, and `DIR/hubctl.env` exports what
+//! `hubctl` needs to talk to it as that admin (`source DIR/hubctl.env`). `--insecure` starts
+//! plaintext nodes instead (loopback only).
 
 use std::fs::OpenOptions;
 use std::os::unix::process::CommandExt;
@@ -14,6 +19,8 @@ use clap::Subcommand;
 use hub_proto::{InitClusterRequest, Member, NodeStatusRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+use hub_tls::client::{ClientMode, ClientTls, Connector};
 
 use super::output::{print, Format};
 use crate::client::FailoverClient;
@@ -43,6 +50,9 @@ pub enum DevCmd {
         /// test networks; requires root.
         #[arg(long, value_delimiter = ',')]
         netns: Vec<String>,
+        /// Plaintext nodes with no authentication (`hub-node --insecure`; loopback only).
+        #[arg(long)]
+        insecure: bool,
     },
     /// Stop every node of the cluster (data is kept).
     Down {
@@ -71,6 +81,92 @@ pub struct ClusterFile {
     pub node_args: Vec<String>,
     /// The nodes.
     pub nodes: Vec<NodeEntry>,
+    /// Plaintext nodes (`--insecure`); otherwise the PKI is in `DIR/pki`.
+    #[serde(default)]
+    pub insecure: bool,
+}
+
+/// The PKI directory of a dev cluster.
+pub fn pki_dir(dir: &Path) -> PathBuf {
+    dir.join("pki")
+}
+
+/// The name of the operator `dev up` issues a certificate for.
+pub const DEV_ADMIN: &str = "admin";
+
+/// The TLS files of `identity` in a dev cluster's PKI.
+pub fn dev_files(dir: &Path, identity: &hub_tls::Identity) -> hub_tls::TlsFiles {
+    let pki = pki_dir(dir);
+    let stem = hub_tls::pki::file_stem(identity);
+    hub_tls::TlsFiles {
+        ca: pki.join(hub_tls::pki::CA_CERT),
+        cert: pki.join(format!("{stem}.pem")),
+        key: pki.join(format!("{stem}-key.pem")),
+    }
+}
+
+/// How an operator tool dials the dev cluster in `dir`: as its admin over TLS, or plaintext.
+pub fn dev_connector(dir: &Path, cluster: &ClusterFile) -> anyhow::Result<Connector> {
+    let mode = if cluster.insecure {
+        ClientMode::Plaintext
+    } else {
+        let files = dev_files(dir, &hub_tls::Identity::Operator(DEV_ADMIN.into()));
+        ClientMode::Tls(std::sync::Arc::new(ClientTls::load(
+            files,
+            None,
+            std::time::SystemTime::now(),
+        )?))
+    };
+    Ok(Connector::new(mode, Duration::from_secs(5)))
+}
+
+/// Issues `identity`'s certificate in the dev cluster's PKI unless it exists; returns its
+/// files. Nodes are valid for `hosts` plus loopback.
+pub fn dev_issue(
+    dir: &Path,
+    identity: &hub_tls::Identity,
+    hosts: &[String],
+) -> anyhow::Result<hub_tls::TlsFiles> {
+    let files = dev_files(dir, identity);
+    if files.cert.exists() && files.key.exists() {
+        return Ok(files);
+    }
+    let ca = hub_tls::pki::Ca::open(&pki_dir(dir))?;
+    let mut all: Vec<String> = hosts.to_vec();
+    if matches!(identity, hub_tls::Identity::Node(_)) {
+        for h in ["127.0.0.1", "localhost"] {
+            if !all.iter().any(|x| x == h) {
+                all.push(h.to_string());
+            }
+        }
+    }
+    let days = match identity {
+        hub_tls::Identity::Operator(_) => hub_tls::pki::DEFAULT_OPERATOR_DAYS,
+        _ => hub_tls::pki::DEFAULT_SERVICE_DAYS,
+    };
+    ca.issue(identity, &all, days, std::time::SystemTime::now())?
+        .write(&pki_dir(dir), &hub_tls::pki::file_stem(identity))?;
+    Ok(files)
+}
+
+/// `DIR/hubctl.env`: the endpoints and the admin's TLS files, as shell exports.
+fn write_env_file(dir: &Path, cluster: &ClusterFile) -> anyhow::Result<PathBuf> {
+    let endpoints: Vec<&str> = cluster.nodes.iter().map(|n| n.addr.as_str()).collect();
+    let mut text = format!("export HUBCTL_ENDPOINTS={}\n", endpoints.join(","));
+    if cluster.insecure {
+        text.push_str("unset HUBCTL_CA_FILE HUBCTL_CERT_FILE HUBCTL_KEY_FILE\n");
+    } else {
+        let f = dev_files(dir, &hub_tls::Identity::Operator(DEV_ADMIN.into()));
+        text.push_str(&format!(
+            "export HUBCTL_CA_FILE={}\nexport HUBCTL_CERT_FILE={}\nexport HUBCTL_KEY_FILE={}\n",
+            f.ca.display(),
+            f.cert.display(),
+            f.key.display()
+        ));
+    }
+    let path = dir.join("hubctl.env");
+    std::fs::write(&path, text).with_context(|| path.display().to_string())?;
+    Ok(path)
 }
 
 /// One node in `cluster.json`.
@@ -99,8 +195,13 @@ pub async fn run(cmd: DevCmd, fmt: Format) -> anyhow::Result<()> {
             node_args,
             hosts,
             netns,
+            insecure,
         } => {
-            let placement = Placement { hosts, netns };
+            let placement = Placement {
+                hosts,
+                netns,
+                insecure,
+            };
             up(nodes, &data_dir, base_port, &node_args, &placement, fmt).await
         }
         DevCmd::Down { data_dir } => down(&data_dir, fmt),
@@ -169,6 +270,7 @@ fn spawn_node(dir: &Path, cluster: &ClusterFile, node: &NodeEntry) -> anyhow::Re
         .arg(&node.data_dir)
         .arg("--cluster-id")
         .arg(&cluster.cluster_id)
+        .args(node_tls_args(dir, cluster, node.id))
         .args(&cluster.node_args)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -180,10 +282,34 @@ fn spawn_node(dir: &Path, cluster: &ClusterFile, node: &NodeEntry) -> anyhow::Re
     Ok(child.id())
 }
 
+/// `--insecure`, or the node's `--ca-file --cert-file --key-file` in the dev PKI.
+fn node_tls_args(dir: &Path, cluster: &ClusterFile, id: u64) -> Vec<std::ffi::OsString> {
+    if cluster.insecure {
+        return vec!["--insecure".into()];
+    }
+    let f = dev_files(dir, &hub_tls::Identity::Node(id));
+    vec![
+        "--ca-file".into(),
+        f.ca.into(),
+        "--cert-file".into(),
+        f.cert.into(),
+        "--key-file".into(),
+        f.key.into(),
+    ]
+}
+
+/// The end of a node's log for an error message: from its last `Error:` line (what
+/// `hub-node` exited with, before any backtrace) if there is one near the end, else the last
+/// five lines.
 fn log_tail(dir: &Path, id: u64) -> String {
     let text = std::fs::read_to_string(dir.join(format!("node-{id}.log"))).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(5)..].join("\n")
+    let recent = lines.len().saturating_sub(200);
+    let start = lines[recent..]
+        .iter()
+        .rposition(|l| l.starts_with("Error: "))
+        .map_or(lines.len().saturating_sub(5), |i| recent + i);
+    lines[start..lines.len().min(start + 8)].join("\n")
 }
 
 /// Waits until `node` answers, failing early if its process died.
@@ -191,10 +317,11 @@ async fn wait_until_serving(
     dir: &Path,
     node: &NodeEntry,
     pid: u32,
+    connector: &Connector,
     deadline: Instant,
 ) -> anyhow::Result<()> {
     loop {
-        if let Ok(mut c) = FailoverClient::connect(&node.addr).await {
+        if let Ok(mut c) = FailoverClient::connect(&node.addr, connector).await {
             if c.node_status(NodeStatusRequest {}).await.is_ok() {
                 return Ok(());
             }
@@ -245,6 +372,8 @@ pub(crate) struct Placement {
     pub hosts: Vec<String>,
     /// One network namespace per node, or empty.
     pub netns: Vec<String>,
+    /// Plaintext nodes.
+    pub insecure: bool,
 }
 
 async fn up(
@@ -327,6 +456,7 @@ pub(crate) async fn start_cluster(
         let dir = dir.canonicalize()?;
         let cluster = ClusterFile {
             cluster_id: format!("dev-{:08x}", rand::random::<u32>()),
+            insecure: placement.insecure,
             node_args: node_args.split_whitespace().map(String::from).collect(),
             nodes: (1..=n)
                 .zip(ports)
@@ -343,9 +473,29 @@ pub(crate) async fn start_cluster(
                 })
                 .collect(),
         };
+        if !cluster.insecure {
+            hub_tls::pki::Ca::init(
+                &pki_dir(&dir),
+                &cluster.cluster_id,
+                std::time::SystemTime::now(),
+            )?;
+            for (i, node) in cluster.nodes.iter().enumerate() {
+                let host = placement
+                    .hosts
+                    .get(i)
+                    .cloned()
+                    .into_iter()
+                    .collect::<Vec<_>>();
+                dev_issue(&dir, &hub_tls::Identity::Node(node.id), &host)?;
+            }
+            dev_issue(&dir, &hub_tls::Identity::Operator(DEV_ADMIN.into()), &[])?;
+        }
         (cluster, true)
     };
     let mut cluster = cluster;
+    let dir = &dir.canonicalize()?;
+    write_env_file(dir, &cluster)?;
+    let connector = dev_connector(dir, &cluster)?;
     for i in 0..cluster.nodes.len() {
         let pid = spawn_node(dir, &cluster, &cluster.nodes[i])?;
         cluster.nodes[i].pid = pid;
@@ -353,10 +503,10 @@ pub(crate) async fn start_cluster(
     write_cluster_file(dir, &cluster)?;
     let deadline = Instant::now() + Duration::from_secs(60);
     for node in &cluster.nodes {
-        wait_until_serving(dir, node, node.pid, deadline).await?;
+        wait_until_serving(dir, node, node.pid, &connector, deadline).await?;
     }
     let first = &cluster.nodes[0];
-    let mut c = FailoverClient::connect(&first.addr).await?;
+    let mut c = FailoverClient::connect(&first.addr, &connector).await?;
     if fresh {
         let members = cluster
             .nodes
@@ -429,10 +579,12 @@ async fn restart(dir: &Path, id: u64, fmt: Format) -> anyhow::Result<()> {
     let pid = spawn_node(dir, &cluster, &cluster.nodes[i])?;
     cluster.nodes[i].pid = pid;
     write_cluster_file(dir, &cluster)?;
+    let connector = dev_connector(dir, &cluster)?;
     wait_until_serving(
         dir,
         &cluster.nodes[i],
         pid,
+        &connector,
         Instant::now() + Duration::from_secs(60),
     )
     .await?;

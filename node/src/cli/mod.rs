@@ -8,6 +8,7 @@ pub mod dev;
 mod modules;
 mod orch;
 mod output;
+mod pki;
 mod plans;
 mod settings;
 mod timeparse;
@@ -38,8 +39,45 @@ pub struct Cli {
     /// Per-call timeout in milliseconds.
     #[arg(long, global = true, default_value_t = 15_000)]
     timeout_ms: u64,
+    /// The cluster CA's certificate (PEM). With --cert-file and --key-file: mutual TLS, as
+    /// the identity the certificate names. Without any of the three, plaintext (a hub run
+    /// with --insecure).
+    #[arg(long, global = true, env = "HUBCTL_CA_FILE")]
+    ca_file: Option<std::path::PathBuf>,
+    /// Your certificate (PEM), e.g. from `hubctl pki issue operator`.
+    #[arg(long, global = true, env = "HUBCTL_CERT_FILE")]
+    cert_file: Option<std::path::PathBuf>,
+    /// Your private key (PEM).
+    #[arg(long, global = true, env = "HUBCTL_KEY_FILE")]
+    key_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Cmd,
+}
+
+/// The client TLS of `--ca-file/--cert-file/--key-file`: all three or none (plaintext).
+pub fn client_mode(
+    ca: Option<&std::path::Path>,
+    cert: Option<&std::path::Path>,
+    key: Option<&std::path::Path>,
+) -> anyhow::Result<hub_tls::client::ClientMode> {
+    use hub_tls::client::{ClientMode, ClientTls};
+    match (ca, cert, key) {
+        (None, None, None) => Ok(ClientMode::Plaintext),
+        // Server-authenticated TLS only: the hub answers such a caller UNAUTHENTICATED.
+        (Some(ca), None, None) => Ok(hub_tls::client::anonymous(ca)?),
+        (Some(ca), Some(cert), Some(key)) => {
+            let files = hub_tls::TlsFiles {
+                ca: ca.to_path_buf(),
+                cert: cert.to_path_buf(),
+                key: key.to_path_buf(),
+            };
+            let tls = ClientTls::load(files, None, std::time::SystemTime::now())?;
+            Ok(ClientMode::Tls(std::sync::Arc::new(tls)))
+        }
+        _ => bail!(
+            "--cert-file and --key-file (or HUBCTL_CERT_FILE, HUBCTL_KEY_FILE) go together, with --ca-file (HUBCTL_CA_FILE); give none for a hub run with --insecure"
+        ),
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -61,6 +99,10 @@ enum Cmd {
     Entity(EntityCmd),
     /// The replicated state's digest as seen by the contacted node.
     Digest(ReadArgs),
+    /// The cluster's certificate authority: create it, issue node, agent and operator
+    /// certificates (all local files; nothing is sent anywhere).
+    #[command(subcommand)]
+    Pki(pki::PkiCmd),
     #[command(flatten)]
     Orch(orch::OrchCmd),
 }
@@ -203,17 +245,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             bail!("--endpoints: {e:?} is not host:port");
         }
     }
-    let client = FailoverClient::new(endpoints, Duration::from_millis(cli.timeout_ms));
     let fmt = cli.output;
+    let timeout = Duration::from_millis(cli.timeout_ms);
+    let (ca, cert, key) = (cli.ca_file, cli.cert_file, cli.key_file);
+    // Only commands that talk to a hub load the client's TLS material.
+    let connect = move || -> anyhow::Result<FailoverClient> {
+        let mode = client_mode(ca.as_deref(), cert.as_deref(), key.as_deref())?;
+        let connector = hub_tls::client::Connector::new(mode, timeout);
+        Ok(FailoverClient::new(endpoints, timeout, connector))
+    };
     match cli.command {
+        Cmd::Pki(cmd) => pki::run(cmd, fmt),
         Cmd::Dev(cmd) => dev::run(cmd, fmt).await,
         Cmd::Demo(args) => demo::run(args).await,
-        Cmd::Cluster(cmd) => cluster(&client, cmd, fmt).await,
-        Cmd::Env(cmd) => env(&client, cmd, fmt).await,
-        Cmd::Entity(cmd) => entity(&client, cmd, fmt).await,
-        Cmd::Orch(cmd) => orch::run(&client, cmd, fmt).await,
+        Cmd::Cluster(cmd) => cluster(&connect()?, cmd, fmt).await,
+        Cmd::Env(cmd) => env(&connect()?, cmd, fmt).await,
+        Cmd::Entity(cmd) => entity(&connect()?, cmd, fmt).await,
+        Cmd::Orch(cmd) => orch::run(&connect()?, cmd, fmt).await,
         Cmd::Digest(read) => {
-            let d = client
+            let d = connect()?
                 .call(
                     |mut c| async move { c.state_digest(ReadOptions { stale: read.stale }).await },
                 )
@@ -262,7 +312,7 @@ async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyho
         }
         ClusterCmd::Init { members } => {
             let first = &client.endpoints()[0];
-            let mut c = FailoverClient::connect(first)
+            let mut c = FailoverClient::connect(first, client.connector())
                 .await
                 .with_context(|| format!("--endpoints: cannot reach {first}"))?;
             let req = InitClusterRequest {

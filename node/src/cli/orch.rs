@@ -156,10 +156,12 @@ pub(crate) fn parse_bool(s: &str) -> Result<bool, String> {
     }
 }
 
-/// Who is acting: `--actor`, else `$USER`, else `hubctl`.
+/// Who is acting on a hub run with `--insecure`: `--actor`, else `$USER`, else `hubctl`.
+/// Over TLS the hub records the certificate's identity instead, whatever this says.
 #[derive(Args, Debug, Clone)]
 pub struct ActorArg {
-    /// Who is acting, recorded in the audit log (default: $USER, else "hubctl").
+    /// Recorded as the actor only by a hub run with --insecure; over TLS the actor is your
+    /// certificate's identity (default: $USER, else "hubctl").
     #[arg(long)]
     actor: Option<String>,
 }

@@ -37,11 +37,24 @@ struct Args {
     /// Plans run at once.
     #[arg(long, default_value_t = 16)]
     parallel: usize,
+    /// The cluster CA (PEM).
+    #[arg(long)]
+    ca_file: Option<std::path::PathBuf>,
+    /// Its agent certificate (PEM).
+    #[arg(long)]
+    cert_file: Option<std::path::PathBuf>,
+    /// Its key (PEM).
+    #[arg(long)]
+    key_file: Option<std::path::PathBuf>,
+    /// Plaintext, to an --insecure hub.
+    #[arg(long)]
+    insecure: bool,
 }
 
 /// Endpoint rotation shared by every call.
 struct Hub {
     endpoints: Mutex<Vec<String>>,
+    connector: hub_tls::client::Connector,
 }
 
 impl Hub {
@@ -58,10 +71,13 @@ impl Hub {
 
     async fn client(&self) -> Result<(String, AgentClient<Channel>), String> {
         let addr = self.current();
-        let ep = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| e.to_string())?
-            .connect_timeout(Duration::from_millis(500));
-        match ep.connect().await {
+        let connected = self
+            .connector
+            .channel(&addr, |ep: Endpoint| {
+                ep.connect_timeout(Duration::from_millis(500))
+            })
+            .await;
+        match connected {
             Ok(ch) => Ok((addr, AgentClient::new(ch))),
             Err(e) => {
                 self.rotate(&addr);
@@ -112,8 +128,32 @@ fn jitter(max: u64) -> u64 {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args = Args::parse();
+    let mode = match (
+        &args.ca_file,
+        &args.cert_file,
+        &args.key_file,
+        args.insecure,
+    ) {
+        (Some(ca), Some(cert), Some(key), false) => {
+            let files = hub_tls::TlsFiles {
+                ca: ca.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+            };
+            let tls = hub_tls::client::ClientTls::load(
+                files,
+                Some(hub_tls::Identity::Agent(args.environment.clone())),
+                std::time::SystemTime::now(),
+            )
+            .unwrap_or_else(|e| panic!("test-agent: {e}"));
+            hub_tls::client::ClientMode::Tls(Arc::new(tls))
+        }
+        (None, None, None, true) => hub_tls::client::ClientMode::Plaintext,
+        _ => panic!("test-agent: --ca-file, --cert-file and --key-file, or --insecure"),
+    };
     let hub = Arc::new(Hub {
         endpoints: Mutex::new(args.endpoints.clone()),
+        connector: hub_tls::client::Connector::new(mode, Duration::from_millis(500)),
     });
     let log = Arc::new(Mutex::new(
         std::fs::OpenOptions::new()

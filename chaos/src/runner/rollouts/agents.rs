@@ -68,6 +68,7 @@ impl AgentProcess {
             None => Command::new(&agent),
         };
         cmd.args(["--environment", environment])
+            .args(crate::runner::cluster::agent_tls_args(environment)?)
             .arg("--endpoints")
             .arg(endpoints.join(","))
             .arg("--data-dir")

@@ -1,0 +1,381 @@
+//! Who may call what: every gRPC method's rule, checked against the identity the TLS
+//! handshake verified ([`hub_tls::server::Authenticated`]), never against a request field.
+//!
+//! [`AuthLayer`] runs before any handler. It looks the method up in [`rule`] (a method
+//! without a rule is refused: default deny), checks the caller, and puts the [`Caller`] into
+//! the request's extensions, where handlers read it ([`caller`]) for the checks that need the
+//! decoded request: an agent acts only for its own environment ([`Caller::require_environment`]).
+//!
+//! | service / method | who |
+//! |---|---|
+//! | `hub.v1.Raft/*`, `hub.v1.Hub/Forward`, `hub.v1.Hub/ReadIndex` | a node of this cluster that is a member (any node of the cluster while this node has no membership yet, i.e. is being added) |
+//! | `hub.v1.Hub/*` (the rest) | an operator, or a node proxying for one |
+//! | `hub.v1.Agent/*` | an agent, for its own environment only |
+//!
+//! With `--insecure` (loopback only) every caller is [`Caller::Insecure`] and may do everything.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use hub_tls::server::{Authenticated, ConnInfo};
+use hub_tls::Identity;
+use tonic::Status;
+use tracing::warn;
+
+/// Who is calling, as the transport established it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// A plaintext (`--insecure`) listener: nobody is identified.
+    Insecure,
+    /// A verified identity of this cluster.
+    Verified(Identity),
+}
+
+impl Caller {
+    /// The identity to record as the actor of a write; `None` on an insecure listener,
+    /// where the client's own field stays.
+    pub fn actor(&self) -> Option<String> {
+        match self {
+            Caller::Insecure => None,
+            Caller::Verified(id) => Some(id.to_string()),
+        }
+    }
+
+    /// Refuses an agent acting for another environment than its certificate's.
+    pub fn require_environment(&self, environment: &str) -> Result<(), Status> {
+        match self {
+            Caller::Insecure => Ok(()),
+            Caller::Verified(Identity::Agent(own)) if own == environment => Ok(()),
+            Caller::Verified(who) => Err(Status::permission_denied(format!(
+                "{who} may not act for environment {environment:?}"
+            ))),
+        }
+    }
+}
+
+/// The caller of a request that passed [`AuthLayer`].
+pub fn caller<T>(req: &tonic::Request<T>) -> Result<Caller, Status> {
+    req.extensions()
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| Status::internal("the request did not pass the authorization layer"))
+}
+
+/// Who may call a method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// A member node of this cluster.
+    Node,
+    /// An operator, or a node proxying an operator's call.
+    Operator,
+    /// An agent (its environment is checked by the handler).
+    Agent,
+}
+
+/// The rule of every method; `None` (refused) for anything else.
+pub fn rule(path: &str) -> Option<Rule> {
+    Some(match path {
+        "/hub.v1.Raft/AppendEntries"
+        | "/hub.v1.Raft/Vote"
+        | "/hub.v1.Raft/PreVote"
+        | "/hub.v1.Raft/InstallSnapshot"
+        | "/hub.v1.Hub/Forward"
+        | "/hub.v1.Hub/ReadIndex" => Rule::Node,
+        "/hub.v1.Hub/CreateEnvironment"
+        | "/hub.v1.Hub/DeleteEnvironment"
+        | "/hub.v1.Hub/CreateEntity"
+        | "/hub.v1.Hub/GetEnvironment"
+        | "/hub.v1.Hub/ListEnvironments"
+        | "/hub.v1.Hub/ListEntities"
+        | "/hub.v1.Hub/StateDigest"
+        | "/hub.v1.Hub/NodeStatus"
+        | "/hub.v1.Hub/ClusterStatus"
+        | "/hub.v1.Hub/InitCluster"
+        | "/hub.v1.Hub/AddNode"
+        | "/hub.v1.Hub/RemoveNode"
+        | "/hub.v1.Hub/Submit"
+        | "/hub.v1.Hub/Query" => Rule::Operator,
+        "/hub.v1.Agent/ReportStates"
+        | "/hub.v1.Agent/ReportTask"
+        | "/hub.v1.Agent/ReportTasks"
+        | "/hub.v1.Agent/FetchPlans"
+        | "/hub.v1.Agent/ReportCanaries" => Rule::Agent,
+        _ => return None,
+    })
+}
+
+/// Whether a node id may act as a peer now.
+pub type MemberCheck = Arc<dyn Fn(u64) -> bool + Send + Sync>;
+
+/// Counts of refused calls.
+#[derive(Debug, Default)]
+pub struct AuthStats {
+    /// Calls without a usable certificate.
+    pub unauthenticated: AtomicU64,
+    /// Calls by an identity the method's rule does not admit.
+    pub denied: AtomicU64,
+    /// Refusals not logged because of the log rate limit.
+    pub unlogged: AtomicU64,
+    log_second: AtomicU64,
+    logged_in_second: AtomicU64,
+}
+
+/// At most this many refusals are logged per second; the rest are counted.
+const REFUSAL_LOGS_PER_SECOND: u64 = 20;
+
+impl AuthStats {
+    fn may_log(&self) -> bool {
+        let sec = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        // Races between calls only blur the limit a little.
+        if self.log_second.swap(sec, Ordering::Relaxed) != sec {
+            self.logged_in_second.store(0, Ordering::Relaxed);
+        }
+        if self.logged_in_second.fetch_add(1, Ordering::Relaxed) < REFUSAL_LOGS_PER_SECOND {
+            true
+        } else {
+            self.unlogged.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+}
+
+/// The authorization policy of one listener.
+#[derive(Clone)]
+pub struct Policy {
+    /// Plaintext listener: everybody is [`Caller::Insecure`].
+    pub insecure: bool,
+    /// Which node ids are members.
+    pub is_member: MemberCheck,
+    /// Refusal counts.
+    pub stats: Arc<AuthStats>,
+}
+
+impl Policy {
+    /// Decides a call to `path` by the connection `info`.
+    pub fn check(&self, path: &str, info: Option<&ConnInfo>) -> Result<Caller, Status> {
+        if self.insecure {
+            return Ok(Caller::Insecure);
+        }
+        let Some(rule) = rule(path) else {
+            self.stats.denied.fetch_add(1, Ordering::Relaxed);
+            return Err(Status::permission_denied(format!(
+                "{path}: no such method is open to anyone"
+            )));
+        };
+        let remote = info
+            .and_then(|i| i.remote)
+            .map_or_else(|| "?".to_string(), |a| a.to_string());
+        let auth = info.map_or(&Authenticated::NoCertificate, |i| &i.auth);
+        let identity = match auth {
+            Authenticated::Identity(id) => id,
+            Authenticated::Plaintext | Authenticated::NoCertificate => {
+                return Err(self.refuse_unauthenticated(
+                    path,
+                    &remote,
+                    "no client certificate: present a certificate signed by the cluster CA (--ca-file, --cert-file, --key-file)".into(),
+                ));
+            }
+            Authenticated::Unusable(reason) => {
+                return Err(self.refuse_unauthenticated(path, &remote, reason.clone()));
+            }
+        };
+        let allowed = match (rule, identity) {
+            (Rule::Node, Identity::Node(id)) | (Rule::Operator, Identity::Node(id)) => {
+                (self.is_member)(*id)
+            }
+            (Rule::Operator, Identity::Operator(_)) | (Rule::Agent, Identity::Agent(_)) => true,
+            _ => false,
+        };
+        if !allowed {
+            let needs = match (rule, identity) {
+                (Rule::Node | Rule::Operator, Identity::Node(_)) => {
+                    "a node that is a member of this cluster"
+                }
+                (Rule::Node, _) => "a node of this cluster",
+                (Rule::Operator, _) => "an operator",
+                (Rule::Agent, _) => "an agent",
+            };
+            self.stats.denied.fetch_add(1, Ordering::Relaxed);
+            if self.stats.may_log() {
+                warn!(%path, %remote, caller = %identity, "call refused: permission denied");
+            }
+            return Err(Status::permission_denied(format!(
+                "{identity} may not call {path}: it needs {needs}"
+            )));
+        }
+        Ok(Caller::Verified(identity.clone()))
+    }
+
+    fn refuse_unauthenticated(&self, path: &str, remote: &str, reason: String) -> Status {
+        self.stats.unauthenticated.fetch_add(1, Ordering::Relaxed);
+        if self.stats.may_log() {
+            warn!(%path, %remote, %reason, "call refused: unauthenticated");
+        }
+        Status::unauthenticated(reason)
+    }
+}
+
+/// The tower layer that applies a [`Policy`] to every request.
+#[derive(Clone)]
+pub struct AuthLayer {
+    policy: Policy,
+}
+
+impl AuthLayer {
+    /// A layer enforcing `policy`.
+    pub fn new(policy: Policy) -> Self {
+        Self { policy }
+    }
+}
+
+impl<S> tower::Layer<S> for AuthLayer {
+    type Service = AuthService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AuthService {
+            inner,
+            policy: self.policy.clone(),
+        }
+    }
+}
+
+/// See [`AuthLayer`].
+#[derive(Clone)]
+pub struct AuthService<S> {
+    inner: S,
+    policy: Policy,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for AuthService<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let decision = self
+            .policy
+            .check(req.uri().path(), req.extensions().get::<ConnInfo>());
+        match decision {
+            Ok(caller) => {
+                req.extensions_mut().insert(caller);
+                Box::pin(self.inner.call(req))
+            }
+            Err(status) => Box::pin(async move { Ok(status.into_http()) }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every rpc of hub.proto has a rule: a method added without one would be refused to
+    /// everybody, so the table and the proto must move together.
+    #[test]
+    fn every_rpc_has_a_rule() {
+        let proto = include_str!("../../proto/proto/hub.proto");
+        let mut service = "";
+        let mut count = 0;
+        for line in proto.lines().map(str::trim) {
+            if let Some(rest) = line.strip_prefix("service ") {
+                service = rest.trim_end_matches('{').trim();
+            }
+            if let Some(rest) = line.strip_prefix("rpc ") {
+                let method = rest.split('(').next().unwrap_or("").trim();
+                let path = format!("/hub.v1.{service}/{method}");
+                assert!(rule(&path).is_some(), "{path} has no rule");
+                count += 1;
+            }
+        }
+        assert!(count >= 25, "found {count} rpcs");
+        assert_eq!(rule("/hub.v1.Hub/Unknown"), None);
+    }
+
+    fn policy(members: &'static [u64]) -> Policy {
+        Policy {
+            insecure: false,
+            is_member: Arc::new(move |id| members.contains(&id)),
+            stats: Arc::default(),
+        }
+    }
+
+    fn conn(auth: Authenticated) -> ConnInfo {
+        ConnInfo { remote: None, auth }
+    }
+
+    #[test]
+    fn rules_admit_only_their_identities() {
+        let p = policy(&[1, 2, 3]);
+        let op = conn(Authenticated::Identity(Identity::Operator("alice".into())));
+        let agent = conn(Authenticated::Identity(Identity::Agent("prod".into())));
+        let node = conn(Authenticated::Identity(Identity::Node(2)));
+        let stranger = conn(Authenticated::Identity(Identity::Node(9)));
+        assert!(p.check("/hub.v1.Hub/Submit", Some(&op)).is_ok());
+        assert!(p.check("/hub.v1.Hub/Submit", Some(&node)).is_ok());
+        let e = p
+            .check("/hub.v1.Raft/AppendEntries", Some(&op))
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+        assert!(e
+            .message()
+            .contains("operator/alice may not call /hub.v1.Raft/AppendEntries"));
+        assert!(p.check("/hub.v1.Raft/AppendEntries", Some(&node)).is_ok());
+        let e = p.check("/hub.v1.Raft/Vote", Some(&stranger)).unwrap_err();
+        assert!(e.message().contains("member"), "{e:?}");
+        assert!(p.check("/hub.v1.Hub/Forward", Some(&agent)).is_err());
+        assert!(p.check("/hub.v1.Agent/FetchPlans", Some(&agent)).is_ok());
+        assert!(p.check("/hub.v1.Agent/FetchPlans", Some(&op)).is_err());
+        assert!(p.check("/hub.v1.Hub/Query", Some(&agent)).is_err());
+        let e = p
+            .check(
+                "/hub.v1.Hub/Submit",
+                Some(&conn(Authenticated::NoCertificate)),
+            )
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        assert!(e.message().contains("no client certificate"));
+        let e = p
+            .check(
+                "/hub.v1.Hub/Submit",
+                Some(&conn(Authenticated::Unusable("of cluster \"c2\"".into()))),
+            )
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        assert!(p.check("/hub.v1.Hub/Nope", Some(&op)).is_err());
+        assert_eq!(p.stats.denied.load(Ordering::Relaxed), 6);
+        assert_eq!(p.stats.unauthenticated.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn an_agent_acts_only_for_its_environment() {
+        let a = Caller::Verified(Identity::Agent("prod".into()));
+        assert!(a.require_environment("prod").is_ok());
+        let e = a.require_environment("stage").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+        assert_eq!(
+            e.message(),
+            "agent/prod may not act for environment \"stage\""
+        );
+        assert!(Caller::Insecure.require_environment("any").is_ok());
+        let op = Caller::Verified(Identity::Operator("alice".into()));
+        assert!(op.require_environment("prod").is_err());
+    }
+}
