@@ -223,6 +223,11 @@ fn init_tracing(format: &str) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Owner-only files (SECURITY "At rest"): the journal, the execution log, rendered configs
+    // and secrets, and whatever a library creates, whatever umask the agent was started with.
+    // The agent's services inherit it; the process driver sets the modes they need itself.
+    // SAFETY: umask(2) cannot fail and only swaps the process's file-creation mask.
+    unsafe { libc::umask(0o077) };
     let args = Settings::resolve(Args::parse())?;
     init_tracing(&args.log_format);
     // The journal first: a data directory of another environment is refused before anything

@@ -22,7 +22,7 @@ use crate::network::NetworkFactory;
 use crate::peers::{PeerPool, MAX_MESSAGE_BYTES};
 
 /// Largest encoded command a client may submit (SPEC S3: oversized messages are refused).
-pub const MAX_COMMAND_BYTES: usize = 256 << 10;
+pub const MAX_COMMAND_BYTES: usize = raft_store::codec::MAX_COMMAND_BYTES;
 
 /// Everything a node needs to start.
 #[derive(Debug, Clone)]
@@ -246,8 +246,9 @@ impl HubNode {
 
     /// Proposes on this node, which believes it is the leader. Used for forwarded writes too.
     pub async fn propose_as_leader(&self, encoded: &[u8]) -> Result<WriteReply, Status> {
-        let (command, request_id): (Command, Option<String>) = codec::decode(encoded)
-            .map_err(|e| Status::invalid_argument(format!("bad forwarded command: {e}")))?;
+        let (command, request_id): (Command, Option<String>) =
+            codec::decode_bounded(encoded, codec::Limit::Command)
+                .map_err(|e| Status::invalid_argument(format!("bad forwarded command: {e}")))?;
         let deadline = Instant::now() + self.request_timeout;
         match self.propose_local(command, request_id, deadline).await {
             Attempt::Done(r) => r,

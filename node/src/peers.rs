@@ -10,7 +10,7 @@ use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
 /// Largest gRPC message a hub node accepts or sends.
-pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
+pub const MAX_MESSAGE_BYTES: usize = raft_store::codec::MAX_MESSAGE_BYTES;
 
 /// The pool of channels to other nodes.
 #[derive(Default)]
