@@ -165,6 +165,7 @@ async fn main() -> anyhow::Result<()> {
     // The leader-only orchestration loop: idle on followers.
     let _orchestrator = hub_node::orchestrator::spawn(node.clone());
     let _canaries = hub_node::canary_controller::spawn(node.clone());
+    let _keys = hub_node::cluster_keys::spawn(node.clone());
 
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
