@@ -10,7 +10,10 @@
 //! [`decode_bounded`] refuses an input longer than the limit's encoded size, and gives bincode
 //! a budget (`with_limit`) that every declared length and every decoded primitive is charged
 //! against **before** anything is allocated: a length prefix beyond the budget is an error,
-//! not an allocation.
+//! not an allocation. The budget follows the input: the smallest power of four at least
+//! [`BUDGET_FACTOR`] times the input's length (at most the limit's), so decoding `n` bytes
+//! allocates at most about `32 n` bytes (plus serde's capped pre-allocation of 1 MiB per
+//! nested sequence), whatever lengths they declare.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -55,9 +58,39 @@ impl Limit {
     }
 }
 
-const COMMAND_BUDGET: usize = MAX_COMMAND_BYTES * BUDGET_FACTOR;
-const MESSAGE_BUDGET: usize = MAX_MESSAGE_BYTES * BUDGET_FACTOR;
-const SNAPSHOT_BUDGET: usize = MAX_SNAPSHOT_BYTES.saturating_mul(BUDGET_FACTOR);
+/// The smallest budget; every budget is this times a power of four.
+const MIN_BUDGET: usize = 1 << 16;
+
+/// bincode's budget for decoding `len` bytes (see the module documentation).
+pub fn budget_for(len: usize) -> usize {
+    let need = len.saturating_mul(BUDGET_FACTOR);
+    let mut budget = MIN_BUDGET;
+    while budget < need {
+        budget = budget.saturating_mul(4);
+    }
+    budget
+}
+
+/// Decodes `body` with bincode's budget set to the smallest step of the ladder that holds
+/// `budget` (bincode takes its limit as a const generic).
+fn decode_with_budget<T: DeserializeOwned>(
+    body: &[u8],
+    budget: usize,
+) -> Result<(T, usize), bincode::error::DecodeError> {
+    macro_rules! ladder {
+        ($($shift:literal),*) => {
+            $(
+                if budget <= MIN_BUDGET << $shift {
+                    let config = bincode::config::standard().with_limit::<{ MIN_BUDGET << $shift }>();
+                    return bincode::serde::decode_from_slice(body, config);
+                }
+            )*
+        };
+    }
+    // 64 KiB, 256 KiB, ... 16 GiB: covers the largest limit's budget (8 GiB).
+    ladder!(0, 2, 4, 6, 8, 10, 12, 14, 16, 18);
+    Err(bincode::error::DecodeError::LimitExceeded)
+}
 
 /// Why bytes could not be decoded.
 #[derive(Debug, thiserror::Error)]
@@ -76,11 +109,11 @@ pub enum CodecError {
         /// The limit's encoded size.
         limit: usize,
     },
-    /// A length inside the value declares more than the limit allows.
-    #[error("value declares more than its limit of {limit} bytes")]
+    /// Lengths inside the value declare more than its input can hold.
+    #[error("value declares lengths beyond its decoding budget of {budget} bytes")]
     LimitExceeded {
-        /// The limit's encoded size.
-        limit: usize,
+        /// bincode's budget for this input ([`budget_for`]).
+        budget: usize,
     },
     /// The body is not a valid encoding of the expected type.
     #[error("malformed value: {0}")]
@@ -109,20 +142,10 @@ pub fn decode_bounded<T: DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result
     if version != FORMAT_VERSION {
         return Err(CodecError::UnknownVersion(version));
     }
-    let standard = bincode::config::standard();
-    let decoded = match limit {
-        Limit::Command => {
-            bincode::serde::decode_from_slice(body, standard.with_limit::<COMMAND_BUDGET>())
-        }
-        Limit::Message => {
-            bincode::serde::decode_from_slice(body, standard.with_limit::<MESSAGE_BUDGET>())
-        }
-        Limit::Snapshot => {
-            bincode::serde::decode_from_slice(body, standard.with_limit::<SNAPSHOT_BUDGET>())
-        }
-    };
-    let (value, read) = decoded.map_err(|e| match e {
-        bincode::error::DecodeError::LimitExceeded => CodecError::LimitExceeded { limit: max },
+    // The input is at most `max` bytes, so its budget is at most the limit's.
+    let budget = budget_for(body.len());
+    let (value, read) = decode_with_budget(body, budget).map_err(|e| match e {
+        bincode::error::DecodeError::LimitExceeded => CodecError::LimitExceeded { budget },
         e => CodecError::Malformed(e.to_string()),
     })?;
     if read != body.len() {
@@ -194,18 +217,36 @@ mod tests {
     }
 
     #[test]
-    fn a_length_within_the_budget_but_beyond_the_input_is_malformed() {
-        // 1 MiB declared, 1 byte present: within the message budget, so bincode allocates
-        // (zeroed, untouched pages) and then finds the input short.
+    fn the_budget_follows_the_input() {
+        assert_eq!(budget_for(0), MIN_BUDGET);
+        assert_eq!(budget_for(11), MIN_BUDGET);
+        assert_eq!(budget_for(MIN_BUDGET / 8 + 1), MIN_BUDGET * 4);
+        for len in [1, 1000, MAX_COMMAND_BYTES, MAX_MESSAGE_BYTES, MAX_SNAPSHOT_BYTES] {
+            let b = budget_for(len);
+            assert!(b >= len * BUDGET_FACTOR && b <= (len * BUDGET_FACTOR).max(MIN_BUDGET) * 4);
+        }
+        assert!(budget_for(MAX_SNAPSHOT_BYTES) <= MIN_BUDGET << 18);
+        // A small input may not declare much, whatever the limit: 64 KiB declared in 7 bytes.
         let mut b = vec![FORMAT_VERSION, 0xfc];
-        b.extend_from_slice(&(1u32 << 20).to_le_bytes());
+        b.extend_from_slice(&(1u32 << 16).to_le_bytes());
+        b.push(b'x');
+        for limit in [Limit::Command, Limit::Message, Limit::Snapshot] {
+            assert!(
+                matches!(
+                    decode_bounded::<String>(&b, limit),
+                    Err(CodecError::LimitExceeded { .. })
+                ),
+                "{limit:?}"
+            );
+        }
+        // 1 KiB declared is within the budget: allocated, then the input is found short.
+        let mut b = vec![FORMAT_VERSION, 0xfb];
+        b.extend_from_slice(&1024u16.to_le_bytes());
         b.push(b'x');
         assert!(matches!(
-            decode_bounded::<String>(&b, Limit::Message),
+            decode_bounded::<String>(&b, Limit::Command),
             Err(CodecError::Malformed(_))
         ));
-        // The same for the command limit: 1 MiB is within its 2 MiB budget.
-        assert!(decode_bounded::<String>(&b, Limit::Command).is_err());
     }
 
     #[test]
