@@ -137,11 +137,7 @@ pub fn apply(input: &[u8], other: &[u8], mutations: &[Mutation]) -> Vec<u8> {
 pub fn mutated(seeds: Vec<Vec<u8>>) -> impl Strategy<Value = Vec<u8>> {
     assert!(!seeds.is_empty(), "fuzzing needs at least one seed");
     let n = seeds.len();
-    let from_seeds = (
-        0..n,
-        0..n,
-        prop::collection::vec(mutation(), 1..5),
-    )
+    let from_seeds = (0..n, 0..n, prop::collection::vec(mutation(), 1..5))
         .prop_map(move |(a, b, ms)| apply(&seeds[a], &seeds[b], &ms));
     prop_oneof![
         7 => from_seeds,
@@ -235,7 +231,10 @@ mod tests {
     fn mutations_do_what_they_say() {
         assert_eq!(apply(b"abcd", b"", &[Mutation::Truncate(0)]), b"");
         assert_eq!(apply(b"abcd", b"", &[Mutation::Truncate(1 << 31)]), b"ab");
-        assert_eq!(apply(b"ab", b"xyz", &[Mutation::Splice(u32::MAX, 0)]), b"abxyz");
+        assert_eq!(
+            apply(b"ab", b"xyz", &[Mutation::Splice(u32::MAX, 0)]),
+            b"abxyz"
+        );
         assert_eq!(apply(b"ab", b"xyz", &[Mutation::Splice(0, 1 << 31)]), b"z");
         let bombed = apply(&[1, 5, b'x'], b"", &[Mutation::LengthBomb(1 << 30, 1)]);
         assert_eq!(bombed[..2], [1, 0xfd]);

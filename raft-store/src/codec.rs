@@ -221,7 +221,13 @@ mod tests {
         assert_eq!(budget_for(0), MIN_BUDGET);
         assert_eq!(budget_for(11), MIN_BUDGET);
         assert_eq!(budget_for(MIN_BUDGET / 8 + 1), MIN_BUDGET * 4);
-        for len in [1, 1000, MAX_COMMAND_BYTES, MAX_MESSAGE_BYTES, MAX_SNAPSHOT_BYTES] {
+        for len in [
+            1,
+            1000,
+            MAX_COMMAND_BYTES,
+            MAX_MESSAGE_BYTES,
+            MAX_SNAPSHOT_BYTES,
+        ] {
             let b = budget_for(len);
             assert!(b >= len * BUDGET_FACTOR && b <= (len * BUDGET_FACTOR).max(MIN_BUDGET) * 4);
         }

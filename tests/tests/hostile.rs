@@ -194,7 +194,11 @@ fn the_length_bomb_and_hostile_snapshots_get_errors_and_every_node_stays_up() {
             );
             expect_code(
                 "Raft.InstallSnapshot (declared 2^45 bytes)",
-                install(&mut raft, vec![chunk(snapshot_header("127.0.0.1:1"), 1 << 45)]).await,
+                install(
+                    &mut raft,
+                    vec![chunk(snapshot_header("127.0.0.1:1"), 1 << 45)],
+                )
+                .await,
                 Code::ResourceExhausted,
             );
             // Every call was answered at once, not after an allocation or a timeout.
@@ -251,7 +255,10 @@ fn the_length_bomb_and_hostile_snapshots_get_errors_and_every_node_stays_up() {
                 Err(s) if s.code() == Code::InvalidArgument => {}
                 other => panic!("second snapshot stream: {other:?}"),
             }
-            assert!(Instant::now() < deadline, "a second stream was never refused");
+            assert!(
+                Instant::now() < deadline,
+                "a second stream was never refused"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         drop(tx);
@@ -271,7 +278,11 @@ fn the_length_bomb_and_hostile_snapshots_get_errors_and_every_node_stays_up() {
     for node in cluster.nodes() {
         assert!(cluster.is_running(node.id), "node {} died", node.id);
     }
-    assert_eq!(digests(&cluster), before, "a hostile call changed some state");
+    assert_eq!(
+        digests(&cluster),
+        before,
+        "a hostile call changed some state"
+    );
     // The cluster still commits writes.
     cluster
         .create_env(1, "after")
