@@ -635,7 +635,7 @@ mod tests {
         assert!(!format!("{spec:?}").contains("\"v\""));
     }
 
-    /// Plan fetches from the wire (SPEC S3, docs/SECURITY.md "Fuzzing"): a `FetchPlansReply`
+    /// Plan fetches from the wire (SPEC S3, docs/BENCHMARKS.md "Fuzzing"): a `FetchPlansReply`
     /// with an install and a canary-step plan, encoded, mutated (bit flips, truncation,
     /// splices, huge length prefixes) or random, goes through prost's decoding, `to_spec` and
     /// the checks the driver and the canary runner make of names, versions, ports, match

@@ -378,7 +378,7 @@ mod tests {
         assert!(err.contains("--environment"), "{err}");
     }
 
-    /// Settings files (SPEC S3, docs/SECURITY.md "Fuzzing"): valid `agent.toml`s and TOML
+    /// Settings files (SPEC S3, docs/BENCHMARKS.md "Fuzzing"): valid `agent.toml`s and TOML
     /// built to hurt (deep nesting, long keys), mutated and random, through
     /// `Settings::resolve` as `--config` reads them. Every one is accepted or refused with an
     /// error naming the file; none panics; each within a time bound.

@@ -1,4 +1,4 @@
-//! Fuzzing the engine's parsers of operator-written text (SPEC S3, docs/SECURITY.md
+//! Fuzzing the engine's parsers of operator-written text (SPEC S3, docs/BENCHMARKS.md
 //! "Fuzzing"): release manifests, module definitions, canary resources and config overrides
 //! (through `State::apply`, as a submitted command is). Seeds are the valid and invalid
 //! fixtures plus YAML built to hurt (alias expansion, deep nesting, huge scalars); they are

@@ -1,4 +1,4 @@
-//! Fuzzing support shared by every crate's fuzz targets (docs/SECURITY.md "Fuzzing").
+//! Fuzzing support shared by every crate's fuzz targets (docs/BENCHMARKS.md "Fuzzing").
 //!
 //! - [`config`]: a proptest configuration with [`cases`] cases (`HUB_FUZZ_CASES`, default
 //!   given by the target) and no persisted regressions on a read-only CI checkout.

@@ -1,4 +1,4 @@
-//! Fuzzing `Hub.Submit`'s command parsing (SPEC S3, docs/SECURITY.md "Fuzzing"): the JSON of
+//! Fuzzing `Hub.Submit`'s command parsing (SPEC S3, docs/BENCHMARKS.md "Fuzzing"): the JSON of
 //! real commands, mutated (bit flips, truncation, splices, inserts) and random bytes, into
 //! `parse_submitted`, which must answer within a time bound without panicking, never accept
 //! a command only the leader or an agent may propose, and never echo a secret it refuses.

@@ -1,4 +1,4 @@
-//! Fuzzing the codec (SPEC S3, docs/SECURITY.md "Fuzzing"): valid encodings of commands,
+//! Fuzzing the codec (SPEC S3, docs/BENCHMARKS.md "Fuzzing"): valid encodings of commands,
 //! forwarded writes, log entries, Raft messages, records and snapshot files, mutated
 //! structure-aware (bit flips, truncation, splices, huge length prefixes) and random bytes,
 //! into `codec::decode_bounded`. Every decode must return (no panic, no abort) within a time

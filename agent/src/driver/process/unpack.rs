@@ -310,7 +310,7 @@ mod tests {
         assert!(r.is_err());
     }
 
-    /// Hostile archives (SPEC S3, docs/SECURITY.md "Fuzzing"): valid and hostile tarballs,
+    /// Hostile archives (SPEC S3, docs/BENCHMARKS.md "Fuzzing"): valid and hostile tarballs,
     /// mutated before compression (headers, names, sizes, link targets: structure-aware) or
     /// after it (the gzip stream), and random bytes, unpacked as a download is. No panic,
     /// within a time bound, and nothing is ever created outside the destination.
