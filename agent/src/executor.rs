@@ -73,6 +73,18 @@ pub struct Agent {
     permits: Arc<Semaphore>,
 }
 
+/// The environment's registries a plan fetch carries.
+fn registries_of(reply: &hub_proto::FetchPlansReply) -> Vec<Registry> {
+    reply
+        .registries
+        .iter()
+        .map(|r| Registry {
+            name: r.name.clone(),
+            url: r.url.clone(),
+        })
+        .collect()
+}
+
 fn to_spec(p: &AgentPlan, registries: &[Registry]) -> PlanSpec {
     PlanSpec {
         id: p.id.clone(),
@@ -234,14 +246,7 @@ impl Agent {
                 }
             };
             fingerprint = reply.fingerprint.clone();
-            let registries: Vec<Registry> = reply
-                .registries
-                .iter()
-                .map(|r| Registry {
-                    name: r.name.clone(),
-                    url: r.url.clone(),
-                })
-                .collect();
+            let registries = registries_of(&reply);
             let listed: BTreeMap<&str, &AgentPlan> =
                 reply.plans.iter().map(|p| (p.id.as_str(), p)).collect();
             // Plans no longer listed were cancelled (or finished): stop before their next task.
@@ -688,14 +693,7 @@ mod tests {
             let Ok(reply) = FetchPlansReply::decode(bytes) else {
                 return;
             };
-            let registries: Vec<Registry> = reply
-                .registries
-                .iter()
-                .map(|r| Registry {
-                    name: r.name.clone(),
-                    url: r.url.clone(),
-                })
-                .collect();
+            let registries = registries_of(&reply);
             for p in &reply.plans {
                 let spec = to_spec(p, &registries);
                 let _ = format!("{spec:?}");

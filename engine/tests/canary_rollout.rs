@@ -21,10 +21,13 @@ fn fixture() -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// prod/podinfo installed at 1.0.0, with the podinfo canary applied and its target set.
-fn setup() -> (Hub, String) {
+/// prod/podinfo installed at 1.0.0 with the podinfo canary applied (and, with `key`, the
+/// cluster's revision key set first), after one leader step.
+fn with_canary(key: bool) -> (Hub, String) {
     let mut hub = Hub::new();
-    hub.set_revision_key();
+    if key {
+        hub.set_revision_key();
+    }
     hub.env("prod");
     hub.product("com.example:podinfo");
     hub.publish("com.example:podinfo", "1.0.0", &[]);
@@ -36,6 +39,11 @@ fn setup() -> (Hub, String) {
     });
     assert!(hub.step().is_empty(), "a canary target is not a plan");
     (hub, e)
+}
+
+/// prod/podinfo installed at 1.0.0, with the podinfo canary applied and its target set.
+fn setup() -> (Hub, String) {
+    with_canary(true)
 }
 
 /// One leader tick with everything healthy: the agent runs what the status says, every
@@ -294,17 +302,7 @@ fn deleting_with_revert_supersedes_pending_steps_with_a_restore_plan() {
 
 #[test]
 fn a_canary_waits_for_the_clusters_revision_key_and_setting_it_sets_the_target() {
-    let mut hub = Hub::new();
-    hub.env("prod");
-    hub.product("com.example:podinfo");
-    hub.publish("com.example:podinfo", "1.0.0", &[]);
-    let e = hub.helm("prod", "podinfo", "com.example:podinfo");
-    hub.converge(&e);
-    hub.ok(Command::ApplyCanary {
-        environment: Some("prod".into()),
-        yaml: fixture(),
-    });
-    assert!(hub.step().is_empty());
+    let (mut hub, e) = with_canary(false);
     assert!(hub.state.canary(ID).unwrap().target.is_none());
     assert!(
         hub.activity(&e)

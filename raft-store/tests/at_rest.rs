@@ -6,33 +6,16 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use hub_engine::{Command as HubCommand, Request};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftSnapshotBuilder, RaftStateMachine};
-use openraft::vote::RaftLeaderId;
-use openraft::{Entry, EntryPayload, LogId};
 use raft_store::{NodeIdentity, StoreError, Vote};
+
+mod common;
+use common::entry;
 
 fn identity() -> NodeIdentity {
     NodeIdentity {
         node_id: 1,
         cluster_id: "at-rest".into(),
-    }
-}
-
-fn entry(index: u64) -> raft_store::Entry {
-    Entry {
-        log_id: LogId::new(
-            openraft::vote::leader_id_adv::CommittedLeaderId::new(1, 1),
-            index,
-        ),
-        payload: EntryPayload::Normal(Request {
-            command: HubCommand::CreateEnvironment {
-                name: format!("env-{index}"),
-                description: String::new(),
-            },
-            time_ms: index as i64,
-            request_id: None,
-        }),
     }
 }
 
@@ -57,7 +40,7 @@ async fn write_some(dir: &Path) {
     let (_store, mut log, mut sm) = raft_store::open(dir, &identity()).expect("open");
     log.save_vote(&Vote::new(1, 1)).await.expect("vote");
     for index in 1..=3 {
-        let e = entry(index);
+        let e = entry(1, index);
         log.blocking_append([e.clone()]).await.expect("append");
         sm.apply(futures::stream::iter([Ok((e, None))]))
             .await
