@@ -289,6 +289,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_data_directory_journal_and_execution_log_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("agent");
+        // What an older release under umask 022 left behind.
+        std::fs::create_dir(&data).unwrap();
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(data.join(crate::execlog::EXEC_LOG_FILE), b"").unwrap();
+        std::fs::set_permissions(
+            data.join(crate::execlog::EXEC_LOG_FILE),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        let mut j = JournalFile::open(&data, "prod").unwrap();
+        j.save().unwrap();
+        drop(crate::execlog::ExecLog::open(&data).unwrap());
+        assert_eq!(mode(&data), 0o700);
+        assert_eq!(mode(&data.join("journal.json")), 0o600);
+        assert_eq!(mode(&data.join(crate::execlog::EXEC_LOG_FILE)), 0o600);
+    }
+
+    #[test]
     fn survives_reopen_and_refuses_another_environment() {
         let dir = tempfile::tempdir().unwrap();
         let mut j = JournalFile::open(dir.path(), "prod").unwrap();
