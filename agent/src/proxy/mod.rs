@@ -9,8 +9,8 @@
 //! The listeners face the service's clients, so they are bounded ([`ProxyLimits`]): a client
 //! must send a request's headers within [`HEADER_READ_TIMEOUT`] (slow-header clients cannot
 //! pin connections), and at most [`MAX_CONNECTIONS`] connections are served at once across
-//! the three listeners; a connection beyond that is closed at once and counted
-//! (`hub_agent_proxy_connections_refused_total`).
+//! the three listeners; a connection beyond that is closed at once and counted (per proxy, and
+//! in all in [`CONNECTIONS_REFUSED`], served as `hub_agent_proxy_connections_refused_total`).
 
 pub mod route;
 pub mod stats;
@@ -45,6 +45,9 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connections served at once by one proxy (all three listeners together).
 pub const MAX_CONNECTIONS: usize = 1024;
+
+/// Connections any proxy of this process closed at once because all its permits were taken.
+pub static CONNECTIONS_REFUSED: AtomicU64 = AtomicU64::new(0);
 
 /// The bounds of a proxy's listeners.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,15 +217,12 @@ impl CanaryProxy {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// Prometheus lines: requests and 5xx per workload, the canary weight and the refused
-    /// connections.
+    /// Prometheus lines: requests and 5xx per workload, and the canary weight.
     pub fn render_prometheus(&self) -> String {
         let svc = &self.service;
         let mut out = format!(
-            "hub_agent_canary_weight{{service=\"{svc}\"}} {}\n\
-             hub_agent_proxy_connections_refused_total{{service=\"{svc}\"}} {}\n",
-            self.canary_weight(),
-            self.refused_connections()
+            "hub_agent_canary_weight{{service=\"{svc}\"}} {}\n",
+            self.canary_weight()
         );
         let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         for (w, s) in stats.iter() {
@@ -327,6 +327,7 @@ async fn accept_loop(proxy: Arc<CanaryProxy>, listener: TcpListener, entry: Entr
         // only queue behind connections that may be hostile.
         let Ok(permit) = proxy.connections.clone().try_acquire_owned() else {
             proxy.refused.fetch_add(1, Ordering::Relaxed);
+            CONNECTIONS_REFUSED.fetch_add(1, Ordering::Relaxed);
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -502,9 +503,10 @@ mod tests {
             }
             assert!(tokio::time::Instant::now() < deadline, "never refused");
         }
-        assert!(proxy
-            .render_prometheus()
-            .contains("hub_agent_proxy_connections_refused_total{service=\"demo\"} "));
+        assert!(CONNECTIONS_REFUSED.load(Ordering::Relaxed) >= 1);
+        assert!(crate::metrics::Metrics::default()
+            .render("prod")
+            .contains("hub_agent_proxy_connections_refused_total{environment=\"prod\"} "));
         // The stalled clients are cut off by the header timeout...
         for s in &mut slow {
             assert!(closed_within(s, Duration::from_secs(5)).await);
