@@ -29,6 +29,8 @@ pub struct RaftService {
     /// Held while a snapshot is received and installed: one at a time, so concurrent streams
     /// cannot each buffer up to [`MAX_SNAPSHOT_BYTES`].
     receiving: tokio::sync::Mutex<()>,
+    /// See [`SNAPSHOT_RECEIVE_DEADLINE`].
+    receive_deadline: Duration,
 }
 
 /// A snapshot stream read to its end.
@@ -50,7 +52,14 @@ impl RaftService {
             raft,
             cluster_id,
             receiving: tokio::sync::Mutex::new(()),
+            receive_deadline: SNAPSHOT_RECEIVE_DEADLINE,
         }
+    }
+
+    /// The same service with another whole-stream deadline (tests).
+    pub fn with_receive_deadline(mut self, deadline: Duration) -> Self {
+        self.receive_deadline = deadline;
+        self
     }
 
     fn check_cluster(&self, cluster_id: &str) -> Option<RaftReply> {
@@ -192,14 +201,14 @@ impl RaftRpc for RaftService {
                 "this node is already receiving a snapshot: one at a time",
             ));
         };
-        let received =
-            tokio::time::timeout(SNAPSHOT_RECEIVE_DEADLINE, self.receive(req.into_inner()))
-                .await
-                .map_err(|_| {
-                    Status::deadline_exceeded(format!(
-                        "snapshot stream not complete within {SNAPSHOT_RECEIVE_DEADLINE:?}"
-                    ))
-                })??;
+        let deadline = self.receive_deadline;
+        let received = tokio::time::timeout(deadline, self.receive(req.into_inner()))
+            .await
+            .map_err(|_| {
+                Status::deadline_exceeded(format!(
+                    "snapshot stream not complete within {deadline:?}"
+                ))
+            })??;
         let (vote, meta, data) = match received {
             Received::Refused(reply) => return Ok(Response::new(reply)),
             Received::Snapshot { vote, meta, data } => (vote, meta, data),

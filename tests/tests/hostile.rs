@@ -227,40 +227,35 @@ fn the_length_bomb_and_hostile_snapshots_get_errors_and_every_node_stays_up() {
     let target = cluster.nodes()[0].clone();
     rt.block_on(async {
         let channel = connect(&target.addr).await;
-        let (tx, rx) = tokio::sync::mpsc::channel::<SnapshotChunk>(1);
-        tx.send(SnapshotChunk {
-            cluster_id: cluster_id.clone(),
-            header: snapshot_header("127.0.0.1:1"),
-            data: b"x".to_vec(),
-            total_bytes: 1000,
-        })
-        .await
-        .expect("queue the first chunk");
-        let mut holder = RaftClient::new(channel.clone());
-        let held = tokio::spawn(async move {
-            holder
-                .install_snapshot(tokio_stream::wrappers::ReceiverStream::new(rx))
-                .await
-        });
         let mut raft = RaftClient::new(channel.clone());
         let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            // The holder's request may not have reached the node yet: poll for the refusal.
-            let r = install(&mut raft, vec![chunk_of(&cluster_id, header.clone())]).await;
-            match r {
-                Err(s) if s.code() == Code::ResourceExhausted => {
-                    assert!(s.message().contains("one at a time"), "{s:?}");
-                    break;
+        let (tx, held) = 'held: loop {
+            let (tx, held) = hold_snapshot_slot(&channel, &cluster_id).await;
+            loop {
+                assert!(
+                    Instant::now() < deadline,
+                    "a second stream was never refused"
+                );
+                if held.is_finished() {
+                    // A probe below took the slot first and the holder was refused: again.
+                    match held.await.expect("holder task") {
+                        Err(s) if s.code() == Code::ResourceExhausted => continue 'held,
+                        other => panic!("the holder ended early: {other:?}"),
+                    }
                 }
-                Err(s) if s.code() == Code::InvalidArgument => {}
-                other => panic!("second snapshot stream: {other:?}"),
+                // The holder's request may not have reached the node yet: poll.
+                let r = install(&mut raft, vec![chunk_of(&cluster_id, header.clone())]).await;
+                match r {
+                    Err(s) if s.code() == Code::ResourceExhausted => {
+                        assert!(s.message().contains("one at a time"), "{s:?}");
+                        break 'held (tx, held);
+                    }
+                    Err(s) if s.code() == Code::InvalidArgument => {}
+                    other => panic!("second snapshot stream: {other:?}"),
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            assert!(
-                Instant::now() < deadline,
-                "a second stream was never refused"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        };
         drop(tx);
         let first = held.await.expect("holder task");
         match first {
@@ -288,6 +283,33 @@ fn the_length_bomb_and_hostile_snapshots_get_errors_and_every_node_stays_up() {
         .create_env(1, "after")
         .expect_ok("create an environment after the attack");
     cluster.wait_converged(CONVERGE_TIMEOUT);
+}
+
+/// Opens a snapshot stream that declares 1000 bytes, sends 1 and stalls until the returned
+/// sender is dropped; the task ends with the node's answer.
+async fn hold_snapshot_slot(
+    channel: &Channel,
+    cluster_id: &str,
+) -> (
+    tokio::sync::mpsc::Sender<SnapshotChunk>,
+    tokio::task::JoinHandle<Result<tonic::Response<hub_proto::RaftReply>, tonic::Status>>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<SnapshotChunk>(1);
+    tx.send(SnapshotChunk {
+        cluster_id: cluster_id.to_string(),
+        header: snapshot_header("127.0.0.1:1"),
+        data: b"x".to_vec(),
+        total_bytes: 1000,
+    })
+    .await
+    .expect("queue the first chunk");
+    let mut holder = RaftClient::new(channel.clone());
+    let held = tokio::spawn(async move {
+        holder
+            .install_snapshot(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+    });
+    (tx, held)
 }
 
 fn chunk_of(cluster_id: &str, header: Vec<u8>) -> SnapshotChunk {
