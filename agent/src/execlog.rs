@@ -20,6 +20,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -99,12 +100,16 @@ impl ExecLog {
             path: path.clone(),
             source,
         };
-        std::fs::create_dir_all(data_dir).map_err(io)?;
+        crate::driver::process::layout::create_private_dir(data_dir).map_err(io)?;
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .read(true)
             .append(true)
+            .mode(0o600)
             .open(&path)
+            .map_err(io)?;
+        // A log an older release created under a loose umask is tightened too.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
             .map_err(io)?;
         let mut text = Vec::new();
         file.read_to_end(&mut text).map_err(io)?;

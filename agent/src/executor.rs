@@ -73,6 +73,18 @@ pub struct Agent {
     permits: Arc<Semaphore>,
 }
 
+/// The environment's registries a plan fetch carries.
+fn registries_of(reply: &hub_proto::FetchPlansReply) -> Vec<Registry> {
+    reply
+        .registries
+        .iter()
+        .map(|r| Registry {
+            name: r.name.clone(),
+            url: r.url.clone(),
+        })
+        .collect()
+}
+
 fn to_spec(p: &AgentPlan, registries: &[Registry]) -> PlanSpec {
     PlanSpec {
         id: p.id.clone(),
@@ -234,14 +246,7 @@ impl Agent {
                 }
             };
             fingerprint = reply.fingerprint.clone();
-            let registries: Vec<Registry> = reply
-                .registries
-                .iter()
-                .map(|r| Registry {
-                    name: r.name.clone(),
-                    url: r.url.clone(),
-                })
-                .collect();
+            let registries = registries_of(&reply);
             let listed: BTreeMap<&str, &AgentPlan> =
                 reply.plans.iter().map(|p| (p.id.as_str(), p)).collect();
             // Plans no longer listed were cancelled (or finished): stop before their next task.
@@ -573,9 +578,9 @@ mod tests {
     use super::*;
     use hub_proto::{CanaryHeaderMatch, CanaryMatchRule, CanaryStep, CanaryWorkload, PlanSecret};
 
-    #[test]
-    fn canary_steps_are_carried_into_the_plan_spec() {
-        let plan = AgentPlan {
+    /// A canary-step plan as `FetchPlans` sends it.
+    fn canary_plan() -> AgentPlan {
+        AgentPlan {
             id: "p-1".into(),
             entity: "eid:prod:helmChart:web".into(),
             kind: CANARY_STEP.into(),
@@ -613,7 +618,12 @@ mod tests {
                 metric_windows_ms: vec![60_000],
             }),
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn canary_steps_are_carried_into_the_plan_spec() {
+        let plan = canary_plan();
         let spec = to_spec(&plan, &[]);
         let c = spec.canary.clone().unwrap();
         assert_eq!((c.canary.as_str(), c.port, c.step), ("prod/web", 8080, 3));
@@ -628,5 +638,111 @@ mod tests {
         let json = serde_json::to_string(&spec).unwrap();
         assert!(!json.contains("\"v\""), "{json}");
         assert!(!format!("{spec:?}").contains("\"v\""));
+    }
+
+    /// Plan fetches from the wire (SPEC S3, docs/BENCHMARKS.md "Fuzzing"): a `FetchPlansReply`
+    /// with an install and a canary-step plan, encoded, mutated (bit flips, truncation,
+    /// splices, huge length prefixes) or random, goes through prost's decoding, `to_spec` and
+    /// the checks the driver and the canary runner make of names, versions, ports, match
+    /// rules and configs before they act. No panic, within a time bound.
+    mod fuzz {
+        use super::*;
+        use crate::canary::names::{config_with_port, CanaryId, WorkloadIds};
+        use crate::driver::process::names;
+        use hub_proto::FetchPlansReply;
+        use proptest::prelude::*;
+        use prost::Message;
+
+        fn seeds() -> Vec<Vec<u8>> {
+            let install = AgentPlan {
+                id: "p-7-0".into(),
+                entity: "eid:prod:helmChart:api".into(),
+                kind: "install".into(),
+                to_version: "1.2.0".into(),
+                config: "port: 9000\nnested: {a: [1, 2]}\n".into(),
+                artifacts: vec![PlanArtifact {
+                    uri: "https://registry.example/api-1.2.0.tgz".into(),
+                    sha256: "cd".repeat(32),
+                }],
+                tasks: ["fetch", "verify", "configure", "start", "readiness"]
+                    .iter()
+                    .map(|t| hub_proto::PlanTask {
+                        name: t.to_string(),
+                        state: "pending".into(),
+                        attempt: 0,
+                    })
+                    .collect(),
+                ..Default::default()
+            };
+            let reply = FetchPlansReply {
+                plans: vec![install, canary_plan()],
+                fingerprint: "0123456789abcdef".into(),
+                registries: vec![hub_proto::Registry {
+                    name: "local".into(),
+                    url: "file:///srv/registry".into(),
+                }],
+                endpoints: vec!["10.0.0.1:7401".into()],
+                leader: "10.0.0.1:7401".into(),
+                applied_index: 42,
+            };
+            vec![reply.encode_to_vec(), canary_plan().encode_to_vec()]
+        }
+
+        /// What the agent does with a fetched plan before it acts on it.
+        fn examine(bytes: &[u8]) {
+            let Ok(reply) = FetchPlansReply::decode(bytes) else {
+                return;
+            };
+            let registries = registries_of(&reply);
+            for p in &reply.plans {
+                let spec = to_spec(p, &registries);
+                let _ = format!("{spec:?}");
+                let _ = names::entity_dir_name(&spec.entity, "prod");
+                let _ = names::check_version(&spec.to_version);
+                for (name, _) in &spec.secrets {
+                    let _ = names::check_secret_name(name);
+                }
+                for a in &spec.artifacts {
+                    let _ = names::is_sha256(&a.sha256);
+                }
+                let Some(step) = &spec.canary else {
+                    continue;
+                };
+                let _ = CanaryId::parse(&step.canary);
+                let _ = WorkloadIds::of(&spec.entity, "prod");
+                for rule in &step.match_rules {
+                    for h in rule {
+                        let _ = crate::proxy::HeaderMatch::new(&h.name, &h.op, &h.value);
+                    }
+                }
+                let port = u16::try_from(step.port).unwrap_or(8080).max(1);
+                for w in step.primary.iter().chain(&step.canary_workload) {
+                    let _ = config_with_port("workload", &w.config, port);
+                    let _ = names::check_version(&w.version);
+                }
+            }
+        }
+
+        #[test]
+        fn seeds_decode() {
+            // The first is a whole reply; the second a plan alone, for splices.
+            let seeds = seeds();
+            let reply = FetchPlansReply::decode(seeds[0].as_slice()).unwrap();
+            assert_eq!(reply.plans.len(), 2);
+            for s in &seeds {
+                examine(s);
+            }
+        }
+
+        proptest! {
+            #![proptest_config(hub_fuzz::config(500))]
+
+            #[test]
+            fn fetched_plans(bytes in hub_fuzz::mutated(seeds())) {
+                hub_fuzz::within(std::time::Duration::from_secs(2), "plan decoding", || {
+                    examine(&bytes)
+                });
+            }
+        }
     }
 }

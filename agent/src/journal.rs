@@ -8,12 +8,16 @@
 //! Secret values are never written here.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::driver::process::layout::read_limited;
 use crate::plan::TaskFailure;
+
+/// Largest journal read at start (a journal rewritten after every task event stays far
+/// smaller; a larger file is refused, not buffered).
+pub const MAX_JOURNAL_BYTES: u64 = 256 << 20;
 
 /// Plans remembered as finished, so a plan the hub still lists (its final report in flight)
 /// is not run again.
@@ -138,8 +142,8 @@ impl JournalFile {
             path: path.clone(),
             source,
         };
-        std::fs::create_dir_all(data_dir).map_err(io)?;
-        let journal = match std::fs::read(&path) {
+        crate::driver::process::layout::create_private_dir(data_dir).map_err(io)?;
+        let journal = match read_limited(&path, MAX_JOURNAL_BYTES) {
             Ok(bytes) => {
                 let j: Journal =
                     serde_json::from_slice(&bytes).map_err(|e| JournalError::Corrupt {
@@ -184,19 +188,8 @@ impl JournalFile {
             path: self.path.clone(),
             reason: e.to_string(),
         })?;
-        let tmp = self.path.with_extension("json.tmp");
-        {
-            let mut f = std::fs::File::create(&tmp).map_err(io)?;
-            f.write_all(&bytes).map_err(io)?;
-            f.sync_all().map_err(io)?;
-        }
-        std::fs::rename(&tmp, &self.path).map_err(io)?;
-        if let Some(dir) = self.path.parent() {
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io)?;
-        }
-        Ok(())
+        // Owner-only (SECURITY "At rest"): temp file 0600, fsync, rename, fsync of the dir.
+        crate::driver::process::layout::write_atomic(&self.path, &bytes, 0o600).map_err(io)
     }
 
     /// Whether `plan` has finished here.
@@ -294,6 +287,29 @@ impl JournalFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_data_directory_journal_and_execution_log_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("agent");
+        // What an older release under umask 022 left behind.
+        std::fs::create_dir(&data).unwrap();
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(data.join(crate::execlog::EXEC_LOG_FILE), b"").unwrap();
+        std::fs::set_permissions(
+            data.join(crate::execlog::EXEC_LOG_FILE),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        let mut j = JournalFile::open(&data, "prod").unwrap();
+        j.save().unwrap();
+        drop(crate::execlog::ExecLog::open(&data).unwrap());
+        assert_eq!(mode(&data), 0o700);
+        assert_eq!(mode(&data.join("journal.json")), 0o600);
+        assert_eq!(mode(&data.join(crate::execlog::EXEC_LOG_FILE)), 0o600);
+    }
 
     #[test]
     fn survives_reopen_and_refuses_another_environment() {

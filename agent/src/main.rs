@@ -102,6 +102,25 @@ struct ConfigFile {
     insecure: Option<bool>,
 }
 
+/// Largest settings file read (a few hundred bytes in practice).
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Reads the settings file, refusing one larger than [`MAX_CONFIG_BYTES`] before buffering it.
+fn read_config(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_CONFIG_BYTES} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
 /// The agent's settings after the file and the flags are combined and checked.
 #[derive(Debug)]
 struct Settings {
@@ -127,7 +146,7 @@ impl Settings {
     fn resolve(args: Args) -> anyhow::Result<Settings> {
         let file = match &args.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
+                let text = read_config(path)
                     .with_context(|| format!("--config {}: cannot read", path.display()))?;
                 toml::from_str::<ConfigFile>(&text)
                     .map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))?
@@ -257,6 +276,11 @@ fn init_tracing(format: &str) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Owner-only files (SECURITY "At rest"): the journal, the execution log, rendered configs
+    // and secrets, and whatever a library creates, whatever umask the agent was started with.
+    // The agent's services inherit it; the process driver sets the modes they need itself.
+    // SAFETY: umask(2) cannot fail and only swaps the process's file-creation mask.
+    unsafe { libc::umask(0o077) };
     let args = Settings::resolve(Args::parse())?;
     init_tracing(&args.log_format);
     // The TLS material before anything else: a bad certificate changes nothing on disk.
@@ -427,5 +451,45 @@ mod tests {
 
         let err = Settings::resolve(Args::default()).unwrap_err().to_string();
         assert!(err.contains("--environment"), "{err}");
+    }
+
+    /// Settings files (SPEC S3, docs/BENCHMARKS.md "Fuzzing"): valid `agent.toml`s and TOML
+    /// built to hurt (deep nesting, long keys), mutated and random, through
+    /// `Settings::resolve` as `--config` reads them. Every one is accepted or refused with an
+    /// error naming the file; none panics; each within a time bound.
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn seeds() -> Vec<Vec<u8>> {
+            vec![
+                b"environment = \"prod\"\nendpoints = [\"10.0.0.1:7401\", \"10.0.0.2:7401\"]\ndata-dir = \"/var/lib/hub-agent\"\ndriver = \"process\"\nmetrics-listen = \"0.0.0.0:9464\"\npoll-wait-ms = 10000\nsim-failure-rate = 0.5\n".to_vec(),
+                b"environment = 'dev'\nendpoints = ['a:1']\ndata-dir = 'd'\nparallel-plans = 0\n[extra]\nx = 1\n".to_vec(),
+                format!("environment = {}1{}\n", "[".repeat(5_000), "]".repeat(5_000)).into_bytes(),
+                format!("{} = 1\n", "a.".repeat(3_000) + "b").into_bytes(),
+                format!("environment = \"{}\"\n", "x".repeat(100_000)).into_bytes(),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(hub_fuzz::config(500))]
+
+            #[test]
+            fn settings_files(bytes in hub_fuzz::mutated(seeds())) {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("agent.toml");
+                std::fs::write(&path, &bytes).unwrap();
+                let resolved = hub_fuzz::within(std::time::Duration::from_secs(2), "agent.toml", || {
+                    Settings::resolve(Args {
+                        config: Some(path.clone()),
+                        ..Args::default()
+                    })
+                });
+                if let Err(e) = resolved {
+                    let shown = format!("{e:#}");
+                    prop_assert!(shown.contains("agent.toml") || shown.contains("--"), "{}", shown);
+                }
+            }
+        }
     }
 }

@@ -86,7 +86,7 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self, environment: &str) -> String {
-        let rows: [(&str, &str, &AtomicU64, &str); 12] = [
+        let rows: [(&str, &str, &AtomicU64, &str); 13] = [
             (
                 "hub_agent_fetches_total",
                 "counter",
@@ -158,6 +158,12 @@ impl Metrics {
                 "counter",
                 &self.state_reports,
                 "entity state reports acknowledged",
+            ),
+            (
+                "hub_agent_proxy_connections_refused_total",
+                "counter",
+                &crate::proxy::CONNECTIONS_REFUSED,
+                "canary proxy connections closed at once: the proxy served its maximum",
             ),
         ];
         let mut out = String::new();

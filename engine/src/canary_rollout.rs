@@ -16,8 +16,11 @@
 use semver::Version;
 use serde::{Deserialize, Serialize};
 
-use crate::canary::{revision_hash, Action, MatchRule, MetricSource, Phase, Strategy};
+use crate::canary::{
+    is_revision_of, revision_hash, Action, MatchRule, MetricSource, Phase, Strategy,
+};
 use crate::canary_lifecycle::Canary;
+use crate::cluster_key::SecretKey;
 use crate::entity::Entity;
 use crate::error::CommandError;
 use crate::plan::{Plan, PlanKind, PlanStatus};
@@ -36,7 +39,8 @@ pub const MAX_WINDOWS: usize = 16;
 /// One revision of a canary's target: what the agent deploys for it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CanaryRevision {
-    /// [`revision_hash`] of version, config and the entity's secrets.
+    /// [`revision_hash`] of version, config and the entity's secrets (or, for a revision
+    /// named before the cluster had a revision key, the v1 hash).
     pub revision: String,
     /// The release.
     pub version: Version,
@@ -48,16 +52,28 @@ pub struct CanaryRevision {
     pub artifacts: Vec<Artifact>,
 }
 
+/// The secrets a revision covers: all of the entity's.
+fn tracked_secrets(entity: &Entity) -> std::collections::BTreeMap<String, String> {
+    entity
+        .secrets
+        .iter()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect()
+}
+
 impl CanaryRevision {
-    /// The revision of `entity` at `version` with `config` and its current secrets.
-    pub fn of(state: &State, entity: &Entity, version: &Version, config: &str) -> Self {
-        let secrets = entity
-            .secrets
-            .iter()
-            .map(|(k, v)| (k.clone(), v.0.clone()))
-            .collect();
+    /// The revision of `entity` at `version` with `config` and its current secrets, named
+    /// with the cluster's revision `key`.
+    pub fn of(
+        state: &State,
+        entity: &Entity,
+        version: &Version,
+        config: &str,
+        key: &SecretKey,
+    ) -> Self {
+        let secrets = tracked_secrets(entity);
         CanaryRevision {
-            revision: revision_hash(&version.to_string(), config, &secrets),
+            revision: revision_hash(key, &version.to_string(), config, &secrets),
             version: version.clone(),
             config: config.to_string(),
             secrets_revision: entity.secrets_revision,
@@ -67,6 +83,24 @@ impl CanaryRevision {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// Whether `revision` names `entity` at `version` with `config` and its current secrets, in
+/// the revision's own hash version ([`is_revision_of`]).
+pub fn names_target(
+    revision: &str,
+    key: Option<&SecretKey>,
+    entity: &Entity,
+    version: &Version,
+    config: &str,
+) -> bool {
+    is_revision_of(
+        revision,
+        key,
+        &version.to_string(),
+        config,
+        &tracked_secrets(entity),
+    )
 }
 
 /// One metric window the agent's proxy measured for the canary workload.

@@ -429,6 +429,14 @@ pub enum Command {
         /// The report.
         report: TaskReport,
     },
+    /// Set a cluster key once ([`crate::cluster_key`]): the leader proposes it with bytes
+    /// from the OS's CSPRNG when it finds the key missing; refused once the key is set.
+    SetClusterKey {
+        /// One of [`crate::cluster_key::KNOWN_KEYS`].
+        name: String,
+        /// The key.
+        key: crate::cluster_key::SecretKey,
+    },
 }
 
 /// One entity's reported state.
@@ -510,6 +518,7 @@ impl Command {
             Command::ReportTask { .. } => "report_task",
             Command::ReportTasks { .. } => "report_tasks",
             Command::ReportCanaries { .. } => "report_canaries",
+            Command::SetClusterKey { .. } => "set_cluster_key",
         }
     }
 }
@@ -560,7 +569,8 @@ impl Command {
             | Command::ReportEntityStates { .. }
             | Command::ReportTask { .. }
             | Command::ReportTasks { .. }
-            | Command::ReportCanaries { .. } => return,
+            | Command::ReportCanaries { .. }
+            | Command::SetClusterKey { .. } => return,
         };
         *actor = who.to_string();
     }

@@ -8,7 +8,7 @@ use semver::Version;
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::{resolve, ArtifactLocation, Availability, Resolution};
-use crate::canary_rollout::CanaryRevision;
+use crate::canary_rollout::{names_target, CanaryRevision};
 use crate::entity::{Entity, Health};
 use crate::environment::Environment;
 use crate::plan::{Plan, PlanKind, PlanStatus};
@@ -340,7 +340,7 @@ fn divert_to_canary(ctx: &Ctx<'_>, eval: &mut Evaluation) {
     let Some(current) = entity.reported.version.as_ref() else {
         return;
     };
-    let target = match (&eval.outcome, &eval.candidate) {
+    let (version, config) = match (&eval.outcome, &eval.candidate) {
         (Outcome::Issue, Some(c))
             if matches!(
                 c.kind,
@@ -353,25 +353,38 @@ fn divert_to_canary(ctx: &Ctx<'_>, eval: &mut Evaluation) {
             let Some(version) = c.to_version.as_ref() else {
                 return;
             };
-            let config = c.to_config.clone().unwrap_or_default();
-            CanaryRevision::of(ctx.state, entity, version, &config)
+            (version, c.to_config.clone().unwrap_or_default())
         }
-        (Outcome::AtTarget { .. }, _) => {
-            CanaryRevision::of(ctx.state, entity, current, entity.config_for(current))
-        }
+        (Outcome::AtTarget { .. }, _) => (current, entity.config_for(current).to_string()),
         _ => return,
     };
-    if canary.target.as_ref().map(|t| &t.revision) == Some(&target.revision) {
+    let key = ctx.state.revision_key();
+    // Unchanged, in the stored revision's own hash version: a canary analysed before the
+    // cluster had a revision key is not analysed again for the same target.
+    if let Some(t) = canary.target.as_ref().filter(|t| {
+        t.version == *version && names_target(&t.revision, key, entity, version, &config)
+    }) {
         if matches!(eval.outcome, Outcome::Issue) {
             eval.outcome = Outcome::AtTarget {
                 detail: format!(
                     "canary {} analyses revision {} ({})",
-                    canary.id, target.revision, target.version
+                    canary.id, t.revision, t.version
                 ),
             };
         }
         return;
     }
+    let Some(key) = key else {
+        // The leader sets the key right after it is elected; setting it re-evaluates this.
+        eval.outcome = Outcome::NothingExecutable {
+            reason: format!(
+                "canary {} waits for the cluster's revision key (the leader sets it)",
+                canary.id
+            ),
+        };
+        return;
+    };
+    let target = CanaryRevision::of(ctx.state, entity, version, &config, key);
     eval.outcome = Outcome::CanaryTarget {
         canary: canary.id.clone(),
         revision: target,

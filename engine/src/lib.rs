@@ -10,6 +10,7 @@ pub mod artifact;
 pub mod canary;
 pub mod canary_lifecycle;
 pub mod canary_rollout;
+pub mod cluster_key;
 pub mod command;
 pub mod entity;
 pub mod environment;

@@ -348,6 +348,7 @@ impl State {
             | Command::UnlinkModule { .. }
             | Command::ApproveChangeRequest { .. }
             | Command::RejectChangeRequest { .. } => self.execute_module(command, now, index, fx),
+            Command::SetClusterKey { name, key } => self.set_cluster_key(name, key, now, fx),
             other => Err(CommandError::FailedPrecondition(format!(
                 "command {} is not handled",
                 other.kind()

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::canary_lifecycle::Canary;
+use crate::cluster_key::ClusterKey;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 
 use crate::activity::Activity;
@@ -52,6 +53,8 @@ pub enum RecordKey {
     ChangeRequest(String),
     /// A canary, by `<environment>/<name>`.
     Canary(String),
+    /// A cluster key, by name.
+    ClusterKey(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -69,6 +72,7 @@ const TAG_MODULE: u8 = 12;
 const TAG_INSTALLATION: u8 = 13;
 const TAG_CHANGE_REQUEST: u8 = 14;
 const TAG_CANARY: u8 = 15;
+const TAG_CLUSTER_KEY: u8 = 16;
 
 impl RecordKey {
     /// Stable byte encoding: a table tag, then the UTF-8 name.
@@ -89,6 +93,7 @@ impl RecordKey {
             RecordKey::Installation(n) => (TAG_INSTALLATION, n),
             RecordKey::ChangeRequest(n) => (TAG_CHANGE_REQUEST, n),
             RecordKey::Canary(n) => (TAG_CANARY, n),
+            RecordKey::ClusterKey(n) => (TAG_CLUSTER_KEY, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -116,6 +121,7 @@ impl RecordKey {
             TAG_INSTALLATION => Some(RecordKey::Installation(name)),
             TAG_CHANGE_REQUEST => Some(RecordKey::ChangeRequest(name)),
             TAG_CANARY => Some(RecordKey::Canary(name)),
+            TAG_CLUSTER_KEY => Some(RecordKey::ClusterKey(name)),
             _ => None,
         }
     }
@@ -167,6 +173,8 @@ pub enum Record {
     ChangeRequest(ChangeRequest),
     /// See [`Canary`].
     Canary(Box<Canary>),
+    /// See [`ClusterKey`].
+    ClusterKey(ClusterKey),
 }
 
 /// Who did what, when (SPEC C2, S2).
@@ -212,6 +220,7 @@ impl Record {
             Record::Installation(i) => RecordKey::Installation(i.id.clone()),
             Record::ChangeRequest(c) => RecordKey::ChangeRequest(c.id.clone()),
             Record::Canary(c) => RecordKey::Canary(c.id.clone()),
+            Record::ClusterKey(k) => RecordKey::ClusterKey(k.name.clone()),
         }
     }
 }
@@ -238,6 +247,7 @@ mod tests {
             RecordKey::Installation("prod/control-plane-module".into()),
             RecordKey::ChangeRequest("cr-9".into()),
             RecordKey::Canary("prod/demo".into()),
+            RecordKey::ClusterKey("canary-revision".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

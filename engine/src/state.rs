@@ -115,6 +115,8 @@ pub struct State {
     pub(crate) change_requests: BTreeMap<String, ChangeRequest>,
     /// Canaries by `<environment>/<name>`.
     pub(crate) canaries: BTreeMap<String, Canary>,
+    /// Cluster keys by name ([`crate::cluster_key`]).
+    pub(crate) cluster_keys: BTreeMap<String, crate::cluster_key::ClusterKey>,
     pub(crate) idx: Indexes,
 }
 
@@ -688,6 +690,7 @@ impl State {
                 .canaries
                 .get(n)
                 .map(|c| Record::Canary(Box::new(c.clone()))),
+            RecordKey::ClusterKey(n) => self.cluster_keys.get(n).cloned().map(Record::ClusterKey),
         }
     }
 
@@ -719,6 +722,7 @@ impl State {
             .canaries
             .values()
             .map(|c| Record::Canary(Box::new(c.clone())));
+        let keys = self.cluster_keys.values().cloned().map(Record::ClusterKey);
         envs.chain(ents)
             .chain(reqs)
             .chain(products)
@@ -733,6 +737,7 @@ impl State {
             .chain(installations)
             .chain(crs)
             .chain(canaries)
+            .chain(keys)
     }
 
     /// Adds a record while loading persisted state or a snapshot. Call
@@ -785,6 +790,9 @@ impl State {
             }
             Record::Canary(c) => {
                 self.canaries.insert(c.id.clone(), *c);
+            }
+            Record::ClusterKey(k) => {
+                self.cluster_keys.insert(k.name.clone(), k);
             }
         }
     }

@@ -11,9 +11,10 @@ use std::fs;
 use std::path::PathBuf;
 
 use hub_engine::canary::{
-    advance, parse_canary, plan_tick, revision_hash, terminate, Action, AlertTarget, CanarySpec,
-    CanaryStatus, ConditionStatus, HeaderMatch, Manual, MetricSource, Phase, StepWeights, Strategy,
-    TickInput, TickOutcome, TickPlan, WebhookResult, WebhookType, MAX_CANARY_BYTES,
+    advance, legacy_revision_hash, parse_canary, plan_tick, revision_hash, terminate, Action,
+    AlertTarget, CanarySpec, CanaryStatus, ConditionStatus, HeaderMatch, Manual, MetricSource,
+    Phase, StepWeights, Strategy, TickInput, TickOutcome, TickPlan, WebhookResult, WebhookType,
+    MAX_CANARY_BYTES,
 };
 use hub_engine::entity::EntityKind;
 use hub_engine::TimestampMs;
@@ -1282,8 +1283,18 @@ fn revision_hash_is_the_pinned_canonical_one() {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     assert_eq!(
-        revision_hash("1.2.3", "replicas: 2\nimage: podinfo:6.0.0\n", &secrets),
+        legacy_revision_hash("1.2.3", "replicas: 2\nimage: podinfo:6.0.0\n", &secrets),
         "510106a52c3582c0"
+    );
+    let key = hub_engine::cluster_key::SecretKey::from_bytes([7; 32]);
+    assert_eq!(
+        revision_hash(
+            &key,
+            "1.2.3",
+            "replicas: 2\nimage: podinfo:6.0.0\n",
+            &secrets
+        ),
+        "v2:2482bf23970034ad"
     );
 }
 

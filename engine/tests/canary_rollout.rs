@@ -21,9 +21,13 @@ fn fixture() -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// prod/podinfo installed at 1.0.0, with the podinfo canary applied and its target set.
-fn setup() -> (Hub, String) {
+/// prod/podinfo installed at 1.0.0 with the podinfo canary applied (and, with `key`, the
+/// cluster's revision key set first), after one leader step.
+fn with_canary(key: bool) -> (Hub, String) {
     let mut hub = Hub::new();
+    if key {
+        hub.set_revision_key();
+    }
     hub.env("prod");
     hub.product("com.example:podinfo");
     hub.publish("com.example:podinfo", "1.0.0", &[]);
@@ -35,6 +39,11 @@ fn setup() -> (Hub, String) {
     });
     assert!(hub.step().is_empty(), "a canary target is not a plan");
     (hub, e)
+}
+
+/// prod/podinfo installed at 1.0.0, with the podinfo canary applied and its target set.
+fn setup() -> (Hub, String) {
+    with_canary(true)
 }
 
 /// One leader tick with everything healthy: the agent runs what the status says, every
@@ -268,6 +277,7 @@ fn observations_are_stored_with_the_entry_time_and_foreign_ones_skipped() {
 fn deleting_with_revert_supersedes_pending_steps_with_a_restore_plan() {
     // SPEC K8: revertOnDeletion gives the entity its original workload back.
     let mut hub = Hub::new();
+    hub.set_revision_key();
     hub.env("prod");
     hub.product("com.example:podinfo");
     hub.publish("com.example:podinfo", "1.0.0", &[]);
@@ -288,6 +298,138 @@ fn deleting_with_revert_supersedes_pending_steps_with_a_restore_plan() {
     assert!(spec.restore_original);
     assert_eq!(spec.canary_weight, 0);
     assert!(hub.state.canary(ID).is_none());
+}
+
+#[test]
+fn a_canary_waits_for_the_clusters_revision_key_and_setting_it_sets_the_target() {
+    let (mut hub, e) = with_canary(false);
+    assert!(hub.state.canary(ID).unwrap().target.is_none());
+    assert!(
+        hub.activity(&e)
+            .iter()
+            .any(|a| a.contains("waits for the cluster's revision key")),
+        "{:?}",
+        hub.activity(&e)
+    );
+    // The leader sets the key: the canary's entity is re-evaluated.
+    let applied = hub.set_revision_key();
+    assert!(applied
+        .triggers
+        .contains(&hub_engine::Trigger::EntityOnly(e.clone())));
+    assert!(hub.step().is_empty());
+    let target = hub
+        .state
+        .canary(ID)
+        .unwrap()
+        .target
+        .clone()
+        .expect("target");
+    assert!(target.revision.starts_with("v2:"), "{}", target.revision);
+    // Once set, the key is never replaced.
+    let err = hub.err(Command::SetClusterKey {
+        name: hub_engine::cluster_key::CANARY_REVISION_KEY.into(),
+        key: hub_engine::cluster_key::SecretKey::from_bytes([1; 32]),
+    });
+    assert!(err.to_string().contains("already exists"), "{err}");
+    let err = hub.err(Command::SetClusterKey {
+        name: "other".into(),
+        key: hub_engine::cluster_key::SecretKey::from_bytes([1; 32]),
+    });
+    assert!(err.to_string().contains("not a cluster key"), "{err}");
+}
+
+/// The records as a release without revision keys would have stored them: the key record
+/// gone and every v2 revision of the canary (and of its step plans) named by its v1 hash.
+fn as_before_the_upgrade(hub: &Hub, e: &str) -> Vec<hub_engine::Record> {
+    let c = hub.state.canary(ID).unwrap();
+    let entity = hub.state.entity(e).unwrap();
+    let secrets: std::collections::BTreeMap<String, String> = entity
+        .secrets
+        .iter()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    let renames: Vec<(String, String)> = c
+        .revisions
+        .iter()
+        .map(|r| {
+            let old = hub_engine::canary::legacy_revision_hash(
+                &r.version.to_string(),
+                &r.config,
+                &secrets,
+            );
+            (r.revision.clone(), old)
+        })
+        .collect();
+    assert!(!renames.is_empty());
+    hub.state
+        .records()
+        .filter(|r| !matches!(r, hub_engine::Record::ClusterKey(_)))
+        .map(|r| {
+            let mut json = serde_json::to_string(&r).unwrap();
+            for (new, old) in &renames {
+                json = json.replace(&format!("\"{new}\""), &format!("\"{old}\""));
+            }
+            serde_json::from_str(&json).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn a_canary_named_by_the_old_hash_is_not_analysed_again_after_the_upgrade() {
+    // Flagger's complaint: a controller upgrade that changes the hash re-analyses every
+    // canary. Here the canary was initialised and promoted 1.0.0 under a v1 revision.
+    let (mut hub, e) = setup();
+    while hub.state.canary(ID).unwrap().status.phase != Phase::Initialized {
+        if let Some(p) = tick(&mut hub) {
+            hub.succeed(&p);
+        }
+    }
+    let records = as_before_the_upgrade(&hub, &e);
+    hub.load_records(records);
+    let before = hub.state.canary(ID).unwrap().clone();
+    let old = before.target.clone().unwrap().revision;
+    assert!(!old.starts_with("v2:"), "{old}");
+    assert_eq!(
+        before.status.last_promoted_spec.as_deref(),
+        Some(old.as_str())
+    );
+    let plans_before = hub.state.plans().count();
+
+    // Without the key yet, and once the upgraded leader set it: the same target.
+    assert!(matches!(hub.eval(&e).outcome, Outcome::AtTarget { .. }));
+    hub.set_revision_key();
+    assert!(hub.step().is_empty());
+    assert!(
+        matches!(hub.eval(&e).outcome, Outcome::AtTarget { .. }),
+        "{}",
+        hub.eval(&e).summary()
+    );
+    // The stored revision stays what the agent runs it as; a resting canary whose target did
+    // not change has nothing to tick (a new revision would be due at once).
+    let c = hub.state.canary(ID).unwrap().clone();
+    hub.set_time(c.status.next_tick_ms.unwrap_or(hub.now).max(hub.now) + 60_000);
+    let revision = c.target.as_ref().unwrap().revision.clone();
+    assert!(!plan_tick(&c.spec, &c.status, &revision, hub.now).due);
+    let after = hub.state.canary(ID).unwrap();
+    assert_eq!(after.target.as_ref().unwrap().revision, old);
+    assert_eq!(after.status.phase, Phase::Initialized);
+    assert_eq!(
+        after.status.last_promoted_spec,
+        before.status.last_promoted_spec
+    );
+    assert_eq!(hub.state.plans().count(), plans_before);
+
+    // A real change is named in v2 and analysed.
+    hub.publish("com.example:podinfo", "1.1.0", &[]);
+    assert!(hub.step().is_empty());
+    let target = hub.state.canary(ID).unwrap().target.clone().unwrap();
+    assert!(target.revision.starts_with("v2:"), "{}", target.revision);
+    let p = tick(&mut hub).expect("the analysis starts with a step plan");
+    assert_eq!(
+        hub.state.canary(ID).unwrap().status.phase,
+        Phase::Progressing
+    );
+    hub.succeed(&p);
 }
 
 #[test]

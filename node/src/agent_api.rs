@@ -70,12 +70,24 @@ impl PlanWatch {
         self.envs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A receiver that changes whenever `environment`'s plans change.
+    /// A receiver that changes whenever `environment`'s plans change. Call it only for an
+    /// environment that exists: the map holds one entry per environment with waiting polls,
+    /// and entries nobody waits on any more are dropped whenever a new one is added (and on
+    /// every notification), so names that stopped existing do not accumulate.
     pub fn subscribe(&self, environment: &str) -> watch::Receiver<u64> {
-        self.lock()
-            .entry(environment.to_string())
-            .or_insert_with(|| watch::channel(0).0)
-            .subscribe()
+        let mut envs = self.lock();
+        if let Some(tx) = envs.get(environment) {
+            return tx.subscribe();
+        }
+        envs.retain(|_, tx| tx.receiver_count() > 0);
+        let (tx, rx) = watch::channel(0);
+        envs.insert(environment.to_string(), tx);
+        rx
+    }
+
+    /// Environments with an entry (tests: the map stays bounded).
+    pub fn watched(&self) -> usize {
+        self.lock().len()
     }
 
     fn notify(&self, environment: &str) {
@@ -127,6 +139,10 @@ impl AgentService {
             leader,
         }
     }
+}
+
+fn unknown_environment(environment: &str) -> Status {
+    Status::not_found(format!("environment {environment:?} not found"))
 }
 
 fn bad(field: &str, reason: impl std::fmt::Display) -> Status {
@@ -499,9 +515,21 @@ impl Agent for AgentService {
         caller.require_environment(&r.environment)?;
         let wait = Duration::from_millis(r.wait_ms as u64).min(MAX_WAIT);
         let deadline = Instant::now() + wait;
-        // Subscribe before reading, so a change between the read and the wait is not missed.
-        let mut changes = self.plans.subscribe(&r.environment);
         self.node.shared_read_barrier(SHARED_BARRIER_AGE).await?;
+        // An unknown environment is refused before any watch state exists for its name.
+        if self
+            .node
+            .state
+            .read()
+            .state
+            .environment(&r.environment)
+            .is_none()
+        {
+            return Err(unknown_environment(&r.environment));
+        }
+        // Subscribe before the loop reads, so a change between the read and the wait is not
+        // missed.
+        let mut changes = self.plans.subscribe(&r.environment);
         loop {
             // Mark the current generation seen *before* reading, so a change applied after
             // the read wakes the wait below.
@@ -509,10 +537,7 @@ impl Agent for AgentService {
             let (plans, fingerprint, registries, index) = {
                 let s = self.node.state.read();
                 if s.state.environment(&r.environment).is_none() {
-                    return Err(Status::not_found(format!(
-                        "environment {:?} not found",
-                        r.environment
-                    )));
+                    return Err(unknown_environment(&r.environment));
                 }
                 let (plans, fp, regs) = agent_plans(&s.state, &r.environment);
                 (plans, fp, regs, s.applied_index())
@@ -533,5 +558,29 @@ impl Agent for AgentService {
                 Ok(Err(_)) => return Err(Status::unavailable("node shutting down")),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod plan_watch_tests {
+    use super::*;
+
+    #[test]
+    fn entries_nobody_waits_on_do_not_accumulate() {
+        let watch = PlanWatch::default();
+        let kept = watch.subscribe("prod");
+        for i in 0..1_000 {
+            // A poll that subscribed and went away (its environment was deleted, say).
+            drop(watch.subscribe(&format!("env-{i}")));
+        }
+        assert!(watch.watched() <= 2, "{} entries", watch.watched());
+        // The live waiter is still woken.
+        let mut same = watch.subscribe("prod");
+        same.borrow_and_update();
+        watch.notify("prod");
+        assert!(same.has_changed().unwrap());
+        assert!(kept.has_changed().unwrap());
+        watch.notify_all();
+        assert_eq!(watch.watched(), 1);
     }
 }

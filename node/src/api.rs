@@ -48,11 +48,12 @@ pub fn parse_submitted(json: &str) -> Result<Command, Status> {
         }
     })?;
     match command {
-        Command::Evaluate { .. } | Command::ExpireSuppressions | Command::CanaryTick { .. } => {
-            Err(Status::permission_denied(
-                "evaluations and canary ticks are proposed by the leader only",
-            ))
-        }
+        Command::Evaluate { .. }
+        | Command::ExpireSuppressions
+        | Command::CanaryTick { .. }
+        | Command::SetClusterKey { .. } => Err(Status::permission_denied(
+            "evaluations, canary ticks and cluster keys are proposed by the leader only",
+        )),
         Command::ReportEntityStates { .. }
         | Command::ReportTask { .. }
         | Command::ReportTasks { .. }

@@ -5,6 +5,7 @@
 //! - [`api`]: the client API any node serves; followers forward writes to the leader.
 //! - [`agent_api`]: the API agents use: reports, and long-polled plan fetches.
 //! - [`orchestrator`]: the leader's loop that evaluates entities and issues plans.
+//! - [`cluster_keys`]: the leader sets the cluster's keys (the canary revision key) once.
 //! - [`artifacts`]: the leader's background artifact-existence checks (SPEC C9).
 //! - [`query`]: read-only JSON views of the orchestration state.
 //! - [`peers`]: reusable gRPC channels to other nodes.
@@ -20,6 +21,7 @@ pub mod auth;
 pub mod canary_controller;
 pub mod cli;
 pub mod client;
+pub mod cluster_keys;
 #[cfg(any(test, feature = "chaos-faults"))]
 pub mod fault_layer;
 pub mod http;

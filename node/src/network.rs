@@ -129,8 +129,10 @@ impl PeerClient {
                 self.target, reply.refused
             )));
         }
-        let result: Result<Resp, RaftError<TypeConfig>> = codec::decode(&reply.payload)
-            .map_err(|e| CallError::Network(format!("bad reply from node {}: {e}", self.target)))?;
+        let result: Result<Resp, RaftError<TypeConfig>> =
+            codec::decode_bounded(&reply.payload, codec::Limit::Message).map_err(|e| {
+                CallError::Network(format!("bad reply from node {}: {e}", self.target))
+            })?;
         // The only remote RaftError here is Fatal: that node is shutting down or broken.
         result.map_err(|e| CallError::Unreachable(format!("node {}: {e}", self.target)))
     }
@@ -226,6 +228,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 cluster_id: self.cluster_id.to_string(),
                 header: if first { header.clone() } else { Vec::new() },
                 data: rest[..n].to_vec(),
+                total_bytes: if first { total as u64 } else { 0 },
             });
             rest = &rest[n..];
             first = false;

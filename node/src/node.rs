@@ -23,7 +23,7 @@ use crate::network::NetworkFactory;
 use crate::peers::{PeerPool, MAX_MESSAGE_BYTES};
 
 /// Largest encoded command a client may submit (SPEC S3: oversized messages are refused).
-pub const MAX_COMMAND_BYTES: usize = 256 << 10;
+pub const MAX_COMMAND_BYTES: usize = raft_store::codec::MAX_COMMAND_BYTES;
 
 /// Longest request id (idempotency key) a caller may send.
 pub const MAX_REQUEST_ID_BYTES: usize = 128;
@@ -279,8 +279,9 @@ impl HubNode {
                 encoded.len()
             )));
         }
-        let (command, request_id): (Command, Option<String>) = codec::decode(encoded)
-            .map_err(|e| Status::invalid_argument(format!("bad forwarded command: {e}")))?;
+        let (command, request_id): (Command, Option<String>) =
+            codec::decode_bounded(encoded, codec::Limit::Command)
+                .map_err(|e| Status::invalid_argument(format!("bad forwarded command: {e}")))?;
         if matches!(
             command,
             Command::Evaluate { .. } | Command::ExpireSuppressions | Command::CanaryTick { .. }

@@ -11,7 +11,7 @@ use hub_tls::client::Connector;
 use tonic::transport::{Channel, Endpoint};
 
 /// Largest gRPC message a hub node accepts or sends.
-pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
+pub const MAX_MESSAGE_BYTES: usize = raft_store::codec::MAX_MESSAGE_BYTES;
 
 /// The pool of channels to other nodes.
 pub struct PeerPool {

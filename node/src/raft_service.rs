@@ -2,17 +2,23 @@
 
 use std::io::Cursor;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hub_proto::raft_server::Raft as RaftRpc;
 use hub_proto::{RaftReply, RaftRequest, SnapshotChunk};
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
-use raft_store::codec;
+use raft_store::codec::{self, Limit};
 use raft_store::{Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 /// Largest snapshot a node accepts.
-pub const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
+pub const MAX_SNAPSHOT_BYTES: usize = codec::MAX_SNAPSHOT_BYTES;
+
+/// Longest a whole `InstallSnapshot` stream may take to arrive. The sender gives up after
+/// 30 s (openraft's `install_snapshot_timeout`); a stream still open after this is a stalled
+/// or hostile peer holding the node's one snapshot slot.
+pub const SNAPSHOT_RECEIVE_DEADLINE: Duration = Duration::from_secs(60);
 
 /// gRPC service for Raft messages.
 pub struct RaftService {
@@ -20,9 +26,42 @@ pub struct RaftService {
     pub raft: Raft,
     /// Messages from another cluster are refused.
     pub cluster_id: Arc<str>,
+    /// Held while a snapshot is received and installed: one at a time, so concurrent streams
+    /// cannot each buffer up to [`MAX_SNAPSHOT_BYTES`].
+    receiving: tokio::sync::Mutex<()>,
+    /// See [`SNAPSHOT_RECEIVE_DEADLINE`].
+    receive_deadline: Duration,
+}
+
+/// A snapshot stream read to its end.
+enum Received {
+    /// The whole snapshot.
+    Snapshot {
+        vote: Vote,
+        meta: SnapshotMeta,
+        data: Vec<u8>,
+    },
+    /// Refused before Raft saw it (another cluster).
+    Refused(RaftReply),
 }
 
 impl RaftService {
+    /// The service for `raft` in cluster `cluster_id`.
+    pub fn new(raft: Raft, cluster_id: Arc<str>) -> Self {
+        Self {
+            raft,
+            cluster_id,
+            receiving: tokio::sync::Mutex::new(()),
+            receive_deadline: SNAPSHOT_RECEIVE_DEADLINE,
+        }
+    }
+
+    /// The same service with another whole-stream deadline (tests).
+    pub fn with_receive_deadline(mut self, deadline: Duration) -> Self {
+        self.receive_deadline = deadline;
+        self
+    }
+
     fn check_cluster(&self, cluster_id: &str) -> Option<RaftReply> {
         (cluster_id != &*self.cluster_id).then(|| RaftReply {
             payload: Vec::new(),
@@ -53,7 +92,7 @@ impl RaftService {
         if let Some(refused) = self.check_cluster(&req.cluster_id) {
             return Ok(Response::new(refused));
         }
-        let rpc: Rpc = decode(&req.payload)?;
+        let rpc: Rpc = decode(&req.payload, Limit::Message)?;
         let result = f(self.raft.clone(), rpc).await;
         #[cfg(feature = "chaos-faults")]
         if reply_lost {
@@ -66,8 +105,61 @@ impl RaftService {
     }
 }
 
-fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Status> {
-    codec::decode(bytes).map_err(|e| Status::invalid_argument(format!("bad raft payload: {e}")))
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result<T, Status> {
+    codec::decode_bounded(bytes, limit)
+        .map_err(|e| Status::invalid_argument(format!("bad raft payload: {e}")))
+}
+
+fn too_large(bytes: impl std::fmt::Display) -> Status {
+    Status::resource_exhausted(format!(
+        "snapshot of {bytes} bytes refused: at most {MAX_SNAPSHOT_BYTES} allowed"
+    ))
+}
+
+impl RaftService {
+    /// Reads a snapshot stream to its end: the first chunk names the cluster and carries the
+    /// header; no more than [`MAX_SNAPSHOT_BYTES`] (nor more than the declared size) is
+    /// buffered.
+    async fn receive(&self, mut stream: Streaming<SnapshotChunk>) -> Result<Received, Status> {
+        let first = stream
+            .next()
+            .await
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
+        if let Some(refused) = self.check_cluster(&first.cluster_id) {
+            return Ok(Received::Refused(refused));
+        }
+        let declared = match usize::try_from(first.total_bytes) {
+            Ok(0) => None,
+            Ok(n) if n <= MAX_SNAPSHOT_BYTES => Some(n),
+            _ => return Err(too_large(first.total_bytes)),
+        };
+        let limit = declared.unwrap_or(MAX_SNAPSHOT_BYTES);
+        let (vote, meta): (Vote, SnapshotMeta) = decode(&first.header, Limit::Command)?;
+        let mut data = first.data;
+        if data.len() > limit {
+            return Err(too_large(data.len()));
+        }
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            let total = data.len() + chunk.data.len();
+            if total > limit {
+                return Err(match declared {
+                    Some(d) if total <= MAX_SNAPSHOT_BYTES => Status::invalid_argument(format!(
+                        "snapshot stream longer than its declared {d} bytes"
+                    )),
+                    _ => too_large(format!("more than {total}")),
+                });
+            }
+            data.extend_from_slice(&chunk.data);
+        }
+        if let Some(d) = declared.filter(|d| *d != data.len()) {
+            return Err(Status::invalid_argument(format!(
+                "snapshot stream ended after {} of its declared {d} bytes",
+                data.len()
+            )));
+        }
+        Ok(Received::Snapshot { vote, meta, data })
+    }
 }
 
 #[tonic::async_trait]
@@ -102,25 +194,25 @@ impl RaftRpc for RaftService {
     ) -> Result<Response<RaftReply>, Status> {
         #[cfg(feature = "chaos-faults")]
         let reply_lost = crate::fault_layer::reply_lost(&req);
-        let mut stream = req.into_inner();
-        let first = stream
-            .next()
+        // One snapshot at a time, received and installed: a second stream is refused at
+        // once (the leader retries), not buffered beside the first.
+        let Ok(_receiving) = self.receiving.try_lock() else {
+            return Err(Status::resource_exhausted(
+                "this node is already receiving a snapshot: one at a time",
+            ));
+        };
+        let deadline = self.receive_deadline;
+        let received = tokio::time::timeout(deadline, self.receive(req.into_inner()))
             .await
-            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
-        if let Some(refused) = self.check_cluster(&first.cluster_id) {
-            return Ok(Response::new(refused));
-        }
-        let (vote, meta): (Vote, SnapshotMeta) = decode(&first.header)?;
-        let mut data = first.data;
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk?;
-            if data.len() + chunk.data.len() > MAX_SNAPSHOT_BYTES {
-                return Err(Status::resource_exhausted(format!(
-                    "snapshot larger than {MAX_SNAPSHOT_BYTES} bytes"
-                )));
-            }
-            data.extend_from_slice(&chunk.data);
-        }
+            .map_err(|_| {
+                Status::deadline_exceeded(format!(
+                    "snapshot stream not complete within {deadline:?}"
+                ))
+            })??;
+        let (vote, meta, data) = match received {
+            Received::Refused(reply) => return Ok(Response::new(reply)),
+            Received::Snapshot { vote, meta, data } => (vote, meta, data),
+        };
         tracing::info!(bytes = data.len(), last_log_id = ?meta.last_log_id, "received snapshot");
         let snapshot = Snapshot {
             meta,

@@ -3,12 +3,94 @@
 //! A value is one format-version byte followed by its bincode (standard config, serde). A
 //! decoder refuses versions it does not know, so a future release can migrate old values
 //! instead of misreading them.
+//!
+//! Every decode is bounded ([`Limit`], SPEC S3): bytes come from the network or from files,
+//! and bincode trusts the lengths it reads. Without a bound, a string that declares 2^45 bytes
+//! in an 11-byte message makes the decoder allocate 32 TiB and the process abort. So
+//! [`decode_bounded`] refuses an input longer than the limit's encoded size, and gives bincode
+//! a budget (`with_limit`) that every declared length and every decoded primitive is charged
+//! against **before** anything is allocated: a length prefix beyond the budget is an error,
+//! not an allocation. The budget follows the input: the smallest power of four at least
+//! [`BUDGET_FACTOR`] times the input's length (at most the limit's), so decoding `n` bytes
+//! allocates at most about `32 n` bytes (plus serde's capped pre-allocation of 1 MiB per
+//! nested sequence), whatever lengths they declare.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 /// The format version written today.
 pub const FORMAT_VERSION: u8 = 1;
+
+/// Largest encoded command a node accepts from a client or forwards to the leader.
+pub const MAX_COMMAND_BYTES: usize = 256 << 10;
+/// Largest gRPC message a hub node accepts or sends (one Raft message, one API call).
+pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
+/// Largest snapshot a node builds, accepts or loads.
+pub const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
+
+/// How much bincode's budget exceeds the encoded size. bincode charges a decoded value's
+/// in-memory size: a `u64` costs 8 even when its varint took 1 byte, a string its length plus
+/// 8 for the length. No encoding costs more than 8 times its bytes (the 1-byte varint of a
+/// `u64`), so every valid encoding within a limit fits its budget.
+pub const BUDGET_FACTOR: usize = 8;
+
+/// What a decoded value may be at most: its encoded size, and (through bincode's budget) what
+/// decoding it may allocate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// One command ([`MAX_COMMAND_BYTES`]): a forwarded write, and the small values the store
+    /// keeps beside the log and the state (vote, log ids, membership, a snapshot's header).
+    Command,
+    /// One Raft message or reply, or one stored log entry ([`MAX_MESSAGE_BYTES`]).
+    Message,
+    /// A whole snapshot, or one state record ([`MAX_SNAPSHOT_BYTES`]).
+    Snapshot,
+}
+
+impl Limit {
+    /// The longest encoding (format byte included) this limit accepts.
+    pub const fn max_bytes(self) -> usize {
+        match self {
+            Limit::Command => MAX_COMMAND_BYTES,
+            Limit::Message => MAX_MESSAGE_BYTES,
+            Limit::Snapshot => MAX_SNAPSHOT_BYTES,
+        }
+    }
+}
+
+/// The smallest budget; every budget is this times a power of four.
+const MIN_BUDGET: usize = 1 << 16;
+
+/// bincode's budget for decoding `len` bytes (see the module documentation).
+pub fn budget_for(len: usize) -> usize {
+    let need = len.saturating_mul(BUDGET_FACTOR);
+    let mut budget = MIN_BUDGET;
+    while budget < need {
+        budget = budget.saturating_mul(4);
+    }
+    budget
+}
+
+/// Decodes `body` with bincode's budget set to the smallest step of the ladder that holds
+/// `budget` (bincode takes its limit as a const generic).
+fn decode_with_budget<T: DeserializeOwned>(
+    body: &[u8],
+    budget: usize,
+) -> Result<(T, usize), bincode::error::DecodeError> {
+    macro_rules! ladder {
+        ($($shift:literal),*) => {
+            $(
+                if budget <= MIN_BUDGET << $shift {
+                    let config = bincode::config::standard().with_limit::<{ MIN_BUDGET << $shift }>();
+                    return bincode::serde::decode_from_slice(body, config);
+                }
+            )*
+        };
+    }
+    // 64 KiB, 256 KiB, ... 16 GiB: covers the largest limit's budget (8 GiB).
+    ladder!(0, 2, 4, 6, 8, 10, 12, 14, 16, 18);
+    Err(bincode::error::DecodeError::LimitExceeded)
+}
 
 /// Why bytes could not be decoded.
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +101,20 @@ pub enum CodecError {
     /// Written by a release this one cannot read.
     #[error("unknown format version {0} (this release reads {FORMAT_VERSION})")]
     UnknownVersion(u8),
+    /// More bytes than the limit allows.
+    #[error("value is {bytes} bytes, at most {limit} allowed")]
+    TooLarge {
+        /// The input's length.
+        bytes: usize,
+        /// The limit's encoded size.
+        limit: usize,
+    },
+    /// Lengths inside the value declare more than its input can hold.
+    #[error("value declares lengths beyond its decoding budget of {budget} bytes")]
+    LimitExceeded {
+        /// bincode's budget for this input ([`budget_for`]).
+        budget: usize,
+    },
     /// The body is not a valid encoding of the expected type.
     #[error("malformed value: {0}")]
     Malformed(String),
@@ -33,14 +129,25 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     out
 }
 
-/// Decodes bytes produced by [`encode`]; trailing bytes are an error.
-pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+/// Decodes bytes produced by [`encode`] within `limit`; trailing bytes are an error.
+pub fn decode_bounded<T: DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result<T, CodecError> {
+    let max = limit.max_bytes();
+    if bytes.len() > max {
+        return Err(CodecError::TooLarge {
+            bytes: bytes.len(),
+            limit: max,
+        });
+    }
     let (&version, body) = bytes.split_first().ok_or(CodecError::Empty)?;
     if version != FORMAT_VERSION {
         return Err(CodecError::UnknownVersion(version));
     }
-    let (value, read) = bincode::serde::decode_from_slice(body, bincode::config::standard())
-        .map_err(|e| CodecError::Malformed(e.to_string()))?;
+    // The input is at most `max` bytes, so its budget is at most the limit's.
+    let budget = budget_for(body.len());
+    let (value, read) = decode_with_budget(body, budget).map_err(|e| match e {
+        bincode::error::DecodeError::LimitExceeded => CodecError::LimitExceeded { budget },
+        e => CodecError::Malformed(e.to_string()),
+    })?;
     if read != body.len() {
         return Err(CodecError::Malformed(format!(
             "{} trailing bytes",
@@ -52,25 +159,130 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
     use super::*;
 
     #[test]
     fn round_trip_and_refusals() {
         let bytes = encode(&("x".to_string(), 7u64));
         assert_eq!(bytes[0], FORMAT_VERSION);
-        let back: (String, u64) = decode(&bytes).unwrap();
+        let back: (String, u64) = decode_bounded(&bytes, Limit::Command).unwrap();
         assert_eq!(back, ("x".to_string(), 7));
-        assert!(matches!(decode::<u64>(&[]), Err(CodecError::Empty)));
         assert!(matches!(
-            decode::<u64>(&[9, 1]),
+            decode_bounded::<u64>(&[], Limit::Command),
+            Err(CodecError::Empty)
+        ));
+        assert!(matches!(
+            decode_bounded::<u64>(&[9, 1], Limit::Command),
             Err(CodecError::UnknownVersion(9))
         ));
         let mut long = encode(&1u8);
         long.push(0);
-        assert!(matches!(decode::<u8>(&long), Err(CodecError::Malformed(_))));
         assert!(matches!(
-            decode::<String>(&[1, 200]),
+            decode_bounded::<u8>(&long, Limit::Command),
             Err(CodecError::Malformed(_))
         ));
+        assert!(matches!(
+            decode_bounded::<String>(&[1, 200], Limit::Command),
+            Err(CodecError::Malformed(_))
+        ));
+    }
+
+    /// The 11-byte length bomb of issue 14: the format byte, then a string length of 2^45 as
+    /// bincode's varint (0xfd + u64 little-endian), then one byte of "content".
+    pub(crate) fn length_bomb() -> Vec<u8> {
+        let mut b = vec![FORMAT_VERSION, 0xfd];
+        b.extend_from_slice(&(1u64 << 45).to_le_bytes());
+        b.push(b'x');
+        b
+    }
+
+    #[test]
+    fn a_declared_length_beyond_the_limit_is_an_error_not_an_allocation() {
+        let bomb = length_bomb();
+        assert_eq!(bomb.len(), 11);
+        for limit in [Limit::Command, Limit::Message, Limit::Snapshot] {
+            let started = Instant::now();
+            // An unbounded decoder would abort the test process here (allocation failure).
+            let r = decode_bounded::<String>(&bomb, limit);
+            assert!(
+                matches!(r, Err(CodecError::LimitExceeded { .. })),
+                "{limit:?}: {r:?}"
+            );
+            let r = decode_bounded::<(Vec<String>, u8)>(&bomb, limit);
+            assert!(r.is_err(), "{limit:?}: {r:?}");
+            assert!(started.elapsed() < Duration::from_secs(1));
+        }
+    }
+
+    #[test]
+    fn the_budget_follows_the_input() {
+        assert_eq!(budget_for(0), MIN_BUDGET);
+        assert_eq!(budget_for(11), MIN_BUDGET);
+        assert_eq!(budget_for(MIN_BUDGET / 8 + 1), MIN_BUDGET * 4);
+        for len in [
+            1,
+            1000,
+            MAX_COMMAND_BYTES,
+            MAX_MESSAGE_BYTES,
+            MAX_SNAPSHOT_BYTES,
+        ] {
+            let b = budget_for(len);
+            assert!(b >= len * BUDGET_FACTOR && b <= (len * BUDGET_FACTOR).max(MIN_BUDGET) * 4);
+        }
+        assert!(budget_for(MAX_SNAPSHOT_BYTES) <= MIN_BUDGET << 18);
+        // A small input may not declare much, whatever the limit: 64 KiB declared in 7 bytes.
+        let mut b = vec![FORMAT_VERSION, 0xfc];
+        b.extend_from_slice(&(1u32 << 16).to_le_bytes());
+        b.push(b'x');
+        for limit in [Limit::Command, Limit::Message, Limit::Snapshot] {
+            assert!(
+                matches!(
+                    decode_bounded::<String>(&b, limit),
+                    Err(CodecError::LimitExceeded { .. })
+                ),
+                "{limit:?}"
+            );
+        }
+        // 1 KiB declared is within the budget: allocated, then the input is found short.
+        let mut b = vec![FORMAT_VERSION, 0xfb];
+        b.extend_from_slice(&1024u16.to_le_bytes());
+        b.push(b'x');
+        assert!(matches!(
+            decode_bounded::<String>(&b, Limit::Command),
+            Err(CodecError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn inputs_longer_than_the_limit_are_refused_before_decoding() {
+        let big = encode(&vec![7u8; MAX_COMMAND_BYTES]);
+        assert!(matches!(
+            decode_bounded::<Vec<u8>>(&big, Limit::Command),
+            Err(CodecError::TooLarge { limit, .. }) if limit == MAX_COMMAND_BYTES
+        ));
+        assert_eq!(
+            decode_bounded::<Vec<u8>>(&big, Limit::Message)
+                .unwrap()
+                .len(),
+            MAX_COMMAND_BYTES
+        );
+    }
+
+    #[test]
+    fn every_valid_encoding_within_a_limit_fits_its_budget() {
+        // The worst case for bincode's accounting: u64s that each take one byte on the wire
+        // and are charged 8, filling the whole command limit.
+        let n = MAX_COMMAND_BYTES - 16;
+        let worst: Vec<u64> = vec![1; n];
+        let bytes = encode(&worst);
+        assert!(bytes.len() <= MAX_COMMAND_BYTES, "{}", bytes.len());
+        let back: Vec<u64> = decode_bounded(&bytes, Limit::Command).unwrap();
+        assert_eq!(back.len(), n);
+        // Many empty strings: 1 byte each, charged 8 for the length.
+        let strings: Vec<String> = vec![String::new(); n];
+        let back: Vec<String> = decode_bounded(&encode(&strings), Limit::Command).unwrap();
+        assert_eq!(back.len(), n);
     }
 }

@@ -17,6 +17,8 @@ pub(crate) const CF_META: &str = "meta";
 pub(crate) const CF_SM: &str = "sm";
 pub(crate) const CF_SM_META: &str = "sm_meta";
 const IDENTITY_FILE: &str = "hub-node.json";
+/// `hub-node.json` is a few dozen bytes; anything much larger is not ours.
+const MAX_IDENTITY_BYTES: usize = 64 << 10;
 
 /// Who owns a data directory: written when the directory is first used, checked on every
 /// start before anything in it is touched.
@@ -56,7 +58,7 @@ pub fn open(
     };
     let id_path = dir.join(IDENTITY_FILE);
     let existing = if dir.exists() {
-        match fs::read(&id_path) {
+        match crate::snapshot::read_limited(&id_path, MAX_IDENTITY_BYTES) {
             Ok(bytes) => Some(serde_json::from_slice::<NodeIdentity>(&bytes).map_err(|e| {
                 StoreError::IdentityMismatch(format!(
                     "{}: unreadable identity: {e}",
@@ -97,7 +99,9 @@ pub fn open(
         }
     }
 
-    fs::create_dir_all(dir).map_err(io)?;
+    // Owner only, and whatever an earlier release or umask left is tightened (SECURITY).
+    crate::private::create_private_dir(dir).map_err(io)?;
+    crate::private::restrict_tree(dir).map_err(io)?;
     let db_path = dir.join("db");
     let mut opts = Options::default();
     opts.create_if_missing(true);

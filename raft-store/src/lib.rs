@@ -16,6 +16,7 @@ mod db;
 mod error;
 mod flusher;
 mod log_store;
+pub mod private;
 mod snapshot;
 mod state_machine;
 mod types;

@@ -10,7 +10,7 @@ use openraft::storage::{IOFlushed, RaftLogStorage};
 use openraft::{LogState, OptionalSend, RaftLogReader};
 use rocksdb::{ColumnFamily, Direction, IteratorMode, WriteBatch, WriteOptions, DB};
 
-use crate::codec;
+use crate::codec::{self, Limit};
 use crate::db::{CF_LOG, CF_META};
 use crate::error::io_err;
 use crate::flusher::Flusher;
@@ -52,7 +52,7 @@ impl LogStore {
     fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> io::Result<Option<T>> {
         match self.db.get_cf(self.cf(CF_META), key).map_err(io_err)? {
             None => Ok(None),
-            Some(bytes) => codec::decode(&bytes)
+            Some(bytes) => codec::decode_bounded(&bytes, Limit::Command)
                 .map(Some)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
         }
@@ -88,13 +88,15 @@ impl RaftLogReader<TypeConfig> for LogStore {
             if !range.contains(&index) {
                 break;
             }
-            let entry: Entry =
-                codec::decode(&value).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            assert_eq!(
-                entry.index(),
-                index,
-                "log entry stored under the wrong index"
-            );
+            let entry: Entry = codec::decode_bounded(&value, Limit::Message)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            // A corrupt store is an error for openraft to report, never a panic.
+            if entry.index() != index {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("log entry {} stored under index {index}", entry.index()),
+                ));
+            }
             entries.push(entry);
         }
         Ok(entries)
@@ -118,7 +120,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             None => None,
             Some(item) => {
                 let (_, value) = item.map_err(io_err)?;
-                let entry: Entry = codec::decode(&value)
+                let entry: Entry = codec::decode_bounded(&value, Limit::Message)
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
                 Some(entry.log_id())
             }

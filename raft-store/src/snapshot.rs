@@ -40,10 +40,15 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreErr
         move |source| StoreError::Io { path: p, source }
     };
     let parent = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(parent).map_err(io(parent))?;
+    crate::private::create_private_dir(parent).map_err(io(parent))?;
     let tmp = path.with_extension("tmp");
     {
-        let mut f = File::create(&tmp).map_err(io(&tmp))?;
+        // A leftover temp file keeps its old mode through truncation: remove it first.
+        match fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&tmp)(e)),
+            _ => {}
+        }
+        let mut f = crate::private::create_private_file(&tmp).map_err(io(&tmp))?;
         f.write_all(bytes).map_err(io(&tmp))?;
         f.sync_all().map_err(io(&tmp))?;
     }
@@ -54,17 +59,35 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreErr
     Ok(())
 }
 
+/// Reads the whole file at `path` if it has at most `max` bytes; a longer file is an
+/// `InvalidData` error before anything is buffered (a file, like the network, may be hostile).
+pub(crate) fn read_limited(path: &Path, max: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = File::open(path)?;
+    let mut bytes = Vec::new();
+    file.take(max as u64 + 1).read_to_end(&mut bytes)?;
+    if bytes.len() > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} is larger than {max} bytes", path.display()),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// Reads and decodes the current snapshot file, if there is one.
 pub(crate) fn read_current(dir: &Path) -> Result<Option<(SnapshotFile, Vec<u8>)>, StoreError> {
     let path = snapshot_path(dir);
-    let bytes = match fs::read(&path) {
+    let bytes = match read_limited(&path, codec::MAX_SNAPSHOT_BYTES) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => return Err(StoreError::Io { path, source }),
     };
-    let file = codec::decode(&bytes).map_err(|source| StoreError::Corrupt {
-        what: path.display().to_string(),
-        source,
+    let file = codec::decode_bounded(&bytes, codec::Limit::Snapshot).map_err(|source| {
+        StoreError::Corrupt {
+            what: path.display().to_string(),
+            source,
+        }
     })?;
     Ok(Some((file, bytes)))
 }

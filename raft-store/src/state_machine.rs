@@ -11,7 +11,7 @@ use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, RaftSnapshotBuilder};
 use rocksdb::{WriteBatch, WriteOptions};
 
-use crate::codec;
+use crate::codec::{self, Limit};
 use crate::db::{Store, CF_SM, CF_SM_META};
 use crate::error::{io_err, StoreError};
 use crate::snapshot::{self, SnapshotFile};
@@ -128,16 +128,28 @@ impl StateMachine {
         let mut applied = AppliedState::default();
         for item in db.iterator_cf(cf_sm, rocksdb::IteratorMode::Start) {
             let (key, value) = item.map_err(rocks)?;
-            let record: Record = codec::decode(&value).map_err(corrupt("state record"))?;
-            debug_assert_eq!(record.key().to_bytes(), key.as_ref());
+            let record: Record =
+                codec::decode_bounded(&value, Limit::Snapshot).map_err(corrupt("state record"))?;
+            if record.key().to_bytes() != key.as_ref() {
+                return Err(StoreError::Corrupt {
+                    what: "state record".to_string(),
+                    source: codec::CodecError::Malformed(format!(
+                        "a record stored under key {:?} has key {:?}",
+                        key.as_ref(),
+                        record.key().to_bytes()
+                    )),
+                });
+            }
             applied.state.insert_record(record);
         }
         applied.state.rebuild_indexes();
         if let Some(bytes) = db.get_cf(cf_meta, KEY_LAST_APPLIED).map_err(rocks)? {
-            applied.last_applied = codec::decode(&bytes).map_err(corrupt("last_applied"))?;
+            applied.last_applied =
+                codec::decode_bounded(&bytes, Limit::Command).map_err(corrupt("last_applied"))?;
         }
         if let Some(bytes) = db.get_cf(cf_meta, KEY_MEMBERSHIP).map_err(rocks)? {
-            applied.membership = codec::decode(&bytes).map_err(corrupt("membership"))?;
+            applied.membership =
+                codec::decode_bounded(&bytes, Limit::Command).map_err(corrupt("membership"))?;
         }
         let current = snapshot::read_current(&store.dir)?.map(|(file, _)| file.meta());
         Ok(Self {
@@ -284,8 +296,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
         let bytes = snapshot.into_inner();
-        let file: SnapshotFile =
-            codec::decode(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let file: SnapshotFile = codec::decode_bounded(&bytes, Limit::Snapshot)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         if file.last_applied != meta.last_log_id {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,

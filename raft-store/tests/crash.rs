@@ -7,11 +7,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hub_engine::{Command as HubCommand, Request};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
-use openraft::vote::RaftLeaderId;
-use openraft::{Entry, EntryPayload, LogId, RaftLogReader};
+use openraft::RaftLogReader;
 use raft_store::{NodeIdentity, Vote};
+
+mod common;
+use common::entry;
 
 const CHILD_ENV: &str = "RAFT_STORE_CRASH_CHILD_DIR";
 
@@ -19,23 +20,6 @@ fn identity() -> NodeIdentity {
     NodeIdentity {
         node_id: 1,
         cluster_id: "crash".into(),
-    }
-}
-
-fn entry(term: u64, index: u64) -> raft_store::Entry {
-    Entry {
-        log_id: LogId::new(
-            openraft::vote::leader_id_adv::CommittedLeaderId::new(term, 1),
-            index,
-        ),
-        payload: EntryPayload::Normal(Request {
-            command: HubCommand::CreateEnvironment {
-                name: format!("env-{index}"),
-                description: String::new(),
-            },
-            time_ms: index as i64,
-            request_id: None,
-        }),
     }
 }
 

@@ -316,6 +316,7 @@ fn a_rogue_node_with_its_own_ca_cannot_join_or_disturb_the_cluster() {
                         cluster_id: cluster.cluster_id.clone(),
                         header: vec![1, 0],
                         data: vec![0; 16],
+                        total_bytes: 16,
                     }]))
                     .await
                     .map(|_| ()),

@@ -13,12 +13,16 @@
 //! log). No secret values are written here.
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::CanaryError;
-use crate::driver::process::layout::{create_dir_mode, sync_parent, write_atomic};
+use crate::driver::process::layout::{create_dir_mode, read_limited, sync_parent, write_atomic};
+
+/// Largest canary `state.json` read (a few KiB in practice).
+const MAX_STATE_BYTES: u64 = 16 << 20;
 use crate::plan::CanaryHeaderMatchSpec;
 
 /// The state file's name.
@@ -199,7 +203,7 @@ impl CanaryDir {
         if self.root.is_dir() {
             return Ok(());
         }
-        create_dir_mode(&self.root, 0o755).map_err(Self::io(&self.root))?;
+        create_dir_mode(&self.root, 0o700).map_err(Self::io(&self.root))?;
         // The new directory's entry in `DATA/canary/` must survive a crash too.
         sync_parent(&self.root).map_err(Self::io(&self.root))
     }
@@ -207,7 +211,7 @@ impl CanaryDir {
     /// The saved state (`None`: none saved).
     pub fn load(&self) -> Result<Option<CanaryState>, CanaryError> {
         let path = self.state();
-        match std::fs::read(&path) {
+        match read_limited(&path, MAX_STATE_BYTES) {
             Ok(bytes) => {
                 serde_json::from_slice(&bytes)
                     .map(Some)
@@ -229,7 +233,7 @@ impl CanaryDir {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        write_atomic(&path, &bytes, 0o644).map_err(Self::io(&path))
+        write_atomic(&path, &bytes, 0o600).map_err(Self::io(&path))
     }
 
     /// Deletes the state (the log stays).
@@ -274,6 +278,7 @@ impl CanaryDir {
             .create(true)
             .read(true)
             .append(true)
+            .mode(0o600)
             .open(&path)
             .map_err(Self::io(&path))?;
         // After a torn append the file does not end with a newline: start a fresh line.

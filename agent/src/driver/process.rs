@@ -145,7 +145,7 @@ impl ProcessDriver {
             let path = path.to_path_buf();
             move |source| DriverError::Io { path, source }
         };
-        std::fs::create_dir_all(&root).map_err(io(&root))?;
+        layout::create_private_dir(&root).map_err(io(&root))?;
         let root = std::fs::canonicalize(&root).map_err(io(&root))?;
         let mut entities = BTreeMap::new();
         for name in list_names(&root).map_err(io(&root))? {

@@ -5,12 +5,19 @@
 //! canary analysis reads (SPEC K6).
 //!
 //! HTTP/1.1 only; one upstream connection per request (loopback to local workloads).
+//!
+//! The listeners face the service's clients, so they are bounded ([`ProxyLimits`]): a client
+//! must send a request's headers within [`HEADER_READ_TIMEOUT`] (slow-header clients cannot
+//! pin connections), and at most [`MAX_CONNECTIONS`] connections are served at once across
+//! the three listeners; a connection beyond that is closed at once and counted (per proxy, and
+//! in all in [`CONNECTIONS_REFUSED`], served as `hub_agent_proxy_connections_refused_total`).
 
 pub mod route;
 pub mod stats;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -18,8 +25,9 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 pub use route::{HeaderMatch, Routing, Workload};
@@ -30,6 +38,34 @@ use stats::WorkloadStats;
 
 /// How long the proxy waits for a workload's answer headers.
 pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a client may take to send a request's headers (also the idle time of a kept-alive
+/// connection before its next request).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections served at once by one proxy (all three listeners together).
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// Connections any proxy of this process closed at once because all its permits were taken.
+pub static CONNECTIONS_REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// The bounds of a proxy's listeners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyLimits {
+    /// See [`HEADER_READ_TIMEOUT`].
+    pub header_read_timeout: Duration,
+    /// See [`MAX_CONNECTIONS`].
+    pub max_connections: usize,
+}
+
+impl Default for ProxyLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+        }
+    }
+}
 
 /// Which of the three listeners a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +108,11 @@ pub struct CanaryProxy {
     selector: Selector,
     stats: Mutex<BTreeMap<Workload, WorkloadStats>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    limits: ProxyLimits,
+    /// One permit per connection being served.
+    connections: Arc<Semaphore>,
+    /// Connections closed at once because every permit was taken.
+    refused: AtomicU64,
 }
 
 fn now_secs() -> u64 {
@@ -88,8 +129,18 @@ fn text(status: StatusCode, body: String) -> Response<ProxyBody> {
 }
 
 impl CanaryProxy {
-    /// Binds the three listeners (port 0 picks a free port) and starts serving.
+    /// Binds the three listeners (port 0 picks a free port) and starts serving, with the
+    /// default [`ProxyLimits`].
     pub async fn start(service: &str, addrs: ProxyAddrs) -> std::io::Result<Arc<Self>> {
+        Self::start_with_limits(service, addrs, ProxyLimits::default()).await
+    }
+
+    /// [`CanaryProxy::start`] with explicit limits.
+    pub async fn start_with_limits(
+        service: &str,
+        addrs: ProxyAddrs,
+        limits: ProxyLimits,
+    ) -> std::io::Result<Arc<Self>> {
         let main = TcpListener::bind(addrs.main).await?;
         let primary = TcpListener::bind(addrs.primary).await?;
         let canary = TcpListener::bind(addrs.canary).await?;
@@ -105,6 +156,9 @@ impl CanaryProxy {
             selector: Selector::default(),
             stats: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(Vec::new()),
+            limits,
+            connections: Arc::new(Semaphore::new(limits.max_connections)),
+            refused: AtomicU64::new(0),
         });
         let mut tasks = Vec::new();
         for (listener, entry) in [
@@ -156,6 +210,11 @@ impl CanaryProxy {
             .get(&workload)
             .map(|s| s.window(now_secs(), window_secs))
             .unwrap_or_default()
+    }
+
+    /// Connections closed at once because [`ProxyLimits::max_connections`] were open.
+    pub fn refused_connections(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Prometheus lines: requests and 5xx per workload, and the canary weight.
@@ -264,14 +323,25 @@ async fn accept_loop(proxy: Arc<CanaryProxy>, listener: TcpListener, entry: Entr
                 continue;
             }
         };
+        // At capacity the connection is closed at once (dropped): waiting clients would
+        // only queue behind connections that may be hostile.
+        let Ok(permit) = proxy.connections.clone().try_acquire_owned() else {
+            proxy.refused.fetch_add(1, Ordering::Relaxed);
+            CONNECTIONS_REFUSED.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let proxy = proxy.clone();
         tokio::spawn(async move {
+            let _permit = permit;
+            let header_read_timeout = proxy.limits.header_read_timeout;
             let service = service_fn(move |req| {
                 let proxy = proxy.clone();
                 async move { Ok::<_, std::convert::Infallible>(proxy.handle(entry, req).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
@@ -384,6 +454,84 @@ mod tests {
         assert!(proxy
             .render_prometheus()
             .contains("workload=\"canary\"} 11"));
+        proxy.shutdown();
+    }
+
+    /// Reads until the peer closes; true if it closed within `within`.
+    async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+        let mut buf = [0u8; 256];
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+                Err(_) => return false,
+                Ok(Ok(0)) | Ok(Err(_)) => return true,
+                Ok(Ok(_)) => continue,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn slow_headers_time_out_and_excess_connections_are_refused() {
+        let limits = ProxyLimits {
+            header_read_timeout: Duration::from_millis(300),
+            max_connections: 2,
+        };
+        let proxy = CanaryProxy::start_with_limits("demo", local(), limits)
+            .await
+            .unwrap();
+        proxy.set_upstreams(Upstreams {
+            primary: Some(upstream("primary", 200).await),
+            canary: None,
+        });
+        // Two clients that send half a request line and stall take both permits.
+        let mut slow = Vec::new();
+        for _ in 0..2 {
+            let mut s = TcpStream::connect(proxy.addrs().primary).await.unwrap();
+            s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+            slow.push(s);
+        }
+        // A third connection (on another listener: the cap is the proxy's) is closed at once
+        // and counted. The accept loop may not have taken both slow ones yet: poll.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let mut s = TcpStream::connect(proxy.addrs().main).await.unwrap();
+            let _ = s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
+            let mut out = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut out)).await;
+            if out.is_empty() && proxy.refused_connections() >= 1 {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "never refused");
+        }
+        assert!(CONNECTIONS_REFUSED.load(Ordering::Relaxed) >= 1);
+        assert!(crate::metrics::Metrics::default()
+            .render("prod")
+            .contains("hub_agent_proxy_connections_refused_total{environment=\"prod\"} "));
+        // The stalled clients are cut off by the header timeout...
+        for s in &mut slow {
+            assert!(closed_within(s, Duration::from_secs(5)).await);
+        }
+        // ...which frees their permits.
+        let ok = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let mut s = TcpStream::connect(proxy.addrs().primary).await.unwrap();
+                let _ = s
+                    .write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                    .await;
+                let mut out = String::new();
+                let _ = s.read_to_string(&mut out).await;
+                if out.starts_with("HTTP/1.1 200") {
+                    return out
+                        .rsplit("\r\n\r\n")
+                        .next()
+                        .unwrap_or_default()
+                        .to_string();
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        assert_eq!(ok.ok().as_deref(), Some("primary"));
         proxy.shutdown();
     }
 

@@ -4,7 +4,8 @@
 //! - [`parse_canary`] reads and validates a canary resource ([`CanarySpec`]), reporting every
 //!   problem with its YAML path ([`CanaryErrors`]).
 //! - [`revision_hash`] identifies a revision of the target (version, rendered config, tracked
-//!   secrets), stably across hub upgrades.
+//!   secrets), keyed with the cluster's revision key, stably across hub upgrades
+//!   ([`is_revision_of`] still recognises revisions named before the key existed).
 //! - [`CanaryStatus`] is the replicated state of one canary.
 //! - A tick is two pure steps so that all I/O happens outside and the decision replays
 //!   identically on every node: [`plan_tick`] says which webhooks to call and metrics to
@@ -40,7 +41,9 @@ pub use parse::{
     MAX_WEBHOOK_TIMEOUT_MS,
 };
 pub use plan::{plan_tick, MetricQuery, TickPlan, WebhookCall, WebhookPayload};
-pub use revision::{revision_hash, REVISION_HEX_LEN};
+pub use revision::{
+    is_revision_of, legacy_revision_hash, revision_hash, REVISION_HEX_LEN, REVISION_V2_PREFIX,
+};
 pub use spec::{
     AlertSpec, AlertTarget, Analysis, CanarySpec, HeaderMatch, MatchRule, Metric, MetricSource,
     ServiceSpec, Severity, StepWeights, Strategy, TargetRef, ThresholdRange, Webhook, WebhookType,

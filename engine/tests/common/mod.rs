@@ -173,6 +173,24 @@ impl Hub {
         self.now += ms;
     }
 
+    /// Sets the cluster's canary revision key, as a new leader does (fixed bytes here).
+    pub fn set_revision_key(&mut self) -> Applied {
+        let applied = self.apply(Command::SetClusterKey {
+            name: hub_engine::cluster_key::CANARY_REVISION_KEY.into(),
+            key: hub_engine::cluster_key::SecretKey::from_bytes([42; 32]),
+        });
+        assert!(applied.result.is_ok(), "{:?}", applied.result);
+        applied
+    }
+
+    /// Replaces the state with one rebuilt from `records` (as a node that loads its store or
+    /// a snapshot does), keeping the harness's twin and store consistent.
+    pub fn load_records(&mut self, records: Vec<Record>) {
+        self.state = State::from_records(records.iter().cloned());
+        self.twin = State::from_records(records.iter().cloned());
+        self.store = records.into_iter().map(|r| (r.key(), r)).collect();
+    }
+
     pub fn set_time(&mut self, t: TimestampMs) {
         self.now = t;
     }

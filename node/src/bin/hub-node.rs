@@ -115,6 +115,9 @@ async fn main() {
 }
 
 async fn run() -> anyhow::Result<()> {
+    // Owner-only files (SECURITY "At rest"): RocksDB creates its SST, WAL and MANIFEST files
+    // with the process umask, and they hold every secret of the hub in plaintext.
+    raft_store::private::restrict_umask();
     let args = Args::parse();
     init_tracing(&args.log_format);
     if args.id == 0 {
@@ -186,12 +189,9 @@ async fn run() -> anyhow::Result<()> {
     let node = HubNode::start(&cfg).await?;
     tracing::info!(id = cfg.id, addr = %cfg.advertise, cluster = %cfg.cluster_id, "hub-node started");
 
-    let raft_svc = RaftServer::new(RaftService {
-        raft: node.raft.clone(),
-        cluster_id: node.cluster_id.clone(),
-    })
-    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let raft_svc = RaftServer::new(RaftService::new(node.raft.clone(), node.cluster_id.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let hub_svc = HubServer::new(HubService { node: node.clone() })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -204,6 +204,7 @@ async fn run() -> anyhow::Result<()> {
     // The leader-only orchestration loop: idle on followers.
     let _orchestrator = hub_node::orchestrator::spawn(node.clone());
     let _canaries = hub_node::canary_controller::spawn(node.clone());
+    let _keys = hub_node::cluster_keys::spawn(node.clone());
 
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -153,6 +153,32 @@ pub fn create_dir_mode(dir: &Path, mode: u32) -> io::Result<()> {
     fs::DirBuilder::new().recursive(true).mode(mode).create(dir)
 }
 
+/// Reads the whole file at `path` if it has at most `max` bytes; a longer one is an
+/// `InvalidData` error before it is buffered (a damaged or planted file must not exhaust
+/// memory).
+pub fn read_limited(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    fs::File::open(path)?
+        .take(max + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {max} bytes"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Creates `dir` (and parents) 0700 and sets an existing `dir` to 0700: the agent's data
+/// directory holds rendered configs and secrets, whatever the umask or an older release left.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    create_dir_mode(dir, 0o700)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
 /// Removes a file or directory tree; a missing path is fine.
 pub fn remove_path(path: &Path) -> io::Result<()> {
     match fs::symlink_metadata(path) {

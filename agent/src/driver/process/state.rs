@@ -66,11 +66,14 @@ pub struct RunState {
     pub good: Vec<Deployment>,
 }
 
+/// Largest `state.json` read (a few KiB in practice).
+const MAX_STATE_BYTES: u64 = 16 << 20;
+
 impl RunState {
     /// Loads `state.json` from `path`: `Ok(None)` when absent, `Err` when unreadable or
     /// invalid (so that it is never acted on).
     pub fn load(path: &Path) -> Result<Option<Self>, String> {
-        let bytes = match std::fs::read(path) {
+        let bytes = match super::layout::read_limited(path, MAX_STATE_BYTES) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("{}: {e}", path.display())),

@@ -309,4 +309,74 @@ mod tests {
         let (_dir, r) = unpack(&good[..good.len() / 2]);
         assert!(r.is_err());
     }
+
+    /// Hostile archives (SPEC S3, docs/BENCHMARKS.md "Fuzzing"): valid and hostile tarballs,
+    /// mutated before compression (headers, names, sizes, link targets: structure-aware) or
+    /// after it (the gzip stream), and random bytes, unpacked as a download is. No panic,
+    /// within a time bound, and nothing is ever created outside the destination.
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn tars() -> Vec<Vec<u8>> {
+            let plain = |build: &dyn Fn(&mut tar::Builder<Vec<u8>>)| {
+                let mut b = tar::Builder::new(Vec::new());
+                build(&mut b);
+                b.into_inner().unwrap()
+            };
+            vec![
+                plain(&|b| {
+                    raw_entry(b, EntryType::Directory, "bin/", "");
+                    raw_entry(b, EntryType::Regular, "bin/svc", "");
+                    raw_entry(b, EntryType::Symlink, "bin/alias", "svc");
+                    raw_entry(b, EntryType::Link, "hard", "bin/svc");
+                    raw_entry(b, EntryType::Regular, "service.json", "");
+                }),
+                plain(&|b| raw_entry(b, EntryType::Symlink, "a/l", "../../x")),
+                plain(&|b| {
+                    raw_entry(b, EntryType::Symlink, "up", "..");
+                    raw_entry(b, EntryType::Regular, "up/evil", "");
+                }),
+                plain(&|b| raw_entry(b, EntryType::Regular, "../evil", "")),
+            ]
+        }
+
+        fn gzip(tar: &[u8]) -> Vec<u8> {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut gz, tar).unwrap();
+            gz.finish().unwrap()
+        }
+
+        /// Unpacks `archive`; checks that only the archive and `out` exist beside it.
+        fn check(archive: &[u8]) {
+            let (dir, _result) =
+                hub_fuzz::within(std::time::Duration::from_secs(5), "unpack", || {
+                    unpack(archive)
+                });
+            let mut names: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            assert_eq!(
+                names,
+                ["a.tar.gz", "out"],
+                "something escaped the destination"
+            );
+        }
+
+        proptest! {
+            #![proptest_config(hub_fuzz::config(300))]
+
+            #[test]
+            fn mutated_tarballs(tar in hub_fuzz::mutated(tars())) {
+                check(&gzip(&tar));
+            }
+
+            #[test]
+            fn mutated_gzip_streams(bytes in hub_fuzz::mutated(tars().iter().map(|t| gzip(t)).collect())) {
+                check(&bytes);
+            }
+        }
+    }
 }

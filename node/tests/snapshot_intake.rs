@@ -1,0 +1,101 @@
+//! The snapshot intake of `Raft.InstallSnapshot` (SPEC S3): a stream that stalls is cut off
+//! at the whole-stream deadline, which frees the node's one snapshot slot. In process: one
+//! node (never initialised, so nothing else talks to it) behind a real tonic server.
+
+use std::time::{Duration, Instant};
+
+use hub_node::node::{HubNode, NodeConfig};
+use hub_node::raft_service::RaftService;
+use hub_proto::raft_client::RaftClient;
+use hub_proto::raft_server::RaftServer;
+use hub_proto::SnapshotChunk;
+use raft_store::codec;
+use tonic::Code;
+
+async fn start(dir: &std::path::Path, deadline: Duration) -> (String, std::sync::Arc<HubNode>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cfg = NodeConfig {
+        id: 1,
+        listen: addr,
+        advertise: addr.to_string(),
+        data_dir: dir.join("node-1"),
+        cluster_id: "intake".into(),
+        heartbeat_ms: 100,
+        election_min_ms: 300,
+        election_max_ms: 600,
+        request_timeout: Duration::from_secs(5),
+        snapshot_logs: 10_000,
+        keep_logs: 1_000,
+        artifact_ttl: Duration::from_secs(60),
+        artifact_timeout: Duration::from_secs(5),
+        connector: hub_tls::client::Connector::new(
+            hub_tls::client::ClientMode::Plaintext,
+            Duration::from_millis(500),
+        ),
+    };
+    let node = HubNode::start(&cfg).await.expect("start the node");
+    let svc = RaftService::new(node.raft.clone(), node.cluster_id.clone())
+        .with_receive_deadline(deadline);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RaftServer::new(svc))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    (format!("http://{addr}"), node)
+}
+
+fn header() -> Vec<u8> {
+    codec::encode(&(
+        raft_store::Vote::new(1, 2),
+        raft_store::SnapshotMeta::default(),
+    ))
+}
+
+#[tokio::test]
+async fn a_stalled_snapshot_stream_is_cut_off_at_the_deadline_and_frees_the_slot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let deadline = Duration::from_millis(500);
+    let (url, node) = start(tmp.path(), deadline).await;
+    let mut raft = RaftClient::connect(url).await.unwrap();
+
+    // Declares 1,000 bytes, sends 1, then stalls (the sender stays open).
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(SnapshotChunk {
+        cluster_id: "intake".into(),
+        header: header(),
+        data: vec![0],
+        total_bytes: 1_000,
+    })
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let r = raft
+        .install_snapshot(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await;
+    let took = started.elapsed();
+    match r {
+        Err(s) if s.code() == Code::DeadlineExceeded => {}
+        other => panic!("expected DEADLINE_EXCEEDED, got {other:?}"),
+    }
+    assert!(
+        took >= deadline && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    drop(tx);
+
+    // The slot is free: the next stream is read at once (and its short data refused).
+    let r = raft
+        .install_snapshot(tokio_stream::iter([SnapshotChunk {
+            cluster_id: "intake".into(),
+            header: header(),
+            data: vec![0; 10],
+            total_bytes: 20,
+        }]))
+        .await;
+    match r {
+        Err(s) if s.code() == Code::InvalidArgument && s.message().contains("declared") => {}
+        other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+    }
+    let _ = node.raft.shutdown().await;
+}
