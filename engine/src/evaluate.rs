@@ -483,9 +483,8 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
         let target = to.as_ref().map_or("-".to_string(), |v| v.to_string());
         // The agent may have restored the old version itself before it reported the
         // failure: the rollback then confirms what runs, and the reason says so.
-        let restored = current.is_some()
-            && current == to
-            && entity.reported.health == Health::Healthy;
+        let restored =
+            current.is_some() && current == to && entity.reported.health == Health::Healthy;
         let reason = if restored {
             format!(
                 "plan {} failed; back to {target} (the agent reports {target} running and healthy again: the rollback confirms it)",

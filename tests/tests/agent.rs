@@ -166,7 +166,9 @@ fn install_upgrade_broken_release_rollback() {
     // (issued whichever report won) found it running and adopted it: 1.1.0 started twice
     // (the upgrade, the agent's restore), never a third time.
     assert!(
-        full["output"].to_string().contains("restored previous version 1.1.0"),
+        full["output"]
+            .to_string()
+            .contains("restored previous version 1.1.0"),
         "{full}"
     );
     let rollback = plans
