@@ -240,6 +240,8 @@ impl Agent {
                 .map(|r| Registry {
                     name: r.name.clone(),
                     url: r.url.clone(),
+                    ca_pem: (!r.ca_pem.is_empty()).then(|| r.ca_pem.clone()),
+                    insecure_skip_verify: r.insecure_skip_verify,
                 })
                 .collect();
             let listed: BTreeMap<&str, &AgentPlan> =

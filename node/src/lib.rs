@@ -6,6 +6,8 @@
 //! - [`agent_api`]: the API agents use: reports, and long-polled plan fetches.
 //! - [`orchestrator`]: the leader's loop that evaluates entities and issues plans.
 //! - [`artifacts`]: the leader's background artifact-existence checks (SPEC C9).
+//! - [`outbound`]: the hub's outbound HTTP(S) clients (webhooks, alerts, Prometheus,
+//!   registries) and their deny list.
 //! - [`query`]: read-only JSON views of the orchestration state.
 //! - [`peers`]: reusable gRPC channels to other nodes.
 //! - [`client`]: the failover client `hubctl` and tools use.
@@ -19,10 +21,10 @@ pub mod cli;
 pub mod client;
 #[cfg(any(test, feature = "chaos-faults"))]
 pub mod fault_layer;
-pub mod http;
 pub mod network;
 pub mod node;
 pub mod orchestrator;
+pub mod outbound;
 pub mod peers;
 pub mod prometheus;
 pub mod query;

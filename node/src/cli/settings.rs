@@ -13,7 +13,7 @@ use semver::Version;
 use serde_json::{json, Value};
 
 use super::orch::{items, parse_bool, parse_version, query, read_file, resolve, submit_and_print};
-use super::output::{print, table, Format};
+use super::output::{print, print_insecure_registries, red, table, Format};
 use super::timeparse::{format_duration, parse_duration};
 use super::ReadArgs;
 use crate::client::FailoverClient;
@@ -182,6 +182,14 @@ pub enum RegistryCmd {
         /// Whether the hub can reach it (not-expected: the hub skips its check).
         #[arg(long, default_value = "expected", value_parser = ["expected", "not-expected"])]
         hub_access: String,
+        /// PEM file of CA certificates trusted for this https registry, besides the system's
+        /// roots (replicated with the registry to the hub's nodes and the agents).
+        #[arg(long, value_name = "PEM_FILE")]
+        ca_file: Option<PathBuf>,
+        /// Do not verify the https registry's certificate at all. Anyone on the network path
+        /// can then serve its artifacts; hubctl shows it in red wherever the registry matters.
+        #[arg(long, conflicts_with = "ca_file")]
+        insecure_skip_verify: bool,
     },
     /// Remove a registry.
     Remove {
@@ -349,6 +357,7 @@ fn print_entity(fmt: Format, v: &Value) -> anyhow::Result<()> {
     ] {
         println!("{key}: {}", text(&v[key]));
     }
+    print_insecure_registries(v);
     let r = &v["reported"];
     println!(
         "reported: version {} health {} at {}",
@@ -421,17 +430,51 @@ pub async fn env(client: &FailoverClient, cmd: EnvOrchCmd, fmt: Format) -> anyho
             name,
             url,
             hub_access,
-        }) => Command::SetRegistry {
-            environment,
-            name,
-            url,
-            hub_access,
-        },
+            ca_file,
+            insecure_skip_verify,
+        }) => {
+            let ca_pem = ca_file.as_deref().map(read_ca_file).transpose()?;
+            if insecure_skip_verify {
+                eprintln!(
+                    "{}",
+                    red(&format!(
+                        "WARNING: registry {name}'s TLS certificate will NOT be verified \
+                         (--insecure-skip-verify)"
+                    ))
+                );
+            }
+            Command::SetRegistry {
+                environment,
+                name,
+                url,
+                hub_access,
+                ca_pem,
+                insecure_skip_verify,
+            }
+        }
         EnvOrchCmd::Registry(RegistryCmd::Remove { environment, name }) => {
             Command::RemoveRegistry { environment, name }
         }
     };
     submit_and_print(client, &command, fmt).await.map(drop)
+}
+
+/// Reads and checks a `--ca-file`: at most [`MAX_CA_PEM_LEN`] bytes of PEM with at least
+/// one certificate (the hub checks it again).
+///
+/// [`MAX_CA_PEM_LEN`]: hub_engine::artifact::MAX_CA_PEM_LEN
+fn read_ca_file(path: &std::path::Path) -> anyhow::Result<String> {
+    use hub_engine::artifact::{validate_ca_pem, MAX_CA_PEM_LEN};
+    let shown = path.display();
+    let size = std::fs::metadata(path)
+        .map_err(|e| anyhow::anyhow!("--ca-file {shown}: {e}"))?
+        .len();
+    if size > MAX_CA_PEM_LEN as u64 {
+        anyhow::bail!("--ca-file {shown}: {size} bytes, at most {MAX_CA_PEM_LEN} allowed");
+    }
+    let pem = read_file(path, "CA")?;
+    validate_ca_pem(&pem).map_err(|e| anyhow::anyhow!("--ca-file {shown}: {e}"))?;
+    Ok(pem)
 }
 
 fn print_env_settings(fmt: Format, v: &Value) -> anyhow::Result<()> {
@@ -467,7 +510,19 @@ fn print_env_settings(fmt: Format, v: &Value) -> anyhow::Result<()> {
         println!("registries: -");
     } else {
         println!("registries:");
-        table(&registries, &["name", "url", "hub_access"])?;
+        table(&registries, &["name", "url", "hub_access", "tls"])?;
+        for r in registries
+            .iter()
+            .filter(|r| r["insecure_skip_verify"] == true)
+        {
+            println!(
+                "{}",
+                red(&format!(
+                    "WARNING: registry {} is insecure-skip-verify: its TLS certificate is NOT verified",
+                    text(&r["name"])
+                ))
+            );
+        }
     }
     print_overrides(v)
 }
