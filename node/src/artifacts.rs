@@ -379,7 +379,7 @@ mod tests {
 
     /// A checker with the hub's clients (nothing denied) and no CA bundles.
     fn checker(ttl: Duration, timeout: Duration, max_in_flight: usize) -> ArtifactChecker {
-        let outbound = Arc::new(Outbound::new(hub_http::DenyList::none()).unwrap());
+        let outbound = Arc::new(Outbound::new(hub_http::DenyList::none(), None).unwrap());
         ArtifactChecker::new(
             ttl,
             timeout,
@@ -751,7 +751,7 @@ mod tests {
             LONG_TTL,
             WAIT,
             16,
-            Arc::new(Outbound::new(hub_http::DenyList::none()).unwrap()),
+            Arc::new(Outbound::new(hub_http::DenyList::none(), None).unwrap()),
             source,
         );
         let at = |path: &str, trust: TlsTrust| ArtifactLocation::Http {

@@ -55,6 +55,9 @@ pub struct NodeConfig {
     pub artifact_timeout: Duration,
     /// Addresses outbound HTTP calls never connect to (`--outbound-deny`).
     pub outbound_deny: hub_http::DenyList,
+    /// CA certificates (PEM) webhooks, alerts and Prometheus queries trust besides the
+    /// system's roots (`--outbound-ca-file`).
+    pub outbound_ca_pem: Option<String>,
 }
 
 /// A running node.
@@ -166,7 +169,7 @@ impl HubNode {
         };
         let state = sm.shared();
         let outbound = Arc::new(
-            crate::outbound::Outbound::new(cfg.outbound_deny.clone())
+            crate::outbound::Outbound::new(cfg.outbound_deny.clone(), cfg.outbound_ca_pem.clone())
                 .map_err(|e| anyhow::anyhow!("outbound HTTP client: {e}"))?,
         );
         let artifacts = crate::artifacts::ArtifactChecker::new(

@@ -2,8 +2,9 @@
 //! through one [`Outbound`], built once per process ([`hub_http`]: reqwest over rustls/ring).
 //!
 //! - [`Outbound::calls`]: canary webhooks, alerts and Prometheus queries — the system's
-//!   roots, redirects not followed (a 3xx is the answer), one connection pool, so the
-//!   leader's calls every analysis interval reuse their connections.
+//!   roots plus `hub-node --outbound-ca-file`, redirects not followed (a 3xx is the
+//!   answer), one connection pool, so the leader's calls every analysis interval reuse their
+//!   connections.
 //! - [`Outbound::registry`]: artifact existence checks — one client per registry trust
 //!   setting (system roots, a registry's CA bundle, or explicitly no verification), redirects
 //!   followed up to [`MAX_REDIRECTS`] hops.
@@ -29,6 +30,56 @@ pub const MAX_REDIRECTS: usize = 5;
 /// Most bytes of an answer read (a Prometheus answer, a webhook's reply).
 pub const MAX_ANSWER_BYTES: usize = 1 << 20;
 
+/// Why a CA file (`hubctl env registry set --ca-file`, `hub-node --outbound-ca-file`) was
+/// refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CaFileError {
+    /// It cannot be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is larger than a CA bundle may be.
+    #[error("{path}: {size} bytes, at most {max} allowed", max = hub_engine::artifact::MAX_CA_PEM_LEN)]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// Its size.
+        size: u64,
+    },
+    /// It is not a PEM bundle of certificates.
+    #[error("{path}: {reason}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Reads a CA file: at most [`hub_engine::artifact::MAX_CA_PEM_LEN`] bytes of PEM with at
+/// least one certificate (checked by size before it is read).
+pub fn read_ca_file(path: &std::path::Path) -> Result<String, CaFileError> {
+    let shown = path.display().to_string();
+    let read = |source| CaFileError::Read {
+        path: shown.clone(),
+        source,
+    };
+    let size = std::fs::metadata(path).map_err(read)?.len();
+    if size > hub_engine::artifact::MAX_CA_PEM_LEN as u64 {
+        return Err(CaFileError::TooLarge { path: shown, size });
+    }
+    let pem = std::fs::read_to_string(path).map_err(read)?;
+    hub_engine::artifact::validate_ca_pem(&pem).map_err(|reason| CaFileError::Invalid {
+        path: shown.clone(),
+        reason,
+    })?;
+    Ok(pem)
+}
+
 /// The hub's outbound clients. Cheap to share (`Arc`).
 #[derive(Debug)]
 pub struct Outbound {
@@ -38,8 +89,9 @@ pub struct Outbound {
 }
 
 impl Outbound {
-    /// Builds the clients; `deny` applies to every call.
-    pub fn new(deny: DenyList) -> Result<Self, ErrorKind> {
+    /// Builds the clients; `deny` applies to every call; webhooks, alerts and Prometheus
+    /// also trust the certificates of `calls_ca_pem`.
+    pub fn new(deny: DenyList, calls_ca_pem: Option<String>) -> Result<Self, ErrorKind> {
         let deny = Arc::new(deny);
         let settings = |redirects| ClientSettings {
             user_agent: USER_AGENT.to_string(),
@@ -47,8 +99,12 @@ impl Outbound {
             proxies: Proxies::FromEnvironment,
             deny: deny.clone(),
         };
+        let calls_trust = match calls_ca_pem {
+            Some(ca_pem) => Trust::SystemRootsAnd { ca_pem },
+            None => Trust::SystemRoots,
+        };
         Ok(Self {
-            calls: HttpClient::new(&settings(Redirects::Refuse), &Trust::SystemRoots)?,
+            calls: HttpClient::new(&settings(Redirects::Refuse), &calls_trust)?,
             registries: ClientPool::new(settings(Redirects::Follow { max: MAX_REDIRECTS })),
             deny,
         })

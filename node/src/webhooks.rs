@@ -153,7 +153,7 @@ mod tests {
     }
 
     fn client() -> HttpClient {
-        crate::outbound::Outbound::new(hub_http::DenyList::none())
+        crate::outbound::Outbound::new(hub_http::DenyList::none(), None)
             .unwrap()
             .calls()
             .clone()
@@ -237,7 +237,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.2:0").await.unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         let outbound =
-            crate::outbound::Outbound::new(hub_http::DenyList::parse("127.0.0.0/8").unwrap())
+            crate::outbound::Outbound::new(hub_http::DenyList::parse("127.0.0.0/8").unwrap(), None)
                 .unwrap();
         let out = call(
             outbound.calls(),

@@ -72,6 +72,11 @@ struct Args {
     /// nothing.
     #[arg(long, default_value = hub_http::DenyList::DEFAULT)]
     outbound_deny: String,
+    /// PEM file of CA certificates that canary webhooks, alerts and Prometheus queries trust
+    /// besides the system's roots (registries have their own: `hubctl env registry set
+    /// --ca-file`).
+    #[arg(long, value_name = "PEM_FILE")]
+    outbound_ca_file: Option<PathBuf>,
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -114,6 +119,12 @@ async fn main() -> anyhow::Result<()> {
     }
     let outbound_deny = hub_http::DenyList::parse(&args.outbound_deny)
         .map_err(|e| anyhow::anyhow!("--outbound-deny: {e}"))?;
+    let outbound_ca_pem = args
+        .outbound_ca_file
+        .as_deref()
+        .map(hub_node::outbound::read_ca_file)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--outbound-ca-file {e}"))?;
     if args.snapshot_logs == 0 {
         anyhow::bail!("--snapshot-logs: must be at least 1");
     }
@@ -151,6 +162,7 @@ async fn main() -> anyhow::Result<()> {
         artifact_ttl: Duration::from_millis(args.artifact_ttl_ms),
         artifact_timeout: Duration::from_millis(args.artifact_timeout_ms),
         outbound_deny,
+        outbound_ca_pem,
     };
     #[cfg(feature = "chaos-faults")]
     if args.chaos_faults {

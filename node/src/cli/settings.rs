@@ -433,7 +433,11 @@ pub async fn env(client: &FailoverClient, cmd: EnvOrchCmd, fmt: Format) -> anyho
             ca_file,
             insecure_skip_verify,
         }) => {
-            let ca_pem = ca_file.as_deref().map(read_ca_file).transpose()?;
+            let ca_pem = ca_file
+                .as_deref()
+                .map(crate::outbound::read_ca_file)
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--ca-file {e}"))?;
             if insecure_skip_verify {
                 eprintln!(
                     "{}",
@@ -457,24 +461,6 @@ pub async fn env(client: &FailoverClient, cmd: EnvOrchCmd, fmt: Format) -> anyho
         }
     };
     submit_and_print(client, &command, fmt).await.map(drop)
-}
-
-/// Reads and checks a `--ca-file`: at most [`MAX_CA_PEM_LEN`] bytes of PEM with at least
-/// one certificate (the hub checks it again).
-///
-/// [`MAX_CA_PEM_LEN`]: hub_engine::artifact::MAX_CA_PEM_LEN
-fn read_ca_file(path: &std::path::Path) -> anyhow::Result<String> {
-    use hub_engine::artifact::{validate_ca_pem, MAX_CA_PEM_LEN};
-    let shown = path.display();
-    let size = std::fs::metadata(path)
-        .map_err(|e| anyhow::anyhow!("--ca-file {shown}: {e}"))?
-        .len();
-    if size > MAX_CA_PEM_LEN as u64 {
-        anyhow::bail!("--ca-file {shown}: {size} bytes, at most {MAX_CA_PEM_LEN} allowed");
-    }
-    let pem = read_file(path, "CA")?;
-    validate_ca_pem(&pem).map_err(|e| anyhow::anyhow!("--ca-file {shown}: {e}"))?;
-    Ok(pem)
 }
 
 fn print_env_settings(fmt: Format, v: &Value) -> anyhow::Result<()> {
