@@ -17,6 +17,9 @@ use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+/// The server configuration [`LocalCa::server_config`] makes.
+pub use rustls::ServerConfig;
+
 /// Largest request body the server reads.
 const MAX_REQUEST_BYTES: usize = 1 << 20;
 
