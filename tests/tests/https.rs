@@ -234,6 +234,24 @@ fn the_hub_checks_https_registries_and_names_every_failure() {
             out.stdout
         );
     }
+    // On a terminal (a pty from util-linux's `script`, part of every Debian system) the
+    // warning is red.
+    let command = format!(
+        "{} --endpoints {} entity get insecure/web",
+        hub_tests::hubctl_bin().display(),
+        cluster.endpoints()
+    );
+    let on_tty = hub_tests::run_with_limit(
+        std::process::Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .env_remove("NO_COLOR"),
+        hub_tests::HUBCTL_LIMIT,
+    );
+    assert!(
+        on_tty.stdout.contains("\x1b[1;31mWARNING: registry main"),
+        "{}",
+        on_tty.describe()
+    );
     let settings = cluster
         .hubctl(&["env", "settings", "ok"])
         .expect_ok("settings");
