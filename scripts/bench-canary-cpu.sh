@@ -8,8 +8,10 @@
 # SCHEME is http (default) or https: the webhook and Prometheus server (python3) then serves
 # TLS with a CA made by openssl, which the nodes trust through --outbound-ca-file (a hub
 # built before issue 16 only speaks http). The server keeps connections alive (HTTP/1.1) and
-# counts them. Prints one line: seconds, leader utime+stime in ticks and as % of one core,
-# webhook and query calls, and the connections they came on.
+# counts them. Measures the leader's utime+stime (/proc/PID/stat) for SECONDS without a
+# canary, then for SECONDS of a canary in Progressing; prints both in ticks and as % of one
+# core, the analysis ticks (one Prometheus query each), webhook calls, the new connections
+# they came on, and the CPU per analysis tick above idle.
 set -euo pipefail
 
 [ $# -ge 2 ] || { echo "usage: $0 BIN_DIR OUT_DIR [SECONDS] [http|https]" >&2; exit 2; }
@@ -51,7 +53,7 @@ if [ "$scheme" = https ]; then
   node_args="--outbound-ca-file $out/ca.pem"
 fi
 python3 - "$hook_port" "$out/server.json" "${tls_args[@]}" <<'EOF' &
-import http.server, json, ssl, sys, threading
+import http.server, json, socket, ssl, sys, threading
 port, report = int(sys.argv[1]), sys.argv[2]
 counts = {"connections": 0, "webhooks": 0, "queries": 0}
 lock = threading.Lock()
@@ -63,6 +65,9 @@ class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def setup(self):
         super().setup(); bump("connections")
+        # Headers and body are two writes: without this, Nagle holds the body until the
+        # client's delayed ACK (40 ms) on a kept-alive connection.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     def answer(self, body):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -103,6 +108,14 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 
+# The leader's CPU without a canary, for comparison.
+leader=$("$hubctl" cluster status -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["leader"])')
+pid=$(python3 -c 'import json,sys; print([n["pid"] for n in json.load(open(sys.argv[1]))["nodes"] if n["id"]==int(sys.argv[2])][0])' "$out/hub/cluster.json" "$leader")
+ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+i0=$(ticks)
+sleep "$seconds"
+idle=$(($(ticks) - i0))
+
 cat >"$out/canary.yml" <<EOF
 apiVersion: flagger.app/v1beta1
 kind: Canary
@@ -125,7 +138,7 @@ spec:
       - {name: check, type: rollout, url: "$scheme://127.0.0.1:$hook_port/check", timeout: 5s}
 EOF
 "$hubctl" canary apply -f "$out/canary.yml" -n prod >/dev/null
-phase() { "$hubctl" canary get demo -n prod -o json | python3 -c 'import json,sys; v=json.load(sys.stdin); v=v.get("canary",v); print(v["status"], v["weight"])'; }
+phase() { "$hubctl" canary get demo -n prod -o json | python3 -c 'import json,sys; s=json.load(sys.stdin)["status"]; print(s["phase"], s["canaryWeight"])'; }
 wait_phase() {
   for _ in $(seq 1200); do
     read -r p w < <(phase) || true
@@ -138,9 +151,8 @@ wait_phase Initialized
 "$hubctl" release publish -f "$out/demo/manifests/demo-service-1.1.0.yml" >/dev/null
 wait_phase Progressing 2
 
-leader=$("$hubctl" cluster status -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["leader"])')
-pid=$(python3 -c 'import json,sys; print([n["pid"] for n in json.load(open(sys.argv[1]))["nodes"] if n["id"]==int(sys.argv[2])][0])' "$out/hub/cluster.json" "$leader")
-ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+now_leader=$("$hubctl" cluster status -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["leader"])')
+[ "$now_leader" = "$leader" ] || { echo "the leader changed ($leader -> $now_leader)" >&2; exit 1; }
 calls() { python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["webhooks"], c["queries"], c["connections"])' "$out/server.json"; }
 read -r w0 q0 c0 < <(calls)
 t0=$(ticks)
@@ -150,9 +162,11 @@ read -r w1 q1 c1 < <(calls)
 read -r p w < <(phase)
 [ "$p" = Progressing ] || { echo "the canary left Progressing ($p) during the measurement" >&2; exit 1; }
 hz=$(getconf CLK_TCK)
-python3 - "$seconds" "$((t1 - t0))" "$hz" "$((w1 - w0))" "$((q1 - q0))" "$((c1 - c0))" "$scheme" <<'EOF'
+python3 - "$seconds" "$((t1 - t0))" "$hz" "$((w1 - w0))" "$((q1 - q0))" "$((c1 - c0))" "$scheme" "$idle" <<'EOF'
 import sys
-s, t, hz, w, q, c, scheme = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), *map(int, sys.argv[4:7]), sys.argv[7]
-print(f"{scheme}: {s} s, leader cpu {t} ticks = {100 * t / hz / s:.2f}% of a core; "
-      f"{w} webhook calls, {q} prometheus queries, {c} new connections")
+s, t, hz, w, q, c, scheme, idle = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), *map(int, sys.argv[4:7]), sys.argv[7], int(sys.argv[8])
+pct = lambda ticks: 100 * ticks / hz / s
+print(f"{scheme}: {s} s, leader cpu {t} ticks = {pct(t):.2f}% of a core (idle {idle} ticks = "
+      f"{pct(idle):.2f}%); {q} analysis ticks, {w} webhook calls, {q} prometheus queries, "
+      f"{c} new connections; {1000 * (t - idle) / hz / max(q, 1):.1f} ms cpu per analysis tick above idle")
 EOF

@@ -19,8 +19,8 @@
 //! - **Deny list** ([`DenyList`]): addresses never connected to. Host names are checked on the
 //!   addresses they resolve to (a resolver that drops denied addresses), IP literals before
 //!   the request and on every redirect hop, so DNS rebinding cannot get round it. Through a
-//!   proxy only the proxy's own address and IP-literal targets can be checked: the proxy
-//!   resolves the target's name.
+//!   proxy only IP-literal targets (and a proxy named by host name) can be checked: the
+//!   proxy resolves the target's name.
 //! - **Credentials**: `user:password@` in a URL is removed from the URL and sent as HTTP Basic
 //!   authentication (a sensitive header); errors, `Debug` and logs show URLs without it.
 //! - **Bounds**: callers give a whole-request timeout ([`HttpClient::call`]) or time each step

@@ -40,11 +40,19 @@ fn cell(v: &Value) -> String {
     }
 }
 
-/// `text` in red (ANSI) when stdout is a terminal and `NO_COLOR` is not set; as it is
-/// otherwise (the text itself must say what is wrong).
+/// `text` for stdout in red (ANSI) when stdout is a terminal and `NO_COLOR` is not set; as
+/// it is otherwise (the text itself must say what is wrong).
 pub fn red(text: &str) -> String {
-    use std::io::IsTerminal;
-    if std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none() {
+    paint_red(text, std::io::IsTerminal::is_terminal(&std::io::stdout()))
+}
+
+/// [`red`] for stderr.
+pub fn red_stderr(text: &str) -> String {
+    paint_red(text, std::io::IsTerminal::is_terminal(&std::io::stderr()))
+}
+
+fn paint_red(text: &str, terminal: bool) -> String {
+    if terminal && std::env::var_os("NO_COLOR").is_none() {
         format!("\x1b[1;31m{text}\x1b[0m")
     } else {
         text.to_string()

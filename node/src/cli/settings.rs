@@ -13,7 +13,7 @@ use semver::Version;
 use serde_json::{json, Value};
 
 use super::orch::{items, parse_bool, parse_version, query, read_file, resolve, submit_and_print};
-use super::output::{print, print_insecure_registries, red, table, Format};
+use super::output::{print, print_insecure_registries, red, red_stderr, table, Format};
 use super::timeparse::{format_duration, parse_duration};
 use super::ReadArgs;
 use crate::client::FailoverClient;
@@ -441,7 +441,7 @@ pub async fn env(client: &FailoverClient, cmd: EnvOrchCmd, fmt: Format) -> anyho
             if insecure_skip_verify {
                 eprintln!(
                     "{}",
-                    red(&format!(
+                    red_stderr(&format!(
                         "WARNING: registry {name}'s TLS certificate will NOT be verified \
                          (--insecure-skip-verify)"
                     ))

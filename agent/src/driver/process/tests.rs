@@ -538,6 +538,7 @@ async fn https_registry_with_its_ca_and_an_untrusted_one() {
         );
         match r.path.as_str() {
             "/repo/demo/demo-1.0.0.tar.gz" => Reply::redirect(302, "/blobs/1"),
+            "/repo/demo/loop.tar.gz" => Reply::redirect(302, "/repo/demo/loop.tar.gz"),
             "/blobs/1" => Reply {
                 status: 200,
                 headers: vec![],
@@ -566,19 +567,50 @@ async fn https_registry_with_its_ca_and_an_untrusted_one() {
         "nothing installed"
     );
 
-    let trusted = vec![Registry {
+    // A redirect loop on a trusted registry: refused, named, nothing left behind.
+    let looping = Artifact {
+        uri: "demo/loop.tar.gz".into(),
+        sha256: sha(b"loop"),
+    };
+    let trusted = Registry {
         name: "tls".into(),
-        url,
+        url: url.clone(),
         ca_pem: Some(ca.ca_pem().to_string()),
         ..Registry::default()
-    }];
+    };
+    let p = plan(
+        "p-0",
+        "install",
+        "1.0.0",
+        &config(port),
+        vec![looping],
+        vec![trusted.clone()],
+        &INSTALL,
+    );
+    let f = run(fx.driver(), &p).await.unwrap_err();
+    assert_eq!(f.stage, "fetch");
+    assert_eq!(
+        f.message,
+        format!(
+            "https://{0}/repo/demo/loop.tar.gz: redirect loop: https://{0}/repo/demo/loop.tar.gz \
+             was already visited",
+            server.addr()
+        )
+    );
+    let downloads = fx.data.join("process").join(WEB_DIR).join("downloads");
+    let left: Vec<_> = std::fs::read_dir(&downloads)
+        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+    auth.lock().unwrap().clear();
+
     let p = plan(
         "p-2",
         "install",
         "1.0.0",
         &config(port),
         vec![artifact],
-        trusted,
+        vec![trusted],
         &INSTALL,
     );
     let output = all_output(&run(fx.driver(), &p).await.unwrap());
