@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs what building the hub needs on Debian, if missing: a C++ toolchain and libclang
-# (bindgen, for RocksDB), and for the chaos runner's partitions iproute2 and nftables.
+# (bindgen, for RocksDB), the system's CA certificates (ca-certificates: the roots https
+# registries, webhooks and Prometheus are verified against), and for the chaos runner's
+# partitions iproute2 and nftables.
 # Sourced by the other scripts; idempotent.
 set -euo pipefail
 
 need=()
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
+[ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 if [ ${#need[@]} -gt 0 ]; then

@@ -81,6 +81,8 @@ fn registries_of(reply: &hub_proto::FetchPlansReply) -> Vec<Registry> {
         .map(|r| Registry {
             name: r.name.clone(),
             url: r.url.clone(),
+            ca_pem: (!r.ca_pem.is_empty()).then(|| r.ca_pem.clone()),
+            insecure_skip_verify: r.insecure_skip_verify,
         })
         .collect()
 }

@@ -5,19 +5,50 @@ use serde::{Deserialize, Serialize};
 /// One artifact to fetch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Artifact {
-    /// Absolute (`http://`, `file://`) or relative to the environment's first registry.
+    /// Absolute (`http(s)://`, `file://`) or relative to the environment's first registry.
     pub uri: String,
     /// Lowercase hex SHA-256.
     pub sha256: String,
 }
 
 /// An environment's artifact registry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Registry {
     /// Its name.
     pub name: String,
-    /// `http://…` or `file:///…` base URL.
+    /// `http://…`, `https://…` or `file:///…` base URL; it may carry credentials.
     pub url: String,
+    /// PEM CA bundle trusted for an https registry besides the system's roots.
+    #[serde(default)]
+    pub ca_pem: Option<String>,
+    /// Skip the https registry's certificate verification.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+impl std::fmt::Debug for Registry {
+    /// The URL without credentials; the CA bundle by size.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("name", &self.name)
+            .field("url", &hub_engine::artifact::redact_url(&self.url))
+            .field("ca_pem", &self.ca_pem.as_ref().map(String::len))
+            .field("insecure_skip_verify", &self.insecure_skip_verify)
+            .finish()
+    }
+}
+
+impl Registry {
+    /// How its server's certificate is verified.
+    pub fn trust(&self) -> hub_http::Trust {
+        match (&self.ca_pem, self.insecure_skip_verify) {
+            (_, true) => hub_http::Trust::SkipVerification,
+            (Some(pem), false) => hub_http::Trust::SystemRootsAnd {
+                ca_pem: pem.clone(),
+            },
+            (None, false) => hub_http::Trust::SystemRoots,
+        }
+    }
 }
 
 /// A plan to execute (from `Agent.FetchPlans`). Secret values are held in memory only and

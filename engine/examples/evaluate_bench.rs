@@ -94,6 +94,8 @@ fn build(entities: usize) -> (State, Vec<String>) {
             name: "reg".into(),
             url: "http://registry.example/artifacts".into(),
             hub_access: "expected".into(),
+            ca_pem: None,
+            insecure_skip_verify: false,
         });
         let mut reports = Vec::new();
         let here = ENTITIES_PER_ENV.min(entities - e * ENTITIES_PER_ENV);

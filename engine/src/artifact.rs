@@ -17,6 +17,13 @@
 //! `user:password@` credentials; [`ArtifactLocation`]'s `Display` and
 //! [`ArtifactLocation::redacted`] strip them, and artifact URIs in manifests may not carry any.
 //!
+//! An `https` registry's server certificate is verified against the system's roots, plus an
+//! optional CA bundle of the registry ([`RegistryTls::ExtraCa`], PEM text replicated with the
+//! registry), or not at all when the operator says so explicitly
+//! ([`RegistryTls::InsecureSkipVerify`]). A location carries only the bundle's SHA-256
+//! ([`TlsTrust`]), so the leader's observations stay small and a changed bundle is a new
+//! location, checked afresh.
+//!
 //! Nothing here does I/O or reads a clock.
 
 use std::fmt;
@@ -28,6 +35,12 @@ pub const MAX_URL_LEN: usize = 2048;
 
 /// Longest registry name (a DNS label).
 pub const MAX_REGISTRY_NAME_LEN: usize = 63;
+
+/// Longest CA bundle (PEM text) a registry may carry, in bytes.
+pub const MAX_CA_PEM_LEN: usize = 64 * 1024;
+
+/// Most certificates in one CA bundle.
+pub const MAX_CA_CERTIFICATES: usize = 64;
 
 /// Whether the hub is expected to reach a registry.
 ///
@@ -70,11 +83,12 @@ impl fmt::Display for HubAccess {
     }
 }
 
-/// Why [`ArtifactRegistry::new`] refused a registry: the field at fault (`name` or `url`) and
-/// what is wrong with it. Maps one-to-one onto an "invalid field" command error.
+/// Why [`ArtifactRegistry::new`] refused a registry: the field at fault (`name`, `url`,
+/// `ca_pem` or `insecure_skip_verify`) and what is wrong with it. Maps one-to-one onto an
+/// "invalid field" command error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidRegistry {
-    /// `name` or `url`.
+    /// `name`, `url`, `ca_pem` or `insecure_skip_verify`.
     pub field: &'static str,
     /// What is wrong with it.
     pub reason: String,
@@ -88,6 +102,190 @@ impl fmt::Display for InvalidRegistry {
 
 impl std::error::Error for InvalidRegistry {}
 
+/// A validated PEM bundle of CA certificates (at least one, at most
+/// [`MAX_CA_CERTIFICATES`], at most [`MAX_CA_PEM_LEN`] bytes) and its SHA-256.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaBundle {
+    pem: String,
+    sha256: String,
+}
+
+impl fmt::Debug for CaBundle {
+    /// The fingerprint only: the PEM text is long and says nothing at a glance.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaBundle")
+            .field("sha256", &self.sha256)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CaBundle {
+    /// Parses `pem`: every `CERTIFICATE` section must decode and parse as an X.509
+    /// certificate usable as a trust anchor, and there must be at least one. Other sections
+    /// (e.g. a private key pasted by mistake) are refused, so the bundle holds exactly what
+    /// it claims to.
+    pub fn parse(pem: &str) -> Result<Self, String> {
+        validate_ca_pem(pem)?;
+        Ok(Self {
+            pem: pem.to_string(),
+            sha256: sha256_hex(pem.as_bytes()),
+        })
+    }
+
+    /// The PEM text as given.
+    pub fn pem(&self) -> &str {
+        &self.pem
+    }
+
+    /// Lowercase hex SHA-256 of the PEM text.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    /// Re-checks a deserialised value: the PEM parses and the fingerprint matches it.
+    fn validate(&self) -> Result<(), String> {
+        validate_ca_pem(&self.pem)?;
+        if sha256_hex(self.pem.as_bytes()) != self.sha256 {
+            return Err("the bundle's fingerprint does not match its text".to_string());
+        }
+        Ok(())
+    }
+}
+
+/// Checks a CA bundle's PEM text (the rules of [`CaBundle::parse`]); the number of
+/// certificates.
+pub fn validate_ca_pem(pem: &str) -> Result<usize, String> {
+    use rustls_pki_types::pem::{PemObject, SectionKind};
+    use rustls_pki_types::CertificateDer;
+
+    if pem.len() > MAX_CA_PEM_LEN {
+        return Err(format!(
+            "{} bytes, at most {MAX_CA_PEM_LEN} allowed",
+            pem.len()
+        ));
+    }
+    let mut certificates = 0usize;
+    for section in <(SectionKind, Vec<u8>)>::pem_slice_iter(pem.as_bytes()) {
+        let (kind, der) = section.map_err(|e| format!("not valid PEM: {e}"))?;
+        if kind != SectionKind::Certificate {
+            return Err(format!(
+                "holds a {kind:?} section; a CA bundle holds CERTIFICATE sections only"
+            ));
+        }
+        certificates += 1;
+        if certificates > MAX_CA_CERTIFICATES {
+            return Err(format!("more than {MAX_CA_CERTIFICATES} certificates"));
+        }
+        let der = CertificateDer::from(der);
+        webpki::anchor_from_trusted_cert(&der).map_err(|e| {
+            format!("certificate {certificates} is not a valid X.509 certificate: {e}")
+        })?;
+    }
+    if certificates == 0 {
+        return Err(
+            "holds no certificate (expected one or more -----BEGIN CERTIFICATE----- sections)"
+                .to_string(),
+        );
+    }
+    Ok(certificates)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// How the server certificate of an `https` registry is verified.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum RegistryTls {
+    /// Against the system's trusted roots (the default, and the only choice for `http` and
+    /// `file` registries).
+    #[default]
+    SystemRoots,
+    /// Against the system's roots and the certificates of this bundle.
+    ExtraCa(CaBundle),
+    /// Not at all (`--insecure-skip-verify`): anyone on the path can impersonate the
+    /// registry. `hubctl` shows it in red wherever the registry matters.
+    InsecureSkipVerify,
+}
+
+impl RegistryTls {
+    /// Builds the setting from the operator's two inputs: a CA bundle, or skipping
+    /// verification, or neither (both at once is refused: the bundle would be ignored).
+    pub fn from_input(
+        ca_pem: Option<&str>,
+        insecure_skip_verify: bool,
+    ) -> Result<Self, InvalidRegistry> {
+        match (ca_pem, insecure_skip_verify) {
+            (None, false) => Ok(Self::SystemRoots),
+            (None, true) => Ok(Self::InsecureSkipVerify),
+            (Some(pem), false) => {
+                CaBundle::parse(pem)
+                    .map(Self::ExtraCa)
+                    .map_err(|reason| InvalidRegistry {
+                        field: "ca_pem",
+                        reason,
+                    })
+            }
+            (Some(_), true) => Err(InvalidRegistry {
+                field: "insecure_skip_verify",
+                reason: "a CA bundle and skipping verification exclude each other: a \
+                         skipped verification ignores the bundle"
+                    .to_string(),
+            }),
+        }
+    }
+
+    /// What a location resolved through this registry carries.
+    pub fn trust(&self) -> TlsTrust {
+        match self {
+            Self::SystemRoots => TlsTrust::SystemRoots,
+            Self::ExtraCa(bundle) => TlsTrust::ExtraCa {
+                sha256: bundle.sha256.clone(),
+            },
+            Self::InsecureSkipVerify => TlsTrust::InsecureSkipVerify,
+        }
+    }
+
+    /// The CA bundle's PEM text, if any.
+    pub fn ca_pem(&self) -> Option<&str> {
+        match self {
+            Self::ExtraCa(bundle) => Some(bundle.pem()),
+            _ => None,
+        }
+    }
+
+    /// Whether certificate verification is skipped.
+    pub fn skips_verification(&self) -> bool {
+        matches!(self, Self::InsecureSkipVerify)
+    }
+
+    /// How hubctl names it: `system-roots`, `ca-bundle sha256:<first 16 hex>`,
+    /// `insecure-skip-verify`.
+    pub fn label(&self) -> String {
+        match self {
+            Self::SystemRoots => "system-roots".to_string(),
+            Self::ExtraCa(bundle) => format!("ca-bundle sha256:{}", &bundle.sha256[..16]),
+            Self::InsecureSkipVerify => "insecure-skip-verify".to_string(),
+        }
+    }
+}
+
+/// How a location's server certificate is verified, as observations name it: the bundle by
+/// its SHA-256 only (the PEM text stays in the registry record).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TlsTrust {
+    /// The system's roots.
+    SystemRoots,
+    /// The system's roots and the registry's CA bundle with this SHA-256.
+    ExtraCa {
+        /// Lowercase hex SHA-256 of the bundle's PEM text.
+        sha256: String,
+    },
+    /// No verification.
+    InsecureSkipVerify,
+}
+
 /// An environment's artifact registry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArtifactRegistry {
@@ -97,15 +295,30 @@ pub struct ArtifactRegistry {
     pub url: String,
     /// Whether the hub checks this registry's artifacts.
     pub hub_access: HubAccess,
+    /// How an `https` registry's certificate is verified. Added last: the record's binary
+    /// form is positional.
+    #[serde(default)]
+    pub tls: RegistryTls,
 }
 
 impl ArtifactRegistry {
     /// Builds a registry after validating it (see [`ArtifactRegistry::validate`]).
     pub fn new(name: &str, url: &str, hub_access: HubAccess) -> Result<Self, InvalidRegistry> {
+        Self::with_tls(name, url, hub_access, RegistryTls::SystemRoots)
+    }
+
+    /// [`ArtifactRegistry::new`] with a TLS setting (only for `https` urls).
+    pub fn with_tls(
+        name: &str,
+        url: &str,
+        hub_access: HubAccess,
+        tls: RegistryTls,
+    ) -> Result<Self, InvalidRegistry> {
         let registry = Self {
             name: name.to_string(),
             url: url.to_string(),
             hub_access,
+            tls,
         };
         registry.validate()?;
         Ok(registry)
@@ -116,7 +329,9 @@ impl ArtifactRegistry {
     /// URL has no host and an absolute path (`file:///dir`); an `http(s)` URL has a host and
     /// an optional numeric port; no whitespace or control characters; at most
     /// [`MAX_URL_LEN`] bytes; no query or fragment; no `.`/`..` or empty path segments (one
-    /// trailing `/` is allowed). Useful for values that were deserialised rather than built.
+    /// trailing `/` is allowed). A CA bundle or skipped verification needs an `https` url,
+    /// and a bundle must parse ([`CaBundle::parse`]). Useful for values that were
+    /// deserialised rather than built.
     pub fn validate(&self) -> Result<(), InvalidRegistry> {
         validate_registry_name(&self.name).map_err(|reason| InvalidRegistry {
             field: "name",
@@ -126,6 +341,26 @@ impl ArtifactRegistry {
             field: "url",
             reason,
         })?;
+        let field = match &self.tls {
+            RegistryTls::SystemRoots => return Ok(()),
+            RegistryTls::ExtraCa(bundle) => {
+                bundle.validate().map_err(|reason| InvalidRegistry {
+                    field: "ca_pem",
+                    reason,
+                })?;
+                "ca_pem"
+            }
+            RegistryTls::InsecureSkipVerify => "insecure_skip_verify",
+        };
+        if !self.url.starts_with("https://") {
+            return Err(InvalidRegistry {
+                field,
+                reason: format!(
+                    "only for https registries; {} is not one",
+                    redact_url(&self.url)
+                ),
+            });
+        }
         Ok(())
     }
 }
@@ -133,17 +368,31 @@ impl ArtifactRegistry {
 /// Where the hub must look for one artifact.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum ArtifactLocation {
-    /// A full `http://` or `https://` URL; it may carry the registry's `user:password@`.
-    Http(String),
+    /// A full `http://` or `https://` URL (it may carry the registry's `user:password@`) and
+    /// how the server's certificate is verified.
+    Http {
+        /// The URL.
+        url: String,
+        /// The registry's certificate verification ([`TlsTrust::SystemRoots`] for `http`).
+        trust: TlsTrust,
+    },
     /// An absolute file-system path.
     File(String),
 }
 
 impl ArtifactLocation {
+    /// An `http(s)` location verified against the system's roots.
+    pub fn http(url: impl Into<String>) -> Self {
+        Self::Http {
+            url: url.into(),
+            trust: TlsTrust::SystemRoots,
+        }
+    }
+
     /// The location with any `user:password@` removed: safe to log or show.
     pub fn redacted(&self) -> String {
         match self {
-            Self::Http(url) => redact_url(url),
+            Self::Http { url, .. } => redact_url(url),
             Self::File(path) => path.clone(),
         }
     }
@@ -253,7 +502,10 @@ pub fn resolve(artifact_uri: &str, registries: &[ArtifactRegistry]) -> Resolutio
     }
     let location = match full_url.strip_prefix("file://") {
         Some(path) => ArtifactLocation::File(path.to_string()),
-        None => ArtifactLocation::Http(full_url),
+        None => ArtifactLocation::Http {
+            url: full_url,
+            trust: registry.tls.trust(),
+        },
     };
     Resolution::Check {
         registry: registry.name.clone(),
@@ -594,7 +846,7 @@ mod tests {
     }
 
     fn http(url: &str) -> ArtifactLocation {
-        ArtifactLocation::Http(url.to_string())
+        ArtifactLocation::http(url)
     }
 
     // SPEC C9: artifacts resolve against the environment's matching registry.
@@ -725,6 +977,7 @@ mod tests {
             name: "broken".into(),
             url: "ftp://r".into(),
             hub_access: HubAccess::Expected,
+            tls: RegistryTls::SystemRoots,
         };
         assert_eq!(
             resolve("ftp://r/x", std::slice::from_ref(&broken)),
@@ -961,5 +1214,115 @@ mod tests {
             basic_authorization("a%3Ab:c"),
             format!("Basic {}", base64(b"a:b:c"))
         );
+    }
+
+    /// A self-signed CA certificate (P-256), valid until 2126.
+    const TEST_CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBgzCCASmgAwIBAgIUPkslldVmKXBmg6tfS2VdhQu/YLMwCgYIKoZIzj0EAwIw\nFjEUMBIGA1UEAwwLaHViIHRlc3QgQ0EwIBcNMjYxMjAxMDkwMjIzWhgPMjEyNjEx\nMDcwOTAyMjNaMBYxFDASBgNVBAMMC2h1YiB0ZXN0IENBMFkwEwYHKoZIzj0CAQYI\nKoZIzj0DAQcDQgAEpZIvzp4DaI1GTvIi8UewpCJvYaFE1lT4wEXyACdIIs7BPj4L\n7QH1zuugJ2+bgcfSy2cptP4ThNZKSqtOIJinxaNTMFEwHQYDVR0OBBYEFMdDx4/K\nQvDdb2LOUURlN6coioOTMB8GA1UdIwQYMBaAFMdDx4/KQvDdb2LOUURlN6coioOT\nMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIgBkWenGtj4QPCg997\no9PL4/WyGFl9E1wkmU40/hz1SikCIQCuEjjOpIKCx+IlAQIkJhuV3qdfHV8x9wzH\nFVboxUhnYw==\n-----END CERTIFICATE-----\n";
+
+    #[test]
+    fn ca_bundles_are_validated() {
+        let bundle = CaBundle::parse(TEST_CA).unwrap();
+        assert_eq!(bundle.pem(), TEST_CA);
+        assert_eq!(bundle.sha256().len(), 64);
+        assert!(!format!("{bundle:?}").contains("BEGIN"));
+        assert_eq!(validate_ca_pem(&format!("{TEST_CA}{TEST_CA}")), Ok(2));
+        // Text around the sections is ignored, as in any PEM file.
+        assert_eq!(validate_ca_pem(&format!("# my CA\n{TEST_CA}")), Ok(1));
+
+        let no_cert = validate_ca_pem("just some text\n").unwrap_err();
+        assert!(no_cert.contains("holds no certificate"), "{no_cert}");
+        assert!(validate_ca_pem("").unwrap_err().contains("no certificate"));
+        let key =
+            "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n";
+        let with_key = validate_ca_pem(&format!("{TEST_CA}{key}")).unwrap_err();
+        assert!(with_key.contains("CERTIFICATE sections only"), "{with_key}");
+        let garbage =
+            "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n";
+        let not_x509 = validate_ca_pem(garbage).unwrap_err();
+        assert!(
+            not_x509.contains("not a valid X.509 certificate"),
+            "{not_x509}"
+        );
+        let unterminated = TEST_CA.replace("-----END CERTIFICATE-----", "");
+        assert!(validate_ca_pem(&unterminated)
+            .unwrap_err()
+            .contains("not valid PEM"));
+        let huge = format!("{TEST_CA}{}", " ".repeat(MAX_CA_PEM_LEN));
+        assert!(validate_ca_pem(&huge).unwrap_err().contains("at most"));
+    }
+
+    #[test]
+    fn registry_tls_settings() {
+        assert_eq!(
+            RegistryTls::from_input(None, false),
+            Ok(RegistryTls::SystemRoots)
+        );
+        assert_eq!(
+            RegistryTls::from_input(None, true),
+            Ok(RegistryTls::InsecureSkipVerify)
+        );
+        let ca = RegistryTls::from_input(Some(TEST_CA), false).unwrap();
+        assert_eq!(ca.ca_pem(), Some(TEST_CA));
+        assert!(
+            ca.label().starts_with("ca-bundle sha256:"),
+            "{}",
+            ca.label()
+        );
+        let both = RegistryTls::from_input(Some(TEST_CA), true).unwrap_err();
+        assert_eq!(both.field, "insecure_skip_verify");
+        let empty = RegistryTls::from_input(Some("nothing"), false).unwrap_err();
+        assert_eq!(empty.field, "ca_pem");
+
+        // Only https registries take a TLS setting.
+        let url_https = "https://u:secret@r.example/a";
+        for tls in [ca.clone(), RegistryTls::InsecureSkipVerify] {
+            assert!(
+                ArtifactRegistry::with_tls("r", url_https, HubAccess::Expected, tls.clone())
+                    .is_ok()
+            );
+            for url in ["http://u:secret@r.example/a", "file:///srv"] {
+                let err = ArtifactRegistry::with_tls("r", url, HubAccess::Expected, tls.clone())
+                    .unwrap_err();
+                assert!(
+                    matches!(err.field, "ca_pem" | "insecure_skip_verify"),
+                    "{err}"
+                );
+                assert!(err.reason.contains("only for https"), "{err}");
+                assert!(!err.reason.contains("secret"), "{err}");
+            }
+        }
+        // A deserialised bundle whose fingerprint does not match is refused.
+        let mut forged = serde_json::to_value(CaBundle::parse(TEST_CA).unwrap()).unwrap();
+        forged["sha256"] = serde_json::json!("00");
+        let forged: CaBundle = serde_json::from_value(forged).unwrap();
+        let err = ArtifactRegistry::with_tls(
+            "r",
+            url_https,
+            HubAccess::Expected,
+            RegistryTls::ExtraCa(forged),
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "ca_pem");
+
+        // Locations carry the fingerprint; a changed bundle is a different location.
+        let registry =
+            ArtifactRegistry::with_tls("r", "https://r.example/a", HubAccess::Expected, ca.clone())
+                .unwrap();
+        let Resolution::Check { location, .. } = resolve("x.tgz", &[registry]) else {
+            panic!("a check expected");
+        };
+        let RegistryTls::ExtraCa(bundle) = &ca else {
+            unreachable!()
+        };
+        assert_eq!(
+            location,
+            ArtifactLocation::Http {
+                url: "https://r.example/a/x.tgz".into(),
+                trust: TlsTrust::ExtraCa {
+                    sha256: bundle.sha256().to_string()
+                }
+            }
+        );
+        assert_ne!(location, http("https://r.example/a/x.tgz"));
     }
 }

@@ -142,6 +142,13 @@ pub enum Command {
         url: String,
         /// `expected` or `not-expected`.
         hub_access: String,
+        /// PEM CA bundle trusted for this `https` registry besides the system's roots.
+        #[serde(default)]
+        ca_pem: Option<String>,
+        /// Skip the `https` registry's certificate verification (explicit and shown in red;
+        /// excludes `ca_pem`).
+        #[serde(default)]
+        insecure_skip_verify: bool,
     },
     /// Remove an artifact registry.
     RemoveRegistry {

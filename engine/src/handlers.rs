@@ -3,7 +3,9 @@
 
 use semver::Version;
 
-use crate::artifact::{validate_artifact_uri, ArtifactRegistry, HubAccess};
+use crate::artifact::{
+    validate_artifact_uri, ArtifactRegistry, HubAccess, InvalidRegistry, RegistryTls,
+};
 use crate::command::{
     Command, CommandOutput, EntitySettingsPatch, EnvironmentSettingsPatch, WindowChange, WindowSpec,
 };
@@ -149,12 +151,17 @@ impl State {
                 name,
                 url,
                 hub_access,
+                ca_pem,
+                insecure_skip_verify,
             } => {
                 validate_name("name", name)?;
                 let access = HubAccess::parse(hub_access)
                     .map_err(|e| CommandError::invalid("hub_access", e))?;
-                let registry = ArtifactRegistry::new(name, url, access)
-                    .map_err(|e| CommandError::invalid(e.field, e.reason))?;
+                let invalid = |e: InvalidRegistry| CommandError::invalid(e.field, e.reason);
+                let tls = RegistryTls::from_input(ca_pem.as_deref(), *insecure_skip_verify)
+                    .map_err(invalid)?;
+                let registry =
+                    ArtifactRegistry::with_tls(name, url, access, tls).map_err(invalid)?;
                 let env = self
                     .environments
                     .get_mut(environment)

@@ -102,11 +102,13 @@ fn registry(hub: &mut Hub, env: &str, name: &str, url: &str, access: &str) {
         name: name.into(),
         url: url.into(),
         hub_access: access.into(),
+        ca_pem: None,
+        insecure_skip_verify: false,
     });
 }
 
 fn http(path: &str) -> ArtifactLocation {
-    ArtifactLocation::Http(format!("http://127.0.0.1:9/reg/{path}"))
+    ArtifactLocation::http(format!("http://127.0.0.1:9/reg/{path}"))
 }
 
 fn set_config(hub: &mut Hub, entity: &str, version: &str, text: &str) {
@@ -2721,6 +2723,8 @@ fn bad_input_is_refused_naming_the_field_and_changes_nothing() {
                     name: "reg".into(),
                     url: "ftp://x/y".into(),
                     hub_access: "expected".into(),
+                    ca_pem: None,
+                    insecure_skip_verify: false,
                 },
                 "url",
             ),
@@ -2730,8 +2734,34 @@ fn bad_input_is_refused_naming_the_field_and_changes_nothing() {
                     name: "reg".into(),
                     url: "http://x/y".into(),
                     hub_access: "sometimes".into(),
+                    ca_pem: None,
+                    insecure_skip_verify: false,
                 },
                 "hub_access",
+            ),
+            (
+                // A CA file that holds no certificate.
+                Command::SetRegistry {
+                    environment: "prod".into(),
+                    name: "reg".into(),
+                    url: "https://x/y".into(),
+                    hub_access: "expected".into(),
+                    ca_pem: Some("not a certificate".into()),
+                    insecure_skip_verify: false,
+                },
+                "ca_pem",
+            ),
+            (
+                // Skipping verification means nothing for plain http.
+                Command::SetRegistry {
+                    environment: "prod".into(),
+                    name: "reg".into(),
+                    url: "http://x/y".into(),
+                    hub_access: "expected".into(),
+                    ca_pem: None,
+                    insecure_skip_verify: true,
+                },
+                "insecure_skip_verify",
             ),
             (
                 Command::SetEntitySettings {

@@ -187,6 +187,8 @@ fn setup() -> Hub {
         name: "reg".into(),
         url: "http://127.0.0.1:9/reg".into(),
         hub_access: "expected".into(),
+        ca_pem: None,
+        insecure_skip_verify: false,
     });
     hub
 }
@@ -614,6 +616,8 @@ fn apply_op(hub: &mut Hub, op: &Op) {
                     "expected"
                 }
                 .into(),
+                ca_pem: None,
+                insecure_skip_verify: false,
             });
         }
     }

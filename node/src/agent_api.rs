@@ -344,6 +344,8 @@ fn agent_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, String, Vec
                 .map(|r| Registry {
                     name: r.name.clone(),
                     url: r.url.clone(),
+                    ca_pem: r.tls.ca_pem().unwrap_or_default().to_string(),
+                    insecure_skip_verify: r.tls.skips_verification(),
                 })
                 .collect()
         })

@@ -9,36 +9,31 @@
 //! Probes:
 //! - [`ArtifactLocation::File`]: `metadata` of the path; a regular file is
 //!   [`Availability::Available`].
-//! - [`ArtifactLocation::Http`] with `http://`: one HTTP/1.1 `HEAD` request on a fresh
-//!   connection (no pool, no redirects); 2xx is available, anything else, a connection error
-//!   or the timeout is [`Availability::Unavailable`]. `user:password@` in the URL is sent as
-//!   HTTP Basic authentication and never logged nor put in a reason.
-//! - `https://`: **not supported by this hub build** — TLS would need new dependencies
-//!   (no TLS client is in the workspace's lock file), so these locations are always
-//!   `Unavailable { "https registries are not supported by this hub build" }`. Mark such
-//!   registries `hub-access: not-expected` to skip the hub's check.
+//! - [`ArtifactLocation::Http`]: an HTTP `HEAD` through the hub's outbound client for the
+//!   location's trust ([`crate::outbound::Outbound::registry`]: system roots, the registry's
+//!   CA bundle, or no verification; pooled connections; redirects followed up to 5 hops;
+//!   proxies and the outbound deny list honoured). 2xx is available; any other status, a
+//!   connection or TLS error (an untrusted certificate is named as such) or the timeout is
+//!   [`Availability::Unavailable`]. `user:password@` in the URL is sent as HTTP Basic
+//!   authentication, never to another host after a redirect, and never logged nor put in a
+//!   reason. A location names its CA bundle by SHA-256; the bundle's text comes from the
+//!   replicated registries ([`CaSource`]).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use http_body_util::Empty;
-use hub_engine::artifact::{ArtifactLocation, Availability};
-use hyper::body::Bytes;
-use hyper::{header, Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use hub_engine::artifact::{ArtifactLocation, Availability, TlsTrust};
+use hub_http::{ErrorKind, Method};
 use tokio::runtime::Handle;
 use tokio::sync::{watch, Semaphore};
 
-use crate::http::{error_chain, parse_http, AbortOnDrop};
+use crate::outbound::Outbound;
 
-/// The reason given for every `https://` location.
-pub const HTTPS_UNSUPPORTED: &str = "https registries are not supported by this hub build";
-
-/// Sent as `User-Agent` with every probe.
-const USER_AGENT: &str = "hub-artifact-checker";
+/// The PEM text of the CA bundle with a SHA-256 (lowercase hex), from the replicated
+/// registries; `None` when no registry has it (any more).
+pub type CaSource = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// Entries nobody asked about for this long (and at least ten TTLs) are dropped.
 const MIN_IDLE_EVICTION: Duration = Duration::from_secs(600);
@@ -53,6 +48,8 @@ pub struct ArtifactChecker {
 struct Inner {
     ttl: Duration,
     timeout: Duration,
+    outbound: Arc<Outbound>,
+    ca_source: CaSource,
     /// The runtime probes run on: the one current at [`ArtifactChecker::new`], if any.
     runtime: Option<Handle>,
     permits: Arc<Semaphore>,
@@ -86,17 +83,26 @@ impl fmt::Debug for ArtifactChecker {
 }
 
 impl ArtifactChecker {
-    /// `ttl`: how long a result is trusted; `timeout`: per probe (connect, request and
-    /// response head); `max_in_flight`: concurrent probes (e.g. 16; 0 counts as 1).
+    /// `ttl`: how long a result is trusted; `timeout`: per probe (connect, TLS, request,
+    /// redirects and response head); `max_in_flight`: concurrent probes (e.g. 16; 0 counts
+    /// as 1); `outbound`: the hub's clients; `ca_source`: the registries' CA bundles.
     ///
     /// Probes run on the tokio runtime current here; created outside a runtime, the checker
     /// uses the runtime current at each [`ArtifactChecker::status`] call instead.
-    pub fn new(ttl: Duration, timeout: Duration, max_in_flight: usize) -> Self {
+    pub fn new(
+        ttl: Duration,
+        timeout: Duration,
+        max_in_flight: usize,
+        outbound: Arc<Outbound>,
+        ca_source: CaSource,
+    ) -> Self {
         let (generation, _) = watch::channel(0);
         Self {
             inner: Arc::new(Inner {
                 ttl,
                 timeout,
+                outbound,
+                ca_source,
                 runtime: Handle::try_current().ok(),
                 permits: Arc::new(Semaphore::new(max_in_flight.max(1))),
                 cache: Mutex::new(Cache {
@@ -254,11 +260,11 @@ async fn probe_task(inner: Arc<Inner>, location: ArtifactLocation, epoch: u64) {
     // The semaphore is never closed, so acquiring fails only if it were; probe anyway then.
     let permit = inner.permits.clone().acquire_owned().await.ok();
     let started = Instant::now();
-    let value = match tokio::time::timeout(inner.timeout, probe(location)).await {
+    let value = match tokio::time::timeout(inner.timeout, probe(&inner, location)).await {
         Ok(value) => value,
         Err(_) => Availability::Unavailable {
             reason: match location {
-                ArtifactLocation::Http(_) => {
+                ArtifactLocation::Http { .. } => {
                     format!("HEAD {location}: timed out after {:?}", inner.timeout)
                 }
                 ArtifactLocation::File(_) => {
@@ -298,10 +304,10 @@ async fn probe_task(inner: Arc<Inner>, location: ArtifactLocation, epoch: u64) {
 }
 
 /// One existence check, without the timeout.
-async fn probe(location: &ArtifactLocation) -> Availability {
+async fn probe(inner: &Inner, location: &ArtifactLocation) -> Availability {
     match location {
         ArtifactLocation::File(path) => probe_file(path).await,
-        ArtifactLocation::Http(url) => probe_http(url, location).await,
+        ArtifactLocation::Http { url, trust } => probe_http(inner, url, trust, location).await,
     }
 }
 
@@ -320,73 +326,68 @@ async fn probe_file(path: &str) -> Availability {
     }
 }
 
-async fn probe_http(url: &str, location: &ArtifactLocation) -> Availability {
-    // `location` displays without credentials.
-    if url.starts_with("https://") {
-        return Availability::Unavailable {
-            reason: HTTPS_UNSUPPORTED.to_string(),
-        };
-    }
-    match head(url).await {
-        Ok(status) if status.is_success() => Availability::Available,
-        Ok(status) => Availability::Unavailable {
-            reason: format!("HEAD {location}: {status}"),
+async fn probe_http(
+    inner: &Inner,
+    url: &str,
+    trust: &TlsTrust,
+    location: &ArtifactLocation,
+) -> Availability {
+    // `location` displays without credentials, and so do the client's errors.
+    let ca_pem = match trust {
+        TlsTrust::ExtraCa { sha256 } => (inner.ca_source)(sha256),
+        _ => None,
+    };
+    let client = match inner.outbound.registry(trust, ca_pem.as_deref()) {
+        Ok(client) => client,
+        Err(kind) => {
+            return Availability::Unavailable {
+                reason: format!("HEAD {location}: {kind}"),
+            }
+        }
+    };
+    match client.send(Method::HEAD, url, None).await {
+        Ok(response) if response.status().is_success() => Availability::Available,
+        Ok(response) => Availability::Unavailable {
+            reason: format!("HEAD {location}: {}", response.status()),
         },
-        Err(error) => Availability::Unavailable {
-            reason: format!("HEAD {location}: {error}"),
-        },
+        Err(error) => {
+            let hint = match error.kind {
+                ErrorKind::CertificateNotTrusted(_) => {
+                    " (give the registry the CA that signed it: hubctl env registry set … --ca-file)"
+                }
+                _ => "",
+            };
+            Availability::Unavailable {
+                reason: format!("HEAD {error}{hint}"),
+            }
+        }
     }
-}
-
-/// Sends `HEAD` to an `http://` URL on a fresh connection; the response status.
-async fn head(url: &str) -> Result<StatusCode, String> {
-    let target = parse_http(url)?;
-    let stream = TcpStream::connect((target.host, target.port))
-        .await
-        .map_err(|error| format!("connect to {}: {error}", target.host_port))?;
-    // Only latency is at stake.
-    let _ = stream.set_nodelay(true);
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|error| error_chain(&error))?;
-    let _connection = AbortOnDrop(tokio::spawn(async move {
-        // The request's own result reports connection failures.
-        let _ = connection.await;
-    }));
-    let mut request = Request::builder()
-        .method(Method::HEAD)
-        .uri(target.path)
-        .header(header::HOST, target.host_port)
-        .header(header::USER_AGENT, USER_AGENT);
-    if let Some(userinfo) = target.userinfo {
-        request = request.header(
-            header::AUTHORIZATION,
-            hub_engine::artifact::basic_authorization(userinfo),
-        );
-    }
-    let request = request
-        .body(Empty::<Bytes>::new())
-        // The builder's errors name the bad part, never the credentials' value.
-        .map_err(|error| format!("invalid request: {error}"))?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|error| error_chain(&error))?;
-    Ok(response.status())
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use hub_http::local::{LocalCa, LocalServer, Reply};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpListener;
+    use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
-    use crate::http::Target;
 
     const WAIT: Duration = Duration::from_secs(10);
     const LONG_TTL: Duration = Duration::from_secs(3600);
+
+    /// A checker with the hub's clients (nothing denied) and no CA bundles.
+    fn checker(ttl: Duration, timeout: Duration, max_in_flight: usize) -> ArtifactChecker {
+        let outbound = Arc::new(Outbound::new(hub_http::DenyList::none(), None).unwrap());
+        ArtifactChecker::new(
+            ttl,
+            timeout,
+            max_in_flight,
+            outbound,
+            Arc::new(|_: &str| None),
+        )
+    }
 
     /// A tiny HTTP/1.1 server: `/present` 200, `/absent` 404, `/gone` 410, `/error` 500,
     /// `/slow` never answers, `/delayed/*` 200 after 100 ms, `/auth` 200 with
@@ -426,7 +427,7 @@ mod tests {
         }
 
         fn url(&self, path: &str) -> ArtifactLocation {
-            ArtifactLocation::Http(format!("http://127.0.0.1:{}{path}", self.port))
+            ArtifactLocation::http(format!("http://127.0.0.1:{}{path}", self.port))
         }
 
         fn count(&self, path: &str) -> usize {
@@ -542,7 +543,7 @@ mod tests {
     #[tokio::test]
     async fn first_status_is_none_then_available_after_notification() {
         let server = Server::start().await;
-        let checker = ArtifactChecker::new(LONG_TTL, WAIT, 16);
+        let checker = checker(LONG_TTL, WAIT, 16);
         let mut generations = checker.subscribe();
         let present = server.url("/present");
         assert_eq!(checker.status(&present), None);
@@ -558,7 +559,7 @@ mod tests {
     #[tokio::test]
     async fn fresh_results_are_served_from_the_cache() {
         let server = Server::start().await;
-        let checker = ArtifactChecker::new(LONG_TTL, WAIT, 16);
+        let checker = checker(LONG_TTL, WAIT, 16);
         let present = server.url("/present");
         assert_eq!(settle(&checker, &present).await, Availability::Available);
         for _ in 0..20 {
@@ -575,7 +576,7 @@ mod tests {
     async fn stale_results_are_served_while_reprobing() {
         let server = Server::start().await;
         let ttl = Duration::from_millis(100);
-        let checker = ArtifactChecker::new(ttl, WAIT, 16);
+        let checker = checker(ttl, WAIT, 16);
         let present = server.url("/present");
         assert_eq!(settle(&checker, &present).await, Availability::Available);
         assert_eq!(server.count("/present"), 1);
@@ -594,7 +595,7 @@ mod tests {
     #[tokio::test]
     async fn http_statuses() {
         let server = Server::start().await;
-        let checker = ArtifactChecker::new(LONG_TTL, WAIT, 16);
+        let checker = checker(LONG_TTL, WAIT, 16);
         let port = server.port;
         for (path, want) in [
             ("/absent", "404 Not Found"),
@@ -614,7 +615,7 @@ mod tests {
     #[tokio::test]
     async fn timeout_is_unavailable() {
         let server = Server::start().await;
-        let checker = ArtifactChecker::new(LONG_TTL, Duration::from_millis(200), 16);
+        let checker = checker(LONG_TTL, Duration::from_millis(200), 16);
         let slow = server.url("/slow");
         let started = Instant::now();
         let reason = unavailable_reason(settle(&checker, &slow).await);
@@ -634,20 +635,18 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let checker = ArtifactChecker::new(LONG_TTL, WAIT, 16);
-        let location = ArtifactLocation::Http(format!("http://127.0.0.1:{port}/x.tgz"));
+        let checker = checker(LONG_TTL, WAIT, 16);
+        let location = ArtifactLocation::http(format!("http://127.0.0.1:{port}/x.tgz"));
         let reason = unavailable_reason(settle(&checker, &location).await);
-        assert!(
-            reason.starts_with(&format!(
-                "HEAD http://127.0.0.1:{port}/x.tgz: connect to 127.0.0.1:{port}: "
-            )),
-            "{reason}"
+        assert_eq!(
+            reason,
+            format!("HEAD http://127.0.0.1:{port}/x.tgz: cannot connect: connection refused")
         );
     }
 
     #[tokio::test]
     async fn files() {
-        let checker = ArtifactChecker::new(LONG_TTL, WAIT, 16);
+        let checker = checker(LONG_TTL, WAIT, 16);
         let file = temp_path("file");
         std::fs::write(&file, b"artifact").unwrap();
         let dir = temp_path("dir");
@@ -675,7 +674,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_probe_in_flight_per_location() {
         let server = Server::start().await;
-        let checker = ArtifactChecker::new(LONG_TTL, WAIT, 16);
+        let checker = checker(LONG_TTL, WAIT, 16);
         let delayed = server.url("/delayed/one");
         for _ in 0..100 {
             assert_eq!(checker.status(&delayed), None);
@@ -689,7 +688,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn max_in_flight_limits_concurrent_probes() {
         let server = Server::start().await;
-        let checker = ArtifactChecker::new(LONG_TTL, WAIT, 2);
+        let checker = checker(LONG_TTL, WAIT, 2);
         let locations: Vec<_> = (0..6)
             .map(|i| server.url(&format!("/delayed/{i}")))
             .collect();
@@ -706,7 +705,7 @@ mod tests {
     #[tokio::test]
     async fn clear_forgets_results() {
         let server = Server::start().await;
-        let checker = ArtifactChecker::new(LONG_TTL, WAIT, 16);
+        let checker = checker(LONG_TTL, WAIT, 16);
         let present = server.url("/present");
         assert_eq!(settle(&checker, &present).await, Availability::Available);
         checker.clear();
@@ -718,7 +717,7 @@ mod tests {
     #[tokio::test]
     async fn clear_discards_probes_in_flight() {
         let server = Server::start().await;
-        let checker = ArtifactChecker::new(LONG_TTL, Duration::from_millis(200), 16);
+        let checker = checker(LONG_TTL, Duration::from_millis(200), 16);
         let slow = server.url("/slow");
         assert_eq!(checker.status(&slow), None);
         wait_for("the probe to reach the server", || {
@@ -736,22 +735,78 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn https_is_not_supported() {
-        let checker = ArtifactChecker::new(LONG_TTL, WAIT, 16);
-        let location = ArtifactLocation::Http("https://user:secret@127.0.0.1:1/x.tgz".into());
-        assert_eq!(
-            unavailable_reason(settle(&checker, &location).await),
-            HTTPS_UNSUPPORTED
+    async fn https_registries_with_a_ca_bundle_an_untrusted_ca_and_skipped_verification() {
+        let ca = LocalCa::generate("registry CA").unwrap();
+        let handler: hub_http::local::Handler =
+            Arc::new(|r: hub_http::local::Request| match r.path.as_str() {
+                "/present.tgz" => Reply::text(200, "x"),
+                "/moved.tgz" => Reply::redirect(301, "/present.tgz"),
+                _ => Reply::text(404, "no"),
+            });
+        let server = LocalServer::loopback_https(&ca, handler).await.unwrap();
+        let bundle = hub_engine::artifact::CaBundle::parse(ca.ca_pem()).unwrap();
+        let (sha, pem) = (bundle.sha256().to_string(), ca.ca_pem().to_string());
+        let source: CaSource = Arc::new(move |want: &str| (want == sha).then(|| pem.clone()));
+        let checker = ArtifactChecker::new(
+            LONG_TTL,
+            WAIT,
+            16,
+            Arc::new(Outbound::new(hub_http::DenyList::none(), None).unwrap()),
+            source,
         );
+        let at = |path: &str, trust: TlsTrust| ArtifactLocation::Http {
+            url: format!("https://user:secret@{}{path}", server.addr()),
+            trust,
+        };
+        let with_ca = TlsTrust::ExtraCa {
+            sha256: bundle.sha256().to_string(),
+        };
+        assert_eq!(
+            settle(&checker, &at("/present.tgz", with_ca.clone())).await,
+            Availability::Available
+        );
+        // A redirect is followed.
+        assert_eq!(
+            settle(&checker, &at("/moved.tgz", with_ca.clone())).await,
+            Availability::Available
+        );
+        let absent = unavailable_reason(settle(&checker, &at("/absent.tgz", with_ca)).await);
+        assert_eq!(
+            absent,
+            format!("HEAD https://{}/absent.tgz: 404 Not Found", server.addr())
+        );
+        let untrusted =
+            unavailable_reason(settle(&checker, &at("/present.tgz", TlsTrust::SystemRoots)).await);
+        assert!(
+            untrusted.starts_with(&format!(
+                "HEAD https://{}/present.tgz: TLS certificate not trusted: it is not signed by a \
+                 trusted CA (unknown issuer) (give the registry the CA that signed it",
+                server.addr()
+            )),
+            "{untrusted}"
+        );
+        assert_eq!(
+            settle(&checker, &at("/present.tgz", TlsTrust::InsecureSkipVerify)).await,
+            Availability::Available
+        );
+        // A bundle no registry has any more (changed meanwhile).
+        let gone = TlsTrust::ExtraCa {
+            sha256: "00".repeat(32),
+        };
+        let reason = unavailable_reason(settle(&checker, &at("/present.tgz", gone)).await);
+        assert!(reason.contains("no registry has the CA bundle"), "{reason}");
+        for reason in [absent, untrusted, reason] {
+            assert!(!reason.contains("secret"), "{reason}");
+        }
     }
 
     #[tokio::test]
     async fn credentials_are_sent_but_never_shown() {
         let server = Server::start().await;
-        let checker = ArtifactChecker::new(LONG_TTL, WAIT, 16);
+        let checker = checker(LONG_TTL, WAIT, 16);
         let port = server.port;
-        let good = ArtifactLocation::Http(format!("http://user:pass@127.0.0.1:{port}/auth"));
-        let bad = ArtifactLocation::Http(format!("http://user:s%65cret@127.0.0.1:{port}/auth"));
+        let good = ArtifactLocation::http(format!("http://user:pass@127.0.0.1:{port}/auth"));
+        let bad = ArtifactLocation::http(format!("http://user:s%65cret@127.0.0.1:{port}/auth"));
         assert_eq!(settle(&checker, &good).await, Availability::Available);
         let reason = unavailable_reason(settle(&checker, &bad).await);
         assert_eq!(
@@ -771,7 +826,7 @@ mod tests {
 
     #[test]
     fn status_outside_a_runtime_does_not_panic() {
-        let checker = ArtifactChecker::new(LONG_TTL, WAIT, 16);
+        let checker = checker(LONG_TTL, WAIT, 16);
         let file = temp_path("outside");
         std::fs::write(&file, b"x").unwrap();
         let location = ArtifactLocation::File(file.to_str().unwrap().to_string());
@@ -787,7 +842,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn status_from_a_plain_thread_uses_the_captured_runtime() {
         let server = Server::start().await;
-        let checker = ArtifactChecker::new(LONG_TTL, WAIT, 16);
+        let checker = checker(LONG_TTL, WAIT, 16);
         let present = server.url("/present");
         let (c, p) = (checker.clone(), present.clone());
         let first = std::thread::spawn(move || c.status(&p)).join().unwrap();
@@ -798,29 +853,5 @@ mod tests {
         .await;
         assert_eq!(settle(&checker, &present).await, Availability::Available);
         assert_eq!(server.count("/present"), 1);
-    }
-
-    #[test]
-    fn parse_http_urls() {
-        let t = parse_http("http://u:p@h.example:8080/a/b.tgz").unwrap();
-        assert_eq!(
-            t,
-            Target {
-                userinfo: Some("u:p"),
-                host_port: "h.example:8080",
-                host: "h.example",
-                port: 8080,
-                path: "/a/b.tgz"
-            }
-        );
-        let t = parse_http("http://[::1]/x").unwrap();
-        assert_eq!((t.host, t.port, t.host_port), ("::1", 80, "[::1]"));
-        let t = parse_http("http://h").unwrap();
-        assert_eq!((t.host, t.port, t.path), ("h", 80, "/"));
-        for bad in ["https://h/x", "http:///x", "http://h:x/y", "http://[::1/x"] {
-            assert!(parse_http(bad).is_err(), "{bad}");
-        }
-        let err = parse_http("http://user:secret@h:99999/x").unwrap_err();
-        assert!(!err.contains("secret"), "{err}");
     }
 }

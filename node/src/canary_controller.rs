@@ -28,10 +28,12 @@ use hub_engine::canary::{
 };
 use hub_engine::canary_lifecycle::Canary;
 use hub_engine::{Command, Request, State};
+use hub_http::{Body, HttpClient, Method};
 
 use crate::node::{now_ms, HubNode};
 use crate::orchestrator::{is_leader, wait_for_leadership};
-use crate::{http, prometheus, webhooks};
+use crate::outbound::MAX_ANSWER_BYTES;
+use crate::{prometheus, webhooks};
 
 /// How often the controller looks for due ticks.
 pub const POLL: Duration = Duration::from_millis(200);
@@ -119,7 +121,7 @@ impl Term {
                 (due, notes)
             };
             for note in notes {
-                tokio::spawn(notify(note));
+                tokio::spawn(notify(self.node.outbound.calls().clone(), note));
             }
             for d in due {
                 self.lock_in_flight().insert(d.id.clone());
@@ -253,13 +255,18 @@ impl Term {
 
 /// Calls the webhooks and queries the metrics of a due tick, then proposes it.
 async fn run_tick(node: &HubNode, mut d: Due) {
-    let calls = d.plan.webhooks.iter().map(call_webhook);
+    let client = node.outbound.calls();
+    let calls = d
+        .plan
+        .webhooks
+        .iter()
+        .map(|call| call_webhook(client, call));
     let answers = futures::future::join_all(calls).await;
     for (call, answer) in d.plan.webhooks.iter().zip(answers) {
         d.input.webhooks.insert(call.name.clone(), answer);
     }
     for m in &d.plan.metrics {
-        if let Some(v) = query_prometheus(m).await {
+        if let Some(v) = query_prometheus(client, m).await {
             d.input.metrics.insert(m.name.clone(), v);
         }
     }
@@ -288,9 +295,9 @@ async fn run_tick(node: &HubNode, mut d: Due) {
 }
 
 /// One webhook call, as the tick records it.
-async fn call_webhook(call: &WebhookCall) -> WebhookResult {
+async fn call_webhook(client: &HttpClient, call: &WebhookCall) -> WebhookResult {
     let timeout = Duration::from_millis(u64::try_from(call.timeout_ms).unwrap_or(0));
-    let out = webhooks::call(&call.url, &call.payload, timeout, call.retries).await;
+    let out = webhooks::call(client, &call.url, &call.payload, timeout, call.retries).await;
     tracing::debug!(webhook = %call.name, ok = out.ok, status = ?out.status, "canary webhook");
     WebhookResult {
         ok: out.ok,
@@ -301,12 +308,12 @@ async fn call_webhook(call: &WebhookCall) -> WebhookResult {
 
 /// The value of a Prometheus metric in thousandths (`Some(None)`: no data or the query
 /// failed, which fails the check); `None` for proxy metrics.
-async fn query_prometheus(m: &MetricQuery) -> Option<Option<i64>> {
+async fn query_prometheus(client: &HttpClient, m: &MetricQuery) -> Option<Option<i64>> {
     let MetricSource::Prometheus { address, query } = &m.source else {
         return None;
     };
     Some(
-        match prometheus::query(address, query, PROMETHEUS_TIMEOUT).await {
+        match prometheus::query(client, address, query, PROMETHEUS_TIMEOUT).await {
             Ok(Some(v)) if v.is_finite() => Some((v * MILLI as f64).round() as i64),
             Ok(_) => None,
             Err(e) => {
@@ -330,11 +337,11 @@ enum Note {
     },
 }
 
-/// Sends one alert or notification; its answer changes nothing.
-async fn notify(note: Note) {
+/// Sends one alert or notification through `client`; its answer changes nothing.
+async fn notify(client: HttpClient, note: Note) {
     match note {
         Note::Webhook(call) => {
-            let r = call_webhook(&call).await;
+            let r = call_webhook(&client, &call).await;
             tracing::info!(webhook = %call.name, ok = r.ok, status = ?r.status, "canary notification sent");
         }
         Note::Alert {
@@ -344,16 +351,18 @@ async fn notify(note: Note) {
             body,
         } => {
             let body = serde_json::to_vec(&body).unwrap_or_default();
-            let r = http::request(
-                hyper::Method::POST,
-                &url,
-                Some(("application/json", body)),
-                ALERT_TIMEOUT,
-            )
-            .await;
+            let r = client
+                .call(
+                    Method::POST,
+                    &url,
+                    Some(Body::json(body)),
+                    ALERT_TIMEOUT,
+                    MAX_ANSWER_BYTES,
+                )
+                .await;
             match r {
-                Ok((status, _)) => {
-                    tracing::info!(%canary, %destination, status = status.as_u16(), "canary alert sent")
+                Ok(answer) => {
+                    tracing::info!(%canary, %destination, status = answer.status.as_u16(), "canary alert sent")
                 }
                 Err(e) => {
                     tracing::warn!(%canary, %destination, error = %e, "canary alert not delivered")

@@ -7,6 +7,8 @@
 //! - [`orchestrator`]: the leader's loop that evaluates entities and issues plans.
 //! - [`cluster_keys`]: the leader sets the cluster's keys (the canary revision key) once.
 //! - [`artifacts`]: the leader's background artifact-existence checks (SPEC C9).
+//! - [`outbound`]: the hub's outbound HTTP(S) clients (webhooks, alerts, Prometheus,
+//!   registries) and their deny list.
 //! - [`query`]: read-only JSON views of the orchestration state.
 //! - [`peers`]: reusable gRPC channels to other nodes.
 //! - [`client`]: the failover client `hubctl` and tools use.
@@ -24,10 +26,10 @@ pub mod client;
 pub mod cluster_keys;
 #[cfg(any(test, feature = "chaos-faults"))]
 pub mod fault_layer;
-pub mod http;
 pub mod network;
 pub mod node;
 pub mod orchestrator;
+pub mod outbound;
 pub mod peers;
 pub mod prometheus;
 pub mod query;

@@ -59,6 +59,11 @@ pub struct NodeConfig {
     pub artifact_timeout: Duration,
     /// How this node dials its peers (its own certificate over TLS, or plaintext).
     pub connector: hub_tls::client::Connector,
+    /// Addresses outbound HTTP calls never connect to (`--outbound-deny`).
+    pub outbound_deny: hub_http::DenyList,
+    /// CA certificates (PEM) webhooks, alerts and Prometheus queries trust besides the
+    /// system's roots (`--outbound-ca-file`).
+    pub outbound_ca_pem: Option<String>,
 }
 
 /// A running node.
@@ -81,8 +86,28 @@ pub struct HubNode {
     pub request_timeout: Duration,
     /// Artifact-existence checks (used by the leader's orchestrator and `explain`).
     pub artifacts: crate::artifacts::ArtifactChecker,
+    /// The outbound HTTP(S) clients: webhooks, alerts, Prometheus, registries.
+    pub outbound: Arc<crate::outbound::Outbound>,
     /// When the last shared read barrier started (see [`HubNode::shared_read_barrier`]).
     barrier: tokio::sync::Mutex<Option<Instant>>,
+}
+
+/// The CA bundles of the replicated registries, by SHA-256, for the artifact checker.
+fn ca_source(state: SharedState) -> crate::artifacts::CaSource {
+    Arc::new(move |sha256: &str| {
+        let applied = state.read();
+        let pem = applied
+            .state
+            .environments()
+            .flat_map(|e| e.settings.registries.iter())
+            .find_map(|r| match &r.tls {
+                hub_engine::artifact::RegistryTls::ExtraCa(bundle) if bundle.sha256() == sha256 => {
+                    Some(bundle.pem().to_string())
+                }
+                _ => None,
+            });
+        pem
+    })
 }
 
 /// Wall-clock milliseconds, stamped on proposals by the leader.
@@ -149,6 +174,17 @@ impl HubNode {
             peers: peers.clone(),
         };
         let state = sm.shared();
+        let outbound = Arc::new(
+            crate::outbound::Outbound::new(cfg.outbound_deny.clone(), cfg.outbound_ca_pem.clone())
+                .map_err(|e| anyhow::anyhow!("outbound HTTP client: {e}"))?,
+        );
+        let artifacts = crate::artifacts::ArtifactChecker::new(
+            cfg.artifact_ttl,
+            cfg.artifact_timeout,
+            16,
+            outbound.clone(),
+            ca_source(state.clone()),
+        );
         let raft = Raft::new(cfg.id, Arc::new(config), network, log, sm.clone()).await?;
         Ok(Arc::new(HubNode {
             id: cfg.id,
@@ -159,11 +195,8 @@ impl HubNode {
             sm,
             peers,
             request_timeout: cfg.request_timeout,
-            artifacts: crate::artifacts::ArtifactChecker::new(
-                cfg.artifact_ttl,
-                cfg.artifact_timeout,
-                16,
-            ),
+            artifacts,
+            outbound,
             barrier: tokio::sync::Mutex::new(None),
         }))
     }

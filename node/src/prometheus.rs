@@ -1,12 +1,14 @@
 //! The Prometheus metric provider of canary analysis (SPEC K6, issue 6): an instant query
-//! (`GET <address>/api/v1/query?query=…`) whose first sample is the metric's value. An empty
-//! result is "no values found", which fails the check like missing proxy data.
+//! (`GET <address>/api/v1/query?query=…`, http or https, through the hub's outbound client)
+//! whose first sample is the metric's value. An empty result is "no values found", which
+//! fails the check like missing proxy data. Errors keep at most a short excerpt of what
+//! Prometheus said.
 
 use std::time::Duration;
 
-use hyper::Method;
+use hub_http::{excerpt, HttpClient, Method};
 
-use crate::http;
+use crate::outbound::MAX_ANSWER_BYTES;
 
 /// Percent-encodes `s` for a URL query value (RFC 3986 unreserved characters stay).
 fn encode(s: &str) -> String {
@@ -22,29 +24,41 @@ fn encode(s: &str) -> String {
     out
 }
 
-/// Runs `query` against the Prometheus at `address` (`http://host:port`); `Ok(None)` when it
-/// returned no sample.
-pub async fn query(address: &str, query: &str, timeout: Duration) -> Result<Option<f64>, String> {
+/// Runs `query` through `client` against the Prometheus at `address`
+/// (`http(s)://host:port`); `Ok(None)` when it returned no sample.
+pub async fn query(
+    client: &HttpClient,
+    address: &str,
+    query: &str,
+    timeout: Duration,
+) -> Result<Option<f64>, String> {
     let url = format!(
         "{}/api/v1/query?query={}",
         address.trim_end_matches('/'),
         encode(query)
     );
-    let (status, body) = http::request(Method::GET, &url, None, timeout).await?;
-    if !status.is_success() {
-        return Err(format!("prometheus answered HTTP {}", status.as_u16()));
+    let answer = client
+        .call(Method::GET, &url, None, timeout, MAX_ANSWER_BYTES)
+        .await
+        .map_err(|e| e.to_string())?;
+    if !answer.status.is_success() {
+        return Err(format!(
+            "prometheus answered HTTP {}: {}",
+            answer.status.as_u16(),
+            excerpt(&answer.body)
+        ));
     }
-    parse_answer(&body)
+    parse_answer(&answer.body)
 }
 
 /// The first sample's value of a Prometheus `/api/v1/query` answer.
 fn parse_answer(body: &[u8]) -> Result<Option<f64>, String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("prometheus answer is not JSON: {e}"))?;
+    let v: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| format!("prometheus answer is not JSON ({e}): {}", excerpt(body)))?;
     if v["status"] != "success" {
         return Err(format!(
             "prometheus query failed: {}",
-            v["error"].as_str().unwrap_or("unknown error")
+            excerpt(v["error"].as_str().unwrap_or("unknown error").as_bytes())
         ));
     }
     let data = &v["data"];
@@ -62,7 +76,7 @@ fn parse_answer(body: &[u8]) -> Result<Option<f64>, String> {
         .ok_or_else(|| "malformed sample".to_string())?;
     let value: f64 = text
         .parse()
-        .map_err(|_| format!("sample {text:?} is not a number"))?;
+        .map_err(|_| format!("sample {:?} is not a number", excerpt(text.as_bytes())))?;
     Ok(value.is_finite().then_some(value))
 }
 
@@ -87,5 +101,35 @@ mod tests {
             encode("rate(x{a=\"b\"}[1m])"),
             "rate%28x%7Ba%3D%22b%22%7D%5B1m%5D%29"
         );
+    }
+
+    #[tokio::test]
+    async fn queries_over_https_and_errors_keep_an_excerpt() {
+        use std::sync::Arc;
+
+        use hub_http::local::{LocalCa, LocalServer, Reply};
+
+        let ca = LocalCa::generate("prometheus CA").unwrap();
+        let handler: hub_http::local::Handler = Arc::new(|r: hub_http::local::Request| {
+            if r.path.starts_with("/api/v1/query?query=up") {
+                Reply::text(
+                    200,
+                    r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"42"]}]}}"#,
+                )
+            } else {
+                Reply::text(503, "e".repeat(10_000))
+            }
+        });
+        let server = LocalServer::loopback_https(&ca, handler).await.unwrap();
+        let client = crate::outbound::test_client_trusting(ca.ca_pem());
+        let address = format!("https://{}", server.addr());
+        let t = Duration::from_secs(5);
+        assert_eq!(query(&client, &address, "up", t).await, Ok(Some(42.0)));
+        let err = query(&client, &address, "down", t).await.unwrap_err();
+        assert!(
+            err.starts_with("prometheus answered HTTP 503: eee"),
+            "{err}"
+        );
+        assert!(err.len() < 300, "{}", err.len());
     }
 }

@@ -293,6 +293,7 @@ pub fn answer(
                 "secrets_revision": e.secrets_revision,
                 "marked_for_uninstall": e.marked_for_uninstall,
                 "owner_module": e.owner_module,
+                "insecure_registries": insecure_registries(state, &e.environment),
                 "reported": {
                     "version": opt_version(&e.reported.version),
                     "health": e.reported.health.as_str(),
@@ -425,6 +426,7 @@ pub fn answer(
                 "maintenance_window": s.maintenance_window.as_ref().map(|w| w.to_string()),
                 "registries": s.registries.iter().map(|r| json!({
                     "name": r.name, "url": hub_engine::artifact::redact_url(&r.url), "hub_access": r.hub_access.as_str(),
+                    "tls": r.tls.label(), "insecure_skip_verify": r.tls.skips_verification(),
                 })).collect::<Vec<_>>(),
                 "suppress_deployment_after_num_autosuppressions": s.autosuppression_threshold,
                 "auto_suppression_ms": s.auto_suppression_ms,
@@ -650,6 +652,22 @@ fn change_request_view(c: &hub_engine::installation::ChangeRequest) -> Value {
     })
 }
 
+/// The registries of `environment` whose certificates are not verified
+/// (`insecure-skip-verify`), which `hubctl` shows in red wherever an entity is shown.
+fn insecure_registries(state: &State, environment: &str) -> Vec<Value> {
+    state
+        .environment(environment)
+        .map(|env| {
+            env.settings
+                .registries
+                .iter()
+                .filter(|r| r.tls.skips_verification())
+                .map(|r| json!({"name": r.name, "url": hub_engine::artifact::redact_url(&r.url)}))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// SPEC P3: the four questions, separately, and every constraint.
 fn explain_view(state: &State, eval: &hub_engine::Evaluation) -> Value {
     use hub_engine::evaluate::Outcome;
@@ -697,5 +715,9 @@ fn explain_view(state: &State, eval: &hub_engine::Evaluation) -> Value {
             "may_clear_at": time(c.may_clear_at_ms),
         })).collect::<Vec<_>>(),
         "skipped": eval.skipped,
+        "insecure_registries": state
+            .entity(&eval.entity)
+            .map(|e| insecure_registries(state, &e.environment))
+            .unwrap_or_default(),
     })
 }

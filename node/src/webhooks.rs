@@ -1,13 +1,15 @@
-//! Canary webhooks (SPEC K5) as the leader calls them: an HTTP `POST` of the JSON payload
-//! `{name, namespace, phase, checksum, metadata}`, success when the status is at most 202,
+//! Canary webhooks (SPEC K5) as the leader calls them: an HTTP(S) `POST` of the JSON
+//! payload `{name, namespace, phase, checksum, metadata}` through the hub's outbound client
+//! (pooled connections, redirects not followed), success when the status is at most 202,
 //! with a timeout per attempt and a number of retries. Only the result goes into the Raft
-//! entry; the call itself happens once per tick on the leader.
+//! entry — with at most a short excerpt of the answer; the call itself happens once per
+//! tick on the leader.
 
 use std::time::Duration;
 
-use hyper::Method;
+use hub_http::{Body, HttpClient, Method};
 
-use crate::http;
+use crate::outbound::MAX_ANSWER_BYTES;
 
 /// Longest timeout a webhook may ask for.
 pub const MAX_WEBHOOK_TIMEOUT: Duration = Duration::from_secs(60);
@@ -22,13 +24,15 @@ pub struct WebhookOutcome {
     pub ok: bool,
     /// The last HTTP status, if any answer came.
     pub status: Option<u16>,
-    /// Why it failed, or the start of the answer's body.
+    /// Why it failed (naming the URL without credentials), or the start of the answer's
+    /// body (at most [`hub_http::EXCERPT_BYTES`]).
     pub message: String,
 }
 
-/// Calls `url` with `payload` up to `1 + retries` times, each within `timeout`; stops at the
-/// first success.
+/// Calls `url` with `payload` through `client` up to `1 + retries` times, each within
+/// `timeout`; stops at the first success.
 pub async fn call(
+    client: &HttpClient,
     url: &str,
     payload: &WebhookPayload,
     timeout: Duration,
@@ -54,28 +58,29 @@ pub async fn call(
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
         }
-        last = match http::request(
-            Method::POST,
-            url,
-            Some(("application/json", body.clone())),
-            timeout,
-        )
-        .await
+        last = match client
+            .call(
+                Method::POST,
+                url,
+                Some(Body::json(body.clone())),
+                timeout,
+                MAX_ANSWER_BYTES,
+            )
+            .await
         {
-            Ok((status, answer)) => {
-                let text = String::from_utf8_lossy(&answer);
-                let text: String = text.chars().take(200).collect();
+            Ok(answer) => {
+                let status = answer.status.as_u16();
                 WebhookOutcome {
-                    ok: status.as_u16() <= 202,
-                    status: Some(status.as_u16()),
-                    message: format!("HTTP {}: {}", status.as_u16(), text.trim()),
+                    ok: status <= 202,
+                    status: Some(status),
+                    message: format!("HTTP {status}: {}", hub_http::excerpt(&answer.body)),
                 }
             }
             Err(e) => WebhookOutcome {
                 ok: false,
                 status: None,
-                // `http` never puts credentials in its errors.
-                message: e,
+                // The client's errors never carry credentials.
+                message: e.to_string(),
             },
         };
         if last.ok {
@@ -147,6 +152,13 @@ mod tests {
         (url, bodies, calls)
     }
 
+    fn client() -> HttpClient {
+        crate::outbound::Outbound::new(hub_http::DenyList::none(), None)
+            .unwrap()
+            .calls()
+            .clone()
+    }
+
     fn payload() -> WebhookPayload {
         WebhookPayload {
             name: "demo".into(),
@@ -160,27 +172,88 @@ mod tests {
     #[tokio::test]
     async fn success_is_a_status_up_to_202_and_the_payload_is_sent() {
         let (url, bodies, _) = server(vec![202]).await;
-        let out = call(&url, &payload(), Duration::from_secs(5), 0).await;
+        let out = call(&client(), &url, &payload(), Duration::from_secs(5), 0).await;
         assert!(out.ok, "{out:?}");
         let body: serde_json::Value = serde_json::from_str(&bodies.lock().unwrap()[0]).unwrap();
         assert_eq!(body["name"], "demo");
         assert_eq!(body["metadata"]["cmd"], "hey");
         let (url, _, _) = server(vec![203]).await;
-        assert!(!call(&url, &payload(), Duration::from_secs(5), 0).await.ok);
+        assert!(
+            !call(&client(), &url, &payload(), Duration::from_secs(5), 0)
+                .await
+                .ok
+        );
     }
 
     #[tokio::test]
     async fn retries_until_success_and_reports_unreachable() {
         let (url, _, calls) = server(vec![500, 500, 200]).await;
-        let out = call(&url, &payload(), Duration::from_secs(5), 2).await;
+        let out = call(&client(), &url, &payload(), Duration::from_secs(5), 2).await;
         assert!(out.ok, "{out:?}");
         assert_eq!(calls.load(Ordering::SeqCst), 3);
         let dead = {
             let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
             format!("http://user:secret@{}/", l.local_addr().unwrap())
         };
-        let out = call(&dead, &payload(), Duration::from_secs(1), 1).await;
+        let out = call(&client(), &dead, &payload(), Duration::from_secs(1), 1).await;
         assert!(!out.ok && out.status.is_none(), "{out:?}");
         assert!(!out.message.contains("secret"), "{out:?}");
+    }
+
+    #[tokio::test]
+    async fn https_webhooks_keep_a_short_excerpt_and_reuse_the_connection() {
+        use hub_http::local::{LocalCa, LocalServer, Reply};
+        let ca = LocalCa::generate("webhook CA").unwrap();
+        let handler: hub_http::local::Handler =
+            Arc::new(|_| Reply::text(200, format!("accepted {}", "x".repeat(5000))));
+        let server = LocalServer::loopback_https(&ca, handler).await.unwrap();
+        let client = crate::outbound::test_client_trusting(ca.ca_pem());
+        let url = format!("https://{}/hook", server.addr());
+        for _ in 0..3 {
+            let out = call(&client, &url, &payload(), Duration::from_secs(5), 0).await;
+            assert!(out.ok, "{out:?}");
+            assert!(out.message.starts_with("HTTP 200: accepted xxx"), "{out:?}");
+            let most = "HTTP 200: ".len() + hub_http::EXCERPT_BYTES;
+            assert!(out.message.len() <= most, "{}", out.message.len());
+        }
+        assert_eq!(server.connections(), 1);
+        // The system's roots alone do not trust the test CA.
+        let out = call(
+            &super::tests::client(),
+            &url,
+            &payload(),
+            Duration::from_secs(5),
+            0,
+        )
+        .await;
+        assert!(
+            out.message.contains("TLS certificate not trusted"),
+            "{out:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_denied_webhook_is_refused_without_a_connection() {
+        let listener = TcpListener::bind("127.0.0.2:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let outbound =
+            crate::outbound::Outbound::new(hub_http::DenyList::parse("127.0.0.0/8").unwrap(), None)
+                .unwrap();
+        let out = call(
+            outbound.calls(),
+            &url,
+            &payload(),
+            Duration::from_secs(5),
+            2,
+        )
+        .await;
+        assert!(!out.ok && out.status.is_none(), "{out:?}");
+        assert!(
+            out.message.contains("in the denied range 127.0.0.0/8"),
+            "{out:?}"
+        );
+        // Nothing ever connected: the accept queue is empty now that the call is over.
+        let accepted = futures::FutureExt::now_or_never(listener.accept());
+        assert!(accepted.is_none(), "a connection was made");
     }
 }

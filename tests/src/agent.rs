@@ -189,6 +189,7 @@ pub struct HubAgent {
     /// Its data directory.
     pub data_dir: PathBuf,
     args: Vec<String>,
+    env: Vec<(String, String)>,
     log: PathBuf,
 }
 
@@ -209,7 +210,7 @@ impl HubAgent {
     /// Starts it again with the same arguments and data directory.
     pub fn restart(&mut self) {
         self.kill9();
-        self.child = spawn_agent(&self.args, &self.log);
+        self.child = spawn_agent(&self.args, &self.env, &self.log);
     }
 
     /// The agent's log (stderr).
@@ -253,7 +254,7 @@ fn service_pids(data_dir: &std::path::Path) -> Vec<i32> {
     pids
 }
 
-fn spawn_agent(args: &[String], log: &std::path::Path) -> Child {
+fn spawn_agent(args: &[String], env: &[(String, String)], log: &std::path::Path) -> Child {
     let stderr = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -261,6 +262,7 @@ fn spawn_agent(args: &[String], log: &std::path::Path) -> Child {
         .expect("open the agent log");
     Command::new(bin_dir().join("hub-agent"))
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr)
@@ -272,6 +274,21 @@ impl Cluster {
     /// Starts `hub-agent` for `environment` (data in the cluster's directory) with `extra`
     /// flags, against every node.
     pub fn start_hub_agent(&self, environment: &str, extra: &[&str]) -> HubAgent {
+        self.start_hub_agent_with_env(environment, extra, &[])
+    }
+
+    /// [`Cluster::start_hub_agent`] with environment variables (e.g. `HTTPS_PROXY`), kept
+    /// across restarts.
+    pub fn start_hub_agent_with_env(
+        &self,
+        environment: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> HubAgent {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let data_dir = self.dir().join(format!("agent-{environment}"));
         let log = self.dir().join(format!("hub-agent-{environment}.log"));
         let mut args: Vec<String> = vec![
@@ -292,11 +309,12 @@ impl Cluster {
                 .map(|a| a.to_string_lossy().into_owned()),
         );
         args.extend(extra.iter().map(|s| s.to_string()));
-        let child = spawn_agent(&args, &log);
+        let child = spawn_agent(&args, &env, &log);
         HubAgent {
             child,
             data_dir,
             args,
+            env,
             log,
         }
     }

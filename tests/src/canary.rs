@@ -40,7 +40,11 @@ impl CanaryHub {
     /// Starts everything and installs 1.0.0. Releases 1.1.0, 1.2.0 (20% errors through its
     /// config) and 2.0.0 (never ready) are packaged, not published.
     pub fn start() -> CanaryHub {
-        let cluster = Cluster::up(3, "--artifact-ttl-ms 500");
+        Self::start_on(Cluster::up(3, "--artifact-ttl-ms 500"))
+    }
+
+    /// [`CanaryHub::start`] on a hub the test started (e.g. with more node flags).
+    pub fn start_on(cluster: Cluster) -> CanaryHub {
         let dir = cluster.package_demo();
         let submit =
             |what: &str, v: Value| cluster.submit(v).unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -23,6 +23,7 @@ use serde_json::Value;
 
 pub mod agent;
 pub mod canary;
+pub mod https;
 pub mod tls;
 pub use agent::{Execution, TestAgent};
 
@@ -352,6 +353,12 @@ impl Cluster {
     /// directory (`extra_node_args` is passed as `--node-args`, "" for none) and waits for the
     /// command, which returns once a leader is elected.
     pub fn up(nodes: usize, extra_node_args: &str) -> Cluster {
+        Self::up_with_env(nodes, extra_node_args, &[])
+    }
+
+    /// [`Cluster::up`] with environment variables for `hubctl dev up`, which every node
+    /// inherits (e.g. `HTTPS_PROXY`).
+    pub fn up_with_env(nodes: usize, extra_node_args: &str, env: &[(&str, &str)]) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("hub-test-")
             .tempdir()
@@ -379,7 +386,12 @@ impl Cluster {
             args.push("--node-args".into());
             args.push(extra_node_args.into());
         }
-        let out = hubctl_raw(&args);
+        let out = run_with_limit(
+            Command::new(hubctl_bin())
+                .args(&args)
+                .envs(env.iter().copied()),
+            HUBCTL_LIMIT,
+        );
         // Load cluster.json before checking the result: if `dev up` failed after spawning
         // nodes, Drop must still find and kill them.
         if cluster.dir().join("cluster.json").exists() {

@@ -63,6 +63,20 @@ struct Args {
     /// Timeout of one artifact-existence check (HTTP HEAD or file stat).
     #[arg(long, default_value_t = 5_000)]
     artifact_timeout_ms: u64,
+    /// Address ranges (CIDR, comma-separated) that outbound HTTP calls — webhooks, alerts,
+    /// Prometheus queries, registry checks — never connect to. Host names are checked on the
+    /// addresses they resolve to, IP literals on every URL and redirect hop. The default
+    /// denies link-local addresses (cloud metadata services such as 169.254.169.254) and the
+    /// metadata addresses 100.100.100.200 and fd00:ec2::254. The list replaces the default:
+    /// `--outbound-deny 169.254.0.0/16,10.0.0.0/8` adds a range, `--outbound-deny ''` denies
+    /// nothing.
+    #[arg(long, default_value = hub_http::DenyList::DEFAULT)]
+    outbound_deny: String,
+    /// PEM file of CA certificates that canary webhooks, alerts and Prometheus queries trust
+    /// besides the system's roots (registries have their own: `hubctl env registry set
+    /// --ca-file`).
+    #[arg(long, value_name = "PEM_FILE")]
+    outbound_ca_file: Option<PathBuf>,
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -132,6 +146,14 @@ async fn run() -> anyhow::Result<()> {
     if args.artifact_ttl_ms == 0 || args.artifact_timeout_ms == 0 {
         anyhow::bail!("--artifact-ttl-ms and --artifact-timeout-ms: must be at least 1");
     }
+    let outbound_deny = hub_http::DenyList::parse(&args.outbound_deny)
+        .map_err(|e| anyhow::anyhow!("--outbound-deny: {e}"))?;
+    let outbound_ca_pem = args
+        .outbound_ca_file
+        .as_deref()
+        .map(hub_node::outbound::read_ca_file)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--outbound-ca-file {e}"))?;
     if args.snapshot_logs == 0 {
         anyhow::bail!("--snapshot-logs: must be at least 1");
     }
@@ -181,13 +203,16 @@ async fn run() -> anyhow::Result<()> {
         artifact_ttl: Duration::from_millis(args.artifact_ttl_ms),
         artifact_timeout: Duration::from_millis(args.artifact_timeout_ms),
         connector: transport.connector.clone(),
+        outbound_deny,
+        outbound_ca_pem,
     };
     #[cfg(feature = "chaos-faults")]
     if args.chaos_faults {
         hub_node::fault_layer::install(cfg.id, &cfg.data_dir);
     }
     let node = HubNode::start(&cfg).await?;
-    tracing::info!(id = cfg.id, addr = %cfg.advertise, cluster = %cfg.cluster_id, "hub-node started");
+    tracing::info!(id = cfg.id, addr = %cfg.advertise, cluster = %cfg.cluster_id,
+        outbound_deny = %cfg.outbound_deny, "hub-node started");
 
     let raft_svc = RaftServer::new(RaftService::new(node.raft.clone(), node.cluster_id.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)

@@ -6,7 +6,9 @@
 //!
 //! The binaries `hub-node`, `hub-agent` and `demo-service` must sit next to `hubctl`
 //! (`cargo build --workspace --bins`). Releases are packaged on the fly into the demo's
-//! directory, which serves as a `file://` registry.
+//! directory, which serves as a `file://` registry, or with `--https` as an https registry
+//! (`hubctl dev registry`'s server, in this process) whose generated CA the environment's
+//! registry trusts.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -41,9 +43,14 @@ pub struct DemoArgs {
     /// Canary analysis interval (at least 1s).
     #[arg(long, default_value = "2s")]
     interval: String,
-    /// Leave the hub, the agent and the services running at the end.
+    /// Leave the hub, the agent and the services running at the end (an `--https`
+    /// registry stops with the demo).
     #[arg(long)]
     keep: bool,
+    /// Serve the releases over HTTPS with a CA generated for the demo (its certificate in
+    /// DIR/tls/ca.pem), instead of as a file:// registry.
+    #[arg(long)]
+    https: bool,
 }
 
 /// Everything the demo started, stopped on drop.
@@ -146,11 +153,29 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let agent_tls =
         super::dev::dev_issue(&running.hub_dir, &hub_tls::Identity::Agent(ENV.into()), &[])?;
 
+    // With --https the server lives as long as this function.
+    let (registry_set, _https_registry) = if args.https {
+        let served = super::dev_registry::start(&registry, "127.0.0.1:0".parse()?).await?;
+        let tls = dir.join("tls");
+        std::fs::create_dir_all(&tls)?;
+        std::fs::write(tls.join("ca.pem"), &served.ca_pem)?;
+        say(&format!(
+            "registry: {} over https (CA generated for the demo: {})",
+            served.url,
+            tls.join("ca.pem").display()
+        ));
+        let set = json!({"SetRegistry": {"environment": ENV, "name": "local",
+            "url": served.url.clone(), "hub_access": "expected", "ca_pem": served.ca_pem.clone()}});
+        (set, Some(served))
+    } else {
+        let set = json!({"SetRegistry": {"environment": ENV, "name": "local",
+            "url": format!("file://{}", registry.display()), "hub_access": "expected"}});
+        (set, None)
+    };
     let port = free_port()?;
     for command in [
         json!({"CreateEnvironment": {"name": ENV, "description": "hubctl demo"}}),
-        json!({"SetRegistry": {"environment": ENV, "name": "local",
-            "url": format!("file://{}", registry.display()), "hub_access": "expected"}}),
+        registry_set,
         json!({"CreateProduct": {"product_id": PRODUCT, "description": "the demo service"}}),
         json!({"CreateEntity": {"environment": ENV, "kind": "HelmChart", "name": "demo-service",
             "product_id": PRODUCT, "k8s_namespace": "demo", "account_id": null, "release_channel": null}}),

@@ -1,4 +1,5 @@
-//! `hubctl dev`: start, stop and restart a local cluster of `hub-node` processes.
+//! `hubctl dev`: start, stop and restart a local cluster of `hub-node` processes; serve a
+//! directory as an https registry (`dev registry`, see [`super::dev_registry`]).
 //!
 //! `dev up` writes `DIR/cluster.json` (`{"cluster_id":…,"nodes":[{"id","addr","pid","data_dir"}]}`);
 //! each node logs to `DIR/node-N.log` and keeps its data in `DIR/node-N`.
@@ -60,6 +61,10 @@ pub enum DevCmd {
         #[arg(long)]
         data_dir: PathBuf,
     },
+    /// Serve a directory as an https artifact registry with a CA generated on the spot
+    /// (written to TLS_DIR/ca.pem for `hubctl env registry set … --ca-file`). Runs until
+    /// SIGTERM or Ctrl-C.
+    Registry(super::dev_registry::RegistryArgs),
     /// Start one node again on its data.
     RestartNode {
         /// The cluster's directory.
@@ -205,6 +210,7 @@ pub async fn run(cmd: DevCmd, fmt: Format) -> anyhow::Result<()> {
             up(nodes, &data_dir, base_port, &node_args, &placement, fmt).await
         }
         DevCmd::Down { data_dir } => down(&data_dir, fmt),
+        DevCmd::Registry(args) => super::dev_registry::run(args).await,
         DevCmd::RestartNode { data_dir, id } => restart(&data_dir, id, fmt).await,
     }
 }

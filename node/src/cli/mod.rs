@@ -5,6 +5,7 @@ mod canary;
 mod demo;
 pub use demo::package as package_demo_service;
 pub mod dev;
+pub mod dev_registry;
 mod modules;
 mod orch;
 mod output;

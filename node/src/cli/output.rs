@@ -40,6 +40,41 @@ fn cell(v: &Value) -> String {
     }
 }
 
+/// `text` for stdout in red (ANSI) when stdout is a terminal and `NO_COLOR` is not set; as
+/// it is otherwise (the text itself must say what is wrong).
+pub fn red(text: &str) -> String {
+    paint_red(text, std::io::IsTerminal::is_terminal(&std::io::stdout()))
+}
+
+/// [`red`] for stderr.
+pub fn red_stderr(text: &str) -> String {
+    paint_red(text, std::io::IsTerminal::is_terminal(&std::io::stderr()))
+}
+
+fn paint_red(text: &str, terminal: bool) -> String {
+    if terminal && std::env::var_os("NO_COLOR").is_none() {
+        format!("\x1b[1;31m{text}\x1b[0m")
+    } else {
+        text.to_string()
+    }
+}
+
+/// One warning line per registry of `v["insecure_registries"]` (as the `entity` and
+/// `explain` queries give them), in red on a terminal.
+pub fn print_insecure_registries(v: &Value) {
+    for r in v["insecure_registries"].as_array().into_iter().flatten() {
+        println!(
+            "{}",
+            red(&format!(
+                "WARNING: registry {} ({}) is insecure-skip-verify: its TLS certificate is NOT \
+                 verified, anyone on the network path can serve its artifacts",
+                cell(&r["name"]),
+                cell(&r["url"])
+            ))
+        );
+    }
+}
+
 /// Prints rows as aligned columns with an upper-case header.
 pub fn table(rows: &[Value], columns: &[&str]) -> anyhow::Result<()> {
     let mut widths: Vec<usize> = columns.iter().map(|c| c.len()).collect();

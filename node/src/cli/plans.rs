@@ -240,6 +240,7 @@ pub async fn explain(
         return print(fmt, &v, &[]);
     }
     println!("entity: {}", text(&v["entity"]));
+    super::output::print_insecure_registries(&v);
     println!("evaluated at: {}", text(&v["evaluated_at"]));
     println!("summary: {}", text(&v["summary"]));
     let c = &v["candidate"];

@@ -13,7 +13,7 @@ use semver::Version;
 use serde_json::{json, Value};
 
 use super::orch::{items, parse_bool, parse_version, query, read_file, resolve, submit_and_print};
-use super::output::{print, table, Format};
+use super::output::{print, print_insecure_registries, red, red_stderr, table, Format};
 use super::timeparse::{format_duration, parse_duration};
 use super::ReadArgs;
 use crate::client::FailoverClient;
@@ -182,6 +182,14 @@ pub enum RegistryCmd {
         /// Whether the hub can reach it (not-expected: the hub skips its check).
         #[arg(long, default_value = "expected", value_parser = ["expected", "not-expected"])]
         hub_access: String,
+        /// PEM file of CA certificates trusted for this https registry, besides the system's
+        /// roots (replicated with the registry to the hub's nodes and the agents).
+        #[arg(long, value_name = "PEM_FILE")]
+        ca_file: Option<PathBuf>,
+        /// Do not verify the https registry's certificate at all. Anyone on the network path
+        /// can then serve its artifacts; hubctl shows it in red wherever the registry matters.
+        #[arg(long, conflicts_with = "ca_file")]
+        insecure_skip_verify: bool,
     },
     /// Remove a registry.
     Remove {
@@ -349,6 +357,7 @@ fn print_entity(fmt: Format, v: &Value) -> anyhow::Result<()> {
     ] {
         println!("{key}: {}", text(&v[key]));
     }
+    print_insecure_registries(v);
     let r = &v["reported"];
     println!(
         "reported: version {} health {} at {}",
@@ -421,12 +430,32 @@ pub async fn env(client: &FailoverClient, cmd: EnvOrchCmd, fmt: Format) -> anyho
             name,
             url,
             hub_access,
-        }) => Command::SetRegistry {
-            environment,
-            name,
-            url,
-            hub_access,
-        },
+            ca_file,
+            insecure_skip_verify,
+        }) => {
+            let ca_pem = ca_file
+                .as_deref()
+                .map(crate::outbound::read_ca_file)
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--ca-file {e}"))?;
+            if insecure_skip_verify {
+                eprintln!(
+                    "{}",
+                    red_stderr(&format!(
+                        "WARNING: registry {name}'s TLS certificate will NOT be verified \
+                         (--insecure-skip-verify)"
+                    ))
+                );
+            }
+            Command::SetRegistry {
+                environment,
+                name,
+                url,
+                hub_access,
+                ca_pem,
+                insecure_skip_verify,
+            }
+        }
         EnvOrchCmd::Registry(RegistryCmd::Remove { environment, name }) => {
             Command::RemoveRegistry { environment, name }
         }
@@ -467,7 +496,19 @@ fn print_env_settings(fmt: Format, v: &Value) -> anyhow::Result<()> {
         println!("registries: -");
     } else {
         println!("registries:");
-        table(&registries, &["name", "url", "hub_access"])?;
+        table(&registries, &["name", "url", "hub_access", "tls"])?;
+        for r in registries
+            .iter()
+            .filter(|r| r["insecure_skip_verify"] == true)
+        {
+            println!(
+                "{}",
+                red(&format!(
+                    "WARNING: registry {} is insecure-skip-verify: its TLS certificate is NOT verified",
+                    text(&r["name"])
+                ))
+            );
+        }
     }
     print_overrides(v)
 }

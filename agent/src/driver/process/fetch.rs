@@ -1,49 +1,70 @@
 //! Artifact sources: resolving a manifest URI against the environment's registries,
-//! downloading it (`http://` with hyper, `file://` by copy) crash-safely, and hashing it.
+//! downloading it (`http://` and `https://` through the agent's download clients, `file://`
+//! by copy) crash-safely, and hashing it.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use http_body_util::BodyExt;
+use hub_http::{Method, Trust};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use super::http::{self, redact, HttpUrl};
+use super::http::{self, redact};
 use super::layout::{sync_parent, temp_sibling};
 use crate::plan::Registry;
 
 /// Largest artifact downloaded.
 pub const MAX_ARTIFACT_BYTES: u64 = 512 * 1024 * 1024;
-/// Time to connect and receive the response head, and the longest pause between two body
-/// chunks.
+/// Time to connect (TLS included), follow redirects and receive the response head, and the
+/// longest pause between two body chunks.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where an artifact comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Source {
-    /// Plain HTTP.
-    Http(HttpUrl),
+    /// HTTP or HTTPS.
+    Http {
+        /// The URL; it may carry the registry's `user:password@` (never shown).
+        url: String,
+        /// How the server's certificate is verified (the registry's setting).
+        trust: Trust,
+    },
     /// A local file (absolute path).
     File(PathBuf),
+}
+
+impl std::fmt::Debug for Source {
+    /// [`Source::shown`]: never the credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Http { trust, .. } => write!(f, "Http({}, {trust:?})", self.shown()),
+            Source::File(_) => write!(f, "File({})", self.shown()),
+        }
+    }
 }
 
 impl Source {
     /// The location without credentials: safe to log and report.
     pub fn shown(&self) -> String {
         match self {
-            Source::Http(u) => u.shown(),
+            Source::Http { url, .. } => redact(url),
             Source::File(p) => format!("file://{}", p.display()),
         }
     }
 }
 
-/// Resolves an artifact URI: absolute (`http://…`, `file:///…`; an `http://` URI under a
-/// registry's URL gets that registry's credentials) or relative to the **first** registry,
-/// joined with one `/`.
+/// Resolves an artifact URI: absolute (`http(s)://…`, `file:///…`; a URI under a
+/// registry's URL gets that registry's credentials and TLS setting) or relative to the
+/// **first** registry, joined with one `/`.
 pub fn resolve(uri: &str, registries: &[Registry]) -> Result<Source, String> {
-    let full = if has_scheme(uri) {
-        with_registry_credentials(uri, registries)
+    let (full, registry) = if has_scheme(uri) {
+        match registry_of(uri, registries) {
+            Some((registry, base, key_len)) => {
+                (format!("{base}{}", &uri[key_len..]), Some(registry))
+            }
+            None => (uri.to_string(), None),
+        }
     } else {
         let Some(registry) = registries.first() else {
             return Err(format!(
@@ -61,18 +82,13 @@ pub fn resolve(uri: &str, registries: &[Registry]) -> Result<Source, String> {
             ));
         }
         let base = registry.url.strip_suffix('/').unwrap_or(&registry.url);
-        format!("{base}/{uri}")
+        (format!("{base}/{uri}"), Some(registry))
     };
-    source_of(&full)
+    source_of(&full, registry)
 }
 
-fn source_of(url: &str) -> Result<Source, String> {
+fn source_of(url: &str, registry: Option<&Registry>) -> Result<Source, String> {
     let shown = redact(url);
-    if url.starts_with("https://") {
-        return Err(format!(
-            "{shown}: https is not supported by this agent build"
-        ));
-    }
     if let Some(path) = url.strip_prefix("file://") {
         if !path.starts_with('/') || path.split('/').any(|s| s == "..") {
             return Err(format!(
@@ -81,11 +97,14 @@ fn source_of(url: &str) -> Result<Source, String> {
         }
         return Ok(Source::File(PathBuf::from(path)));
     }
-    if url.starts_with("http://") {
-        return HttpUrl::parse(url).map(Source::Http);
+    if url.starts_with("http://") || url.starts_with("https://") {
+        return Ok(Source::Http {
+            url: url.to_string(),
+            trust: registry.map(Registry::trust).unwrap_or(Trust::SystemRoots),
+        });
     }
     Err(format!(
-        "{shown}: unsupported URL scheme (this agent fetches http:// and file://)"
+        "{shown}: unsupported URL scheme (this agent fetches http://, https:// and file://)"
     ))
 }
 
@@ -98,35 +117,34 @@ fn has_scheme(uri: &str) -> bool {
     })
 }
 
-/// `uri` with the credentials of the registry whose URL is its longest prefix (on a path
-/// boundary), as the hub resolves it.
-fn with_registry_credentials(uri: &str, registries: &[Registry]) -> String {
-    let mut best: Option<(&str, usize)> = None;
+/// The registry whose URL (without credentials) is the longest prefix of `uri` on a path
+/// boundary, as the hub resolves it: the registry, its base URL (with credentials) and the
+/// length of the prefix in `uri`.
+fn registry_of<'a>(
+    uri: &str,
+    registries: &'a [Registry],
+) -> Option<(&'a Registry, &'a str, usize)> {
+    let mut best: Option<(&Registry, &str, usize)> = None;
     for registry in registries {
         let base = registry.url.strip_suffix('/').unwrap_or(&registry.url);
         let key = redact(base);
-        if key == base {
-            continue; // no credentials to add
-        }
         let boundary = uri
             .strip_prefix(key.as_str())
             .is_some_and(|rest| rest.starts_with('/'));
-        if boundary && best.is_none_or(|(_, len)| key.len() > len) {
-            best = Some((base, key.len()));
+        if boundary && best.is_none_or(|(_, _, len)| key.len() > len) {
+            best = Some((registry, base, key.len()));
         }
     }
-    match best {
-        Some((base, key_len)) => format!("{base}{}", &uri[key_len..]),
-        None => uri.to_string(),
-    }
+    best
 }
 
 /// Downloads `source` into `dest` (temp file, fsync, rename): at most
-/// [`MAX_ARTIFACT_BYTES`]. Returns the size. Errors do not name credentials.
+/// [`MAX_ARTIFACT_BYTES`]. Returns the size. Errors do not name credentials; nothing is left
+/// behind on failure.
 pub async fn download(source: &Source, dest: &Path) -> Result<u64, String> {
     let tmp = temp_sibling(dest);
     let result = match source {
-        Source::Http(url) => download_http(url, &tmp).await,
+        Source::Http { url, trust } => download_http(url, trust, &tmp).await,
         Source::File(path) => copy_file(path, &tmp).await,
     };
     let result = match result {
@@ -143,16 +161,21 @@ pub async fn download(source: &Source, dest: &Path) -> Result<u64, String> {
     result
 }
 
-async fn download_http(url: &HttpUrl, tmp: &Path) -> Result<u64, String> {
-    let (response, _connection) = http::get(url, HTTP_TIMEOUT).await?;
+/// The error of a download, without the URL the caller already shows.
+fn reason(e: hub_http::HttpError) -> String {
+    e.kind.to_string()
+}
+
+async fn download_http(url: &str, trust: &Trust, tmp: &Path) -> Result<u64, String> {
+    let client = http::downloads().client(trust).map_err(|e| e.to_string())?;
+    let mut response =
+        match tokio::time::timeout(HTTP_TIMEOUT, client.send(Method::GET, url, None)).await {
+            Err(_) => return Err(format!("no response within {} s", HTTP_TIMEOUT.as_secs())),
+            Ok(result) => result.map_err(reason)?,
+        };
     let status = response.status();
     if status.is_redirection() {
-        let location = response
-            .headers()
-            .get(hyper::header::LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .map(redact)
-            .unwrap_or_default();
+        let location = response.header("location").map(redact).unwrap_or_default();
         return Err(format!(
             "HTTP {status}: redirect to {location:?} not followed"
         ));
@@ -160,11 +183,7 @@ async fn download_http(url: &HttpUrl, tmp: &Path) -> Result<u64, String> {
     if !status.is_success() {
         return Err(format!("HTTP {status}"));
     }
-    let length = response
-        .headers()
-        .get(hyper::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let length = response.content_length();
     if length.is_some_and(|l| l > MAX_ARTIFACT_BYTES) {
         return Err(format!(
             "artifact is larger than {MAX_ARTIFACT_BYTES} bytes (Content-Length {})",
@@ -174,22 +193,23 @@ async fn download_http(url: &HttpUrl, tmp: &Path) -> Result<u64, String> {
     let mut file = tokio::fs::File::create(tmp)
         .await
         .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-    let mut body = response.into_body();
     let mut total: u64 = 0;
     loop {
-        let frame = match tokio::time::timeout(HTTP_TIMEOUT, body.frame()).await {
+        let data = match tokio::time::timeout(HTTP_TIMEOUT, response.chunk()).await {
             Err(_) => {
                 return Err(format!(
                     "no data for {} s after {total} bytes",
                     HTTP_TIMEOUT.as_secs()
                 ))
             }
-            Ok(None) => break,
-            Ok(Some(Err(e))) => return Err(format!("reading the body after {total} bytes: {e}")),
-            Ok(Some(Ok(frame))) => frame,
-        };
-        let Ok(data) = frame.into_data() else {
-            continue; // trailers
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "reading the body after {total} bytes: {}",
+                    reason(e)
+                ))
+            }
+            Ok(Ok(Some(data))) => data,
         };
         total += data.len() as u64;
         if total > MAX_ARTIFACT_BYTES {
@@ -265,23 +285,30 @@ mod tests {
         Registry {
             name: "r".into(),
             url: url.into(),
+            ..Registry::default()
+        }
+    }
+
+    fn http(url: &str, trust: Trust) -> Source {
+        Source::Http {
+            url: url.into(),
+            trust,
         }
     }
 
     #[test]
     fn resolution() {
         let regs = [reg("http://u:p@127.0.0.1:9/base/"), reg("file:///srv/r")];
-        let Source::Http(u) = resolve("web/web-1.tar.gz", &regs).unwrap() else {
-            panic!("http expected");
-        };
-        assert_eq!(u.shown(), "http://127.0.0.1:9/base/web/web-1.tar.gz");
+        let relative = resolve("web/web-1.tar.gz", &regs).unwrap();
+        assert_eq!(relative.shown(), "http://127.0.0.1:9/base/web/web-1.tar.gz");
+        assert!(!format!("{relative:?}").contains("u:p"), "{relative:?}");
         // An absolute URI under a registry with credentials gets them.
-        let Source::Http(abs) = resolve("http://127.0.0.1:9/base/x.tar.gz", &regs).unwrap() else {
-            panic!("http expected");
-        };
         assert_eq!(
-            abs,
-            HttpUrl::parse("http://u:p@127.0.0.1:9/base/x.tar.gz").unwrap()
+            resolve("http://127.0.0.1:9/base/x.tar.gz", &regs),
+            Ok(http(
+                "http://u:p@127.0.0.1:9/base/x.tar.gz",
+                Trust::SystemRoots
+            ))
         );
         assert_eq!(
             resolve("x.tar.gz", &[reg("file:///srv/r")]),
@@ -291,13 +318,45 @@ mod tests {
             resolve("file:///a/b.tar.gz", &[]),
             Ok(Source::File("/a/b.tar.gz".into()))
         );
-        let https = resolve("https://r/x.tar.gz", &[]).unwrap_err();
-        assert!(
-            https.contains("https is not supported by this agent build"),
-            "{https}"
+        // https: the registry's trust comes along, relative or absolute.
+        let tls = [
+            Registry {
+                ca_pem: Some("PEM".into()),
+                ..reg("https://u:secret@r.example/a/")
+            },
+            Registry {
+                insecure_skip_verify: true,
+                ..reg("https://other.example")
+            },
+        ];
+        let with_ca = Trust::SystemRootsAnd {
+            ca_pem: "PEM".into(),
+        };
+        assert_eq!(
+            resolve("x.tar.gz", &tls),
+            Ok(http(
+                "https://u:secret@r.example/a/x.tar.gz",
+                with_ca.clone()
+            ))
         );
-        let https = resolve("x.tar.gz", &[reg("https://u:secret@r/")]).unwrap_err();
-        assert!(https.contains("https is not supported") && !https.contains("secret"));
+        assert_eq!(
+            resolve("https://r.example/a/b/x.tar.gz", &tls),
+            Ok(http("https://u:secret@r.example/a/b/x.tar.gz", with_ca))
+        );
+        assert_eq!(
+            resolve("https://other.example/x.tar.gz", &tls),
+            Ok(http(
+                "https://other.example/x.tar.gz",
+                Trust::SkipVerification
+            ))
+        );
+        assert_eq!(
+            resolve("https://elsewhere.example/x.tar.gz", &tls),
+            Ok(http(
+                "https://elsewhere.example/x.tar.gz",
+                Trust::SystemRoots
+            ))
+        );
         for bad in ["../x.tar.gz", "a//b", "./a", "/abs"] {
             assert!(resolve(bad, &regs).is_err(), "{bad}");
         }

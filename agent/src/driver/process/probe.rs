@@ -1,9 +1,12 @@
-//! Readiness probes (one attempt each): `GET http://127.0.0.1:PORT/path` answering 2xx, a TCP
+//! Readiness probes (one attempt each): `GET http://127.0.0.1:PORT/path` answering 2xx
+//! (through the agent's long-lived probe client: direct, redirects not followed), a TCP
 //! connection to `127.0.0.1:PORT`, or — without a probe — the process being alive for 1 s.
 
 use std::time::Duration;
 
-use super::http::{self, io_reason, HttpUrl};
+use hub_http::{ErrorKind, Method};
+
+use super::http::{self, io_reason};
 use super::spec::Readiness;
 
 /// How long a service without a probe must stay alive to count as ready.
@@ -38,11 +41,16 @@ pub async fn probe_once(
     };
     match readiness {
         Readiness::Http(path) => {
-            let url = HttpUrl::parse(&format!("http://127.0.0.1:{port}{path}"))?;
-            let (response, _connection) = http::get(&url, timeout).await.map_err(|e| {
-                // "cannot connect to 127.0.0.1:8080: connection refused" → the reason.
-                e.rsplit_once(": ").map(|(_, r)| r.to_string()).unwrap_or(e)
-            })?;
+            let url = format!("http://127.0.0.1:{port}{path}");
+            let client = http::probes().map_err(|e| e.to_string())?;
+            let response = tokio::time::timeout(timeout, client.send(Method::GET, &url, None))
+                .await
+                .map_err(|_| format!("no response within {} ms", timeout.as_millis()))?
+                // "connection refused", not the whole "http://…: cannot connect: …".
+                .map_err(|e| match e.kind {
+                    ErrorKind::Connect(reason) => reason,
+                    other => other.to_string(),
+                })?;
             let status = response.status();
             if status.is_success() {
                 Ok(())

@@ -8,11 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use http_body_util::BodyExt;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::http::{self, HttpUrl};
 use super::state::RunState;
 use super::{config_sha256, ProcessDriver};
 use crate::driver::Driver;
@@ -171,16 +169,22 @@ async fn wait_observed(
 
 /// `GET http://127.0.0.1:port/path` → (status, body).
 async fn get(port: u16, path: &str) -> Result<(u16, String), String> {
-    let url = HttpUrl::parse(&format!("http://127.0.0.1:{port}{path}"))?;
-    let (response, _conn) = http::get(&url, Duration::from_secs(2)).await?;
-    let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
+    let client = super::http::probes().map_err(|e| e.to_string())?;
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let answer = client
+        .call(
+            hub_http::Method::GET,
+            &url,
+            None,
+            Duration::from_secs(2),
+            1 << 20,
+        )
         .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+        .map_err(|e| e.to_string())?;
+    Ok((
+        answer.status.as_u16(),
+        String::from_utf8_lossy(&answer.body).into_owned(),
+    ))
 }
 
 fn all_output(outcomes: &[TaskOutcome]) -> String {
@@ -236,6 +240,7 @@ impl Fixture {
         vec![Registry {
             name: "files".into(),
             url: format!("file://{}/", self.registry.display()),
+            ..Registry::default()
         }]
     }
 
@@ -455,6 +460,7 @@ async fn http_registry_with_credentials_and_404() {
     let registries = vec![Registry {
         name: "http".into(),
         url: format!("http://agent:pw@127.0.0.1:{}/repo/", server.port),
+        ..Registry::default()
     }];
     let artifact = Artifact {
         uri: "demo/demo-1.0.0.tar.gz".into(),
@@ -510,6 +516,115 @@ async fn http_registry_with_credentials_and_404() {
         )
     );
     // 1.0.0 is untouched.
+    assert_eq!(get(port, "/version").await.unwrap(), (200, "1.0.0".into()));
+}
+
+#[tokio::test]
+async fn https_registry_with_its_ca_and_an_untrusted_one() {
+    use hub_http::local::{Handler, LocalCa, LocalServer, Reply};
+
+    let fx = Fixture::new();
+    let port = free_port();
+    let bytes = service_artifact("1.0.0", true);
+    let ca = LocalCa::generate("registry CA").unwrap();
+    let served = bytes.clone();
+    let auth: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let seen = auth.clone();
+    let handler: Handler = Arc::new(move |r| {
+        seen.lock().unwrap().push(
+            r.headers
+                .get("authorization")
+                .map(|v| v.to_str().unwrap().to_string()),
+        );
+        match r.path.as_str() {
+            "/repo/demo/demo-1.0.0.tar.gz" => Reply::redirect(302, "/blobs/1"),
+            "/repo/demo/loop.tar.gz" => Reply::redirect(302, "/repo/demo/loop.tar.gz"),
+            "/blobs/1" => Reply {
+                status: 200,
+                headers: vec![],
+                body: served.clone().into(),
+            },
+            _ => Reply::text(404, "no"),
+        }
+    });
+    let server = LocalServer::loopback_https(&ca, handler).await.unwrap();
+    let url = format!("https://agent:pw@{}/repo/", server.addr());
+    let artifact = Artifact {
+        uri: "demo/demo-1.0.0.tar.gz".into(),
+        sha256: sha(&bytes),
+    };
+    assert_eq!(
+        fetch_failure(&fx, "p-1", &artifact, url.clone()).await,
+        format!(
+            "https://{}/repo/demo/demo-1.0.0.tar.gz: TLS certificate not trusted: it is not \
+             signed by a trusted CA (unknown issuer)",
+            server.addr()
+        )
+    );
+    assert!(auth.lock().unwrap().is_empty(), "nothing sent before trust");
+    assert!(
+        observe_web(fx.driver()).await.is_none(),
+        "nothing installed"
+    );
+
+    // A redirect loop on a trusted registry: refused, named, nothing left behind.
+    let looping = Artifact {
+        uri: "demo/loop.tar.gz".into(),
+        sha256: sha(b"loop"),
+    };
+    let trusted = Registry {
+        name: "tls".into(),
+        url: url.clone(),
+        ca_pem: Some(ca.ca_pem().to_string()),
+        ..Registry::default()
+    };
+    let p = plan(
+        "p-0",
+        "install",
+        "1.0.0",
+        &config(port),
+        vec![looping],
+        vec![trusted.clone()],
+        &INSTALL,
+    );
+    let f = run(fx.driver(), &p).await.unwrap_err();
+    assert_eq!(f.stage, "fetch");
+    assert_eq!(
+        f.message,
+        format!(
+            "https://{0}/repo/demo/loop.tar.gz: redirect loop: https://{0}/repo/demo/loop.tar.gz \
+             was already visited",
+            server.addr()
+        )
+    );
+    let downloads = fx.data.join("process").join(WEB_DIR).join("downloads");
+    let left: Vec<_> = std::fs::read_dir(&downloads)
+        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+    auth.lock().unwrap().clear();
+
+    let p = plan(
+        "p-2",
+        "install",
+        "1.0.0",
+        &config(port),
+        vec![artifact],
+        vec![trusted],
+        &INSTALL,
+    );
+    let output = all_output(&run(fx.driver(), &p).await.unwrap());
+    assert!(
+        output.contains(&format!(
+            "fetched https://{}/repo/demo/demo-1.0.0.tar.gz",
+            server.addr()
+        )),
+        "{output}"
+    );
+    assert!(!output.contains("pw"), "{output}");
+    // The same-host redirect keeps the credentials.
+    let basic = Some("Basic YWdlbnQ6cHc=".to_string());
+    assert_eq!(auth.lock().unwrap().clone(), vec![basic.clone(), basic]);
     assert_eq!(get(port, "/version").await.unwrap(), (200, "1.0.0".into()));
 }
 
@@ -719,20 +834,16 @@ async fn configure_refuses_corrupt_artifacts_and_invalid_configs() {
     assert!(fx.driver().observe().await.is_empty());
 }
 
-#[tokio::test]
-async fn unreachable_registry_fails_fetch() {
-    let fx = Fixture::new();
-    let closed = free_port();
-    let artifact = Artifact {
-        uri: "demo/demo-1.0.0.tar.gz".into(),
-        sha256: sha(b"x"),
-    };
+/// Runs an install of `artifact` from `url` (one registry) that must fail in `fetch`; the
+/// failure's message.
+async fn fetch_failure(fx: &Fixture, id: &str, artifact: &Artifact, url: String) -> String {
     let registries = vec![Registry {
-        name: "down".into(),
-        url: format!("http://user:hunter2@127.0.0.1:{closed}"),
+        name: "r".into(),
+        url,
+        ..Registry::default()
     }];
     let p = plan(
-        "p-1",
+        id,
         "install",
         "1.0.0",
         &config(80),
@@ -741,52 +852,47 @@ async fn unreachable_registry_fails_fetch() {
         &INSTALL,
     );
     let f = run(fx.driver(), &p).await.unwrap_err();
-    assert_eq!(f.stage, "fetch");
+    assert_eq!(f.stage, "fetch", "{f:?}");
+    f.message
+}
+
+#[tokio::test]
+async fn unreachable_registry_fails_fetch() {
+    let fx = Fixture::new();
+    let closed = free_port();
+    let artifact = Artifact {
+        uri: "demo/demo-1.0.0.tar.gz".into(),
+        sha256: sha(b"x"),
+    };
+    let down = format!("http://user:hunter2@127.0.0.1:{closed}");
     assert_eq!(
-        f.message,
+        fetch_failure(&fx, "p-1", &artifact, down).await,
         format!(
-            "http://127.0.0.1:{closed}/demo/demo-1.0.0.tar.gz: cannot connect to \
-             127.0.0.1:{closed}: connection refused"
+            "http://127.0.0.1:{closed}/demo/demo-1.0.0.tar.gz: cannot connect: connection refused"
         )
     );
-    let https = vec![Registry {
-        name: "tls".into(),
-        url: "https://registry.example/".into(),
-    }];
-    let p = plan(
+    let bad = fetch_failure(
+        &fx,
         "p-2",
-        "install",
-        "1.0.0",
-        &config(80),
-        vec![artifact.clone()],
-        https,
-        &INSTALL,
-    );
-    let f = run(fx.driver(), &p).await.unwrap_err();
-    assert_eq!(f.stage, "fetch");
-    assert_eq!(
-        f.message,
-        "https://registry.example/demo/demo-1.0.0.tar.gz: https is not supported by this agent build"
-    );
-    let missing = vec![Registry {
-        name: "files".into(),
-        url: format!("file://{}", fx.tmp.join("nowhere").display()),
-    }];
-    let p = plan(
-        "p-3",
-        "install",
-        "1.0.0",
-        &config(80),
-        vec![artifact],
-        missing,
-        &INSTALL,
-    );
-    let f = run(fx.driver(), &p).await.unwrap_err();
-    assert_eq!(f.stage, "fetch");
+        &artifact,
+        "http://user:hunter2@exa mple/".into(),
+    )
+    .await;
     assert!(
-        f.message.contains("No such file or directory"),
-        "{}",
-        f.message
+        bad.contains("malformed URL") && !bad.contains("hunter2"),
+        "{bad}"
+    );
+    let ftp = fetch_failure(&fx, "p-3", &artifact, "ftp://user:hunter2@r/".into()).await;
+    assert!(
+        ftp.contains("unsupported URL scheme") && !ftp.contains("hunter2"),
+        "{ftp}"
+    );
+    let missing = format!("file://{}", fx.tmp.join("nowhere").display());
+    let missing = fetch_failure(&fx, "p-4", &artifact, missing).await;
+    assert!(missing.contains("No such file or directory"), "{missing}");
+    assert!(
+        observe_web(fx.driver()).await.is_none(),
+        "nothing installed"
     );
 }
 
