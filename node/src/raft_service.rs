@@ -196,7 +196,7 @@ impl RaftRpc for RaftService {
         let reply_lost = crate::fault_layer::reply_lost(&req);
         // One snapshot at a time, received and installed: a second stream is refused at
         // once (the leader retries), not buffered beside the first.
-        let Ok(_receiving) = self.receiving.try_lock() else {
+        let Ok(receiving) = self.receiving.try_lock() else {
             return Err(Status::resource_exhausted(
                 "this node is already receiving a snapshot: one at a time",
             ));
@@ -219,6 +219,8 @@ impl RaftRpc for RaftService {
             snapshot: Cursor::new(data),
         };
         let result = self.raft.install_full_snapshot(vote, snapshot).await;
+        // Installed: the next snapshot may come (a lost reply below must not hold the slot).
+        drop(receiving);
         #[cfg(feature = "chaos-faults")]
         if reply_lost {
             return Err(crate::fault_layer::lose(std::time::Duration::MAX).await);
