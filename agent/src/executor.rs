@@ -682,6 +682,7 @@ mod tests {
                 registries: vec![hub_proto::Registry {
                     name: "local".into(),
                     url: "file:///srv/registry".into(),
+                    ..Default::default()
                 }],
                 endpoints: vec!["10.0.0.1:7401".into()],
                 leader: "10.0.0.1:7401".into(),

@@ -29,6 +29,8 @@ async fn start(dir: &std::path::Path, deadline: Duration) -> (String, std::sync:
         keep_logs: 1_000,
         artifact_ttl: Duration::from_secs(60),
         artifact_timeout: Duration::from_secs(5),
+        outbound_deny: hub_http::DenyList::none(),
+        outbound_ca_pem: None,
         connector: hub_tls::client::Connector::new(
             hub_tls::client::ClientMode::Plaintext,
             Duration::from_millis(500),

@@ -244,6 +244,7 @@ fn the_hub_checks_https_registries_and_names_every_failure() {
     let on_tty = hub_tests::run_with_limit(
         std::process::Command::new("script")
             .args(["-qec", &command, "/dev/null"])
+            .envs(cluster.hubctl_env())
             .env_remove("NO_COLOR"),
         hub_tests::HUBCTL_LIMIT,
     );

@@ -42,14 +42,15 @@ pub struct Cli {
     timeout_ms: u64,
     /// The cluster CA's certificate (PEM). With --cert-file and --key-file: mutual TLS, as
     /// the identity the certificate names. Without any of the three, plaintext (a hub run
-    /// with --insecure).
-    #[arg(long, global = true, env = "HUBCTL_CA_FILE")]
+    /// with --insecure). These three go before the command (`hubctl --ca-file F env list`),
+    /// so a command's own `--ca-file` (a registry's CA) stays its own.
+    #[arg(long, env = "HUBCTL_CA_FILE")]
     ca_file: Option<std::path::PathBuf>,
     /// Your certificate (PEM), e.g. from `hubctl pki issue operator`.
-    #[arg(long, global = true, env = "HUBCTL_CERT_FILE")]
+    #[arg(long, env = "HUBCTL_CERT_FILE")]
     cert_file: Option<std::path::PathBuf>,
     /// Your private key (PEM).
-    #[arg(long, global = true, env = "HUBCTL_KEY_FILE")]
+    #[arg(long, env = "HUBCTL_KEY_FILE")]
     key_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Cmd,
