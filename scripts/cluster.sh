@@ -13,7 +13,9 @@ hubctl="$CARGO_TARGET_DIR/debug/hubctl"
 "$hubctl" dev up --nodes "${HUB_NODES:-3}" --data-dir "$dir"
 cat <<TXT
 
-The cluster runs in the background (logs: $dir/node-N.log). Try:
+The cluster runs in the background (logs: $dir/node-N.log), every node with mutual TLS.
+$dir/hubctl.env holds the endpoints and the admin operator's certificate. Try:
+  source $dir/hubctl.env
   $hubctl cluster status
   $hubctl env create prod
   $hubctl env list
