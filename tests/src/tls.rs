@@ -56,15 +56,7 @@ impl Cluster {
         if self.insecure() {
             return vec!["--insecure".into()];
         }
-        let f = self.tls_files(identity);
-        vec![
-            "--ca-file".into(),
-            f.ca.into(),
-            "--cert-file".into(),
-            f.cert.into(),
-            "--key-file".into(),
-            f.key.into(),
-        ]
+        self.tls_files(identity).flags()
     }
 
     /// The environment of a `hubctl` that talks to this cluster as its admin.

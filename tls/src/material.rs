@@ -30,6 +30,20 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
+impl TlsFiles {
+    /// `--ca-file F --cert-file F --key-file F`: the flags `hub-node` and `hub-agent` take.
+    pub fn flags(&self) -> Vec<std::ffi::OsString> {
+        vec![
+            "--ca-file".into(),
+            self.ca.clone().into(),
+            "--cert-file".into(),
+            self.cert.clone().into(),
+            "--key-file".into(),
+            self.key.clone().into(),
+        ]
+    }
+}
+
 /// Checked TLS material of one party.
 #[derive(Clone)]
 pub struct Material {

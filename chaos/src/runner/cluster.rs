@@ -20,15 +20,9 @@ static HUB: std::sync::OnceLock<(PathBuf, hub_tls::client::Connector)> = std::sy
 /// `--ca-file --cert-file --key-file` for an agent of `environment` of the running cluster.
 pub fn agent_tls_args(environment: &str) -> anyhow::Result<Vec<std::ffi::OsString>> {
     let (dir, _) = HUB.get().context("the cluster has not been started")?;
-    let f = hub_node::cli::dev::dev_issue(dir, &hub_tls::Identity::Agent(environment.into()), &[])?;
-    Ok(vec![
-        "--ca-file".into(),
-        f.ca.into(),
-        "--cert-file".into(),
-        f.cert.into(),
-        "--key-file".into(),
-        f.key.into(),
-    ])
+    let files =
+        hub_node::cli::dev::dev_issue(dir, &hub_tls::Identity::Agent(environment.into()), &[])?;
+    Ok(files.flags())
 }
 
 /// One node as `cluster.json` records it.

@@ -293,15 +293,7 @@ fn node_tls_args(dir: &Path, cluster: &ClusterFile, id: u64) -> Vec<std::ffi::Os
     if cluster.insecure {
         return vec!["--insecure".into()];
     }
-    let f = dev_files(dir, &hub_tls::Identity::Node(id));
-    vec![
-        "--ca-file".into(),
-        f.ca.into(),
-        "--cert-file".into(),
-        f.cert.into(),
-        "--key-file".into(),
-        f.key.into(),
-    ]
+    dev_files(dir, &hub_tls::Identity::Node(id)).flags()
 }
 
 /// The end of a node's log for an error message: from its last `Error:` line (what
