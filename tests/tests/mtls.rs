@@ -109,6 +109,24 @@ fn submit_with(
     })
 }
 
+/// One `Agent.FetchPlans` for `environment` (no wait) through `connector`.
+fn fetch_plans(
+    connector: &Connector,
+    addr: &str,
+    environment: &str,
+) -> Result<tonic::Response<hub_proto::FetchPlansReply>, tonic::Status> {
+    block_on(async {
+        let ch = connector.channel(addr, |e| e).await.unwrap();
+        AgentClient::new(ch)
+            .fetch_plans(FetchPlansRequest {
+                environment: environment.into(),
+                known_fingerprint: String::new(),
+                wait_ms: 0,
+            })
+            .await
+    })
+}
+
 #[test]
 fn refused_callers_get_a_code_and_a_message_and_change_nothing() {
     let cluster = Cluster::up(3, "");
@@ -188,17 +206,7 @@ fn refused_callers_get_a_code_and_a_message_and_change_nothing() {
         "{e:?}"
     );
     // … or the agent API, and an agent calling the operator API or Forward.
-    let e = block_on(async {
-        let ch = admin.channel(&addr, |e| e).await.unwrap();
-        AgentClient::new(ch)
-            .fetch_plans(FetchPlansRequest {
-                environment: "prod".into(),
-                known_fingerprint: String::new(),
-                wait_ms: 0,
-            })
-            .await
-    })
-    .unwrap_err();
+    let e = fetch_plans(&admin, &addr, "prod").unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     let prod_agent = cluster.connector(&Identity::Agent("prod".into()));
     let e = submit_with(&prod_agent, &addr, write.clone()).unwrap_err();
@@ -210,17 +218,7 @@ fn refused_callers_get_a_code_and_a_message_and_change_nothing() {
     );
 
     // The agent of prod asking for stage's plans, or reporting for stage.
-    let e = block_on(async {
-        let ch = prod_agent.channel(&addr, |e| e).await.unwrap();
-        AgentClient::new(ch)
-            .fetch_plans(FetchPlansRequest {
-                environment: "stage".into(),
-                known_fingerprint: String::new(),
-                wait_ms: 0,
-            })
-            .await
-    })
-    .unwrap_err();
+    let e = fetch_plans(&prod_agent, &addr, "stage").unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     assert_eq!(
         e.message(),
@@ -239,17 +237,7 @@ fn refused_callers_get_a_code_and_a_message_and_change_nothing() {
     .unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     // Its own environment is fine.
-    block_on(async {
-        let ch = prod_agent.channel(&addr, |e| e).await.unwrap();
-        AgentClient::new(ch)
-            .fetch_plans(FetchPlansRequest {
-                environment: "prod".into(),
-                known_fingerprint: String::new(),
-                wait_ms: 0,
-            })
-            .await
-    })
-    .expect("the agent of prod fetches prod's plans");
+    fetch_plans(&prod_agent, &addr, "prod").expect("the agent of prod fetches prod's plans");
 
     assert_eq!(digest(&cluster), before, "a refused call changed the state");
     let names = cluster.env_names().expect("envs");
