@@ -268,8 +268,28 @@ fn kill_and_wait(pid: u32, timeout: Duration) -> bool {
     poll_until(timeout, || (!is_alive(pid)).then_some(())).is_some()
 }
 
-/// A port that was free a moment ago (the listener is closed before returning).
+/// A loopback port that was free a moment ago (the listener is closed before returning),
+/// picked at random below the kernel's ephemeral range as `hubctl dev up` picks its nodes'
+/// ports: a node restarted on an ephemeral port can find it taken by the local end of some
+/// outgoing connection made while it was down.
 pub fn free_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    const LOWEST: u64 = 10_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(32_768);
+    for attempt in 0..100u64 {
+        if ephemeral <= LOWEST {
+            break;
+        }
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(attempt);
+        let port = (LOWEST + h.finish() % (ephemeral - LOWEST)) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("bind an ephemeral port")

@@ -342,12 +342,17 @@ async fn wait_until_serving(
     }
 }
 
+/// `n` ports for a new cluster: `base`, `base + 1`, … checked free, or (`base` 0) free ports
+/// picked at random below the kernel's ephemeral range. Outside that range because a node is
+/// restarted on its port: an ephemeral port, freed while its node is down, can be taken by
+/// the local end of any outgoing connection (a peer reconnecting, a `hubctl` call), and the
+/// node then cannot bind it again.
 fn pick_ports(n: u64, base: u16) -> anyhow::Result<Vec<u16>> {
     let mut ports = Vec::new();
     let mut holders = Vec::new();
     for i in 0..n {
         if base == 0 {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").context("pick a free port")?;
+            let l = bind_below_ephemeral().context("pick a free port")?;
             ports.push(l.local_addr()?.port());
             holders.push(l);
         } else {
@@ -360,6 +365,26 @@ fn pick_ports(n: u64, base: u16) -> anyhow::Result<Vec<u16>> {
         }
     }
     Ok(ports)
+}
+
+/// A loopback listener on a random free port in `10000..` the first ephemeral port (read from
+/// `/proc/sys/net/ipv4/ip_local_port_range`, 32768 if unreadable); an ephemeral one if the
+/// range leaves no room or 100 tries find nothing free.
+fn bind_below_ephemeral() -> std::io::Result<std::net::TcpListener> {
+    const LOWEST: u16 = 10_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral > LOWEST {
+        for _ in 0..100 {
+            let port = rand::random_range(LOWEST..ephemeral);
+            if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+                return Ok(l);
+            }
+        }
+    }
+    std::net::TcpListener::bind("127.0.0.1:0")
 }
 
 /// Where the nodes of a new cluster run: their own addresses and namespaces, or (both empty)
@@ -591,4 +616,28 @@ async fn restart(dir: &Path, id: u64, fmt: Format) -> anyhow::Result<()> {
         &serde_json::to_value(&cluster.nodes[i])?,
         &["id", "addr", "pid", "data_dir"],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picked_ports_are_distinct_and_below_the_ephemeral_range() {
+        let ephemeral: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .expect("Linux port range")
+            .split_whitespace()
+            .next()
+            .and_then(|s| s.parse().ok())
+            .expect("first ephemeral port");
+        for _ in 0..20 {
+            let ports = pick_ports(5, 0).expect("five free ports");
+            let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+            assert_eq!(distinct.len(), 5, "{ports:?}");
+            assert!(
+                ports.iter().all(|p| (10_000..ephemeral).contains(p)),
+                "{ports:?} not in 10000..{ephemeral}"
+            );
+        }
+    }
 }
