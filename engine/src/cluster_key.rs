@@ -10,10 +10,6 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::CommandOutput;
-use crate::error::CommandError;
-use crate::record::RecordKey;
-use crate::state::{Effects, State, Trigger};
 use crate::TimestampMs;
 
 /// Length of every cluster key.
@@ -56,58 +52,6 @@ pub struct ClusterKey {
     pub key: SecretKey,
     /// Entry time of the command that set it.
     pub set_at_ms: TimestampMs,
-}
-
-impl State {
-    /// The cluster key `name`, once set.
-    pub fn cluster_key(&self, name: &str) -> Option<&SecretKey> {
-        self.cluster_keys.get(name).map(|k| &k.key)
-    }
-
-    /// The canary revision key, once set.
-    pub fn revision_key(&self) -> Option<&SecretKey> {
-        self.cluster_key(CANARY_REVISION_KEY)
-    }
-
-    /// Sets cluster key `name` once; a second attempt is refused (the first key stays).
-    pub(crate) fn set_cluster_key(
-        &mut self,
-        name: &str,
-        key: &SecretKey,
-        now: TimestampMs,
-        fx: &mut Effects,
-    ) -> Result<CommandOutput, CommandError> {
-        if !KNOWN_KEYS.contains(&name) {
-            return Err(CommandError::invalid(
-                "name",
-                format!("{name:?} is not a cluster key (known: {KNOWN_KEYS:?})"),
-            ));
-        }
-        if self.cluster_keys.contains_key(name) {
-            return Err(CommandError::AlreadyExists {
-                kind: "cluster key".into(),
-                name: name.to_string(),
-            });
-        }
-        self.cluster_keys.insert(
-            name.to_string(),
-            ClusterKey {
-                name: name.to_string(),
-                key: key.clone(),
-                set_at_ms: now,
-            },
-        );
-        fx.changed.push(RecordKey::ClusterKey(name.to_string()));
-        if name == CANARY_REVISION_KEY {
-            // Entities under a canary waited for the key to get a target revision.
-            fx.triggers.extend(
-                self.canaries
-                    .values()
-                    .map(|c| Trigger::EntityOnly(c.entity.clone())),
-            );
-        }
-        Ok(CommandOutput::Done)
-    }
 }
 
 #[cfg(test)]

@@ -427,7 +427,7 @@ pub enum Command {
         /// The agent's environment: every canary must be in it (others are skipped).
         environment: String,
         /// Canary id (`<environment>/<name>`) and what was observed.
-        observations: Vec<(String, crate::canary_rollout::CanaryObservation)>,
+        observations: Vec<(String, crate::canary::CanaryObservation)>,
     },
     /// An agent's report about a task of a plan (idempotent).
     ReportTask {

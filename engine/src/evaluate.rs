@@ -8,7 +8,7 @@ use semver::Version;
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::{resolve, ArtifactLocation, Availability, Resolution};
-use crate::canary_rollout::{names_target, CanaryRevision};
+use crate::canary::{names_target, CanaryRevision};
 use crate::entity::{Entity, Health};
 use crate::environment::Environment;
 use crate::plan::{Plan, PlanKind, PlanStatus};
@@ -167,7 +167,7 @@ pub enum Outcome {
         /// The canary's id.
         canary: String,
         /// The new target.
-        revision: crate::canary_rollout::CanaryRevision,
+        revision: crate::canary::CanaryRevision,
     },
 }
 
@@ -384,7 +384,12 @@ fn divert_to_canary(ctx: &Ctx<'_>, eval: &mut Evaluation) {
         };
         return;
     };
-    let target = CanaryRevision::of(ctx.state, entity, version, &config, key);
+    let artifacts = ctx
+        .state
+        .release(&entity.product_id, version)
+        .map(|r| r.artifacts.clone())
+        .unwrap_or_default();
+    let target = CanaryRevision::of(entity, version, &config, artifacts, key);
     eval.outcome = Outcome::CanaryTarget {
         canary: canary.id.clone(),
         revision: target,

@@ -1,26 +1,107 @@
-//! The hub's pure domain: types, [`Command`]s, the replicated [`State`] and its decisions.
+//! The hub's pure domain: the replicated [`State`], the [`Command`]s that change it, and the
+//! leader's decisions about it.
 //!
 //! Nothing here does I/O or reads a clock. Every command is applied with the time stamped on
 //! its Raft entry ([`State::apply`]), so every node that applies the same log reaches the same
 //! state, byte for byte ([`State::digest`]). Decisions ([`evaluate::evaluate`]) are pure
 //! functions of the state, a time and the artifact checks the leader observed.
+//!
+//! # Layout
+//!
+//! The modules form layers; each imports only from the layers above it.
+//!
+//! 1. **Data**, the replicated types and nothing that changes the state:
+//!    [`environment`], [`entity`], [`product`] and [`release`] (the catalog), [`window`]
+//!    and [`settings`], [`suppression`], [`plan`], [`activity`], [`installation`] and
+//!    [`module`] (module definitions, rendering), [`canary`] (the Flagger-style phase
+//!    machine and the types of canary rollouts) and [`canary_record`], [`cluster_key`],
+//!    [`artifact`], [`name`] and [`yaml_error`] (validation). The wire and log types:
+//!    [`command`] (what can be proposed), [`record`] (what is stored), [`error`].
+//! 2. **Tables**: [`state`] holds the tables and their derived indexes, with read accessors.
+//! 3. **Decisions**: [`evaluate`] runs every constraint for an entity at a time and says
+//!    what the leader would issue.
+//! 4. **Transitions**: `apply` (private) is the only module that changes the state: one
+//!    exhaustive `match` on [`Command`], and one file per command family.
+//!
+//! # Example
+//!
+//! Publish a release, report what an entity runs, evaluate it and issue the plan:
+//!
+//! ```
+//! use hub_engine::command::EntityReport;
+//! use hub_engine::entity::Health;
+//! use hub_engine::plan::PlanKind;
+//! use hub_engine::evaluate::Outcome;
+//! use hub_engine::{evaluate, Command, CommandOutput, EntityKind, Request, State};
+//!
+//! let mut state = State::new();
+//! let mut index = 0;
+//! let now = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+//! let mut apply = |state: &mut State, command: Command| {
+//!     index += 1;
+//!     let request = Request { command, time_ms: now, request_id: None };
+//!     state.apply(&request, index).result.expect("applied")
+//! };
+//! apply(&mut state, Command::CreateEnvironment { name: "prod".into(), description: String::new() });
+//! apply(&mut state, Command::CreateProduct {
+//!     product_id: "com.example:web".into(),
+//!     description: String::new(),
+//! });
+//! let CommandOutput::EntityCreated(web) = apply(&mut state, Command::CreateEntity {
+//!     environment: "prod".into(),
+//!     kind: EntityKind::HelmChart,
+//!     name: "web".into(),
+//!     product_id: "com.example:web".into(),
+//!     k8s_namespace: Some("web".into()),
+//!     account_id: None,
+//!     release_channel: None,
+//! }) else { unreachable!() };
+//! for version in ["1.0.0", "1.1.0"] {
+//!     let manifest = format!(
+//!         "product-group: com.example\nproduct-name: web\nproduct-version: {version}\n\
+//!          artifacts:\n  - uri: https://charts.example.com/web-{version}.tgz\n    sha256: {}\n",
+//!         "0".repeat(64)
+//!     );
+//!     apply(&mut state, Command::PublishRelease { manifest });
+//! }
+//! // The agent reports 1.0.0, healthy.
+//! apply(&mut state, Command::ReportEntityStates {
+//!     environment: "prod".into(),
+//!     states: vec![EntityReport {
+//!         entity: web.clone(),
+//!         version: Some("1.0.0".parse().unwrap()),
+//!         health: Health::Healthy,
+//!         config_sha256: None,
+//!         secrets_revision: None,
+//!         message: String::new(),
+//!     }],
+//! });
+//! // The leader evaluates (a pure function) and proposes `Evaluate`; applying it issues the
+//! // plan, re-evaluated at the entry's time.
+//! let decision = evaluate(&state, &web, now, &|_| None).expect("the entity exists");
+//! assert_eq!(decision.outcome, Outcome::Issue, "{}", decision.summary());
+//! let CommandOutput::Evaluated { issued } = apply(&mut state, Command::Evaluate {
+//!     entities: vec![web.clone()],
+//!     artifacts: Vec::new(),
+//! }) else { unreachable!() };
+//! let plan = state.plan(&issued[0]).expect("issued");
+//! assert_eq!(plan.kind, PlanKind::VersionChange);
+//! assert_eq!(plan.to_version.as_ref().map(ToString::to_string).as_deref(), Some("1.1.0"));
+//! ```
 
 pub mod activity;
+mod apply;
 pub mod artifact;
 pub mod canary;
-pub mod canary_lifecycle;
-pub mod canary_rollout;
+pub mod canary_record;
 pub mod cluster_key;
 pub mod command;
 pub mod entity;
 pub mod environment;
 pub mod error;
 pub mod evaluate;
-mod handlers;
 pub mod installation;
-mod lifecycle;
 pub mod module;
-mod module_lifecycle;
 pub mod name;
 pub mod plan;
 pub mod product;

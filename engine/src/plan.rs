@@ -77,7 +77,7 @@ pub enum PlanKind {
     },
     /// One committed canary step: the state the canary's workloads and routing must reach
     /// (SPEC K2, K9).
-    CanaryStep(Box<crate::canary_rollout::CanaryStepSpec>),
+    CanaryStep(Box<crate::canary::CanaryStepSpec>),
 }
 
 impl PlanKind {

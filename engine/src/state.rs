@@ -1,10 +1,9 @@
-//! The replicated state and the deterministic [`State::apply`].
+//! The replicated state: its tables, their derived indexes and the read accessors.
 //!
 //! The state is a set of tables (one per record kind) plus derived indexes that are rebuilt
-//! from the tables after loading and kept up to date by every apply. Command handlers live in
-//! [`crate::handlers`] (settings, products, windows) and [`crate::lifecycle`] (evaluation,
-//! plans, reports, suppressions, commands); this module holds the tables, the dispatch and the
-//! read accessors.
+//! from the tables after loading and kept up to date by every apply. Nothing here changes
+//! the state in response to a command: the transitions are in [`crate::apply`], which is the
+//! only module that calls the mutating helpers below.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,18 +11,19 @@ use semver::Version;
 use sha2::{Digest, Sha256};
 
 use crate::activity::Activity;
-use crate::canary_lifecycle::Canary;
-use crate::command::{Command, CommandOutput, Request};
-use crate::entity::{Entity, EntityId, EntityKind, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN};
+use crate::canary::Phase;
+use crate::canary_record::Canary;
+use crate::cluster_key::{SecretKey, CANARY_REVISION_KEY};
+use crate::command::CommandOutput;
+use crate::entity::{Entity, EntityId};
 use crate::environment::Environment;
 use crate::error::CommandError;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
-use crate::name::{validate_name, validate_product_id};
 use crate::plan::{Plan, PlanKind, PlanStatus};
 use crate::product::{Channel, Product, Recall, Release};
 use crate::record::{AuditEntry, Record, RecordKey, RequestRecord};
 use crate::release::ProductDependency;
-use crate::suppression::{Scope, Suppression};
+use crate::suppression::{Scope, Suppression, SuppressionSource};
 use crate::TimestampMs;
 
 /// How long a request id is remembered for deduplication (entry time, not wall time).
@@ -53,13 +53,6 @@ pub struct Applied {
     pub changed: Vec<RecordKey>,
     /// What the leader must re-evaluate.
     pub triggers: Vec<Trigger>,
-}
-
-/// What a command handler accumulates besides its result.
-#[derive(Debug, Default)]
-pub(crate) struct Effects {
-    pub(crate) changed: Vec<RecordKey>,
-    pub(crate) triggers: Vec<Trigger>,
 }
 
 /// Derived lookups, rebuilt from the tables ([`State::rebuild_indexes`]).
@@ -136,211 +129,8 @@ impl State {
         state
     }
 
-    /// Applies `req`, which Raft committed at log `index`. Deterministic: the result depends
-    /// only on the state, the request and `index`.
-    pub fn apply(&mut self, req: &Request, index: u64) -> Applied {
-        let mut fx = Effects::default();
-        if let Some(id) = &req.request_id {
-            if let Some(prev) = self.requests.get(id) {
-                return Applied {
-                    result: prev.result.clone(),
-                    changed: Vec::new(),
-                    triggers: Vec::new(),
-                };
-            }
-        }
-        let result = self.execute(&req.command, req.time_ms, index, &mut fx);
-        if result.is_err() {
-            debug_assert!(
-                fx.changed.is_empty(),
-                "a refused command changed {:?}",
-                fx.changed
-            );
-            fx.changed.clear();
-            fx.triggers.clear();
-        }
-        if let Some(id) = &req.request_id {
-            let record = RequestRecord {
-                id: id.clone(),
-                index,
-                time_ms: req.time_ms,
-                result: result.clone(),
-            };
-            self.request_expiry.insert((req.time_ms, id.clone()));
-            self.requests.insert(id.clone(), record);
-            fx.changed.push(RecordKey::Request(id.clone()));
-        }
-        self.forget_requests_before(req.time_ms - REQUEST_TTL_MS, &mut fx.changed);
-        self.check_invariants();
-        Applied {
-            result,
-            changed: fx.changed,
-            triggers: fx.triggers,
-        }
-    }
-
-    fn execute(
-        &mut self,
-        command: &Command,
-        now: TimestampMs,
-        index: u64,
-        fx: &mut Effects,
-    ) -> Result<CommandOutput, CommandError> {
-        match command {
-            Command::CreateEnvironment { name, description } => {
-                validate_name("name", name)?;
-                if description.len() > 1024 {
-                    return Err(CommandError::invalid(
-                        "description",
-                        "longer than 1024 bytes",
-                    ));
-                }
-                if self.environments.contains_key(name) {
-                    return Err(CommandError::AlreadyExists {
-                        kind: "environment".into(),
-                        name: name.clone(),
-                    });
-                }
-                self.environments.insert(
-                    name.clone(),
-                    Environment {
-                        name: name.clone(),
-                        description: description.clone(),
-                        created_at_ms: now,
-                        settings: Default::default(),
-                        window_overrides: Vec::new(),
-                    },
-                );
-                fx.changed.push(RecordKey::Environment(name.clone()));
-                Ok(CommandOutput::EnvironmentCreated(name.clone()))
-            }
-            Command::DeleteEnvironment { name } => {
-                if !self.environments.contains_key(name) {
-                    return Err(CommandError::NotFound {
-                        kind: "environment".into(),
-                        name: name.clone(),
-                    });
-                }
-                let count = self.entities_of(name).count();
-                if count > 0 {
-                    return Err(CommandError::FailedPrecondition(format!(
-                        "environment {name:?} still has {count} entities; delete them first"
-                    )));
-                }
-                self.environments.remove(name);
-                fx.changed.push(RecordKey::Environment(name.clone()));
-                let scope = Scope::Environment(name.clone());
-                for id in self
-                    .idx
-                    .suppressions_by_scope
-                    .remove(&scope)
-                    .unwrap_or_default()
-                {
-                    self.suppressions.remove(&id);
-                    fx.changed.push(RecordKey::Suppression(id));
-                }
-                Ok(CommandOutput::EnvironmentDeleted(name.clone()))
-            }
-            Command::CreateEntity {
-                environment,
-                kind,
-                name,
-                product_id,
-                k8s_namespace,
-                account_id,
-                release_channel,
-            } => {
-                validate_name("environment", environment)?;
-                validate_name("name", name)?;
-                validate_product_id("product_id", product_id)?;
-                let k8s_namespace = non_empty(k8s_namespace);
-                let account_id = non_empty(account_id);
-                match kind {
-                    EntityKind::HelmChart => match &k8s_namespace {
-                        None => {
-                            return Err(CommandError::invalid(
-                                "k8s_namespace",
-                                "required for a helmChart entity",
-                            ))
-                        }
-                        Some(ns) => validate_name("k8s_namespace", ns)?,
-                    },
-                    EntityKind::TerraformModule => {
-                        if k8s_namespace.is_some() {
-                            return Err(CommandError::invalid(
-                                "k8s_namespace",
-                                "only helmChart entities have a namespace",
-                            ));
-                        }
-                    }
-                }
-                if account_id.is_some() && *kind != EntityKind::TerraformModule {
-                    return Err(CommandError::invalid(
-                        "account_id",
-                        "only terraformModule entities have an account",
-                    ));
-                }
-                let release_channel = non_empty(release_channel)
-                    .unwrap_or_else(|| DEFAULT_RELEASE_CHANNEL.to_string());
-                self.check_channel("release_channel", &release_channel)?;
-                if !self.environments.contains_key(environment) {
-                    return Err(CommandError::NotFound {
-                        kind: "environment".into(),
-                        name: environment.clone(),
-                    });
-                }
-                let id = EntityId::new(environment, *kind, name);
-                if id.0.len() >= MAX_ENTITY_ID_LEN {
-                    return Err(CommandError::invalid(
-                        "name",
-                        format!("entity id {id} must be shorter than {MAX_ENTITY_ID_LEN}"),
-                    ));
-                }
-                if self.entities.contains_key(&id.0) {
-                    return Err(CommandError::AlreadyExists {
-                        kind: "entity".into(),
-                        name: id.0,
-                    });
-                }
-                let entity = Entity::new(
-                    id.clone(),
-                    environment,
-                    *kind,
-                    name,
-                    product_id,
-                    k8s_namespace,
-                    account_id,
-                    release_channel,
-                    now,
-                );
-                self.idx
-                    .entities_by_product
-                    .entry((environment.clone(), product_id.clone()))
-                    .or_default()
-                    .insert(id.0.clone());
-                self.index_providers(&entity, true);
-                self.entities.insert(id.0.clone(), entity);
-                fx.changed.push(RecordKey::Entity(id.0.clone()));
-                fx.triggers.push(Trigger::Entity(id.0.clone()));
-                Ok(CommandOutput::EntityCreated(id.0))
-            }
-            other => self.execute_orchestration(other, now, index, fx),
-        }
-    }
-
-    fn forget_requests_before(&mut self, cutoff: TimestampMs, changed: &mut Vec<RecordKey>) {
-        while let Some((t, id)) = self.request_expiry.first().cloned() {
-            if t >= cutoff {
-                break;
-            }
-            self.request_expiry.pop_first();
-            self.requests.remove(&id);
-            changed.push(RecordKey::Request(id));
-        }
-    }
-
     /// Cheap structural checks, run after every apply in debug builds.
-    fn check_invariants(&self) {
+    pub(crate) fn check_invariants(&self) {
         debug_assert_eq!(self.requests.len(), self.request_expiry.len());
         debug_assert!(self
             .entities
@@ -654,6 +444,94 @@ impl State {
         }
     }
 
+    /// Entities of `env` with a failed-plan suppression in force at `now`.
+    pub fn autosuppressed_count(&self, env: &str, now: TimestampMs) -> usize {
+        self.entities_of(env)
+            .filter(|e| {
+                self.suppressions_in(&Scope::Entity(e.id.0.clone()))
+                    .any(|s| {
+                        matches!(s.source, SuppressionSource::FailedPlan { .. }) && s.active_at(now)
+                    })
+            })
+            .count()
+    }
+
+    /// Every published version of `name`, oldest first.
+    pub fn module_versions(
+        &self,
+        name: &str,
+    ) -> impl DoubleEndedIterator<Item = &PublishedModule> + '_ {
+        // `name` followed by NUL is the least string above `name`: the range holds exactly
+        // `name`'s versions.
+        let from = (name.to_string(), Version::new(0, 0, 0));
+        let to = (format!("{name}\u{0}"), Version::new(0, 0, 0));
+        self.modules.range(from..to).map(|(_, m)| m)
+    }
+
+    /// `name` at `version`, if published.
+    pub fn module(&self, name: &str, version: &Version) -> Option<&PublishedModule> {
+        self.modules.get(&(name.to_string(), version.clone()))
+    }
+
+    /// The newest version of `name`.
+    pub fn latest_module(&self, name: &str) -> Option<&PublishedModule> {
+        self.module_versions(name).next_back()
+    }
+
+    /// Every published module version, by name then version.
+    pub fn modules(&self) -> impl Iterator<Item = &PublishedModule> {
+        self.modules.values()
+    }
+
+    /// One installation.
+    pub fn installation(&self, id: &str) -> Option<&Installation> {
+        self.installations.get(id)
+    }
+
+    /// Every installation, by id.
+    pub fn installations(&self) -> impl Iterator<Item = &Installation> {
+        self.installations.values()
+    }
+
+    /// One change request.
+    pub fn change_request(&self, id: &str) -> Option<&ChangeRequest> {
+        self.change_requests.get(id)
+    }
+
+    /// Every change request, by id.
+    pub fn change_requests(&self) -> impl Iterator<Item = &ChangeRequest> {
+        self.change_requests.values()
+    }
+
+    /// One canary.
+    pub fn canary(&self, id: &str) -> Option<&Canary> {
+        self.canaries.get(id)
+    }
+
+    /// Every canary, by id.
+    pub fn canaries(&self) -> impl Iterator<Item = &Canary> {
+        self.canaries.values()
+    }
+
+    /// The canary controlling `entity`, unless it is being deleted.
+    pub fn canary_of_entity(&self, entity: &str) -> Option<&Canary> {
+        self.idx
+            .canary_of_entity
+            .get(entity)
+            .and_then(|id| self.canaries.get(id))
+            .filter(|c| c.status.phase != Phase::Terminating)
+    }
+
+    /// The cluster key `name`, once set.
+    pub fn cluster_key(&self, name: &str) -> Option<&SecretKey> {
+        self.cluster_keys.get(name).map(|k| &k.key)
+    }
+
+    /// The canary revision key, once set.
+    pub fn revision_key(&self) -> Option<&SecretKey> {
+        self.cluster_key(CANARY_REVISION_KEY)
+    }
+
     // ---- records ----
 
     /// The current record under `key`, if any.
@@ -937,222 +815,4 @@ fn canonical_bytes(record: &Record) -> Vec<u8> {
     // Encoding plain data structs into a Vec cannot fail: there is no I/O and no size limit.
     bincode::serde::encode_to_vec(record, bincode::config::standard())
         .expect("encoding a record into memory cannot fail")
-}
-
-pub(crate) fn non_empty(value: &Option<String>) -> Option<String> {
-    value.as_ref().filter(|v| !v.is_empty()).cloned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn req(command: Command, time_ms: TimestampMs) -> Request {
-        Request {
-            command,
-            time_ms,
-            request_id: None,
-        }
-    }
-
-    fn create_env(name: &str) -> Command {
-        Command::CreateEnvironment {
-            name: name.into(),
-            description: String::new(),
-        }
-    }
-
-    fn create_helm(env: &str, name: &str) -> Command {
-        Command::CreateEntity {
-            environment: env.into(),
-            kind: EntityKind::HelmChart,
-            name: name.into(),
-            product_id: "com.example:web".into(),
-            k8s_namespace: Some("web".into()),
-            account_id: None,
-            release_channel: None,
-        }
-    }
-
-    #[test]
-    fn creates_environments_and_entities() {
-        let mut s = State::new();
-        let a = s.apply(&req(create_env("prod"), 10), 1);
-        assert_eq!(
-            a.result,
-            Ok(CommandOutput::EnvironmentCreated("prod".into()))
-        );
-        assert_eq!(a.changed, vec![RecordKey::Environment("prod".into())]);
-        let a = s.apply(&req(create_helm("prod", "web"), 11), 2);
-        assert_eq!(
-            a.result,
-            Ok(CommandOutput::EntityCreated(
-                "eid:prod:helmChart:web".into()
-            ))
-        );
-        let e = s.entities_of("prod").next().unwrap();
-        assert_eq!(e.release_channel, "RELEASE");
-        assert_eq!(e.created_at_ms, 11);
-    }
-
-    #[test]
-    fn refused_commands_change_nothing() {
-        // SPEC S3
-        let mut s = State::new();
-        s.apply(&req(create_env("prod"), 1), 1);
-        let before = s.clone();
-        let digest = s.digest();
-        for cmd in [
-            create_env("prod"),
-            create_env("Bad"),
-            create_helm("nope", "web"),
-            Command::DeleteEnvironment {
-                name: "nope".into(),
-            },
-            Command::CreateEntity {
-                environment: "prod".into(),
-                kind: EntityKind::HelmChart,
-                name: "web".into(),
-                product_id: "com.example:web".into(),
-                k8s_namespace: None,
-                account_id: None,
-                release_channel: None,
-            },
-        ] {
-            let a = s.apply(&req(cmd, 2), 2);
-            assert!(a.result.is_err());
-            assert!(a.changed.is_empty());
-        }
-        assert_eq!(s, before);
-        assert_eq!(s.digest(), digest);
-    }
-
-    #[test]
-    fn duplicate_names_fail_with_the_name() {
-        let mut s = State::new();
-        s.apply(&req(create_env("prod"), 1), 1);
-        let err = s.apply(&req(create_env("prod"), 1), 2).result.unwrap_err();
-        assert_eq!(err.to_string(), "environment \"prod\" already exists");
-        s.apply(&req(create_helm("prod", "web"), 1), 3);
-        let err = s
-            .apply(&req(create_helm("prod", "web"), 1), 4)
-            .result
-            .unwrap_err();
-        assert!(err.to_string().contains("eid:prod:helmChart:web"), "{err}");
-    }
-
-    #[test]
-    fn an_environment_with_entities_is_not_deleted() {
-        let mut s = State::new();
-        s.apply(&req(create_env("prod"), 1), 1);
-        s.apply(&req(create_helm("prod", "web"), 1), 2);
-        let a = s.apply(
-            &req(
-                Command::DeleteEnvironment {
-                    name: "prod".into(),
-                },
-                1,
-            ),
-            3,
-        );
-        assert!(a.result.unwrap_err().to_string().contains("1 entities"));
-        assert!(s.environment("prod").is_some());
-    }
-
-    #[test]
-    fn request_ids_apply_once_and_expire() {
-        let mut s = State::new();
-        let mut r = req(create_env("prod"), 1_000);
-        r.request_id = Some("k1".into());
-        let first = s.apply(&r, 1);
-        assert!(first.result.is_ok());
-        let again = s.apply(&r, 2);
-        assert_eq!(again.result, first.result);
-        assert!(again.changed.is_empty());
-        // After the TTL the id is forgotten on the next apply.
-        let later = s.apply(&req(create_env("dev"), 1_000 + REQUEST_TTL_MS + 1), 3);
-        assert!(later.changed.contains(&RecordKey::Request("k1".into())));
-        assert!(s.record(&RecordKey::Request("k1".into())).is_none());
-    }
-
-    #[test]
-    fn entities_of_does_not_leak_across_prefixes() {
-        let mut s = State::new();
-        for env in ["prod", "prod2"] {
-            s.apply(&req(create_env(env), 1), 1);
-            s.apply(&req(create_helm(env, "web"), 1), 2);
-        }
-        assert_eq!(s.entities_of("prod").count(), 1);
-        assert_eq!(s.entities_of("prod2").count(), 1);
-    }
-
-    #[test]
-    fn records_rebuild_an_equal_state_and_digest() {
-        let mut s = State::new();
-        s.apply(&req(create_env("prod"), 1), 1);
-        s.apply(&req(create_helm("prod", "web"), 2), 2);
-        let mut r = req(create_env("dev"), 3);
-        r.request_id = Some("x".into());
-        s.apply(&r, 3);
-        let t = State::from_records(s.records());
-        assert_eq!(s, t);
-        assert_eq!(s.digest(), t.digest());
-        assert_ne!(s.digest(), State::new().digest());
-    }
-
-    /// A tiny deterministic generator, so a failing seed can be replayed exactly.
-    struct SplitMix(u64);
-
-    impl SplitMix {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn pick(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
-    fn random_request(rng: &mut SplitMix, t: TimestampMs) -> Request {
-        let env = format!("e{}", rng.pick(6));
-        let command = match rng.pick(4) {
-            0 => create_env(&env),
-            1 => Command::DeleteEnvironment { name: env },
-            _ => create_helm(&env, &format!("s{}", rng.pick(4))),
-        };
-        let request_id = (rng.pick(3) == 0).then(|| format!("r{}", rng.pick(20)));
-        Request {
-            command,
-            time_ms: t,
-            request_id,
-        }
-    }
-
-    #[test]
-    fn random_histories_are_deterministic_and_rebuildable() {
-        for seed in 0..50u64 {
-            let mut rng = SplitMix(seed);
-            let (mut a, mut b) = (State::new(), State::new());
-            let mut t = 0;
-            for index in 1..=200u64 {
-                // Time jumps now and then past the request-id TTL.
-                t += if rng.pick(50) == 0 {
-                    REQUEST_TTL_MS
-                } else {
-                    1_000
-                };
-                let req = random_request(&mut rng, t);
-                let ra = a.apply(&req, index);
-                let rb = b.apply(&req, index);
-                assert_eq!(ra, rb, "seed {seed} index {index}");
-                // Storage persists exactly the changed keys: rebuilding from records is exact.
-                let rebuilt = State::from_records(a.records());
-                assert_eq!(rebuilt, a, "seed {seed} index {index}");
-            }
-            assert_eq!(a.digest(), b.digest(), "seed {seed}");
-        }
-    }
 }

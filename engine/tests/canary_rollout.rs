@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use hub_engine::canary::{plan_tick, Phase, TickInput, WebhookResult};
-use hub_engine::canary_rollout::{CanaryObservation, MetricWindow};
+use hub_engine::canary::{CanaryObservation, MetricWindow};
 use hub_engine::evaluate::Outcome;
 use hub_engine::plan::{PlanKind, PlanStatus};
 use hub_engine::Command;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hub_engine::canary::HeaderMatch;
-use hub_engine::canary_rollout::{
+use hub_engine::canary::{
     CanaryObservation as EngineObservation, CanaryRevision, CanaryStepSpec, MetricWindow,
 };
 use hub_engine::command::EntityReport;

@@ -26,7 +26,7 @@ use hub_engine::canary::{
     plan_tick, Action, AlertTarget, MetricQuery, MetricSource, TickInput, TickPlan, WebhookCall,
     WebhookResult, MILLI,
 };
-use hub_engine::canary_lifecycle::Canary;
+use hub_engine::canary_record::Canary;
 use hub_engine::{Command, Request, State};
 use hub_http::{Body, HttpClient, Method};
 

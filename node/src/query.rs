@@ -529,7 +529,7 @@ pub fn answer(
     })
 }
 
-fn canary_view(c: &hub_engine::canary_lifecycle::Canary, full: bool) -> Value {
+fn canary_view(c: &hub_engine::canary_record::Canary, full: bool) -> Value {
     let st = &c.status;
     let mut v = json!({
         "id": c.id, "namespace": c.environment, "name": c.name, "entity": c.entity,
@@ -562,7 +562,7 @@ fn canary_view(c: &hub_engine::canary_lifecycle::Canary, full: bool) -> Value {
             .iter()
             .rev()
             .take(20)
-            .map(|(step, a)| json!({"step": step, "action": hub_engine::canary_lifecycle::action_label(a)}))
+            .map(|(step, a)| json!({"step": step, "action": hub_engine::canary_record::action_label(a)}))
             .collect::<Vec<_>>());
         // The canary weight each committed step set, by the step its plan brings the agent
         // to (what the agent's applied log records).

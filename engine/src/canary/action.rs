@@ -4,9 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::plan::WebhookCall;
 use super::spec::{MatchRule, Severity, TOTAL_WEIGHT};
 use super::status::CanaryStatus;
+use super::webhook::WebhookCall;
 
 /// One thing to do because of a committed tick. Actions of one tick are carried out in the
 /// order given; each is idempotent, and the status after the tick describes the state they

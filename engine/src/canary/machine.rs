@@ -24,9 +24,9 @@
 
 use super::action::{Action, TickOutcome};
 use super::input::{Manual, TickInput};
-use super::plan::{payload, WebhookCall};
 use super::spec::{CanarySpec, Severity, Strategy, WebhookType, MILLI, TOTAL_WEIGHT};
 use super::status::{CanaryStatus, Phase};
+use super::webhook::{payload, WebhookCall};
 use crate::TimestampMs;
 
 /// Whether `revision` is one a resting canary should analyse (SPEC K3): not the last applied,

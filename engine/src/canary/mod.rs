@@ -28,8 +28,10 @@ mod parse;
 mod plan;
 mod raw;
 mod revision;
+mod rollout;
 mod spec;
 mod status;
+mod webhook;
 
 pub use action::{Action, TickOutcome};
 pub use duration::{format_duration, parse_duration, MAX_DURATION_MS};
@@ -40,9 +42,13 @@ pub use parse::{
     parse_canary, API_VERSION, KIND, MAX_CANARY_BYTES, MAX_LIST_LEN, MAX_WEBHOOK_RETRIES,
     MAX_WEBHOOK_TIMEOUT_MS,
 };
-pub use plan::{plan_tick, MetricQuery, TickPlan, WebhookCall, WebhookPayload};
+pub use plan::{plan_tick, MetricQuery, TickPlan};
 pub use revision::{
     is_revision_of, legacy_revision_hash, revision_hash, REVISION_HEX_LEN, REVISION_V2_PREFIX,
+};
+pub use rollout::{
+    names_target, CanaryObservation, CanaryRevision, CanaryStepSpec, MetricWindow,
+    MAX_OBSERVATIONS, MAX_SPARE_REVISIONS, MAX_WINDOWS,
 };
 pub use spec::{
     AlertSpec, AlertTarget, Analysis, CanarySpec, HeaderMatch, MatchRule, Metric, MetricSource,
@@ -52,3 +58,4 @@ pub use spec::{
     TOTAL_WEIGHT,
 };
 pub use status::{CanaryStatus, ConditionStatus, Phase, PromotedCondition};
+pub use webhook::{WebhookCall, WebhookPayload};

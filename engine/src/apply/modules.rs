@@ -1,4 +1,4 @@
-//! Applying module commands (SPEC M8–M16): publishing versions, installing a module into an
+//! Module commands (SPEC M8–M16): publishing versions, installing a module into an
 //! environment (creating or adopting its entities), change requests that move an installation
 //! to a newer version, pausing and resuming updates, unlinking and deleting.
 //!
@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use semver::Version;
 
-use crate::command::{Command, CommandOutput};
+use crate::command::CommandOutput;
 use crate::entity::{Entity, EntityId, EntityKind, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN};
 use crate::error::CommandError;
 use crate::installation::{
@@ -22,8 +22,9 @@ use crate::module::{
 };
 use crate::name::{validate_name, validate_product_id};
 use crate::record::RecordKey;
-use crate::state::{Effects, State, Trigger};
-use crate::TimestampMs;
+use crate::state::{State, Trigger};
+
+use super::{not_found, Tx};
 
 /// Most installer values one installation holds.
 pub const MAX_MODULE_VARIABLES: usize = 256;
@@ -61,13 +62,6 @@ fn render_error(err: RenderError) -> CommandError {
         | RenderError::PresetNotSettable { .. }
         | RenderError::InvalidValue { .. } => CommandError::invalid("variables", err.to_string()),
         other => CommandError::FailedPrecondition(other.to_string()),
-    }
-}
-
-fn not_found(kind: &str, name: &str) -> CommandError {
-    CommandError::NotFound {
-        kind: kind.into(),
-        name: name.into(),
     }
 }
 
@@ -110,88 +104,37 @@ fn check_variables<'a>(
 }
 
 impl State {
-    /// Dispatches the module commands.
-    pub(crate) fn execute_module(
+    /// `RejectChangeRequest`: closes a pending change request without applying it.
+    pub(super) fn reject_change_request(
         &mut self,
-        command: &Command,
-        now: TimestampMs,
-        index: u64,
-        fx: &mut Effects,
+        id: &str,
+        actor: &str,
+        reason: &str,
+        tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
-        match command {
-            Command::PublishModule { file_name, yaml } => {
-                self.publish_module(file_name.as_deref(), yaml, now, index, fx)
-            }
-            Command::DeleteModule { name } => self.delete_module(name, fx),
-            Command::InstallModule {
-                environment,
-                module,
-                version,
-                variables,
-                actor,
-            } => self.install_module(
-                environment,
-                module,
-                version.as_deref(),
-                variables,
-                actor,
-                now,
-                index,
-                fx,
-            ),
-            Command::SetModuleVariables {
-                installation,
-                variables,
-            } => self.set_module_variables(installation, variables, fx),
-            Command::SetModuleUpdatesPaused {
-                installation,
-                paused,
-                actor,
-            } => self.set_updates_paused(installation, *paused, actor, now, index, fx),
-            Command::UnlinkModule {
-                installation,
-                actor,
-            } => self.unlink_module(installation, actor, now, index, fx),
-            Command::ApproveChangeRequest { id, actor } => {
-                self.approve_change_request(id, actor, now, index, fx)
-            }
-            Command::RejectChangeRequest { id, actor, reason } => {
-                check_actor(actor)?;
-                let cr = self
-                    .change_requests
-                    .get_mut(id)
-                    .ok_or_else(|| not_found("change request", id))?;
-                if !cr.status.is_open() {
-                    return Err(CommandError::FailedPrecondition(format!(
-                        "change request {id} is {}, not pending approval",
-                        cr.status.as_str()
-                    )));
-                }
-                cr.status = ChangeRequestStatus::Rejected;
-                cr.decided_by = Some(actor.clone());
-                cr.closed_ms = Some(now);
-                cr.message = reason.clone();
-                let target = cr.installation.clone();
-                fx.changed.push(RecordKey::ChangeRequest(id.clone()));
-                self.audit_entry(
-                    index,
-                    now,
-                    actor,
-                    "changerequest-reject",
-                    target,
-                    reason,
-                    fx,
-                );
-                Ok(CommandOutput::Changed {
-                    id: id.clone(),
-                    summary: format!("change request {id} rejected"),
-                })
-            }
-            other => Err(CommandError::FailedPrecondition(format!(
-                "command {} is not a module command",
-                other.kind()
-            ))),
+        let now = tx.now;
+        check_actor(actor)?;
+        let cr = self
+            .change_requests
+            .get_mut(id)
+            .ok_or_else(|| not_found("change request", id))?;
+        if !cr.status.is_open() {
+            return Err(CommandError::FailedPrecondition(format!(
+                "change request {id} is {}, not pending approval",
+                cr.status.as_str()
+            )));
         }
+        cr.status = ChangeRequestStatus::Rejected;
+        cr.decided_by = Some(actor.to_string());
+        cr.closed_ms = Some(now);
+        cr.message = reason.to_string();
+        let target = cr.installation.clone();
+        tx.changed.push(RecordKey::ChangeRequest(id.to_string()));
+        self.audit_entry(actor, "changerequest-reject", target, reason, tx);
+        Ok(CommandOutput::Changed {
+            id: id.to_string(),
+            summary: format!("change request {id} rejected"),
+        })
     }
 
     /// Validates `yaml` as `PublishModule` would and returns the definition with the version
@@ -214,14 +157,13 @@ impl State {
         Ok((def, version))
     }
 
-    fn publish_module(
+    pub(super) fn publish_module(
         &mut self,
         file_name: Option<&str>,
         yaml: &str,
-        now: TimestampMs,
-        index: u64,
-        fx: &mut Effects,
+        tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
+        let now = tx.now;
         let (definition, version) = self.prepare_module_publish(file_name, yaml)?;
         let name = definition.name.clone();
         let record = PublishedModule {
@@ -232,7 +174,7 @@ impl State {
             published_ms: now,
         };
         self.modules.insert((name.clone(), version.clone()), record);
-        fx.changed.push(RecordKey::Module(PublishedModule::key_name(
+        tx.changed.push(RecordKey::Module(PublishedModule::key_name(
             &name, &version,
         )));
         // Every installation that follows updates gets a change request (SPEC M9).
@@ -244,13 +186,8 @@ impl State {
             .collect();
         let mut opened = 0;
         for (n, inst) in installations.iter().enumerate() {
-            self.cancel_open_change_requests(
-                inst,
-                &format!("superseded by {name} {version}"),
-                now,
-                fx,
-            );
-            self.open_change_request(inst, &version, "module update", n, now, index, fx);
+            self.cancel_open_change_requests(inst, &format!("superseded by {name} {version}"), tx);
+            self.open_change_request(inst, &version, "module update", n, tx);
             opened += 1;
         }
         Ok(CommandOutput::Changed {
@@ -261,10 +198,10 @@ impl State {
         })
     }
 
-    fn delete_module(
+    pub(super) fn delete_module(
         &mut self,
         name: &str,
-        fx: &mut Effects,
+        tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         let versions: Vec<Version> = self
             .module_versions(name)
@@ -291,7 +228,7 @@ impl State {
         }
         for v in &versions {
             self.modules.remove(&(name.to_string(), v.clone()));
-            fx.changed
+            tx.changed
                 .push(RecordKey::Module(PublishedModule::key_name(name, v)));
         }
         Ok(CommandOutput::Changed {
@@ -301,17 +238,16 @@ impl State {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn install_module(
+    pub(super) fn install_module(
         &mut self,
         environment: &str,
         module: &str,
         version: Option<&str>,
         variables: &BTreeMap<String, String>,
         actor: &str,
-        now: TimestampMs,
-        index: u64,
-        fx: &mut Effects,
+        tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
+        let now = tx.now;
         check_actor(actor)?;
         check_variables(variables.iter().map(|(k, v)| (k, Some(v))))?;
         if !self.environments.contains_key(environment) {
@@ -357,10 +293,10 @@ impl State {
         };
         let sync = self.plan_module_sync(&inst, &version, false)?;
         let (created, adopted) = (sync.created, sync.adopted);
-        self.apply_module_sync(&mut inst, sync, now, index, fx);
+        self.apply_module_sync(&mut inst, sync, tx);
         self.installations.insert(id.clone(), inst);
-        fx.changed.push(RecordKey::Installation(id.clone()));
-        self.audit_entry(index, now, actor, "module-install", id.clone(), "", fx);
+        tx.changed.push(RecordKey::Installation(id.clone()));
+        self.audit_entry(actor, "module-install", id.clone(), "", tx);
         Ok(CommandOutput::Changed {
             id,
             summary: format!(
@@ -370,11 +306,11 @@ impl State {
         })
     }
 
-    fn set_module_variables(
+    pub(super) fn set_module_variables(
         &mut self,
         id: &str,
         variables: &BTreeMap<String, Option<String>>,
-        fx: &mut Effects,
+        tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         check_variables(variables.iter().map(|(k, v)| (k, v.as_ref())))?;
         let inst = self
@@ -398,7 +334,7 @@ impl State {
             ));
         }
         let inst = inst.clone();
-        fx.changed.push(RecordKey::Installation(id.to_string()));
+        tx.changed.push(RecordKey::Installation(id.to_string()));
         // Open change requests may be unblocked (or blocked) by the new values.
         let open: Vec<String> = self
             .change_requests
@@ -412,7 +348,7 @@ impl State {
             if let Some(c) = self.change_requests.get_mut(&cr) {
                 if c.blocked != blocked {
                     c.blocked = blocked;
-                    fx.changed.push(RecordKey::ChangeRequest(cr.clone()));
+                    tx.changed.push(RecordKey::ChangeRequest(cr.clone()));
                 }
             }
         }
@@ -422,14 +358,12 @@ impl State {
         })
     }
 
-    fn set_updates_paused(
+    pub(super) fn set_updates_paused(
         &mut self,
         id: &str,
         paused: bool,
         actor: &str,
-        now: TimestampMs,
-        index: u64,
-        fx: &mut Effects,
+        tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         check_actor(actor)?;
         let inst = self
@@ -444,13 +378,13 @@ impl State {
         }
         let module = inst.module.clone();
         if paused {
-            self.cancel_open_change_requests(id, "module updates paused", now, fx);
+            self.cancel_open_change_requests(id, "module updates paused", tx);
         }
         if let Some(inst) = self.installations.get_mut(id) {
             inst.paused = paused;
             inst.resuming = !paused;
         }
-        fx.changed.push(RecordKey::Installation(id.to_string()));
+        tx.changed.push(RecordKey::Installation(id.to_string()));
         let mut summary = format!(
             "module updates of {id} {}",
             if paused { "paused" } else { "resumed" }
@@ -458,14 +392,11 @@ impl State {
         if !paused {
             // One change request to the latest version reconciles what drifted while paused.
             if let Some(latest) = self.latest_module(&module).map(|m| m.version.clone()) {
-                let cr =
-                    self.open_change_request(id, &latest, "resuming updates", 0, now, index, fx);
+                let cr = self.open_change_request(id, &latest, "resuming updates", 0, tx);
                 summary.push_str(&format!("; change request {cr} opened"));
             }
         }
         self.audit_entry(
-            index,
-            now,
             actor,
             if paused {
                 "module-pause"
@@ -474,7 +405,7 @@ impl State {
             },
             id.to_string(),
             "",
-            fx,
+            tx,
         );
         Ok(CommandOutput::Changed {
             id: id.to_string(),
@@ -482,13 +413,11 @@ impl State {
         })
     }
 
-    fn unlink_module(
+    pub(super) fn unlink_module(
         &mut self,
         id: &str,
         actor: &str,
-        now: TimestampMs,
-        index: u64,
-        fx: &mut Effects,
+        tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         check_actor(actor)?;
         let inst = self
@@ -496,13 +425,13 @@ impl State {
             .get(id)
             .cloned()
             .ok_or_else(|| not_found("module installation", id))?;
-        self.cancel_open_change_requests(id, "installation unlinked", now, fx);
+        self.cancel_open_change_requests(id, "installation unlinked", tx);
         for entity in inst.entities.keys() {
-            self.release_ownership(entity, &inst.module, fx);
+            self.release_ownership(entity, &inst.module, tx);
         }
         self.installations.remove(id);
-        fx.changed.push(RecordKey::Installation(id.to_string()));
-        self.audit_entry(index, now, actor, "module-unlink", id.to_string(), "", fx);
+        tx.changed.push(RecordKey::Installation(id.to_string()));
+        self.audit_entry(actor, "module-unlink", id.to_string(), "", tx);
         Ok(CommandOutput::Changed {
             id: id.to_string(),
             summary: format!(
@@ -512,14 +441,13 @@ impl State {
         })
     }
 
-    fn approve_change_request(
+    pub(super) fn approve_change_request(
         &mut self,
         id: &str,
         actor: &str,
-        now: TimestampMs,
-        index: u64,
-        fx: &mut Effects,
+        tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
+        let now = tx.now;
         check_actor(actor)?;
         let cr = self
             .change_requests
@@ -545,28 +473,20 @@ impl State {
         }
         let sync = self.plan_module_sync(&inst, &cr.to_version, true)?;
         let (created, adopted) = (sync.created, sync.adopted);
-        self.apply_module_sync(&mut inst, sync, now, index, fx);
+        self.apply_module_sync(&mut inst, sync, tx);
         inst.version = cr.to_version.clone();
         inst.resuming = false;
         inst.updated_ms = now;
         self.installations.insert(inst.id.clone(), inst.clone());
-        fx.changed.push(RecordKey::Installation(inst.id.clone()));
+        tx.changed.push(RecordKey::Installation(inst.id.clone()));
         if let Some(c) = self.change_requests.get_mut(id) {
             c.status = ChangeRequestStatus::Merged;
             c.decided_by = Some(actor.to_string());
             c.closed_ms = Some(now);
             c.blocked = None;
         }
-        fx.changed.push(RecordKey::ChangeRequest(id.to_string()));
-        self.audit_entry(
-            index,
-            now,
-            actor,
-            "changerequest-approve",
-            inst.id.clone(),
-            "",
-            fx,
-        );
+        tx.changed.push(RecordKey::ChangeRequest(id.to_string()));
+        self.audit_entry(actor, "changerequest-approve", inst.id.clone(), "", tx);
         Ok(CommandOutput::Changed {
             id: id.to_string(),
             summary: format!(
@@ -594,10 +514,10 @@ impl State {
         to: &Version,
         reason: &str,
         n: usize,
-        now: TimestampMs,
-        index: u64,
-        fx: &mut Effects,
+        tx: &mut Tx,
     ) -> String {
+        let now = tx.now;
+        let index = tx.index;
         let id = format!("cr-{index}-{n}");
         let Some(installation) = self.installations.get(inst).cloned() else {
             return id;
@@ -636,23 +556,18 @@ impl State {
                 closed_ms,
             },
         );
-        fx.changed.push(RecordKey::ChangeRequest(id.clone()));
+        tx.changed.push(RecordKey::ChangeRequest(id.clone()));
         id
     }
 
-    fn cancel_open_change_requests(
-        &mut self,
-        inst: &str,
-        message: &str,
-        now: TimestampMs,
-        fx: &mut Effects,
-    ) {
+    fn cancel_open_change_requests(&mut self, inst: &str, message: &str, tx: &mut Tx) {
+        let now = tx.now;
         for c in self.change_requests.values_mut() {
             if c.installation == inst && c.status.is_open() {
                 c.status = ChangeRequestStatus::Cancelled;
                 c.message = message.to_string();
                 c.closed_ms = Some(now);
-                fx.changed.push(RecordKey::ChangeRequest(c.id.clone()));
+                tx.changed.push(RecordKey::ChangeRequest(c.id.clone()));
             }
         }
     }
@@ -847,26 +762,20 @@ impl State {
 
     /// Ends `module`'s management of `entity` (if it still manages it): the entity stays
     /// installed, unowned, without the module's secret requirements (SPEC M11, M16).
-    fn release_ownership(&mut self, entity: &str, module: &str, fx: &mut Effects) {
+    fn release_ownership(&mut self, entity: &str, module: &str, tx: &mut Tx) {
         if let Some(e) = self.entities.get_mut(entity) {
             if e.owner_module.as_deref() == Some(module) {
                 e.owner_module = None;
                 e.required_secrets.clear();
-                fx.changed.push(RecordKey::Entity(entity.to_string()));
-                fx.triggers.push(Trigger::EntityOnly(entity.to_string()));
+                tx.changed.push(RecordKey::Entity(entity.to_string()));
+                tx.triggers.push(Trigger::EntityOnly(entity.to_string()));
             }
         }
     }
 
     /// Applies a computed [`ModuleSync`] to the state and to `inst`.
-    fn apply_module_sync(
-        &mut self,
-        inst: &mut Installation,
-        sync: ModuleSync,
-        now: TimestampMs,
-        index: u64,
-        fx: &mut Effects,
-    ) {
+    fn apply_module_sync(&mut self, inst: &mut Installation, sync: ModuleSync, tx: &mut Tx) {
+        let now = tx.now;
         for (mut entity, existed) in sync.upserts {
             let id = entity.id.0.clone();
             if existed {
@@ -884,12 +793,10 @@ impl State {
             self.index_providers(&entity, true);
             self.entities.insert(id.clone(), entity);
             self.reindex_dependencies(&id);
-            fx.changed.push(RecordKey::Entity(id.clone()));
-            fx.triggers.push(Trigger::Entity(id.clone()));
+            tx.changed.push(RecordKey::Entity(id.clone()));
+            tx.triggers.push(Trigger::Entity(id.clone()));
             self.note(
                 &id,
-                now,
-                index,
                 "module",
                 format!(
                     "{} by module {} ({})",
@@ -897,22 +804,20 @@ impl State {
                     inst.module,
                     inst.id
                 ),
-                fx,
+                tx,
             );
         }
         for id in &sync.unmanage {
-            self.release_ownership(id, &inst.module, fx);
+            self.release_ownership(id, &inst.module, tx);
             if self.entities.contains_key(id) {
                 self.note(
                     id,
-                    now,
-                    index,
                     "module",
                     format!(
                         "no longer managed by module {}: removed from its definition (it stays installed)",
                         inst.module
                     ),
-                    fx,
+                    tx,
                 );
             }
         }
@@ -944,7 +849,7 @@ impl State {
     /// Under MERGE, refuses a user's edit of an entity's config overrides (`version` set to
     /// `config`, or removed) that would change a key its module controls, unless the
     /// installation's module updates are paused (SPEC M13, M15).
-    pub(crate) fn check_module_config_edit(
+    pub(super) fn check_module_config_edit(
         &self,
         entity: &str,
         version: &Version,
@@ -983,52 +888,5 @@ impl State {
                 inst.id
             ))
         })
-    }
-
-    /// Every published version of `name`, oldest first.
-    pub fn module_versions(
-        &self,
-        name: &str,
-    ) -> impl DoubleEndedIterator<Item = &PublishedModule> + '_ {
-        // `name` followed by NUL is the least string above `name`: the range holds exactly
-        // `name`'s versions.
-        let from = (name.to_string(), Version::new(0, 0, 0));
-        let to = (format!("{name}\u{0}"), Version::new(0, 0, 0));
-        self.modules.range(from..to).map(|(_, m)| m)
-    }
-
-    /// `name` at `version`, if published.
-    pub fn module(&self, name: &str, version: &Version) -> Option<&PublishedModule> {
-        self.modules.get(&(name.to_string(), version.clone()))
-    }
-
-    /// The newest version of `name`.
-    pub fn latest_module(&self, name: &str) -> Option<&PublishedModule> {
-        self.module_versions(name).next_back()
-    }
-
-    /// Every published module version, by name then version.
-    pub fn modules(&self) -> impl Iterator<Item = &PublishedModule> {
-        self.modules.values()
-    }
-
-    /// One installation.
-    pub fn installation(&self, id: &str) -> Option<&Installation> {
-        self.installations.get(id)
-    }
-
-    /// Every installation, by id.
-    pub fn installations(&self) -> impl Iterator<Item = &Installation> {
-        self.installations.values()
-    }
-
-    /// One change request.
-    pub fn change_request(&self, id: &str) -> Option<&ChangeRequest> {
-        self.change_requests.get(id)
-    }
-
-    /// Every change request, by id.
-    pub fn change_requests(&self) -> impl Iterator<Item = &ChangeRequest> {
-        self.change_requests.values()
     }
 }

@@ -1,0 +1,607 @@
+//! Canaries: applying a canary resource to an entity, deleting it, the leader's committed
+//! ticks and operators' manual promote / abort / retry, each running the pure phase machine
+//! of [`crate::canary`]; the step plans that carry the resulting actions to the agent, and
+//! the agent's observations.
+
+use crate::canary::{
+    advance, parse_canary, terminate, Action, CanaryObservation, CanaryRevision, CanaryStatus,
+    CanaryStepSpec, Manual, MetricSource, Phase, Strategy, TickInput, MAX_OBSERVATIONS,
+    MAX_SPARE_REVISIONS, MAX_WINDOWS,
+};
+use crate::canary_record::{action_label, Canary};
+use crate::command::CommandOutput;
+use crate::entity::EntityId;
+use crate::error::CommandError;
+use crate::plan::{Plan, PlanKind, PlanStatus};
+use crate::record::RecordKey;
+use crate::state::{State, Trigger};
+use crate::TimestampMs;
+
+use super::Tx;
+
+impl State {
+    /// `ReportCanaries`: stores the agent's observations on the canary records.
+    pub(super) fn report_canaries(
+        &mut self,
+        environment: &str,
+        observations: &[(String, CanaryObservation)],
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let stored = self.observe_canaries(environment, observations, tx)?;
+        Ok(CommandOutput::Changed {
+            id: environment.to_string(),
+            summary: format!("{stored} canary observations stored"),
+        })
+    }
+
+    /// `CanaryManual`: an operator's promote, abort or retry, audited.
+    pub(super) fn canary_manual_command(
+        &mut self,
+        id: &str,
+        action: &crate::canary::Manual,
+        actor: &str,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        if actor.trim().is_empty() {
+            return Err(CommandError::invalid("actor", "required"));
+        }
+        let out = self.canary_manual(id, *action, tx)?;
+        self.audit_entry(
+            actor,
+            &format!("canary-{}", action.as_str()),
+            id.to_string(),
+            "",
+            tx,
+        );
+        Ok(out)
+    }
+
+    /// Creates or updates a canary from its resource (SPEC K1). Invalid resources are refused
+    /// with every problem's path, and a running canary is left untouched.
+    pub(super) fn apply_canary(
+        &mut self,
+        environment: Option<&str>,
+        yaml: &str,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let now = tx.now;
+        let spec = parse_canary(yaml)
+            .map_err(|errors| CommandError::invalid("canary", format!("\n{errors}")))?;
+        let env = match (spec.namespace.as_deref(), environment) {
+            (Some(ns), Some(env)) if ns != env => {
+                return Err(CommandError::invalid(
+                    "metadata.namespace",
+                    format!("{ns:?} differs from the environment given, {env:?}"),
+                ))
+            }
+            (Some(ns), _) => ns.to_string(),
+            (None, Some(env)) => env.to_string(),
+            (None, None) => {
+                return Err(CommandError::invalid(
+                    "metadata.namespace",
+                    "required: the environment of the target entity",
+                ))
+            }
+        };
+        if !self.environments.contains_key(&env) {
+            return Err(CommandError::NotFound {
+                kind: "environment".into(),
+                name: env,
+            });
+        }
+        let entity = EntityId::new(&env, spec.target.kind, &spec.target.name).0;
+        if !self.entities.contains_key(&entity) {
+            return Err(CommandError::invalid(
+                "spec.targetRef",
+                format!("entity {entity} does not exist"),
+            ));
+        }
+        for suffix in ["primary", "canary"] {
+            let workload = EntityId::new(
+                &env,
+                spec.target.kind,
+                &format!("{}-{suffix}", spec.target.name),
+            )
+            .0;
+            if self.entities.contains_key(&workload) {
+                return Err(CommandError::FailedPrecondition(format!(
+                    "entity {workload} exists: the canary's {suffix} workload of {entity} \
+                     would take its name"
+                )));
+            }
+        }
+        let id = Canary::id_of(&env, &spec.name);
+        if let Some(other) = self
+            .idx
+            .canary_of_entity
+            .get(&entity)
+            .filter(|other| **other != id)
+        {
+            return Err(CommandError::FailedPrecondition(format!(
+                "entity {entity} already has canary {other}; one canary per entity"
+            )));
+        }
+        let summary = match self.canaries.get_mut(&id) {
+            Some(c) => {
+                if c.entity != entity {
+                    return Err(CommandError::invalid(
+                        "spec.targetRef",
+                        format!(
+                            "canary {id} controls {}; delete it to attach the name to {entity}",
+                            c.entity
+                        ),
+                    ));
+                }
+                if c.yaml == yaml {
+                    return Ok(CommandOutput::Changed {
+                        id,
+                        summary: "canary unchanged".into(),
+                    });
+                }
+                c.spec = spec;
+                c.yaml = yaml.to_string();
+                c.updated_ms = now;
+                format!("canary {id} updated")
+            }
+            None => {
+                self.idx.canary_of_entity.insert(entity.clone(), id.clone());
+                self.canaries.insert(
+                    id.clone(),
+                    Canary {
+                        id: id.clone(),
+                        environment: env.clone(),
+                        name: spec.name.clone(),
+                        entity: entity.clone(),
+                        spec,
+                        yaml: yaml.to_string(),
+                        status: CanaryStatus::new(now),
+                        actions: Vec::new(),
+                        target: None,
+                        revisions: Vec::new(),
+                        observation: None,
+                        queued: Vec::new(),
+                        created_ms: now,
+                        updated_ms: now,
+                    },
+                );
+                format!("canary {id} created for {entity}")
+            }
+        };
+        tx.changed.push(RecordKey::Canary(id.clone()));
+        // The next evaluation sets the canary's target.
+        tx.triggers.push(Trigger::Entity(entity.clone()));
+        self.note(&entity, "canary", summary.clone(), tx);
+        Ok(CommandOutput::Changed { id, summary })
+    }
+
+    /// Deletes a canary; with `revertOnDeletion` the decided actions restore the original
+    /// routing (SPEC K8).
+    pub(super) fn delete_canary(
+        &mut self,
+        id: &str,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let now = tx.now;
+        let c = self
+            .canaries
+            .get(id)
+            .cloned()
+            .ok_or_else(|| CommandError::NotFound {
+                kind: "canary".into(),
+                name: id.to_string(),
+            })?;
+        let outcome = terminate(&c.spec, &c.status, now);
+        // Steps not yet applied are moot. With revertOnDeletion the restore plan must reach
+        // the agent: it supersedes whatever plan of the entity is active.
+        let restore = !outcome.actions.is_empty();
+        let active = self
+            .active_plan_of(&c.entity)
+            .map(|p| (p.id.clone(), p.kind.is_canary_step()));
+        if let Some((plan, is_step)) = active {
+            if is_step || restore {
+                self.cancel_plan(&plan, &format!("canary {id} deleted"), tx);
+            }
+        }
+        if restore {
+            if let Some(rec) = self.canaries.get_mut(id) {
+                rec.queued.clear();
+                rec.status = outcome.status.clone();
+            }
+            self.issue_canary_step(id, &outcome.actions, tx);
+        }
+        self.canaries.remove(id);
+        self.idx.canary_of_entity.remove(&c.entity);
+        tx.changed.push(RecordKey::Canary(id.to_string()));
+        let mut summary = format!("canary {id} deleted");
+        if !outcome.actions.is_empty() {
+            summary.push_str(&format!(
+                " ({})",
+                outcome
+                    .actions
+                    .iter()
+                    .map(action_label)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if self.entities.contains_key(&c.entity) {
+            self.note(&c.entity, "canary", summary.clone(), tx);
+        }
+        Ok(CommandOutput::Changed {
+            id: id.to_string(),
+            summary,
+        })
+    }
+
+    /// Applies one planned tick: runs the phase machine with the leader's observations if the
+    /// canary is still at `step`; otherwise (a deposed leader's proposal, a duplicate) changes
+    /// nothing (SPEC K9).
+    pub(super) fn canary_tick(
+        &mut self,
+        id: &str,
+        step: u64,
+        input: &TickInput,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let now = tx.now;
+        let c = self
+            .canaries
+            .get(id)
+            .ok_or_else(|| CommandError::NotFound {
+                kind: "canary".into(),
+                name: id.to_string(),
+            })?;
+        if c.status.step != step {
+            return Ok(CommandOutput::Changed {
+                id: id.to_string(),
+                summary: format!(
+                    "stale tick (planned at step {step}, canary at {}) ignored",
+                    c.status.step
+                ),
+            });
+        }
+        let outcome = advance(&c.spec, &c.status, input, now);
+        debug_assert_eq!(outcome.status.step, step + 1, "a tick advances one step");
+        let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, tx);
+        let weight = self.canaries.get(id).map_or(0, |c| c.status.canary_weight);
+        let summary = with_events(
+            format!(
+                "canary {id} step {step}: {} -> {}, weight {weight}",
+                before.as_str(),
+                after.as_str()
+            ),
+            &outcome.events,
+        );
+        if before != after {
+            self.note_canary(id, summary.clone(), tx);
+        }
+        Ok(CommandOutput::Changed {
+            id: id.to_string(),
+            summary,
+        })
+    }
+
+    /// Runs an operator's promote, abort or retry as a tick of its own, at once (SPEC K10).
+    fn canary_manual(
+        &mut self,
+        id: &str,
+        manual: Manual,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let now = tx.now;
+        let c = self
+            .canaries
+            .get(id)
+            .ok_or_else(|| CommandError::NotFound {
+                kind: "canary".into(),
+                name: id.to_string(),
+            })?;
+        if c.spec.suspend {
+            return Err(CommandError::FailedPrecondition(format!(
+                "canary {id} is suspended (spec.suspend); resume it first"
+            )));
+        }
+        let input = TickInput::manual(c.current_revision(), manual);
+        let outcome = advance(&c.spec, &c.status, &input, now);
+        let step = c.status.step;
+        let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, tx);
+        let summary = with_events(
+            format!(
+                "canary {id}: {} ({} -> {})",
+                manual.as_str(),
+                before.as_str(),
+                after.as_str()
+            ),
+            &outcome.events,
+        );
+        self.note_canary(id, summary.clone(), tx);
+        Ok(CommandOutput::Changed {
+            id: id.to_string(),
+            summary,
+        })
+    }
+
+    /// Stores the status a tick decided and its actions (decided at `step`), and issues the
+    /// step plan that carries them to the agent; returns the phases before and after.
+    #[allow(clippy::too_many_arguments)]
+    fn commit_outcome(
+        &mut self,
+        id: &str,
+        step: u64,
+        status: CanaryStatus,
+        actions: Vec<Action>,
+        tx: &mut Tx,
+    ) -> (Phase, Phase) {
+        let Some(c) = self.canaries.get_mut(id) else {
+            // Callers looked the canary up just before; nothing removed it since.
+            return (status.phase, status.phase);
+        };
+        let before = c.status.phase;
+        c.status = status;
+        c.record_actions(step, actions.clone());
+        let after = c.status.phase;
+        tx.changed.push(RecordKey::Canary(id.to_string()));
+        self.issue_canary_step(id, &actions, tx);
+        (before, after)
+    }
+
+    /// Notes `summary` in the activity of the canary's entity, if it still exists.
+    fn note_canary(&mut self, id: &str, summary: String, tx: &mut Tx) {
+        let Some(entity) = self.canaries.get(id).map(|c| c.entity.clone()) else {
+            return;
+        };
+        if self.entities.contains_key(&entity) {
+            self.note(&entity, "canary", summary, tx);
+        }
+    }
+
+    /// Records `target` as the revision canary `id` analyses next (from an evaluation).
+    pub(super) fn set_canary_target(&mut self, id: &str, target: CanaryRevision, tx: &mut Tx) {
+        let Some(c) = self.canaries.get_mut(id) else {
+            return;
+        };
+        remember_revision(c, target.clone());
+        c.target = Some(target);
+        tx.changed.push(RecordKey::Canary(id.to_string()));
+    }
+
+    /// The desired state after the status of canary `id` changed with `actions`, as a step
+    /// plan (issued now or queued); nothing when no action concerns the agent.
+    fn issue_canary_step(&mut self, id: &str, actions: &[Action], tx: &mut Tx) {
+        let now = tx.now;
+        let index = tx.index;
+        if !actions.iter().any(is_agent_action) {
+            return;
+        }
+        let Some(c) = self.canaries.get(id) else {
+            return;
+        };
+        let restore = actions.iter().any(|a| matches!(a, Action::RestoreOriginal));
+        let spec = step_spec(c, restore);
+        let plan = step_plan(c, spec, now, index);
+        let entity = c.entity.clone();
+        if let Some(c) = self.canaries.get_mut(id) {
+            c.queued.push(plan);
+            tx.changed.push(RecordKey::Canary(id.to_string()));
+        }
+        // Issued at once when no plan of the entity is active (after older queued steps).
+        self.release_queued_canary_step(&entity, tx);
+    }
+
+    /// Issues the next queued step plan of the canary of `entity`, once no plan of the entity
+    /// is active (called when a plan finishes and when a step is decided).
+    pub(super) fn release_queued_canary_step(&mut self, entity: &str, tx: &mut Tx) {
+        let now = tx.now;
+        if self.idx.active_plan.contains_key(entity) {
+            return;
+        }
+        let Some(id) = self
+            .idx
+            .canary_of_entity
+            .get(entity)
+            .filter(|id| self.canaries.get(*id).is_some_and(|c| !c.queued.is_empty()))
+            .cloned()
+        else {
+            return;
+        };
+        let Some(c) = self.canaries.get_mut(&id) else {
+            return;
+        };
+        let mut plan = c.queued.remove(0);
+        plan.issued_ms = now;
+        tx.changed.push(RecordKey::Canary(id));
+        self.insert_plan(plan, tx);
+    }
+
+    /// Stores what the agent of `environment` observed (SPEC K6). Observations of canaries
+    /// that do not exist (any more) in the environment are skipped; returns how many were
+    /// stored.
+    fn observe_canaries(
+        &mut self,
+        environment: &str,
+        observations: &[(String, CanaryObservation)],
+        tx: &mut Tx,
+    ) -> Result<usize, CommandError> {
+        let now = tx.now;
+        if observations.len() > MAX_OBSERVATIONS {
+            return Err(CommandError::invalid(
+                "observations",
+                format!(
+                    "{} observations, at most {MAX_OBSERVATIONS}",
+                    observations.len()
+                ),
+            ));
+        }
+        for (id, o) in observations {
+            if o.windows.len() > MAX_WINDOWS {
+                return Err(CommandError::invalid(
+                    "observations.windows",
+                    format!("{id}: {} windows, at most {MAX_WINDOWS}", o.windows.len()),
+                ));
+            }
+            if o.primary_ready_percent > 100 || o.canary_ready_percent > 100 {
+                return Err(CommandError::invalid(
+                    "observations.ready_percent",
+                    format!("{id}: above 100"),
+                ));
+            }
+        }
+        let mut stored = 0;
+        for (id, o) in observations {
+            let Some(c) = self
+                .canaries
+                .get_mut(id)
+                .filter(|c| c.environment == environment)
+            else {
+                continue;
+            };
+            c.observation = Some(CanaryObservation {
+                observed_ms: now,
+                ..o.clone()
+            });
+            tx.changed.push(RecordKey::Canary(id.clone()));
+            stored += 1;
+        }
+        Ok(stored)
+    }
+}
+
+/// `summary`, followed by the tick's events when there are any.
+fn with_events(mut summary: String, events: &[String]) -> String {
+    if !events.is_empty() {
+        summary.push_str(&format!(": {}", events.join("; ")));
+    }
+    summary
+}
+
+/// Whether an action changes what the agent runs or routes (alerts and notifications are
+/// the leader's).
+fn is_agent_action(a: &Action) -> bool {
+    !matches!(a, Action::Alert { .. } | Action::NotifyWebhook { .. })
+}
+
+/// Adds `rev` to the canary's known revisions, forgetting the oldest ones its status, target
+/// and queue do not refer to.
+fn remember_revision(c: &mut Canary, rev: CanaryRevision) {
+    c.revisions.retain(|r| r.revision != rev.revision);
+    c.revisions.push(rev);
+    let mut keep: Vec<String> = [
+        c.status.primary_revision.clone(),
+        c.status.canary_revision.clone(),
+        c.status.last_applied_spec.clone(),
+        c.status.last_promoted_spec.clone(),
+        c.target.as_ref().map(|t| t.revision.clone()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    keep.push(
+        c.revisions
+            .last()
+            .map(|r| r.revision.clone())
+            .unwrap_or_default(),
+    );
+    while c.revisions.len() > MAX_SPARE_REVISIONS + 5 {
+        let Some(pos) = c.revisions.iter().position(|r| !keep.contains(&r.revision)) else {
+            break;
+        };
+        c.revisions.remove(pos);
+    }
+}
+
+/// The desired state of canary `c` as its status now describes it.
+fn step_spec(c: &Canary, restore: bool) -> CanaryStepSpec {
+    let find = |rev: &Option<String>| {
+        rev.as_ref()
+            .and_then(|r| c.revisions.iter().find(|x| &x.revision == r).cloned())
+    };
+    let mut windows: Vec<i64> = c
+        .spec
+        .analysis
+        .metrics
+        .iter()
+        .filter(|m| {
+            matches!(
+                m.source,
+                MetricSource::RequestSuccessRate | MetricSource::RequestDuration
+            )
+        })
+        .map(|m| m.interval_ms)
+        .collect();
+    windows.sort_unstable();
+    windows.dedup();
+    let match_rules = match &c.spec.analysis.strategy {
+        Strategy::AbTesting { match_rules, .. } => match_rules.clone(),
+        _ => Vec::new(),
+    };
+    CanaryStepSpec {
+        canary: c.id.clone(),
+        service: c.spec.service.name.clone(),
+        port: c.spec.service.port,
+        step: c.status.step,
+        phase: c.status.phase,
+        primary: find(&c.status.primary_revision),
+        canary_workload: if restore {
+            None
+        } else {
+            find(&c.status.canary_revision)
+        },
+        canary_weight: if restore { 0 } else { c.status.canary_weight },
+        match_routing: !restore && c.status.match_routing,
+        match_rules,
+        restore_original: restore,
+        metric_windows_ms: windows,
+    }
+}
+
+/// The plan record carrying `spec` for the canary's entity.
+fn step_plan(c: &Canary, spec: CanaryStepSpec, now: TimestampMs, index: u64) -> Plan {
+    let kind = PlanKind::CanaryStep(Box::new(spec));
+    let (version, config, secrets_revision) = match &kind {
+        PlanKind::CanaryStep(s) => s
+            .primary
+            .as_ref()
+            .map(|p| {
+                (
+                    Some(p.version.clone()),
+                    Some(p.config.clone()),
+                    p.secrets_revision,
+                )
+            })
+            .unwrap_or((None, None, 0)),
+        _ => (None, None, 0),
+    };
+    let reason = match &kind {
+        PlanKind::CanaryStep(s) => format!(
+            "canary {} step {}: {}, weight {}",
+            s.canary,
+            s.step,
+            s.phase.as_str(),
+            s.canary_weight
+        ),
+        _ => String::new(),
+    };
+    Plan {
+        id: format!("p-{index}-c"),
+        entity: c.entity.clone(),
+        environment: c.environment.clone(),
+        tasks: Plan::tasks_for(&kind),
+        kind,
+        from_version: version.clone(),
+        to_version: version,
+        from_config_sha256: None,
+        to_config: config,
+        secrets_revision,
+        artifacts: Vec::new(),
+        reason,
+        output: String::new(),
+        failure: None,
+        created_ms: now,
+        issued_ms: now,
+        started_ms: None,
+        ended_ms: None,
+        status: PlanStatus::Issued,
+        cancel_reason: None,
+        issued_index: index,
+    }
+}

@@ -1,0 +1,322 @@
+//! Entities: creating them, their settings, config overrides and secrets.
+
+use crate::command::{CommandOutput, EntitySettingsPatch, WindowChange};
+use crate::entity::{
+    Entity, EntityId, EntityKind, SecretValue, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN,
+};
+use crate::error::CommandError;
+use crate::name::{validate_name, validate_product_id};
+use crate::record::RecordKey;
+use crate::state::{State, Trigger};
+
+use super::{changed, not_found, parse_version, parse_window, Tx};
+
+/// Largest config overrides text per version.
+pub const MAX_CONFIG_BYTES: usize = 64 * 1024;
+/// Largest secret value.
+pub const MAX_SECRET_BYTES: usize = 16 * 1024;
+/// Most secrets per entity.
+pub const MAX_SECRETS: usize = 128;
+
+/// The fields of `CreateEntity`.
+pub(super) struct NewEntity<'a> {
+    pub(super) environment: &'a str,
+    pub(super) kind: EntityKind,
+    pub(super) name: &'a str,
+    pub(super) product_id: &'a str,
+    pub(super) k8s_namespace: &'a Option<String>,
+    pub(super) account_id: &'a Option<String>,
+    pub(super) release_channel: &'a Option<String>,
+}
+
+impl State {
+    /// `CreateEntity`: a new entity in an existing environment, indexed by product and dependency group.
+    pub(super) fn create_entity(
+        &mut self,
+        command: NewEntity<'_>,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let NewEntity {
+            environment,
+            kind,
+            name,
+            product_id,
+            k8s_namespace,
+            account_id,
+            release_channel,
+        } = command;
+        let now = tx.now;
+        validate_name("environment", environment)?;
+        validate_name("name", name)?;
+        validate_product_id("product_id", product_id)?;
+        let k8s_namespace = non_empty(k8s_namespace);
+        let account_id = non_empty(account_id);
+        match kind {
+            EntityKind::HelmChart => match &k8s_namespace {
+                None => {
+                    return Err(CommandError::invalid(
+                        "k8s_namespace",
+                        "required for a helmChart entity",
+                    ))
+                }
+                Some(ns) => validate_name("k8s_namespace", ns)?,
+            },
+            EntityKind::TerraformModule => {
+                if k8s_namespace.is_some() {
+                    return Err(CommandError::invalid(
+                        "k8s_namespace",
+                        "only helmChart entities have a namespace",
+                    ));
+                }
+            }
+        }
+        if account_id.is_some() && kind != EntityKind::TerraformModule {
+            return Err(CommandError::invalid(
+                "account_id",
+                "only terraformModule entities have an account",
+            ));
+        }
+        let release_channel =
+            non_empty(release_channel).unwrap_or_else(|| DEFAULT_RELEASE_CHANNEL.to_string());
+        self.check_channel("release_channel", &release_channel)?;
+        if !self.environments.contains_key(environment) {
+            return Err(CommandError::NotFound {
+                kind: "environment".into(),
+                name: environment.to_string(),
+            });
+        }
+        let id = EntityId::new(environment, kind, name);
+        if id.0.len() >= MAX_ENTITY_ID_LEN {
+            return Err(CommandError::invalid(
+                "name",
+                format!("entity id {id} must be shorter than {MAX_ENTITY_ID_LEN}"),
+            ));
+        }
+        if self.entities.contains_key(&id.0) {
+            return Err(CommandError::AlreadyExists {
+                kind: "entity".into(),
+                name: id.0,
+            });
+        }
+        let entity = Entity::new(
+            id.clone(),
+            environment,
+            kind,
+            name,
+            product_id,
+            k8s_namespace,
+            account_id,
+            release_channel,
+            now,
+        );
+        self.idx
+            .entities_by_product
+            .entry((environment.to_string(), product_id.to_string()))
+            .or_default()
+            .insert(id.0.clone());
+        self.index_providers(&entity, true);
+        self.entities.insert(id.0.clone(), entity);
+        tx.changed.push(RecordKey::Entity(id.0.clone()));
+        tx.triggers.push(Trigger::Entity(id.0.clone()));
+        Ok(CommandOutput::EntityCreated(id.0))
+    }
+
+    pub(super) fn set_entity_settings(
+        &mut self,
+        id: &str,
+        patch: &EntitySettingsPatch,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        self.require_entity(id)?;
+        if let Some(channel) = &patch.release_channel {
+            self.check_channel("release_channel", channel)?;
+        }
+        if let Some(groups) = &patch.dependency_groups {
+            if groups.is_empty() {
+                return Err(CommandError::invalid(
+                    "dependency_groups",
+                    "at least one group",
+                ));
+            }
+            for g in groups {
+                validate_name("dependency_groups", g)?;
+            }
+        }
+        if let Some(ignored) = &patch.ignored_dependencies {
+            for p in ignored {
+                validate_product_id("ignored_dependencies", p)?;
+            }
+        }
+        let window = match &patch.maintenance_window {
+            Some(WindowChange::Set(w)) => Some(Some(parse_window("maintenance_window", w)?)),
+            Some(WindowChange::Remove) => Some(None),
+            None => None,
+        };
+        if let Some(groups) = &patch.dependency_groups {
+            // Re-key the entity in the group indexes (validated above; cannot fail now).
+            if let Some(before) = self.entities.get(id).cloned() {
+                self.index_providers(&before, false);
+                let mut after = before;
+                after.dependency_groups = groups.iter().cloned().collect();
+                self.index_providers(&after, true);
+            }
+        }
+        let e = self
+            .entities
+            .get_mut(id)
+            .ok_or_else(|| not_found("entity", id))?;
+        let mut neighbours = false;
+        if let Some(channel) = &patch.release_channel {
+            e.release_channel = channel.clone();
+        }
+        if let Some(groups) = &patch.dependency_groups {
+            e.dependency_groups = groups.iter().cloned().collect();
+            neighbours = true;
+        }
+        if let Some(ignored) = &patch.ignored_dependencies {
+            e.ignored_dependencies = ignored.iter().cloned().collect();
+            neighbours = true;
+        }
+        if let Some(w) = window {
+            e.maintenance_window = w;
+        }
+        if let Some(m) = patch.marked_for_uninstall {
+            e.marked_for_uninstall = m;
+        }
+        if patch.dependency_groups.is_some() {
+            self.reindex_dependencies(id);
+        }
+        tx.changed.push(RecordKey::Entity(id.to_string()));
+        tx.triggers.push(if neighbours {
+            Trigger::Entity(id.to_string())
+        } else {
+            Trigger::EntityOnly(id.to_string())
+        });
+        Ok(changed(id, format!("settings of {id} updated")))
+    }
+
+    /// `SetConfigOverrides`: sets or removes the overrides of one version.
+    pub(super) fn set_config_overrides(
+        &mut self,
+        entity: &str,
+        version: &str,
+        config: &Option<String>,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let v = parse_version("version", version)?;
+        if let Some(text) = config {
+            if text.len() > MAX_CONFIG_BYTES {
+                return Err(CommandError::invalid(
+                    "config",
+                    format!("{} bytes, at most {MAX_CONFIG_BYTES}", text.len()),
+                ));
+            }
+            validate_config_yaml(text)?;
+        }
+        self.require_entity(entity)?;
+        self.check_module_config_edit(entity, &v, config.as_ref())?;
+        let e = self
+            .entities
+            .get_mut(entity)
+            .ok_or_else(|| not_found("entity", entity))?;
+        match config {
+            Some(text) => {
+                e.config_overrides.insert(v.clone(), text.clone());
+            }
+            None => {
+                if e.config_overrides.remove(&v).is_none() {
+                    return Err(not_found("config overrides for version", version));
+                }
+            }
+        }
+        tx.changed.push(RecordKey::Entity(entity.to_string()));
+        tx.triggers.push(Trigger::EntityOnly(entity.to_string()));
+        let verb = if config.is_some() { "set" } else { "removed" };
+        Ok(changed(
+            entity.to_string(),
+            format!("config overrides from {v} {verb}"),
+        ))
+    }
+
+    /// `SetSecret`: sets or removes one secret; every change bumps the secrets revision.
+    pub(super) fn set_secret(
+        &mut self,
+        entity: &str,
+        name: &str,
+        value: &Option<SecretValue>,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        if name.is_empty()
+            || name.len() > 128
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return Err(CommandError::invalid(
+                "name",
+                format!("{name:?}: 1-128 of A-Z, a-z, 0-9, '-', '_', '.'"),
+            ));
+        }
+        if let Some(v) = value {
+            if v.0.len() > MAX_SECRET_BYTES {
+                return Err(CommandError::invalid(
+                    "value",
+                    format!("longer than {MAX_SECRET_BYTES} bytes"),
+                ));
+            }
+        }
+        let e = self
+            .entities
+            .get_mut(entity)
+            .ok_or_else(|| not_found("entity", entity))?;
+        match value {
+            Some(v) => {
+                if !e.secrets.contains_key(name) && e.secrets.len() >= MAX_SECRETS {
+                    return Err(CommandError::invalid(
+                        "name",
+                        format!("at most {MAX_SECRETS} secrets"),
+                    ));
+                }
+                if e.secrets.get(name) == Some(v) {
+                    return Ok(changed(
+                        entity.to_string(),
+                        format!("secret {name} unchanged"),
+                    ));
+                }
+                e.secrets.insert(name.to_string(), v.clone());
+            }
+            None => {
+                if e.secrets.remove(name).is_none() {
+                    return Err(not_found("secret", name));
+                }
+            }
+        }
+        e.secrets_revision += 1;
+        let rev = e.secrets_revision;
+        tx.changed.push(RecordKey::Entity(entity.to_string()));
+        tx.triggers.push(Trigger::EntityOnly(entity.to_string()));
+        Ok(changed(
+            entity.to_string(),
+            format!("secret {name} set (revision {rev})"),
+        ))
+    }
+}
+
+/// Config overrides must be a YAML mapping (or empty).
+fn validate_config_yaml(text: &str) -> Result<(), CommandError> {
+    if text.trim().is_empty() {
+        return Ok(());
+    }
+    match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text) {
+        Ok(serde_yaml_ng::Value::Mapping(_)) | Ok(serde_yaml_ng::Value::Null) => Ok(()),
+        Ok(_) => Err(CommandError::invalid("config", "must be a YAML mapping")),
+        Err(e) => Err(CommandError::invalid(
+            "config",
+            format!("not valid YAML: {e}"),
+        )),
+    }
+}
+
+pub(crate) fn non_empty(value: &Option<String>) -> Option<String> {
+    value.as_ref().filter(|v| !v.is_empty()).cloned()
+}

@@ -1,0 +1,420 @@
+//! Applying a committed command: the engine's only `match` on [`Command`].
+//!
+//! [`State::apply`] is called once per Raft entry, in log order, on every node. It
+//! deduplicates by request id, runs the command's handler through [`State::execute`] and
+//! returns what changed. The match there has one arm per variant and no wildcard, so a new
+//! command does not compile until it has a handler; each arm only delegates.
+//!
+//! Handlers live one file per command family and share one shape: check everything the
+//! command could be refused for (assert, return early), then change the tables. A refused
+//! command therefore changes nothing; `apply` asserts that in debug builds. Every handler
+//! gets a [`Tx`]: the entry's time and index (the engine reads no clock) and the record keys
+//! and triggers it changed.
+//!
+//! | file | commands |
+//! |---|---|
+//! | `environments.rs` | environments, their settings and registries |
+//! | `entities.rs` | entities, their settings, config overrides and secrets |
+//! | `catalog.rs` | products, releases, channels, recalls |
+//! | `windows.rs` | window overrides |
+//! | `suppressions.rs` | suppressions, their expiry, the autosuppression threshold |
+//! | `plans.rs` | the leader's evaluations and plan cancels |
+//! | `reports.rs` | agents' entity-state and task reports |
+//! | `commands.rs` | break-glass commands |
+//! | `modules.rs` | modules, installations, change requests |
+//! | `canaries.rs` | canaries: resources, ticks, manual actions, step plans, observations |
+//! | `cluster_keys.rs` | cluster keys |
+
+mod canaries;
+mod catalog;
+mod cluster_keys;
+mod commands;
+mod entities;
+mod environments;
+mod modules;
+mod plans;
+mod reports;
+mod suppressions;
+#[cfg(test)]
+mod tests;
+mod windows;
+
+use semver::Version;
+
+use crate::command::{Command, CommandOutput, Request, WindowSpec};
+use crate::error::CommandError;
+use crate::record::{AuditEntry, RecordKey, RequestRecord};
+use crate::state::{Applied, State, Trigger, REQUEST_TTL_MS};
+use crate::suppression::Scope;
+use crate::window::MaintenanceWindow;
+use crate::TimestampMs;
+
+/// Longest free-text reason or description.
+pub const MAX_TEXT: usize = 1024;
+
+/// The context of one apply: the entry's time and index, and what the handler changed.
+#[derive(Debug)]
+pub(crate) struct Tx {
+    /// The time stamped on the entry (milliseconds since the Unix epoch).
+    pub(crate) now: TimestampMs,
+    /// The entry's log index; ids derived from it (`p-<index>-<n>`, `r-<index>`) are unique.
+    pub(crate) index: u64,
+    /// Every record key set or removed, for storage.
+    pub(crate) changed: Vec<RecordKey>,
+    /// What the leader must re-evaluate.
+    pub(crate) triggers: Vec<Trigger>,
+}
+
+impl Tx {
+    pub(crate) fn new(now: TimestampMs, index: u64) -> Self {
+        Tx {
+            now,
+            index,
+            changed: Vec::new(),
+            triggers: Vec::new(),
+        }
+    }
+}
+
+impl State {
+    /// Applies `req`, which Raft committed at log `index`. Deterministic: the result depends
+    /// only on the state, the request and `index`.
+    pub fn apply(&mut self, req: &Request, index: u64) -> Applied {
+        let mut tx = Tx::new(req.time_ms, index);
+        if let Some(id) = &req.request_id {
+            if let Some(prev) = self.requests.get(id) {
+                return Applied {
+                    result: prev.result.clone(),
+                    changed: Vec::new(),
+                    triggers: Vec::new(),
+                };
+            }
+        }
+        let result = self.execute(&req.command, &mut tx);
+        if result.is_err() {
+            debug_assert!(
+                tx.changed.is_empty(),
+                "a refused command changed {:?}",
+                tx.changed
+            );
+            tx.changed.clear();
+            tx.triggers.clear();
+        }
+        if let Some(id) = &req.request_id {
+            let record = RequestRecord {
+                id: id.clone(),
+                index,
+                time_ms: req.time_ms,
+                result: result.clone(),
+            };
+            self.request_expiry.insert((req.time_ms, id.clone()));
+            self.requests.insert(id.clone(), record);
+            tx.changed.push(RecordKey::Request(id.clone()));
+        }
+        self.forget_requests_before(req.time_ms - REQUEST_TTL_MS, &mut tx.changed);
+        self.check_invariants();
+        Applied {
+            result,
+            changed: tx.changed,
+            triggers: tx.triggers,
+        }
+    }
+
+    /// Runs the handler of `command`: one arm per variant, each only delegating.
+    fn execute(&mut self, command: &Command, tx: &mut Tx) -> Result<CommandOutput, CommandError> {
+        match command {
+            Command::CreateEnvironment { name, description } => {
+                self.create_environment(name, description, tx)
+            }
+            Command::DeleteEnvironment { name } => self.delete_environment(name, tx),
+            Command::CreateEntity {
+                environment,
+                kind,
+                name,
+                product_id,
+                k8s_namespace,
+                account_id,
+                release_channel,
+            } => self.create_entity(
+                entities::NewEntity {
+                    environment,
+                    kind: *kind,
+                    name,
+                    product_id,
+                    k8s_namespace,
+                    account_id,
+                    release_channel,
+                },
+                tx,
+            ),
+            Command::SetEnvironmentSettings { environment, patch } => {
+                self.set_environment_settings(environment, patch, tx)
+            }
+            Command::SetRegistry {
+                environment,
+                name,
+                url,
+                hub_access,
+                ca_pem,
+                insecure_skip_verify,
+            } => self.set_registry(
+                environments::RegistryChange {
+                    environment,
+                    name,
+                    url,
+                    hub_access,
+                    ca_pem,
+                    insecure_skip_verify: *insecure_skip_verify,
+                },
+                tx,
+            ),
+            Command::RemoveRegistry { environment, name } => {
+                self.remove_registry(environment, name, tx)
+            }
+            Command::SetEntitySettings { entity, patch } => {
+                self.set_entity_settings(entity, patch, tx)
+            }
+            Command::SetConfigOverrides {
+                entity,
+                version,
+                config,
+            } => self.set_config_overrides(entity, version, config, tx),
+            Command::SetSecret {
+                entity,
+                name,
+                value,
+            } => self.set_secret(entity, name, value, tx),
+            Command::CreateProduct {
+                product_id,
+                description,
+            } => self.create_product(product_id, description, tx),
+            Command::SetProductWindow { product_id, window } => {
+                self.set_product_window(product_id, window, tx)
+            }
+            Command::PublishRelease { manifest } => self.publish_release(manifest, tx),
+            Command::CreateChannel { name, description } => {
+                self.create_channel(name, description, tx)
+            }
+            Command::SetReleaseChannel {
+                channel,
+                product_id,
+                version,
+                member,
+            } => self.set_release_channel(channel, product_id, version, *member, tx),
+            Command::RecallReleases {
+                product_id,
+                from,
+                to,
+                reason,
+            } => self.recall_releases(product_id, from, to, reason, tx),
+            Command::DeleteRecall { id } => self.delete_recall(id, tx),
+            Command::AddWindowOverride {
+                scope,
+                start_ms,
+                end_ms,
+                reason,
+                actor,
+            } => self.add_window_override(scope, start_ms, end_ms, reason, actor, tx),
+            Command::RemoveWindowOverride { scope, id } => {
+                self.remove_window_override(scope, id, tx)
+            }
+            Command::CreateSuppression {
+                scope,
+                start_ms,
+                end_ms,
+                reason,
+                cancel_active_plans,
+                actor,
+            } => self.create_suppression(
+                suppressions::NewSuppression {
+                    scope,
+                    start_ms,
+                    end_ms,
+                    reason,
+                    cancel_active_plans: *cancel_active_plans,
+                    actor,
+                },
+                tx,
+            ),
+            Command::DeleteSuppression { id, actor } => self.delete_suppression(id, actor, tx),
+            Command::PublishModule { file_name, yaml } => {
+                self.publish_module(file_name.as_deref(), yaml, tx)
+            }
+            Command::DeleteModule { name } => self.delete_module(name, tx),
+            Command::InstallModule {
+                environment,
+                module,
+                version,
+                variables,
+                actor,
+            } => self.install_module(
+                environment,
+                module,
+                version.as_deref(),
+                variables,
+                actor,
+                tx,
+            ),
+            Command::SetModuleVariables {
+                installation,
+                variables,
+            } => self.set_module_variables(installation, variables, tx),
+            Command::SetModuleUpdatesPaused {
+                installation,
+                paused,
+                actor,
+            } => self.set_updates_paused(installation, *paused, actor, tx),
+            Command::UnlinkModule {
+                installation,
+                actor,
+            } => self.unlink_module(installation, actor, tx),
+            Command::ApproveChangeRequest { id, actor } => {
+                self.approve_change_request(id, actor, tx)
+            }
+            Command::RejectChangeRequest { id, actor, reason } => {
+                self.reject_change_request(id, actor, reason, tx)
+            }
+            Command::ApplyCanary { environment, yaml } => {
+                self.apply_canary(environment.as_deref(), yaml, tx)
+            }
+            Command::DeleteCanary { id } => self.delete_canary(id, tx),
+            Command::CanaryTick { id, step, input } => self.canary_tick(id, *step, input, tx),
+            Command::CanaryManual { id, action, actor } => {
+                self.canary_manual_command(id, action, actor, tx)
+            }
+            Command::CancelPlans {
+                target,
+                reason,
+                suppress_for_ms,
+                actor,
+            } => self.cancel_plans(target, reason, suppress_for_ms, actor, tx),
+            Command::IssueCommand {
+                entity,
+                command,
+                reason,
+                actor,
+            } => self.issue_command(entity, command, reason, actor, tx),
+            Command::Evaluate {
+                entities,
+                artifacts,
+            } => self.evaluate(entities, artifacts, tx),
+            Command::ExpireSuppressions => self.expire_suppressions(tx),
+            Command::ReportEntityStates {
+                environment,
+                states,
+            } => self.report_entity_states(environment, states, tx),
+            Command::ReportTasks {
+                environment,
+                reports,
+            } => self.report_tasks(environment, reports, tx),
+            Command::ReportCanaries {
+                environment,
+                observations,
+            } => self.report_canaries(environment, observations, tx),
+            Command::ReportTask {
+                environment,
+                report,
+            } => self.report_task(environment, report, tx),
+            Command::SetClusterKey { name, key } => self.set_cluster_key(name, key, tx),
+        }
+    }
+
+    /// The entity `id`, or a not-found error.
+    pub(crate) fn require_entity(&self, id: &str) -> Result<&crate::entity::Entity, CommandError> {
+        self.entities.get(id).ok_or_else(|| not_found("entity", id))
+    }
+
+    /// Checks that `scope` names an existing environment or entity.
+    pub(crate) fn require_scope(&self, scope: &Scope) -> Result<(), CommandError> {
+        match scope {
+            Scope::Environment(env) => self
+                .environments
+                .get(env)
+                .map(|_| ())
+                .ok_or_else(|| not_found("environment", env)),
+            Scope::Entity(id) => self.require_entity(id).map(|_| ()),
+        }
+    }
+
+    /// Appends an audit entry keyed by the entry's index.
+    pub(crate) fn audit_entry(
+        &mut self,
+        actor: &str,
+        action: &str,
+        target: String,
+        reason: &str,
+        tx: &mut Tx,
+    ) {
+        let (now, index) = (tx.now, tx.index);
+        let key = AuditEntry::key_name(index);
+        self.audit.insert(
+            key.clone(),
+            AuditEntry {
+                index,
+                time_ms: now,
+                actor: actor.to_string(),
+                action: action.to_string(),
+                target,
+                reason: reason.to_string(),
+            },
+        );
+        tx.changed.push(RecordKey::Audit(key));
+    }
+
+    fn forget_requests_before(&mut self, cutoff: TimestampMs, changed: &mut Vec<RecordKey>) {
+        while let Some((t, id)) = self.request_expiry.first().cloned() {
+            if t >= cutoff {
+                break;
+            }
+            self.request_expiry.pop_first();
+            self.requests.remove(&id);
+            changed.push(RecordKey::Request(id));
+        }
+    }
+}
+
+/// Parses a window spec, naming `field` in the error.
+pub(crate) fn parse_window(
+    field: &str,
+    spec: &WindowSpec,
+) -> Result<MaintenanceWindow, CommandError> {
+    MaintenanceWindow::parse(&spec.spec, &spec.time_zone)
+        .map_err(|e| CommandError::invalid(field, e.to_string()))
+}
+
+/// Parses a semantic version, naming `field` in the error.
+pub(crate) fn parse_version(field: &str, text: &str) -> Result<Version, CommandError> {
+    Version::parse(text.trim()).map_err(|e| {
+        CommandError::invalid(field, format!("{text:?} is not a semantic version: {e}"))
+    })
+}
+
+/// Checks a free-text field: at most [`MAX_TEXT`] bytes, non-blank if `required`.
+pub(crate) fn check_text(field: &str, text: &str, required: bool) -> Result<(), CommandError> {
+    if required && text.trim().is_empty() {
+        return Err(CommandError::invalid(field, "is required"));
+    }
+    if text.len() > MAX_TEXT {
+        return Err(CommandError::invalid(
+            field,
+            format!("longer than {MAX_TEXT} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// The error for a missing `kind` named `name`.
+pub(crate) fn not_found(kind: &str, name: &str) -> CommandError {
+    CommandError::NotFound {
+        kind: kind.into(),
+        name: name.into(),
+    }
+}
+
+/// The output of a command that changed record `id`.
+pub(crate) fn changed(id: impl Into<String>, summary: impl Into<String>) -> CommandOutput {
+    CommandOutput::Changed {
+        id: id.into(),
+        summary: summary.into(),
+    }
+}

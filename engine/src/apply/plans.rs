@@ -1,0 +1,363 @@
+//! Plans: recording the leader's evaluations (issuing plans, noting decisions in Activity),
+//! finishing and cancelling plans.
+
+use std::collections::BTreeMap;
+
+use crate::artifact::{ArtifactLocation, Availability};
+use crate::command::{CancelTarget, CommandOutput};
+use crate::error::CommandError;
+use crate::evaluate::{evaluate, Evaluation, Outcome, BLOCKED_RECHECK_MS};
+use crate::plan::{Plan, PlanStatus, FINISHED_PLANS_KEPT};
+use crate::record::RecordKey;
+use crate::state::{State, Trigger};
+use crate::suppression::{Scope, Suppression, SuppressionSource};
+use crate::TimestampMs;
+
+use super::{check_text, not_found, Tx};
+
+/// Most entities one `Evaluate` command may name.
+pub const MAX_EVALUATE_BATCH: usize = 2_000;
+
+impl State {
+    /// `Evaluate`: re-evaluates the named entities at the entry's time and records each decision.
+    pub(crate) fn evaluate(
+        &mut self,
+        entities: &[String],
+        artifacts: &[(ArtifactLocation, Availability)],
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let now = tx.now;
+        if entities.len() > MAX_EVALUATE_BATCH {
+            return Err(CommandError::invalid(
+                "entities",
+                format!("{} entities, at most {MAX_EVALUATE_BATCH}", entities.len()),
+            ));
+        }
+        let observed: BTreeMap<&ArtifactLocation, &Availability> =
+            artifacts.iter().map(|(l, a)| (l, a)).collect();
+        let lookup = |l: &ArtifactLocation| observed.get(l).map(|a| (*a).clone());
+        let mut issued = Vec::new();
+        for id in entities {
+            // An entity deleted since the proposal is skipped, not an error.
+            let Some(eval) = evaluate(self, id, now, &lookup) else {
+                continue;
+            };
+            if let Some(plan_id) = self.record_decision(eval, issued.len(), tx) {
+                issued.push(plan_id);
+            }
+        }
+        Ok(CommandOutput::Evaluated { issued })
+    }
+
+    /// `CancelPlans`: cancels the active plans of an entity, an environment or one plan.
+    pub(super) fn cancel_plans(
+        &mut self,
+        target: &CancelTarget,
+        reason: &str,
+        suppress_for_ms: &Option<TimestampMs>,
+        actor: &str,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let now = tx.now;
+        let index = tx.index;
+        check_text("reason", reason, true)?;
+        let (scope, plans) = match target {
+            CancelTarget::Environment(env) => {
+                let scope = Scope::Environment(env.clone());
+                self.require_scope(&scope)?;
+                let plans = self.active_plans_in_scope(&scope);
+                (scope, plans)
+            }
+            CancelTarget::Entity(id) => {
+                let scope = Scope::Entity(id.clone());
+                self.require_scope(&scope)?;
+                let plans = self.active_plans_in_scope(&scope);
+                (scope, plans)
+            }
+            CancelTarget::Plan(pid) => {
+                let p = self.plans.get(pid).ok_or_else(|| not_found("plan", pid))?;
+                if !p.status.is_active() {
+                    return Err(CommandError::FailedPrecondition(format!(
+                        "plan {pid} is {} and cannot be cancelled",
+                        p.status
+                    )));
+                }
+                (Scope::Entity(p.entity.clone()), vec![pid.clone()])
+            }
+        };
+        if let Some(ms) = suppress_for_ms {
+            if !(1_000..=30 * 24 * 3_600_000).contains(ms) {
+                return Err(CommandError::invalid(
+                    "suppress_for",
+                    "must be between 1 second and 30 days",
+                ));
+            }
+        }
+        let n = plans.len();
+        for p in &plans {
+            self.cancel_plan(p, reason, tx);
+        }
+        let mut suppression = None;
+        if let Some(ms) = suppress_for_ms {
+            let id = format!("s-{index}");
+            suppression = Some(id.clone());
+            self.add_suppression(
+                Suppression {
+                    id,
+                    scope: scope.clone(),
+                    source: SuppressionSource::Manual,
+                    start_ms: now,
+                    end_ms: Some(now + ms),
+                    reason: format!("after cancel: {reason}"),
+                    created_at_ms: now,
+                },
+                tx,
+            );
+        }
+        self.audit_entry(actor, "cancel", scope.to_string(), reason, tx);
+        let mut summary = format!("{n} plans cancelled");
+        if !plans.is_empty() {
+            summary.push_str(&format!(" ({})", plans.join(", ")));
+        }
+        if let Some(id) = &suppression {
+            summary.push_str(&format!("; suppression {id} created"));
+        }
+        Ok(CommandOutput::Changed {
+            id: suppression.unwrap_or_default(),
+            summary,
+        })
+    }
+
+    /// Records an evaluation: issues its plan, or notes a changed decision in Activity.
+    /// Returns the id of an issued plan.
+    fn record_decision(&mut self, eval: Evaluation, seq: usize, tx: &mut Tx) -> Option<String> {
+        let now = tx.now;
+        let index = tx.index;
+        let id = eval.entity.clone();
+        let fingerprint = eval.fingerprint();
+        let activity = self.activity.entry(id.clone()).or_default();
+        activity.entity = id.clone();
+        let candidate_key = eval.candidate.as_ref().map(|c| c.describe());
+        let mut touched = false;
+        // Track since when this candidate has been blocked (4-hour re-check, created time).
+        if eval.is_blocked() {
+            if activity.blocked_candidate != candidate_key || activity.blocked_since_ms.is_none() {
+                activity.blocked_since_ms = Some(now);
+                activity.blocked_candidate = candidate_key.clone();
+                touched = true;
+            } else if let Some(since) = activity.blocked_since_ms {
+                // SPEC P11: blocked for more than 4 hours is a trigger of its own; note it once
+                // per 4-hour period. The period of the newest re-check entry decides (counting
+                // entries would note a skipped period twice, and once per evaluation after the
+                // bounded Activity dropped old re-checks).
+                let periods = (now - since) / BLOCKED_RECHECK_MS;
+                let noted = activity
+                    .entries
+                    .iter()
+                    .rev()
+                    .take_while(|e| e.time_ms >= since)
+                    .find(|e| e.kind == "recheck")
+                    .map_or(0, |e| (e.time_ms - since) / BLOCKED_RECHECK_MS);
+                if periods > noted {
+                    activity.push(
+                        now,
+                        index,
+                        "recheck",
+                        format!(
+                            "re-checked after {}h blocked: {}",
+                            periods * 4,
+                            eval.summary()
+                        ),
+                    );
+                    touched = true;
+                }
+            }
+        }
+        let mut issued = None;
+        match &eval.outcome {
+            Outcome::Issue => {
+                let created = match (&activity.blocked_candidate, activity.blocked_since_ms) {
+                    (Some(c), Some(t)) if Some(c) == candidate_key.as_ref() => t,
+                    _ => now,
+                };
+                activity.blocked_since_ms = None;
+                activity.blocked_candidate = None;
+                activity.last_decision = None;
+                // Every Outcome::Issue has a candidate (see evaluate::evaluate).
+                let candidate = eval.candidate.clone()?;
+                let plan_id = format!("p-{index}-{seq}");
+                let entity = self.entities.get(&id)?;
+                let artifacts = candidate
+                    .to_version
+                    .as_ref()
+                    .and_then(|v| self.release(&entity.product_id, v))
+                    .map(|r| r.artifacts.clone())
+                    .unwrap_or_default();
+                let plan = Plan {
+                    id: plan_id.clone(),
+                    entity: id.clone(),
+                    environment: entity.environment.clone(),
+                    tasks: Plan::tasks_for(&candidate.kind),
+                    kind: candidate.kind.clone(),
+                    from_version: candidate.from_version.clone(),
+                    to_version: candidate.to_version.clone(),
+                    from_config_sha256: entity.reported.config_sha256.clone(),
+                    to_config: candidate.to_config.clone(),
+                    secrets_revision: candidate.secrets_revision,
+                    artifacts,
+                    reason: candidate.reason.clone(),
+                    output: String::new(),
+                    failure: None,
+                    created_ms: created,
+                    issued_ms: now,
+                    started_ms: None,
+                    ended_ms: None,
+                    status: PlanStatus::Issued,
+                    cancel_reason: None,
+                    issued_index: index,
+                };
+                let line = format!(
+                    "plan {plan_id} issued: {}: {}",
+                    candidate.describe(),
+                    candidate.reason
+                );
+                self.insert_plan(plan, tx);
+                let activity = self.activity.entry(id.clone()).or_default();
+                activity.push(now, index, "plan", line);
+                touched = true;
+                issued = Some(plan_id);
+            }
+            Outcome::PlanActive { .. } => {}
+            Outcome::CanaryTarget { canary, revision } => {
+                activity.blocked_since_ms = None;
+                activity.blocked_candidate = None;
+                activity.last_decision = Some(fingerprint);
+                activity.push(now, index, "canary", eval.summary());
+                touched = true;
+                let (canary, revision) = (canary.clone(), revision.clone());
+                self.set_canary_target(&canary, revision, tx);
+            }
+            _ => {
+                if activity.last_decision.as_deref() != Some(fingerprint.as_str()) {
+                    activity.push(now, index, "decision", eval.summary());
+                    activity.last_decision = Some(fingerprint);
+                    touched = true;
+                }
+                if !eval.is_blocked() && activity.blocked_since_ms.is_some() {
+                    activity.blocked_since_ms = None;
+                    activity.blocked_candidate = None;
+                    touched = true;
+                }
+            }
+        }
+        if touched {
+            tx.changed.push(RecordKey::Activity(id));
+        }
+        issued
+    }
+
+    pub(super) fn insert_plan(&mut self, plan: Plan, tx: &mut Tx) {
+        debug_assert!(
+            !plan.status.is_active() || !self.idx.active_plan.contains_key(&plan.entity),
+            "a second active plan for {}",
+            plan.entity
+        );
+        self.idx
+            .plans_by_entity
+            .entry(plan.entity.clone())
+            .or_default()
+            .insert((plan.issued_index, plan.id.clone()));
+        if plan.status.is_active() {
+            self.idx
+                .active_plan
+                .insert(plan.entity.clone(), plan.id.clone());
+        }
+        tx.changed.push(RecordKey::Plan(plan.id.clone()));
+        self.plans.insert(plan.id.clone(), plan);
+    }
+
+    /// Marks a plan finished (succeeded, failed, cancelled) and forgets old finished plans.
+    pub(super) fn finish_plan(&mut self, plan_id: &str, status: PlanStatus, tx: &mut Tx) {
+        let now = tx.now;
+        let Some(plan) = self.plans.get_mut(plan_id) else {
+            return;
+        };
+        debug_assert!(plan.status.is_active());
+        plan.status = status;
+        plan.ended_ms = Some(now);
+        let entity = plan.entity.clone();
+        if self.idx.active_plan.get(&entity).map(String::as_str) == Some(plan_id) {
+            self.idx.active_plan.remove(&entity);
+        }
+        tx.changed.push(RecordKey::Plan(plan_id.to_string()));
+        // Keep the newest FINISHED_PLANS_KEPT finished plans of the entity.
+        let finished: Vec<(u64, String)> = self
+            .idx
+            .plans_by_entity
+            .get(&entity)
+            .into_iter()
+            .flatten()
+            .filter(|(_, id)| self.plans.get(id).is_some_and(|p| !p.status.is_active()))
+            .cloned()
+            .collect();
+        if finished.len() > FINISHED_PLANS_KEPT {
+            for (i, id) in &finished[..finished.len() - FINISHED_PLANS_KEPT] {
+                self.plans.remove(id);
+                if let Some(set) = self.idx.plans_by_entity.get_mut(&entity) {
+                    set.remove(&(*i, id.clone()));
+                }
+                tx.changed.push(RecordKey::Plan(id.clone()));
+            }
+        }
+    }
+
+    pub(super) fn cancel_plan(&mut self, plan_id: &str, reason: &str, tx: &mut Tx) {
+        let Some(plan) = self.plans.get_mut(plan_id) else {
+            return;
+        };
+        if !plan.status.is_active() {
+            return;
+        }
+        plan.cancel_reason = Some(reason.to_string());
+        let entity = plan.entity.clone();
+        self.finish_plan(plan_id, PlanStatus::Cancelled, tx);
+        self.note(
+            &entity,
+            "plan",
+            format!("plan {plan_id} cancelled: {reason}"),
+            tx,
+        );
+        tx.triggers.push(Trigger::EntityOnly(entity));
+    }
+
+    pub(super) fn active_plans_in_scope(&self, scope: &Scope) -> Vec<String> {
+        match scope {
+            Scope::Environment(env) => self.active_plans_in(env).map(|p| p.id.clone()).collect(),
+            Scope::Entity(id) => self
+                .active_plan_of(id)
+                .map(|p| p.id.clone())
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    pub(super) fn note(&mut self, entity: &str, kind: &str, message: String, tx: &mut Tx) {
+        let now = tx.now;
+        let index = tx.index;
+        let activity = self.activity.entry(entity.to_string()).or_default();
+        activity.entity = entity.to_string();
+        activity.push(now, index, kind, message);
+        // A note breaks the "same decision" run, so the next decision is recorded again.
+        activity.last_decision = None;
+        tx.changed.push(RecordKey::Activity(entity.to_string()));
+    }
+
+    pub(super) fn note_scope(&mut self, scope: &Scope, message: String, tx: &mut Tx) {
+        match scope {
+            Scope::Entity(id) => self.note(id, "suppression", message, tx),
+            Scope::Environment(env) => {
+                tx.triggers.push(Trigger::Environment(env.clone()));
+            }
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Window overrides: time-boxed exceptions that open an environment's or entity's
+//! maintenance windows.
+
+use crate::command::CommandOutput;
+use crate::error::CommandError;
+use crate::record::RecordKey;
+use crate::settings::WindowOverride;
+use crate::state::{State, Trigger};
+use crate::suppression::Scope;
+use crate::TimestampMs;
+
+use super::{changed, check_text, not_found, Tx};
+
+impl State {
+    /// `AddWindowOverride`.
+    pub(super) fn add_window_override(
+        &mut self,
+        scope: &Scope,
+        start_ms: &TimestampMs,
+        end_ms: &TimestampMs,
+        reason: &str,
+        actor: &str,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let now = tx.now;
+        let index = tx.index;
+        check_text("reason", reason, true)?;
+        if end_ms <= start_ms {
+            return Err(CommandError::invalid("end", "must be after start"));
+        }
+        if *end_ms <= now {
+            return Err(CommandError::invalid("end", "is in the past"));
+        }
+        self.require_scope(scope)?;
+        let o = WindowOverride {
+            id: format!("o-{index}"),
+            start_ms: *start_ms,
+            end_ms: *end_ms,
+            reason: reason.to_string(),
+        };
+        let id = o.id.clone();
+        let list = self.overrides_mut(scope)?;
+        list.retain(|o| o.end_ms > now);
+        if list.len() >= 32 {
+            return Err(CommandError::invalid(
+                "scope",
+                "at most 32 window overrides",
+            ));
+        }
+        list.push(o);
+        self.touch_scope(scope, tx);
+        self.audit_entry(actor, "window-override", scope.to_string(), reason, tx);
+        Ok(changed(
+            id.clone(),
+            format!("window override {id} on {scope}"),
+        ))
+    }
+
+    /// `RemoveWindowOverride`.
+    pub(super) fn remove_window_override(
+        &mut self,
+        scope: &Scope,
+        id: &str,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        self.require_scope(scope)?;
+        let list = self.overrides_mut(scope)?;
+        let before = list.len();
+        list.retain(|o| o.id != *id);
+        if list.len() == before {
+            return Err(not_found("window override", id));
+        }
+        self.touch_scope(scope, tx);
+        Ok(changed(
+            id.to_string(),
+            format!("window override {id} removed"),
+        ))
+    }
+
+    fn overrides_mut(&mut self, scope: &Scope) -> Result<&mut Vec<WindowOverride>, CommandError> {
+        match scope {
+            Scope::Environment(env) => self
+                .environments
+                .get_mut(env)
+                .map(|e| &mut e.window_overrides)
+                .ok_or_else(|| not_found("environment", env)),
+            Scope::Entity(id) => self
+                .entities
+                .get_mut(id)
+                .map(|e| &mut e.window_overrides)
+                .ok_or_else(|| not_found("entity", id)),
+        }
+    }
+
+    fn touch_scope(&self, scope: &Scope, tx: &mut Tx) {
+        match scope {
+            Scope::Environment(env) => {
+                tx.changed.push(RecordKey::Environment(env.clone()));
+                tx.triggers.push(Trigger::Environment(env.clone()));
+            }
+            Scope::Entity(id) => {
+                tx.changed.push(RecordKey::Entity(id.clone()));
+                tx.triggers.push(Trigger::EntityOnly(id.clone()));
+            }
+        }
+    }
+}
