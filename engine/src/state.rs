@@ -129,18 +129,151 @@ impl State {
         state
     }
 
-    /// Cheap structural checks, run after every apply in debug builds.
-    pub(crate) fn check_invariants(&self) {
-        debug_assert_eq!(self.requests.len(), self.request_expiry.len());
-        debug_assert!(self
-            .entities
-            .values()
-            .all(|e| self.environments.contains_key(&e.environment)));
-        // At most one active plan per entity, and the index agrees with the plans.
-        debug_assert_eq!(
-            self.idx.active_plan.len(),
-            self.plans.values().filter(|p| p.status.is_active()).count()
+    /// The state's invariants, checked after every apply in debug builds (tests and the
+    /// chaos build): the global counts, and every record `changed` touched against the
+    /// tables and indexes it must agree with. Panics, naming the record, on a violation.
+    pub(crate) fn check_invariants(&self, changed: &[RecordKey]) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        assert_eq!(
+            self.requests.len(),
+            self.request_expiry.len(),
+            "request expiry"
         );
+        // At most one active plan per entity, and the index agrees with the plans.
+        assert_eq!(
+            self.idx.active_plan.len(),
+            self.plans.values().filter(|p| p.status.is_active()).count(),
+            "active plans against the active-plan index"
+        );
+        for key in changed {
+            match key {
+                RecordKey::Entity(id) => self.check_entity(id),
+                RecordKey::Plan(id) => self.check_plan(id),
+                RecordKey::Canary(id) => self.check_canary(id),
+                RecordKey::Installation(id) => self.check_installation(id),
+                RecordKey::Environment(_)
+                | RecordKey::Request(_)
+                | RecordKey::Product(_)
+                | RecordKey::Release(_)
+                | RecordKey::Channel(_)
+                | RecordKey::Recall(_)
+                | RecordKey::Suppression(_)
+                | RecordKey::Activity(_)
+                | RecordKey::Audit(_)
+                | RecordKey::Module(_)
+                | RecordKey::ChangeRequest(_)
+                | RecordKey::ClusterKey(_) => {}
+            }
+        }
+    }
+
+    /// An entity's environment exists, its product index holds it, its active plan is its
+    /// own, and the installation that owns it manages it.
+    fn check_entity(&self, id: &str) {
+        let Some(e) = self.entities.get(id) else {
+            return;
+        };
+        assert!(
+            self.environments.contains_key(&e.environment),
+            "entity {id}: environment {} missing",
+            e.environment
+        );
+        assert!(
+            self.idx
+                .entities_by_product
+                .get(&(e.environment.clone(), e.product_id.clone()))
+                .is_some_and(|ids| ids.contains(id)),
+            "entity {id}: not in the product index"
+        );
+        if let Some(plan_id) = self.idx.active_plan.get(id) {
+            let plan = self.plans.get(plan_id);
+            assert!(
+                plan.is_some_and(|p| p.entity == id && p.status.is_active()),
+                "entity {id}: active plan {plan_id} is not an active plan of it"
+            );
+        }
+        if let Some(module) = &e.owner_module {
+            let inst = self
+                .installations
+                .get(&crate::installation::Installation::id_of(
+                    &e.environment,
+                    module,
+                ));
+            assert!(
+                inst.is_some_and(|i| i.entities.contains_key(id)),
+                "entity {id}: owned by module {module}, whose installation does not manage it"
+            );
+        }
+    }
+
+    /// A plan is in its entity's plan index, and in the active-plan index exactly while
+    /// it is active.
+    fn check_plan(&self, id: &str) {
+        let Some(p) = self.plans.get(id) else {
+            assert!(
+                !self.idx.active_plan.values().any(|a| a == id),
+                "plan {id}: removed but still active in the index"
+            );
+            return;
+        };
+        assert!(
+            self.idx
+                .plans_by_entity
+                .get(&p.entity)
+                .is_some_and(|s| s.contains(&(p.issued_index, id.to_string()))),
+            "plan {id}: not in the plan index of {}",
+            p.entity
+        );
+        let indexed = self.idx.active_plan.get(&p.entity).map(String::as_str) == Some(id);
+        assert_eq!(
+            indexed,
+            p.status.is_active(),
+            "plan {id} ({:?}): active-plan index disagrees",
+            p.status
+        );
+    }
+
+    /// A canary's entity exists and the canary index names it; a removed canary is in no
+    /// index.
+    fn check_canary(&self, id: &str) {
+        match self.canaries.get(id) {
+            Some(c) => {
+                assert!(
+                    self.entities.contains_key(&c.entity),
+                    "canary {id}: entity {} missing",
+                    c.entity
+                );
+                assert_eq!(
+                    self.idx.canary_of_entity.get(&c.entity).map(String::as_str),
+                    Some(id),
+                    "canary {id}: the canary index of {} disagrees",
+                    c.entity
+                );
+            }
+            None => assert!(
+                !self.idx.canary_of_entity.values().any(|c| c == id),
+                "canary {id}: removed but still indexed"
+            ),
+        }
+    }
+
+    /// Every entity an installation manages exists and names the installation's module as
+    /// its owner.
+    fn check_installation(&self, id: &str) {
+        let Some(inst) = self.installations.get(id) else {
+            return;
+        };
+        for entity in inst.entities.keys() {
+            let owner = self.entities.get(entity).map(|e| e.owner_module.as_deref());
+            assert_eq!(
+                owner,
+                Some(Some(inst.module.as_str())),
+                "installation {id}: manages {entity}, which is not owned by {}",
+                inst.module
+            );
+        }
     }
 
     /// Checks that `channel` names a built-in or an existing custom channel.

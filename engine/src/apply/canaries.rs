@@ -323,7 +323,6 @@ impl State {
 
     /// Stores the status a tick decided and its actions (decided at `step`), and issues the
     /// step plan that carries them to the agent; returns the phases before and after.
-    #[allow(clippy::too_many_arguments)]
     fn commit_outcome(
         &mut self,
         id: &str,

@@ -8,7 +8,6 @@ use crate::state::State;
 use super::{check_text, not_found, Tx};
 
 impl State {
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn issue_command(
         &mut self,
         entity: &str,

@@ -112,7 +112,7 @@ impl State {
             tx.changed.push(RecordKey::Request(id.clone()));
         }
         self.forget_requests_before(req.time_ms - REQUEST_TTL_MS, &mut tx.changed);
-        self.check_invariants();
+        self.check_invariants(&tx.changed);
         Applied {
             result,
             changed: tx.changed,

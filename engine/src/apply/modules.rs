@@ -237,7 +237,6 @@ impl State {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn install_module(
         &mut self,
         environment: &str,
@@ -507,7 +506,6 @@ impl State {
     }
 
     /// Opens a change request moving `inst` to `to`; returns its id.
-    #[allow(clippy::too_many_arguments)]
     fn open_change_request(
         &mut self,
         inst: &str,

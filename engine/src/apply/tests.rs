@@ -213,3 +213,41 @@ fn random_histories_are_deterministic_and_rebuildable() {
         assert_eq!(a.digest(), b.digest(), "seed {seed}");
     }
 }
+
+/// A state whose entity `prod/helmChart/web` exists, for the invariant tests.
+fn one_entity() -> (State, String) {
+    let mut s = State::new();
+    s.apply(&req(create_env("prod"), 1), 1).result.unwrap();
+    let id = match s.apply(&req(create_helm("prod", "web"), 2), 2).result {
+        Ok(CommandOutput::EntityCreated(id)) => id,
+        other => panic!("{other:?}"),
+    };
+    s.check_invariants(&[RecordKey::Entity(id.clone())]);
+    (s, id)
+}
+
+#[test]
+#[should_panic(expected = "active plans against the active-plan index")]
+fn invariants_catch_an_active_plan_index_without_the_plan() {
+    let (mut s, id) = one_entity();
+    s.idx.active_plan.insert(id.clone(), "p-9-0".into());
+    s.check_invariants(&[RecordKey::Entity(id)]);
+}
+
+#[test]
+#[should_panic(expected = "not in the product index")]
+fn invariants_catch_an_entity_missing_from_its_product_index() {
+    let (mut s, id) = one_entity();
+    s.idx.entities_by_product.clear();
+    s.check_invariants(&[RecordKey::Entity(id)]);
+}
+
+#[test]
+#[should_panic(expected = "whose installation does not manage it")]
+fn invariants_catch_an_owner_without_its_installation() {
+    let (mut s, id) = one_entity();
+    if let Some(e) = s.entities.get_mut(&id) {
+        e.owner_module = Some("monitoring".into());
+    }
+    s.check_invariants(&[RecordKey::Entity(id)]);
+}
