@@ -212,7 +212,7 @@ impl State {
         }
         if let Some(i) = self.installations.values().find(|i| i.module == name) {
             return Err(CommandError::FailedPrecondition(format!(
-                "module {name} is installed in {} ({}); unlink every installation first (SPEC M16)",
+                "module {name} is installed in {} ({}); unlink every installation first",
                 i.environment, i.id
             )));
         }
@@ -737,7 +737,7 @@ impl State {
                 return Err(CommandError::FailedPrecondition(format!(
                     "entity {id} is managed by module {owner}; one module manages an entity at a \
                      time: remove it from {owner}'s definition and update that installation \
-                     first (SPEC M12)"
+                     first"
                 )));
             }
         }
@@ -750,7 +750,7 @@ impl State {
         if existing.kind == EntityKind::HelmChart && existing.k8s_namespace != r.k8s_namespace {
             return Err(CommandError::FailedPrecondition(format!(
                 "entity {id} exists in namespace {}; the module renders namespace {}: an \
-                 existing entity is never moved to another namespace (SPEC M4)",
+                 existing entity is never moved to another namespace",
                 existing.k8s_namespace.as_deref().unwrap_or("-"),
                 r.k8s_namespace.as_deref().unwrap_or("-"),
             )));
@@ -882,7 +882,7 @@ impl State {
         }
         check_user_edit(&managed.config, &proposed).map_err(|err| {
             CommandError::FailedPrecondition(format!(
-                "{err}; pause module updates of {} to edit it (SPEC M13, M15)",
+                "{err}; pause module updates of {} to edit it",
                 inst.id
             ))
         })
