@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The leader's CPU during a canary analysis with a 1 s interval, two rollout webhooks and a
-# Prometheus metric called every tick (docs/BENCHMARKS.md, "Outbound HTTP").
+# Prometheus metric called every tick.
 #
 # usage: scripts/bench-canary-cpu.sh BIN_DIR OUT_DIR [SECONDS] [SCHEME]
 #

@@ -1,4 +1,5 @@
-//! The leader's canary controller (SPEC K3–K9, DESIGN "Canary analysis").
+//! The leader's canary controller (SPEC K3–K9; docs/CANARY.md "How the hub runs it",
+//! docs/ARCHITECTURE.md "Leader-only work").
 //!
 //! Only the leader runs it. Every [`POLL`] it reads each canary from the replicated state and
 //! asks the pure engine whether a tick is due ([`plan_tick`]: the time comes from the

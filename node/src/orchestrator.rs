@@ -1,4 +1,5 @@
-//! The leader's orchestration loop (SPEC P2, P11, R2; DESIGN "The flow of one decision").
+//! The leader's orchestration loop (SPEC P2, P11, R2; docs/ARCHITECTURE.md "The flow of a
+//! decision").
 //!
 //! Only the leader runs it. It is event-driven: every applied command reports its triggers
 //! ([`hub_engine::Trigger`]); the loop expands them to the affected entities (the entity and

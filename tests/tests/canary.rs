@@ -242,7 +242,7 @@ fn suspend_freezes_weights_and_operators_promote_and_abort() {
 
 #[test]
 fn a_canary_that_never_becomes_ready_fails_at_its_deadline() {
-    // SPEC K3: progressDeadlineSeconds; the primary keeps serving.
+    // SPEC K8, K10: progressDeadlineSeconds; the primary keeps serving.
     let hub = CanaryHub::start();
     hub.apply(
         &canary_yaml(hub.port, "", "")

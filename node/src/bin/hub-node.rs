@@ -57,7 +57,8 @@ struct Args {
     /// Log entries kept behind the last snapshot for lagging followers.
     #[arg(long, default_value_t = 1_000)]
     keep_logs: u64,
-    /// How long the leader trusts an artifact-existence check (SPEC C9).
+    // SPEC C9
+    /// How long the leader trusts an artifact-existence check.
     #[arg(long, default_value_t = 60_000)]
     artifact_ttl_ms: u64,
     /// Timeout of one artifact-existence check (HTTP HEAD or file stat).

@@ -11,10 +11,10 @@ use hub_engine::canary::Manual;
 use hub_engine::Command;
 use serde_json::{json, Value};
 
-use super::orch::{items, print_list, query, read_file, submit_and_print, ActorArg, FRESH};
-use super::output::{print, Format};
+use super::args::{read_file, ActorArg, ReadArgs, FRESH};
+use super::calls::{query, submit_and_print};
+use super::output::{items, print, print_list, Format};
 use super::timeparse::parse_duration;
-use super::ReadArgs;
 use crate::client::FailoverClient;
 
 /// `hubctl canary …`.

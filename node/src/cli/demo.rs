@@ -23,7 +23,8 @@ use hub_engine::Command;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::orch::{query, submit, FRESH};
+use super::args::FRESH;
+use super::calls::{query, submit};
 use crate::client::FailoverClient;
 
 /// The demo product.

@@ -242,6 +242,14 @@ pub fn is_alive(pid: u32) -> bool {
     }
 }
 
+/// Reads `DIR/cluster.json`.
+pub fn read_cluster_file(dir: &Path) -> anyhow::Result<ClusterFile> {
+    let path = dir.join("cluster.json");
+    let bytes = std::fs::read(&path).with_context(|| format!("{}", path.display()))?;
+    serde_json::from_slice(&bytes)
+        .with_context(|| format!("{}: not a cluster file", path.display()))
+}
+
 fn write_cluster_file(dir: &Path, file: &ClusterFile) -> anyhow::Result<()> {
     let path = dir.join("cluster.json");
     let tmp = dir.join("cluster.json.tmp");
@@ -450,7 +458,7 @@ pub(crate) async fn start_cluster(
     hub_node_binary()?;
     let existing = dir.join("cluster.json").exists();
     let (cluster, fresh) = if existing {
-        let cluster = super::read_cluster_file(dir)?;
+        let cluster = read_cluster_file(dir)?;
         let running: Vec<_> = cluster
             .nodes
             .iter()
@@ -568,7 +576,7 @@ fn down(dir: &Path, fmt: Format) -> anyhow::Result<()> {
 /// Stops every node of the cluster in `dir` (SIGTERM, then SIGKILL after 10 s); returns the
 /// pids stopped.
 pub(crate) fn stop_cluster(dir: &Path) -> anyhow::Result<Vec<u32>> {
-    let cluster = super::read_cluster_file(dir)?;
+    let cluster = read_cluster_file(dir)?;
     let mut stopped = Vec::new();
     for n in &cluster.nodes {
         if is_alive(n.pid) {
@@ -589,7 +597,7 @@ pub(crate) fn stop_cluster(dir: &Path) -> anyhow::Result<Vec<u32>> {
 }
 
 async fn restart(dir: &Path, id: u64, fmt: Format) -> anyhow::Result<()> {
-    let mut cluster = super::read_cluster_file(dir)?;
+    let mut cluster = read_cluster_file(dir)?;
     let Some(i) = cluster.nodes.iter().position(|n| n.id == id) else {
         bail!(
             "--id: no node {id} in {}",

@@ -1,10 +1,19 @@
 //! `hubctl`: the operator CLI. Global `-e/--endpoints` (any nodes; the CLI fails over between
 //! them) and `-o table|json|yaml`.
+//!
+//! This module parses the command line and dispatches every command to its module. The
+//! command modules (`canary`, `demo`, `dev`, `modules`, `orch`, `pki`, `plans`, `settings`)
+//! use the helper modules (`args`, `calls`, `output`, `timeparse`) and none of each other's
+//! commands, except that `demo` starts its hub through `dev`'s and `dev_registry`'s functions;
+//! the helpers use no command module.
 
+mod args;
+mod calls;
 mod canary;
 mod demo;
 pub use demo::package as package_demo_service;
 pub mod dev;
+pub use dev::read_cluster_file;
 pub mod dev_registry;
 mod modules;
 mod orch;
@@ -17,12 +26,13 @@ mod timeparse;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use hub_proto::*;
 use serde_json::{json, Value};
 
 use crate::client::FailoverClient;
 use crate::node::new_request_id;
+use args::ReadArgs;
 use output::{print, Format};
 
 /// Operator CLI for the hub.
@@ -105,21 +115,50 @@ enum Cmd {
     /// certificates (all local files; nothing is sent anywhere).
     #[command(subcommand)]
     Pki(pki::PkiCmd),
-    #[command(flatten)]
-    Orch(orch::OrchCmd),
-}
-
-#[derive(Args, Debug, Clone, Copy)]
-struct ReadArgs {
-    /// Read the contacted node's local state (may be behind) instead of a linearizable read.
-    #[arg(long)]
-    stale: bool,
-}
-
-impl ReadArgs {
-    fn options(self) -> Option<ReadOptions> {
-        Some(ReadOptions { stale: self.stale })
-    }
+    /// Products (group:name) and their maintenance windows.
+    #[command(subcommand)]
+    Product(orch::ProductCmd),
+    /// Releases: publish from a manifest, list, recall.
+    #[command(subcommand)]
+    Release(orch::ReleaseCmd),
+    /// Custom release channels.
+    #[command(subcommand)]
+    Channel(orch::ChannelCmd),
+    // SPEC C5
+    /// One-off maintenance-window overrides.
+    #[command(subcommand)]
+    Window(orch::WindowCmd),
+    // SPEC C8
+    /// Suppression windows.
+    #[command(subcommand)]
+    Suppression(orch::SuppressionCmd),
+    // SPEC P6, P12
+    /// Change plans: list, show, cancel.
+    #[command(subcommand)]
+    Plan(plans::PlanCmd),
+    // SPEC M8–M16
+    /// Modules: publish definitions, install them, pause and resume updates.
+    #[command(subcommand)]
+    Module(modules::ModuleCmd),
+    // SPEC K
+    /// Canaries: apply, get (-A), wait --for=promoted, promote, abort, retry, delete.
+    #[command(subcommand)]
+    Canary(canary::CanaryCmd),
+    // SPEC M9
+    /// Module change requests: list, approve, reject.
+    #[command(subcommand, name = "changerequest")]
+    ChangeRequest(modules::ChangeRequestCmd),
+    // SPEC P1, C2
+    /// Issue a break-glass command to an entity: bypasses every constraint.
+    Command(orch::CommandArgs),
+    /// The audit log, newest first.
+    Audit {
+        /// At most this many entries.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -219,6 +258,22 @@ enum EntityCmd {
     },
     #[command(flatten)]
     Orch(settings::EntityOrchCmd),
+    /// The entity's activity: decisions and their reasons, newest first.
+    Activity {
+        /// The entity.
+        entity: String,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    // SPEC P3
+    /// Is there a candidate plan, does it meet its constraints, was it issued, did the last
+    /// execution succeed?
+    Explain {
+        /// The entity.
+        entity: String,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
 }
 
 fn parse_member(s: &str) -> Result<(u64, String), String> {
@@ -263,7 +318,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Cluster(cmd) => cluster(&connect()?, cmd, fmt).await,
         Cmd::Env(cmd) => env(&connect()?, cmd, fmt).await,
         Cmd::Entity(cmd) => entity(&connect()?, cmd, fmt).await,
-        Cmd::Orch(cmd) => orch::run(&connect()?, cmd, fmt).await,
+        Cmd::Product(cmd) => orch::product(&connect()?, cmd, fmt).await,
+        Cmd::Release(cmd) => orch::release(&connect()?, cmd, fmt).await,
+        Cmd::Channel(cmd) => orch::channel(&connect()?, cmd, fmt).await,
+        Cmd::Window(orch::WindowCmd::Override(cmd)) => {
+            orch::window_override(&connect()?, cmd, fmt).await
+        }
+        Cmd::Suppression(cmd) => orch::suppression(&connect()?, cmd, fmt).await,
+        Cmd::Plan(cmd) => plans::run(&connect()?, cmd, fmt).await,
+        Cmd::Module(cmd) => modules::module(&connect()?, cmd, fmt).await,
+        Cmd::Canary(cmd) => canary::run(&connect()?, cmd, fmt).await,
+        Cmd::ChangeRequest(cmd) => modules::change_request(&connect()?, cmd, fmt).await,
+        Cmd::Command(cmd) => orch::emergency(&connect()?, cmd, fmt).await,
+        Cmd::Audit { limit, read } => orch::audit(&connect()?, limit, read, fmt).await,
         Cmd::Digest(read) => {
             let d = connect()?
                 .call(
@@ -495,13 +562,7 @@ async fn entity(client: &FailoverClient, cmd: EntityCmd, fmt: Format) -> anyhow:
             print(fmt, &Value::Array(v), &[])
         }
         EntityCmd::Orch(cmd) => settings::entity(client, cmd, fmt).await,
+        EntityCmd::Activity { entity, read } => plans::activity(client, &entity, read, fmt).await,
+        EntityCmd::Explain { entity, read } => plans::explain(client, &entity, read, fmt).await,
     }
-}
-
-/// Reads `DIR/cluster.json`.
-pub fn read_cluster_file(dir: &std::path::Path) -> anyhow::Result<dev::ClusterFile> {
-    let path = dir.join("cluster.json");
-    let bytes = std::fs::read(&path).with_context(|| format!("{}", path.display()))?;
-    serde_json::from_slice(&bytes)
-        .with_context(|| format!("{}: not a cluster file", path.display()))
 }

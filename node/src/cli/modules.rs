@@ -1,7 +1,7 @@
 //! `hubctl module …` and `hubctl changerequest …` (SPEC M8–M16): publish module definitions,
 //! install them into environments, and approve the change requests that update installations.
 //!
-//! Writes are one `hub_engine::Command` each through [`super::orch::submit`] (one request id
+//! Writes are one `hub_engine::Command` each through [`super::calls::submit`] (one request id
 //! per invocation, so a publish retried across a leader failover creates one version);
 //! reads are `Hub.Query` views (node/src/query.rs).
 
@@ -13,9 +13,9 @@ use clap::Subcommand;
 use hub_engine::Command;
 use serde_json::{json, Value};
 
-use super::orch::{items, print_list, query, read_file, submit_and_print, ActorArg, FRESH};
-use super::output::{print, Format};
-use super::ReadArgs;
+use super::args::{read_file, ActorArg, ReadArgs, FRESH};
+use super::calls::{query, submit_and_print};
+use super::output::{items, print, print_list, Format};
 use crate::client::FailoverClient;
 
 /// `hubctl module …`.

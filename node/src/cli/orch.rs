@@ -8,174 +8,18 @@
 
 use anyhow::Context;
 use clap::{ArgGroup, Args, Subcommand};
-use hub_engine::command::{CancelTarget, WindowSpec};
+use hub_engine::command::WindowSpec;
 use hub_engine::plan::EmergencyCommand;
 use hub_engine::suppression::Scope;
-use hub_engine::{Command, CommandOutput};
-use hub_proto::{QueryRequest, ReadOptions, SubmitRequest};
+use hub_engine::Command;
 use semver::Version;
 use serde_json::{json, Value};
 
-use super::output::{print, table, Format};
+use super::args::{parse_version, read_file, ActorArg, ReadArgs};
+use super::calls::{query, resolve, submit_and_print};
+use super::output::{items, print_list, Format};
 use super::timeparse::{parse_duration, parse_time, TimeArg};
-use super::ReadArgs;
 use crate::client::FailoverClient;
-use crate::node::new_request_id;
-
-// ---------------------------------------------------------------------------------------------
-// Shared helpers
-
-/// Sends one command with a fresh idempotency key; returns the write's view
-/// (`index`, `leader`, `result`, `id`, `output`).
-pub(crate) async fn submit(client: &FailoverClient, command: &Command) -> anyhow::Result<Value> {
-    let req = SubmitRequest {
-        command_json: serde_json::to_string(command).context("encode command")?,
-        request_id: new_request_id(),
-    };
-    let r = client
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.submit(req).await }
-        })
-        .await?;
-    let output: Value = if r.output_json.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&r.output_json).unwrap_or(Value::Null)
-    };
-    let id = match serde_json::from_value::<CommandOutput>(output.clone()) {
-        Ok(CommandOutput::Changed { id, .. }) if !id.is_empty() => json!(id),
-        Ok(CommandOutput::EntityCreated(id))
-        | Ok(CommandOutput::EnvironmentCreated(id))
-        | Ok(CommandOutput::EnvironmentDeleted(id)) => json!(id),
-        _ => Value::Null,
-    };
-    Ok(json!({
-        "index": r.index,
-        "leader": r.leader_id,
-        "result": r.result,
-        "id": id,
-        "output": output,
-    }))
-}
-
-/// Sends `command` and prints the write's result.
-pub(crate) async fn submit_and_print(
-    client: &FailoverClient,
-    command: &Command,
-    fmt: Format,
-) -> anyhow::Result<Value> {
-    let v = submit(client, command).await?;
-    print(fmt, &v, &["index", "leader", "result", "id"])?;
-    Ok(v)
-}
-
-/// Runs one query (see node/src/query.rs) and returns its JSON answer.
-pub(crate) async fn query(
-    client: &FailoverClient,
-    q: Value,
-    read: ReadArgs,
-) -> anyhow::Result<Value> {
-    let req = QueryRequest {
-        query_json: q.to_string(),
-        read: Some(ReadOptions { stale: read.stale }),
-    };
-    let r = client
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.query(req).await }
-        })
-        .await?;
-    serde_json::from_str(&r.json).context("the server's answer is not JSON")
-}
-
-/// A linearizable read (what writes resolve their references with).
-pub(crate) const FRESH: ReadArgs = ReadArgs { stale: false };
-
-/// Resolves an entity reference to its id (`eid:…`) on the server.
-pub(crate) async fn resolve(client: &FailoverClient, reference: &str) -> anyhow::Result<String> {
-    let v = query(
-        client,
-        json!({"query": "resolve_entity", "entity": reference}),
-        FRESH,
-    )
-    .await?;
-    v["id"]
-        .as_str()
-        .map(String::from)
-        .with_context(|| format!("entity {reference:?}: the server returned no id"))
-}
-
-/// The array under `key` of a query answer (empty if absent).
-pub(crate) fn items(v: &Value, key: &str) -> Vec<Value> {
-    v[key].as_array().cloned().unwrap_or_default()
-}
-
-/// Prints a list: a table of `columns` (rows mapped by `row`), or the array as JSON/YAML.
-pub(crate) fn print_list(
-    fmt: Format,
-    list: Vec<Value>,
-    columns: &[&str],
-    row: impl Fn(&Value) -> Value,
-) -> anyhow::Result<()> {
-    if fmt == Format::Table {
-        let rows: Vec<Value> = list.iter().map(row).collect();
-        return table(&rows, columns);
-    }
-    print(fmt, &Value::Array(list), &[])
-}
-
-/// Joins a JSON array of strings with `,` ("-" when empty or absent).
-pub(crate) fn join(v: &Value) -> Value {
-    let parts: Vec<String> = v
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|x| x.as_str().map_or_else(|| x.to_string(), String::from))
-                .collect()
-        })
-        .unwrap_or_default();
-    if parts.is_empty() {
-        Value::Null
-    } else {
-        json!(parts.join(","))
-    }
-}
-
-/// Parses a semantic version for a flag or argument (clap names it in the error).
-pub(crate) fn parse_version(s: &str) -> Result<Version, String> {
-    Version::parse(s.trim()).map_err(|e| format!("{s:?} is not a semantic version: {e}"))
-}
-
-/// Parses `true` or `false`.
-pub(crate) fn parse_bool(s: &str) -> Result<bool, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" => Ok(true),
-        "false" | "no" | "off" => Ok(false),
-        _ => Err(format!("{s:?} is not true or false")),
-    }
-}
-
-/// Who is acting on a hub run with `--insecure`: `--actor`, else `$USER`, else `hubctl`.
-/// Over TLS the hub records the certificate's identity instead, whatever this says.
-#[derive(Args, Debug, Clone)]
-pub struct ActorArg {
-    /// Recorded as the actor only by a hub run with --insecure; over TLS the actor is your
-    /// certificate's identity (default: $USER, else "hubctl").
-    #[arg(long)]
-    actor: Option<String>,
-}
-
-impl ActorArg {
-    /// The actor's name.
-    pub fn name(&self) -> String {
-        self.actor
-            .clone()
-            .or_else(|| std::env::var("USER").ok())
-            .filter(|a| !a.trim().is_empty())
-            .unwrap_or_else(|| "hubctl".to_string())
-    }
-}
 
 /// An environment or an entity (exactly one).
 #[derive(Args, Debug, Clone)]
@@ -200,55 +44,21 @@ impl ScopeArgs {
     }
 }
 
-/// Reads a file the operator named; the error names the file and what it was for.
-pub(crate) fn read_file(path: &std::path::Path, what: &str) -> anyhow::Result<String> {
-    std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {what} file {}", path.display()))
-}
-
-// ---------------------------------------------------------------------------------------------
-// Commands
-
-/// Orchestration commands at the top level of `hubctl`.
-#[derive(Subcommand, Debug)]
-pub enum OrchCmd {
-    /// Products (group:name) and their maintenance windows.
-    #[command(subcommand)]
-    Product(ProductCmd),
-    /// Releases: publish from a manifest, list, recall.
-    #[command(subcommand)]
-    Release(ReleaseCmd),
-    /// Custom release channels.
-    #[command(subcommand)]
-    Channel(ChannelCmd),
-    /// One-off maintenance-window overrides (SPEC C5).
-    #[command(subcommand)]
-    Window(WindowCmd),
-    /// Suppression windows (SPEC C8).
-    #[command(subcommand)]
-    Suppression(SuppressionCmd),
-    /// Change plans: list, show, cancel (SPEC P6, P12).
-    #[command(subcommand)]
-    Plan(super::plans::PlanCmd),
-    /// Modules: publish definitions, install them, pause and resume updates (SPEC M8–M16).
-    #[command(subcommand)]
-    Module(super::modules::ModuleCmd),
-    /// Canaries: apply, get (-A), wait --for=promoted, promote, abort, retry, delete (SPEC K).
-    #[command(subcommand)]
-    Canary(super::canary::CanaryCmd),
-    /// Module change requests: list, approve, reject (SPEC M9).
-    #[command(subcommand, name = "changerequest")]
-    ChangeRequest(super::modules::ChangeRequestCmd),
-    /// Issue a break-glass command to an entity: bypasses every constraint (SPEC P1, C2).
-    Command(CommandArgs),
-    /// The audit log, newest first.
-    Audit {
-        /// At most this many entries.
-        #[arg(long, default_value_t = 100)]
-        limit: usize,
-        #[command(flatten)]
-        read: ReadArgs,
-    },
+/// Joins a JSON array of strings with `,` ("-" when empty or absent).
+fn join(v: &Value) -> Value {
+    let parts: Vec<String> = v
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| x.as_str().map_or_else(|| x.to_string(), String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    if parts.is_empty() {
+        Value::Null
+    } else {
+        json!(parts.join(","))
+    }
 }
 
 /// `hubctl product …`
@@ -275,7 +85,8 @@ pub enum ProductCmd {
 /// `hubctl product window …`
 #[derive(Subcommand, Debug)]
 pub enum ProductWindowCmd {
-    /// Set the product's maintenance window (SPEC C3, C4).
+    // SPEC C3, C4
+    /// Set the product's maintenance window.
     Set {
         /// Product id.
         id: String,
@@ -390,7 +201,8 @@ pub enum WindowCmd {
 /// `hubctl window override …`
 #[derive(Subcommand, Debug)]
 pub enum OverrideCmd {
-    /// Let plans pass the window constraint (only) during a one-off range (SPEC C5).
+    // SPEC C5
+    /// Let plans pass the window constraint (only) during a one-off range.
     #[command(group(ArgGroup::new("until").required(true).args(["end", "duration"])))]
     Add {
         #[command(flatten)]
@@ -439,7 +251,8 @@ pub enum SuppressionCmd {
         /// Why.
         #[arg(long)]
         reason: String,
-        /// Also cancel the active plans in scope (SPEC P12).
+        // SPEC P12
+        /// Also cancel the active plans in scope.
         #[arg(long)]
         cancel_active_plans: bool,
         #[command(flatten)]
@@ -495,32 +308,23 @@ pub struct CommandArgs {
     actor: ActorArg,
 }
 
-/// Runs an orchestration command.
-pub async fn run(client: &FailoverClient, cmd: OrchCmd, fmt: Format) -> anyhow::Result<()> {
-    match cmd {
-        OrchCmd::Product(c) => product(client, c, fmt).await,
-        OrchCmd::Release(c) => release(client, c, fmt).await,
-        OrchCmd::Channel(c) => channel(client, c, fmt).await,
-        OrchCmd::Window(WindowCmd::Override(c)) => window_override(client, c, fmt).await,
-        OrchCmd::Suppression(c) => suppression(client, c, fmt).await,
-        OrchCmd::Plan(c) => super::plans::run(client, c, fmt).await,
-        OrchCmd::Module(c) => super::modules::module(client, c, fmt).await,
-        OrchCmd::Canary(c) => super::canary::run(client, c, fmt).await,
-        OrchCmd::ChangeRequest(c) => super::modules::change_request(client, c, fmt).await,
-        OrchCmd::Command(c) => emergency(client, c, fmt).await,
-        OrchCmd::Audit { limit, read } => {
-            let v = query(client, json!({"query": "audit", "limit": limit}), read).await?;
-            print_list(
-                fmt,
-                items(&v, "audit"),
-                &["index", "time", "actor", "action", "target", "reason"],
-                Value::clone,
-            )
-        }
-    }
+/// `hubctl audit`: the audit log, newest first.
+pub async fn audit(
+    client: &FailoverClient,
+    limit: usize,
+    read: ReadArgs,
+    fmt: Format,
+) -> anyhow::Result<()> {
+    let v = query(client, json!({"query": "audit", "limit": limit}), read).await?;
+    print_list(
+        fmt,
+        items(&v, "audit"),
+        &["index", "time", "actor", "action", "target", "reason"],
+        Value::clone,
+    )
 }
 
-async fn product(client: &FailoverClient, cmd: ProductCmd, fmt: Format) -> anyhow::Result<()> {
+pub async fn product(client: &FailoverClient, cmd: ProductCmd, fmt: Format) -> anyhow::Result<()> {
     let command = match cmd {
         ProductCmd::Create { id, description } => Command::CreateProduct {
             product_id: id,
@@ -557,7 +361,7 @@ async fn product(client: &FailoverClient, cmd: ProductCmd, fmt: Format) -> anyho
     submit_and_print(client, &command, fmt).await.map(drop)
 }
 
-async fn release(client: &FailoverClient, cmd: ReleaseCmd, fmt: Format) -> anyhow::Result<()> {
+pub async fn release(client: &FailoverClient, cmd: ReleaseCmd, fmt: Format) -> anyhow::Result<()> {
     let command = match cmd {
         ReleaseCmd::Publish { file } => Command::PublishRelease {
             manifest: read_file(&file, "manifest")?,
@@ -617,7 +421,7 @@ async fn release(client: &FailoverClient, cmd: ReleaseCmd, fmt: Format) -> anyho
     submit_and_print(client, &command, fmt).await.map(drop)
 }
 
-async fn channel(client: &FailoverClient, cmd: ChannelCmd, fmt: Format) -> anyhow::Result<()> {
+pub async fn channel(client: &FailoverClient, cmd: ChannelCmd, fmt: Format) -> anyhow::Result<()> {
     let command = match cmd {
         ChannelCmd::Create { name, description } => Command::CreateChannel { name, description },
         ChannelCmd::List { read } => {
@@ -664,7 +468,7 @@ fn end_of(start_ms: i64, end: Option<TimeArg>, duration: Option<i64>) -> anyhow:
     }
 }
 
-async fn window_override(
+pub async fn window_override(
     client: &FailoverClient,
     cmd: OverrideCmd,
     fmt: Format,
@@ -699,7 +503,7 @@ async fn window_override(
     submit_and_print(client, &command, fmt).await.map(drop)
 }
 
-async fn suppression(
+pub async fn suppression(
     client: &FailoverClient,
     cmd: SuppressionCmd,
     fmt: Format,
@@ -758,7 +562,7 @@ async fn suppression(
     submit_and_print(client, &command, fmt).await.map(drop)
 }
 
-async fn emergency(client: &FailoverClient, c: CommandArgs, fmt: Format) -> anyhow::Result<()> {
+pub async fn emergency(client: &FailoverClient, c: CommandArgs, fmt: Format) -> anyhow::Result<()> {
     let command = match (c.action, c.version) {
         (Action::Install, Some(version)) => EmergencyCommand::Install { version },
         (Action::EnforceConfigAndVersion, Some(version)) => {
@@ -784,18 +588,4 @@ async fn emergency(client: &FailoverClient, c: CommandArgs, fmt: Format) -> anyh
         actor: c.actor.name(),
     };
     submit_and_print(client, &command, fmt).await.map(drop)
-}
-
-/// A cancel target for `plan cancel`.
-pub(crate) fn cancel_target(
-    plan: Option<String>,
-    environment: Option<String>,
-    entity_id: Option<String>,
-) -> anyhow::Result<CancelTarget> {
-    match (plan, environment, entity_id) {
-        (Some(p), None, None) => Ok(CancelTarget::Plan(p)),
-        (None, Some(e), None) => Ok(CancelTarget::Environment(e)),
-        (None, None, Some(id)) => Ok(CancelTarget::Entity(id)),
-        _ => anyhow::bail!("give exactly one of PLAN_ID, --env ENV or --entity REF"),
-    }
 }

@@ -1,4 +1,5 @@
-//! Printing results as a table, JSON or YAML.
+//! Printing results as a table, JSON or YAML. A helper module: it uses none of the command
+//! modules.
 
 use anyhow::Context;
 use serde_json::Value;
@@ -104,4 +105,23 @@ pub fn table(rows: &[Value], columns: &[&str]) -> anyhow::Result<()> {
         println!("{}", line(row));
     }
     Ok(())
+}
+
+/// The array under `key` of a query answer (empty if absent).
+pub(crate) fn items(v: &Value, key: &str) -> Vec<Value> {
+    v[key].as_array().cloned().unwrap_or_default()
+}
+
+/// Prints a list: a table of `columns` (rows mapped by `row`), or the array as JSON/YAML.
+pub(crate) fn print_list(
+    fmt: Format,
+    list: Vec<Value>,
+    columns: &[&str],
+    row: impl Fn(&Value) -> Value,
+) -> anyhow::Result<()> {
+    if fmt == Format::Table {
+        let rows: Vec<Value> = list.iter().map(row).collect();
+        return table(&rows, columns);
+    }
+    print(fmt, &Value::Array(list), &[])
 }

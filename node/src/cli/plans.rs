@@ -2,13 +2,14 @@
 //! questions) and `entity activity`.
 
 use clap::{ArgGroup, Subcommand};
+use hub_engine::command::CancelTarget;
 use hub_engine::Command;
 use serde_json::{json, Value};
 
-use super::orch::{cancel_target, items, print_list, query, resolve, submit, ActorArg};
-use super::output::{print, table, Format};
+use super::args::{ActorArg, ReadArgs};
+use super::calls::{query, resolve, submit};
+use super::output::{items, print, print_insecure_registries, print_list, table, Format};
 use super::timeparse::parse_duration;
-use super::ReadArgs;
 use crate::client::FailoverClient;
 
 /// `hubctl plan …`
@@ -31,14 +32,16 @@ pub enum PlanCmd {
         #[command(flatten)]
         read: ReadArgs,
     },
-    /// Show one plan: its record, tasks, failure and the agent's output (SPEC P6).
+    // SPEC P6
+    /// Show one plan: its record, tasks, failure and the agent's output.
     Get {
         /// The plan's id (p-…).
         id: String,
         #[command(flatten)]
         read: ReadArgs,
     },
-    /// Cancel one plan, or every active plan of an environment or an entity (SPEC P12).
+    // SPEC P12
+    /// Cancel one plan, or every active plan of an environment or an entity.
     #[command(group(ArgGroup::new("target").required(true).args(["id", "environment", "entity"])))]
     Cancel {
         /// The plan's id (p-…).
@@ -124,6 +127,20 @@ pub async fn run(client: &FailoverClient, cmd: PlanCmd, fmt: Format) -> anyhow::
             }
             Ok(())
         }
+    }
+}
+
+/// A cancel target for `plan cancel`.
+fn cancel_target(
+    plan: Option<String>,
+    environment: Option<String>,
+    entity_id: Option<String>,
+) -> anyhow::Result<CancelTarget> {
+    match (plan, environment, entity_id) {
+        (Some(p), None, None) => Ok(CancelTarget::Plan(p)),
+        (None, Some(e), None) => Ok(CancelTarget::Environment(e)),
+        (None, None, Some(id)) => Ok(CancelTarget::Entity(id)),
+        _ => anyhow::bail!("give exactly one of PLAN_ID, --env ENV or --entity REF"),
     }
 }
 
@@ -240,7 +257,7 @@ pub async fn explain(
         return print(fmt, &v, &[]);
     }
     println!("entity: {}", text(&v["entity"]));
-    super::output::print_insecure_registries(&v);
+    print_insecure_registries(&v);
     println!("evaluated at: {}", text(&v["evaluated_at"]));
     println!("summary: {}", text(&v["summary"]));
     let c = &v["candidate"];

@@ -12,10 +12,10 @@ use hub_engine::Command;
 use semver::Version;
 use serde_json::{json, Value};
 
-use super::orch::{items, parse_bool, parse_version, query, read_file, resolve, submit_and_print};
-use super::output::{print, print_insecure_registries, red, red_stderr, table, Format};
+use super::args::{parse_bool, parse_version, read_file, ReadArgs};
+use super::calls::{query, resolve, submit_and_print};
+use super::output::{items, print, print_insecure_registries, red, red_stderr, table, Format};
 use super::timeparse::{format_duration, parse_duration};
-use super::ReadArgs;
 use crate::client::FailoverClient;
 
 /// Orchestration commands under `hubctl entity`.
@@ -65,21 +65,6 @@ pub enum EntityOrchCmd {
     /// Secrets (values are never shown).
     #[command(subcommand)]
     Secret(SecretCmd),
-    /// The entity's activity: decisions and their reasons, newest first.
-    Activity {
-        /// The entity.
-        entity: String,
-        #[command(flatten)]
-        read: ReadArgs,
-    },
-    /// Is there a candidate plan, does it meet its constraints, was it issued, did the last
-    /// execution succeed (SPEC P3)?
-    Explain {
-        /// The entity.
-        entity: String,
-        #[command(flatten)]
-        read: ReadArgs,
-    },
 }
 
 /// `hubctl entity config …`
@@ -148,22 +133,27 @@ pub enum EnvOrchCmd {
         /// Remove the environment's window.
         #[arg(long)]
         clear_window: bool,
-        /// Suppress the whole environment when more than N entities are auto-suppressed (SPEC P9).
+        // SPEC P9
+        /// Suppress the whole environment when more than N entities are auto-suppressed.
         #[arg(long)]
         suppress_after_autosuppressions: Option<u32>,
-        /// How long a failed plan suppresses its entity (SPEC P8), e.g. 1h.
+        // SPEC P8
+        /// How long a failed plan suppresses its entity, e.g. 1h.
         #[arg(long, value_parser = parse_duration)]
         auto_suppression: Option<i64>,
-        /// Use entity/environment windows instead of product windows (SPEC C4): true|false.
+        // SPEC C4
+        /// Use entity/environment windows instead of product windows: true|false.
         #[arg(long, value_parser = parse_bool)]
         override_product_windows: Option<bool>,
-        /// Recall roll-offs wait for maintenance windows too (SPEC C6): true|false.
+        // SPEC C6
+        /// Recall roll-offs wait for maintenance windows too: true|false.
         #[arg(long, value_parser = parse_bool)]
         require_windows_for_recall_roll_offs: Option<bool>,
         #[command(flatten)]
         read: ReadArgs,
     },
-    /// Artifact registries (SPEC C9).
+    // SPEC C9
+    /// Artifact registries.
     #[command(subcommand)]
     Registry(RegistryCmd),
 }
@@ -226,12 +216,6 @@ pub async fn entity(
         EntityOrchCmd::Get { entity, read } => {
             let v = query(client, json!({"query": "entity", "entity": entity}), read).await?;
             return print_entity(fmt, &v);
-        }
-        EntityOrchCmd::Activity { entity, read } => {
-            return super::plans::activity(client, &entity, read, fmt).await;
-        }
-        EntityOrchCmd::Explain { entity, read } => {
-            return super::plans::explain(client, &entity, read, fmt).await;
         }
         EntityOrchCmd::Set {
             entity,
