@@ -1,4 +1,4 @@
-//! The canary proxy the agent owns for one service (DESIGN "Execution", SPEC K2): three HTTP
+//! The canary proxy the agent owns for one service (docs/ARCHITECTURE.md "The agent", SPEC K2): three HTTP
 //! listeners — `<svc>` (the main address: split between primary and canary by the committed
 //! weight and A/B rules), `<svc>-primary` and `<svc>-canary` — forwarding to the two
 //! workloads and measuring each workload's success rate and latency, the metrics the hub's
