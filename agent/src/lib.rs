@@ -13,6 +13,8 @@
 //! - [`hub`]: the hub connection: endpoint failover, back-off, safe retries.
 //! - [`metrics`]: Prometheus counters on `/metrics`.
 //! - [`proxy`]: the canary proxy (weighted and A/B routing, per-workload metrics).
+//! - [`wire`]: the typed agent contract: fetched plans checked (every enum mapped, unknown
+//!   values refused), reports and states onto the wire, refused reports read back.
 
 pub mod canary;
 pub mod driver;
@@ -23,3 +25,4 @@ pub mod journal;
 pub mod metrics;
 pub mod plan;
 pub mod proxy;
+pub mod wire;

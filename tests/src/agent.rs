@@ -386,7 +386,11 @@ impl Cluster {
             plan_id: plan_id.to_string(),
             task: task.to_string(),
             attempt: 1,
-            state: state.to_string(),
+            state: hub_proto::TaskState::from_str_name(&format!(
+                "TASK_STATE_{}",
+                state.to_uppercase()
+            ))
+            .unwrap_or_else(|| panic!("{state:?} is not a task state")) as i32,
             output: String::new(),
             failure: None,
             request_id: String::new(),
@@ -428,7 +432,12 @@ impl Cluster {
             states: vec![hub_proto::EntityState {
                 entity: entity.to_string(),
                 version: version.to_string(),
-                health: health.to_string(),
+                health: hub_proto::Health::from_str_name(&format!(
+                    "HEALTH_{}",
+                    health.to_uppercase()
+                ))
+                .unwrap_or_else(|| panic!("{health:?} is not a health"))
+                    as i32,
                 ..Default::default()
             }],
             request_id: format!("test-{}", rand_suffix()),
