@@ -478,7 +478,7 @@ mod tests {
             "{summary}\n{refused:?}"
         );
         assert_eq!(refused[1].attempt, 0);
-        assert_eq!(refused[4].state, wire::TaskState::Succeeded as i32);
+        assert_eq!(refused[3].state, wire::TaskState::Succeeded as i32);
         assert!(refused[0].message.contains("p-999-0"), "{:?}", refused[0]);
         // Nothing refused, nothing listed.
         let ok = vec![report(&plan, "remove", 1, TaskState::Running)];
