@@ -410,6 +410,41 @@ impl Cluster {
 }
 
 impl Cluster {
+    /// `Agent.ReportTasks` as an agent of `environment` would send it, to node `node`
+    /// (0-based); returns the reply (its `refused` lists the reports the hub refused), or the
+    /// server's message.
+    pub fn agent_report_tasks(
+        &self,
+        node: usize,
+        environment: &str,
+        reports: Vec<hub_proto::ReportTaskRequest>,
+    ) -> Result<hub_proto::AgentReply, String> {
+        let addr = self
+            .endpoints()
+            .split(',')
+            .nth(node)
+            .unwrap_or_default()
+            .to_string();
+        let req = hub_proto::ReportTasksRequest {
+            environment: environment.to_string(),
+            reports,
+            request_id: format!("test-{}", rand_suffix()),
+        };
+        block_on(async move {
+            let ch = self
+                .channel_as(&hub_tls::Identity::Agent(environment.to_string()), &addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut c = hub_proto::agent_client::AgentClient::new(ch);
+            c.report_tasks(req)
+                .await
+                .map(|r| r.into_inner())
+                .map_err(|s| s.message().to_string())
+        })
+    }
+}
+
+impl Cluster {
     /// `Agent.ReportStates` for one entity as an agent of `environment` would send it, to
     /// node `node` (0-based); returns the reply's `result` (`"unchanged"` when no write was
     /// needed), or the server's message.
