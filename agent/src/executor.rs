@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hub_proto::{AgentPlan, EntityState, PlanArtifact};
+use hub_proto::EntityState;
 use tokio::sync::{Mutex, Notify, Semaphore};
 
 use crate::canary::CanaryRunner;
@@ -31,10 +31,8 @@ use crate::execlog::{monotonic_ns, ExecLine, ExecLog, ExecState};
 use crate::hub::{backoff, CallError, HubConnection};
 use crate::journal::{JournalFile, TaskRecord};
 use crate::metrics::Metrics;
-use crate::plan::{
-    Artifact, CanaryHeaderMatchSpec, CanaryStepSpec, CanaryWorkloadSpec, Observed, PlanSpec,
-    Registry, TaskFailure, CANARY_STEP,
-};
+use crate::plan::{Observed, PlanKind, PlanSpec, TaskFailure};
+use crate::wire;
 
 /// Most reports sent in one write.
 pub const REPORT_BATCH: usize = 64;
@@ -71,99 +69,6 @@ pub struct Agent {
     /// entity -> (plan id, cancel flag) of the plan running for it.
     running: std::sync::Mutex<HashMap<String, (String, Arc<AtomicBool>)>>,
     permits: Arc<Semaphore>,
-}
-
-/// The environment's registries a plan fetch carries.
-fn registries_of(reply: &hub_proto::FetchPlansReply) -> Vec<Registry> {
-    reply
-        .registries
-        .iter()
-        .map(|r| Registry {
-            name: r.name.clone(),
-            url: r.url.clone(),
-            ca_pem: (!r.ca_pem.is_empty()).then(|| r.ca_pem.clone()),
-            insecure_skip_verify: r.insecure_skip_verify,
-        })
-        .collect()
-}
-
-fn to_spec(p: &AgentPlan, registries: &[Registry]) -> PlanSpec {
-    PlanSpec {
-        id: p.id.clone(),
-        entity: p.entity.clone(),
-        kind: p.kind.clone(),
-        command: p.command.clone(),
-        from_version: p.from_version.clone(),
-        to_version: p.to_version.clone(),
-        config: p.config.clone(),
-        secrets_revision: p.secrets_revision,
-        secrets: p
-            .secrets
-            .iter()
-            .map(|s| (s.name.clone(), s.value.clone()))
-            .collect(),
-        artifacts: artifacts(&p.artifacts),
-        registries: registries.to_vec(),
-        tasks: p.tasks.iter().map(|t| t.name.clone()).collect(),
-        canary: p.canary.as_ref().map(canary_spec),
-    }
-}
-
-fn artifacts(a: &[PlanArtifact]) -> Vec<Artifact> {
-    a.iter()
-        .map(|a| Artifact {
-            uri: a.uri.clone(),
-            sha256: a.sha256.clone(),
-        })
-        .collect()
-}
-
-fn canary_spec(c: &hub_proto::CanaryStep) -> CanaryStepSpec {
-    let workload = |w: &hub_proto::CanaryWorkload| CanaryWorkloadSpec {
-        revision: w.revision.clone(),
-        version: w.version.clone(),
-        config: w.config.clone(),
-        artifacts: artifacts(&w.artifacts),
-        secrets_revision: w.secrets_revision,
-    };
-    CanaryStepSpec {
-        canary: c.canary.clone(),
-        service: c.service.clone(),
-        port: c.port,
-        step: c.step,
-        phase: c.phase.clone(),
-        primary: c.primary.as_ref().map(workload),
-        canary_workload: c.canary_workload.as_ref().map(workload),
-        canary_weight: c.canary_weight,
-        match_routing: c.match_routing,
-        match_rules: c
-            .r#match
-            .iter()
-            .map(|rule| {
-                rule.headers
-                    .iter()
-                    .map(|h| CanaryHeaderMatchSpec {
-                        name: h.name.clone(),
-                        op: h.op.clone(),
-                        value: h.value.clone(),
-                    })
-                    .collect()
-            })
-            .collect(),
-        restore_original: c.restore_original,
-        metric_windows_ms: c.metric_windows_ms.clone(),
-    }
-}
-
-fn state_proto(o: &Observed) -> EntityState {
-    EntityState {
-        entity: o.entity.clone(),
-        version: o.version.clone().unwrap_or_default(),
-        health: o.health.as_str().to_string(),
-        config_sha256: o.config_sha256.clone().unwrap_or_default(),
-        secrets_revision: o.secrets_revision,
-        message: o.message.clone(),
-    }
 }
 
 impl Agent {
@@ -248,8 +153,10 @@ impl Agent {
                 }
             };
             fingerprint = reply.fingerprint.clone();
-            let registries = registries_of(&reply);
-            let listed: BTreeMap<&str, &AgentPlan> =
+            let registries = wire::registries(&reply);
+            // Every plan listed counts as listed, even one this agent cannot read (so a
+            // running plan is not taken for cancelled); an unreadable one is not run.
+            let listed: BTreeMap<&str, &hub_proto::AgentPlan> =
                 reply.plans.iter().map(|p| (p.id.as_str(), p)).collect();
             // Plans no longer listed were cancelled (or finished): stop before their next task.
             {
@@ -260,17 +167,27 @@ impl Agent {
                     }
                 }
             }
-            for plan in reply.plans.iter() {
-                if self.journal.lock().await.is_finished(&plan.id) {
+            for (i, plan) in reply.plans.iter().enumerate() {
+                let plan = match wire::plan(plan, &registries, &format!("plans[{i}]")) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::warn!(plan = %plan.id, error = %e, "plan refused: not run");
+                        continue;
+                    }
+                };
+                if self.journal.lock().await.is_finished(&plan.spec.id) {
                     continue;
                 }
                 let cancel = {
                     let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-                    if running.contains_key(&plan.entity) {
+                    if running.contains_key(&plan.spec.entity) {
                         continue;
                     }
                     let cancel = Arc::new(AtomicBool::new(false));
-                    running.insert(plan.entity.clone(), (plan.id.clone(), cancel.clone()));
+                    running.insert(
+                        plan.spec.entity.clone(),
+                        (plan.spec.id.clone(), cancel.clone()),
+                    );
                     cancel
                 };
                 let now_ms = std::time::SystemTime::now()
@@ -280,13 +197,7 @@ impl Agent {
                 self.metrics
                     .delivery
                     .observe(now_ms.saturating_sub(plan.issued_ms).max(0) as u64);
-                let spec = to_spec(plan, &registries);
-                let hub_done: Vec<String> = plan
-                    .tasks
-                    .iter()
-                    .filter(|t| t.state == "succeeded")
-                    .map(|t| t.name.clone())
-                    .collect();
+                let wire::FetchedPlan { spec, hub_done, .. } = plan;
                 let agent = self.clone();
                 tokio::spawn(async move {
                     let entity = spec.entity.clone();
@@ -387,7 +298,7 @@ impl Agent {
             }
             self.metrics.inc(&self.metrics.tasks_run);
             let started = Instant::now();
-            let result = if spec.kind == CANARY_STEP {
+            let result = if spec.kind == PlanKind::CanaryStep {
                 self.canary.run_task(&spec, &task).await
             } else {
                 self.driver.run_task(&spec, &task).await
@@ -447,15 +358,26 @@ impl Agent {
                 continue;
             }
             match self.hub.report_tasks(&self.cfg.environment, &batch).await {
-                Ok(result) => {
+                Ok(refused) => {
                     failures = 0;
                     self.metrics
                         .reports_sent
                         .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    if result.contains("refused") {
+                    if !refused.is_empty() {
                         // A plan gone (cancelled and forgotten) or an invalid report:
                         // retrying cannot help; the hub applied the others.
-                        tracing::warn!(%result, "some reports refused");
+                        for r in &refused {
+                            match r {
+                                Ok(r) => tracing::warn!(
+                                    plan = %r.plan_id,
+                                    task = %r.task,
+                                    reason = r.reason.label(),
+                                    message = %r.message,
+                                    "report refused"
+                                ),
+                                Err(e) => tracing::warn!(error = %e, "report refused"),
+                            }
+                        }
                         self.metrics.inc(&self.metrics.reports_refused);
                     }
                 }
@@ -498,7 +420,7 @@ impl Agent {
             }
             seq += 1;
             let request_id = format!("states:{}:{boot}:{seq}", self.cfg.environment);
-            let states: Vec<EntityState> = observed.iter().map(state_proto).collect();
+            let states: Vec<EntityState> = observed.iter().map(wire::entity_state).collect();
             let mut failures = 0u32;
             loop {
                 match self
@@ -578,14 +500,23 @@ impl Agent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hub_proto::{CanaryHeaderMatch, CanaryMatchRule, CanaryStep, CanaryWorkload, PlanSecret};
+    use hub_proto::{
+        AgentPlan, CanaryHeaderMatch, CanaryMatchRule, CanaryStep, CanaryWorkload, PlanArtifact,
+        PlanSecret,
+    };
+
+    /// What the fetch loop runs of a fetched plan.
+    fn to_spec(p: &AgentPlan, registries: &[crate::plan::Registry]) -> PlanSpec {
+        wire::plan(p, registries, "plans[0]").unwrap().spec
+    }
 
     /// A canary-step plan as `FetchPlans` sends it.
     fn canary_plan() -> AgentPlan {
         AgentPlan {
             id: "p-1".into(),
             entity: "eid:prod:helmChart:web".into(),
-            kind: CANARY_STEP.into(),
+            kind: hub_proto::PlanKind::CanaryStep as i32,
+            status: hub_proto::PlanStatus::Issued as i32,
             secrets: vec![PlanSecret {
                 name: "token".into(),
                 value: "v".into(),
@@ -659,7 +590,8 @@ mod tests {
             let install = AgentPlan {
                 id: "p-7-0".into(),
                 entity: "eid:prod:helmChart:api".into(),
-                kind: "install".into(),
+                kind: hub_proto::PlanKind::Install as i32,
+                status: hub_proto::PlanStatus::Issued as i32,
                 to_version: "1.2.0".into(),
                 config: "port: 9000\nnested: {a: [1, 2]}\n".into(),
                 artifacts: vec![PlanArtifact {
@@ -670,7 +602,7 @@ mod tests {
                     .iter()
                     .map(|t| hub_proto::PlanTask {
                         name: t.to_string(),
-                        state: "pending".into(),
+                        state: hub_proto::TaskState::Pending as i32,
                         attempt: 0,
                     })
                     .collect(),
@@ -696,9 +628,12 @@ mod tests {
             let Ok(reply) = FetchPlansReply::decode(bytes) else {
                 return;
             };
-            let registries = registries_of(&reply);
-            for p in &reply.plans {
-                let spec = to_spec(p, &registries);
+            let registries = wire::registries(&reply);
+            for (i, p) in reply.plans.iter().enumerate() {
+                let Ok(plan) = wire::plan(p, &registries, &format!("plans[{i}]")) else {
+                    continue;
+                };
+                let spec = plan.spec;
                 let _ = format!("{spec:?}");
                 let _ = names::entity_dir_name(&spec.entity, "prod");
                 let _ = names::check_version(&spec.to_version);

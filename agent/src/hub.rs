@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use hub_proto::agent_client::AgentClient;
 use hub_proto::{
-    CanaryObservation, EntityState, FetchPlansReply, FetchPlansRequest, PlanFailure,
-    ReportCanariesRequest, ReportStatesRequest, ReportTaskRequest, ReportTasksRequest,
+    CanaryObservation, EntityState, FetchPlansReply, FetchPlansRequest, ReportCanariesRequest,
+    ReportStatesRequest, ReportTasksRequest,
 };
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use crate::journal::PendingReport;
 use crate::metrics::Metrics;
+use crate::wire::{self, RefusedReport, WireError};
 
 /// Largest gRPC message the agent accepts (plans carry configs and secrets).
 const MAX_MESSAGE_BYTES: usize = 32 << 20;
@@ -191,22 +192,23 @@ impl HubConnection {
     }
 
     /// Sends several task reports in one write (each idempotent on its own; the batch's key
-    /// is its first report's key and its length).
+    /// is its first report's key and its length). Returns the reports the hub refused (it
+    /// applied the others).
     pub async fn report_tasks(
         &self,
         environment: &str,
         reports: &[PendingReport],
-    ) -> Result<String, CallError> {
+    ) -> Result<Vec<Result<RefusedReport, WireError>>, CallError> {
         let (addr, mut c) = self.client()?;
         let request_id = match reports.first() {
             Some(r) => format!("tasks:{}:{}", r.request_id(), reports.len()),
-            None => return Ok(String::new()),
+            None => return Ok(Vec::new()),
         };
         let mut req = tonic::Request::new(ReportTasksRequest {
             environment: environment.to_string(),
             reports: reports
                 .iter()
-                .map(|r| wire_report(environment, r))
+                .map(|r| wire::task_report(environment, r))
                 .collect(),
             request_id,
         });
@@ -215,7 +217,7 @@ impl HubConnection {
         if let Ok(reply) = &r {
             self.refresh(&reply.endpoints, &reply.leader);
         }
-        r.map(|reply| reply.result)
+        r.map(|reply| wire::refused(&reply))
     }
 
     /// Sends one task report (idempotent by its request id).
@@ -225,7 +227,7 @@ impl HubConnection {
         report: &PendingReport,
     ) -> Result<(), CallError> {
         let (addr, mut c) = self.client()?;
-        let mut req = tonic::Request::new(wire_report(environment, report));
+        let mut req = tonic::Request::new(wire::task_report(environment, report));
         req.set_timeout(Duration::from_secs(15));
         let r = self.outcome(&addr, c.report_task(req).await.map(|r| r.into_inner()));
         if let Ok(reply) = &r {
@@ -274,24 +276,6 @@ impl HubConnection {
             self.refresh(&reply.endpoints, &reply.leader);
         }
         r.map(|_| ())
-    }
-}
-
-fn wire_report(environment: &str, report: &PendingReport) -> ReportTaskRequest {
-    ReportTaskRequest {
-        environment: environment.to_string(),
-        plan_id: report.plan_id.clone(),
-        task: report.task.clone(),
-        attempt: report.attempt,
-        state: report.state.clone(),
-        output: report.output.clone(),
-        failure: report.failure.as_ref().map(|f| PlanFailure {
-            stage: f.stage.clone(),
-            message: f.message.clone(),
-            not_ready: f.not_ready.clone(),
-            validation_errors: f.validation_errors.clone(),
-        }),
-        request_id: report.request_id(),
     }
 }
 

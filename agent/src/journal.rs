@@ -77,6 +77,39 @@ impl TaskRecord {
     }
 }
 
+/// The state a task report gives: stored as `running`, `succeeded` or `failed` (the
+/// journal's format since before it was typed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportedState {
+    /// The task started.
+    Running,
+    /// It finished well.
+    Succeeded,
+    /// It finished badly.
+    Failed,
+}
+
+impl ReportedState {
+    /// Lower-case name (also part of the report's idempotency key).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportedState::Running => "running",
+            ReportedState::Succeeded => "succeeded",
+            ReportedState::Failed => "failed",
+        }
+    }
+
+    /// The hub's task state.
+    pub fn task_state(self) -> hub_engine::plan::TaskState {
+        match self {
+            ReportedState::Running => hub_engine::plan::TaskState::Running,
+            ReportedState::Succeeded => hub_engine::plan::TaskState::Succeeded,
+            ReportedState::Failed => hub_engine::plan::TaskState::Failed,
+        }
+    }
+}
+
 /// A report the hub has not acknowledged yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingReport {
@@ -86,8 +119,8 @@ pub struct PendingReport {
     pub task: String,
     /// The attempt.
     pub attempt: u32,
-    /// `running`, `succeeded` or `failed`.
-    pub state: String,
+    /// What the task did.
+    pub state: ReportedState,
     /// Output to append to the plan.
     pub output: String,
     /// On failure.
@@ -99,7 +132,10 @@ impl PendingReport {
     pub fn request_id(&self) -> String {
         format!(
             "task:{}:{}:{}:{}",
-            self.plan_id, self.task, self.attempt, self.state
+            self.plan_id,
+            self.task,
+            self.attempt,
+            self.state.as_str()
         )
     }
 }
@@ -211,15 +247,15 @@ impl JournalFile {
         output: String,
     ) -> Result<(), JournalError> {
         let (state, failure) = match &record {
-            TaskRecord::Running { .. } => ("running", None),
-            TaskRecord::Succeeded { .. } => ("succeeded", None),
-            TaskRecord::Failed { failure, .. } => ("failed", Some(failure.clone())),
+            TaskRecord::Running { .. } => (ReportedState::Running, None),
+            TaskRecord::Succeeded { .. } => (ReportedState::Succeeded, None),
+            TaskRecord::Failed { failure, .. } => (ReportedState::Failed, Some(failure.clone())),
         };
         self.journal.outbox.push_back(PendingReport {
             plan_id: plan.to_string(),
             task: task.to_string(),
             attempt: record.attempt(),
-            state: state.to_string(),
+            state,
             output,
             failure,
         });
@@ -347,6 +383,21 @@ mod tests {
             err.to_string().contains("belongs to environment \"prod\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn report_states_keep_the_names_older_journals_hold() {
+        for s in [
+            ReportedState::Running,
+            ReportedState::Succeeded,
+            ReportedState::Failed,
+        ] {
+            let json = format!("\"{}\"", s.as_str());
+            assert_eq!(serde_json::to_string(&s).unwrap(), json);
+            assert_eq!(serde_json::from_str::<ReportedState>(&json).unwrap(), s);
+            assert_eq!(s.task_state().as_str(), s.as_str());
+        }
+        assert!(serde_json::from_str::<ReportedState>("\"pending\"").is_err());
     }
 
     #[test]

@@ -1,18 +1,16 @@
 //! The hub agent (`hub-agent`): runs in a spoke environment, fails over between hub nodes,
 //! reports what is deployed and executes plans exactly once (SPEC P2, R3, R4).
 //!
-//! - [`plan`]: the plan as the agent sees it, and task outcomes.
-//! - [`canary`]: executes `canary-step` plans (the canary's workloads through the driver,
-//!   the proxy) and observes canaries.
-//! - [`driver`]: what executes tasks: [`driver::process`] (real processes from artifacts) and
-//!   [`driver::sim`] (simulated entities for scale and chaos runs).
-//! - [`execlog`]: `DATA/executions.jsonl`, one line per task event, reconciled with the
-//!   journal at start-up.
+//! - [`canary`]: runs `canary-step` plans (workloads through the driver, the proxy), observes.
+//! - [`driver`]: what executes tasks: [`driver::process`] (real processes) and [`driver::sim`].
+//! - [`execlog`]: `DATA/executions.jsonl`, one line per task event, reconciled at start-up.
 //! - [`executor`]: the loops: fetch plans, run them task by task, report.
-//! - [`journal`]: the local, durable record that makes execution exactly-once across restarts.
 //! - [`hub`]: the hub connection: endpoint failover, back-off, safe retries.
+//! - [`journal`]: the local, durable record that makes execution exactly-once across restarts.
 //! - [`metrics`]: Prometheus counters on `/metrics`.
+//! - [`plan`]: the plan as the agent sees it (kind, tasks, canary step), and task outcomes.
 //! - [`proxy`]: the canary proxy (weighted and A/B routing, per-workload metrics).
+//! - [`wire`]: the typed agent contract: fetched plans checked, reports onto the wire.
 
 pub mod canary;
 pub mod driver;
@@ -23,3 +21,4 @@ pub mod journal;
 pub mod metrics;
 pub mod plan;
 pub mod proxy;
+pub mod wire;

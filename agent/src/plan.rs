@@ -51,6 +51,98 @@ impl Registry {
     }
 }
 
+/// What a plan does: the engine's `PlanKind` without its payloads (the plan's other fields
+/// carry what the agent needs). On the wire, proto `PlanKind` and `PlanCommand`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PlanKind {
+    /// First installation of the product.
+    Install,
+    /// Same version, new config overrides.
+    ConfigChange,
+    /// Upgrade or downgrade.
+    VersionChange,
+    /// Remove the product.
+    Uninstall,
+    /// New secret values.
+    SecretsChange,
+    /// Back to the version and config before a failed plan.
+    Rollback,
+    /// Off a recalled release.
+    RecallRollOff,
+    /// A break-glass command.
+    Command(CommandKind),
+    /// One committed canary step ([`PlanSpec::canary`] holds the desired state).
+    CanaryStep,
+}
+
+impl PlanKind {
+    /// The engine's label: `install`, `config-change`, `version-change`, `uninstall`,
+    /// `secrets-change`, `rollback`, `recall-roll-off`, `command`, `canary-step`.
+    pub fn label(self) -> &'static str {
+        match self {
+            PlanKind::Install => "install",
+            PlanKind::ConfigChange => "config-change",
+            PlanKind::VersionChange => "version-change",
+            PlanKind::Uninstall => "uninstall",
+            PlanKind::SecretsChange => "secrets-change",
+            PlanKind::Rollback => "rollback",
+            PlanKind::RecallRollOff => "recall-roll-off",
+            PlanKind::Command(_) => "command",
+            PlanKind::CanaryStep => "canary-step",
+        }
+    }
+
+    /// Whether the plan removes the product.
+    pub fn is_uninstall(self) -> bool {
+        matches!(
+            self,
+            PlanKind::Uninstall | PlanKind::Command(CommandKind::Uninstall)
+        )
+    }
+
+    /// Whether the plan restarts what runs instead of deploying a target.
+    pub fn is_restart(self) -> bool {
+        self == PlanKind::Command(CommandKind::Restart)
+    }
+}
+
+impl std::fmt::Display for PlanKind {
+    /// The label.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// A break-glass command: the engine's `EmergencyCommand` without its version (the plan's
+/// `to_version` carries it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CommandKind {
+    /// Install a version.
+    Install,
+    /// Remove the product.
+    Uninstall,
+    /// Re-apply the config overrides of the current version.
+    EnforceConfig,
+    /// Move to a version with its config overrides.
+    EnforceConfigAndVersion,
+    /// Restart the workload as it is.
+    Restart,
+}
+
+impl CommandKind {
+    /// The engine's label: `install`, `uninstall`, `enforce-config`,
+    /// `enforce-config-and-version`, `restart`.
+    pub fn label(self) -> &'static str {
+        match self {
+            CommandKind::Install => "install",
+            CommandKind::Uninstall => "uninstall",
+            CommandKind::EnforceConfig => "enforce-config",
+            CommandKind::EnforceConfigAndVersion => "enforce-config-and-version",
+            CommandKind::Restart => "restart",
+        }
+    }
+}
+
 /// A plan to execute (from `Agent.FetchPlans`). Secret values are held in memory only and
 /// never written to the agent's journal or logs.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,12 +151,8 @@ pub struct PlanSpec {
     pub id: String,
     /// Entity id (`eid:<env>:<kind>:<name>`).
     pub entity: String,
-    /// `install`, `config-change`, `version-change`, `uninstall`, `secrets-change`,
-    /// `rollback`, `recall-roll-off`, `command`, `canary-step`.
-    pub kind: String,
-    /// For `command`: `install`, `uninstall`, `enforce-config`,
-    /// `enforce-config-and-version`, `restart`.
-    pub command: String,
+    /// What it does.
+    pub kind: PlanKind,
     /// Version before (may be empty).
     pub from_version: String,
     /// Version after (empty for uninstall).
@@ -86,9 +174,6 @@ pub struct PlanSpec {
     #[serde(default)]
     pub canary: Option<CanaryStepSpec>,
 }
-
-/// Plan kind of canary steps.
-pub const CANARY_STEP: &str = "canary-step";
 
 /// One workload revision of a canary (proto `CanaryWorkload`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,7 +247,7 @@ impl std::fmt::Debug for PlanSpec {
 impl PlanSpec {
     /// Whether the plan removes the product.
     pub fn is_uninstall(&self) -> bool {
-        self.kind == "uninstall" || (self.kind == "command" && self.command == "uninstall")
+        self.kind.is_uninstall()
     }
 }
 

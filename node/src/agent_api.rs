@@ -15,8 +15,8 @@ use hub_engine::canary::{
     CanaryObservation as EngineObservation, CanaryRevision, CanaryStepSpec, MetricWindow,
 };
 use hub_engine::command::EntityReport;
-use hub_engine::entity::{config_sha256, Health};
-use hub_engine::plan::{FailureMetadata, PlanKind, TaskReport, TaskState};
+use hub_engine::entity::config_sha256;
+use hub_engine::plan::{FailureMetadata, PlanKind, TaskReport};
 use hub_engine::{Command, State};
 use hub_proto::agent_server::Agent;
 use hub_proto::*;
@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
+use crate::agent_wire;
 use crate::node::HubNode;
 
 /// Plan polls share read barriers younger than this (see `HubNode::shared_read_barrier`).
@@ -130,13 +131,14 @@ impl AgentService {
         (endpoints, leader)
     }
 
-    fn reply(&self, w: WriteReply) -> AgentReply {
+    fn reply(&self, w: WriteReply, refused: Vec<RefusedReport>) -> AgentReply {
         let (endpoints, leader) = self.endpoints();
         AgentReply {
             result: w.result,
             index: w.index,
             endpoints,
             leader,
+            refused,
         }
     }
 }
@@ -151,14 +153,7 @@ fn bad(field: &str, reason: impl std::fmt::Display) -> Status {
 
 /// Converts one wire report; `prefix` names its place in a batch for errors.
 fn task_report(r: ReportTaskRequest, prefix: &str) -> Result<TaskReport, Status> {
-    let state = TaskState::parse(&r.state)
-        .filter(|s| *s != TaskState::Pending)
-        .ok_or_else(|| {
-            bad(
-                &format!("{prefix}state"),
-                format!("{:?} is not running, succeeded or failed", r.state),
-            )
-        })?;
+    let state = agent_wire::reported_task_state(r.state, &format!("{prefix}state"))?;
     Ok(TaskReport {
         plan_id: r.plan_id,
         task: r.task,
@@ -264,16 +259,63 @@ fn canary_observation(
     ))
 }
 
-/// The environment's active plans as the agent sees them, and their fingerprint.
-fn agent_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, String, Vec<Registry>) {
+/// The fingerprint of the environment's active plan set: its plan ids and statuses, which is
+/// what tells an agent to look at its plans again. Cheap: it builds and clones no plan.
+pub fn plan_set_fingerprint(state: &State, environment: &str) -> String {
     let mut fp = String::new();
+    for p in state.active_plans_in(environment) {
+        fp.push_str(&p.id);
+        fp.push(':');
+        fp.push_str(p.status.as_str());
+        fp.push(';');
+    }
+    let mut hex = config_sha256(&fp);
+    hex.truncate(16);
+    hex
+}
+
+/// What a plan fetch returns: the environment's active plans as the agent sees them
+/// (secrets included), their fingerprint and the environment's registries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanSet {
+    /// The active plans, in entity order.
+    pub plans: Vec<AgentPlan>,
+    /// [`plan_set_fingerprint`] of them.
+    pub fingerprint: String,
+    /// The environment's registries.
+    pub registries: Vec<Registry>,
+}
+
+/// One look at the state for a long-poll whose agent knows `known`: `None` when that is the
+/// current fingerprint and the poll may wait on (`timed_out` false), else the reply's plan
+/// set. The plans are built only then: a wake that changed nothing the agent sees costs a
+/// fingerprint, not a copy of every plan and secret.
+pub fn look(state: &State, environment: &str, known: &str, timed_out: bool) -> Option<PlanSet> {
+    let fingerprint = plan_set_fingerprint(state, environment);
+    if fingerprint == known && !timed_out {
+        return None;
+    }
+    let (plans, registries) = build_plans(state, environment);
+    Some(PlanSet {
+        plans,
+        fingerprint,
+        registries,
+    })
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Plan sets built on this thread (tests: unchanged polls build none).
+    static BUILDS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The environment's active plans and registries as the agent receives them.
+fn build_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, Vec<Registry>) {
+    #[cfg(test)]
+    BUILDS.with(|b| b.set(b.get() + 1));
     let plans: Vec<AgentPlan> = state
         .active_plans_in(environment)
         .map(|p| {
-            fp.push_str(&p.id);
-            fp.push(':');
-            fp.push_str(p.status.as_str());
-            fp.push(';');
             let entity = state.entity(&p.entity);
             let secrets = entity
                 .map(|e| {
@@ -286,16 +328,13 @@ fn agent_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, String, Vec
                         .collect()
                 })
                 .unwrap_or_default();
-            let command = match &p.kind {
-                PlanKind::Command { command, .. } => command.label().to_string(),
-                _ => String::new(),
-            };
+            let (kind, command) = agent_wire::plan_kind(&p.kind);
             AgentPlan {
                 id: p.id.clone(),
                 entity: p.entity.clone(),
-                kind: p.kind.label().to_string(),
-                command,
-                status: p.status.as_str().to_string(),
+                kind: kind as i32,
+                command: command as i32,
+                status: agent_wire::plan_status(p.status) as i32,
                 from_version: p
                     .from_version
                     .as_ref()
@@ -322,7 +361,7 @@ fn agent_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, String, Vec
                     .iter()
                     .map(|t| PlanTask {
                         name: t.name.clone(),
-                        state: t.state.as_str().to_string(),
+                        state: agent_wire::task_state(t.state) as i32,
                         attempt: t.attempt,
                     })
                     .collect(),
@@ -350,7 +389,7 @@ fn agent_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, String, Vec
                 .collect()
         })
         .unwrap_or_default();
-    (plans, config_sha256(&fp)[..16].to_string(), registries)
+    (plans, registries)
 }
 
 #[tonic::async_trait]
@@ -375,12 +414,7 @@ impl Agent for AgentService {
                     )
                 })?)
             };
-            let health = Health::parse(&s.health).ok_or_else(|| {
-                bad(
-                    &format!("states[{i}].health"),
-                    format!("{:?} is not unknown, healthy or error", s.health),
-                )
-            })?;
+            let health = agent_wire::reported_health(s.health, &format!("states[{i}].health"))?;
             states.push(EntityReport {
                 entity: s.entity,
                 version,
@@ -407,6 +441,7 @@ impl Agent for AgentService {
                 result: "unchanged".into(),
                 endpoints,
                 leader,
+                refused: Vec::new(),
             }));
         }
         let w = self
@@ -420,7 +455,7 @@ impl Agent for AgentService {
                 &caller,
             )
             .await?;
-        Ok(Response::new(self.reply(w)))
+        Ok(Response::new(self.reply(w, Vec::new())))
     }
 
     async fn report_task(
@@ -430,14 +465,21 @@ impl Agent for AgentService {
         let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         caller.require_environment(&r.environment)?;
-        // The natural idempotency key: the same report retried is the same key.
-        let request_id = if r.request_id.is_empty() {
-            format!("task:{}:{}:{}:{}", r.plan_id, r.task, r.attempt, r.state)
-        } else {
-            r.request_id.clone()
-        };
         let environment = r.environment.clone();
+        let given_id = r.request_id.clone();
         let report = task_report(r, "")?;
+        // The natural idempotency key: the same report retried is the same key.
+        let request_id = if given_id.is_empty() {
+            format!(
+                "task:{}:{}:{}:{}",
+                report.plan_id,
+                report.task,
+                report.attempt,
+                report.state.as_str()
+            )
+        } else {
+            given_id
+        };
         let w = self
             .node
             .propose(
@@ -449,7 +491,7 @@ impl Agent for AgentService {
                 &caller,
             )
             .await?;
-        Ok(Response::new(self.reply(w)))
+        Ok(Response::new(self.reply(w, Vec::new())))
     }
 
     async fn report_tasks(
@@ -466,18 +508,20 @@ impl Agent for AgentService {
             .map(|(i, t)| task_report(t, &format!("reports[{i}].")))
             .collect::<Result<Vec<_>, _>>()?;
         let request_id = (!r.request_id.is_empty()).then_some(r.request_id);
+        // The reports are kept to attribute the refusals the engine names in its summary.
         let w = self
             .node
             .propose(
                 Command::ReportTasks {
-                    environment: r.environment,
-                    reports,
+                    environment: r.environment.clone(),
+                    reports: reports.clone(),
                 },
                 request_id,
                 &caller,
             )
             .await?;
-        Ok(Response::new(self.reply(w)))
+        let refused = agent_wire::refused_reports(&w.result, &r.environment, &reports);
+        Ok(Response::new(self.reply(w, refused)))
     }
 
     async fn report_canaries(
@@ -505,7 +549,7 @@ impl Agent for AgentService {
                 &caller,
             )
             .await?;
-        Ok(Response::new(self.reply(w)))
+        Ok(Response::new(self.reply(w, Vec::new())))
     }
 
     async fn fetch_plans(
@@ -536,20 +580,21 @@ impl Agent for AgentService {
             // Mark the current generation seen *before* reading, so a change applied after
             // the read wakes the wait below.
             changes.borrow_and_update();
-            let (plans, fingerprint, registries, index) = {
+            let timed_out = Instant::now() >= deadline;
+            let looked = {
                 let s = self.node.state.read();
                 if s.state.environment(&r.environment).is_none() {
                     return Err(unknown_environment(&r.environment));
                 }
-                let (plans, fp, regs) = agent_plans(&s.state, &r.environment);
-                (plans, fp, regs, s.applied_index())
+                look(&s.state, &r.environment, &r.known_fingerprint, timed_out)
+                    .map(|set| (set, s.applied_index()))
             };
-            if fingerprint != r.known_fingerprint || Instant::now() >= deadline {
+            if let Some((set, index)) = looked {
                 let (endpoints, leader) = self.endpoints();
                 return Ok(Response::new(FetchPlansReply {
-                    plans,
-                    fingerprint,
-                    registries,
+                    plans: set.plans,
+                    fingerprint: set.fingerprint,
+                    registries: set.registries,
                     endpoints,
                     leader,
                     applied_index: index,
@@ -584,5 +629,186 @@ mod plan_watch_tests {
         assert!(kept.has_changed().unwrap());
         watch.notify_all();
         assert_eq!(watch.watched(), 1);
+    }
+}
+
+#[cfg(test)]
+mod fetch_tests {
+    use super::*;
+    use hub_engine::entity::SecretValue;
+    use hub_engine::plan::EmergencyCommand;
+    use hub_engine::{EntityKind, Request as EngineRequest};
+
+    struct Hub {
+        state: State,
+        index: u64,
+    }
+
+    impl Hub {
+        fn apply(&mut self, command: Command) {
+            self.index += 1;
+            let applied = self.state.apply(
+                &EngineRequest {
+                    command,
+                    time_ms: 1_700_000_000_000 + self.index as i64,
+                    request_id: None,
+                },
+                self.index,
+            );
+            applied.result.expect("applied");
+        }
+
+        fn entity(&mut self, name: &str) -> String {
+            self.apply(Command::CreateEntity {
+                environment: "prod".into(),
+                kind: EntityKind::HelmChart,
+                name: name.into(),
+                product_id: "com.example:web".into(),
+                k8s_namespace: Some(name.into()),
+                account_id: None,
+                release_channel: None,
+            });
+            let id = format!("eid:prod:helmChart:{name}");
+            self.apply(Command::SetSecret {
+                entity: id.clone(),
+                name: "token".into(),
+                value: Some(SecretValue(format!("secret-of-{name}"))),
+            });
+            id
+        }
+
+        fn uninstall(&mut self, entity: &str) {
+            self.apply(Command::IssueCommand {
+                entity: entity.into(),
+                command: EmergencyCommand::Uninstall,
+                reason: "test".into(),
+                actor: "admin".into(),
+            });
+        }
+    }
+
+    /// An environment with a registry and two entities with a plan each (and secrets).
+    fn hub() -> Hub {
+        let mut hub = Hub {
+            state: State::default(),
+            index: 0,
+        };
+        hub.apply(Command::CreateEnvironment {
+            name: "prod".into(),
+            description: String::new(),
+        });
+        hub.apply(
+            serde_json::from_value(serde_json::json!({"SetRegistry": {
+                "environment": "prod", "name": "local", "url": "file:///srv/registry",
+                "hub_access": "expected"}}))
+            .expect("a command"),
+        );
+        hub.apply(Command::CreateProduct {
+            product_id: "com.example:web".into(),
+            description: String::new(),
+        });
+        for name in ["api", "web"] {
+            let id = hub.entity(name);
+            hub.uninstall(&id);
+        }
+        hub
+    }
+
+    fn builds() -> usize {
+        BUILDS.with(|b| b.get())
+    }
+
+    fn report(hub: &mut Hub, entity: &str, task: &str) {
+        let plan_id = hub
+            .state
+            .active_plans_in("prod")
+            .find(|p| p.entity == entity)
+            .expect("a plan")
+            .id
+            .clone();
+        hub.apply(Command::ReportTask {
+            environment: "prod".into(),
+            report: TaskReport {
+                plan_id,
+                task: task.into(),
+                attempt: 1,
+                state: hub_engine::plan::TaskState::Running,
+                output: format!("{task} started\n"),
+                failure: None,
+            },
+        });
+    }
+
+    #[test]
+    fn an_unchanged_fingerprint_builds_no_plans() {
+        let mut hub = hub();
+        let issued = plan_set_fingerprint(&hub.state, "prod");
+        // The first report makes the plan running: a change the agent sees.
+        report(&mut hub, "eid:prod:helmChart:web", "stop");
+        let running = plan_set_fingerprint(&hub.state, "prod");
+        assert_ne!(running, issued);
+        let before = builds();
+        // Woken by changes of the environment the fingerprint does not cover (another task
+        // report, a secret, a new entity): no plan is built or cloned.
+        report(&mut hub, "eid:prod:helmChart:web", "remove");
+        assert_eq!(look(&hub.state, "prod", &running, false), None);
+        hub.entity("db");
+        assert_eq!(look(&hub.state, "prod", &running, false), None);
+        assert_eq!(
+            builds(),
+            before,
+            "plans were built for an unchanged fingerprint"
+        );
+        // A stale fingerprint, or a poll that timed out, gets the plans.
+        let set = look(&hub.state, "prod", &issued, false).expect("the plans changed");
+        assert_eq!(builds(), before + 1);
+        assert_eq!(set.plans.len(), 2);
+        assert_eq!(set.fingerprint, running);
+        let timed_out = look(&hub.state, "prod", &running, true).expect("timed out");
+        assert_eq!(timed_out, set);
+        assert_eq!(builds(), before + 2);
+    }
+
+    #[test]
+    fn the_reply_carries_what_it_did_before() {
+        let hub = hub();
+        let set = look(&hub.state, "prod", "", false).expect("plans");
+        // The fingerprint is the plan ids and statuses of what is sent, as before.
+        let mut fp = String::new();
+        for p in &set.plans {
+            let status = hub_proto::PlanStatus::try_from(p.status).unwrap();
+            fp.push_str(&format!(
+                "{}:{};",
+                p.id,
+                status.as_str_name()["PLAN_STATUS_".len()..].to_lowercase()
+            ));
+        }
+        assert_eq!(set.fingerprint, config_sha256(&fp)[..16]);
+        let web = &set.plans[1];
+        assert_eq!(web.entity, "eid:prod:helmChart:web");
+        assert_eq!(web.kind, hub_proto::PlanKind::Command as i32);
+        assert_eq!(web.command, hub_proto::PlanCommand::Uninstall as i32);
+        assert_eq!(web.status, hub_proto::PlanStatus::Issued as i32);
+        assert_eq!(
+            web.secrets,
+            vec![PlanSecret {
+                name: "token".into(),
+                value: "secret-of-web".into()
+            }]
+        );
+        let tasks: Vec<(&str, i32)> = web
+            .tasks
+            .iter()
+            .map(|t| (t.name.as_str(), t.state))
+            .collect();
+        let pending = hub_proto::TaskState::Pending as i32;
+        assert_eq!(tasks, [("stop", pending), ("remove", pending)]);
+        assert_eq!(set.registries.len(), 1);
+        assert_eq!(set.registries[0].url, "file:///srv/registry");
+        // Another environment's agent sees none of it.
+        assert_eq!(
+            plan_set_fingerprint(&hub.state, "staging"),
+            config_sha256("")[..16]
+        );
     }
 }

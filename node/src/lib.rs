@@ -4,6 +4,8 @@
 //! - [`network`] and [`raft_service`]: the Raft transport over tonic, client and server.
 //! - [`api`]: the client API any node serves; followers forward writes to the leader.
 //! - [`agent_api`]: the API agents use: reports, and long-polled plan fetches.
+//! - [`agent_wire`]: the agent API's typed contract: engine enums to proto enums and back,
+//!   refused reports as data.
 //! - [`orchestrator`]: the leader's loop that evaluates entities and issues plans.
 //! - [`cluster_keys`]: the leader sets the cluster's keys (the canary revision key) once.
 //! - [`artifacts`]: the leader's background artifact-existence checks (SPEC C9).
@@ -17,6 +19,7 @@
 //! - [`cli`]: `hubctl`'s commands.
 
 pub mod agent_api;
+pub mod agent_wire;
 pub mod api;
 pub mod artifacts;
 pub mod auth;

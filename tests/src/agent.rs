@@ -386,7 +386,11 @@ impl Cluster {
             plan_id: plan_id.to_string(),
             task: task.to_string(),
             attempt: 1,
-            state: state.to_string(),
+            state: hub_proto::TaskState::from_str_name(&format!(
+                "TASK_STATE_{}",
+                state.to_uppercase()
+            ))
+            .unwrap_or_else(|| panic!("{state:?} is not a task state")) as i32,
             output: String::new(),
             failure: None,
             request_id: String::new(),
@@ -400,6 +404,41 @@ impl Cluster {
             c.report_task(req)
                 .await
                 .map(|_| ())
+                .map_err(|s| s.message().to_string())
+        })
+    }
+}
+
+impl Cluster {
+    /// `Agent.ReportTasks` as an agent of `environment` would send it, to node `node`
+    /// (0-based); returns the reply (its `refused` lists the reports the hub refused), or the
+    /// server's message.
+    pub fn agent_report_tasks(
+        &self,
+        node: usize,
+        environment: &str,
+        reports: Vec<hub_proto::ReportTaskRequest>,
+    ) -> Result<hub_proto::AgentReply, String> {
+        let addr = self
+            .endpoints()
+            .split(',')
+            .nth(node)
+            .unwrap_or_default()
+            .to_string();
+        let req = hub_proto::ReportTasksRequest {
+            environment: environment.to_string(),
+            reports,
+            request_id: format!("test-{}", rand_suffix()),
+        };
+        block_on(async move {
+            let ch = self
+                .channel_as(&hub_tls::Identity::Agent(environment.to_string()), &addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut c = hub_proto::agent_client::AgentClient::new(ch);
+            c.report_tasks(req)
+                .await
+                .map(|r| r.into_inner())
                 .map_err(|s| s.message().to_string())
         })
     }
@@ -428,7 +467,12 @@ impl Cluster {
             states: vec![hub_proto::EntityState {
                 entity: entity.to_string(),
                 version: version.to_string(),
-                health: health.to_string(),
+                health: hub_proto::Health::from_str_name(&format!(
+                    "HEALTH_{}",
+                    health.to_uppercase()
+                ))
+                .unwrap_or_else(|| panic!("{health:?} is not a health"))
+                    as i32,
                 ..Default::default()
             }],
             request_id: format!("test-{}", rand_suffix()),

@@ -362,6 +362,102 @@ fn an_agent_sees_only_its_environment() {
 }
 
 #[test]
+fn refused_reports_come_back_as_data_and_unknown_enum_values_are_refused() {
+    // Issue 15: a batch's refused reports are listed with a typed reason (through a follower,
+    // which forwards the write); the others are applied. A value of an enum the hub does not
+    // know is refused, naming the field.
+    use hub_proto::{ReportRefusal, ReportTaskRequest, TaskState};
+    let cluster = Cluster::up(3, "");
+    cluster
+        .submit(json!({"CreateEnvironment": {"name": "prod", "description": ""}}))
+        .expect("env");
+    cluster
+        .submit(json!({"CreateProduct": {"product_id": PRODUCT, "description": "demo"}}))
+        .expect("product");
+    let out = cluster
+        .submit(json!({"CreateEntity": {"environment": "prod", "kind": "HelmChart", "name": "demo",
+            "product_id": PRODUCT, "k8s_namespace": "demo", "account_id": null, "release_channel": null}}))
+        .expect("entity");
+    let entity = out["EntityCreated"].as_str().expect("id").to_string();
+    let out = cluster
+        .submit(
+            json!({"IssueCommand": {"entity": entity, "command": "Uninstall",
+            "reason": "test", "actor": "admin"}}),
+        )
+        .expect("command plan");
+    let plan = out["Changed"]["id"].as_str().expect("plan id").to_string();
+    let report = |plan: &str, task: &str, attempt: u32| ReportTaskRequest {
+        plan_id: plan.into(),
+        task: task.into(),
+        attempt,
+        state: TaskState::Running as i32,
+        ..Default::default()
+    };
+    let batch = vec![
+        report(&plan, "stop", 1),
+        report("p-999999-0", "stop", 1),
+        report(&plan, "no-such-task", 1),
+        report(&plan, "remove", 0),
+    ];
+    let leader_id = cluster.leader_id();
+    let leader = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.id == leader_id)
+        .expect("the leader is a node");
+    let follower = (leader + 1) % 3;
+    let reply = cluster
+        .agent_report_tasks(follower, "prod", batch)
+        .expect("the batch is applied");
+    let refused: Vec<(u32, &str, i32)> = reply
+        .refused
+        .iter()
+        .map(|r| (r.position, r.task.as_str(), r.reason))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            (1, "stop", ReportRefusal::PlanNotFound as i32),
+            (2, "no-such-task", ReportRefusal::UnknownTask as i32),
+            (3, "remove", ReportRefusal::InvalidReport as i32),
+        ],
+        "{reply:?}"
+    );
+    assert_eq!(reply.refused[0].plan_id, "p-999999-0");
+    let record = cluster
+        .query(json!({"query": "plan", "id": plan}))
+        .expect("plan");
+    assert_eq!(
+        record["status"], "running",
+        "the valid report was applied: {record}"
+    );
+    // Unknown enum values, and the never-sent UNSPECIFIED, are refused naming the field.
+    let mut bad = report(&plan, "stop", 2);
+    bad.state = 99;
+    let err = cluster
+        .agent_report_tasks(follower, "prod", vec![report(&plan, "stop", 2), bad])
+        .expect_err("unknown task state");
+    assert!(
+        err.contains("reports[1].state") && err.contains("99"),
+        "{err}"
+    );
+    let mut unset = report(&plan, "stop", 2);
+    unset.state = 0;
+    let err = cluster
+        .agent_report_tasks(leader, "prod", vec![unset])
+        .expect_err("unset task state");
+    assert!(err.contains("reports[0].state"), "{err}");
+    let record = cluster
+        .query(json!({"query": "plan", "id": plan}))
+        .expect("plan");
+    let stop = &record["tasks"][0];
+    assert_eq!(
+        stop["attempt"], 1,
+        "refused batches changed nothing: {record}"
+    );
+}
+
+#[test]
 fn an_unchanged_state_report_is_answered_without_a_write() {
     // SPEC C10: a report repeating what the hub records is answered on a linearizable read
     // (no Raft entry); a changed one is written, on any node, and visible at once.

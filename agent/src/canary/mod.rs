@@ -47,7 +47,8 @@ use self::names::{config_with_port, CanaryId, WorkloadIds};
 use self::store::{AppliedLine, CanaryDir, CanaryState, Deployed, Ports, RoutingState, Slot};
 use crate::driver::Driver;
 use crate::plan::{
-    CanaryStepSpec, CanaryWorkloadSpec, Health, Observed, PlanSpec, TaskFailure, TaskOutcome,
+    CanaryStepSpec, CanaryWorkloadSpec, Health, Observed, PlanKind, PlanSpec, TaskFailure,
+    TaskOutcome,
 };
 use crate::proxy::{CanaryProxy, HeaderMatch, ProxyAddrs, Routing, Upstreams, Workload};
 
@@ -730,8 +731,7 @@ impl CanaryRunner {
         PlanSpec {
             id: format!("{}/{which}", plan.id),
             entity: entity.to_string(),
-            kind: "version-change".into(),
-            command: String::new(),
+            kind: PlanKind::VersionChange,
             from_version: String::new(),
             to_version: w.version.clone(),
             config,
@@ -813,8 +813,7 @@ impl CanaryRunner {
             id: format!("{}/{which}", plan.id),
             entity: entity.to_string(),
             // The sim driver forgets an uninstalled entity; the process driver only stops it.
-            kind: "uninstall".into(),
-            command: String::new(),
+            kind: PlanKind::Uninstall,
             from_version: String::new(),
             to_version: String::new(),
             config: String::new(),

@@ -106,8 +106,7 @@ fn plain_plan(id: &str, entity: &str, version: &str, config: &str, tasks: &[&str
     PlanSpec {
         id: id.into(),
         entity: entity.into(),
-        kind: "install".into(),
-        command: String::new(),
+        kind: PlanKind::Install,
         from_version: String::new(),
         to_version: version.into(),
         config: config.into(),
@@ -136,7 +135,7 @@ fn step_plan(s: &Step, port: u16) -> PlanSpec {
         "",
         &[APPLY_TASK],
     );
-    p.kind = CANARY_STEP_KIND.into();
+    p.kind = PlanKind::CanaryStep;
     p.canary = Some(CanaryStepSpec {
         canary: "prod/web".into(),
         service: "web".into(),
@@ -153,8 +152,6 @@ fn step_plan(s: &Step, port: u16) -> PlanSpec {
     });
     p
 }
-
-const CANARY_STEP_KIND: &str = crate::plan::CANARY_STEP;
 
 fn applied(data: &Path) -> Vec<AppliedLine> {
     let path = data.join("canary/prod--web/applied.jsonl");

@@ -20,9 +20,11 @@
 //! reports current. After an agent restart (even `kill -9`),
 //! [`ProcessDriver::new`] adopts the services still running instead of starting them twice.
 //!
-//! The on-disk layout is described in `layout`; `service.json` in `spec`. Secret values
+//! The on-disk layout is described in `layout`; `service.json` in `spec`; what runs in
+//! `state.json` in `state` (its deployments are the plain data of `deployment`). Secret values
 //! are written only to `secrets/<version>-r<revision>/<name>` (mode 0600) and never logged.
 
+mod deployment;
 mod fetch;
 mod http;
 pub(crate) mod layout;
@@ -48,12 +50,13 @@ use futures::future::BoxFuture;
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
+use self::deployment::Deployment;
 use self::layout::{
     create_dir_mode, list_names, remove_path, sync_parent, write_atomic, EntityDir,
 };
 use self::runtime::{Entity, LaunchMode, Liveness};
 use self::spec::{parse_config, ServiceSpec};
-use self::state::{Deployment, RunState};
+use self::state::RunState;
 use super::Driver;
 use crate::plan::{Observed, PlanSpec, TaskFailure, TaskOutcome};
 
@@ -239,7 +242,7 @@ fn config_sha256(text: &str) -> String {
 
 /// `command restart` restarts what runs instead of deploying the plan's target.
 fn is_restart(plan: &PlanSpec) -> bool {
-    plan.kind == "command" && plan.command == "restart"
+    plan.kind.is_restart()
 }
 
 /// The deployment a plan targets.

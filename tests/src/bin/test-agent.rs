@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use hub_proto::agent_client::AgentClient;
-use hub_proto::{FetchPlansRequest, PlanFailure, ReportTaskRequest};
+use hub_proto::{FetchPlansRequest, PlanFailure, PlanKind, ReportTaskRequest, TaskState};
 use tonic::transport::{Channel, Endpoint};
 
 #[derive(Parser, Debug, Clone)]
@@ -117,6 +117,23 @@ impl Hub {
     }
 }
 
+/// The engine's label of a plan kind, for the log; `?<value>` for one this binary does not
+/// know.
+fn kind_label(kind: i32) -> String {
+    match PlanKind::try_from(kind) {
+        Ok(PlanKind::Install) => "install".into(),
+        Ok(PlanKind::ConfigChange) => "config-change".into(),
+        Ok(PlanKind::VersionChange) => "version-change".into(),
+        Ok(PlanKind::Uninstall) => "uninstall".into(),
+        Ok(PlanKind::SecretsChange) => "secrets-change".into(),
+        Ok(PlanKind::Rollback) => "rollback".into(),
+        Ok(PlanKind::RecallRollOff) => "recall-roll-off".into(),
+        Ok(PlanKind::Command) => "command".into(),
+        Ok(PlanKind::CanaryStep) => "canary-step".into(),
+        Ok(PlanKind::Unspecified) | Err(_) => format!("?{kind}"),
+    }
+}
+
 fn jitter(max: u64) -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -209,7 +226,7 @@ async fn main() {
                 "{} {} {} {}",
                 plan.id,
                 plan.entity,
-                plan.kind,
+                kind_label(plan.kind),
                 if plan.to_version.is_empty() {
                     "-"
                 } else {
@@ -223,7 +240,7 @@ async fn main() {
             tokio::spawn(async move {
                 let _permit = permit;
                 for task in &plan.tasks {
-                    if task.state == "succeeded" {
+                    if task.state == TaskState::Succeeded as i32 {
                         continue;
                     }
                     let base = ReportTaskRequest {
@@ -231,7 +248,7 @@ async fn main() {
                         plan_id: plan.id.clone(),
                         task: task.name.clone(),
                         attempt: 1,
-                        state: "running".into(),
+                        state: TaskState::Running as i32,
                         output: format!("{} started\n", task.name),
                         failure: None,
                         request_id: String::new(),
@@ -240,7 +257,11 @@ async fn main() {
                     tokio::time::sleep(Duration::from_millis(args.task_ms)).await;
                     let fail = task.name == "readiness" && plan.to_version == args.fail_version;
                     let done = ReportTaskRequest {
-                        state: if fail { "failed" } else { "succeeded" }.into(),
+                        state: if fail {
+                            TaskState::Failed
+                        } else {
+                            TaskState::Succeeded
+                        } as i32,
                         output: format!("{} {}\n", task.name, if fail { "failed" } else { "done" }),
                         failure: fail.then(|| PlanFailure {
                             stage: "readiness".into(),

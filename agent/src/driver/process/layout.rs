@@ -20,7 +20,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::state::Deployment;
+use super::deployment::Deployment;
 
 /// Name of the completion marker inside an unpacked version directory.
 pub const UNPACKED_MARKER: &str = ".hub-unpacked";

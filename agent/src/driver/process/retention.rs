@@ -8,9 +8,9 @@ use std::collections::BTreeSet;
 
 use tracing::{info, warn};
 
+use super::deployment::Deployment;
 use super::layout::{self, list_names, remove_path, EntityDir};
 use super::runtime::Entity;
-use super::state::Deployment;
 
 /// After a successful readiness: records the deployment as good and deletes what no kept
 /// deployment needs (versions, configs, secrets, downloads, leftovers). Returns a note for

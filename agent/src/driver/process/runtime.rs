@@ -12,11 +12,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tracing::{info, warn};
 
+use super::deployment::Deployment;
 use super::layout::EntityDir;
 use super::os::{self, Launch};
 use super::probe;
 use super::spec::{parse_config, substitute, ServiceSpec, Vars};
-use super::state::{Deployment, RunState};
+use super::state::RunState;
 use crate::plan::{Health, Observed};
 
 /// First delay before restarting a crashed service; it doubles per restart.

@@ -1,41 +1,18 @@
 //! `state.json`: what the driver runs for one entity, written atomically at every change so
-//! a restarted agent adopts the running process instead of starting it twice.
+//! a restarted agent adopts the running process instead of starting it twice. The
+//! deployments it names are [`Deployment`]s (module `deployment`, plain data that the
+//! layout's paths are built from too).
 
 use std::io;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::layout::write_atomic;
-use super::names::{check_version, is_sha256};
+use super::deployment::Deployment;
+use super::layout::{read_limited, write_atomic};
 
 /// Most known-good deployments remembered.
 const MAX_GOOD: usize = 4;
-
-/// What a plan deploys: a version with one config text and one secrets revision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Deployment {
-    /// The version (an unpacked directory under `versions/`).
-    pub version: String,
-    /// Hex SHA-256 of the plan's config text.
-    pub config_sha256: String,
-    /// The secrets revision.
-    pub secrets_revision: u64,
-}
-
-impl Deployment {
-    /// Checks that the fields are safe to build paths from (they may come from disk).
-    pub fn validate(&self) -> Result<(), String> {
-        check_version(&self.version)?;
-        if !is_sha256(&self.config_sha256) {
-            return Err(format!(
-                "config_sha256 {:?} is not a hex SHA-256",
-                self.config_sha256
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// The content of `state.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,7 +50,7 @@ impl RunState {
     /// Loads `state.json` from `path`: `Ok(None)` when absent, `Err` when unreadable or
     /// invalid (so that it is never acted on).
     pub fn load(path: &Path) -> Result<Option<Self>, String> {
-        let bytes = match super::layout::read_limited(path, MAX_STATE_BYTES) {
+        let bytes = match read_limited(path, MAX_STATE_BYTES) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("{}: {e}", path.display())),

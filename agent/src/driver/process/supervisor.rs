@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
+use super::deployment::Deployment;
 use super::os;
 use super::probe;
 use super::runtime::{
     now_ms, Crash, Entity, LaunchMode, Liveness, Probe, BACKOFF_RESET, INITIAL_BACKOFF,
     MAX_BACKOFF, PROBE_TIMEOUT,
 };
-use super::state::Deployment;
 
 /// Interval between two checks of every entity.
 pub const TICK: Duration = Duration::from_millis(500);

@@ -14,7 +14,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::state::RunState;
 use super::{config_sha256, ProcessDriver};
 use crate::driver::Driver;
-use crate::plan::{Artifact, Health, Observed, PlanSpec, Registry, TaskFailure, TaskOutcome};
+use crate::plan::{
+    Artifact, CommandKind, Health, Observed, PlanKind, PlanSpec, Registry, TaskFailure, TaskOutcome,
+};
 
 const ENV: &str = "test";
 const WEB: &str = "eid:test:helmChart:web";
@@ -111,7 +113,7 @@ fn config(port: u16) -> String {
 
 fn plan(
     id: &str,
-    kind: &str,
+    kind: PlanKind,
     version: &str,
     config: &str,
     artifacts: Vec<Artifact>,
@@ -121,8 +123,7 @@ fn plan(
     PlanSpec {
         id: id.into(),
         entity: WEB.into(),
-        kind: kind.into(),
-        command: String::new(),
+        kind,
         from_version: String::new(),
         to_version: version.into(),
         config: config.into(),
@@ -263,7 +264,7 @@ impl Fixture {
     fn install_plan(
         &self,
         id: &str,
-        kind: &str,
+        kind: PlanKind,
         version: &str,
         port: u16,
         healthy: bool,
@@ -391,7 +392,7 @@ async fn artifact_server(files: HashMap<String, Vec<u8>>) -> ArtifactServer {
 async fn install_runs_every_task_and_observes_healthy() {
     let fx = Fixture::new();
     let port = free_port();
-    let p = fx.install_plan("p-1", "install", "1.0.0", port, true);
+    let p = fx.install_plan("p-1", PlanKind::Install, "1.0.0", port, true);
     let outcomes = run(fx.driver(), &p).await.unwrap();
     let output = all_output(&outcomes);
     assert!(output.contains("fetched file://"), "{output}");
@@ -468,7 +469,7 @@ async fn http_registry_with_credentials_and_404() {
     };
     let p = plan(
         "p-1",
-        "install",
+        PlanKind::Install,
         "1.0.0",
         &config(port),
         vec![artifact],
@@ -499,7 +500,7 @@ async fn http_registry_with_credentials_and_404() {
     };
     let p2 = plan(
         "p-2",
-        "version-change",
+        PlanKind::VersionChange,
         "2.0.0",
         &config(port),
         vec![missing],
@@ -580,7 +581,7 @@ async fn https_registry_with_its_ca_and_an_untrusted_one() {
     };
     let p = plan(
         "p-0",
-        "install",
+        PlanKind::Install,
         "1.0.0",
         &config(port),
         vec![looping],
@@ -606,7 +607,7 @@ async fn https_registry_with_its_ca_and_an_untrusted_one() {
 
     let p = plan(
         "p-2",
-        "install",
+        PlanKind::Install,
         "1.0.0",
         &config(port),
         vec![artifact],
@@ -634,14 +635,14 @@ async fn upgrade_keeps_previous_and_failed_readiness_restores_it() {
     let port = free_port();
     run(
         fx.driver(),
-        &fx.install_plan("p-1", "install", "1.0.0", port, true),
+        &fx.install_plan("p-1", PlanKind::Install, "1.0.0", port, true),
     )
     .await
     .unwrap();
     let out = all_output(
         &run(
             fx.driver(),
-            &fx.install_plan("p-2", "version-change", "2.0.0", port, true),
+            &fx.install_plan("p-2", PlanKind::VersionChange, "2.0.0", port, true),
         )
         .await
         .unwrap(),
@@ -652,7 +653,7 @@ async fn upgrade_keeps_previous_and_failed_readiness_restores_it() {
     assert_eq!(fx.state().previous.unwrap().version, "1.0.0");
 
     // 3.0.0 never becomes ready: 2.0.0 is restored and answers again.
-    let broken = fx.install_plan("p-3", "version-change", "3.0.0", port, false);
+    let broken = fx.install_plan("p-3", PlanKind::VersionChange, "3.0.0", port, false);
     let f = run(fx.driver(), &broken).await.unwrap_err();
     assert_eq!(f.stage, "readiness", "{f:?}");
     assert_eq!(f.message, "3.0.0 not ready after 1500 ms");
@@ -677,7 +678,7 @@ async fn upgrade_keeps_previous_and_failed_readiness_restores_it() {
     assert_eq!(fx.starts(), ["1.0.0", "2.0.0", "3.0.0", "2.0.0"]);
 
     // The hub's rollback plan to 2.0.0 is a quick no-op adopt, then prunes 3.0.0.
-    let rollback = fx.install_plan("p-4", "rollback", "2.0.0", port, true);
+    let rollback = fx.install_plan("p-4", PlanKind::Rollback, "2.0.0", port, true);
     let out = all_output(&run(fx.driver(), &rollback).await.unwrap());
     assert!(out.contains("adopted"), "{out}");
     assert!(out.contains("pruned versions 3.0.0"), "{out}");
@@ -689,7 +690,7 @@ async fn upgrade_keeps_previous_and_failed_readiness_restores_it() {
 #[tokio::test]
 async fn checksum_mismatch_fails_verify_and_deletes_download() {
     let fx = Fixture::new();
-    let mut p = fx.install_plan("p-1", "install", "1.0.0", free_port(), true);
+    let mut p = fx.install_plan("p-1", PlanKind::Install, "1.0.0", free_port(), true);
     let actual = p.artifacts[0].sha256.clone();
     let expected = sha(b"something else");
     p.artifacts[0].sha256 = expected.clone();
@@ -717,7 +718,7 @@ async fn configure_refuses_corrupt_artifacts_and_invalid_configs() {
     let garbage = fx.publish("demo-1.0.0.tar.gz", b"\x1f\x8b this is not a tarball");
     let p = plan(
         "p-1",
-        "install",
+        PlanKind::Install,
         "1.0.0",
         &config(port),
         vec![garbage],
@@ -750,7 +751,7 @@ async fn configure_refuses_corrupt_artifacts_and_invalid_configs() {
     let evil = fx.publish("demo-1.0.1.tar.gz", &evil);
     let p = plan(
         "p-2",
-        "install",
+        PlanKind::Install,
         "1.0.1",
         &config(port),
         vec![evil],
@@ -766,7 +767,7 @@ async fn configure_refuses_corrupt_artifacts_and_invalid_configs() {
     let good = fx.release("1.1.0", true);
     let p = plan(
         "p-3",
-        "install",
+        PlanKind::Install,
         "1.1.0",
         "- port\n- 80\n",
         vec![good.clone()],
@@ -782,7 +783,7 @@ async fn configure_refuses_corrupt_artifacts_and_invalid_configs() {
     // No port for an HTTP readiness probe.
     let p = plan(
         "p-4",
-        "install",
+        PlanKind::Install,
         "1.1.0",
         "message: hi\n",
         vec![good],
@@ -804,7 +805,7 @@ async fn configure_refuses_corrupt_artifacts_and_invalid_configs() {
     let bad = fx.publish("demo-1.2.0.tar.gz", &bad);
     let p = plan(
         "p-5",
-        "install",
+        PlanKind::Install,
         "1.2.0",
         &config(port),
         vec![bad],
@@ -821,7 +822,7 @@ async fn configure_refuses_corrupt_artifacts_and_invalid_configs() {
     // A config change for a version that is not installed.
     let p = plan(
         "p-6",
-        "config-change",
+        PlanKind::ConfigChange,
         "9.9.9",
         &config(port),
         vec![],
@@ -844,7 +845,7 @@ async fn fetch_failure(fx: &Fixture, id: &str, artifact: &Artifact, url: String)
     }];
     let p = plan(
         id,
-        "install",
+        PlanKind::Install,
         "1.0.0",
         &config(80),
         vec![artifact.clone()],
@@ -903,7 +904,7 @@ async fn port_in_use_fails_start_with_log_tail() {
     let fx = Fixture::with_grace(Duration::from_secs(10));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let p = fx.install_plan("p-1", "install", "1.0.0", port, true);
+    let p = fx.install_plan("p-1", PlanKind::Install, "1.0.0", port, true);
     let f = run(fx.driver(), &p).await.unwrap_err();
     assert_eq!(f.stage, "start", "{f:?}");
     assert!(
@@ -939,7 +940,7 @@ async fn port_in_use_fails_start_with_log_tail() {
 async fn second_start_of_same_deployment_adopts() {
     let fx = Fixture::new();
     let port = free_port();
-    let p = fx.install_plan("p-1", "install", "1.0.0", port, true);
+    let p = fx.install_plan("p-1", PlanKind::Install, "1.0.0", port, true);
     run(fx.driver(), &p).await.unwrap();
     let pid = fx.state().pid;
     let out = fx.driver().run_task(&p, "start").await.unwrap().output;
@@ -947,8 +948,7 @@ async fn second_start_of_same_deployment_adopts() {
     // Another plan with the same version, config and secrets (enforce-config) adopts too.
     let mut enforce = p.clone();
     enforce.id = "p-2".into();
-    enforce.kind = "command".into();
-    enforce.command = "enforce-config".into();
+    enforce.kind = PlanKind::Command(CommandKind::EnforceConfig);
     enforce.artifacts.clear();
     enforce.tasks = vec!["configure".into(), "start".into(), "readiness".into()];
     run(fx.driver(), &enforce).await.unwrap();
@@ -958,7 +958,7 @@ async fn second_start_of_same_deployment_adopts() {
     // A restart command restarts once, even when its start runs twice.
     let mut restart = enforce.clone();
     restart.id = "p-3".into();
-    restart.command = "restart".into();
+    restart.kind = PlanKind::Command(CommandKind::Restart);
     restart.tasks = vec!["start".into(), "readiness".into()];
     run(fx.driver(), &restart).await.unwrap();
     assert_eq!(fx.starts(), ["1.0.0", "1.0.0"]);
@@ -975,7 +975,7 @@ async fn second_start_of_same_deployment_adopts() {
     // A config change restarts with the new config.
     let mut change = p.clone();
     change.id = "p-4".into();
-    change.kind = "config-change".into();
+    change.kind = PlanKind::ConfigChange;
     change.config = format!("{}extra: 1\n", config(port));
     change.artifacts.clear();
     change.tasks = vec!["configure".into(), "start".into(), "readiness".into()];
@@ -990,7 +990,7 @@ async fn second_start_of_same_deployment_adopts() {
 async fn recreated_driver_adopts_running_service() {
     let mut fx = Fixture::new();
     let port = free_port();
-    let p = fx.install_plan("p-1", "install", "1.0.0", port, true);
+    let p = fx.install_plan("p-1", PlanKind::Install, "1.0.0", port, true);
     run(fx.driver(), &p).await.unwrap();
     let pid = fx.state().pid.unwrap();
 
@@ -1036,7 +1036,7 @@ async fn recreated_driver_adopts_running_service() {
 fn uninstall_plan() -> PlanSpec {
     plan(
         "p-u",
-        "uninstall",
+        PlanKind::Uninstall,
         "",
         "",
         vec![],
@@ -1078,7 +1078,7 @@ async fn stop_kills_the_whole_group_after_the_stop_timeout() {
     let artifact = fx.publish("stubborn-1.0.0.tar.gz", &bytes);
     let p = plan(
         "p-1",
-        "install",
+        PlanKind::Install,
         "1.0.0",
         "",
         vec![artifact],
@@ -1117,7 +1117,7 @@ async fn supervisor_restarts_crashed_service() {
     let port = free_port();
     run(
         fx.driver(),
-        &fx.install_plan("p-1", "install", "1.0.0", port, true),
+        &fx.install_plan("p-1", PlanKind::Install, "1.0.0", port, true),
     )
     .await
     .unwrap();
@@ -1174,14 +1174,14 @@ async fn uninstall_stops_and_removes() {
     let port = free_port();
     run(
         fx.driver(),
-        &fx.install_plan("p-1", "install", "1.0.0", port, true),
+        &fx.install_plan("p-1", PlanKind::Install, "1.0.0", port, true),
     )
     .await
     .unwrap();
     let pid = fx.state().pid.unwrap();
     let uninstall = plan(
         "p-2",
-        "uninstall",
+        PlanKind::Uninstall,
         "",
         "",
         vec![],
@@ -1211,7 +1211,15 @@ async fn uninstall_stops_and_removes() {
 #[tokio::test]
 async fn refuses_foreign_entities_and_unknown_tasks() {
     let fx = Fixture::new();
-    let mut p = plan("p-1", "install", "1.0.0", "", vec![], vec![], &INSTALL);
+    let mut p = plan(
+        "p-1",
+        PlanKind::Install,
+        "1.0.0",
+        "",
+        vec![],
+        vec![],
+        &INSTALL,
+    );
     let f = fx.driver().run_task(&p, "deploy").await.unwrap_err();
     assert_eq!(f.stage, "deploy");
     assert!(f.message.starts_with("unknown task"), "{}", f.message);
@@ -1243,7 +1251,7 @@ fn canary_step_plan(
 ) -> PlanSpec {
     let mut p = plan(
         &format!("canary-{n}"),
-        crate::plan::CANARY_STEP,
+        PlanKind::CanaryStep,
         "",
         "",
         vec![],
@@ -1283,7 +1291,7 @@ async fn a_canary_runs_its_workloads_as_processes_behind_the_proxy() {
 
     let mut fx = Fixture::new();
     let port = free_port();
-    let install = fx.install_plan("p-1", "install", "1.0.0", port, true);
+    let install = fx.install_plan("p-1", PlanKind::Install, "1.0.0", port, true);
     run(fx.driver(), &install).await.unwrap();
     assert_eq!(get(port, "/version").await.unwrap().1, "1.0.0");
     let workload = |revision: &str, version: &str, artifacts: Vec<Artifact>| CanaryWorkloadSpec {
