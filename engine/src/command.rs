@@ -606,6 +606,28 @@ pub enum CommandOutput {
         /// Ids of the plans issued.
         issued: Vec<String>,
     },
+    /// A `ReportTasks` batch was applied: how many reports, and the refused ones.
+    TasksReported {
+        /// The agent's environment.
+        environment: String,
+        /// Reports applied.
+        applied: u32,
+        /// Reports refused, in batch order.
+        refused: Vec<RefusedTaskReport>,
+    },
+}
+
+/// One report of a `ReportTasks` batch that was refused (the others were applied).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedTaskReport {
+    /// Its position in the batch.
+    pub position: u32,
+    /// The plan it named.
+    pub plan_id: String,
+    /// The task it named.
+    pub task: String,
+    /// Why it was refused.
+    pub error: crate::error::CommandError,
 }
 
 impl CommandOutput {
@@ -618,6 +640,19 @@ impl CommandOutput {
             CommandOutput::EntityCreated(id) => id.clone(),
             CommandOutput::Changed { summary, .. } => summary.clone(),
             CommandOutput::Evaluated { issued } => format!("{} plans issued", issued.len()),
+            CommandOutput::TasksReported {
+                applied, refused, ..
+            } => {
+                let mut summary = format!("{applied} reports applied");
+                if !refused.is_empty() {
+                    let each: Vec<String> = refused
+                        .iter()
+                        .map(|r| format!("{} {}: {}", r.plan_id, r.task, r.error))
+                        .collect();
+                    summary.push_str(&format!("; {} refused: {}", refused.len(), each.join("; ")));
+                }
+                summary
+            }
         }
     }
 }

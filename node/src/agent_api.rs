@@ -17,7 +17,7 @@ use hub_engine::canary::{
 use hub_engine::command::EntityReport;
 use hub_engine::entity::config_sha256;
 use hub_engine::plan::{FailureMetadata, PlanKind, TaskReport};
-use hub_engine::{Command, State};
+use hub_engine::{Command, CommandOutput, State};
 use hub_proto::agent_server::Agent;
 use hub_proto::*;
 use raft_store::StateEvent;
@@ -508,7 +508,7 @@ impl Agent for AgentService {
             .map(|(i, t)| task_report(t, &format!("reports[{i}].")))
             .collect::<Result<Vec<_>, _>>()?;
         let request_id = (!r.request_id.is_empty()).then_some(r.request_id);
-        // The reports are kept to attribute the refusals the engine names in its summary.
+        // The reports are kept to fill in the attempt and state of each refused one.
         let w = self
             .node
             .propose(
@@ -520,7 +520,10 @@ impl Agent for AgentService {
                 &caller,
             )
             .await?;
-        let refused = agent_wire::refused_reports(&w.result, &r.environment, &reports);
+        // The leader's typed output, as the write reply carries it (also when forwarded).
+        let output: CommandOutput = serde_json::from_str(&w.output_json)
+            .map_err(|e| Status::internal(format!("the write's output did not decode: {e}")))?;
+        let refused = agent_wire::refused_reports(&output, &reports);
         Ok(Response::new(self.reply(w, refused)))
     }
 

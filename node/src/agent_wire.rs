@@ -7,7 +7,7 @@
 
 use hub_engine::entity::Health;
 use hub_engine::plan::{EmergencyCommand, PlanKind, PlanStatus, TaskReport, TaskState};
-use hub_engine::CommandError;
+use hub_engine::{CommandError, CommandOutput};
 use hub_proto as wire;
 
 /// Why a value from the agent's wire was refused.
@@ -139,118 +139,37 @@ pub fn reported_health(value: i32, field: &str) -> Result<Health, WireError> {
     }
 }
 
-/// Why the engine refuses a task report it finds in a batch, with the exact error it gives
-/// (`State::apply` of `ReportTasks` checks, in this order: the plan in the environment, the
-/// task, the attempt, the state, the output's length).
-fn refusal_candidates(
-    environment: &str,
-    r: &TaskReport,
-) -> Vec<(wire::ReportRefusal, CommandError)> {
-    let invalid = |field: &str, reason: &str| CommandError::InvalidField {
-        field: field.to_string(),
-        reason: reason.to_string(),
-    };
-    let mut candidates = vec![
-        (
-            wire::ReportRefusal::PlanNotFound,
-            CommandError::NotFound {
-                kind: "plan".into(),
-                name: format!("{} in environment {environment}", r.plan_id),
-            },
-        ),
-        (
-            wire::ReportRefusal::UnknownTask,
-            invalid(
-                "task",
-                &format!("plan {} has no task {:?}", r.plan_id, r.task),
-            ),
-        ),
-    ];
-    // The report's own checks need no state: offer them only when they apply, so two
-    // reports of one task are never confused.
-    if r.attempt == 0 {
-        candidates.push((
-            wire::ReportRefusal::InvalidReport,
-            invalid("attempt", "starts at 1"),
-        ));
-    }
-    if r.state == TaskState::Pending {
-        candidates.push((
-            wire::ReportRefusal::InvalidReport,
-            invalid("state", "a report is running, succeeded or failed"),
-        ));
-    }
-    if r.output.len() > 1024 * 1024 {
-        candidates.push((
-            wire::ReportRefusal::InvalidReport,
-            invalid("output", "longer than 1 MiB"),
-        ));
-    }
-    candidates
-}
-
-/// The refused reports of a `ReportTasks` batch, from the engine's summary of the write
-/// (`"<n> reports applied"`, then `"; <k> refused: "` and one `"<plan> <task>: <error>"`
-/// per refused report, `"; "`-separated, in batch order).
-///
-/// The engine's output names refusals only in that summary, so the node attributes each
-/// entry to its report by rebuilding the errors the engine gives for each report (the
-/// contract test `refusals_match_the_engines_summary` applies a real batch). Text it cannot
-/// attribute (an engine that words an error differently) becomes one entry with reason
-/// `UNSPECIFIED` and no report, so a refusal is never lost.
-pub fn refused_reports(
-    summary: &str,
-    environment: &str,
-    reports: &[TaskReport],
-) -> Vec<wire::RefusedReport> {
-    let Some((head, mut rest)) = summary.split_once(" refused: ") else {
+/// The refused reports of a `ReportTasks` batch, from the engine's typed output (empty for
+/// any other output). The reason follows from the engine's error: a missing plan, a `task`
+/// the plan does not have, or anything else wrong with the report itself.
+pub fn refused_reports(output: &CommandOutput, reports: &[TaskReport]) -> Vec<wire::RefusedReport> {
+    let CommandOutput::TasksReported { refused, .. } = output else {
         return Vec::new();
     };
-    let expected = head
-        .rsplit_once("; ")
-        .and_then(|(_, n)| n.parse::<usize>().ok())
-        .unwrap_or(0);
-    let mut refused = Vec::new();
-    for (position, r) in reports.iter().enumerate() {
-        if rest.is_empty() {
-            break;
-        }
-        let prefix = format!("{} {}: ", r.plan_id, r.task);
-        let Some(after) = rest.strip_prefix(prefix.as_str()) else {
-            continue;
-        };
-        let hit = refusal_candidates(environment, r)
-            .into_iter()
-            .find_map(|(reason, e)| {
-                let text = e.to_string();
-                let tail = after.strip_prefix(text.as_str())?;
-                (tail.is_empty() || tail.starts_with("; ")).then_some((reason, text, tail))
-            });
-        if let Some((reason, message, tail)) = hit {
-            refused.push(wire::RefusedReport {
-                position: u32::try_from(position).unwrap_or(u32::MAX),
+    refused
+        .iter()
+        .map(|r| {
+            let report = reports.get(r.position as usize);
+            let reason = match &r.error {
+                CommandError::NotFound { .. } => wire::ReportRefusal::PlanNotFound,
+                CommandError::InvalidField { field, .. } if field == "task" => {
+                    wire::ReportRefusal::UnknownTask
+                }
+                CommandError::InvalidField { .. }
+                | CommandError::AlreadyExists { .. }
+                | CommandError::FailedPrecondition(_) => wire::ReportRefusal::InvalidReport,
+            };
+            wire::RefusedReport {
+                position: r.position,
                 plan_id: r.plan_id.clone(),
                 task: r.task.clone(),
-                attempt: r.attempt,
-                state: task_state(r.state) as i32,
+                attempt: report.map_or(0, |t| t.attempt),
+                state: report.map_or(wire::TaskState::Unspecified, |t| task_state(t.state)) as i32,
                 reason: reason as i32,
-                message,
-            });
-            rest = tail.strip_prefix("; ").unwrap_or(tail);
-        }
-    }
-    if !rest.is_empty() || refused.len() < expected {
-        refused.push(wire::RefusedReport {
-            position: u32::try_from(reports.len()).unwrap_or(u32::MAX),
-            reason: wire::ReportRefusal::Unspecified as i32,
-            message: format!(
-                "{} refused report(s) not attributed: {rest}",
-                expected.saturating_sub(refused.len()).max(1)
-            ),
-            ..Default::default()
-        });
-    }
-    refused
+                message: r.error.to_string(),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -368,7 +287,7 @@ mod tests {
         assert_eq!(s.code(), tonic::Code::InvalidArgument);
     }
 
-    fn apply(state: &mut State, index: &mut u64, command: Command) -> String {
+    fn apply(state: &mut State, index: &mut u64, command: Command) -> CommandOutput {
         *index += 1;
         let applied = state.apply(
             &Request {
@@ -378,7 +297,7 @@ mod tests {
             },
             *index,
         );
-        applied.result.expect("applied").summary()
+        applied.result.expect("applied")
     }
 
     fn report(plan: &str, task: &str, attempt: u32, state: TaskState) -> TaskReport {
@@ -393,10 +312,9 @@ mod tests {
     }
 
     /// The contract with the engine: a real `ReportTasks` batch with refused reports of
-    /// every kind, applied, and its summary read back as typed refusals. Fails if the engine
-    /// changes how it words them.
+    /// every kind, applied, and its typed output read back as the wire's refusals.
     #[test]
-    fn refusals_match_the_engines_summary() {
+    fn refusals_follow_the_engines_output() {
         let mut state = State::default();
         let mut index = 0;
         apply(
@@ -463,7 +381,7 @@ mod tests {
                 reports: reports.clone(),
             },
         );
-        let refused = refused_reports(&summary, "prod", &reports);
+        let refused = refused_reports(&summary, &reports);
         let got: Vec<(u32, i32)> = refused.iter().map(|r| (r.position, r.reason)).collect();
         use wire::ReportRefusal as R;
         assert_eq!(
@@ -475,7 +393,7 @@ mod tests {
                 (4, R::PlanNotFound as i32),
                 (5, R::InvalidReport as i32),
             ],
-            "{summary}\n{refused:?}"
+            "{summary:?}\n{refused:?}"
         );
         assert_eq!(refused[1].attempt, 0);
         assert_eq!(refused[3].state, wire::TaskState::Succeeded as i32);
@@ -490,32 +408,6 @@ mod tests {
                 reports: ok.clone(),
             },
         );
-        assert!(
-            refused_reports(&summary, "prod", &ok).is_empty(),
-            "{summary}"
-        );
-    }
-
-    #[test]
-    fn unattributed_refusals_are_kept() {
-        let reports = vec![report("p-1-0", "stop", 1, TaskState::Running)];
-        let r = refused_reports(
-            "0 reports applied; 1 refused: p-1-0 stop: worded otherwise",
-            "prod",
-            &reports,
-        );
-        assert_eq!(r.len(), 1);
-        assert_eq!(r[0].reason, wire::ReportRefusal::Unspecified as i32);
-        assert!(r[0].message.contains("worded otherwise"), "{:?}", r[0]);
-        assert!(refused_reports("3 reports applied", "prod", &reports).is_empty());
-        // Hostile summaries never panic.
-        for s in [
-            "",
-            " refused: ",
-            "; x refused: ;;",
-            "1 refused: p-1-0 stop: ",
-        ] {
-            let _ = refused_reports(s, "prod", &reports);
-        }
+        assert!(refused_reports(&summary, &ok).is_empty(), "{summary:?}");
     }
 }

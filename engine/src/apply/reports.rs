@@ -1,6 +1,6 @@
 //! Agent reports: entity states and task progress.
 
-use crate::command::{CommandOutput, EntityReport};
+use crate::command::{CommandOutput, EntityReport, RefusedTaskReport};
 use crate::entity::{config_sha256, Health};
 use crate::error::CommandError;
 use crate::plan::{EmergencyCommand, PlanKind, PlanStatus, TaskReport, TaskState};
@@ -35,23 +35,22 @@ impl State {
         let mut refused = Vec::new();
         // Each report validates before it changes anything, so skipping a refused
         // one leaves no partial change behind.
-        for r in reports {
+        for (position, r) in reports.iter().enumerate() {
             match self.report_task(environment, r, tx) {
                 Ok(_) => applied += 1,
-                Err(e) => refused.push(format!("{} {}: {e}", r.plan_id, r.task)),
+                Err(error) => refused.push(RefusedTaskReport {
+                    // At most MAX_BATCHED_REPORTS, checked above.
+                    position: position as u32,
+                    plan_id: r.plan_id.clone(),
+                    task: r.task.clone(),
+                    error,
+                }),
             }
         }
-        let mut summary = format!("{applied} reports applied");
-        if !refused.is_empty() {
-            summary.push_str(&format!(
-                "; {} refused: {}",
-                refused.len(),
-                refused.join("; ")
-            ));
-        }
-        Ok(CommandOutput::Changed {
-            id: environment.to_string(),
-            summary,
+        Ok(CommandOutput::TasksReported {
+            environment: environment.to_string(),
+            applied,
+            refused,
         })
     }
 
