@@ -59,7 +59,7 @@ use hub_engine::window::MaintenanceWindow;
 use hub_engine::{Command, Entity, EntityId, EntityKind, Environment, Record, Request};
 use openraft::vote::RaftLeaderId;
 use openraft::EntryPayload;
-use raft_store::codec::{self, Limit, FORMAT_VERSION};
+use raft_store::codec::{self, CodecError, Limit, FORMAT_VERSION};
 use raft_store::Entry;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -925,24 +925,34 @@ fn leading_tag(bytes: &[u8]) -> u32 {
 fn goldens() -> Vec<Golden> {
     let mut out = Vec::new();
     for c in commands() {
-        let file = format!(
-            "command-{:02}-{}.bin",
-            leading_tag(&codec::encode(&c)),
-            variant_name(&c)
-        );
+        let file = format!("command-{:02}-{}.bin", c.tag(), variant_name(&c));
         out.push(golden(file, c, Limit::Command));
     }
     for r in records() {
-        let file = format!(
-            "record-{:02}-{}.bin",
-            leading_tag(&codec::encode(&r)),
-            variant_name(&r)
-        );
+        let file = format!("record-{:02}-{}.bin", r.tag(), variant_name(&r));
         out.push(golden(file, r, Limit::Snapshot));
     }
     out.push(golden(s("request.bin"), request(), Limit::Message));
     out.push(golden(s("entry-normal.bin"), entry(), Limit::Message));
     out
+}
+
+/// `<enum>-<tag>-<Variant>.bin` split into its three parts.
+fn parts(file: &str) -> Option<(&str, &str, &str)> {
+    let mut it = file.strip_suffix(".bin")?.splitn(3, '-');
+    Some((it.next()?, it.next()?, it.next()?))
+}
+
+/// Another fixture of the same enum with the same tag or the same variant as `file`.
+fn conflicting_fixture(file: &str) -> Option<String> {
+    let (e, tag, variant) = parts(file)?;
+    std::fs::read_dir(fixtures_dir())
+        .ok()?
+        .filter_map(|d| d.ok()?.file_name().into_string().ok())
+        .find(|other| {
+            other != file
+                && parts(other).is_some_and(|(oe, ot, ov)| oe == e && (ot == tag || ov == variant))
+        })
 }
 
 /// Writes `golden`'s fixture when blessing allows it (see the module documentation); says
@@ -958,7 +968,15 @@ fn bless(golden: &Golden, path: &Path) -> Result<Option<&'static str>, String> {
             ))
         }
         Ok(_) => "rewrote (older format version)",
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "wrote (new)",
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(other) = conflicting_fixture(&golden.file) {
+                return Err(format!(
+                    "not a new variant: {other} exists, so a tag moved or a variant was \
+                     renamed; undo that (blessing does not cover it)"
+                ));
+            }
+            "wrote (new)"
+        }
         Err(e) => return Err(e.to_string()),
     };
     std::fs::create_dir_all(fixtures_dir()).map_err(|e| e.to_string())?;
@@ -981,7 +999,8 @@ fn every_fixture_decodes_to_its_sample_and_encodes_back_to_the_same_bytes() {
         }
         match std::fs::read(&path) {
             Err(e) => failures.push(format!(
-                "{}: {e} (a new variant? see the module documentation: {BLESS_VAR}=1)",
+                "{}: {e}. A newly added variant is blessed with {BLESS_VAR}=1 (see the module \
+                 documentation); otherwise a tag moved or a variant was renamed: undo that",
                 g.file
             )),
             Ok(fixture) => {
@@ -1006,6 +1025,121 @@ fn every_fixture_has_a_sample() {
     }
     assert!(
         orphans.is_empty(),
-        "fixtures without a sample (a renamed or re-tagged variant?): {orphans:?}"
+        "fixtures without a sample (a moved tag or a renamed variant?): {orphans:?}"
+    );
+}
+
+/// The samples cover each tag once, named as the enums' tag lists name them (so serde's name
+/// of each variant is the one the tags are looked up by).
+#[test]
+fn every_variant_has_one_sample() {
+    let named = |tags: &[(u32, &str)]| -> Vec<(u32, String)> {
+        tags.iter().map(|&(t, n)| (t, s(n))).collect()
+    };
+    let commands: Vec<(u32, String)> = commands()
+        .iter()
+        .map(|c| (c.tag(), variant_name(c)))
+        .collect();
+    assert_eq!(commands, named(Command::TAGS));
+    let records: Vec<(u32, String)> = records()
+        .iter()
+        .map(|r| (r.tag(), variant_name(r)))
+        .collect();
+    assert_eq!(records, named(Record::TAGS));
+}
+
+#[test]
+fn the_leading_varint_is_the_tag() {
+    for c in commands() {
+        assert_eq!(
+            leading_tag(&codec::encode(&c)),
+            c.tag(),
+            "{}",
+            variant_name(&c)
+        );
+    }
+    for r in records() {
+        assert_eq!(
+            leading_tag(&codec::encode(&r)),
+            r.tag(),
+            "{}",
+            variant_name(&r)
+        );
+    }
+}
+
+/// What `decode_bounded` refuses `bytes` with (the value must be malformed).
+fn refusal<T: DeserializeOwned + Debug>(bytes: &[u8], limit: Limit) -> String {
+    match codec::decode_bounded::<T>(bytes, limit) {
+        Err(CodecError::Malformed(message)) => message,
+        other => panic!("not refused as malformed: {other:?}"),
+    }
+}
+
+#[test]
+fn an_unknown_tag_is_refused_naming_the_enum_and_the_tag() {
+    let unused = Command::TAGS.last().unwrap().0 + 1;
+    let v = FORMAT_VERSION;
+    assert_eq!(
+        refusal::<Command>(&[v, unused as u8], Limit::Command),
+        format!("unknown Command tag {unused}")
+    );
+    assert_eq!(
+        refusal::<Command>(&[v, 97], Limit::Command),
+        "unknown Command tag 97"
+    );
+    // Multi-byte varints: 300 (0xfb, u16 little-endian) and u32::MAX (0xfc, u32).
+    assert_eq!(
+        refusal::<Command>(&[v, 0xfb, 0x2c, 0x01], Limit::Command),
+        "unknown Command tag 300"
+    );
+    assert_eq!(
+        refusal::<Command>(&[v, 0xfc, 0xff, 0xff, 0xff, 0xff], Limit::Command),
+        "unknown Command tag 4294967295"
+    );
+    assert_eq!(
+        refusal::<Record>(&[v, 99, 0], Limit::Snapshot),
+        "unknown Record tag 99"
+    );
+    let err = codec::decode_bounded::<Command>(&[v, 97], Limit::Command).unwrap_err();
+    assert_eq!(err.to_string(), "malformed value: unknown Command tag 97");
+
+    // Inside what the store and the network carry: a forwarded write, a log entry, the
+    // records of a snapshot. `ExpireSuppressions` (35) has no fields, so its tag is one byte
+    // followed by the request's time (0) and request id (none).
+    let expire = Command::ExpireSuppressions.tag() as u8;
+    let mut forwarded = codec::encode(&(Command::ExpireSuppressions, Some(s("r-1"))));
+    assert_eq!(forwarded[1], expire);
+    forwarded[1] = 97;
+    assert_eq!(
+        refusal::<(Command, Option<String>)>(&forwarded, Limit::Command),
+        "unknown Command tag 97"
+    );
+    let mut entry = codec::encode(&Entry {
+        log_id: log_id(3, 45),
+        payload: EntryPayload::Normal(Request {
+            command: Command::ExpireSuppressions,
+            time_ms: 0,
+            request_id: None,
+        }),
+    });
+    let at = entry.len() - 3;
+    assert_eq!(entry[at..], [expire, 0, 0]);
+    entry[at] = 97;
+    assert_eq!(
+        refusal::<Entry>(&entry, Limit::Message),
+        "unknown Command tag 97"
+    );
+    let channel = Record::Channel(Channel {
+        name: s("CANARY"),
+        description: String::new(),
+        created_at_ms: 0,
+    });
+    let mut snapshot = codec::encode(&vec![channel]);
+    assert_eq!(snapshot[1..3], [1, 5], "one record, tag 5");
+    snapshot[2] = 99;
+    assert_eq!(
+        refusal::<Vec<Record>>(&snapshot, Limit::Snapshot),
+        "unknown Record tag 99"
     );
 }
