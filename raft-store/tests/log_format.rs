@@ -875,14 +875,17 @@ fn entry() -> Entry {
     }
 }
 
+/// Decodes a fixture and compares it with a sample; the error says how they differ.
+type Check = Box<dyn Fn(&[u8]) -> Result<(), String>>;
+
 /// One pinned value: its fixture's name, its encoding, and the check of a fixture against it.
 struct Golden {
     /// File name in [`fixtures_dir`].
     file: String,
     /// `codec::encode` of the sample.
     bytes: Vec<u8>,
-    /// Decodes a fixture and compares it with the sample; the error says how they differ.
-    check: Box<dyn Fn(&[u8]) -> Result<(), String>>,
+    /// Checks a fixture against the sample.
+    check: Check,
 }
 
 fn golden<T>(file: String, value: T, limit: Limit) -> Golden
@@ -890,7 +893,7 @@ where
     T: Serialize + DeserializeOwned + PartialEq + Debug + 'static,
 {
     let bytes = codec::encode(&value);
-    let check = Box::new(move |fixture: &[u8]| {
+    let check: Check = Box::new(move |fixture: &[u8]| {
         let decoded: T = codec::decode_bounded(fixture, limit)
             .map_err(|e| format!("the fixture does not decode: {e}"))?;
         if decoded != value {
