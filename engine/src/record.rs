@@ -11,7 +11,7 @@ use crate::cluster_key::ClusterKey;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 
 use crate::activity::Activity;
-use crate::command::CommandOutput;
+use crate::command::{wire_tags, CommandOutput};
 use crate::entity::Entity;
 use crate::environment::Environment;
 use crate::error::CommandError;
@@ -141,7 +141,13 @@ pub struct RequestRecord {
 }
 
 /// One persisted record.
+///
+/// Wire format: every variant has an explicit tag (the list after the enum; see
+/// [`crate::Command`] for the rules): a new variant takes the next unused tag, a removed
+/// one's tag moves to `retired` and is never given again, and changing tags or the records'
+/// fields needs a codec format-version bump (raft-store's `tests/log_format.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub enum Record {
     /// See [`Environment`].
     Environment(Environment),
@@ -175,6 +181,28 @@ pub enum Record {
     Canary(Box<Canary>),
     /// See [`ClusterKey`].
     ClusterKey(ClusterKey),
+}
+
+wire_tags! {
+    Record {
+        Environment = 0,
+        Entity = 1,
+        Request = 2,
+        Product = 3,
+        Release = 4,
+        Channel = 5,
+        Recall = 6,
+        Suppression = 7,
+        Plan = 8,
+        Activity = 9,
+        Audit = 10,
+        Module = 11,
+        Installation = 12,
+        ChangeRequest = 13,
+        Canary = 14,
+        ClusterKey = 15,
+    }
+    retired []
 }
 
 /// Who did what, when (SPEC C2, S2).
@@ -253,5 +281,27 @@ mod tests {
         }
         assert_eq!(RecordKey::from_bytes(&[]), None);
         assert_eq!(RecordKey::from_bytes(&[99, b'x']), None);
+    }
+
+    #[test]
+    fn records_carry_their_explicit_tag() {
+        let cfg = bincode::config::standard();
+        let r = Record::Channel(Channel {
+            name: "CANARY".into(),
+            description: String::new(),
+            created_at_ms: 7,
+        });
+        let bytes = bincode::serde::encode_to_vec(&r, cfg).unwrap();
+        assert_eq!((r.tag(), u32::from(bytes[0])), (5, 5));
+        let (back, _): (Record, usize) = bincode::serde::decode_from_slice(&bytes, cfg).unwrap();
+        assert_eq!(back, r);
+        let err = bincode::serde::decode_from_slice::<Record, _>(&[99], cfg).unwrap_err();
+        assert!(err.to_string().contains("unknown Record tag 99"), "{err}");
+        for pair in Record::TAGS.windows(2) {
+            assert!(pair[0].0 < pair[1].0, "{pair:?}");
+        }
+        for &(tag, name) in Record::TAGS {
+            assert_eq!(Record::variant_of_tag(tag), Some(name));
+        }
     }
 }

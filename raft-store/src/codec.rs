@@ -146,6 +146,8 @@ pub fn decode_bounded<T: DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result
     let budget = budget_for(body.len());
     let (value, read) = decode_with_budget(body, budget).map_err(|e| match e {
         bincode::error::DecodeError::LimitExceeded => CodecError::LimitExceeded { budget },
+        // serde's messages (`unknown Command tag 97`) as they are, not in bincode's Debug form.
+        bincode::error::DecodeError::OtherString(message) => CodecError::Malformed(message),
         e => CodecError::Malformed(e.to_string()),
     })?;
     if read != body.len() {

@@ -1,0 +1,1148 @@
+//! The replicated format, pinned by golden bytes (issue 15).
+//!
+//! Every `Command` variant and every `Record` variant (plus one `Request` and one log
+//! `Entry`) has a sample built below and a fixture in `tests/fixtures/log-format/`: the
+//! sample as `codec::encode` writes it, format-version byte first. The fixture must decode
+//! (`codec::decode_bounded`) to the sample, and the sample must encode to the fixture's
+//! bytes. Fixture names are `<enum>-<tag>-<Variant>.bin`, the variant named as serde names it.
+//! So moving a tag, renaming a variant, adding, removing or reordering fields, or changing a
+//! field's encoding makes this test fail instead of silently misreading the Raft logs and
+//! snapshots of existing data directories. Samples use distinct values for fields of one type,
+//! so two swapped fields do not encode alike.
+//!
+//! Blessing: `HUB_BLESS_FIXTURES=1 cargo test -p raft-store --test log_format` writes the
+//! fixtures from the samples. It writes missing fixtures and rewrites fixtures of an older
+//! format version; it never overwrites a differing fixture of the current version (that is the
+//! failure this test exists for). Blessing is allowed only for a newly added variant (its new
+//! fixture) or together with a bump of `codec::FORMAT_VERSION` whose decoder refuses (or
+//! migrates) the old version. Changing the bytes of an existing fixture any other way means
+//! every data directory written before is misread.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+
+use hub_engine::activity::{Activity, ActivityEntry};
+use hub_engine::artifact::{
+    ArtifactLocation, ArtifactRegistry, Availability, HubAccess, RegistryTls, TlsTrust,
+};
+use hub_engine::canary::{
+    Action, AlertSpec, AlertTarget, Analysis, CanarySpec, CanaryStatus, ConditionStatus,
+    HeaderMatch, Manual, MatchRule, Metric, MetricSource, Phase, PromotedCondition, ServiceSpec,
+    Severity, StepWeights, Strategy, TargetRef, ThresholdRange, TickInput, Webhook, WebhookResult,
+    WebhookType,
+};
+use hub_engine::canary_lifecycle::Canary;
+use hub_engine::canary_rollout::{CanaryObservation, CanaryRevision, CanaryStepSpec, MetricWindow};
+use hub_engine::cluster_key::{ClusterKey, SecretKey, CANARY_REVISION_KEY};
+use hub_engine::command::{
+    CancelTarget, CommandOutput, EntityReport, EntitySettingsPatch, EnvironmentSettingsPatch,
+    WindowChange, WindowSpec,
+};
+use hub_engine::entity::{Health, ReportedState, SecretValue};
+use hub_engine::installation::{
+    ChangeRequest, ChangeRequestStatus, Installation, ManagedEntity, PublishedModule,
+};
+use hub_engine::module::{
+    Constraint, EntityOverride, EntityTemplate, KeyPath, ModuleConfig, ModuleDefinition,
+    MultikeySecret, Restrictions, SubmoduleRef, SyncMode, Uninstall, Variable,
+};
+use hub_engine::plan::{
+    EmergencyCommand, FailureMetadata, Plan, PlanKind, PlanStatus, Task, TaskReport, TaskState,
+};
+use hub_engine::product::{Channel, Product, Recall, Release};
+use hub_engine::record::{AuditEntry, RequestRecord};
+use hub_engine::release::{Artifact, ProductDependency, VersionBound};
+use hub_engine::settings::{EnvironmentSettings, WindowOverride};
+use hub_engine::suppression::{Scope, Suppression, SuppressionSource};
+use hub_engine::window::MaintenanceWindow;
+use hub_engine::{Command, Entity, EntityId, EntityKind, Environment, Record, Request};
+use openraft::vote::RaftLeaderId;
+use openraft::EntryPayload;
+use raft_store::codec::{self, CodecError, Limit, FORMAT_VERSION};
+use raft_store::Entry;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Set to `1` to write the fixtures (see the module documentation for when that is allowed).
+const BLESS_VAR: &str = "HUB_BLESS_FIXTURES";
+
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/log-format")
+}
+
+/// A version (or any other parsed value) in a sample; the test crate does not name `semver`.
+fn v<T: std::str::FromStr>(s: &str) -> T
+where
+    T::Err: Debug,
+{
+    s.parse().unwrap_or_else(|e| panic!("{s:?}: {e:?}"))
+}
+
+fn s(text: &str) -> String {
+    text.to_string()
+}
+
+const ENTITY: &str = "eid:prod:helmChart:web";
+const PRODUCT: &str = "com.example:web";
+const T0: i64 = 1_795_996_800_000;
+
+fn window() -> MaintenanceWindow {
+    MaintenanceWindow::parse("MONDAY/22:00-TUESDAY/06:00", "Europe/Berlin").unwrap()
+}
+
+fn artifact() -> Artifact {
+    Artifact {
+        uri: s("web/web-1.2.0.tgz"),
+        sha256: s("3f7a9c0d5e1b2a4c6d8e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c"),
+    }
+}
+
+fn failure() -> FailureMetadata {
+    FailureMetadata {
+        stage: s("readiness"),
+        message: s("not ready after 30s"),
+        not_ready: vec![s("http://127.0.0.1:8080/ready")],
+        validation_errors: vec![s("port: not a number")],
+    }
+}
+
+fn revision(rev: &str, version: &str) -> CanaryRevision {
+    CanaryRevision {
+        revision: s(rev),
+        version: v(version),
+        config: s("port: 8080\n"),
+        secrets_revision: 4,
+        artifacts: vec![artifact()],
+    }
+}
+
+fn observation() -> CanaryObservation {
+    CanaryObservation {
+        applied_step: 6,
+        primary_revision: Some(s("v2-aaaa")),
+        primary_ready_percent: 100,
+        canary_revision: Some(s("v2-bbbb")),
+        canary_ready_percent: 90,
+        windows: vec![MetricWindow {
+            interval_ms: 60_000,
+            requests: 1_200,
+            success_rate_milli: Some(99_917),
+            p99_ms_milli: Some(12_500),
+        }],
+        observed_ms: T0 + 5,
+    }
+}
+
+fn task_report(state: TaskState, failure: Option<FailureMetadata>) -> TaskReport {
+    TaskReport {
+        plan_id: s("p-40-0"),
+        task: s("fetch"),
+        attempt: 2,
+        state,
+        output: s("fetching web-1.2.0.tgz\n"),
+        failure,
+    }
+}
+
+/// One sample of every `Command` variant, in tag order.
+fn commands() -> Vec<Command> {
+    vec![
+        Command::CreateEnvironment {
+            name: s("prod"),
+            description: s("production"),
+        },
+        Command::DeleteEnvironment { name: s("staging") },
+        Command::CreateEntity {
+            environment: s("prod"),
+            kind: EntityKind::HelmChart,
+            name: s("web"),
+            product_id: s(PRODUCT),
+            k8s_namespace: Some(s("web-ns")),
+            account_id: Some(s("acct-7")),
+            release_channel: Some(s("BETA")),
+        },
+        Command::SetEnvironmentSettings {
+            environment: s("prod"),
+            patch: EnvironmentSettingsPatch {
+                maintenance_window: Some(WindowChange::Set(WindowSpec {
+                    spec: s("MONDAY/22:00-TUESDAY/06:00"),
+                    time_zone: s("Europe/Berlin"),
+                })),
+                autosuppression_threshold: Some(3),
+                auto_suppression_ms: Some(3_600_000),
+                override_product_maintenance_windows: Some(true),
+                require_windows_for_recall_roll_offs: Some(false),
+            },
+        },
+        Command::SetRegistry {
+            environment: s("prod"),
+            name: s("local"),
+            url: s("https://registry.example:8443/base"),
+            hub_access: s("not-expected"),
+            ca_pem: Some(s(
+                "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+            )),
+            insecure_skip_verify: true,
+        },
+        Command::RemoveRegistry {
+            environment: s("prod"),
+            name: s("old-registry"),
+        },
+        Command::SetEntitySettings {
+            entity: s(ENTITY),
+            patch: EntitySettingsPatch {
+                release_channel: Some(s("CANARY_FLEET")),
+                dependency_groups: Some(vec![s("default"), s("edge")]),
+                ignored_dependencies: Some(vec![s("com.example:db")]),
+                maintenance_window: Some(WindowChange::Remove),
+                marked_for_uninstall: Some(true),
+            },
+        },
+        Command::SetConfigOverrides {
+            entity: s(ENTITY),
+            version: s("1.2.0"),
+            config: Some(s("port: 8080\n")),
+        },
+        Command::SetSecret {
+            entity: s(ENTITY),
+            name: s("db-password"),
+            value: Some(SecretValue(s("s3cret"))),
+        },
+        Command::CreateProduct {
+            product_id: s(PRODUCT),
+            description: s("the web tier"),
+        },
+        Command::SetProductWindow {
+            product_id: s(PRODUCT),
+            window: Some(WindowSpec {
+                spec: s("all-time"),
+                time_zone: s("UTC"),
+            }),
+        },
+        Command::PublishRelease {
+            manifest: s("product-group: com.example\nproduct-name: web\nproduct-version: 1.2.0\n"),
+        },
+        Command::CreateChannel {
+            name: s("CANARY_FLEET"),
+            description: s("early adopters"),
+        },
+        Command::SetReleaseChannel {
+            channel: s("CANARY_FLEET"),
+            product_id: s(PRODUCT),
+            version: s("1.2.0"),
+            member: true,
+        },
+        Command::RecallReleases {
+            product_id: s(PRODUCT),
+            from: s("1.1.0"),
+            to: s("1.1.9"),
+            reason: s("data loss"),
+        },
+        Command::DeleteRecall { id: s("r-14") },
+        Command::AddWindowOverride {
+            scope: Scope::Entity(s(ENTITY)),
+            start_ms: T0,
+            end_ms: T0 + 3_600_000,
+            reason: s("hotfix"),
+            actor: s("alice"),
+        },
+        Command::RemoveWindowOverride {
+            scope: Scope::Environment(s("prod")),
+            id: s("o-16"),
+        },
+        Command::CreateSuppression {
+            scope: Scope::Environment(s("prod")),
+            start_ms: Some(T0 + 1),
+            end_ms: T0 + 7_200_000,
+            reason: s("freeze"),
+            cancel_active_plans: true,
+            actor: s("bob"),
+        },
+        Command::DeleteSuppression {
+            id: s("s-18"),
+            actor: s("carol"),
+        },
+        Command::PublishModule {
+            file_name: Some(s("web-module.yml")),
+            yaml: s("name: web-module\n"),
+        },
+        Command::DeleteModule {
+            name: s("old-module"),
+        },
+        Command::InstallModule {
+            environment: s("prod"),
+            module: s("web-module"),
+            version: Some(s("0.2.0")),
+            variables: BTreeMap::from([(s("threads"), s("8")), (s("tier"), s("small"))]),
+            actor: s("dave"),
+        },
+        Command::SetModuleVariables {
+            installation: s("prod/web-module"),
+            variables: BTreeMap::from([(s("threads"), Some(s("16"))), (s("tier"), None)]),
+        },
+        Command::SetModuleUpdatesPaused {
+            installation: s("prod/web-module"),
+            paused: true,
+            actor: s("erin"),
+        },
+        Command::UnlinkModule {
+            installation: s("prod/other-module"),
+            actor: s("frank"),
+        },
+        Command::ApproveChangeRequest {
+            id: s("cr-30"),
+            actor: s("grace"),
+        },
+        Command::RejectChangeRequest {
+            id: s("cr-31"),
+            actor: s("heidi"),
+            reason: s("not now"),
+        },
+        Command::ApplyCanary {
+            environment: Some(s("prod")),
+            yaml: s("apiVersion: flagger.app/v1beta1\nkind: Canary\n"),
+        },
+        Command::DeleteCanary { id: s("prod/web") },
+        Command::CanaryTick {
+            id: s("prod/web"),
+            step: 7,
+            input: TickInput {
+                revision: s("v2-bbbb"),
+                primary_ready_percent: 100,
+                canary_ready_percent: 80,
+                primary_revision: Some(s("v2-aaaa")),
+                canary_revision: Some(s("v2-cccc")),
+                webhooks: BTreeMap::from([(
+                    s("load-test"),
+                    WebhookResult {
+                        ok: true,
+                        status: Some(200),
+                        message: s("ok"),
+                    },
+                )]),
+                metrics: BTreeMap::from([
+                    (s("latency"), None),
+                    (s("request-success-rate"), Some(99_500)),
+                ]),
+                manual: Some(Manual::Retry),
+            },
+        },
+        Command::CanaryManual {
+            id: s("prod/web"),
+            action: Manual::Abort,
+            actor: s("ivan"),
+        },
+        Command::CancelPlans {
+            target: CancelTarget::Plan(s("p-40-0")),
+            reason: s("wrong version"),
+            suppress_for_ms: Some(600_000),
+            actor: s("judy"),
+        },
+        Command::IssueCommand {
+            entity: s(ENTITY),
+            command: EmergencyCommand::EnforceConfigAndVersion {
+                version: v("1.2.0"),
+            },
+            reason: s("break glass"),
+            actor: s("mallory"),
+        },
+        Command::Evaluate {
+            entities: vec![s(ENTITY), s("eid:prod:helmChart:api")],
+            artifacts: vec![
+                (
+                    ArtifactLocation::Http {
+                        url: s("https://registry.example/web/web-1.2.0.tgz"),
+                        trust: TlsTrust::ExtraCa { sha256: s("ab12") },
+                    },
+                    Availability::Unavailable {
+                        reason: s("404 Not Found"),
+                    },
+                ),
+                (
+                    ArtifactLocation::File(s("/srv/registry/web/web-1.2.0.tgz")),
+                    Availability::Available,
+                ),
+            ],
+        },
+        Command::ExpireSuppressions,
+        Command::ReportEntityStates {
+            environment: s("prod"),
+            states: vec![EntityReport {
+                entity: s(ENTITY),
+                version: Some(v("1.2.0")),
+                health: Health::Healthy,
+                config_sha256: Some(s("cafe")),
+                secrets_revision: Some(3),
+                message: s("ready"),
+            }],
+        },
+        Command::ReportTasks {
+            environment: s("prod"),
+            reports: vec![task_report(TaskState::Failed, Some(failure()))],
+        },
+        Command::ReportCanaries {
+            environment: s("prod"),
+            observations: vec![(s("prod/web"), observation())],
+        },
+        Command::ReportTask {
+            environment: s("staging"),
+            report: task_report(TaskState::Running, None),
+        },
+        Command::SetClusterKey {
+            name: s(CANARY_REVISION_KEY),
+            key: SecretKey::from_bytes(std::array::from_fn(|i| i as u8)),
+        },
+    ]
+}
+
+fn plan(id: &str, kind: PlanKind) -> Plan {
+    Plan {
+        id: s(id),
+        entity: s(ENTITY),
+        environment: s("prod"),
+        kind,
+        from_version: Some(v("1.1.0")),
+        to_version: Some(v("1.2.0")),
+        from_config_sha256: Some(s("beef")),
+        to_config: Some(s("port: 8081\n")),
+        secrets_revision: 5,
+        artifacts: vec![artifact()],
+        reason: s("new release 1.2.0"),
+        tasks: vec![Task {
+            name: s("fetch"),
+            state: TaskState::Succeeded,
+            attempt: 1,
+            started_ms: Some(T0 + 10),
+            ended_ms: Some(T0 + 20),
+            error: Some(s("retried once")),
+        }],
+        output: s("fetched\n"),
+        failure: Some(failure()),
+        created_ms: T0 + 1,
+        issued_ms: T0 + 2,
+        started_ms: Some(T0 + 3),
+        ended_ms: Some(T0 + 4),
+        status: PlanStatus::Failed,
+        cancel_reason: Some(s("superseded")),
+        issued_index: 40,
+    }
+}
+
+fn canary_spec() -> CanarySpec {
+    CanarySpec {
+        name: s("web"),
+        namespace: Some(s("prod")),
+        target: TargetRef {
+            kind: EntityKind::HelmChart,
+            name: s("web-target"),
+        },
+        service: ServiceSpec {
+            name: s("web-svc"),
+            port: 9898,
+            port_name: s("http"),
+            target_port: Some(9899),
+        },
+        progress_deadline_seconds: 600,
+        skip_analysis: false,
+        suspend: true,
+        revert_on_deletion: true,
+        analysis: Analysis {
+            interval_ms: 30_000,
+            threshold: 5,
+            strategy: Strategy::Canary {
+                steps: StepWeights::List(vec![10, 20, 50]),
+                max_weight: 50,
+            },
+            step_weight_promotion: Some(25),
+            primary_ready_threshold: 100,
+            canary_ready_threshold: 90,
+            metrics: vec![Metric {
+                name: s("error-rate"),
+                interval_ms: 60_000,
+                range: ThresholdRange {
+                    min: Some(-1_000),
+                    max: Some(1_000),
+                },
+                source: MetricSource::Prometheus {
+                    address: s("http://prometheus:9090"),
+                    query: s("sum(rate(errors[1m]))"),
+                },
+            }],
+            webhooks: vec![Webhook {
+                name: s("load-test"),
+                kind: WebhookType::Rollout,
+                url: s("http://loadtester/"),
+                timeout_ms: 10_000,
+                retries: 2,
+                metadata: BTreeMap::from([(s("cmd"), s("hey -z 1m"))]),
+                mute_alert: true,
+            }],
+            alerts: vec![AlertSpec {
+                name: s("on-call"),
+                severity: Severity::Warn,
+                target: AlertTarget::Provider {
+                    name: s("slack"),
+                    namespace: Some(s("ops")),
+                },
+            }],
+        },
+    }
+}
+
+fn canary_status() -> CanaryStatus {
+    CanaryStatus {
+        phase: Phase::Progressing,
+        canary_weight: 20,
+        match_routing: true,
+        failed_checks: 1,
+        iterations: 2,
+        last_applied_spec: Some(s("v2-bbbb")),
+        last_promoted_spec: Some(s("v2-aaaa")),
+        failed_spec: Some(s("v2-dddd")),
+        primary_revision: Some(s("v2-aaaa")),
+        canary_revision: Some(s("v2-bbbb")),
+        step: 7,
+        next_tick_ms: Some(T0 + 30_000),
+        phase_started_ms: T0 + 6,
+        revision_started_ms: Some(T0 + 7),
+        not_ready_since_ms: Some(T0 + 8),
+        promoted: PromotedCondition {
+            status: ConditionStatus::Unknown,
+            reason: Phase::Progressing,
+            message: s("New revision detected"),
+            last_transition_ms: T0 + 9,
+            last_update_ms: T0 + 11,
+        },
+    }
+}
+
+fn canary() -> Canary {
+    let rule = MatchRule {
+        headers: BTreeMap::from([(s("x-canary"), HeaderMatch::Exact(s("always")))]),
+    };
+    let step = CanaryStepSpec {
+        canary: s("prod/web"),
+        service: s("web-svc"),
+        port: 9898,
+        step: 7,
+        phase: Phase::Progressing,
+        primary: Some(revision("v2-aaaa", "1.1.0")),
+        canary_workload: Some(revision("v2-bbbb", "1.2.0")),
+        canary_weight: 20,
+        match_routing: true,
+        match_rules: vec![rule.clone()],
+        restore_original: false,
+        metric_windows_ms: vec![60_000, 300_000],
+    };
+    Canary {
+        id: s("prod/web"),
+        environment: s("prod"),
+        name: s("web"),
+        entity: s(ENTITY),
+        spec: canary_spec(),
+        yaml: s("apiVersion: flagger.app/v1beta1\nkind: Canary\n"),
+        status: canary_status(),
+        actions: vec![
+            (
+                6,
+                Action::SetWeights {
+                    primary: 80,
+                    canary: 20,
+                },
+            ),
+            (
+                7,
+                Action::SetRouting {
+                    canary_weight: 0,
+                    match_rules: vec![rule],
+                },
+            ),
+        ],
+        target: Some(revision("v2-bbbb", "1.2.0")),
+        revisions: vec![revision("v2-aaaa", "1.1.0")],
+        observation: Some(observation()),
+        queued: vec![plan("p-41-0", PlanKind::CanaryStep(Box::new(step)))],
+        created_ms: T0 + 12,
+        updated_ms: T0 + 13,
+    }
+}
+
+fn module_definition() -> ModuleDefinition {
+    ModuleDefinition {
+        name: s("web-module"),
+        display_name: Some(s("Web module")),
+        description: Some(s("the web tier and its cache")),
+        variables: BTreeMap::from([
+            (
+                s("threads"),
+                Variable::String {
+                    default: Some(s("8")),
+                    description: Some(s("worker threads")),
+                    constraint: Constraint::Regex(s("[0-9]+")),
+                },
+            ),
+            (
+                s("tier"),
+                Variable::Options {
+                    values: vec![s("small"), s("large")],
+                    default: Some(s("small")),
+                    description: None,
+                },
+            ),
+        ]),
+        entities: vec![EntityTemplate {
+            kind: EntityKind::HelmChart,
+            product_id: s(PRODUCT),
+            k8s_namespace: Some(s("web-ns")),
+            account_id: None,
+            entity_name: Some(s("web")),
+            dependency_groups: vec![s("edge")],
+            dependency_group_overrides: BTreeMap::from([(s("com.example:db"), vec![s("data")])]),
+            sync_config_overrides: SyncMode::Merge,
+            config_overrides: Some(s("threads: '{{ moduleVariable.threads }}'\n")),
+            install_config_overrides: Some(s("seed: true\n")),
+            secret_requirements: BTreeMap::from([(
+                s("db"),
+                MultikeySecret {
+                    description: Some(s("database login")),
+                    keys: vec![s("user"), s("password")],
+                },
+            )]),
+            marked_for_uninstallation: Some(Uninstall {
+                min_version: Some(v("1.0.0")),
+                unmanage_after_uninstall: Some(s("MANUAL")),
+            }),
+        }],
+        submodules: vec![SubmoduleRef {
+            name: s("cache-module"),
+            version: v("0.3.0"),
+            variable_overrides: BTreeMap::from([(s("size"), s("{{ moduleVariable.tier }}"))]),
+            entity_overrides: BTreeMap::from([(
+                s("com.example:cache"),
+                EntityOverride {
+                    config_overrides: Some(s("maxmemory: 1gb\n")),
+                    secret_requirements: BTreeMap::new(),
+                    ignored_dependencies: vec![s("com.example:metrics")],
+                    dependency_groups: Some(vec![s("cache")]),
+                },
+            )]),
+        }],
+        restrictions: Restrictions {
+            new_installations_allowed: true,
+            allow_entity_overrides: false,
+        },
+    }
+}
+
+/// One sample of every `Record` variant, in tag order.
+fn records() -> Vec<Record> {
+    vec![
+        Record::Environment(Environment {
+            name: s("prod"),
+            description: s("production"),
+            created_at_ms: T0,
+            settings: EnvironmentSettings {
+                maintenance_window: Some(window()),
+                registries: vec![
+                    ArtifactRegistry {
+                        name: s("local"),
+                        url: s("file:///srv/registry"),
+                        hub_access: HubAccess::Expected,
+                        tls: RegistryTls::SystemRoots,
+                    },
+                    ArtifactRegistry {
+                        name: s("mirror"),
+                        url: s("https://mirror.example"),
+                        hub_access: HubAccess::NotExpected,
+                        tls: RegistryTls::InsecureSkipVerify,
+                    },
+                ],
+                autosuppression_threshold: 3,
+                auto_suppression_ms: 3_600_000,
+                override_product_maintenance_windows: true,
+                require_windows_for_recall_roll_offs: false,
+            },
+            window_overrides: vec![WindowOverride {
+                id: s("o-16"),
+                start_ms: T0 + 1,
+                end_ms: T0 + 2,
+                reason: s("hotfix"),
+            }],
+        }),
+        Record::Entity(Entity {
+            id: EntityId(s(ENTITY)),
+            environment: s("prod"),
+            kind: EntityKind::HelmChart,
+            name: s("web"),
+            product_id: s(PRODUCT),
+            k8s_namespace: Some(s("web-ns")),
+            account_id: Some(s("acct-7")),
+            release_channel: s("BETA"),
+            created_at_ms: T0,
+            dependency_groups: BTreeSet::from([s("default"), s("edge")]),
+            ignored_dependencies: BTreeSet::from([s("com.example:db")]),
+            maintenance_window: Some(window()),
+            window_overrides: vec![WindowOverride {
+                id: s("o-17"),
+                start_ms: T0 + 3,
+                end_ms: T0 + 4,
+                reason: s("demo"),
+            }],
+            config_overrides: BTreeMap::from([
+                (v("0.0.0"), s("port: 8080\n")),
+                (v("1.2.0"), s("port: 8081\n")),
+            ]),
+            secrets: BTreeMap::from([(s("db-password"), SecretValue(s("s3cret")))]),
+            secrets_revision: 4,
+            reported: ReportedState {
+                version: Some(v("1.1.0")),
+                health: Health::Error,
+                config_sha256: Some(s("cafe")),
+                secrets_revision: 3,
+                message: s("crashed"),
+                reported_at_ms: Some(T0 + 5),
+            },
+            owner_module: Some(s("prod/web-module")),
+            marked_for_uninstall: true,
+            uninstall_min_version: Some(v("1.0.0")),
+            required_secrets: BTreeSet::from([s("db.password")]),
+            dependency_group_overrides: BTreeMap::from([(
+                s("com.example:cache"),
+                BTreeSet::from([s("cache")]),
+            )]),
+        }),
+        Record::Request(RequestRecord {
+            id: s("r-1"),
+            index: 12,
+            time_ms: T0 + 6,
+            result: Ok(CommandOutput::Changed {
+                id: s("s-12"),
+                summary: s("suppression s-12 created"),
+            }),
+        }),
+        Record::Product(Product {
+            id: s(PRODUCT),
+            description: s("the web tier"),
+            maintenance_window: Some(MaintenanceWindow::all_time()),
+            created_at_ms: T0 + 7,
+        }),
+        Record::Release(Release {
+            product_id: s(PRODUCT),
+            version: v("1.2.0"),
+            artifacts: vec![artifact()],
+            dependencies: vec![ProductDependency {
+                product_id: s("com.example:db"),
+                minimum: VersionBound::parse("1.2.x").unwrap(),
+                maximum: VersionBound::parse("1.x.x").unwrap(),
+                optional: true,
+            }],
+            custom_channels: BTreeSet::from([s("CANARY_FLEET")]),
+            published_at_ms: T0 + 8,
+        }),
+        Record::Channel(Channel {
+            name: s("CANARY_FLEET"),
+            description: s("early adopters"),
+            created_at_ms: T0 + 9,
+        }),
+        Record::Recall(Recall {
+            id: s("r-14"),
+            product_id: s(PRODUCT),
+            from: v("1.1.0"),
+            to: v("1.1.9"),
+            reason: s("data loss"),
+            created_at_ms: T0 + 10,
+        }),
+        Record::Suppression(Suppression {
+            id: s("s-18"),
+            scope: Scope::Entity(s(ENTITY)),
+            source: SuppressionSource::FailedPlan {
+                plan_id: s("p-40-0"),
+            },
+            start_ms: T0 + 11,
+            end_ms: Some(T0 + 12),
+            reason: s("plan p-40-0 failed"),
+            created_at_ms: T0 + 13,
+        }),
+        Record::Plan(plan(
+            "p-40-0",
+            PlanKind::Rollback {
+                failed_plan: s("p-39-0"),
+            },
+        )),
+        Record::Activity(Activity {
+            entity: s(ENTITY),
+            entries: VecDeque::from([ActivityEntry {
+                time_ms: T0 + 14,
+                index: 41,
+                kind: s("blocked"),
+                message: s("outside the maintenance window"),
+            }]),
+            last_decision: Some(s("blocked: window")),
+            blocked_since_ms: Some(T0 + 15),
+            blocked_candidate: Some(s("1.2.0")),
+        }),
+        Record::Audit(AuditEntry {
+            index: 42,
+            time_ms: T0 + 16,
+            actor: s("alice"),
+            action: s("command"),
+            target: s(ENTITY),
+            reason: s("break glass"),
+        }),
+        Record::Module(PublishedModule {
+            name: s("web-module"),
+            version: v("0.2.0"),
+            definition: module_definition(),
+            yaml: s("name: web-module\n"),
+            published_ms: T0 + 17,
+        }),
+        Record::Installation(Installation {
+            id: s("prod/web-module"),
+            environment: s("prod"),
+            module: s("web-module"),
+            version: v("0.2.0"),
+            variables: BTreeMap::from([(s("threads"), s("8"))]),
+            paused: true,
+            resuming: false,
+            entities: BTreeMap::from([(
+                s(ENTITY),
+                ManagedEntity {
+                    sync_mode: SyncMode::Merge,
+                    config: BTreeMap::from([(
+                        v("1.2.0"),
+                        ModuleConfig {
+                            overrides: s("threads: '8'\n"),
+                            controlled: vec![KeyPath::dotted("threads")],
+                            unset: vec![KeyPath::dotted("legacy.mode")],
+                            module: s("web-module"),
+                        },
+                    )]),
+                    secret_requirements: BTreeMap::from([(
+                        s("db"),
+                        MultikeySecret {
+                            description: None,
+                            keys: vec![s("user")],
+                        },
+                    )]),
+                    source_module: s("web-module/cache-module"),
+                },
+            )]),
+            created_ms: T0 + 18,
+            updated_ms: T0 + 19,
+        }),
+        Record::ChangeRequest(ChangeRequest {
+            id: s("cr-30"),
+            installation: s("prod/web-module"),
+            from_version: v("0.1.0"),
+            to_version: v("0.2.0"),
+            status: ChangeRequestStatus::Merged,
+            reason: s("module 0.2.0 published"),
+            blocked: Some(s("waiting for threads")),
+            message: s("merged"),
+            created_ms: T0 + 20,
+            decided_by: Some(s("grace")),
+            closed_ms: Some(T0 + 21),
+        }),
+        Record::Canary(Box::new(canary())),
+        Record::ClusterKey(ClusterKey {
+            name: s(CANARY_REVISION_KEY),
+            key: SecretKey::from_bytes([0xa5; 32]),
+            set_at_ms: T0 + 22,
+        }),
+    ]
+}
+
+fn request() -> Request {
+    Request {
+        command: Command::DeleteCanary { id: s("prod/web") },
+        time_ms: T0 + 23,
+        request_id: Some(s("admin:req-7")),
+    }
+}
+
+fn log_id(term: u64, index: u64) -> raft_store::LogId {
+    openraft::LogId::new(
+        openraft::vote::leader_id_adv::CommittedLeaderId::new(term, 2),
+        index,
+    )
+}
+
+fn entry() -> Entry {
+    Entry {
+        log_id: log_id(3, 44),
+        payload: EntryPayload::Normal(request()),
+    }
+}
+
+/// Decodes a fixture and compares it with a sample; the error says how they differ.
+type Check = Box<dyn Fn(&[u8]) -> Result<(), String>>;
+
+/// One pinned value: its fixture's name, its encoding, and the check of a fixture against it.
+struct Golden {
+    /// File name in [`fixtures_dir`].
+    file: String,
+    /// `codec::encode` of the sample.
+    bytes: Vec<u8>,
+    /// Checks a fixture against the sample.
+    check: Check,
+}
+
+fn golden<T>(file: String, value: T, limit: Limit) -> Golden
+where
+    T: Serialize + DeserializeOwned + PartialEq + Debug + 'static,
+{
+    let bytes = codec::encode(&value);
+    let check: Check = Box::new(move |fixture: &[u8]| {
+        let decoded: T = codec::decode_bounded(fixture, limit)
+            .map_err(|e| format!("the fixture does not decode: {e}"))?;
+        if decoded != value {
+            return Err(format!(
+                "the fixture decodes to\n{decoded:#?}\nnot to the sample\n{value:#?}"
+            ));
+        }
+        if codec::encode(&decoded) != fixture {
+            return Err("the fixture decodes to the sample, which encodes to other bytes".into());
+        }
+        Ok(())
+    });
+    Golden { file, bytes, check }
+}
+
+/// The variant's name as serde spells it (the key of its externally tagged JSON).
+fn variant_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value).expect("samples encode as JSON") {
+        serde_json::Value::String(unit) => unit,
+        serde_json::Value::Object(map) if map.len() == 1 => map.keys().next().cloned().unwrap(),
+        other => panic!("not an externally tagged enum: {other}"),
+    }
+}
+
+/// The variant number bincode wrote first (after the format byte): a varint, one byte below 251.
+fn leading_tag(bytes: &[u8]) -> u32 {
+    assert_eq!(bytes[0], FORMAT_VERSION);
+    assert!(bytes[1] < 251, "a multi-byte tag: extend leading_tag");
+    u32::from(bytes[1])
+}
+
+fn goldens() -> Vec<Golden> {
+    let mut out = Vec::new();
+    for c in commands() {
+        let file = format!("command-{:02}-{}.bin", c.tag(), variant_name(&c));
+        out.push(golden(file, c, Limit::Command));
+    }
+    for r in records() {
+        let file = format!("record-{:02}-{}.bin", r.tag(), variant_name(&r));
+        out.push(golden(file, r, Limit::Snapshot));
+    }
+    out.push(golden(s("request.bin"), request(), Limit::Message));
+    out.push(golden(s("entry-normal.bin"), entry(), Limit::Message));
+    out
+}
+
+/// `<enum>-<tag>-<Variant>.bin` split into its three parts.
+fn parts(file: &str) -> Option<(&str, &str, &str)> {
+    let mut it = file.strip_suffix(".bin")?.splitn(3, '-');
+    Some((it.next()?, it.next()?, it.next()?))
+}
+
+/// Another fixture of the same enum with the same tag or the same variant as `file`.
+fn conflicting_fixture(file: &str) -> Option<String> {
+    let (e, tag, variant) = parts(file)?;
+    std::fs::read_dir(fixtures_dir())
+        .ok()?
+        .filter_map(|d| d.ok()?.file_name().into_string().ok())
+        .find(|other| {
+            other != file
+                && parts(other).is_some_and(|(oe, ot, ov)| oe == e && (ot == tag || ov == variant))
+        })
+}
+
+/// Writes `golden`'s fixture when blessing allows it (see the module documentation); says
+/// what it did, or why it refused.
+fn bless(golden: &Golden, path: &Path) -> Result<Option<&'static str>, String> {
+    let what = match std::fs::read(path) {
+        Ok(old) if old == golden.bytes => return Ok(None),
+        Ok(old) if old.first() == Some(&FORMAT_VERSION) => {
+            return Err(format!(
+                "differs from its fixture of the current format version {FORMAT_VERSION}, \
+                 which blessing never overwrites: bump codec::FORMAT_VERSION (its decoder \
+                 refusing or migrating the old version), or undo the change"
+            ))
+        }
+        Ok(_) => "rewrote (older format version)",
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(other) = conflicting_fixture(&golden.file) {
+                return Err(format!(
+                    "not a new variant: {other} exists, so a tag moved or a variant was \
+                     renamed; undo that (blessing does not cover it)"
+                ));
+            }
+            "wrote (new)"
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    std::fs::create_dir_all(fixtures_dir()).map_err(|e| e.to_string())?;
+    std::fs::write(path, &golden.bytes).map_err(|e| e.to_string())?;
+    Ok(Some(what))
+}
+
+#[test]
+fn every_fixture_decodes_to_its_sample_and_encodes_back_to_the_same_bytes() {
+    let blessing = std::env::var(BLESS_VAR).is_ok_and(|v| v == "1");
+    let mut failures = Vec::new();
+    for g in goldens() {
+        let path = fixtures_dir().join(&g.file);
+        if blessing {
+            match bless(&g, &path) {
+                Ok(Some(what)) => eprintln!("{what}: {}", g.file),
+                Ok(None) => {}
+                Err(e) => failures.push(format!("{}: {e}", g.file)),
+            }
+        }
+        match std::fs::read(&path) {
+            Err(e) => failures.push(format!(
+                "{}: {e}. A newly added variant is blessed with {BLESS_VAR}=1 (see the module \
+                 documentation); otherwise a tag moved or a variant was renamed: undo that",
+                g.file
+            )),
+            Ok(fixture) => {
+                if let Err(e) = (g.check)(&fixture) {
+                    failures.push(format!("{}: {e}", g.file));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn every_fixture_has_a_sample() {
+    let expected: BTreeSet<String> = goldens().into_iter().map(|g| g.file).collect();
+    let mut orphans = Vec::new();
+    for dirent in std::fs::read_dir(fixtures_dir()).unwrap() {
+        let name = dirent.unwrap().file_name().into_string().unwrap();
+        if name.ends_with(".bin") && !expected.contains(&name) {
+            orphans.push(name);
+        }
+    }
+    assert!(
+        orphans.is_empty(),
+        "fixtures without a sample (a moved tag or a renamed variant?): {orphans:?}"
+    );
+}
+
+/// The samples cover each tag once, named as the enums' tag lists name them (so serde's name
+/// of each variant is the one the tags are looked up by).
+#[test]
+fn every_variant_has_one_sample() {
+    let named = |tags: &[(u32, &str)]| -> Vec<(u32, String)> {
+        tags.iter().map(|&(t, n)| (t, s(n))).collect()
+    };
+    let commands: Vec<(u32, String)> = commands()
+        .iter()
+        .map(|c| (c.tag(), variant_name(c)))
+        .collect();
+    assert_eq!(commands, named(Command::TAGS));
+    let records: Vec<(u32, String)> = records()
+        .iter()
+        .map(|r| (r.tag(), variant_name(r)))
+        .collect();
+    assert_eq!(records, named(Record::TAGS));
+}
+
+#[test]
+fn the_leading_varint_is_the_tag() {
+    for c in commands() {
+        assert_eq!(
+            leading_tag(&codec::encode(&c)),
+            c.tag(),
+            "{}",
+            variant_name(&c)
+        );
+    }
+    for r in records() {
+        assert_eq!(
+            leading_tag(&codec::encode(&r)),
+            r.tag(),
+            "{}",
+            variant_name(&r)
+        );
+    }
+}
+
+/// What `decode_bounded` refuses `bytes` with (the value must be malformed).
+fn refusal<T: DeserializeOwned + Debug>(bytes: &[u8], limit: Limit) -> String {
+    match codec::decode_bounded::<T>(bytes, limit) {
+        Err(CodecError::Malformed(message)) => message,
+        other => panic!("not refused as malformed: {other:?}"),
+    }
+}
+
+#[test]
+fn an_unknown_tag_is_refused_naming_the_enum_and_the_tag() {
+    let unused = Command::TAGS.last().unwrap().0 + 1;
+    let v = FORMAT_VERSION;
+    assert_eq!(
+        refusal::<Command>(&[v, unused as u8], Limit::Command),
+        format!("unknown Command tag {unused}")
+    );
+    assert_eq!(
+        refusal::<Command>(&[v, 97], Limit::Command),
+        "unknown Command tag 97"
+    );
+    // Multi-byte varints: 300 (0xfb, u16 little-endian) and u32::MAX (0xfc, u32).
+    assert_eq!(
+        refusal::<Command>(&[v, 0xfb, 0x2c, 0x01], Limit::Command),
+        "unknown Command tag 300"
+    );
+    assert_eq!(
+        refusal::<Command>(&[v, 0xfc, 0xff, 0xff, 0xff, 0xff], Limit::Command),
+        "unknown Command tag 4294967295"
+    );
+    assert_eq!(
+        refusal::<Record>(&[v, 99, 0], Limit::Snapshot),
+        "unknown Record tag 99"
+    );
+    let err = codec::decode_bounded::<Command>(&[v, 97], Limit::Command).unwrap_err();
+    assert_eq!(err.to_string(), "malformed value: unknown Command tag 97");
+
+    // Inside what the store and the network carry: a forwarded write, a log entry, the
+    // records of a snapshot. `ExpireSuppressions` (35) has no fields, so its tag is one byte
+    // followed by the request's time (0) and request id (none).
+    let expire = Command::ExpireSuppressions.tag() as u8;
+    let mut forwarded = codec::encode(&(Command::ExpireSuppressions, Some(s("r-1"))));
+    assert_eq!(forwarded[1], expire);
+    forwarded[1] = 97;
+    assert_eq!(
+        refusal::<(Command, Option<String>)>(&forwarded, Limit::Command),
+        "unknown Command tag 97"
+    );
+    let mut entry = codec::encode(&Entry {
+        log_id: log_id(3, 45),
+        payload: EntryPayload::Normal(Request {
+            command: Command::ExpireSuppressions,
+            time_ms: 0,
+            request_id: None,
+        }),
+    });
+    let at = entry.len() - 3;
+    assert_eq!(entry[at..], [expire, 0, 0]);
+    entry[at] = 97;
+    assert_eq!(
+        refusal::<Entry>(&entry, Limit::Message),
+        "unknown Command tag 97"
+    );
+    let channel = Record::Channel(Channel {
+        name: s("CANARY"),
+        description: String::new(),
+        created_at_ms: 0,
+    });
+    let mut snapshot = codec::encode(&vec![channel]);
+    assert_eq!(snapshot[1..3], [1, 5], "one record, tag 5");
+    snapshot[2] = 99;
+    assert_eq!(
+        refusal::<Vec<Record>>(&snapshot, Limit::Snapshot),
+        "unknown Record tag 99"
+    );
+}
