@@ -32,8 +32,8 @@ use hub_engine::canary::{
     Severity, StepWeights, Strategy, TargetRef, ThresholdRange, TickInput, Webhook, WebhookResult,
     WebhookType,
 };
-use hub_engine::canary_lifecycle::Canary;
-use hub_engine::canary_rollout::{CanaryObservation, CanaryRevision, CanaryStepSpec, MetricWindow};
+use hub_engine::canary::{CanaryObservation, CanaryRevision, CanaryStepSpec, MetricWindow};
+use hub_engine::canary_record::Canary;
 use hub_engine::cluster_key::{ClusterKey, SecretKey, CANARY_REVISION_KEY};
 use hub_engine::command::{
     CancelTarget, CommandOutput, EntityReport, EntitySettingsPatch, EnvironmentSettingsPatch,
