@@ -4,7 +4,6 @@ use std::error::Error as StdError;
 use std::time::Duration;
 
 use crate::deny::DeniedAddress;
-use crate::redirect::RedirectRefused;
 
 /// A failed call: `<url>: <what happened>`. The URL never carries credentials.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -113,7 +112,7 @@ fn typed(e: &(dyn StdError + 'static)) -> Option<ErrorKind> {
             other => ErrorKind::Redirect(other.clone()),
         });
     }
-    e.downcast_ref::<rustls::Error>().map(crate::tls::classify)
+    e.downcast_ref::<rustls::Error>().map(classify_tls)
 }
 
 /// "connection refused", or the innermost message of the chain.
@@ -147,4 +146,49 @@ fn chain(error: &reqwest::Error) -> String {
         current = e.source();
     }
     text
+}
+
+/// Why a redirect was not followed. URLs are shown without credentials.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedirectRefused {
+    /// The target was visited before in this chain.
+    #[error("redirect loop: {0} was already visited")]
+    Loop(String),
+    /// The chain is longer than the limit.
+    #[error("more than {0} redirects")]
+    TooMany(usize),
+    /// The target is neither http nor https.
+    #[error("redirect to {0}: only http and https are followed")]
+    Scheme(String),
+    /// From https to plain http.
+    #[error("redirect from https to plain http ({0}) refused")]
+    Downgrade(String),
+    /// The target is an IP literal in the deny list.
+    #[error("redirect to {0}")]
+    Denied(DeniedAddress),
+}
+
+/// What a rustls failure during a handshake means for the caller.
+pub(crate) fn classify_tls(error: &rustls::Error) -> ErrorKind {
+    let rustls::Error::InvalidCertificate(reason) = error else {
+        return ErrorKind::TlsHandshake(error.to_string());
+    };
+    let why = match reason {
+        rustls::CertificateError::UnknownIssuer => {
+            "it is not signed by a trusted CA (unknown issuer)".to_string()
+        }
+        rustls::CertificateError::NotValidForName
+        | rustls::CertificateError::NotValidForNameContext { .. } => {
+            "it is not valid for this host name".to_string()
+        }
+        rustls::CertificateError::Expired | rustls::CertificateError::ExpiredContext { .. } => {
+            "it has expired".to_string()
+        }
+        rustls::CertificateError::NotValidYet
+        | rustls::CertificateError::NotValidYetContext { .. } => "it is not valid yet".to_string(),
+        rustls::CertificateError::Revoked => "it was revoked".to_string(),
+        rustls::CertificateError::BadSignature => "its signature is invalid".to_string(),
+        other => format!("{other:?}"),
+    };
+    ErrorKind::CertificateNotTrusted(why)
 }

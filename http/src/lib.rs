@@ -43,9 +43,9 @@ mod tls;
 
 pub use client::{Answer, Body, ClientSettings, HttpClient, Proxies, Redirects, Response};
 pub use deny::{Cidr, DeniedAddress, DenyList, InvalidCidr};
+pub use error::RedirectRefused;
 pub use error::{ErrorKind, HttpError};
 pub use pool::ClientPool;
-pub use redirect::RedirectRefused;
 pub use reqwest::{Method, StatusCode};
 pub use tls::Trust;
 

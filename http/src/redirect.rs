@@ -4,28 +4,9 @@ use std::sync::Arc;
 
 use reqwest::redirect::Policy;
 
-use crate::deny::{DeniedAddress, DenyList};
+use crate::deny::DenyList;
+use crate::error::RedirectRefused;
 use crate::target::{check_literal, shown};
-
-/// Why a redirect was not followed. URLs are shown without credentials.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RedirectRefused {
-    /// The target was visited before in this chain.
-    #[error("redirect loop: {0} was already visited")]
-    Loop(String),
-    /// The chain is longer than the limit.
-    #[error("more than {0} redirects")]
-    TooMany(usize),
-    /// The target is neither http nor https.
-    #[error("redirect to {0}: only http and https are followed")]
-    Scheme(String),
-    /// From https to plain http.
-    #[error("redirect from https to plain http ({0}) refused")]
-    Downgrade(String),
-    /// The target is an IP literal in the deny list.
-    #[error("redirect to {0}")]
-    Denied(DeniedAddress),
-}
 
 /// Follows at most `max` redirects, refusing loops, other schemes, https → http and IP
 /// literals in `deny` (host names are checked when resolved). reqwest drops

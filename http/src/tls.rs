@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore};
 use rustls_pki_types::pem::PemObject;
 
 use crate::error::ErrorKind;
@@ -160,29 +160,4 @@ impl ServerCertVerifier for SkipVerification {
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
     }
-}
-
-/// What a rustls failure during a handshake means for the caller.
-pub(crate) fn classify(error: &rustls::Error) -> ErrorKind {
-    let rustls::Error::InvalidCertificate(reason) = error else {
-        return ErrorKind::TlsHandshake(error.to_string());
-    };
-    let why = match reason {
-        CertificateError::UnknownIssuer => {
-            "it is not signed by a trusted CA (unknown issuer)".to_string()
-        }
-        CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
-            "it is not valid for this host name".to_string()
-        }
-        CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
-            "it has expired".to_string()
-        }
-        CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
-            "it is not valid yet".to_string()
-        }
-        CertificateError::Revoked => "it was revoked".to_string(),
-        CertificateError::BadSignature => "its signature is invalid".to_string(),
-        other => format!("{other:?}"),
-    };
-    ErrorKind::CertificateNotTrusted(why)
 }

@@ -13,23 +13,13 @@ use tonic::{Request, Response, Status};
 
 use crate::node::HubNode;
 use crate::peers::MAX_MESSAGE_BYTES;
+use crate::status::command_status;
 use openraft::async_runtime::watch::WatchReceiver;
 
 /// The gRPC service.
 pub struct HubService {
     /// The node it serves from.
     pub node: Arc<HubNode>,
-}
-
-/// Maps a refused command to a gRPC status that names the problem.
-pub fn command_status(e: &CommandError) -> Status {
-    let msg = e.to_string();
-    match e {
-        CommandError::InvalidField { .. } => Status::invalid_argument(msg),
-        CommandError::AlreadyExists { .. } => Status::already_exists(msg),
-        CommandError::NotFound { .. } => Status::not_found(msg),
-        CommandError::FailedPrecondition(_) => Status::failed_precondition(msg),
-    }
 }
 
 /// Parses a submitted command. Agent reports and leader-only decisions are refused here:

@@ -16,6 +16,7 @@
 //! - [`client`]: the failover client `hubctl` and tools use.
 //! - [`auth`]: who may call which method, from the TLS-verified identity.
 //! - [`transport`]: the node's TLS material from flags (or `--insecure` on loopback).
+//! - [`status`]: the gRPC status of a refused command.
 //! - [`cli`]: `hubctl`'s commands.
 
 pub mod agent_api;
@@ -37,5 +38,6 @@ pub mod peers;
 pub mod prometheus;
 pub mod query;
 pub mod raft_service;
+pub mod status;
 pub mod transport;
 pub mod webhooks;

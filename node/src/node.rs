@@ -350,7 +350,7 @@ impl HubNode {
                     leader_id: self.id,
                     result: output.summary(),
                 }),
-                Err(e) => Err(crate::api::command_status(&e)),
+                Err(e) => Err(crate::status::command_status(&e)),
             }),
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))))
             | Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => {

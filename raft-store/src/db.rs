@@ -1,7 +1,7 @@
 //! Opening the node's RocksDB instance and checking that the data directory is this node's.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use rocksdb::{ColumnFamilyDescriptor, Options, DB};
@@ -11,11 +11,8 @@ use crate::error::StoreError;
 use crate::flusher::Flusher;
 use crate::log_store::LogStore;
 use crate::state_machine::StateMachine;
+use crate::store::{Store, CF_LOG, CF_META, CF_SM, CF_SM_META};
 
-pub(crate) const CF_LOG: &str = "log";
-pub(crate) const CF_META: &str = "meta";
-pub(crate) const CF_SM: &str = "sm";
-pub(crate) const CF_SM_META: &str = "sm_meta";
 const IDENTITY_FILE: &str = "hub-node.json";
 /// `hub-node.json` is a few dozen bytes; anything much larger is not ours.
 const MAX_IDENTITY_BYTES: usize = 64 << 10;
@@ -28,20 +25,6 @@ pub struct NodeIdentity {
     pub node_id: u64,
     /// The cluster it belongs to.
     pub cluster_id: String,
-}
-
-/// An open store: the RocksDB handle and the data directory.
-#[derive(Clone)]
-pub struct Store {
-    pub(crate) db: Arc<DB>,
-    pub(crate) dir: PathBuf,
-}
-
-impl Store {
-    /// The data directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
 }
 
 /// Opens (or creates) the store in `dir` for `identity`.

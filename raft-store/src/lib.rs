@@ -19,10 +19,12 @@ mod log_store;
 pub mod private;
 mod snapshot;
 mod state_machine;
+mod store;
 mod types;
 
-pub use db::{open, NodeIdentity, Store};
+pub use db::{open, NodeIdentity};
 pub use error::StoreError;
 pub use log_store::LogStore;
 pub use state_machine::{AppliedState, SharedState, StateEvent, StateMachine};
+pub use store::Store;
 pub use types::*;

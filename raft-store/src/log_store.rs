@@ -11,9 +11,9 @@ use openraft::{LogState, OptionalSend, RaftLogReader};
 use rocksdb::{ColumnFamily, Direction, IteratorMode, WriteBatch, WriteOptions, DB};
 
 use crate::codec::{self, Limit};
-use crate::db::{CF_LOG, CF_META};
 use crate::error::io_err;
 use crate::flusher::Flusher;
+use crate::store::{CF_LOG, CF_META};
 use crate::types::{Entry, LogId, TypeConfig, Vote};
 
 const KEY_VOTE: &[u8] = b"vote";

@@ -12,9 +12,9 @@ use openraft::{EntryPayload, RaftSnapshotBuilder};
 use rocksdb::{WriteBatch, WriteOptions};
 
 use crate::codec::{self, Limit};
-use crate::db::{Store, CF_SM, CF_SM_META};
 use crate::error::{io_err, StoreError};
 use crate::snapshot::{self, SnapshotFile};
+use crate::store::{Store, CF_SM, CF_SM_META};
 use crate::types::{
     LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };

@@ -1,0 +1,180 @@
+//! The crates' module graphs have no cycles: data types apart from the code that changes
+//! state, each layer importing only from the ones above it (docs/ARCHITECTURE.md).
+//!
+//! A module is a source file (`a/b.rs` or `a/b/mod.rs` is `a/b`); it depends on every module
+//! it names through `crate::…` (the longest prefix that is a file) or, inside a directory
+//! module, `super::…`. Comments, test modules and test-only files do not count.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the repository")
+        .to_path_buf()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir)
+        .expect("readable source dir")
+        .flatten()
+    {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `a/b` for `a/b.rs` and `a/b/mod.rs`; `None` for the crate root and test-only files.
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).ok()?.with_extension("");
+    let mut name = rel.to_string_lossy().replace('\\', "/");
+    if let Some(dir) = name.strip_suffix("/mod") {
+        name = dir.to_string();
+    }
+    let test_only = name == "tests" || name.ends_with("/tests") || name.contains("/tests/");
+    if matches!(name.as_str(), "lib" | "main") || name.starts_with("bin/") || test_only {
+        return None;
+    }
+    Some(name)
+}
+
+/// The identifier that starts `text`.
+fn ident(text: &str) -> &str {
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    &text[..end]
+}
+
+/// The modules `module` (whose source is `text`) depends on, among `known`.
+fn dependencies(module: &str, text: &str, known: &BTreeSet<String>) -> BTreeSet<String> {
+    let code: String = text
+        .split("#[cfg(test)]\nmod tests")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let parent = module.rsplit_once('/').map(|(p, _)| p);
+    let mut deps = BTreeSet::new();
+    for (i, _) in code.match_indices("crate::") {
+        let first = ident(&code[i + 7..]);
+        let rest = &code[i + 7 + first.len()..];
+        let nested = rest
+            .strip_prefix("::")
+            .map(|r| format!("{first}/{}", ident(r)));
+        match nested.filter(|n| known.contains(n)) {
+            Some(n) => deps.insert(n),
+            None => deps.insert(first.to_string()),
+        };
+    }
+    if let Some(parent) = parent {
+        for (i, _) in code.match_indices("super::") {
+            let sibling = format!("{parent}/{}", ident(&code[i + 7..]));
+            if known.contains(&sibling) {
+                deps.insert(sibling);
+            } else {
+                deps.insert(parent.to_string());
+            }
+        }
+    }
+    deps.retain(|d| d != module && known.contains(d));
+    deps
+}
+
+/// A cycle in `graph`, as the list of modules on it, if there is one.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            return Some(path[at..].to_vec());
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
+}
+
+/// The module graph of the crate whose sources are in `src`.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let modules: Vec<(String, String)> = files
+        .iter()
+        .filter_map(|f| {
+            let text = std::fs::read_to_string(f).expect("readable source");
+            Some((module_of(src, f)?, text))
+        })
+        .collect();
+    let known: BTreeSet<String> = modules.iter().map(|(m, _)| m.clone()).collect();
+    modules
+        .iter()
+        .map(|(m, text)| (m.clone(), dependencies(m, text, &known)))
+        .collect()
+}
+
+#[test]
+fn no_crate_has_a_module_cycle() {
+    let root = repo_root();
+    for krate in ["engine", "node", "agent", "raft-store", "tls", "http"] {
+        let graph = module_graph(&root.join(krate).join("src"));
+        assert!(graph.len() > 1, "{krate}: no modules found");
+        if let Some(cycle) = find_cycle(&graph) {
+            panic!("{krate}/src has a module cycle: {}", cycle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_engine_state_is_changed_only_by_apply() {
+    // The tables module and the data modules never import the transitions.
+    let graph = module_graph(&repo_root().join("engine/src"));
+    for (module, deps) in &graph {
+        if !module.starts_with("apply") {
+            let into_apply: Vec<_> = deps.iter().filter(|d| d.starts_with("apply")).collect();
+            assert!(into_apply.is_empty(), "{module} imports {into_apply:?}");
+        }
+    }
+}
+
+#[test]
+fn a_cycle_is_found() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a"]),
+        ("d", vec![]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+    .collect();
+    assert_eq!(find_cycle(&graph).map(|c| c.len()), Some(3));
+    let known: BTreeSet<String> = ["state", "apply", "apply/plans"].map(String::from).into();
+    assert_eq!(
+        dependencies("state", "use crate::apply::plans::Tx;\n// crate::x", &known),
+        ["apply/plans".to_string()].into()
+    );
+}
