@@ -598,15 +598,13 @@ pub fn parse_manifest(yaml: &str) -> Result<ReleaseManifest, ManifestError> {
 /// Turns an empty or non-mapping document into a clear error; anything else keeps the
 /// library's message, preferring a document-level one.
 fn classify_yaml_error(yaml: &str, err: &serde_yaml_ng::Error) -> ManifestError {
-    use serde_yaml_ng::Value;
-    let found = match serde_yaml_ng::from_str::<Value>(yaml) {
-        Ok(Value::Null) => return ManifestError::Empty,
-        Ok(Value::Bool(_)) => "a boolean",
-        Ok(Value::Number(_)) => "a number",
-        Ok(Value::String(_)) => "a string",
-        Ok(Value::Sequence(_)) => "a sequence",
-        Ok(Value::Tagged(_)) => "a tagged value",
-        Ok(Value::Mapping(_)) => return ManifestError::yaml(err),
+    use crate::yaml_error::{yaml_shape, YamlShape};
+    // The shape, not a `Value`: aliases in a hostile manifest could expand a `Value` to
+    // hundreds of megabytes on every node that applies it.
+    let found = match yaml_shape(yaml) {
+        Ok(YamlShape::Null) => return ManifestError::Empty,
+        Ok(YamlShape::Mapping) => return ManifestError::yaml(err),
+        Ok(shape) => shape.describe(),
         // A document-level problem (syntax, nesting or alias limits, several documents)
         // matters more than what the typed parse tripped over first.
         Err(doc_err) => return ManifestError::yaml(&doc_err),

@@ -178,3 +178,177 @@ pub(crate) fn quote(s: &str) -> String {
         format!("{head:?}... ({count} characters)")
     }
 }
+
+/// The top-level kind of a YAML document, found without building its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum YamlShape {
+    /// Empty, or `null`.
+    Null,
+    /// `true` or `false`.
+    Bool,
+    /// A number.
+    Number,
+    /// A string.
+    String,
+    /// A sequence.
+    Sequence,
+    /// A mapping.
+    Mapping,
+    /// A tagged value.
+    Tagged,
+}
+
+impl YamlShape {
+    /// What an error message calls it ("a mapping", ...).
+    pub fn describe(self) -> &'static str {
+        match self {
+            YamlShape::Null => "null",
+            YamlShape::Bool => "a boolean",
+            YamlShape::Number => "a number",
+            YamlShape::String => "a string",
+            YamlShape::Sequence => "a sequence",
+            YamlShape::Mapping => "a mapping",
+            YamlShape::Tagged => "a tagged value",
+        }
+    }
+}
+
+/// The top-level kind of `text`, or the document-level error (syntax, nesting or alias
+/// limits, several documents, a mapping with a duplicate key). Nested values are checked
+/// and skipped, not built, so aliases that expand to millions of nodes cost no memory (a
+/// `serde_yaml_ng::Value` parse of the same text can allocate hundreds of megabytes).
+pub fn yaml_shape(text: &str) -> Result<YamlShape, serde_yaml_ng::Error> {
+    use serde::de::Deserializer;
+    serde_yaml_ng::Deserializer::from_str(text).deserialize_any(ShapeVisitor)
+}
+
+/// Visits one value: its shape, with every nested mapping checked for duplicate keys.
+struct ShapeVisitor;
+
+/// A nested value, checked like the document and then dropped.
+struct Checked;
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ShapeVisitor).map(|_| Checked)
+    }
+}
+
+/// A mapping key: its text when it is a scalar (complex keys are checked, not compared).
+struct Key(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for Key {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping key")
+            }
+            fn visit_unit<E>(self) -> Result<Key, E> {
+                Ok(Key(Some("~".into())))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Key, E> {
+                Ok(Key(Some(v.to_string())))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Key, E> {
+                Ok(Key(Some(v.to_string())))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Key, E> {
+                Ok(Key(Some(v.to_string())))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Key, E> {
+                Ok(Key(Some(v.to_string())))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+                Ok(Key(Some(v.to_string())))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Key, A::Error> {
+                ShapeVisitor.visit_seq(seq).map(|_| Key(None))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Key, A::Error> {
+                ShapeVisitor.visit_map(map).map(|_| Key(None))
+            }
+            fn visit_enum<A: serde::de::EnumAccess<'de>>(self, data: A) -> Result<Key, A::Error> {
+                ShapeVisitor.visit_enum(data).map(|_| Key(None))
+            }
+        }
+        d.deserialize_any(KeyVisitor)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ShapeVisitor {
+    type Value = YamlShape;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+    fn visit_unit<E>(self) -> Result<YamlShape, E> {
+        Ok(YamlShape::Null)
+    }
+    fn visit_none<E>(self) -> Result<YamlShape, E> {
+        Ok(YamlShape::Null)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<YamlShape, E> {
+        Ok(YamlShape::Bool)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<YamlShape, E> {
+        Ok(YamlShape::Number)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<YamlShape, E> {
+        Ok(YamlShape::Number)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<YamlShape, E> {
+        Ok(YamlShape::Number)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<YamlShape, E> {
+        Ok(YamlShape::String)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<YamlShape, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(YamlShape::Sequence)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<YamlShape, A::Error> {
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some(Key(key)) = map.next_key::<Key>()? {
+            if let Some(key) = key {
+                if !seen.insert(key.clone()) {
+                    return Err(serde::de::Error::custom(format_args!(
+                        "duplicate entry with key {key:?}"
+                    )));
+                }
+            }
+            map.next_value::<Checked>()?;
+        }
+        Ok(YamlShape::Mapping)
+    }
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, data: A) -> Result<YamlShape, A::Error> {
+        use serde::de::VariantAccess;
+        let (serde::de::IgnoredAny, variant) = data.variant::<serde::de::IgnoredAny>()?;
+        variant.newtype_variant::<Checked>()?;
+        Ok(YamlShape::Tagged)
+    }
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use super::*;
+
+    #[test]
+    fn shapes_of_documents() {
+        assert_eq!(yaml_shape("").unwrap(), YamlShape::Null);
+        assert_eq!(
+            yaml_shape("a: [1, 2]\nb: {c: d}\n").unwrap(),
+            YamlShape::Mapping
+        );
+        assert_eq!(yaml_shape("- 1\n- x\n").unwrap(), YamlShape::Sequence);
+        assert_eq!(yaml_shape("7").unwrap(), YamlShape::Number);
+        assert_eq!(yaml_shape("x").unwrap(), YamlShape::String);
+        assert_eq!(yaml_shape("true").unwrap(), YamlShape::Bool);
+        assert_eq!(yaml_shape("!t {a: 1}").unwrap(), YamlShape::Tagged);
+        assert!(yaml_shape("a: [").is_err());
+        assert!(yaml_shape("a: 1\n---\nb: 2\n").is_err());
+        let dup = yaml_shape("a:\n  b: 1\n  b: 2\n").unwrap_err().to_string();
+        assert!(dup.contains("duplicate entry with key \"b\""), "{dup}");
+    }
+}

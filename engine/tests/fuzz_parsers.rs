@@ -60,8 +60,16 @@ fn hostile_yaml() -> Vec<Vec<u8>> {
         ));
         prev = name;
     }
+    // Found by this fuzzer: the laughs cut short and followed by deep nesting. The extra
+    // events raise the library's alias-expansion budget, so a `Value` parse of it allocated
+    // 640 MB.
+    let cut = laughs.find("g: &g").expect("laughs has g");
+    let mut outgrown = laughs[..cut].to_string();
+    outgrown.push_str("g: &g [*f,*f,*f,*f,*f,*f,*f,");
+    outgrown.push_str(&"[".repeat(20_000));
     vec![
         laughs.into_bytes(),
+        outgrown.into_bytes(),
         "[".repeat(20_000).into_bytes(),
         "{a: ".repeat(5_000).into_bytes(),
         "- ".repeat(5_000).into_bytes(),

@@ -8,6 +8,7 @@ use crate::error::CommandError;
 use crate::name::{validate_name, validate_product_id};
 use crate::record::RecordKey;
 use crate::state::{State, Trigger};
+use crate::yaml_error::YamlShape;
 
 use super::{changed, not_found, parse_version, parse_window, Tx};
 
@@ -307,8 +308,9 @@ fn validate_config_yaml(text: &str) -> Result<(), CommandError> {
     if text.trim().is_empty() {
         return Ok(());
     }
-    match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text) {
-        Ok(serde_yaml_ng::Value::Mapping(_)) | Ok(serde_yaml_ng::Value::Null) => Ok(()),
+    // The shape only: a `Value` of hostile aliases could take hundreds of megabytes.
+    match crate::yaml_error::yaml_shape(text) {
+        Ok(YamlShape::Mapping) | Ok(YamlShape::Null) => Ok(()),
         Ok(_) => Err(CommandError::invalid("config", "must be a YAML mapping")),
         Err(e) => Err(CommandError::invalid(
             "config",

@@ -56,11 +56,12 @@ pub fn parse_canary(yaml: &str) -> Result<CanarySpec, CanaryErrors> {
     }
     // Syntax and duplicate keys first: the struct parse reports some syntax errors as type
     // errors.
-    let value: serde_yaml_ng::Value =
-        serde_yaml_ng::from_str(yaml).map_err(|e| CanaryErrors::single(from_serde(&e)))?;
-    match value {
-        serde_yaml_ng::Value::Mapping(_) => {}
-        serde_yaml_ng::Value::Null => {
+    // The shape only: a `Value` of hostile aliases could take hundreds of megabytes.
+    let shape =
+        crate::yaml_error::yaml_shape(yaml).map_err(|e| CanaryErrors::single(from_serde(&e)))?;
+    match shape {
+        crate::yaml_error::YamlShape::Mapping => {}
+        crate::yaml_error::YamlShape::Null => {
             return Err(CanaryErrors::single(CanaryError::new(
                 "",
                 "resource is empty: expected a mapping with apiVersion, kind, metadata and spec",
