@@ -217,9 +217,39 @@ impl YamlShape {
 /// limits, several documents, a mapping with a duplicate key). Nested values are checked
 /// and skipped, not built, so aliases that expand to millions of nodes cost no memory (a
 /// `serde_yaml_ng::Value` parse of the same text can allocate hundreds of megabytes).
+///
+/// Aliases still cost time as the library replays them, so the walk stops after
+/// [`MAX_NODES_PER_BYTE`] nodes per input byte (plus a small allowance): a document that
+/// expands further is refused as an alias bomb.
 pub fn yaml_shape(text: &str) -> Result<YamlShape, serde_yaml_ng::Error> {
     use serde::de::Deserializer;
+    let budget = (text.len() as u64)
+        .saturating_mul(MAX_NODES_PER_BYTE)
+        .saturating_add(10_000);
+    NODES_LEFT.with(|left| left.set(budget));
     serde_yaml_ng::Deserializer::from_str(text).deserialize_any(ShapeVisitor)
+}
+
+/// How many nodes [`yaml_shape`] visits per input byte before it refuses the document.
+pub const MAX_NODES_PER_BYTE: u64 = 16;
+
+thread_local! {
+    /// The nodes the current [`yaml_shape`] walk may still visit (one walk per thread at a
+    /// time: the walk is synchronous).
+    static NODES_LEFT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one visited node; an error once the walk's budget is spent.
+fn visit_node<E: serde::de::Error>() -> Result<(), E> {
+    NODES_LEFT.with(|left| match left.get().checked_sub(1) {
+        Some(n) => {
+            left.set(n);
+            Ok(())
+        }
+        None => Err(E::custom(
+            "the document expands to too many values (aliases repeat too much)",
+        )),
+    })
 }
 
 /// Visits one value: its shape, with every nested mapping checked for duplicate keys.
@@ -230,6 +260,7 @@ struct Checked;
 
 impl<'de> serde::Deserialize<'de> for Checked {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        visit_node::<D::Error>()?;
         d.deserialize_any(ShapeVisitor).map(|_| Checked)
     }
 }
@@ -273,6 +304,7 @@ impl<'de> serde::Deserialize<'de> for Key {
                 ShapeVisitor.visit_enum(data).map(|_| Key(None))
             }
         }
+        visit_node::<D::Error>()?;
         d.deserialize_any(KeyVisitor)
     }
 }
@@ -348,6 +380,11 @@ mod shape_tests {
         assert_eq!(yaml_shape("!t {a: 1}").unwrap(), YamlShape::Tagged);
         assert!(yaml_shape("a: [").is_err());
         assert!(yaml_shape("a: 1\n---\nb: 2\n").is_err());
+        let cut = "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n\
+                   c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n\
+                   e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n";
+        let bomb = yaml_shape(cut).unwrap_err().to_string();
+        assert!(bomb.contains("too many values"), "{bomb}");
         let dup = yaml_shape("a:\n  b: 1\n  b: 2\n").unwrap_err().to_string();
         assert!(dup.contains("duplicate entry with key \"b\""), "{dup}");
     }
