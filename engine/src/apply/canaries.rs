@@ -17,7 +17,7 @@ use crate::record::RecordKey;
 use crate::state::{State, Trigger};
 use crate::TimestampMs;
 
-use super::Tx;
+use super::{not_found, Tx};
 
 impl State {
     /// `ReportCanaries`: stores the agent's observations on the canary records.
@@ -186,10 +186,7 @@ impl State {
             .canaries
             .get(id)
             .cloned()
-            .ok_or_else(|| CommandError::NotFound {
-                kind: "canary".into(),
-                name: id.to_string(),
-            })?;
+            .ok_or_else(|| not_found("canary", id))?;
         let outcome = terminate(&c.spec, &c.status, now);
         // Steps not yet applied are moot. With revertOnDeletion the restore plan must reach
         // the agent: it supersedes whatever plan of the entity is active.
@@ -247,10 +244,7 @@ impl State {
         let c = self
             .canaries
             .get(id)
-            .ok_or_else(|| CommandError::NotFound {
-                kind: "canary".into(),
-                name: id.to_string(),
-            })?;
+            .ok_or_else(|| not_found("canary", id))?;
         if c.status.step != step {
             return Ok(CommandOutput::Changed {
                 id: id.to_string(),
@@ -292,10 +286,7 @@ impl State {
         let c = self
             .canaries
             .get(id)
-            .ok_or_else(|| CommandError::NotFound {
-                kind: "canary".into(),
-                name: id.to_string(),
-            })?;
+            .ok_or_else(|| not_found("canary", id))?;
         if c.spec.suspend {
             return Err(CommandError::FailedPrecondition(format!(
                 "canary {id} is suspended (spec.suspend); resume it first"

@@ -81,10 +81,7 @@ impl State {
             non_empty(release_channel).unwrap_or_else(|| DEFAULT_RELEASE_CHANNEL.to_string());
         self.check_channel("release_channel", &release_channel)?;
         if !self.environments.contains_key(environment) {
-            return Err(CommandError::NotFound {
-                kind: "environment".into(),
-                name: environment.to_string(),
-            });
+            return Err(not_found("environment", environment));
         }
         let id = EntityId::new(environment, kind, name);
         if id.0.len() >= MAX_ENTITY_ID_LEN {

@@ -64,10 +64,7 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         if !self.environments.contains_key(name) {
-            return Err(CommandError::NotFound {
-                kind: "environment".into(),
-                name: name.to_string(),
-            });
+            return Err(not_found("environment", name));
         }
         let count = self.entities_of(name).count();
         if count > 0 {
