@@ -19,7 +19,9 @@
 //!    [`command`] (what can be proposed), [`record`] (what is stored), [`error`].
 //! 2. **Tables**: [`state`] holds the tables and their derived indexes, with read accessors.
 //! 3. **Decisions**: [`evaluate`] runs every constraint for an entity at a time and says
-//!    what the leader would issue.
+//!    what the leader would issue, with each constraint's [`evaluate::Reason`] as data;
+//!    [`leader`] is the leader's policy on top: whether an evaluation is worth proposing,
+//!    when to look again, what to watch, and whether a canary's tick is due.
 //! 4. **Transitions**: `apply` (private) is the only module that changes the state: one
 //!    exhaustive `match` on [`Command`], and one file per command family.
 //!
@@ -101,6 +103,7 @@ pub mod environment;
 pub mod error;
 pub mod evaluate;
 pub mod installation;
+pub mod leader;
 pub mod module;
 pub mod name;
 pub mod plan;

@@ -473,7 +473,7 @@ impl Hub for HubService {
         let value = crate::query::answer(
             &s.state,
             &query,
-            crate::node::now_ms(),
+            crate::propose::now_ms(),
             Some(&self.node.artifacts),
         )
         .map_err(|e| match e {

@@ -1,10 +1,12 @@
 //! The leader's canary controller (SPEC K3–K9; docs/CANARY.md "How the hub runs it",
 //! docs/ARCHITECTURE.md "Leader-only work").
 //!
-//! Only the leader runs it. Every [`POLL`] it reads each canary from the replicated state and
-//! asks the pure engine whether a tick is due ([`plan_tick`]: the time comes from the
-//! committed `next_tick_ms`, so a new leader fires at the same moment the old one would have,
-//! never earlier and at most one poll later). For a due tick it
+//! Only the leader runs it, one term at a time ([`crate::leader`]). It looks at the canaries
+//! whenever a change commits, when an in-flight tick ends, and at its own timers: the
+//! earliest committed `next_tick_ms` and the end of an observation wait. For each canary the
+//! pure engine says what to do ([`canary_step`], beside [`hub_engine::canary::plan_tick`]:
+//! the time comes from the committed `next_tick_ms`, so a new leader fires at the same moment
+//! the old one would have, never earlier). For a due tick it
 //!
 //! 1. waits until the agent has applied the canary's last step plan and reported an
 //!    observation since (bounded by one analysis interval; after that the tick goes ahead
@@ -24,23 +26,26 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hub_engine::canary::{
-    plan_tick, Action, AlertTarget, MetricQuery, MetricSource, TickInput, TickPlan, WebhookCall,
+    Action, AlertTarget, MetricQuery, MetricSource, TickInput, TickPlan, WebhookCall,
     WebhookResult, MILLI,
 };
 use hub_engine::canary_record::Canary;
-use hub_engine::{Command, Request, State};
+use hub_engine::leader::{canary_step, CanaryStep};
+use hub_engine::Command;
 use hub_http::{Body, HttpClient, Method};
+use raft_store::StateEvent;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::broadcast::Receiver;
+use tokio::sync::Notify;
 
-use crate::node::{now_ms, HubNode};
-use crate::orchestrator::{is_leader, wait_for_leadership};
+use crate::term::Term;
 use crate::outbound::MAX_ANSWER_BYTES;
+use crate::propose::now_ms;
 use crate::{prometheus, webhooks};
 
-/// How often the controller looks for due ticks.
-pub const POLL: Duration = Duration::from_millis(200);
-
-/// An observation older than this does not describe the workloads now.
-pub const OBSERVATION_MAX_AGE_MS: i64 = 5_000;
+/// The longest the controller sleeps without a commit or a timer (a safety net: every wake
+/// that matters is a commit, an ended tick or a timer).
+const MAX_SLEEP: Duration = Duration::from_secs(5);
 
 /// Timeout of one Prometheus query.
 const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,29 +53,18 @@ const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
 /// Timeout of one alert POST.
 const ALERT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Starts the controller; it runs for the life of the process and acts only while leader.
-pub fn spawn(node: Arc<HubNode>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            wait_for_leadership(&node).await;
-            // Decide only on a state that includes everything committed before this term.
-            if let Err(e) = node.read_barrier(false).await {
-                tracing::info!(node = node.id, error = %e.message(), "canary controller: no barrier");
-                tokio::time::sleep(POLL).await;
-                continue;
-            }
-            tracing::info!(node = node.id, "leader: canary controller starting");
-            Term::new(node.clone()).run().await;
-            tracing::info!(node = node.id, "canary controller stopped");
-        }
-    })
+/// Runs the controller for one term of leadership (the caller stops it when the term ends).
+pub(crate) async fn run(term: &Term, events: Receiver<StateEvent>) -> Result<(), String> {
+    Controller::new(term.clone()).run(events).await
 }
 
 /// What one term of leadership remembers (nothing authoritative).
-struct Term {
-    node: Arc<HubNode>,
+struct Controller {
+    term: Term,
     /// Canaries with a tick being prepared or proposed.
     in_flight: Arc<Mutex<HashSet<String>>>,
+    /// Notified when an in-flight tick ends (committed or not).
+    tick_ended: Arc<Notify>,
     /// Canary → step up to which its alerts and notifications were sent (or skipped).
     notified: HashMap<String, u64>,
     /// Canary → (step, since when) a due tick has waited for a fresh observation.
@@ -84,61 +78,113 @@ struct Due {
     input: TickInput,
 }
 
-impl Term {
-    fn new(node: Arc<HubNode>) -> Self {
-        Term {
-            node,
+impl Controller {
+    fn new(term: Term) -> Self {
+        Controller {
+            term,
             in_flight: Arc::new(Mutex::new(HashSet::new())),
+            tick_ended: Arc::new(Notify::new()),
             notified: HashMap::new(),
             waiting: HashMap::new(),
         }
     }
 
-    async fn run(&mut self) {
+    async fn run(&mut self, mut events: Receiver<StateEvent>) -> Result<(), String> {
         // Notifications committed before this term are not sent again.
         {
-            let node = self.node.clone();
+            let node = self.term.node.clone();
             let s = node.state.read();
             for c in s.state.canaries() {
                 self.notified.insert(c.id.clone(), c.status.step);
             }
         }
-        while is_leader(&self.node) {
-            let now = now_ms();
-            let node = self.node.clone();
-            let (due, notes) = {
-                let s = node.state.read();
-                let mut due = Vec::new();
-                let mut notes = Vec::new();
-                for c in s.state.canaries() {
-                    notes.extend(self.notifications(c));
-                    if self.lock_in_flight().contains(&c.id) {
-                        continue;
+        loop {
+            let wake_at = self.pass();
+            let sleep_for = wake_at
+                .map(|t| Duration::from_millis((t - now_ms()).max(0) as u64))
+                .map_or(MAX_SLEEP, |d| d.min(MAX_SLEEP));
+            tokio::select! {
+                ev = events.recv() => match ev {
+                    // Look once for a burst of commits.
+                    Ok(_) | Err(RecvError::Lagged(_)) => loop {
+                        match events.try_recv() {
+                            Ok(_) | Err(TryRecvError::Lagged(_)) => continue,
+                            Err(TryRecvError::Empty) => break,
+                            Err(TryRecvError::Closed) => return Err("state machine closed".into()),
+                        }
+                    },
+                    Err(RecvError::Closed) => return Err("state machine closed".into()),
+                },
+                _ = self.tick_ended.notified() => {}
+                _ = tokio::time::sleep(sleep_for) => {}
+            }
+        }
+    }
+
+    /// Looks at every canary once: sends the notifications of newly committed steps and
+    /// starts the ticks that are due. Returns when to look again without a commit.
+    fn pass(&mut self) -> Option<i64> {
+        let now = now_ms();
+        let node = self.term.node.clone();
+        let (due, notes, wake_at) = {
+            let s = node.state.read();
+            let mut due = Vec::new();
+            let mut notes = Vec::new();
+            let mut wake_at: Option<i64> = None;
+            let mut wake = |t: i64| wake_at = Some(wake_at.map_or(t, |w| w.min(t)));
+            for c in s.state.canaries() {
+                notes.extend(self.notifications(c));
+                if let Some(t) = c.status.next_tick_ms.filter(|t| *t > now) {
+                    wake(t);
+                }
+                if self.lock_in_flight().contains(&c.id) {
+                    continue;
+                }
+                match canary_step(&s.state, c, self.waiting.get(&c.id).copied(), now) {
+                    CanaryStep::Idle => {
+                        self.waiting.remove(&c.id);
                     }
-                    if let Some(d) = self.due(&s.state, c, now) {
-                        due.push(d);
+                    CanaryStep::WaitForPlan => {}
+                    CanaryStep::WaitForObservation { step, since, until } => {
+                        self.waiting.insert(c.id.clone(), (step, since));
+                        wake(until);
+                    }
+                    CanaryStep::Tick { plan, input, stale } => {
+                        if stale {
+                            tracing::warn!(canary = %c.id, step = plan.step,
+                                "no fresh observation from the agent; ticking with workloads not ready");
+                        } else {
+                            self.waiting.remove(&c.id);
+                        }
+                        due.push(Due {
+                            id: c.id.clone(),
+                            plan,
+                            input,
+                        });
                     }
                 }
-                (due, notes)
-            };
-            for note in notes {
-                tokio::spawn(notify(self.node.outbound.calls().clone(), note));
             }
-            for d in due {
-                self.lock_in_flight().insert(d.id.clone());
-                let node = self.node.clone();
-                let in_flight = self.in_flight.clone();
-                tokio::spawn(async move {
-                    let id = d.id.clone();
-                    run_tick(&node, d).await;
-                    in_flight
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&id);
-                });
-            }
-            tokio::time::sleep(POLL).await;
+            (due, notes, wake_at)
+        };
+        for note in notes {
+            tokio::spawn(notify(node.outbound.calls().clone(), note));
         }
+        for d in due {
+            self.lock_in_flight().insert(d.id.clone());
+            let term = self.term.clone();
+            let in_flight = self.in_flight.clone();
+            let ended = self.tick_ended.clone();
+            tokio::spawn(async move {
+                let id = d.id.clone();
+                run_tick(&term, d).await;
+                in_flight
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                ended.notify_one();
+            });
+        }
+        wake_at
     }
 
     fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
@@ -180,83 +226,11 @@ impl Term {
         }
         notes
     }
-
-    /// The tick of `c` to prepare now, if one is due and the agent has caught up.
-    fn due(&mut self, state: &State, c: &Canary, now: i64) -> Option<Due> {
-        let entity = state.entity(&c.entity)?;
-        entity.reported.version.as_ref()?;
-        let target = c.target.as_ref()?;
-        let plan = plan_tick(&c.spec, &c.status, &target.revision, now);
-        if !plan.due {
-            self.waiting.remove(&c.id);
-            return None;
-        }
-        // The agent applies step plans one at a time; the next tick waits for the last one.
-        if state.active_plan_of(&c.entity).is_some() {
-            return None;
-        }
-        let last_step = state
-            .plans_of(&c.entity)
-            .filter_map(|p| match &p.kind {
-                hub_engine::plan::PlanKind::CanaryStep(s) if s.canary == c.id => Some(s.step),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
-        let fresh = c.observation.as_ref().filter(|o| {
-            o.applied_step >= last_step && now - o.observed_ms <= OBSERVATION_MAX_AGE_MS
-        });
-        let mut input = TickInput::new(target.revision.clone());
-        match fresh {
-            Some(o) => {
-                self.waiting.remove(&c.id);
-                input.primary_ready_percent = o.primary_ready_percent;
-                input.canary_ready_percent = o.canary_ready_percent;
-                input.primary_revision = o.primary_revision.clone();
-                input.canary_revision = o.canary_revision.clone();
-                for m in &plan.metrics {
-                    if !matches!(m.source, MetricSource::Prometheus { .. }) {
-                        input
-                            .metrics
-                            .insert(m.name.clone(), o.metric(&m.source, m.interval_ms));
-                    }
-                }
-            }
-            None => {
-                // Wait up to one interval for the agent; then decide on what is known: no
-                // readiness, no data.
-                let since = match self.waiting.get(&c.id) {
-                    Some((step, since)) if *step == plan.step => *since,
-                    _ => {
-                        self.waiting.insert(c.id.clone(), (plan.step, now));
-                        now
-                    }
-                };
-                if now - since < c.spec.analysis.interval_ms {
-                    return None;
-                }
-                tracing::warn!(canary = %c.id, step = plan.step,
-                    "no fresh observation from the agent; ticking with workloads not ready");
-                input.primary_ready_percent = 0;
-                input.canary_ready_percent = 0;
-                for m in &plan.metrics {
-                    if !matches!(m.source, MetricSource::Prometheus { .. }) {
-                        input.metrics.insert(m.name.clone(), None);
-                    }
-                }
-            }
-        }
-        Some(Due {
-            id: c.id.clone(),
-            plan,
-            input,
-        })
-    }
 }
 
 /// Calls the webhooks and queries the metrics of a due tick, then proposes it.
-async fn run_tick(node: &HubNode, mut d: Due) {
-    let client = node.outbound.calls();
+async fn run_tick(term: &Term, mut d: Due) {
+    let client = term.node.outbound.calls();
     let calls = d
         .plan
         .webhooks
@@ -271,27 +245,17 @@ async fn run_tick(node: &HubNode, mut d: Due) {
             d.input.metrics.insert(m.name.clone(), v);
         }
     }
-    if !is_leader(node) {
-        return;
-    }
-    let req = Request {
-        command: Command::CanaryTick {
-            id: d.id.clone(),
-            step: d.plan.step,
-            input: d.input,
-        },
-        time_ms: now_ms(),
-        request_id: None,
+    let command = Command::CanaryTick {
+        id: d.id.clone(),
+        step: d.plan.step,
+        input: d.input,
     };
-    match tokio::time::timeout(node.request_timeout, node.raft.client_write(req)).await {
-        Ok(Ok(resp)) => match resp.data.result {
-            Ok(out) => {
-                tracing::info!(canary = %d.id, step = d.plan.step, summary = %out.summary(), "canary tick")
-            }
-            Err(e) => tracing::warn!(canary = %d.id, error = %e, "canary tick refused"),
-        },
-        Ok(Err(e)) => tracing::info!(canary = %d.id, error = %e, "canary tick not committed"),
-        Err(_) => tracing::info!(canary = %d.id, "canary tick timed out (no quorum?)"),
+    match term.propose(command).await {
+        Ok(Ok(out)) => {
+            tracing::info!(canary = %d.id, step = d.plan.step, summary = %out.summary(), "canary tick")
+        }
+        Ok(Err(e)) => tracing::warn!(canary = %d.id, error = %e, "canary tick refused"),
+        Err(e) => tracing::info!(canary = %d.id, error = %e, "canary tick not committed"),
     }
 }
 

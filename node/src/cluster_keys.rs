@@ -4,63 +4,51 @@
 //! leader, is refused by apply), so the engine stays deterministic and every node hashes
 //! revisions with the same key. Once the replicated state holds the key, the task ends.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use hub_engine::cluster_key::{SecretKey, CANARY_REVISION_KEY, KEY_BYTES};
 use hub_engine::Command;
 use rand::TryRngCore;
 
+use crate::term::Term;
 use crate::node::HubNode;
-use crate::orchestrator::wait_for_leadership;
 
 /// Pause after a failed attempt (no quorum, lost leadership).
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Starts the task; it acts only while this node leads and stops once the key is set.
-pub fn spawn(node: Arc<HubNode>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            if has_key(&node) {
-                return;
-            }
-            wait_for_leadership(&node).await;
-            // Decide from a state that includes everything committed before this term.
-            if let Err(e) = node.read_barrier(false).await {
-                tracing::debug!(error = %e.message(), "cluster keys: read barrier failed");
+/// Sets the key during one term of leadership (started by [`crate::leader`] only while the
+/// state has none); returns once the replicated state holds a key.
+pub(crate) async fn run(term: &Term) -> Result<(), String> {
+    let node = &term.node;
+    while !has_key(node) {
+        let key = match fresh_key() {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::error!(error = %e, "cluster keys: the OS random source failed");
                 tokio::time::sleep(RETRY_AFTER).await;
                 continue;
             }
-            if has_key(&node) {
-                return;
-            }
-            let key = match fresh_key() {
-                Ok(k) => k,
-                Err(e) => {
-                    tracing::error!(error = %e, "cluster keys: the OS random source failed");
-                    tokio::time::sleep(RETRY_AFTER).await;
-                    continue;
-                }
-            };
-            let command = Command::SetClusterKey {
-                name: CANARY_REVISION_KEY.to_string(),
-                key,
-            };
-            // The node proposes for itself: its own identity is the origin.
-            let origin = crate::auth::Caller::Verified(hub_tls::Identity::Node(node.id));
-            match node.propose(command, None, &origin).await {
-                Ok(_) => tracing::info!("cluster keys: set the canary revision key"),
-                // Refused: another leader's key was committed first; the loop sees it.
-                Err(e) => {
-                    tracing::debug!(error = %e.message(), "cluster keys: not set");
-                    tokio::time::sleep(RETRY_AFTER).await;
-                }
+        };
+        let command = Command::SetClusterKey {
+            name: CANARY_REVISION_KEY.to_string(),
+            key,
+        };
+        // The node proposes for itself: its own identity is the origin.
+        let origin = crate::auth::Caller::Verified(hub_tls::Identity::Node(node.id));
+        match node.propose(command, None, &origin).await {
+            Ok(_) => tracing::info!("cluster keys: set the canary revision key"),
+            // Refused: another leader's key was committed first; the loop sees it.
+            Err(e) => {
+                tracing::debug!(error = %e.message(), "cluster keys: not set");
+                tokio::time::sleep(RETRY_AFTER).await;
             }
         }
-    })
+    }
+    Ok(())
 }
 
-fn has_key(node: &HubNode) -> bool {
+/// Whether the replicated state holds the canary revision key.
+pub(crate) fn has_key(node: &HubNode) -> bool {
     node.state.read().state.revision_key().is_some()
 }
 

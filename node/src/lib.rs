@@ -6,11 +6,16 @@
 //! - [`agent_api`]: the API agents use: reports, and long-polled plan fetches.
 //! - [`agent_wire`]: the agent API's typed contract: engine enums to proto enums and back,
 //!   refused reports as data.
-//! - [`orchestrator`]: the leader's loop that evaluates entities and issues plans.
-//! - [`cluster_keys`]: the leader sets the cluster's keys (the canary revision key) once.
+//! - [`propose`]: the one way into the log: stamps the time and calls `client_write`.
+//! - [`leader`]: starts and stops the leader-only loops once per [`term`]:
+//!   - [`orchestrator`]: evaluates entities and proposes the decisions (plans);
+//!   - [`canary_controller`]: prepares and proposes canary ticks;
+//!   - [`cluster_keys`]: sets the cluster's keys (the canary revision key) once.
 //! - [`artifacts`]: the leader's background artifact-existence checks (SPEC C9).
 //! - [`outbound`]: the hub's outbound HTTP(S) clients (webhooks, alerts, Prometheus,
 //!   registries) and their deny list.
+//! - [`webhooks`] and [`prometheus`]: the canary controller's webhook calls and metric
+//!   queries over those clients.
 //! - [`query`]: read-only JSON views of the orchestration state.
 //! - [`peers`]: reusable gRPC channels to other nodes.
 //! - [`client`]: the failover client `hubctl` and tools use.
@@ -18,6 +23,7 @@
 //! - [`transport`]: the node's TLS material from flags (or `--insecure` on loopback).
 //! - [`status`]: the gRPC status of a refused command.
 //! - [`cli`]: `hubctl`'s commands.
+//! - `fault_layer` (chaos builds and tests only): transport faults the chaos runner switches.
 
 pub mod agent_api;
 pub mod agent_wire;
@@ -30,14 +36,17 @@ pub mod client;
 pub mod cluster_keys;
 #[cfg(any(test, feature = "chaos-faults"))]
 pub mod fault_layer;
+pub mod leader;
 pub mod network;
 pub mod node;
 pub mod orchestrator;
 pub mod outbound;
 pub mod peers;
 pub mod prometheus;
+pub mod propose;
 pub mod query;
 pub mod raft_service;
 pub mod status;
+pub mod term;
 pub mod transport;
 pub mod webhooks;

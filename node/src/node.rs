@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use hub_engine::{Command, Request};
+use hub_engine::Command;
 use hub_proto::hub_client::HubClient;
 use hub_proto::{ForwardRequest, ReadIndexRequest, WriteReply};
 use openraft::async_runtime::watch::WatchReceiver;
@@ -21,6 +21,7 @@ use tonic::Status;
 use crate::auth::Caller;
 use crate::network::NetworkFactory;
 use crate::peers::{PeerPool, MAX_MESSAGE_BYTES};
+use crate::propose::{propose, Proposal};
 
 /// Largest encoded command a client may submit (SPEC S3: oversized messages are refused).
 pub const MAX_COMMAND_BYTES: usize = raft_store::codec::MAX_COMMAND_BYTES;
@@ -108,14 +109,6 @@ fn ca_source(state: SharedState) -> crate::artifacts::CaSource {
             });
         pem
     })
-}
-
-/// Wall-clock milliseconds, stamped on proposals by the leader.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// The error a client sees when no leader can be found in time.
@@ -336,27 +329,19 @@ impl HubNode {
         request_id: Option<String>,
         deadline: Instant,
     ) -> Attempt<WriteReply> {
-        let req = Request {
-            command,
-            time_ms: now_ms(),
-            request_id,
-        };
-        match tokio::time::timeout_at(deadline, self.raft.client_write(req)).await {
-            Err(_) => Attempt::Done(Err(no_quorum(self.request_timeout))),
-            Ok(Ok(resp)) => Attempt::Done(match resp.data.result {
+        match propose(&self.raft, command, request_id, deadline).await {
+            Proposal::TimedOut => Attempt::Done(Err(no_quorum(self.request_timeout))),
+            Proposal::Applied { result, index } => Attempt::Done(match result {
                 Ok(output) => Ok(WriteReply {
                     output_json: serde_json::to_string(&output).unwrap_or_default(),
-                    index: resp.log_id.index,
+                    index,
                     leader_id: self.id,
                     result: output.summary(),
                 }),
                 Err(e) => Err(crate::status::command_status(&e)),
             }),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))))
-            | Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => {
-                Attempt::Retry
-            }
-            Ok(Err(e)) => Attempt::Done(Err(Status::internal(e.to_string()))),
+            Proposal::NotLeader => Attempt::Retry,
+            Proposal::Failed(e) => Attempt::Done(Err(Status::internal(e))),
         }
     }
 

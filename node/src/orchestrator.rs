@@ -10,24 +10,26 @@
 //! a window opens or a suppression ends, and every 4 hours while blocked; artifact checks
 //! (SPEC C9) run in the background and wake the entities waiting for them.
 //!
-//! Nothing here is authoritative: on becoming leader the loop rebuilds everything from the
-//! replicated state with one full evaluation.
+//! What is worth proposing, when an entity wakes and what it watches is the engine's policy
+//! ([`hub_engine::leader::next_step`]); this loop holds the queues and timers and does the
+//! I/O. Nothing here is authoritative: each term ([`crate::leader`]) rebuilds everything from
+//! the replicated state with one full evaluation.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use hub_engine::artifact::{ArtifactLocation, Availability};
-use hub_engine::evaluate::{evaluate, ConstraintKind, Evaluation, Outcome, BLOCKED_RECHECK_MS};
-use hub_engine::{Command, Request, State, Trigger};
-use openraft::async_runtime::watch::WatchReceiver;
-use openraft::ServerState;
+use hub_engine::evaluate::{evaluate, Evaluation};
+use hub_engine::leader::{next_step, DecisionRecord, LastProposal};
+use hub_engine::{Command, State, Trigger};
 use raft_store::StateEvent;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::Receiver;
 use tokio::time::Instant;
 
 use crate::artifacts::ArtifactChecker;
-use crate::node::{now_ms, HubNode};
+use crate::term::Term;
+use crate::propose::now_ms;
 
 /// Entities evaluated per read-lock hold, so apply is never held up for long.
 const EVAL_CHUNK: usize = 1_000;
@@ -35,55 +37,16 @@ const EVAL_CHUNK: usize = 1_000;
 /// Entities per `Evaluate` proposal (the engine accepts up to 2,000).
 const PROPOSE_CHUNK: usize = 500;
 
-/// The same unchanged decision is not proposed again within this time.
-const REPROPOSE_AFTER: Duration = Duration::from_secs(5);
-
-/// Starts the loop; it runs for the life of the process and acts only while leader.
-pub fn spawn(node: Arc<HubNode>) -> tokio::task::JoinHandle<()> {
-    let events = node.sm.subscribe();
-    tokio::spawn(async move {
-        let checker = node.artifacts.clone();
-        let mut events = events;
-        loop {
-            wait_for_leadership(&node).await;
-            tracing::info!(node = node.id, "leader: orchestrator starting");
-            let mut lead = Leadership::new(node.clone(), checker.clone());
-            // Drop events from before: the full evaluation below covers them.
-            events = events.resubscribe();
-            if let Err(reason) = lead.run(&mut events).await {
-                tracing::info!(node = node.id, %reason, "orchestrator stopped");
-            }
-        }
-    })
-}
-
-/// Returns once this node is the leader.
-pub(crate) async fn wait_for_leadership(node: &HubNode) {
-    let mut rx = node.raft.metrics();
-    loop {
-        {
-            let m = rx.borrow_and_update();
-            if m.state == ServerState::Leader && m.current_leader == Some(node.id) {
-                return;
-            }
-        }
-        if rx.changed().await.is_err() {
-            // Raft shut down: never leader again.
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-/// Whether this node is the leader now.
-pub(crate) fn is_leader(node: &HubNode) -> bool {
-    let m = node.raft.metrics();
-    let m = m.borrow_watched();
-    m.state == ServerState::Leader && m.current_leader == Some(node.id)
+/// Runs the loop for one term of leadership, until a proposal fails (the caller stops it when
+/// the term ends).
+pub(crate) async fn run(term: &Term, mut events: Receiver<StateEvent>) -> Result<(), String> {
+    let mut lead = Leadership::new(term.clone());
+    lead.run(&mut events).await
 }
 
 /// One term of leadership: in-memory queues rebuilt from the replicated state.
 struct Leadership {
-    node: Arc<HubNode>,
+    term: Term,
     checker: ArtifactChecker,
     dirty: BTreeSet<String>,
     /// (wake time, entity); `timer_of` holds each entity's single timer.
@@ -93,17 +56,17 @@ struct Leadership {
     waiting_on: HashMap<(String, String), HashSet<String>>,
     /// Artifact location -> entities whose check is pending.
     artifact_waiters: HashMap<ArtifactLocation, HashSet<String>>,
-    /// Entity -> (fingerprint, when) of the last proposal, against proposal storms.
-    proposed: HashMap<String, (String, Instant)>,
+    /// Entity -> the last proposal for it, against proposal storms.
+    proposed: HashMap<String, LastProposal>,
     /// When to propose `ExpireSuppressions`.
     housekeeping_at: Option<i64>,
 }
 
 impl Leadership {
-    fn new(node: Arc<HubNode>, checker: ArtifactChecker) -> Self {
+    fn new(term: Term) -> Self {
         Self {
-            node,
-            checker,
+            checker: term.node.artifacts.clone(),
+            term,
             dirty: BTreeSet::new(),
             timers: BTreeSet::new(),
             timer_of: HashMap::new(),
@@ -114,18 +77,10 @@ impl Leadership {
         }
     }
 
-    async fn run(
-        &mut self,
-        events: &mut tokio::sync::broadcast::Receiver<StateEvent>,
-    ) -> Result<(), String> {
-        // Serve decisions only from a state that includes everything committed before this
-        // term (the leader's blank entry is applied once the barrier passes).
-        self.node
-            .read_barrier(false)
-            .await
-            .map_err(|e| format!("read barrier: {}", e.message()))?;
+    async fn run(&mut self, events: &mut Receiver<StateEvent>) -> Result<(), String> {
+        // The term passed its read barrier (crate::leader): the state includes everything
+        // committed before it.
         self.mark_all_dirty();
-        let mut leader_rx = self.node.raft.metrics();
         let mut artifacts_rx = self.checker.subscribe();
         loop {
             if !self.dirty.is_empty() {
@@ -157,17 +112,12 @@ impl Leadership {
                         }
                     }
                 }
-                _ = leader_rx.changed() => {
-                    if !is_leader(&self.node) {
-                        return Err("lost leadership".into());
-                    }
-                }
             }
         }
     }
 
     fn mark_all_dirty(&mut self) {
-        let s = self.node.state.read();
+        let s = self.term.node.state.read();
         self.dirty
             .extend(s.state.entities().map(|e| e.id.0.clone()));
         self.housekeeping_at = next_suppression_end(&s.state);
@@ -179,7 +129,7 @@ impl Leadership {
         if triggers.is_empty() {
             return;
         }
-        let s = self.node.state.read();
+        let s = self.term.node.state.read();
         for t in triggers {
             self.dirty.extend(s.state.affected_entities(t));
             if let Trigger::Entity(id) = t {
@@ -230,23 +180,19 @@ impl Leadership {
         let lookup = move |l: &ArtifactLocation| checker.status(l);
         for chunk in batch.chunks(EVAL_CHUNK) {
             let now = now_ms();
-            let evals: Vec<(Evaluation, Option<String>, Option<i64>)> = {
-                let s = self.node.state.read();
+            let evals: Vec<(Evaluation, DecisionRecord)> = {
+                let s = self.term.node.state.read();
                 chunk
                     .iter()
                     .filter_map(|id| {
                         let eval = evaluate(&s.state, id, now, &lookup)?;
-                        let act = s.state.activity(id);
-                        Some((
-                            eval,
-                            act.and_then(|a| a.last_decision.clone()),
-                            act.and_then(|a| a.blocked_since_ms),
-                        ))
+                        let recorded = s.state.activity(id).map(DecisionRecord::of);
+                        Some((eval, recorded.unwrap_or_default()))
                     })
                     .collect()
             };
-            for (eval, last, blocked_since) in evals {
-                if let Some(p) = self.consider(eval, last, blocked_since, now, &lookup) {
+            for (eval, recorded) in evals {
+                if let Some(p) = self.consider(&eval, &recorded, now, &lookup) {
                     to_propose.push(p);
                 }
             }
@@ -285,131 +231,62 @@ impl Leadership {
         Ok(())
     }
 
-    /// Decides whether an evaluation is worth a proposal, and schedules its wake-ups.
+    /// Asks the engine's policy what to do about one evaluation, schedules the entity's
+    /// wake-ups, and returns the proposal to make, if any.
     fn consider(
         &mut self,
-        eval: Evaluation,
-        last_decision: Option<String>,
-        blocked_since: Option<i64>,
+        eval: &Evaluation,
+        recorded: &DecisionRecord,
         now: i64,
         lookup: &dyn Fn(&ArtifactLocation) -> Option<Availability>,
     ) -> Option<(String, Vec<(ArtifactLocation, Availability)>)> {
-        let id = eval.entity.clone();
+        let id = &eval.entity;
+        // One look at the checker per location (a lookup may schedule a probe).
+        let statuses: Vec<(ArtifactLocation, Option<Availability>)> = eval
+            .artifact_locations
+            .iter()
+            .map(|l| (l.clone(), lookup(l)))
+            .collect();
+        let step = next_step(
+            eval,
+            recorded,
+            self.proposed.get(id),
+            &statuses,
+            self.checker.ttl().as_millis() as i64,
+            now,
+        );
         // Dependency waits: re-evaluate when an entity of that product changes.
         if let Some(env) = id.split(':').nth(1) {
-            for product in &eval.waits_on_products {
+            for product in step.watch_products {
                 self.waiting_on
-                    .entry((env.to_string(), product.clone()))
+                    .entry((env.to_string(), product))
                     .or_default()
                     .insert(id.clone());
             }
         }
-        // One look at the checker per location (a lookup may schedule a probe).
-        let statuses: Vec<(&ArtifactLocation, Option<Availability>)> = eval
-            .artifact_locations
-            .iter()
-            .map(|l| (l, lookup(l)))
-            .collect();
-        let pending_artifacts: Vec<&ArtifactLocation> = statuses
-            .iter()
-            .filter(|(_, a)| a.is_none())
-            .map(|(l, _)| *l)
-            .collect();
-        for l in &pending_artifacts {
+        for l in step.watch_artifacts {
             self.artifact_waiters
-                .entry((*l).clone())
+                .entry(l)
                 .or_default()
                 .insert(id.clone());
         }
-        // An unavailable artifact is checked again once its result expires: wake then, and
-        // again when the fresh probe completes.
-        let unavailable: Vec<&ArtifactLocation> = statuses
-            .iter()
-            .filter(|(_, a)| matches!(a, Some(Availability::Unavailable { .. })))
-            .map(|(l, _)| *l)
-            .collect();
-        for l in &unavailable {
-            self.artifact_waiters
-                .entry((*l).clone())
-                .or_default()
-                .insert(id.clone());
-        }
-        let artifact_recheck =
-            (!unavailable.is_empty()).then(|| now + self.checker.ttl().as_millis() as i64 + 10);
-        let mut wake = match &eval.outcome {
-            Outcome::Blocked { may_clear_at_ms } => {
-                let recheck = blocked_since.unwrap_or(now)
-                    + BLOCKED_RECHECK_MS
-                        * (1 + (now - blocked_since.unwrap_or(now)) / BLOCKED_RECHECK_MS);
-                Some(may_clear_at_ms.map_or(recheck, |t| t.min(recheck)))
-            }
-            _ => None,
-        };
-        // Skip-ahead for a pure "artifacts not checked yet" block: the checker wakes us.
-        let only_pending = eval.is_blocked()
-            && !pending_artifacts.is_empty()
-            && eval.blocking().all(|c| {
-                c.constraint == ConstraintKind::Artifacts && c.reason.contains("not checked yet")
-            });
-        let fingerprint = eval.fingerprint();
-        let worth = match &eval.outcome {
-            Outcome::PlanActive { .. } => false,
-            Outcome::Issue | Outcome::CanaryTarget { .. } => true,
-            _ if only_pending => false,
-            _ => {
-                let recheck_due = eval.is_blocked()
-                    && blocked_since.is_some_and(|since| now - since >= BLOCKED_RECHECK_MS);
-                last_decision.as_deref() != Some(fingerprint.as_str()) || recheck_due
-            }
-        };
-        if let Some(t) = artifact_recheck {
-            wake = Some(wake.map_or(t, |w| w.min(t)));
-        }
-        if let Some(w) = wake.as_mut() {
-            *w = (*w).max(now + 1);
-        }
-        self.set_timer(&id, wake);
-        if !worth {
-            return None;
-        }
-        if let Some((fp, at)) = self.proposed.get(&id) {
-            if *fp == fingerprint
-                && at.elapsed() < REPROPOSE_AFTER
-                && !matches!(eval.outcome, Outcome::Issue | Outcome::CanaryTarget { .. })
-            {
-                return None;
-            }
-        }
-        self.proposed
-            .insert(id.clone(), (fingerprint, Instant::now()));
-        let observed = statuses
-            .into_iter()
-            .filter_map(|(l, a)| a.map(|a| (l.clone(), a)))
-            .collect();
-        Some((id, observed))
+        self.set_timer(id, step.wake_at);
+        let observed = step.propose?;
+        self.proposed.insert(
+            id.clone(),
+            LastProposal {
+                fingerprint: step.fingerprint,
+                at_ms: now,
+            },
+        );
+        Some((id.clone(), observed))
     }
 
     async fn propose(&self, command: Command) -> Result<(), String> {
-        if !is_leader(&self.node) {
-            return Err("lost leadership".into());
+        if let Err(e) = self.term.propose(command).await? {
+            tracing::warn!(error = %e, "orchestrator proposal refused");
         }
-        let req = Request {
-            command,
-            time_ms: now_ms(),
-            request_id: None,
-        };
-        match tokio::time::timeout(self.node.request_timeout, self.node.raft.client_write(req))
-            .await
-        {
-            Ok(Ok(resp)) => {
-                if let Err(e) = resp.data.result {
-                    tracing::warn!(error = %e, "orchestrator proposal refused");
-                }
-                Ok(())
-            }
-            Ok(Err(e)) => Err(format!("proposal failed: {e}")),
-            Err(_) => Err("proposal timed out (no quorum?)".into()),
-        }
+        Ok(())
     }
 }
 

@@ -711,7 +711,7 @@ fn explain_view(state: &State, eval: &hub_engine::Evaluation) -> Value {
         "issued": issued,
         "last_execution": last,
         "constraints": eval.constraints.iter().map(|c| json!({
-            "constraint": c.constraint.label(), "passed": c.passed, "reason": c.reason,
+            "constraint": c.constraint.label(), "passed": c.passed, "reason": c.reason.to_string(),
             "may_clear_at": time(c.may_clear_at_ms),
         })).collect::<Vec<_>>(),
         "skipped": eval.skipped,

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use crate::artifact::{ArtifactLocation, Availability};
 use crate::command::{CancelTarget, CommandOutput};
 use crate::error::CommandError;
-use crate::evaluate::{evaluate, Evaluation, Outcome, BLOCKED_RECHECK_MS};
+use crate::evaluate::{evaluate, Evaluation, Outcome};
+use crate::leader::{blocked_periods, decision_changed};
 use crate::plan::{Plan, PlanStatus, FINISHED_PLANS_KEPT};
 use crate::record::RecordKey;
 use crate::state::{State, Trigger};
@@ -150,14 +151,14 @@ impl State {
                 // per 4-hour period. The period of the newest re-check entry decides (counting
                 // entries would note a skipped period twice, and once per evaluation after the
                 // bounded Activity dropped old re-checks).
-                let periods = (now - since) / BLOCKED_RECHECK_MS;
+                let periods = blocked_periods(since, now);
                 let noted = activity
                     .entries
                     .iter()
                     .rev()
                     .take_while(|e| e.time_ms >= since)
                     .find(|e| e.kind == "recheck")
-                    .map_or(0, |e| (e.time_ms - since) / BLOCKED_RECHECK_MS);
+                    .map_or(0, |e| blocked_periods(since, e.time_ms));
                 if periods > noted {
                     activity.push(
                         now,
@@ -238,7 +239,7 @@ impl State {
                 self.set_canary_target(&canary, revision, tx);
             }
             _ => {
-                if activity.last_decision.as_deref() != Some(fingerprint.as_str()) {
+                if decision_changed(activity.last_decision.as_deref(), &fingerprint) {
                     activity.push(now, index, "decision", eval.summary());
                     activity.last_decision = Some(fingerprint);
                     touched = true;

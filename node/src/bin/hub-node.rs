@@ -227,10 +227,8 @@ async fn run() -> anyhow::Result<()> {
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    // The leader-only orchestration loop: idle on followers.
-    let _orchestrator = hub_node::orchestrator::spawn(node.clone());
-    let _canaries = hub_node::canary_controller::spawn(node.clone());
-    let _keys = hub_node::cluster_keys::spawn(node.clone());
+    // The leader-only loops, started once per term of this node's leadership.
+    let _leader = hub_node::leader::spawn(node.clone());
 
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

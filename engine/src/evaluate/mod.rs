@@ -17,6 +17,13 @@ use crate::state::State;
 use crate::suppression::Scope;
 use crate::TimestampMs;
 
+mod reason;
+
+pub use reason::{
+    ArtifactNote, DependencyProblem, DependentNeed, OverrideLevel, Reason, SuppressionHold,
+    UnorderedProvider, WindowSource,
+};
+
 /// A plan blocked this long is re-checked even without another trigger (SPEC P11).
 pub const BLOCKED_RECHECK_MS: TimestampMs = 4 * 60 * 60 * 1000;
 
@@ -74,30 +81,26 @@ pub struct ConstraintResult {
     /// Whether it passed.
     pub passed: bool,
     /// Why (passed or not).
-    pub reason: String,
+    pub reason: Reason,
     /// When a failed constraint may clear by itself (a window opening, a suppression ending).
     pub may_clear_at_ms: Option<TimestampMs>,
 }
 
 impl ConstraintResult {
-    fn pass(constraint: ConstraintKind, reason: impl Into<String>) -> Self {
+    fn pass(constraint: ConstraintKind, reason: Reason) -> Self {
         Self {
             constraint,
             passed: true,
-            reason: reason.into(),
+            reason,
             may_clear_at_ms: None,
         }
     }
 
-    fn fail(
-        constraint: ConstraintKind,
-        reason: impl Into<String>,
-        clear: Option<TimestampMs>,
-    ) -> Self {
+    fn fail(constraint: ConstraintKind, reason: Reason, clear: Option<TimestampMs>) -> Self {
         Self {
             constraint,
             passed: false,
-            reason: reason.into(),
+            reason,
             may_clear_at_ms: clear,
         }
     }
@@ -217,7 +220,7 @@ impl Evaluation {
             out.push('|');
             out.push_str(c.constraint.label());
             out.push(':');
-            out.push_str(&c.reason);
+            out.push_str(&c.reason.to_string());
         }
         out
     }
@@ -674,13 +677,12 @@ fn suppression_constraint(ctx: &Ctx<'_>, kind: &PlanKind) -> ConstraintResult {
             passed_over.push(s.id.clone());
             continue;
         }
-        blocking.push(format!(
-            "{} {} on {}: {}",
-            s.source.label(),
-            s.id,
-            s.scope,
-            s.reason
-        ));
+        blocking.push(SuppressionHold {
+            source: s.source.clone(),
+            id: s.id.clone(),
+            scope: s.scope.clone(),
+            reason: s.reason.clone(),
+        });
         clear = match (clear, s.end_ms) {
             (Some(a), Some(b)) => Some(a.max(b)),
             _ => None,
@@ -688,21 +690,20 @@ fn suppression_constraint(ctx: &Ctx<'_>, kind: &PlanKind) -> ConstraintResult {
     }
     if blocking.is_empty() {
         let reason = if passed_over.is_empty() {
-            "no suppression in force".to_string()
+            Reason::NoSuppression
         } else {
-            format!(
-                "rollback passes automatic suppression {}",
-                passed_over.join(", ")
-            )
+            Reason::RollbackPassesAutomatic {
+                suppressions: passed_over,
+            }
         };
         return ConstraintResult::pass(ConstraintKind::Suppression, reason);
     }
-    let until = clear
-        .map(|t| format!(" until {}", format_time(t)))
-        .unwrap_or_default();
     ConstraintResult::fail(
         ConstraintKind::Suppression,
-        format!("{}{until}", blocking.join("; ")),
+        Reason::Suppressed {
+            holds: blocking,
+            until: clear,
+        },
         clear,
     )
 }
@@ -712,25 +713,30 @@ fn window_constraint(ctx: &Ctx<'_>, kind: &PlanKind) -> ConstraintResult {
     let c = ConstraintKind::MaintenanceWindow;
     let settings = &ctx.env.settings;
     if matches!(kind, PlanKind::RecallRollOff) && !settings.require_windows_for_recall_roll_offs {
-        return ConstraintResult::pass(c, "recall roll-offs ignore maintenance windows");
+        return ConstraintResult::pass(c, Reason::RecallRollOffIgnoresWindows);
     }
     let overrides = ctx
         .entity
         .window_overrides
         .iter()
-        .map(|o| ("entity", o))
-        .chain(ctx.env.window_overrides.iter().map(|o| ("environment", o)));
+        .map(|o| (OverrideLevel::Entity, o))
+        .chain(
+            ctx.env
+                .window_overrides
+                .iter()
+                .map(|o| (OverrideLevel::Environment, o)),
+        );
     let mut next_override: Option<TimestampMs> = None;
     for (level, o) in overrides {
         if o.active_at(ctx.now) {
             return ConstraintResult::pass(
                 c,
-                format!(
-                    "{level} override {} until {} ({})",
-                    o.id,
-                    format_time(o.end_ms),
-                    o.reason
-                ),
+                Reason::OverrideActive {
+                    level,
+                    id: o.id.clone(),
+                    until: o.end_ms,
+                    reason: o.reason.clone(),
+                },
             );
         }
         if o.start_ms > ctx.now {
@@ -743,26 +749,37 @@ fn window_constraint(ctx: &Ctx<'_>, kind: &PlanKind) -> ConstraintResult {
         .and_then(|p| p.maintenance_window.as_ref())
         .filter(|_| !settings.override_product_maintenance_windows);
     let (source, window) = if let Some(w) = product_window {
-        ("product", w)
+        (WindowSource::Product, w)
     } else if let Some(w) = &ctx.entity.maintenance_window {
-        ("entity", w)
+        (WindowSource::Entity, w)
     } else if let Some(w) = &settings.maintenance_window {
-        ("environment", w)
+        (WindowSource::Environment, w)
     } else {
-        return ConstraintResult::pass(c, "no maintenance window applies");
+        return ConstraintResult::pass(c, Reason::NoWindowApplies);
     };
     if window.is_open(ctx.now) {
-        return ConstraintResult::pass(c, format!("{source} window {window} is open"));
+        return ConstraintResult::pass(
+            c,
+            Reason::WindowOpen {
+                source,
+                window: window.clone(),
+            },
+        );
     }
     let opens = window.next_open(ctx.now);
     let clear = match (opens, next_override) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    let when = opens
-        .map(|t| format!("; next opening {}", format_time(t)))
-        .unwrap_or_default();
-    ConstraintResult::fail(c, format!("outside {source} window {window}{when}"), clear)
+    ConstraintResult::fail(
+        c,
+        Reason::OutsideWindow {
+            source,
+            window: window.clone(),
+            next_opening: opens,
+        },
+        clear,
+    )
 }
 
 /// SPEC C10: an entity in error is not changed by ordinary plans.
@@ -772,15 +789,22 @@ fn health_constraint(ctx: &Ctx<'_>, kind: &PlanKind) -> ConstraintResult {
         kind,
         PlanKind::Rollback { .. } | PlanKind::RecallRollOff | PlanKind::Uninstall
     ) {
-        return ConstraintResult::pass(c, format!("{} is not held back by health", kind.label()));
+        return ConstraintResult::pass(
+            c,
+            Reason::NotHeldBackByHealth {
+                kind: kind.label().to_string(),
+            },
+        );
     }
     match ctx.entity.reported.health {
         Health::Error => ConstraintResult::fail(
             c,
-            format!("entity reported in error: {}", ctx.entity.reported.message),
+            Reason::ReportedInError {
+                message: ctx.entity.reported.message.clone(),
+            },
             None,
         ),
-        h => ConstraintResult::pass(c, format!("reported {}", h.as_str())),
+        health => ConstraintResult::pass(c, Reason::Reported { health }),
     }
 }
 
@@ -803,25 +827,26 @@ fn version_constraints(
 fn secrets_constraint(ctx: &Ctx<'_>) -> ConstraintResult {
     let c = ConstraintKind::Secrets;
     let entity = ctx.entity;
-    let missing: Vec<&str> = entity
+    let missing: Vec<String> = entity
         .required_secrets
         .iter()
         .filter(|name| !entity.secrets.contains_key(*name))
-        .map(String::as_str)
+        .cloned()
         .collect();
     if missing.is_empty() {
         ConstraintResult::pass(
             c,
-            format!("{} required secrets set", entity.required_secrets.len()),
+            Reason::SecretsSet {
+                required: entity.required_secrets.len(),
+            },
         )
     } else {
         ConstraintResult::fail(
             c,
-            format!(
-                "missing secrets required by module {}: {}",
-                entity.owner_module.as_deref().unwrap_or("-"),
-                missing.join(", ")
-            ),
+            Reason::SecretsMissing {
+                module: entity.owner_module.clone(),
+                missing,
+            },
             None,
         )
     }
@@ -846,9 +871,9 @@ fn dependencies_constraint(
         let providers: Vec<&Entity> = ctx.state.providers_for(entity, &dep.product_id).collect();
         if providers.is_empty() {
             if !dep.optional {
-                problems.push(format!(
-                    "requires {dep}: no entity of it shares a dependency group"
-                ));
+                problems.push(DependencyProblem::NoProvider {
+                    dependency: dep.clone(),
+                });
                 eval.waits_on_products.push(dep.product_id.clone());
             }
             continue;
@@ -857,19 +882,27 @@ fn dependencies_constraint(
             match &p.reported.version {
                 // Optional and circular dependencies carry no ordering promise: waiting for
                 // them could deadlock (a needs b, b needs a, neither installed).
-                None if dep.optional => {
-                    unordered.push(format!("{} (optional) is not installed yet", p.id))
+                None if dep.optional => unordered.push(UnorderedProvider::Optional {
+                    provider: p.id.0.clone(),
+                }),
+                None if install_waits_on(ctx.state, p, entity) => {
+                    unordered.push(UnorderedProvider::Circular {
+                        provider: p.id.0.clone(),
+                    })
                 }
-                None if install_waits_on(ctx.state, p, entity) => unordered.push(format!(
-                    "{} is not installed yet (circular dependency)",
-                    p.id
-                )),
                 None => {
-                    problems.push(format!("requires {dep}: {} is not installed", p.id));
+                    problems.push(DependencyProblem::NotInstalled {
+                        dependency: dep.clone(),
+                        provider: p.id.0.clone(),
+                    });
                     eval.waits_on_products.push(dep.product_id.clone());
                 }
                 Some(v) if !dep.admits(v) => {
-                    problems.push(format!("requires {dep}: {} runs {v}", p.id));
+                    problems.push(DependencyProblem::Runs {
+                        dependency: dep.clone(),
+                        provider: p.id.0.clone(),
+                        version: v.clone(),
+                    });
                     eval.waits_on_products.push(dep.product_id.clone());
                 }
                 Some(_) => {}
@@ -877,13 +910,15 @@ fn dependencies_constraint(
         }
     }
     if problems.is_empty() {
-        let mut reason = format!("{checked} dependencies satisfied");
-        if !unordered.is_empty() {
-            reason.push_str(&format!(" (not waiting: {})", unordered.join("; ")));
-        }
-        ConstraintResult::pass(c, reason)
+        ConstraintResult::pass(
+            c,
+            Reason::DependenciesSatisfied {
+                checked,
+                not_waiting: unordered,
+            },
+        )
     } else {
-        ConstraintResult::fail(c, problems.join("; "), None)
+        ConstraintResult::fail(c, Reason::DependenciesUnmet { problems }, None)
     }
 }
 
@@ -930,34 +965,43 @@ fn dependents_constraint(ctx: &Ctx<'_>, target: &Version) -> ConstraintResult {
     for (dependent, dep) in ctx.state.dependents_of(entity) {
         checked += 1;
         if !dep.admits(target) {
-            let v = dependent
-                .reported
-                .version
-                .as_ref()
-                .map_or("-".to_string(), |v| v.to_string());
-            problems.push(format!("{} at {v} requires {dep}", dependent.id));
+            problems.push(DependentNeed {
+                dependent: dependent.id.0.clone(),
+                runs: dependent.reported.version.clone(),
+                dependency: dep.clone(),
+            });
         }
     }
     if problems.is_empty() {
-        ConstraintResult::pass(c, format!("{checked} dependents accept {target}"))
+        ConstraintResult::pass(
+            c,
+            Reason::DependentsAccept {
+                checked,
+                target: target.clone(),
+            },
+        )
     } else {
-        ConstraintResult::fail(c, problems.join("; "), None)
+        ConstraintResult::fail(c, Reason::DependentsRefuse { refusals: problems }, None)
     }
 }
 
 /// SPEC M11: an uninstall must not leave a dependent without its (non-optional) dependency.
 fn uninstall_dependents(ctx: &Ctx<'_>) -> ConstraintResult {
     let c = ConstraintKind::Dependents;
-    let needed: Vec<String> = ctx
+    let needs: Vec<DependentNeed> = ctx
         .state
         .dependents_of(ctx.entity)
         .filter(|(_, dep)| !dep.optional)
-        .map(|(d, dep)| format!("{} requires {dep}", d.id))
+        .map(|(d, dep)| DependentNeed {
+            dependent: d.id.0.clone(),
+            runs: d.reported.version.clone(),
+            dependency: dep.clone(),
+        })
         .collect();
-    if needed.is_empty() {
-        ConstraintResult::pass(c, "no entity depends on it")
+    if needs.is_empty() {
+        ConstraintResult::pass(c, Reason::NoDependents)
     } else {
-        ConstraintResult::fail(c, needed.join("; "), None)
+        ConstraintResult::fail(c, Reason::DependentsNeedIt { needs }, None)
     }
 }
 
@@ -974,9 +1018,10 @@ fn artifacts_constraint(
     let mut pending = Vec::new();
     for artifact in &release.artifacts {
         match resolve(&artifact.uri, &ctx.env.settings.registries) {
-            Resolution::Unchecked { reason } => {
-                unchecked.push(format!("{}: {reason}", artifact.uri))
-            }
+            Resolution::Unchecked { reason } => unchecked.push(ArtifactNote {
+                uri: artifact.uri.clone(),
+                reason,
+            }),
             Resolution::Check { location, .. } => {
                 let status = (ctx.artifacts)(&location);
                 if !eval.artifact_locations.contains(&location) {
@@ -984,34 +1029,30 @@ fn artifacts_constraint(
                 }
                 match status {
                     Some(Availability::Available) => available += 1,
-                    Some(Availability::Unchecked { reason }) => {
-                        unchecked.push(format!("{}: {reason}", artifact.uri))
-                    }
-                    Some(Availability::Unavailable { reason }) => {
-                        problems.push(format!("{} unavailable: {reason}", artifact.uri))
-                    }
+                    Some(Availability::Unchecked { reason }) => unchecked.push(ArtifactNote {
+                        uri: artifact.uri.clone(),
+                        reason,
+                    }),
+                    Some(Availability::Unavailable { reason }) => problems.push(ArtifactNote {
+                        uri: artifact.uri.clone(),
+                        reason,
+                    }),
                     None => pending.push(artifact.uri.clone()),
                 }
             }
         }
     }
     if !problems.is_empty() {
-        return ConstraintResult::fail(c, problems.join("; "), None);
+        return ConstraintResult::fail(c, Reason::ArtifactsUnavailable { problems }, None);
     }
     if !pending.is_empty() {
-        return ConstraintResult::fail(
-            c,
-            format!("availability not checked yet: {}", pending.join(", ")),
-            None,
-        );
+        return ConstraintResult::fail(c, Reason::ArtifactsNotCheckedYet { pending }, None);
     }
-    let mut reason = format!("{available} available");
-    if !unchecked.is_empty() {
-        reason.push_str(&format!(
-            ", {} unchecked ({})",
-            unchecked.len(),
-            unchecked.join("; ")
-        ));
-    }
-    ConstraintResult::pass(c, reason)
+    ConstraintResult::pass(
+        c,
+        Reason::ArtifactsAvailable {
+            available,
+            unchecked,
+        },
+    )
 }

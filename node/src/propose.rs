@@ -1,0 +1,65 @@
+//! The node's one way into the replicated log. Every proposal, whether a client's write, a
+//! forwarded write or a leader loop's decision, goes through [`propose`]: it stamps the
+//! entry's time and calls openraft's `client_write`. Nothing else in the node does either,
+//! so the time every decision is made at comes from one clock read, in one place.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hub_engine::{Command, CommandError, CommandOutput, Request};
+use openraft::errors::{ClientWriteError, RaftError};
+use raft_store::Raft;
+use tokio::time::Instant;
+
+/// Wall-clock milliseconds: the time stamped on proposals, and the "now" the leader's loops
+/// evaluate at.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// What became of one proposal.
+#[derive(Debug)]
+pub enum Proposal {
+    /// Committed and applied: what the command produced or why apply refused it, and the
+    /// entry's log index.
+    Applied {
+        /// The command's result.
+        result: Result<CommandOutput, CommandError>,
+        /// The entry's index.
+        index: u64,
+    },
+    /// This node is not the leader, or a leader change discarded the entry: nothing was
+    /// applied; ask the leader.
+    NotLeader,
+    /// Not committed before the deadline (no quorum?). It may still commit later.
+    TimedOut,
+    /// Raft failed otherwise (shutting down, storage error).
+    Failed(String),
+}
+
+/// Stamps `command` with this node's clock and proposes it, waiting until `deadline`.
+pub async fn propose(
+    raft: &Raft,
+    command: Command,
+    request_id: Option<String>,
+    deadline: Instant,
+) -> Proposal {
+    let request = Request {
+        command,
+        time_ms: now_ms(),
+        request_id,
+    };
+    match tokio::time::timeout_at(deadline, raft.client_write(request)).await {
+        Err(_) => Proposal::TimedOut,
+        Ok(Ok(response)) => Proposal::Applied {
+            result: response.data.result,
+            index: response.log_id.index,
+        },
+        Ok(Err(RaftError::APIError(
+            ClientWriteError::ForwardToLeader(_) | ClientWriteError::LogEntryDiscarded(_),
+        ))) => Proposal::NotLeader,
+        Ok(Err(e)) => Proposal::Failed(e.to_string()),
+    }
+}
