@@ -12,6 +12,12 @@
 //!    evaluated at `t`, and no ordinary plan is issued while a manual suppression is in force;
 //! 4. `State::from_records(records())` equals the state, and so does a store that persisted
 //!    exactly `Applied.changed` (`Hub::apply`).
+//! 5. the leader's policy (`leader::next_step`) agrees with apply: it proposes every plan
+//!    (`Issue`) and nothing for an active plan; when it proposes nothing (a fresh term, so no
+//!    proposal of its own to repeat), an `Evaluate` of that entity would change no record,
+//!    except for a block made only of artifacts not checked yet, where the checker wakes the
+//!    entity instead; its wake-up is after now and no later than the block may clear or the
+//!    next 4-hour re-check.
 //!
 //! `PROPTEST_CASES=N` changes the number of histories; `HUB_PROP_STATS=1` prints, per history,
 //! the plans by kind and status and the suppressions by source (to check what is exercised).
@@ -28,10 +34,11 @@ use hub_engine::command::{
     CancelTarget, EntityReport, EntitySettingsPatch, EnvironmentSettingsPatch,
 };
 use hub_engine::entity::{config_sha256, Health, SecretValue};
-use hub_engine::evaluate::{evaluate, Outcome};
+use hub_engine::evaluate::{evaluate, Outcome, Reason};
+use hub_engine::leader::{next_recheck_at, next_step, DecisionRecord};
 use hub_engine::plan::{EmergencyCommand, PlanKind, TaskReport, TaskState};
 use hub_engine::suppression::{Scope, SuppressionSource};
-use hub_engine::{Command, CommandOutput, State, TimestampMs};
+use hub_engine::{Command, CommandOutput, Request, State, TimestampMs};
 use proptest::prelude::*;
 
 const ENVS: [&str; 2] = ["e0", "e1"];
@@ -227,6 +234,9 @@ fn leader_step(hub: &mut Hub, ids: Vec<String>, seed: u64) {
         }
     }
     let pre = hub.state.clone();
+    for id in &ids {
+        leader_agrees_with_apply(&pre, id, t, hub.index + 1, &observed);
+    }
     let out = hub.ok(Command::Evaluate {
         entities: ids,
         artifacts: observed.clone().into_iter().collect(),
@@ -256,6 +266,69 @@ fn leader_step(hub: &mut Hub, ids: Vec<String>, seed: u64) {
             )
         );
         assert_eq!((plan.issued_ms, plan.issued_index), (t, hub.index));
+    }
+}
+
+/// Property 5, for one entity of a leader step at `t`.
+fn leader_agrees_with_apply(
+    pre: &State,
+    id: &str,
+    t: TimestampMs,
+    index: u64,
+    observed: &BTreeMap<ArtifactLocation, Availability>,
+) {
+    let lookup = |l: &ArtifactLocation| observed.get(l).cloned();
+    let Some(eval) = evaluate(pre, id, t, &lookup) else {
+        return;
+    };
+    let statuses: Vec<_> = eval
+        .artifact_locations
+        .iter()
+        .map(|l| (l.clone(), lookup(l)))
+        .collect();
+    let recorded = pre.activity(id).map(DecisionRecord::of).unwrap_or_default();
+    let step = next_step(&eval, &recorded, None, &statuses, 60_000, t);
+    let why = eval.summary();
+    if let Some(w) = step.wake_at {
+        assert!(w > t, "{id}: wakes at {w}, not after {t}: {why}");
+    }
+    match &eval.outcome {
+        Outcome::PlanActive { .. } => assert!(step.propose.is_none(), "{id}: {why}"),
+        Outcome::Issue | Outcome::CanaryTarget { .. } => {
+            assert!(step.propose.is_some(), "{id}: not proposed: {why}")
+        }
+        Outcome::Blocked { may_clear_at_ms } => {
+            let w = step.wake_at.expect("a block always has a wake-up");
+            let since = recorded.blocked_since_ms.unwrap_or(t);
+            assert!(
+                w <= next_recheck_at(since, t).max(t + 1),
+                "{id}: {w}: {why}"
+            );
+            if let Some(clear) = may_clear_at_ms {
+                assert!(w <= (*clear).max(t + 1), "{id}: {w} after {clear}: {why}");
+            }
+        }
+        Outcome::AtTarget { .. } | Outcome::NothingExecutable { .. } => {}
+    }
+    let only_pending = eval.is_blocked()
+        && eval
+            .blocking()
+            .all(|c| matches!(c.reason, Reason::ArtifactsNotCheckedYet { .. }));
+    if step.propose.is_none() && !only_pending {
+        let request = Request {
+            command: Command::Evaluate {
+                entities: vec![id.to_string()],
+                artifacts: observed.clone().into_iter().collect(),
+            },
+            time_ms: t,
+            request_id: None,
+        };
+        let applied = pre.clone().apply(&request, index);
+        assert!(
+            applied.changed.is_empty(),
+            "{id}: the leader would not propose, but apply changes {:?}: {why}",
+            applied.changed
+        );
     }
 }
 

@@ -38,9 +38,9 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::broadcast::Receiver;
 use tokio::sync::Notify;
 
-use crate::term::Term;
 use crate::outbound::MAX_ANSWER_BYTES;
 use crate::propose::now_ms;
+use crate::term::Term;
 use crate::{prometheus, webhooks};
 
 /// The longest the controller sleeps without a commit or a timer (a safety net: every wake

@@ -10,8 +10,8 @@ use hub_engine::cluster_key::{SecretKey, CANARY_REVISION_KEY, KEY_BYTES};
 use hub_engine::Command;
 use rand::TryRngCore;
 
-use crate::term::Term;
 use crate::node::HubNode;
+use crate::term::Term;
 
 /// Pause after a failed attempt (no quorum, lost leadership).
 const RETRY_AFTER: Duration = Duration::from_secs(1);

@@ -28,8 +28,8 @@ use tokio::sync::broadcast::Receiver;
 use tokio::time::Instant;
 
 use crate::artifacts::ArtifactChecker;
-use crate::term::Term;
 use crate::propose::now_ms;
+use crate::term::Term;
 
 /// Entities evaluated per read-lock hold, so apply is never held up for long.
 const EVAL_CHUNK: usize = 1_000;

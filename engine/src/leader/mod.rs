@@ -150,7 +150,7 @@ pub fn next_step(
         _ if only_pending => false,
         _ => {
             let recheck_due = eval.is_blocked()
-                && blocked_since.is_some_and(|since| blocked_periods(since, now) >= 1);
+                && blocked_since.is_some_and(|since| blocked_periods(since, now) >= 2);
             decision_changed(last_decision, &fingerprint) || recheck_due
         }
     };
@@ -171,5 +171,130 @@ pub fn next_step(
         watch_artifacts,
         watch_products: eval.waits_on_products.clone(),
         fingerprint,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(outcome: Outcome) -> Evaluation {
+        Evaluation {
+            entity: "eid:prod:helmChart:web".into(),
+            time_ms: 0,
+            candidate: None,
+            constraints: Vec::new(),
+            outcome,
+            skipped: Vec::new(),
+            artifact_locations: Vec::new(),
+            waits_on_products: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_unchanged_decision_is_not_proposed_again_within_five_seconds() {
+        let eval = decision(Outcome::NothingExecutable {
+            reason: "no release".into(),
+        });
+        let fresh = next_step(&eval, &DecisionRecord::default(), None, &[], 1_000, 10_000);
+        assert!(fresh.propose.is_some(), "never recorded: propose");
+        let last = LastProposal {
+            fingerprint: fresh.fingerprint.clone(),
+            at_ms: 10_000,
+        };
+        let soon = next_step(
+            &eval,
+            &DecisionRecord::default(),
+            Some(&last),
+            &[],
+            1_000,
+            12_000,
+        );
+        assert!(soon.propose.is_none(), "proposed 2 s ago");
+        let later = next_step(
+            &eval,
+            &DecisionRecord::default(),
+            Some(&last),
+            &[],
+            1_000,
+            15_000,
+        );
+        assert!(later.propose.is_some(), "5 s passed");
+        // A clock that went back counts as time passed, not as a proposal just made.
+        let back = next_step(
+            &eval,
+            &DecisionRecord::default(),
+            Some(&last),
+            &[],
+            1_000,
+            9_000,
+        );
+        assert!(back.propose.is_some(), "the clock went back");
+        // Once recorded, it is not news.
+        let recorded = DecisionRecord {
+            last_decision: Some(fresh.fingerprint),
+            blocked_since_ms: None,
+        };
+        assert!(next_step(&eval, &recorded, None, &[], 1_000, 20_000)
+            .propose
+            .is_none());
+    }
+
+    #[test]
+    fn a_plan_to_issue_is_always_proposed_and_an_active_plan_never() {
+        let issue = decision(Outcome::Issue);
+        let first = next_step(&issue, &DecisionRecord::default(), None, &[], 1_000, 0);
+        let last = LastProposal {
+            fingerprint: first.fingerprint,
+            at_ms: 0,
+        };
+        let again = next_step(
+            &issue,
+            &DecisionRecord::default(),
+            Some(&last),
+            &[],
+            1_000,
+            1,
+        );
+        assert!(again.propose.is_some());
+        let active = decision(Outcome::PlanActive {
+            plan_id: "p-1-0".into(),
+            status: crate::plan::PlanStatus::Issued,
+        });
+        assert!(
+            next_step(&active, &DecisionRecord::default(), None, &[], 1_000, 0)
+                .propose
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_block_wakes_at_its_clearing_or_the_next_recheck() {
+        let blocked = |clear| {
+            decision(Outcome::Blocked {
+                may_clear_at_ms: clear,
+            })
+        };
+        let since = DecisionRecord {
+            last_decision: None,
+            blocked_since_ms: Some(1_000),
+        };
+        let now = 2_000;
+        let step = next_step(&blocked(None), &since, None, &[], 1_000, now);
+        assert_eq!(step.wake_at, Some(1_000 + BLOCKED_RECHECK_MS));
+        let step = next_step(&blocked(Some(5_000)), &since, None, &[], 1_000, now);
+        assert_eq!(step.wake_at, Some(5_000));
+        // A clearing time in the past still wakes after now.
+        let step = next_step(&blocked(Some(0)), &since, None, &[], 1_000, now);
+        assert_eq!(step.wake_at, Some(now + 1));
+        assert_eq!(
+            next_recheck_at(0, 2 * BLOCKED_RECHECK_MS),
+            3 * BLOCKED_RECHECK_MS
+        );
+        assert_eq!(
+            blocked_periods(10, 5),
+            0,
+            "a clock behind the block's start"
+        );
     }
 }
