@@ -143,6 +143,7 @@ struct Settings {
 impl Settings {
     /// Combines `args` with the file it names (flags win) and checks every value; errors name
     /// the flag or the file and key.
+    // Long: every setting resolved from flag, then file, then default, each with its own error.
     fn resolve(args: Args) -> anyhow::Result<Settings> {
         let file = match &args.config {
             Some(path) => {
@@ -275,6 +276,7 @@ fn init_tracing(format: &str) {
 }
 
 #[tokio::main]
+// Long: the agent's start-up sequence, step by step.
 async fn main() -> anyhow::Result<()> {
     // Owner-only files (SECURITY "At rest"): the journal, the execution log, rendered configs
     // and secrets, and whatever a library creates, whatever umask the agent was started with.

@@ -85,6 +85,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
+    // Long: the table of every metric the agent exposes.
     pub fn render(&self, environment: &str) -> String {
         let rows: [(&str, &str, &AtomicU64, &str); 13] = [
             (

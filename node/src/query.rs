@@ -260,6 +260,7 @@ pub fn plan_view(p: &Plan, full: bool) -> Value {
 
 /// Answers `query` from `state` at time `now`. `checker` supplies artifact observations for
 /// `explain` (what the leader would see; other nodes show "not checked yet").
+// Long: one short arm per query kind; the flat dispatch is the list of queries.
 pub fn answer(
     state: &State,
     query: &Query,

@@ -178,3 +178,94 @@ fn a_cycle_is_found() {
         ["apply/plans".to_string()].into()
     );
 }
+
+/// Functions of `text` longer than `limit` lines, by (name, first line, length). A function
+/// runs from its `fn` line to the closing brace at the same indentation (the code is
+/// rustfmt-formatted). Test functions (`#[test]`, `#[tokio::test]` or a proptest body within
+/// the three lines above) and those with a `// Long:` reason right above them are left out.
+fn long_functions(text: &str, limit: usize) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let signature = ["pub(crate) ", "pub(super) ", "pub ", ""]
+            .iter()
+            .filter_map(|vis| trimmed.strip_prefix(vis))
+            .map(|rest| rest.strip_prefix("async ").unwrap_or(rest))
+            .find_map(|rest| rest.strip_prefix("fn "));
+        let Some(signature) = signature else { continue };
+        if line.trim_end().ends_with(';') {
+            continue;
+        }
+        let close = format!("{indent}}}");
+        let Some(len) = lines[i + 1..]
+            .iter()
+            .position(|l| l.trim_end() == close)
+            .map(|p| p + 2)
+        else {
+            continue;
+        };
+        let above = &lines[i.saturating_sub(3)..i];
+        let is_test = above
+            .iter()
+            .any(|l| l.contains("#[test]") || l.contains("::test"));
+        let reasoned = lines[..i]
+            .iter()
+            .rev()
+            .take_while(|l| {
+                let t = l.trim_start();
+                t.starts_with("//") || t.starts_with("#[")
+            })
+            .any(|l| l.trim_start().starts_with("// Long:"));
+        if len > limit && !is_test && !reasoned {
+            out.push((ident(signature).to_string(), i + 1, len));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_long_function_without_a_reason() {
+    let root = repo_root();
+    let mut found = Vec::new();
+    for krate in ["engine", "node", "agent", "raft-store", "tls", "http"] {
+        let mut files = Vec::new();
+        rust_files(&root.join(krate).join("src"), &mut files);
+        for file in files {
+            let name = file.to_string_lossy();
+            if name.ends_with("/tests.rs") || name.contains("/tests/") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).expect("readable source");
+            let code = text
+                .split("#[cfg(test)]\nmod tests")
+                .next()
+                .unwrap_or_default();
+            for (f, line, len) in long_functions(code, 100) {
+                found.push(format!("{name}:{line}: fn {f} is {len} lines"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "functions over 100 lines need a `// Long:` reason right above them (or a split):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_long_function_is_found_unless_reasoned() {
+    let body = |n: usize| "    x();\n".repeat(n);
+    let plain = format!("fn big() {{\n{}}}\n", body(120));
+    assert_eq!(long_functions(&plain, 100), [("big".to_string(), 1, 122)]);
+    let reasoned = format!(
+        "/// Doc.\n// Long: a flat match.\n#[inline]\nfn big() {{\n{}}}\n",
+        body(120)
+    );
+    assert!(long_functions(&reasoned, 100).is_empty());
+    let test = format!("#[test]\nfn big() {{\n{}}}\n", body(120));
+    assert!(long_functions(&test, 100).is_empty());
+    let short = format!("    pub async fn small() {{\n{}    }}\n", body(10));
+    assert!(long_functions(&short, 100).is_empty());
+}

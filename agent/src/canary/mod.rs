@@ -508,6 +508,8 @@ impl CanaryRunner {
         })
     }
 
+    // Long: the workload and routing actions of one canary step, applied in the order the step
+    // lists them.
     async fn reconcile(
         &self,
         plan: &PlanSpec,

@@ -58,6 +58,7 @@ impl State {
 
     /// Creates or updates a canary from its resource (SPEC K1). Invalid resources are refused
     /// with every problem's path, and a running canary is left untouched.
+    // Long: the checks of a canary resource, each returning early, then create or update.
     pub(super) fn apply_canary(
         &mut self,
         environment: Option<&str>,

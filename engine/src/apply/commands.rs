@@ -8,6 +8,7 @@ use crate::state::State;
 use super::{check_text, not_found, Tx};
 
 impl State {
+    // Long: the checks of a break-glass command, each returning early, then the plan it issues.
     pub(super) fn issue_command(
         &mut self,
         entity: &str,

@@ -121,6 +121,7 @@ impl State {
     }
 
     /// Runs the handler of `command`: one arm per variant, each only delegating.
+    // Long: the one exhaustive match on `Command`, one delegating arm per variant.
     fn execute(&mut self, command: &Command, tx: &mut Tx) -> Result<CommandOutput, CommandError> {
         match command {
             Command::CreateEnvironment { name, description } => {

@@ -572,6 +572,8 @@ impl State {
 
     /// Renders `inst`'s module at `version` and computes every entity it creates, adopts,
     /// updates or lets go, refusing (with nothing changed) what the module may not do.
+    // Long: one pass over the rendered entities deciding create, adopt, update or release for
+    // each, with every refusal before anything changes.
     fn plan_module_sync(
         &self,
         inst: &Installation,

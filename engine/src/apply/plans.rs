@@ -131,6 +131,8 @@ impl State {
 
     /// Records an evaluation: issues its plan, or notes a changed decision in Activity.
     /// Returns the id of an issued plan.
+    // Long: the 4-hour re-check bookkeeping and one arm per outcome; they share the entity's
+    // Activity record.
     fn record_decision(&mut self, eval: Evaluation, seq: usize, tx: &mut Tx) -> Option<String> {
         let now = tx.now;
         let index = tx.index;

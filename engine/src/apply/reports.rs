@@ -167,6 +167,9 @@ impl State {
         })
     }
 
+    // Long: the report's checks, each returning early, then the task's transition and the
+    // plan's end (failure with its suppression, or success); the order of the checks is the
+    // order of the refusals.
     pub(super) fn report_task(
         &mut self,
         environment: &str,

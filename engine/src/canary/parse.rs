@@ -676,6 +676,7 @@ impl Validator {
         out
     }
 
+    // Long: every field of a metric checked in turn, each problem reported with its path.
     fn metric(&mut self, path: &str, m: RawMetric, seen: &mut BTreeSet<String>) -> Option<Metric> {
         let name = match m.name {
             Some(n) if !n.trim().is_empty() => {

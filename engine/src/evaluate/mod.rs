@@ -428,6 +428,9 @@ fn candidate_of_plan(plan: &Plan) -> Candidate {
 
 /// SPEC P4: recall roll-offs first, then rollback after a failure, then the newest passing
 /// release of the channel with its config, then config, then secrets.
+// Long: the candidate rules in the order SPEC P4 ranks them (uninstall, recall roll-off,
+// rollback, release, config, secrets); the first that applies wins, so they read best in one
+// place.
 fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
     let entity = ctx.entity;
     let state = ctx.state;

@@ -257,6 +257,7 @@ fn join<T>(
 }
 
 impl fmt::Display for Reason {
+    // Long: one arm per `Reason` variant.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::NoSuppression => f.write_str("no suppression in force"),

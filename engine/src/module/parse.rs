@@ -584,6 +584,8 @@ impl Validator<'_> {
         }
     }
 
+    // Long: every field of a module's entity template checked in turn, each problem reported
+    // with its path.
     fn entity(&mut self, i: usize, re: RawEntity, ctx: &Ctx) -> Option<EntityTemplate> {
         let path = format!("entities[{i}]");
         let (kind, body) = match (re.kind.as_str(), re.helm_chart, re.terraform_module) {

@@ -200,6 +200,8 @@ pub fn render(
 /// `assumed` get their value from an override that could not be resolved because a parent
 /// variable is missing: they are not reported again.
 #[allow(clippy::too_many_arguments)]
+// Long: the variable resolution rules (override, default, parent, missing) in precedence order,
+// recursing into submodules.
 fn resolve<'a>(
     def: &'a ModuleDefinition,
     catalog: &'a dyn ModuleCatalog,

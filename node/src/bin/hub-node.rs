@@ -129,6 +129,7 @@ async fn main() {
     }
 }
 
+// Long: the node's start-up sequence, step by step, each step's failure named.
 async fn run() -> anyhow::Result<()> {
     // Owner-only files (SECURITY "At rest"): RocksDB creates its SST, WAL and MANIFEST files
     // with the process umask, and they hold every secret of the hub in plaintext.

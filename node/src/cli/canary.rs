@@ -101,6 +101,7 @@ fn id(namespace: &str, name: &str) -> String {
 }
 
 /// Runs a `hubctl canary` command.
+// Long: one arm per `hubctl canary` subcommand.
 pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow::Result<()> {
     let command = match cmd {
         CanaryCmd::Apply { file, namespace } => Command::ApplyCanary {

@@ -99,6 +99,7 @@ fn service_pids(agent_dir: &Path) -> Vec<i32> {
 }
 
 /// Runs the demo.
+// Long: a scripted walkthrough, its steps in the order the operator sees them.
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let interval_ms = hub_engine::canary::parse_duration(&args.interval)
         .map_err(|e| anyhow::anyhow!("--interval: {e}"))?;

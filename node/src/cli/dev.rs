@@ -431,6 +431,8 @@ async fn up(
 
 /// Starts (or restarts) the cluster in `dir` and waits for a leader; returns the cluster
 /// file and the leader's id.
+// Long: the dev cluster's start-up sequence: ports, certificates, processes, the wait for a
+// leader.
 pub(crate) async fn start_cluster(
     nodes: Option<u64>,
     dir: &Path,

@@ -198,6 +198,7 @@ fn installation_id(env: &str, name: &str) -> String {
 }
 
 /// Runs a `hubctl module` command.
+// Long: one arm per `hubctl module` subcommand.
 pub async fn module(client: &FailoverClient, cmd: ModuleCmd, fmt: Format) -> anyhow::Result<()> {
     let command = match cmd {
         ModuleCmd::Create { file, dry_run } => {

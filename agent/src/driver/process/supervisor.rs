@@ -44,6 +44,8 @@ enum Step {
 }
 
 /// One check of one entity (skipped while a task runs on it).
+// Long: one supervision step: decide under the lock, then restart or probe, reporting each
+// outcome.
 pub async fn supervise(entity: &Entity) {
     let Ok(_op) = entity.op.try_lock() else {
         return;
