@@ -24,6 +24,7 @@ use crate::product::{Channel, Product, Recall, Release};
 use crate::record::{AuditEntry, Record, RecordKey, RequestRecord};
 use crate::release::ProductDependency;
 use crate::suppression::{Scope, Suppression, SuppressionSource};
+use crate::table::Table;
 use crate::TimestampMs;
 
 /// How long a request id is remembered for deduplication (entry time, not wall time).
@@ -86,30 +87,30 @@ pub(crate) struct Indexes {
 /// records that were produced that way).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct State {
-    pub(crate) environments: BTreeMap<String, Environment>,
-    pub(crate) entities: BTreeMap<String, Entity>,
-    pub(crate) requests: BTreeMap<String, RequestRecord>,
+    pub(crate) environments: Table<Environment>,
+    pub(crate) entities: Table<Entity>,
+    pub(crate) requests: Table<RequestRecord>,
     /// `(first applied at, request id)`, to forget request ids in time order.
     pub(crate) request_expiry: BTreeSet<(TimestampMs, String)>,
-    pub(crate) products: BTreeMap<String, Product>,
+    pub(crate) products: Table<Product>,
     /// By `group:name@version`.
-    pub(crate) releases: BTreeMap<String, Release>,
-    pub(crate) channels: BTreeMap<String, Channel>,
-    pub(crate) recalls: BTreeMap<String, Recall>,
-    pub(crate) suppressions: BTreeMap<String, Suppression>,
-    pub(crate) plans: BTreeMap<String, Plan>,
-    pub(crate) activity: BTreeMap<String, Activity>,
-    pub(crate) audit: BTreeMap<String, AuditEntry>,
+    pub(crate) releases: Table<Release>,
+    pub(crate) channels: Table<Channel>,
+    pub(crate) recalls: Table<Recall>,
+    pub(crate) suppressions: Table<Suppression>,
+    pub(crate) plans: Table<Plan>,
+    pub(crate) activity: Table<Activity>,
+    pub(crate) audit: Table<AuditEntry>,
     /// Published module versions by (name, version).
-    pub(crate) modules: BTreeMap<(String, Version), PublishedModule>,
+    pub(crate) modules: Table<PublishedModule>,
     /// Module installations by `<environment>/<module>`.
-    pub(crate) installations: BTreeMap<String, Installation>,
+    pub(crate) installations: Table<Installation>,
     /// Module change requests by id.
-    pub(crate) change_requests: BTreeMap<String, ChangeRequest>,
+    pub(crate) change_requests: Table<ChangeRequest>,
     /// Canaries by `<environment>/<name>`.
-    pub(crate) canaries: BTreeMap<String, Canary>,
+    pub(crate) canaries: Table<Canary>,
     /// Cluster keys by name ([`crate::cluster_key`]).
-    pub(crate) cluster_keys: BTreeMap<String, crate::cluster_key::ClusterKey>,
+    pub(crate) cluster_keys: Table<crate::cluster_key::ClusterKey>,
     pub(crate) idx: Indexes,
 }
 
@@ -667,145 +668,13 @@ impl State {
 
     // ---- records ----
 
-    /// The current record under `key`, if any.
-    pub fn record(&self, key: &RecordKey) -> Option<Record> {
-        match key {
-            RecordKey::Environment(n) => self.environments.get(n).cloned().map(Record::Environment),
-            RecordKey::Entity(n) => self.entities.get(n).cloned().map(Record::Entity),
-            RecordKey::Request(n) => self.requests.get(n).cloned().map(Record::Request),
-            RecordKey::Product(n) => self.products.get(n).cloned().map(Record::Product),
-            RecordKey::Release(n) => self.releases.get(n).cloned().map(Record::Release),
-            RecordKey::Channel(n) => self.channels.get(n).cloned().map(Record::Channel),
-            RecordKey::Recall(n) => self.recalls.get(n).cloned().map(Record::Recall),
-            RecordKey::Suppression(n) => self.suppressions.get(n).cloned().map(Record::Suppression),
-            RecordKey::Plan(n) => self.plans.get(n).cloned().map(Record::Plan),
-            RecordKey::Activity(n) => self.activity.get(n).cloned().map(Record::Activity),
-            RecordKey::Audit(n) => self.audit.get(n).cloned().map(Record::Audit),
-            RecordKey::Module(n) => {
-                let (name, version) = n.rsplit_once('@')?;
-                let version = Version::parse(version).ok()?;
-                self.modules
-                    .get(&(name.to_string(), version))
-                    .cloned()
-                    .map(Record::Module)
-            }
-            RecordKey::Installation(n) => {
-                self.installations.get(n).cloned().map(Record::Installation)
-            }
-            RecordKey::ChangeRequest(n) => self
-                .change_requests
-                .get(n)
-                .cloned()
-                .map(Record::ChangeRequest),
-            RecordKey::Canary(n) => self
-                .canaries
-                .get(n)
-                .map(|c| Record::Canary(Box::new(c.clone()))),
-            RecordKey::ClusterKey(n) => self.cluster_keys.get(n).cloned().map(Record::ClusterKey),
-        }
-    }
-
-    /// Every record, table by table in tag order, each table in key order.
-    pub fn records(&self) -> impl Iterator<Item = Record> + '_ {
-        let envs = self.environments.values().cloned().map(Record::Environment);
-        let ents = self.entities.values().cloned().map(Record::Entity);
-        let reqs = self.requests.values().cloned().map(Record::Request);
-        let products = self.products.values().cloned().map(Record::Product);
-        let releases = self.releases.values().cloned().map(Record::Release);
-        let channels = self.channels.values().cloned().map(Record::Channel);
-        let recalls = self.recalls.values().cloned().map(Record::Recall);
-        let sups = self.suppressions.values().cloned().map(Record::Suppression);
-        let plans = self.plans.values().cloned().map(Record::Plan);
-        let acts = self.activity.values().cloned().map(Record::Activity);
-        let audit = self.audit.values().cloned().map(Record::Audit);
-        let modules = self.modules.values().cloned().map(Record::Module);
-        let installations = self
-            .installations
-            .values()
-            .cloned()
-            .map(Record::Installation);
-        let crs = self
-            .change_requests
-            .values()
-            .cloned()
-            .map(Record::ChangeRequest);
-        let canaries = self
-            .canaries
-            .values()
-            .map(|c| Record::Canary(Box::new(c.clone())));
-        let keys = self.cluster_keys.values().cloned().map(Record::ClusterKey);
-        envs.chain(ents)
-            .chain(reqs)
-            .chain(products)
-            .chain(releases)
-            .chain(channels)
-            .chain(recalls)
-            .chain(sups)
-            .chain(plans)
-            .chain(acts)
-            .chain(audit)
-            .chain(modules)
-            .chain(installations)
-            .chain(crs)
-            .chain(canaries)
-            .chain(keys)
-    }
-
     /// Adds a record while loading persisted state or a snapshot. Call
     /// [`State::rebuild_indexes`] after the last one (or use [`State::from_records`]).
     pub fn insert_record(&mut self, record: Record) {
-        match record {
-            Record::Environment(e) => {
-                self.environments.insert(e.name.clone(), e);
-            }
-            Record::Entity(e) => {
-                self.entities.insert(e.id.0.clone(), e);
-            }
-            Record::Request(r) => {
-                self.request_expiry.insert((r.time_ms, r.id.clone()));
-                self.requests.insert(r.id.clone(), r);
-            }
-            Record::Product(p) => {
-                self.products.insert(p.id.clone(), p);
-            }
-            Record::Release(r) => {
-                self.releases
-                    .insert(Release::key_name(&r.product_id, &r.version), r);
-            }
-            Record::Channel(c) => {
-                self.channels.insert(c.name.clone(), c);
-            }
-            Record::Recall(r) => {
-                self.recalls.insert(r.id.clone(), r);
-            }
-            Record::Suppression(s) => {
-                self.suppressions.insert(s.id.clone(), s);
-            }
-            Record::Plan(p) => {
-                self.plans.insert(p.id.clone(), p);
-            }
-            Record::Activity(a) => {
-                self.activity.insert(a.entity.clone(), a);
-            }
-            Record::Audit(a) => {
-                self.audit.insert(AuditEntry::key_name(a.index), a);
-            }
-            Record::Module(m) => {
-                self.modules.insert((m.name.clone(), m.version.clone()), m);
-            }
-            Record::Installation(i) => {
-                self.installations.insert(i.id.clone(), i);
-            }
-            Record::ChangeRequest(c) => {
-                self.change_requests.insert(c.id.clone(), c);
-            }
-            Record::Canary(c) => {
-                self.canaries.insert(c.id.clone(), *c);
-            }
-            Record::ClusterKey(k) => {
-                self.cluster_keys.insert(k.name.clone(), k);
-            }
+        if let Record::Request(r) = &record {
+            self.request_expiry.insert((r.time_ms, r.id.clone()));
         }
+        self.load_row(record);
     }
 
     /// Recomputes every derived index from the tables.

@@ -13,7 +13,6 @@ use crate::command::CommandOutput;
 use crate::entity::EntityId;
 use crate::error::CommandError;
 use crate::plan::{Plan, PlanKind, PlanStatus};
-use crate::record::RecordKey;
 use crate::state::{State, Trigger};
 use crate::TimestampMs;
 
@@ -122,23 +121,25 @@ impl State {
                 "entity {entity} already has canary {other}; one canary per entity"
             )));
         }
-        let summary = match self.canaries.get_mut(&id) {
+        if let Some(c) = self.canaries.get(&id) {
+            if c.entity != entity {
+                return Err(CommandError::invalid(
+                    "spec.targetRef",
+                    format!(
+                        "canary {id} controls {}; delete it to attach the name to {entity}",
+                        c.entity
+                    ),
+                ));
+            }
+            if c.yaml == yaml {
+                return Ok(CommandOutput::Changed {
+                    id,
+                    summary: "canary unchanged".into(),
+                });
+            }
+        }
+        let summary = match self.canaries.get_mut(&id, &mut tx.changed) {
             Some(c) => {
-                if c.entity != entity {
-                    return Err(CommandError::invalid(
-                        "spec.targetRef",
-                        format!(
-                            "canary {id} controls {}; delete it to attach the name to {entity}",
-                            c.entity
-                        ),
-                    ));
-                }
-                if c.yaml == yaml {
-                    return Ok(CommandOutput::Changed {
-                        id,
-                        summary: "canary unchanged".into(),
-                    });
-                }
                 c.spec = spec;
                 c.yaml = yaml.to_string();
                 c.updated_ms = now;
@@ -146,8 +147,7 @@ impl State {
             }
             None => {
                 self.idx.canary_of_entity.insert(entity.clone(), id.clone());
-                self.canaries.insert(
-                    id.clone(),
+                self.canaries.put(
                     Canary {
                         id: id.clone(),
                         environment: env.clone(),
@@ -164,11 +164,11 @@ impl State {
                         created_ms: now,
                         updated_ms: now,
                     },
+                    &mut tx.changed,
                 );
                 format!("canary {id} created for {entity}")
             }
         };
-        tx.changed.push(RecordKey::Canary(id.clone()));
         // The next evaluation sets the canary's target.
         tx.triggers.push(Trigger::Entity(entity.clone()));
         self.note(&entity, "canary", summary.clone(), tx);
@@ -201,15 +201,14 @@ impl State {
             }
         }
         if restore {
-            if let Some(rec) = self.canaries.get_mut(id) {
+            if let Some(rec) = self.canaries.get_mut(id, &mut tx.changed) {
                 rec.queued.clear();
                 rec.status = outcome.status.clone();
             }
             self.issue_canary_step(id, &outcome.actions, tx);
         }
-        self.canaries.remove(id);
+        self.canaries.remove(id, &mut tx.changed);
         self.idx.canary_of_entity.remove(&c.entity);
-        tx.changed.push(RecordKey::Canary(id.to_string()));
         let mut summary = format!("canary {id} deleted");
         if !outcome.actions.is_empty() {
             summary.push_str(&format!(
@@ -323,7 +322,7 @@ impl State {
         actions: Vec<Action>,
         tx: &mut Tx,
     ) -> (Phase, Phase) {
-        let Some(c) = self.canaries.get_mut(id) else {
+        let Some(c) = self.canaries.get_mut(id, &mut tx.changed) else {
             // Callers looked the canary up just before; nothing removed it since.
             return (status.phase, status.phase);
         };
@@ -331,7 +330,6 @@ impl State {
         c.status = status;
         c.record_actions(step, actions.clone());
         let after = c.status.phase;
-        tx.changed.push(RecordKey::Canary(id.to_string()));
         self.issue_canary_step(id, &actions, tx);
         (before, after)
     }
@@ -348,12 +346,11 @@ impl State {
 
     /// Records `target` as the revision canary `id` analyses next (from an evaluation).
     pub(super) fn set_canary_target(&mut self, id: &str, target: CanaryRevision, tx: &mut Tx) {
-        let Some(c) = self.canaries.get_mut(id) else {
+        let Some(c) = self.canaries.get_mut(id, &mut tx.changed) else {
             return;
         };
         remember_revision(c, target.clone());
         c.target = Some(target);
-        tx.changed.push(RecordKey::Canary(id.to_string()));
     }
 
     /// The desired state after the status of canary `id` changed with `actions`, as a step
@@ -371,9 +368,8 @@ impl State {
         let spec = step_spec(c, restore);
         let plan = step_plan(c, spec, now, index);
         let entity = c.entity.clone();
-        if let Some(c) = self.canaries.get_mut(id) {
+        if let Some(c) = self.canaries.get_mut(id, &mut tx.changed) {
             c.queued.push(plan);
-            tx.changed.push(RecordKey::Canary(id.to_string()));
         }
         // Issued at once when no plan of the entity is active (after older queued steps).
         self.release_queued_canary_step(&entity, tx);
@@ -395,12 +391,11 @@ impl State {
         else {
             return;
         };
-        let Some(c) = self.canaries.get_mut(&id) else {
+        let Some(c) = self.canaries.get_mut(&id, &mut tx.changed) else {
             return;
         };
         let mut plan = c.queued.remove(0);
         plan.issued_ms = now;
-        tx.changed.push(RecordKey::Canary(id));
         self.insert_plan(plan, tx);
     }
 
@@ -439,18 +434,20 @@ impl State {
         }
         let mut stored = 0;
         for (id, o) in observations {
-            let Some(c) = self
+            if self
                 .canaries
-                .get_mut(id)
-                .filter(|c| c.environment == environment)
-            else {
+                .get(id)
+                .is_none_or(|c| c.environment != environment)
+            {
+                continue;
+            }
+            let Some(c) = self.canaries.get_mut(id, &mut tx.changed) else {
                 continue;
             };
             c.observation = Some(CanaryObservation {
                 observed_ms: now,
                 ..o.clone()
             });
-            tx.changed.push(RecordKey::Canary(id.clone()));
             stored += 1;
         }
         Ok(stored)

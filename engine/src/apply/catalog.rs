@@ -5,7 +5,6 @@ use crate::command::{CommandOutput, WindowSpec};
 use crate::error::CommandError;
 use crate::name::validate_product_id;
 use crate::product::{is_builtin_channel, Channel, Product, Recall, Release};
-use crate::record::RecordKey;
 use crate::release::parse_manifest;
 use crate::state::{State, Trigger};
 
@@ -28,16 +27,15 @@ impl State {
                 name: product_id.to_string(),
             });
         }
-        self.products.insert(
-            product_id.to_string(),
+        self.products.put(
             Product {
                 id: product_id.to_string(),
                 description: description.to_string(),
                 maintenance_window: None,
                 created_at_ms: now,
             },
+            &mut tx.changed,
         );
-        tx.changed.push(RecordKey::Product(product_id.to_string()));
         Ok(changed(
             product_id.to_string(),
             format!("product {product_id} created"),
@@ -57,11 +55,10 @@ impl State {
             .transpose()?;
         let p = self
             .products
-            .get_mut(product_id)
+            .get_mut(product_id, &mut tx.changed)
             .ok_or_else(|| not_found("product", product_id))?;
         let verb = if parsed.is_some() { "set" } else { "removed" };
         p.maintenance_window = parsed;
-        tx.changed.push(RecordKey::Product(product_id.to_string()));
         tx.triggers.push(Trigger::Product(product_id.to_string()));
         Ok(changed(
             product_id.to_string(),
@@ -98,8 +95,7 @@ impl State {
                 name: key,
             });
         }
-        self.releases.insert(
-            key.clone(),
+        self.releases.put(
             Release {
                 product_id: m.product_id.clone(),
                 version: m.version.clone(),
@@ -108,6 +104,7 @@ impl State {
                 custom_channels: Default::default(),
                 published_at_ms: now,
             },
+            &mut tx.changed,
         );
         self.idx
             .release_versions
@@ -126,7 +123,6 @@ impl State {
         for id in ids {
             self.reindex_dependencies(&id);
         }
-        tx.changed.push(RecordKey::Release(key.clone()));
         tx.triggers.push(Trigger::Product(m.product_id.clone()));
         Ok(changed(key.clone(), format!("release {key} published")))
     }
@@ -147,15 +143,14 @@ impl State {
                 name: name.to_string(),
             });
         }
-        self.channels.insert(
-            name.to_string(),
+        self.channels.put(
             Channel {
                 name: name.to_string(),
                 description: description.to_string(),
                 created_at_ms: now,
             },
+            &mut tx.changed,
         );
-        tx.changed.push(RecordKey::Channel(name.to_string()));
         Ok(changed(name.to_string(), format!("channel {name} created")))
     }
 
@@ -184,20 +179,23 @@ impl State {
         let key = Release::key_name(product_id, &v);
         let r = self
             .releases
-            .get_mut(&key)
+            .get(&key)
             .ok_or_else(|| not_found("release", &key))?;
-        let did = if member {
-            r.custom_channels.insert(channel.to_string())
-        } else {
-            r.custom_channels.remove(channel)
-        };
-        if !did {
+        if r.custom_channels.contains(channel) == member {
             let state = if member { "already in" } else { "not in" };
             return Err(CommandError::FailedPrecondition(format!(
                 "release {key} is {state} channel {channel}"
             )));
         }
-        tx.changed.push(RecordKey::Release(key.clone()));
+        // The release exists (checked above).
+        let Some(r) = self.releases.get_mut(&key, &mut tx.changed) else {
+            unreachable!("release {key} checked above");
+        };
+        if member {
+            r.custom_channels.insert(channel.to_string());
+        } else {
+            r.custom_channels.remove(channel);
+        }
         tx.triggers.push(Trigger::Product(product_id.to_string()));
         let verb = if member { "added to" } else { "removed from" };
         Ok(changed(key.clone(), format!("{key} {verb} {channel}")))
@@ -241,8 +239,7 @@ impl State {
             .entry(product_id.to_string())
             .or_default()
             .insert(id.clone());
-        self.recalls.insert(id.clone(), recall);
-        tx.changed.push(RecordKey::Recall(id.clone()));
+        self.recalls.put(recall, &mut tx.changed);
         tx.triggers.push(Trigger::Product(product_id.to_string()));
         Ok(changed(id, summary))
     }
@@ -255,7 +252,7 @@ impl State {
     ) -> Result<CommandOutput, CommandError> {
         let recall = self
             .recalls
-            .remove(id)
+            .remove(id, &mut tx.changed)
             .ok_or_else(|| not_found("recall", id))?;
         if let Some(set) = self.idx.recalls_by_product.get_mut(&recall.product_id) {
             set.remove(id);
@@ -264,7 +261,6 @@ impl State {
                 self.idx.recalls_by_product.remove(&recall.product_id);
             }
         }
-        tx.changed.push(RecordKey::Recall(id.to_string()));
         tx.triggers
             .push(Trigger::Product(recall.product_id.clone()));
         Ok(changed(id.to_string(), format!("recall {id} withdrawn")))

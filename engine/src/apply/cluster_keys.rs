@@ -3,7 +3,6 @@
 use crate::cluster_key::{ClusterKey, SecretKey, CANARY_REVISION_KEY, KNOWN_KEYS};
 use crate::command::CommandOutput;
 use crate::error::CommandError;
-use crate::record::RecordKey;
 use crate::state::{State, Trigger};
 
 use super::Tx;
@@ -29,15 +28,14 @@ impl State {
                 name: name.to_string(),
             });
         }
-        self.cluster_keys.insert(
-            name.to_string(),
+        self.cluster_keys.put(
             ClusterKey {
                 name: name.to_string(),
                 key: key.clone(),
                 set_at_ms: now,
             },
+            &mut tx.changed,
         );
-        tx.changed.push(RecordKey::ClusterKey(name.to_string()));
         if name == CANARY_REVISION_KEY {
             // Entities under a canary waited for the key to get a target revision.
             tx.triggers.extend(

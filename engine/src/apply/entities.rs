@@ -6,7 +6,6 @@ use crate::entity::{
 };
 use crate::error::CommandError;
 use crate::name::{validate_name, validate_product_id};
-use crate::record::RecordKey;
 use crate::state::{State, Trigger};
 use crate::yaml_error::YamlShape;
 
@@ -113,8 +112,7 @@ impl State {
             .or_default()
             .insert(id.0.clone());
         self.index_providers(&entity, true);
-        self.entities.insert(id.0.clone(), entity);
-        tx.changed.push(RecordKey::Entity(id.0.clone()));
+        self.entities.put(entity, &mut tx.changed);
         tx.triggers.push(Trigger::Entity(id.0.clone()));
         Ok(CommandOutput::EntityCreated(id.0))
     }
@@ -161,7 +159,7 @@ impl State {
         }
         let e = self
             .entities
-            .get_mut(id)
+            .get_mut(id, &mut tx.changed)
             .ok_or_else(|| not_found("entity", id))?;
         let mut neighbours = false;
         if let Some(channel) = &patch.release_channel {
@@ -184,7 +182,6 @@ impl State {
         if patch.dependency_groups.is_some() {
             self.reindex_dependencies(id);
         }
-        tx.changed.push(RecordKey::Entity(id.to_string()));
         tx.triggers.push(if neighbours {
             Trigger::Entity(id.to_string())
         } else {
@@ -213,21 +210,18 @@ impl State {
         }
         self.require_entity(entity)?;
         self.check_module_config_edit(entity, &v, config.as_ref())?;
-        let e = self
-            .entities
-            .get_mut(entity)
-            .ok_or_else(|| not_found("entity", entity))?;
-        match config {
-            Some(text) => {
-                e.config_overrides.insert(v.clone(), text.clone());
-            }
-            None => {
-                if e.config_overrides.remove(&v).is_none() {
-                    return Err(not_found("config overrides for version", version));
-                }
-            }
+        let e = self.require_entity(entity)?;
+        if config.is_none() && !e.config_overrides.contains_key(&v) {
+            return Err(not_found("config overrides for version", version));
         }
-        tx.changed.push(RecordKey::Entity(entity.to_string()));
+        // The entity exists (checked above).
+        let Some(e) = self.entities.get_mut(entity, &mut tx.changed) else {
+            unreachable!("entity {entity} checked above");
+        };
+        match config {
+            Some(text) => e.config_overrides.insert(v.clone(), text.clone()),
+            None => e.config_overrides.remove(&v),
+        };
         tx.triggers.push(Trigger::EntityOnly(entity.to_string()));
         let verb = if config.is_some() { "set" } else { "removed" };
         Ok(changed(
@@ -263,10 +257,7 @@ impl State {
                 ));
             }
         }
-        let e = self
-            .entities
-            .get_mut(entity)
-            .ok_or_else(|| not_found("entity", entity))?;
+        let e = self.require_entity(entity)?;
         match value {
             Some(v) => {
                 if !e.secrets.contains_key(name) && e.secrets.len() >= MAX_SECRETS {
@@ -281,17 +272,23 @@ impl State {
                         format!("secret {name} unchanged"),
                     ));
                 }
-                e.secrets.insert(name.to_string(), v.clone());
             }
             None => {
-                if e.secrets.remove(name).is_none() {
+                if !e.secrets.contains_key(name) {
                     return Err(not_found("secret", name));
                 }
             }
         }
+        // The entity exists (checked above).
+        let Some(e) = self.entities.get_mut(entity, &mut tx.changed) else {
+            unreachable!("entity {entity} checked above");
+        };
+        match value {
+            Some(v) => e.secrets.insert(name.to_string(), v.clone()),
+            None => e.secrets.remove(name),
+        };
         e.secrets_revision += 1;
         let rev = e.secrets_revision;
-        tx.changed.push(RecordKey::Entity(entity.to_string()));
         tx.triggers.push(Trigger::EntityOnly(entity.to_string()));
         Ok(changed(
             entity.to_string(),

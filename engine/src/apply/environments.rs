@@ -5,7 +5,6 @@ use crate::command::{CommandOutput, EnvironmentSettingsPatch, WindowChange};
 use crate::environment::Environment;
 use crate::error::CommandError;
 use crate::name::validate_name;
-use crate::record::RecordKey;
 use crate::state::{State, Trigger};
 use crate::suppression::Scope;
 
@@ -43,8 +42,7 @@ impl State {
                 name: name.to_string(),
             });
         }
-        self.environments.insert(
-            name.to_string(),
+        self.environments.put(
             Environment {
                 name: name.to_string(),
                 description: description.to_string(),
@@ -52,8 +50,8 @@ impl State {
                 settings: Default::default(),
                 window_overrides: Vec::new(),
             },
+            &mut tx.changed,
         );
-        tx.changed.push(RecordKey::Environment(name.to_string()));
         Ok(CommandOutput::EnvironmentCreated(name.to_string()))
     }
 
@@ -72,8 +70,7 @@ impl State {
                 "environment {name:?} still has {count} entities; delete them first"
             )));
         }
-        self.environments.remove(name);
-        tx.changed.push(RecordKey::Environment(name.to_string()));
+        self.environments.remove(name, &mut tx.changed);
         let scope = Scope::Environment(name.to_string());
         for id in self
             .idx
@@ -81,8 +78,7 @@ impl State {
             .remove(&scope)
             .unwrap_or_default()
         {
-            self.suppressions.remove(&id);
-            tx.changed.push(RecordKey::Suppression(id));
+            self.suppressions.remove(&id, &mut tx.changed);
         }
         Ok(CommandOutput::EnvironmentDeleted(name.to_string()))
     }
@@ -123,7 +119,7 @@ impl State {
         }
         let env = self
             .environments
-            .get_mut(environment)
+            .get_mut(environment, &mut tx.changed)
             .ok_or_else(|| not_found("environment", environment))?;
         let s = &mut env.settings;
         if let Some(w) = window {
@@ -141,8 +137,6 @@ impl State {
         if let Some(b) = patch.require_windows_for_recall_roll_offs {
             s.require_windows_for_recall_roll_offs = b;
         }
-        tx.changed
-            .push(RecordKey::Environment(environment.to_string()));
         tx.triggers
             .push(Trigger::Environment(environment.to_string()));
         Ok(changed(
@@ -172,21 +166,24 @@ impl State {
         let tls =
             RegistryTls::from_input(ca_pem.as_deref(), insecure_skip_verify).map_err(invalid)?;
         let registry = ArtifactRegistry::with_tls(name, url, access, tls).map_err(invalid)?;
-        let env = self
+        let registries = &self
             .environments
-            .get_mut(environment)
-            .ok_or_else(|| not_found("environment", environment))?;
-        match env.settings.registries.iter_mut().find(|r| r.name == *name) {
-            Some(existing) => *existing = registry,
-            None => {
-                if env.settings.registries.len() >= 32 {
-                    return Err(CommandError::invalid("name", "at most 32 registries"));
-                }
-                env.settings.registries.push(registry)
-            }
+            .get(environment)
+            .ok_or_else(|| not_found("environment", environment))?
+            .settings
+            .registries;
+        let existing = registries.iter().position(|r| r.name == *name);
+        if existing.is_none() && registries.len() >= 32 {
+            return Err(CommandError::invalid("name", "at most 32 registries"));
         }
-        tx.changed
-            .push(RecordKey::Environment(environment.to_string()));
+        // The environment exists (checked above).
+        let Some(env) = self.environments.get_mut(environment, &mut tx.changed) else {
+            unreachable!("environment {environment} checked above");
+        };
+        match existing {
+            Some(i) => env.settings.registries[i] = registry,
+            None => env.settings.registries.push(registry),
+        }
         tx.triggers
             .push(Trigger::Environment(environment.to_string()));
         Ok(changed(
@@ -204,15 +201,16 @@ impl State {
     ) -> Result<CommandOutput, CommandError> {
         let env = self
             .environments
-            .get_mut(environment)
+            .get(environment)
             .ok_or_else(|| not_found("environment", environment))?;
-        let before = env.settings.registries.len();
-        env.settings.registries.retain(|r| r.name != *name);
-        if env.settings.registries.len() == before {
+        if !env.settings.registries.iter().any(|r| r.name == *name) {
             return Err(not_found("registry", name));
         }
-        tx.changed
-            .push(RecordKey::Environment(environment.to_string()));
+        // The environment exists (checked above).
+        let Some(env) = self.environments.get_mut(environment, &mut tx.changed) else {
+            unreachable!("environment {environment} checked above");
+        };
+        env.settings.registries.retain(|r| r.name != *name);
         tx.triggers
             .push(Trigger::Environment(environment.to_string()));
         Ok(changed(

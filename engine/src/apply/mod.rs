@@ -108,8 +108,7 @@ impl State {
                 result: result.clone(),
             };
             self.request_expiry.insert((req.time_ms, id.clone()));
-            self.requests.insert(id.clone(), record);
-            tx.changed.push(RecordKey::Request(id.clone()));
+            self.requests.put(record, &mut tx.changed);
         }
         self.forget_requests_before(req.time_ms - REQUEST_TTL_MS, &mut tx.changed);
         self.check_invariants(&tx.changed);
@@ -347,9 +346,7 @@ impl State {
         tx: &mut Tx,
     ) {
         let (now, index) = (tx.now, tx.index);
-        let key = AuditEntry::key_name(index);
-        self.audit.insert(
-            key.clone(),
+        self.audit.put(
             AuditEntry {
                 index,
                 time_ms: now,
@@ -358,8 +355,8 @@ impl State {
                 target,
                 reason: reason.to_string(),
             },
+            &mut tx.changed,
         );
-        tx.changed.push(RecordKey::Audit(key));
     }
 
     fn forget_requests_before(&mut self, cutoff: TimestampMs, changed: &mut Vec<RecordKey>) {
@@ -368,8 +365,7 @@ impl State {
                 break;
             }
             self.request_expiry.pop_first();
-            self.requests.remove(&id);
-            changed.push(RecordKey::Request(id));
+            self.requests.remove(&id, changed);
         }
     }
 }

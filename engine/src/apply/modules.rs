@@ -21,7 +21,6 @@ use crate::module::{
     RenderError, RenderedEntity, SyncMode,
 };
 use crate::name::{validate_name, validate_product_id};
-use crate::record::RecordKey;
 use crate::state::{State, Trigger};
 
 use super::{not_found, Tx};
@@ -116,7 +115,7 @@ impl State {
         check_actor(actor)?;
         let cr = self
             .change_requests
-            .get_mut(id)
+            .get(id)
             .ok_or_else(|| not_found("change request", id))?;
         if !cr.status.is_open() {
             return Err(CommandError::FailedPrecondition(format!(
@@ -124,12 +123,15 @@ impl State {
                 cr.status.as_str()
             )));
         }
+        // The change request exists (checked above).
+        let Some(cr) = self.change_requests.get_mut(id, &mut tx.changed) else {
+            unreachable!("change request {id} checked above");
+        };
         cr.status = ChangeRequestStatus::Rejected;
         cr.decided_by = Some(actor.to_string());
         cr.closed_ms = Some(now);
         cr.message = reason.to_string();
         let target = cr.installation.clone();
-        tx.changed.push(RecordKey::ChangeRequest(id.to_string()));
         self.audit_entry(actor, "changerequest-reject", target, reason, tx);
         Ok(CommandOutput::Changed {
             id: id.to_string(),
@@ -173,10 +175,7 @@ impl State {
             yaml: yaml.to_string(),
             published_ms: now,
         };
-        self.modules.insert((name.clone(), version.clone()), record);
-        tx.changed.push(RecordKey::Module(PublishedModule::key_name(
-            &name, &version,
-        )));
+        self.modules.put(record, &mut tx.changed);
         // Every installation that follows updates gets a change request (SPEC M9).
         let installations: Vec<String> = self
             .installations
@@ -227,9 +226,8 @@ impl State {
             )));
         }
         for v in &versions {
-            self.modules.remove(&(name.to_string(), v.clone()));
-            tx.changed
-                .push(RecordKey::Module(PublishedModule::key_name(name, v)));
+            self.modules
+                .remove(&(name.to_string(), v.clone()), &mut tx.changed);
         }
         Ok(CommandOutput::Changed {
             id: name.to_string(),
@@ -293,8 +291,7 @@ impl State {
         let sync = self.plan_module_sync(&inst, &version, false)?;
         let (created, adopted) = (sync.created, sync.adopted);
         self.apply_module_sync(&mut inst, sync, tx);
-        self.installations.insert(id.clone(), inst);
-        tx.changed.push(RecordKey::Installation(id.clone()));
+        self.installations.put(inst, &mut tx.changed);
         self.audit_entry(actor, "module-install", id.clone(), "", tx);
         Ok(CommandOutput::Changed {
             id,
@@ -312,9 +309,10 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         check_variables(variables.iter().map(|(k, v)| (k, v.as_ref())))?;
-        let inst = self
+        let mut inst = self
             .installations
-            .get_mut(id)
+            .get(id)
+            .cloned()
             .ok_or_else(|| not_found("module installation", id))?;
         for (name, value) in variables {
             match value {
@@ -332,8 +330,7 @@ impl State {
                 format!("an installation holds at most {MAX_MODULE_VARIABLES}"),
             ));
         }
-        let inst = inst.clone();
-        tx.changed.push(RecordKey::Installation(id.to_string()));
+        self.installations.put(inst.clone(), &mut tx.changed);
         // Open change requests may be unblocked (or blocked) by the new values.
         let open: Vec<String> = self
             .change_requests
@@ -344,10 +341,9 @@ impl State {
         for cr in open {
             let to = self.change_requests[&cr].to_version.clone();
             let blocked = self.blocked_reason(&inst, &to);
-            if let Some(c) = self.change_requests.get_mut(&cr) {
-                if c.blocked != blocked {
+            if self.change_requests[&cr].blocked != blocked {
+                if let Some(c) = self.change_requests.get_mut(&cr, &mut tx.changed) {
                     c.blocked = blocked;
-                    tx.changed.push(RecordKey::ChangeRequest(cr.clone()));
                 }
             }
         }
@@ -379,11 +375,10 @@ impl State {
         if paused {
             self.cancel_open_change_requests(id, "module updates paused", tx);
         }
-        if let Some(inst) = self.installations.get_mut(id) {
+        if let Some(inst) = self.installations.get_mut(id, &mut tx.changed) {
             inst.paused = paused;
             inst.resuming = !paused;
         }
-        tx.changed.push(RecordKey::Installation(id.to_string()));
         let mut summary = format!(
             "module updates of {id} {}",
             if paused { "paused" } else { "resumed" }
@@ -428,8 +423,7 @@ impl State {
         for entity in inst.entities.keys() {
             self.release_ownership(entity, &inst.module, tx);
         }
-        self.installations.remove(id);
-        tx.changed.push(RecordKey::Installation(id.to_string()));
+        self.installations.remove(id, &mut tx.changed);
         self.audit_entry(actor, "module-unlink", id.to_string(), "", tx);
         Ok(CommandOutput::Changed {
             id: id.to_string(),
@@ -476,15 +470,13 @@ impl State {
         inst.version = cr.to_version.clone();
         inst.resuming = false;
         inst.updated_ms = now;
-        self.installations.insert(inst.id.clone(), inst.clone());
-        tx.changed.push(RecordKey::Installation(inst.id.clone()));
-        if let Some(c) = self.change_requests.get_mut(id) {
+        self.installations.put(inst.clone(), &mut tx.changed);
+        if let Some(c) = self.change_requests.get_mut(id, &mut tx.changed) {
             c.status = ChangeRequestStatus::Merged;
             c.decided_by = Some(actor.to_string());
             c.closed_ms = Some(now);
             c.blocked = None;
         }
-        tx.changed.push(RecordKey::ChangeRequest(id.to_string()));
         self.audit_entry(actor, "changerequest-approve", inst.id.clone(), "", tx);
         Ok(CommandOutput::Changed {
             id: id.to_string(),
@@ -538,8 +530,7 @@ impl State {
             Some(Err(e)) => (ChangeRequestStatus::Error, None, e.to_string()),
         };
         let closed_ms = (status == ChangeRequestStatus::Error).then_some(now);
-        self.change_requests.insert(
-            id.clone(),
+        self.change_requests.put(
             ChangeRequest {
                 id: id.clone(),
                 installation: inst.to_string(),
@@ -553,19 +544,24 @@ impl State {
                 decided_by: None,
                 closed_ms,
             },
+            &mut tx.changed,
         );
-        tx.changed.push(RecordKey::ChangeRequest(id.clone()));
         id
     }
 
     fn cancel_open_change_requests(&mut self, inst: &str, message: &str, tx: &mut Tx) {
         let now = tx.now;
-        for c in self.change_requests.values_mut() {
-            if c.installation == inst && c.status.is_open() {
+        let open: Vec<String> = self
+            .change_requests
+            .values()
+            .filter(|c| c.installation == inst && c.status.is_open())
+            .map(|c| c.id.clone())
+            .collect();
+        for id in open {
+            if let Some(c) = self.change_requests.get_mut(&id, &mut tx.changed) {
                 c.status = ChangeRequestStatus::Cancelled;
                 c.message = message.to_string();
                 c.closed_ms = Some(now);
-                tx.changed.push(RecordKey::ChangeRequest(c.id.clone()));
             }
         }
     }
@@ -763,13 +759,17 @@ impl State {
     /// Ends `module`'s management of `entity` (if it still manages it): the entity stays
     /// installed, unowned, without the module's secret requirements (SPEC M11, M16).
     fn release_ownership(&mut self, entity: &str, module: &str, tx: &mut Tx) {
-        if let Some(e) = self.entities.get_mut(entity) {
-            if e.owner_module.as_deref() == Some(module) {
-                e.owner_module = None;
-                e.required_secrets.clear();
-                tx.changed.push(RecordKey::Entity(entity.to_string()));
-                tx.triggers.push(Trigger::EntityOnly(entity.to_string()));
-            }
+        let owned = self
+            .entities
+            .get(entity)
+            .is_some_and(|e| e.owner_module.as_deref() == Some(module));
+        if !owned {
+            return;
+        }
+        if let Some(e) = self.entities.get_mut(entity, &mut tx.changed) {
+            e.owner_module = None;
+            e.required_secrets.clear();
+            tx.triggers.push(Trigger::EntityOnly(entity.to_string()));
         }
     }
 
@@ -791,9 +791,8 @@ impl State {
                     .insert(id.clone());
             }
             self.index_providers(&entity, true);
-            self.entities.insert(id.clone(), entity);
+            self.entities.put(entity, &mut tx.changed);
             self.reindex_dependencies(&id);
-            tx.changed.push(RecordKey::Entity(id.clone()));
             tx.triggers.push(Trigger::Entity(id.clone()));
             self.note(
                 &id,

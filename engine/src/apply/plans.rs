@@ -3,13 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use crate::activity::Activity;
 use crate::artifact::{ArtifactLocation, Availability};
 use crate::command::{CancelTarget, CommandOutput};
 use crate::error::CommandError;
-use crate::evaluate::{evaluate, Evaluation, Outcome};
+use crate::evaluate::{evaluate, Candidate, Evaluation, Outcome};
 use crate::leader::{blocked_periods, decision_changed};
 use crate::plan::{Plan, PlanStatus, FINISHED_PLANS_KEPT};
-use crate::record::RecordKey;
 use crate::state::{State, Trigger};
 use crate::suppression::{Scope, Suppression, SuppressionSource};
 use crate::TimestampMs;
@@ -138,125 +138,149 @@ impl State {
         let index = tx.index;
         let id = eval.entity.clone();
         let fingerprint = eval.fingerprint();
-        let activity = self.activity.entry(id.clone()).or_default();
-        activity.entity = id.clone();
         let candidate_key = eval.candidate.as_ref().map(|c| c.describe());
-        let mut touched = false;
-        // Track since when this candidate has been blocked (4-hour re-check, created time).
-        if eval.is_blocked() {
-            if activity.blocked_candidate != candidate_key || activity.blocked_since_ms.is_none() {
-                activity.blocked_since_ms = Some(now);
-                activity.blocked_candidate = candidate_key.clone();
-                touched = true;
-            } else if let Some(since) = activity.blocked_since_ms {
-                // SPEC P11: blocked for more than 4 hours is a trigger of its own; note it once
-                // per 4-hour period. The period of the newest re-check entry decides (counting
-                // entries would note a skipped period twice, and once per evaluation after the
-                // bounded Activity dropped old re-checks).
-                let periods = blocked_periods(since, now);
-                let noted = activity
-                    .entries
-                    .iter()
-                    .rev()
-                    .take_while(|e| e.time_ms >= since)
-                    .find(|e| e.kind == "recheck")
-                    .map_or(0, |e| blocked_periods(since, e.time_ms));
-                if periods > noted {
-                    activity.push(
-                        now,
-                        index,
-                        "recheck",
-                        format!(
-                            "re-checked after {}h blocked: {}",
-                            periods * 4,
-                            eval.summary()
-                        ),
-                    );
-                    touched = true;
+        // The plan an `Issue` creates, built before anything changes. Every `Outcome::Issue`
+        // has a candidate (see evaluate::evaluate) and evaluate found the entity.
+        let mut plan = match &eval.outcome {
+            Outcome::Issue => Some(self.plan_for(&id, eval.candidate.as_ref()?, seq, tx)?),
+            _ => None,
+        };
+        self.activity.update(
+            id.clone(),
+            &mut tx.changed,
+            || Activity {
+                entity: id.clone(),
+                ..Activity::default()
+            },
+            |activity| {
+                let mut touched = false;
+                // Track since when this candidate has been blocked (4-hour re-check, created
+                // time).
+                if eval.is_blocked() {
+                    if activity.blocked_candidate != candidate_key
+                        || activity.blocked_since_ms.is_none()
+                    {
+                        activity.blocked_since_ms = Some(now);
+                        activity.blocked_candidate = candidate_key.clone();
+                        touched = true;
+                    } else if let Some(since) = activity.blocked_since_ms {
+                        // SPEC P11: blocked for more than 4 hours is a trigger of its own;
+                        // note it once per 4-hour period. The period of the newest re-check
+                        // entry decides (counting entries would note a skipped period twice,
+                        // and once per evaluation after the bounded Activity dropped old
+                        // re-checks).
+                        let periods = blocked_periods(since, now);
+                        let noted = activity
+                            .entries
+                            .iter()
+                            .rev()
+                            .take_while(|e| e.time_ms >= since)
+                            .find(|e| e.kind == "recheck")
+                            .map_or(0, |e| blocked_periods(since, e.time_ms));
+                        if periods > noted {
+                            activity.push(
+                                now,
+                                index,
+                                "recheck",
+                                format!(
+                                    "re-checked after {}h blocked: {}",
+                                    periods * 4,
+                                    eval.summary()
+                                ),
+                            );
+                            touched = true;
+                        }
+                    }
                 }
-            }
-        }
-        let mut issued = None;
-        match &eval.outcome {
-            Outcome::Issue => {
-                let created = match (&activity.blocked_candidate, activity.blocked_since_ms) {
-                    (Some(c), Some(t)) if Some(c) == candidate_key.as_ref() => t,
-                    _ => now,
-                };
-                activity.blocked_since_ms = None;
-                activity.blocked_candidate = None;
-                activity.last_decision = None;
-                // Every Outcome::Issue has a candidate (see evaluate::evaluate).
-                let candidate = eval.candidate.clone()?;
-                let plan_id = format!("p-{index}-{seq}");
-                let entity = self.entities.get(&id)?;
-                let artifacts = candidate
-                    .to_version
-                    .as_ref()
-                    .and_then(|v| self.release(&entity.product_id, v))
-                    .map(|r| r.artifacts.clone())
-                    .unwrap_or_default();
-                let plan = Plan {
-                    id: plan_id.clone(),
-                    entity: id.clone(),
-                    environment: entity.environment.clone(),
-                    tasks: Plan::tasks_for(&candidate.kind),
-                    kind: candidate.kind.clone(),
-                    from_version: candidate.from_version.clone(),
-                    to_version: candidate.to_version.clone(),
-                    from_config_sha256: entity.reported.config_sha256.clone(),
-                    to_config: candidate.to_config.clone(),
-                    secrets_revision: candidate.secrets_revision,
-                    artifacts,
-                    reason: candidate.reason.clone(),
-                    output: String::new(),
-                    failure: None,
-                    created_ms: created,
-                    issued_ms: now,
-                    started_ms: None,
-                    ended_ms: None,
-                    status: PlanStatus::Issued,
-                    cancel_reason: None,
-                    issued_index: index,
-                };
-                let line = format!(
-                    "plan {plan_id} issued: {}: {}",
-                    candidate.describe(),
-                    candidate.reason
-                );
-                self.insert_plan(plan, tx);
-                let activity = self.activity.entry(id.clone()).or_default();
-                activity.push(now, index, "plan", line);
-                touched = true;
-                issued = Some(plan_id);
-            }
-            Outcome::PlanActive { .. } => {}
-            Outcome::CanaryTarget { canary, revision } => {
-                activity.blocked_since_ms = None;
-                activity.blocked_candidate = None;
-                activity.last_decision = Some(fingerprint);
-                activity.push(now, index, "canary", eval.summary());
-                touched = true;
-                let (canary, revision) = (canary.clone(), revision.clone());
-                self.set_canary_target(&canary, revision, tx);
-            }
-            _ => {
-                if decision_changed(activity.last_decision.as_deref(), &fingerprint) {
-                    activity.push(now, index, "decision", eval.summary());
-                    activity.last_decision = Some(fingerprint);
-                    touched = true;
+                match &eval.outcome {
+                    Outcome::Issue => {
+                        if let Some(plan) = plan.as_mut() {
+                            plan.created_ms =
+                                match (&activity.blocked_candidate, activity.blocked_since_ms) {
+                                    (Some(c), Some(t)) if Some(c) == candidate_key.as_ref() => t,
+                                    _ => now,
+                                };
+                            let line = format!(
+                                "plan {} issued: {}: {}",
+                                plan.id,
+                                candidate_key.as_deref().unwrap_or_default(),
+                                plan.reason
+                            );
+                            activity.push(now, index, "plan", line);
+                        }
+                        activity.blocked_since_ms = None;
+                        activity.blocked_candidate = None;
+                        activity.last_decision = None;
+                        touched = true;
+                    }
+                    Outcome::PlanActive { .. } => {}
+                    Outcome::CanaryTarget { .. } => {
+                        activity.blocked_since_ms = None;
+                        activity.blocked_candidate = None;
+                        activity.last_decision = Some(fingerprint.clone());
+                        activity.push(now, index, "canary", eval.summary());
+                        touched = true;
+                    }
+                    Outcome::AtTarget { .. }
+                    | Outcome::NothingExecutable { .. }
+                    | Outcome::Blocked { .. } => {
+                        if decision_changed(activity.last_decision.as_deref(), &fingerprint) {
+                            activity.push(now, index, "decision", eval.summary());
+                            activity.last_decision = Some(fingerprint.clone());
+                            touched = true;
+                        }
+                        if !eval.is_blocked() && activity.blocked_since_ms.is_some() {
+                            activity.blocked_since_ms = None;
+                            activity.blocked_candidate = None;
+                            touched = true;
+                        }
+                    }
                 }
-                if !eval.is_blocked() && activity.blocked_since_ms.is_some() {
-                    activity.blocked_since_ms = None;
-                    activity.blocked_candidate = None;
-                    touched = true;
-                }
-            }
+                touched
+            },
+        );
+        if let Outcome::CanaryTarget { canary, revision } = &eval.outcome {
+            self.set_canary_target(canary, revision.clone(), tx);
         }
-        if touched {
-            tx.changed.push(RecordKey::Activity(id));
-        }
-        issued
+        let plan = plan?;
+        let plan_id = plan.id.clone();
+        self.insert_plan(plan, tx);
+        Some(plan_id)
+    }
+
+    /// The plan `candidate` becomes for entity `id` (its `created_ms` is the issue time; the
+    /// caller sets it from Activity). `None` if the entity does not exist.
+    fn plan_for(&self, id: &str, candidate: &Candidate, seq: usize, tx: &Tx) -> Option<Plan> {
+        let entity = self.entities.get(id)?;
+        let artifacts = candidate
+            .to_version
+            .as_ref()
+            .and_then(|v| self.release(&entity.product_id, v))
+            .map(|r| r.artifacts.clone())
+            .unwrap_or_default();
+        Some(Plan {
+            id: format!("p-{}-{seq}", tx.index),
+            entity: id.to_string(),
+            environment: entity.environment.clone(),
+            tasks: Plan::tasks_for(&candidate.kind),
+            kind: candidate.kind.clone(),
+            from_version: candidate.from_version.clone(),
+            to_version: candidate.to_version.clone(),
+            from_config_sha256: entity.reported.config_sha256.clone(),
+            to_config: candidate.to_config.clone(),
+            secrets_revision: candidate.secrets_revision,
+            artifacts,
+            reason: candidate.reason.clone(),
+            output: String::new(),
+            failure: None,
+            created_ms: tx.now,
+            issued_ms: tx.now,
+            started_ms: None,
+            ended_ms: None,
+            status: PlanStatus::Issued,
+            cancel_reason: None,
+            issued_index: tx.index,
+        })
     }
 
     pub(super) fn insert_plan(&mut self, plan: Plan, tx: &mut Tx) {
@@ -275,14 +299,13 @@ impl State {
                 .active_plan
                 .insert(plan.entity.clone(), plan.id.clone());
         }
-        tx.changed.push(RecordKey::Plan(plan.id.clone()));
-        self.plans.insert(plan.id.clone(), plan);
+        self.plans.put(plan, &mut tx.changed);
     }
 
     /// Marks a plan finished (succeeded, failed, cancelled) and forgets old finished plans.
     pub(super) fn finish_plan(&mut self, plan_id: &str, status: PlanStatus, tx: &mut Tx) {
         let now = tx.now;
-        let Some(plan) = self.plans.get_mut(plan_id) else {
+        let Some(plan) = self.plans.get_mut(plan_id, &mut tx.changed) else {
             return;
         };
         debug_assert!(plan.status.is_active());
@@ -292,7 +315,6 @@ impl State {
         if self.idx.active_plan.get(&entity).map(String::as_str) == Some(plan_id) {
             self.idx.active_plan.remove(&entity);
         }
-        tx.changed.push(RecordKey::Plan(plan_id.to_string()));
         // Keep the newest FINISHED_PLANS_KEPT finished plans of the entity.
         let finished: Vec<(u64, String)> = self
             .idx
@@ -305,22 +327,25 @@ impl State {
             .collect();
         if finished.len() > FINISHED_PLANS_KEPT {
             for (i, id) in &finished[..finished.len() - FINISHED_PLANS_KEPT] {
-                self.plans.remove(id);
+                self.plans.remove(id, &mut tx.changed);
                 if let Some(set) = self.idx.plans_by_entity.get_mut(&entity) {
                     set.remove(&(*i, id.clone()));
                 }
-                tx.changed.push(RecordKey::Plan(id.clone()));
             }
         }
     }
 
     pub(super) fn cancel_plan(&mut self, plan_id: &str, reason: &str, tx: &mut Tx) {
-        let Some(plan) = self.plans.get_mut(plan_id) else {
-            return;
-        };
-        if !plan.status.is_active() {
+        if !self
+            .plans
+            .get(plan_id)
+            .is_some_and(|p| p.status.is_active())
+        {
             return;
         }
+        let Some(plan) = self.plans.get_mut(plan_id, &mut tx.changed) else {
+            return;
+        };
         plan.cancel_reason = Some(reason.to_string());
         let entity = plan.entity.clone();
         self.finish_plan(plan_id, PlanStatus::Cancelled, tx);
@@ -347,12 +372,15 @@ impl State {
     pub(super) fn note(&mut self, entity: &str, kind: &str, message: String, tx: &mut Tx) {
         let now = tx.now;
         let index = tx.index;
-        let activity = self.activity.entry(entity.to_string()).or_default();
-        activity.entity = entity.to_string();
+        let activity =
+            self.activity
+                .get_or_insert_with(entity.to_string(), &mut tx.changed, || Activity {
+                    entity: entity.to_string(),
+                    ..Activity::default()
+                });
         activity.push(now, index, kind, message);
         // A note breaks the "same decision" run, so the next decision is recorded again.
         activity.last_decision = None;
-        tx.changed.push(RecordKey::Activity(entity.to_string()));
     }
 
     pub(super) fn note_scope(&mut self, scope: &Scope, message: String, tx: &mut Tx) {

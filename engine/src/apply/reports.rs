@@ -4,7 +4,6 @@ use crate::command::{CommandOutput, EntityReport, RefusedTaskReport};
 use crate::entity::{config_sha256, Health};
 use crate::error::CommandError;
 use crate::plan::{EmergencyCommand, PlanKind, PlanStatus, TaskReport, TaskState};
-use crate::record::RecordKey;
 use crate::state::{State, Trigger};
 
 use super::{not_found, Tx};
@@ -119,13 +118,17 @@ impl State {
         self.check_entity_reports(environment, states)?;
         let mut changed_count = 0;
         for r in states {
-            let Some(e) = self.entities.get_mut(&r.entity) else {
-                continue;
-            };
-            if !r.changes(&e.reported) {
+            if !self
+                .entities
+                .get(&r.entity)
+                .is_some_and(|e| r.changes(&e.reported))
+            {
                 // An unchanged report changes no record (no write, no trigger).
                 continue;
             }
+            let Some(e) = self.entities.get_mut(&r.entity, &mut tx.changed) else {
+                continue;
+            };
             let before = e.reported.clone();
             e.reported.version = r.version.clone();
             e.reported.health = r.health;
@@ -152,7 +155,6 @@ impl State {
                 }
             );
             changed_count += 1;
-            tx.changed.push(RecordKey::Entity(r.entity.clone()));
             if version_changed {
                 self.reindex_dependencies(&r.entity);
             }
@@ -224,7 +226,7 @@ impl State {
         }
         // Every check passed: change the plan.
         let plan_id = report.plan_id.clone();
-        let Some(plan) = self.plans.get_mut(&plan_id) else {
+        let Some(plan) = self.plans.get_mut(&plan_id, &mut tx.changed) else {
             return ignored("plan vanished");
         };
         let task = &mut plan.tasks[task_index];
@@ -254,7 +256,6 @@ impl State {
         if plan.status == PlanStatus::Issued {
             plan.status = PlanStatus::Running;
         }
-        tx.changed.push(RecordKey::Plan(plan_id.clone()));
         let entity_id = plan.entity.clone();
         if report.state == TaskState::Failed {
             let mut failure = report.failure.clone().unwrap_or_default();
@@ -282,11 +283,10 @@ impl State {
             // now; the agent's next report corrects the details. This is what lets the
             // rollback (SPEC P10) see that the entity is not back where it was.
             if changes_workload {
-                if let Some(e) = self.entities.get_mut(&entity_id) {
+                if let Some(e) = self.entities.get_mut(&entity_id, &mut tx.changed) {
                     e.reported.health = Health::Error;
                     e.reported.message = health_message;
                     e.reported.reported_at_ms = Some(now);
-                    tx.changed.push(RecordKey::Entity(entity_id.clone()));
                 }
             }
             self.note(&entity_id, "plan", line, tx);
@@ -313,7 +313,12 @@ impl State {
             // follows the primary through the agent's reports.
             let canary_step = kind.is_canary_step();
             self.release_queued_canary_step(&entity_id, tx);
-            if let Some(e) = self.entities.get_mut(&entity_id).filter(|_| !canary_step) {
+            let entity = if canary_step {
+                None
+            } else {
+                self.entities.get_mut(&entity_id, &mut tx.changed)
+            };
+            if let Some(e) = entity {
                 let uninstall = matches!(kind, PlanKind::Uninstall)
                     || matches!(
                         kind,
@@ -338,7 +343,6 @@ impl State {
                 }
                 e.reported.reported_at_ms = Some(now);
                 let moved = version_before != e.reported.version;
-                tx.changed.push(RecordKey::Entity(entity_id.clone()));
                 if moved {
                     self.reindex_dependencies(&entity_id);
                 }

@@ -4,7 +4,6 @@
 use crate::command::CommandOutput;
 use crate::error::CommandError;
 use crate::evaluate::format_time;
-use crate::record::RecordKey;
 use crate::state::{State, Trigger};
 use crate::suppression::{Scope, Suppression, SuppressionSource};
 use crate::TimestampMs;
@@ -141,23 +140,21 @@ impl State {
             .entry(s.scope.clone())
             .or_default()
             .insert(s.id.clone());
-        tx.changed.push(RecordKey::Suppression(s.id.clone()));
         tx.triggers.push(match &s.scope {
             Scope::Environment(env) => Trigger::Environment(env.clone()),
             Scope::Entity(id) => Trigger::EntityOnly(id.clone()),
         });
-        self.suppressions.insert(s.id.clone(), s);
+        self.suppressions.put(s, &mut tx.changed);
     }
 
     fn remove_suppression(&mut self, id: &str, tx: &mut Tx) -> Option<Suppression> {
-        let s = self.suppressions.remove(id)?;
+        let s = self.suppressions.remove(id, &mut tx.changed)?;
         if let Some(set) = self.idx.suppressions_by_scope.get_mut(&s.scope) {
             set.remove(id);
             if set.is_empty() {
                 self.idx.suppressions_by_scope.remove(&s.scope);
             }
         }
-        tx.changed.push(RecordKey::Suppression(id.to_string()));
         tx.triggers.push(match &s.scope {
             Scope::Environment(env) => Trigger::Environment(env.clone()),
             Scope::Entity(e) => Trigger::EntityOnly(e.clone()),

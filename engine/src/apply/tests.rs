@@ -246,7 +246,7 @@ fn invariants_catch_an_entity_missing_from_its_product_index() {
 #[should_panic(expected = "whose installation does not manage it")]
 fn invariants_catch_an_owner_without_its_installation() {
     let (mut s, id) = one_entity();
-    if let Some(e) = s.entities.get_mut(&id) {
+    if let Some(e) = s.entities.get_mut(&id, &mut Vec::new()) {
         e.owner_module = Some("monitoring".into());
     }
     s.check_invariants(&[RecordKey::Entity(id)]);

@@ -3,7 +3,6 @@
 
 use crate::command::CommandOutput;
 use crate::error::CommandError;
-use crate::record::RecordKey;
 use crate::settings::WindowOverride;
 use crate::state::{State, Trigger};
 use crate::suppression::Scope;
@@ -39,14 +38,19 @@ impl State {
             reason: reason.to_string(),
         };
         let id = o.id.clone();
-        let list = self.overrides_mut(scope)?;
-        list.retain(|o| o.end_ms > now);
-        if list.len() >= 32 {
+        let live = self
+            .overrides(scope)?
+            .iter()
+            .filter(|o| o.end_ms > now)
+            .count();
+        if live >= 32 {
             return Err(CommandError::invalid(
                 "scope",
                 "at most 32 window overrides",
             ));
         }
+        let list = self.overrides_mut(scope, tx)?;
+        list.retain(|o| o.end_ms > now);
         list.push(o);
         self.touch_scope(scope, tx);
         self.audit_entry(actor, "window-override", scope.to_string(), reason, tx);
@@ -64,12 +68,10 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         self.require_scope(scope)?;
-        let list = self.overrides_mut(scope)?;
-        let before = list.len();
-        list.retain(|o| o.id != *id);
-        if list.len() == before {
+        if !self.overrides(scope)?.iter().any(|o| o.id == *id) {
             return Err(not_found("window override", id));
         }
+        self.overrides_mut(scope, tx)?.retain(|o| o.id != *id);
         self.touch_scope(scope, tx);
         Ok(changed(
             id.to_string(),
@@ -77,31 +79,45 @@ impl State {
         ))
     }
 
-    fn overrides_mut(&mut self, scope: &Scope) -> Result<&mut Vec<WindowOverride>, CommandError> {
+    fn overrides(&self, scope: &Scope) -> Result<&Vec<WindowOverride>, CommandError> {
         match scope {
             Scope::Environment(env) => self
                 .environments
-                .get_mut(env)
+                .get(env)
+                .map(|e| &e.window_overrides)
+                .ok_or_else(|| not_found("environment", env)),
+            Scope::Entity(id) => self
+                .entities
+                .get(id)
+                .map(|e| &e.window_overrides)
+                .ok_or_else(|| not_found("entity", id)),
+        }
+    }
+
+    /// The scope's overrides, to change (the change is recorded).
+    fn overrides_mut(
+        &mut self,
+        scope: &Scope,
+        tx: &mut Tx,
+    ) -> Result<&mut Vec<WindowOverride>, CommandError> {
+        match scope {
+            Scope::Environment(env) => self
+                .environments
+                .get_mut(env, &mut tx.changed)
                 .map(|e| &mut e.window_overrides)
                 .ok_or_else(|| not_found("environment", env)),
             Scope::Entity(id) => self
                 .entities
-                .get_mut(id)
+                .get_mut(id, &mut tx.changed)
                 .map(|e| &mut e.window_overrides)
                 .ok_or_else(|| not_found("entity", id)),
         }
     }
 
     fn touch_scope(&self, scope: &Scope, tx: &mut Tx) {
-        match scope {
-            Scope::Environment(env) => {
-                tx.changed.push(RecordKey::Environment(env.clone()));
-                tx.triggers.push(Trigger::Environment(env.clone()));
-            }
-            Scope::Entity(id) => {
-                tx.changed.push(RecordKey::Entity(id.clone()));
-                tx.triggers.push(Trigger::EntityOnly(id.clone()));
-            }
-        }
+        tx.triggers.push(match scope {
+            Scope::Environment(env) => Trigger::Environment(env.clone()),
+            Scope::Entity(id) => Trigger::EntityOnly(id.clone()),
+        });
     }
 }

@@ -150,7 +150,7 @@ pub fn next_step(
         _ if only_pending => false,
         _ => {
             let recheck_due = eval.is_blocked()
-                && blocked_since.is_some_and(|since| blocked_periods(since, now) >= 2);
+                && blocked_since.is_some_and(|since| blocked_periods(since, now) >= 1);
             decision_changed(last_decision, &fingerprint) || recheck_due
         }
     };
@@ -296,5 +296,21 @@ mod tests {
             0,
             "a clock behind the block's start"
         );
+        // An unchanged block is proposed again once 4 hours have passed (the re-check).
+        let fresh = next_step(&blocked(None), &since, None, &[], 1_000, now);
+        let recorded = DecisionRecord {
+            last_decision: Some(fresh.fingerprint),
+            blocked_since_ms: Some(1_000),
+        };
+        let before = 1_000 + BLOCKED_RECHECK_MS - 1;
+        assert!(
+            next_step(&blocked(None), &recorded, None, &[], 1_000, before)
+                .propose
+                .is_none()
+        );
+        let due = 1_000 + BLOCKED_RECHECK_MS;
+        assert!(next_step(&blocked(None), &recorded, None, &[], 1_000, due)
+            .propose
+            .is_some());
     }
 }
