@@ -915,3 +915,29 @@ fn install_config_overrides_apply_at_creation_and_then_belong_to_the_entity() {
     let c = config(&hub, &helm_id("staging", "database-service"), "2.0.0");
     assert_eq!(c["disk"], "100Gi", "{c}");
 }
+
+#[test]
+fn variables_past_the_limit_are_refused_and_change_nothing() {
+    // Before the tables recorded their own changes, the handler added the values to the live
+    // installation and then refused: the live state kept them, storage did not.
+    let mut hub = Hub::new();
+    hub.env("prod");
+    let v1 = fixture("control-plane-module.yml");
+    publish(&mut hub, "control-plane-module.yml", &v1);
+    install(&mut hub, "prod", "control-plane-module", &[]);
+    let values = |from: usize, to: usize| -> BTreeMap<String, Option<String>> {
+        (from..to)
+            .map(|i| (format!("v{i}"), Some("1".to_string())))
+            .collect()
+    };
+    hub.ok(Command::SetModuleVariables {
+        installation: "prod/control-plane-module".into(),
+        variables: values(0, 200),
+    });
+    // `Hub::err` checks that the refused command left the state and its digest as they were.
+    let err = hub.err(Command::SetModuleVariables {
+        installation: "prod/control-plane-module".into(),
+        variables: values(200, 300),
+    });
+    assert!(err.to_string().contains("at most"), "{err}");
+}
