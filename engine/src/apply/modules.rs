@@ -332,13 +332,7 @@ impl State {
         }
         self.installations.put(inst.clone(), &mut tx.changed);
         // Open change requests may be unblocked (or blocked) by the new values.
-        let open: Vec<String> = self
-            .change_requests
-            .values()
-            .filter(|c| c.installation == id && c.status.is_open())
-            .map(|c| c.id.clone())
-            .collect();
-        for cr in open {
+        for cr in self.open_change_requests(id) {
             let to = self.change_requests[&cr].to_version.clone();
             let blocked = self.blocked_reason(&inst, &to);
             if self.change_requests[&cr].blocked != blocked {
@@ -549,15 +543,18 @@ impl State {
         id
     }
 
-    fn cancel_open_change_requests(&mut self, inst: &str, message: &str, tx: &mut Tx) {
-        let now = tx.now;
-        let open: Vec<String> = self
-            .change_requests
+    /// The ids of installation `inst`'s open change requests.
+    fn open_change_requests(&self, inst: &str) -> Vec<String> {
+        self.change_requests
             .values()
             .filter(|c| c.installation == inst && c.status.is_open())
             .map(|c| c.id.clone())
-            .collect();
-        for id in open {
+            .collect()
+    }
+
+    fn cancel_open_change_requests(&mut self, inst: &str, message: &str, tx: &mut Tx) {
+        let now = tx.now;
+        for id in self.open_change_requests(inst) {
             if let Some(c) = self.change_requests.get_mut(&id, &mut tx.changed) {
                 c.status = ChangeRequestStatus::Cancelled;
                 c.message = message.to_string();
