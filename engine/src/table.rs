@@ -7,6 +7,7 @@
 //! persisted. Loading persisted records ([`Table::load`]) records nothing.
 
 use std::borrow::Borrow;
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::ops::Deref;
 
@@ -74,9 +75,9 @@ impl<V: Row> Table<V> {
         V::Key: Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        let (k, _) = self.rows.get_key_value(key)?;
-        changed.push(V::record_key(k));
-        self.rows.get_mut(key)
+        let row = self.rows.get_mut(key)?;
+        changed.push(V::record_key(&row.key()));
+        Some(row)
     }
 
     /// The row under `key`, created with `make` if missing, to change in place; records the
@@ -91,9 +92,9 @@ impl<V: Row> Table<V> {
         self.rows.entry(key).or_insert_with(make)
     }
 
-    /// Runs `change` on the row under `key` (created with `make` if missing) and records the
-    /// change only if `change` says it changed something; a row created for a `change` that
-    /// changed nothing is removed again. Returns what `change` said.
+    /// Runs `change` on the row under `key` (on a new row from `make` if missing) and records
+    /// the change only if `change` says it changed something; a new row is kept only then.
+    /// Returns what `change` said.
     pub(crate) fn update(
         &mut self,
         key: V::Key,
@@ -101,15 +102,24 @@ impl<V: Row> Table<V> {
         make: impl FnOnce() -> V,
         change: impl FnOnce(&mut V) -> bool,
     ) -> bool {
-        let created = !self.rows.contains_key(&key);
-        let row = self.rows.entry(key.clone()).or_insert_with(make);
-        let did = change(row);
-        if did {
-            changed.push(V::record_key(&key));
-        } else if created {
-            self.rows.remove(&key);
+        match self.rows.entry(key) {
+            Entry::Occupied(mut row) => {
+                let did = change(row.get_mut());
+                if did {
+                    changed.push(V::record_key(row.key()));
+                }
+                did
+            }
+            Entry::Vacant(slot) => {
+                let mut row = make();
+                let did = change(&mut row);
+                if did {
+                    changed.push(V::record_key(slot.key()));
+                    slot.insert(row);
+                }
+                did
+            }
         }
-        did
     }
 
     /// Adds a row while loading persisted state; records nothing.
