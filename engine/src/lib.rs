@@ -17,9 +17,10 @@
 //!    machine and the types of canary rollouts) and [`canary_record`], [`cluster_key`],
 //!    [`artifact`], [`name`] and [`yaml_error`] (validation). The wire and log types:
 //!    [`command`] (what can be proposed), [`record`] (what is stored), [`error`].
-//! 2. **Tables**: [`state`] holds the tables and their derived indexes, with read accessors;
-//!    `table` (private) is a table whose writes record the changed keys, and `tables`
-//!    (private) the one declaration of which row each table holds and how it is persisted.
+//! 2. **Tables**: [`state`] holds the tables and the one lookup that joins them, with read
+//!    accessors; `table` (private) is a table whose writes record the changed keys and keep
+//!    its lookups current, and `tables` (private) the one declaration of which row each table
+//!    holds, how it is persisted and what it indexes.
 //! 3. **Decisions**: [`evaluate`] runs every constraint for an entity at a time and says
 //!    what the leader would issue, with each constraint's [`evaluate::Reason`] as data;
 //!    [`leader`] is the leader's policy on top: whether an evaluation is worth proposing,

@@ -1,7 +1,8 @@
-//! The replicated state: its tables, their derived indexes and the read accessors.
+//! The replicated state: its tables, the lookup that joins them, and the read accessors.
 //!
-//! The state is a set of tables (one per record kind) plus derived indexes that are rebuilt
-//! from the tables after loading and kept up to date by every apply. Nothing here changes
+//! The state is a set of tables (one per record kind, each keeping its own lookups; see
+//! [`crate::tables`]) plus the dependents index, which joins entities with the releases they
+//! run: rebuilt after loading and kept up to date by every apply. Nothing here changes
 //! the state in response to a command: the transitions are in [`crate::apply`], which is the
 //! only module that calls the mutating helpers below.
 
@@ -56,31 +57,16 @@ pub struct Applied {
     pub triggers: Vec<Trigger>,
 }
 
-/// Derived lookups, rebuilt from the tables ([`State::rebuild_indexes`]).
+/// Lookups that join tables, rebuilt from them ([`State::rebuild_indexes`]) and kept up to
+/// date by [`State::reindex_dependencies`]. Lookups within one table are the table's own
+/// ([`crate::tables`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Indexes {
-    /// product -> its released versions.
-    pub(crate) release_versions: BTreeMap<String, BTreeSet<Version>>,
-    /// product -> recall ids.
-    pub(crate) recalls_by_product: BTreeMap<String, BTreeSet<String>>,
-    /// scope -> suppression ids.
-    pub(crate) suppressions_by_scope: BTreeMap<Scope, BTreeSet<String>>,
-    /// entity -> (issued index, plan id), oldest first.
-    pub(crate) plans_by_entity: BTreeMap<String, BTreeSet<(u64, String)>>,
-    /// entity -> its issued or running plan.
-    pub(crate) active_plan: BTreeMap<String, String>,
-    /// (environment, product) -> entity ids.
-    pub(crate) entities_by_product: BTreeMap<(String, String), BTreeSet<String>>,
-    /// (environment, dependency group, product) -> entity ids: who can satisfy a dependency
-    /// on that product for members of the group.
-    pub(crate) providers: BTreeMap<(String, String, String), BTreeSet<String>>,
     /// (environment, dependency group, product depended on) -> entities of the group whose
     /// deployed release depends on it.
     pub(crate) dependents: BTreeMap<(String, String, String), BTreeSet<String>>,
     /// entity -> the (group, product) keys it has in `dependents`.
     pub(crate) dependency_edges: BTreeMap<String, BTreeSet<(String, String)>>,
-    /// entity -> the id of its canary (at most one per entity).
-    pub(crate) canary_of_entity: BTreeMap<String, String>,
 }
 
 /// Everything the hub replicates. Built only by applying commands in log order (or by loading
@@ -90,8 +76,6 @@ pub struct State {
     pub(crate) environments: Table<Environment>,
     pub(crate) entities: Table<Entity>,
     pub(crate) requests: Table<RequestRecord>,
-    /// `(first applied at, request id)`, to forget request ids in time order.
-    pub(crate) request_expiry: BTreeSet<(TimestampMs, String)>,
     pub(crate) products: Table<Product>,
     /// By `group:name@version`.
     pub(crate) releases: Table<Release>,
@@ -139,12 +123,12 @@ impl State {
         }
         assert_eq!(
             self.requests.len(),
-            self.request_expiry.len(),
+            self.requests.index().expiry.len(),
             "request expiry"
         );
         // At most one active plan per entity, and the index agrees with the plans.
         assert_eq!(
-            self.idx.active_plan.len(),
+            self.plans.index().active.len(),
             self.plans.values().filter(|p| p.status.is_active()).count(),
             "active plans against the active-plan index"
         );
@@ -182,13 +166,23 @@ impl State {
             e.environment
         );
         assert!(
-            self.idx
-                .entities_by_product
+            self.entities
+                .index()
+                .by_product
                 .get(&(e.environment.clone(), e.product_id.clone()))
                 .is_some_and(|ids| ids.contains(id)),
             "entity {id}: not in the product index"
         );
-        if let Some(plan_id) = self.idx.active_plan.get(id) {
+        assert_eq!(
+            self.idx
+                .dependency_edges
+                .get(id)
+                .cloned()
+                .unwrap_or_default(),
+            self.dependency_edges_of(e),
+            "entity {id}: dependency edges disagree with its deployed release"
+        );
+        if let Some(plan_id) = self.plans.index().active.get(id) {
             let plan = self.plans.get(plan_id);
             assert!(
                 plan.is_some_and(|p| p.entity == id && p.status.is_active()),
@@ -214,20 +208,21 @@ impl State {
     fn check_plan(&self, id: &str) {
         let Some(p) = self.plans.get(id) else {
             assert!(
-                !self.idx.active_plan.values().any(|a| a == id),
+                !self.plans.index().active.values().any(|a| a == id),
                 "plan {id}: removed but still active in the index"
             );
             return;
         };
         assert!(
-            self.idx
-                .plans_by_entity
+            self.plans
+                .index()
+                .by_entity
                 .get(&p.entity)
                 .is_some_and(|s| s.contains(&(p.issued_index, id.to_string()))),
             "plan {id}: not in the plan index of {}",
             p.entity
         );
-        let indexed = self.idx.active_plan.get(&p.entity).map(String::as_str) == Some(id);
+        let indexed = self.plans.index().active.get(&p.entity).map(String::as_str) == Some(id);
         assert_eq!(
             indexed,
             p.status.is_active(),
@@ -247,14 +242,18 @@ impl State {
                     c.entity
                 );
                 assert_eq!(
-                    self.idx.canary_of_entity.get(&c.entity).map(String::as_str),
+                    self.canaries
+                        .index()
+                        .of_entity
+                        .get(&c.entity)
+                        .map(String::as_str),
                     Some(id),
                     "canary {id}: the canary index of {} disagrees",
                     c.entity
                 );
             }
             None => assert!(
-                !self.idx.canary_of_entity.values().any(|c| c == id),
+                !self.canaries.index().of_entity.values().any(|c| c == id),
                 "canary {id}: removed but still indexed"
             ),
         }
@@ -326,8 +325,9 @@ impl State {
         environment: &str,
         product: &str,
     ) -> impl Iterator<Item = &'a Entity> + 'a {
-        self.idx
-            .entities_by_product
+        self.entities
+            .index()
+            .by_product
             .get(&(environment.to_string(), product.to_string()))
             .into_iter()
             .flatten()
@@ -343,7 +343,7 @@ impl State {
     ) -> impl Iterator<Item = &'a Entity> + 'a {
         let mut ids: BTreeSet<&'a String> = BTreeSet::new();
         for g in entity.groups_for_dependency(product) {
-            if let Some(set) = self.idx.providers.get(&(
+            if let Some(set) = self.entities.index().providers.get(&(
                 entity.environment.clone(),
                 g.clone(),
                 product.to_string(),
@@ -411,8 +411,9 @@ impl State {
     /// A product's releases, newest first.
     pub fn releases_desc<'a>(&'a self, product: &str) -> impl Iterator<Item = &'a Release> + 'a {
         let product = product.to_string();
-        self.idx
-            .release_versions
+        self.releases
+            .index()
+            .versions
             .get(&product)
             .into_iter()
             .flat_map(|vs| vs.iter().rev())
@@ -441,8 +442,9 @@ impl State {
 
     /// The recall covering `product@version`, if any.
     pub fn recall_covering(&self, product: &str, version: &Version) -> Option<&Recall> {
-        self.idx
-            .recalls_by_product
+        self.recalls
+            .index()
+            .by_product
             .get(product)
             .into_iter()
             .flatten()
@@ -455,8 +457,9 @@ impl State {
         &'a self,
         scope: &Scope,
     ) -> impl Iterator<Item = &'a Suppression> + 'a {
-        self.idx
-            .suppressions_by_scope
+        self.suppressions
+            .index()
+            .by_scope
             .get(scope)
             .into_iter()
             .flatten()
@@ -480,8 +483,9 @@ impl State {
 
     /// An entity's plans, oldest first.
     pub fn plans_of<'a>(&'a self, entity: &str) -> impl DoubleEndedIterator<Item = &'a Plan> + 'a {
-        self.idx
-            .plans_by_entity
+        self.plans
+            .index()
+            .by_entity
             .get(entity)
             .into_iter()
             .flatten()
@@ -490,8 +494,9 @@ impl State {
 
     /// The entity's issued or running plan.
     pub fn active_plan_of(&self, entity: &str) -> Option<&Plan> {
-        self.idx
-            .active_plan
+        self.plans
+            .index()
+            .active
             .get(entity)
             .and_then(|id| self.plans.get(id))
     }
@@ -499,8 +504,9 @@ impl State {
     /// Active plans of an environment.
     pub fn active_plans_in<'a>(&'a self, environment: &str) -> impl Iterator<Item = &'a Plan> + 'a {
         let prefix = EntityId::environment_prefix(environment);
-        self.idx
-            .active_plan
+        self.plans
+            .index()
+            .active
             .range(prefix.clone()..)
             .take_while(move |(id, _)| id.starts_with(&prefix))
             .filter_map(|(_, pid)| self.plans.get(pid))
@@ -569,8 +575,9 @@ impl State {
             }
             Trigger::Environment(env) => self.entities_of(env).map(|e| e.id.0.clone()).collect(),
             Trigger::Product(product) => self
-                .idx
-                .entities_by_product
+                .entities
+                .index()
+                .by_product
                 .iter()
                 .filter(|((_, p), _)| p == product)
                 .flat_map(|(_, ids)| ids.iter().cloned())
@@ -649,8 +656,9 @@ impl State {
 
     /// The canary controlling `entity`, unless it is being deleted.
     pub fn canary_of_entity(&self, entity: &str) -> Option<&Canary> {
-        self.idx
-            .canary_of_entity
+        self.canaries
+            .index()
+            .of_entity
             .get(entity)
             .and_then(|id| self.canaries.get(id))
             .filter(|c| c.status.phase != Phase::Terminating)
@@ -671,83 +679,34 @@ impl State {
     /// Adds a record while loading persisted state or a snapshot. Call
     /// [`State::rebuild_indexes`] after the last one (or use [`State::from_records`]).
     pub fn insert_record(&mut self, record: Record) {
-        if let Record::Request(r) = &record {
-            self.request_expiry.insert((r.time_ms, r.id.clone()));
-        }
         self.load_row(record);
     }
 
-    /// Recomputes every derived index from the tables.
+    /// Recomputes the lookups that join tables (each table keeps its own index as rows load).
     pub fn rebuild_indexes(&mut self) {
-        let mut idx = Indexes::default();
-        for r in self.releases.values() {
-            idx.release_versions
-                .entry(r.product_id.clone())
-                .or_default()
-                .insert(r.version.clone());
-        }
-        for r in self.recalls.values() {
-            idx.recalls_by_product
-                .entry(r.product_id.clone())
-                .or_default()
-                .insert(r.id.clone());
-        }
-        for s in self.suppressions.values() {
-            idx.suppressions_by_scope
-                .entry(s.scope.clone())
-                .or_default()
-                .insert(s.id.clone());
-        }
-        for p in self.plans.values() {
-            idx.plans_by_entity
-                .entry(p.entity.clone())
-                .or_default()
-                .insert((p.issued_index, p.id.clone()));
-            if p.status.is_active() {
-                idx.active_plan.insert(p.entity.clone(), p.id.clone());
-            }
-        }
-        for c in self.canaries.values() {
-            idx.canary_of_entity.insert(c.entity.clone(), c.id.clone());
-        }
-        for e in self.entities.values() {
-            idx.entities_by_product
-                .entry((e.environment.clone(), e.product_id.clone()))
-                .or_default()
-                .insert(e.id.0.clone());
-        }
-        self.idx = idx;
-        let entities: Vec<Entity> = self.entities.values().cloned().collect();
-        for e in &entities {
-            self.index_providers(e, true);
-        }
+        self.idx = Indexes::default();
         let ids: Vec<String> = self.entities.keys().cloned().collect();
         for id in ids {
             self.reindex_dependencies(&id);
         }
     }
 
-    /// Adds (or removes) `entity` under each of its dependency groups in the providers index.
-    pub(crate) fn index_providers(&mut self, entity: &Entity, add: bool) {
-        for g in &entity.dependency_groups {
-            let key = (
-                entity.environment.clone(),
-                g.clone(),
-                entity.product_id.clone(),
-            );
-            if add {
-                self.idx
-                    .providers
-                    .entry(key)
-                    .or_default()
-                    .insert(entity.id.0.clone());
-            } else if let Some(set) = self.idx.providers.get_mut(&key) {
-                set.remove(&entity.id.0);
-                if set.is_empty() {
-                    self.idx.providers.remove(&key);
-                }
-            }
-        }
+    /// The (group, product) keys `entity` has in the dependents index: every product its
+    /// deployed release depends on, under each of the entity's groups for that dependency.
+    fn dependency_edges_of(&self, entity: &Entity) -> BTreeSet<(String, String)> {
+        let Some(release) = self.deployed_release(entity) else {
+            return BTreeSet::new();
+        };
+        release
+            .dependencies
+            .iter()
+            .flat_map(|d| {
+                entity
+                    .groups_for_dependency(&d.product_id)
+                    .iter()
+                    .map(|g| (g.clone(), d.product_id.clone()))
+            })
+            .collect()
     }
 
     /// Recomputes the dependency edges of one entity from its deployed release and groups.
@@ -757,6 +716,7 @@ impl State {
             return;
         };
         let env = entity.environment.clone();
+        let new = self.dependency_edges_of(entity);
         for (group, product) in &old {
             let key = (env.clone(), group.clone(), product.clone());
             if let Some(set) = self.idx.dependents.get_mut(&key) {
@@ -766,24 +726,6 @@ impl State {
                 }
             }
         }
-        let products: BTreeSet<String> = self
-            .deployed_release(entity)
-            .map(|r| {
-                r.dependencies
-                    .iter()
-                    .map(|d| d.product_id.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let new: BTreeSet<(String, String)> = products
-            .iter()
-            .flat_map(|p| {
-                entity
-                    .groups_for_dependency(p)
-                    .iter()
-                    .map(move |g| (g.clone(), p.clone()))
-            })
-            .collect();
         for (group, product) in &new {
             self.idx
                 .dependents

@@ -1,9 +1,11 @@
 //! The one declaration of the state's tables: which row type each holds, the record variant
-//! and key it is persisted under, and from that list the state's `record`, `records` and
-//! loading of persisted rows.
+//! and key it is persisted under, the lookups each table keeps ([`Lookups`]), and from that
+//! list the state's `record`, `records` and loading of persisted rows.
 //!
 //! `Record` and `RecordKey` themselves are declared in [`crate::record`], with their explicit
 //! wire tags: they are the persisted format and change only with a format version.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use semver::Version;
 
@@ -17,14 +19,16 @@ use crate::plan::Plan;
 use crate::product::{Channel, Product, Recall, Release};
 use crate::record::{AuditEntry, Record, RecordKey, RequestRecord};
 use crate::state::State;
-use crate::suppression::Suppression;
-use crate::table::Row;
+use crate::suppression::{Scope, Suppression};
+use crate::table::{lookups_index, Lookups, Row};
+use crate::TimestampMs;
 
 /// Rows keyed by a name that is also their record key's name.
 macro_rules! named_rows {
-    ($($row:ty => $variant:ident, |$v:ident| $key:expr;)*) => {$(
+    ($($row:ty => $variant:ident, |$v:ident| $key:expr, $index:ty;)*) => {$(
         impl Row for $row {
             type Key = String;
+            type Index = $index;
             fn key(&self) -> String {
                 let $v = self;
                 $key
@@ -43,26 +47,224 @@ macro_rules! named_rows {
 }
 
 named_rows! {
-    Environment => Environment, |e| e.name.clone();
-    Entity => Entity, |e| e.id.0.clone();
-    RequestRecord => Request, |r| r.id.clone();
-    Product => Product, |p| p.id.clone();
-    Release => Release, |r| Release::key_name(&r.product_id, &r.version);
-    Channel => Channel, |c| c.name.clone();
-    Recall => Recall, |r| r.id.clone();
-    Suppression => Suppression, |s| s.id.clone();
-    Plan => Plan, |p| p.id.clone();
-    Activity => Activity, |a| a.entity.clone();
-    AuditEntry => Audit, |a| AuditEntry::key_name(a.index);
-    Installation => Installation, |i| i.id.clone();
-    ChangeRequest => ChangeRequest, |c| c.id.clone();
-    Canary => Canary, |c| c.id.clone();
-    ClusterKey => ClusterKey, |k| k.name.clone();
+    Environment => Environment, |e| e.name.clone(), ();
+    Entity => Entity, |e| e.id.0.clone(), EntityIndex;
+    RequestRecord => Request, |r| r.id.clone(), RequestIndex;
+    Product => Product, |p| p.id.clone(), ();
+    Release => Release, |r| Release::key_name(&r.product_id, &r.version), ReleaseIndex;
+    Channel => Channel, |c| c.name.clone(), ();
+    Recall => Recall, |r| r.id.clone(), RecallIndex;
+    Suppression => Suppression, |s| s.id.clone(), SuppressionIndex;
+    Plan => Plan, |p| p.id.clone(), PlanIndex;
+    Activity => Activity, |a| a.entity.clone(), ();
+    AuditEntry => Audit, |a| AuditEntry::key_name(a.index), ();
+    Installation => Installation, |i| i.id.clone(), ();
+    ChangeRequest => ChangeRequest, |c| c.id.clone(), ();
+    Canary => Canary, |c| c.id.clone(), CanaryIndex;
+    ClusterKey => ClusterKey, |k| k.name.clone(), ();
+}
+
+lookups_index! {
+    Entity => EntityIndex,
+    RequestRecord => RequestIndex,
+    Release => ReleaseIndex,
+    Recall => RecallIndex,
+    Suppression => SuppressionIndex,
+    Plan => PlanIndex,
+    Canary => CanaryIndex,
+}
+
+/// Adds `value` to the set under `key`.
+fn set_add<K: Ord, T: Ord>(map: &mut BTreeMap<K, BTreeSet<T>>, key: K, value: T) {
+    map.entry(key).or_default().insert(value);
+}
+
+/// Removes `value` from the set under `key`, and the set once empty (so an index changed
+/// row by row equals one built from scratch, which holds no empty sets).
+fn set_remove<K: Ord, T: Ord>(map: &mut BTreeMap<K, BTreeSet<T>>, key: &K, value: &T) {
+    if let Some(set) = map.get_mut(key) {
+        set.remove(value);
+        if set.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
+/// Removes `key` from `map` if it maps to `value`.
+fn remove_if<K: Ord, T: PartialEq>(map: &mut BTreeMap<K, T>, key: &K, value: &T) {
+    if map.get(key) == Some(value) {
+        map.remove(key);
+    }
+}
+
+/// Lookups of the entity table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct EntityIndex {
+    /// (environment, product) -> entity ids.
+    pub(crate) by_product: BTreeMap<(String, String), BTreeSet<String>>,
+    /// (environment, dependency group, product) -> entity ids: who can satisfy a dependency
+    /// on that product for members of the group.
+    pub(crate) providers: BTreeMap<(String, String, String), BTreeSet<String>>,
+}
+
+impl Lookups<Entity> for EntityIndex {
+    fn add(&mut self, e: &Entity) {
+        set_add(
+            &mut self.by_product,
+            (e.environment.clone(), e.product_id.clone()),
+            e.id.0.clone(),
+        );
+        for g in &e.dependency_groups {
+            set_add(
+                &mut self.providers,
+                (e.environment.clone(), g.clone(), e.product_id.clone()),
+                e.id.0.clone(),
+            );
+        }
+    }
+
+    fn remove(&mut self, e: &Entity) {
+        set_remove(
+            &mut self.by_product,
+            &(e.environment.clone(), e.product_id.clone()),
+            &e.id.0,
+        );
+        for g in &e.dependency_groups {
+            set_remove(
+                &mut self.providers,
+                &(e.environment.clone(), g.clone(), e.product_id.clone()),
+                &e.id.0,
+            );
+        }
+    }
+}
+
+/// Lookups of the remembered request ids.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RequestIndex {
+    /// `(first applied at, request id)`, to forget request ids in time order.
+    pub(crate) expiry: BTreeSet<(TimestampMs, String)>,
+}
+
+impl Lookups<RequestRecord> for RequestIndex {
+    fn add(&mut self, r: &RequestRecord) {
+        self.expiry.insert((r.time_ms, r.id.clone()));
+    }
+
+    fn remove(&mut self, r: &RequestRecord) {
+        self.expiry.remove(&(r.time_ms, r.id.clone()));
+    }
+}
+
+/// Lookups of the release table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ReleaseIndex {
+    /// product -> its released versions.
+    pub(crate) versions: BTreeMap<String, BTreeSet<Version>>,
+}
+
+impl Lookups<Release> for ReleaseIndex {
+    fn add(&mut self, r: &Release) {
+        set_add(&mut self.versions, r.product_id.clone(), r.version.clone());
+    }
+
+    fn remove(&mut self, r: &Release) {
+        set_remove(&mut self.versions, &r.product_id, &r.version);
+    }
+}
+
+/// Lookups of the recall table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RecallIndex {
+    /// product -> recall ids.
+    pub(crate) by_product: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Lookups<Recall> for RecallIndex {
+    fn add(&mut self, r: &Recall) {
+        set_add(&mut self.by_product, r.product_id.clone(), r.id.clone());
+    }
+
+    fn remove(&mut self, r: &Recall) {
+        set_remove(&mut self.by_product, &r.product_id, &r.id);
+    }
+}
+
+/// Lookups of the suppression table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SuppressionIndex {
+    /// scope -> suppression ids.
+    pub(crate) by_scope: BTreeMap<Scope, BTreeSet<String>>,
+}
+
+impl Lookups<Suppression> for SuppressionIndex {
+    fn add(&mut self, s: &Suppression) {
+        set_add(&mut self.by_scope, s.scope.clone(), s.id.clone());
+    }
+
+    fn remove(&mut self, s: &Suppression) {
+        set_remove(&mut self.by_scope, &s.scope, &s.id);
+    }
+}
+
+/// Lookups of the plan table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct PlanIndex {
+    /// entity -> (issued index, plan id), oldest first.
+    pub(crate) by_entity: BTreeMap<String, BTreeSet<(u64, String)>>,
+    /// entity -> its issued or running plan (at most one: see `State::check_invariants`).
+    pub(crate) active: BTreeMap<String, String>,
+}
+
+impl Lookups<Plan> for PlanIndex {
+    fn add(&mut self, p: &Plan) {
+        set_add(
+            &mut self.by_entity,
+            p.entity.clone(),
+            (p.issued_index, p.id.clone()),
+        );
+        if p.status.is_active() {
+            let other = self.active.insert(p.entity.clone(), p.id.clone());
+            debug_assert!(
+                other.as_ref().is_none_or(|o| *o == p.id),
+                "a second active plan {} for {} beside {other:?}",
+                p.id,
+                p.entity
+            );
+        }
+    }
+
+    fn remove(&mut self, p: &Plan) {
+        set_remove(
+            &mut self.by_entity,
+            &p.entity,
+            &(p.issued_index, p.id.clone()),
+        );
+        remove_if(&mut self.active, &p.entity, &p.id);
+    }
+}
+
+/// Lookups of the canary table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct CanaryIndex {
+    /// entity -> the id of its canary (at most one per entity).
+    pub(crate) of_entity: BTreeMap<String, String>,
+}
+
+impl Lookups<Canary> for CanaryIndex {
+    fn add(&mut self, c: &Canary) {
+        self.of_entity.insert(c.entity.clone(), c.id.clone());
+    }
+
+    fn remove(&mut self, c: &Canary) {
+        remove_if(&mut self.of_entity, &c.entity, &c.id);
+    }
 }
 
 /// Published modules are keyed by (name, version) and persisted as `name@version`.
 impl Row for PublishedModule {
     type Key = (String, Version);
+    type Index = ();
     fn key(&self) -> Self::Key {
         (self.name.clone(), self.version.clone())
     }
@@ -104,7 +306,7 @@ macro_rules! state_tables {
                 std::iter::empty()$(.chain(self.$field.records()))*
             }
 
-            /// Adds a persisted row to its table (no change recorded, no index updated).
+            /// Adds a persisted row to its table and its index (no change recorded).
             pub(crate) fn load_row(&mut self, record: Record) {
                 match record {
                     $(Record::$variant(row) => self.$field.load(unbox!(row $($boxed)?)),)*

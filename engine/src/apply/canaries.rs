@@ -112,8 +112,9 @@ impl State {
         }
         let id = Canary::id_of(&env, &spec.name);
         if let Some(other) = self
-            .idx
-            .canary_of_entity
+            .canaries
+            .index()
+            .of_entity
             .get(&entity)
             .filter(|other| **other != id)
         {
@@ -138,15 +139,15 @@ impl State {
                 });
             }
         }
-        let summary = match self.canaries.get_mut(&id, &mut tx.changed) {
-            Some(c) => {
+        let summary = if self.canaries.contains_key(&id) {
+            if let Some(mut c) = self.canaries.get_mut(&id, &mut tx.changed) {
                 c.spec = spec;
                 c.yaml = yaml.to_string();
                 c.updated_ms = now;
-                format!("canary {id} updated")
             }
-            None => {
-                self.idx.canary_of_entity.insert(entity.clone(), id.clone());
+            format!("canary {id} updated")
+        } else {
+            {
                 self.canaries.put(
                     Canary {
                         id: id.clone(),
@@ -201,14 +202,13 @@ impl State {
             }
         }
         if restore {
-            if let Some(rec) = self.canaries.get_mut(id, &mut tx.changed) {
+            if let Some(mut rec) = self.canaries.get_mut(id, &mut tx.changed) {
                 rec.queued.clear();
                 rec.status = outcome.status.clone();
             }
             self.issue_canary_step(id, &outcome.actions, tx);
         }
         self.canaries.remove(id, &mut tx.changed);
-        self.idx.canary_of_entity.remove(&c.entity);
         let mut summary = format!("canary {id} deleted");
         if !outcome.actions.is_empty() {
             summary.push_str(&format!(
@@ -322,7 +322,7 @@ impl State {
         actions: Vec<Action>,
         tx: &mut Tx,
     ) -> (Phase, Phase) {
-        let Some(c) = self.canaries.get_mut(id, &mut tx.changed) else {
+        let Some(mut c) = self.canaries.get_mut(id, &mut tx.changed) else {
             // Callers looked the canary up just before; nothing removed it since.
             return (status.phase, status.phase);
         };
@@ -330,6 +330,7 @@ impl State {
         c.status = status;
         c.record_actions(step, actions.clone());
         let after = c.status.phase;
+        drop(c);
         self.issue_canary_step(id, &actions, tx);
         (before, after)
     }
@@ -346,10 +347,10 @@ impl State {
 
     /// Records `target` as the revision canary `id` analyses next (from an evaluation).
     pub(super) fn set_canary_target(&mut self, id: &str, target: CanaryRevision, tx: &mut Tx) {
-        let Some(c) = self.canaries.get_mut(id, &mut tx.changed) else {
+        let Some(mut c) = self.canaries.get_mut(id, &mut tx.changed) else {
             return;
         };
-        remember_revision(c, target.clone());
+        remember_revision(&mut c, target.clone());
         c.target = Some(target);
     }
 
@@ -368,7 +369,7 @@ impl State {
         let spec = step_spec(c, restore);
         let plan = step_plan(c, spec, now, index);
         let entity = c.entity.clone();
-        if let Some(c) = self.canaries.get_mut(id, &mut tx.changed) {
+        if let Some(mut c) = self.canaries.get_mut(id, &mut tx.changed) {
             c.queued.push(plan);
         }
         // Issued at once when no plan of the entity is active (after older queued steps).
@@ -379,22 +380,24 @@ impl State {
     /// is active (called when a plan finishes and when a step is decided).
     pub(super) fn release_queued_canary_step(&mut self, entity: &str, tx: &mut Tx) {
         let now = tx.now;
-        if self.idx.active_plan.contains_key(entity) {
+        if self.plans.index().active.contains_key(entity) {
             return;
         }
         let Some(id) = self
-            .idx
-            .canary_of_entity
+            .canaries
+            .index()
+            .of_entity
             .get(entity)
             .filter(|id| self.canaries.get(*id).is_some_and(|c| !c.queued.is_empty()))
             .cloned()
         else {
             return;
         };
-        let Some(c) = self.canaries.get_mut(&id, &mut tx.changed) else {
+        let Some(mut c) = self.canaries.get_mut(&id, &mut tx.changed) else {
             return;
         };
         let mut plan = c.queued.remove(0);
+        drop(c);
         plan.issued_ms = now;
         self.insert_plan(plan, tx);
     }
@@ -441,7 +444,7 @@ impl State {
             {
                 continue;
             }
-            let Some(c) = self.canaries.get_mut(id, &mut tx.changed) else {
+            let Some(mut c) = self.canaries.get_mut(id, &mut tx.changed) else {
                 continue;
             };
             c.observation = Some(CanaryObservation {

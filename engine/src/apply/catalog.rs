@@ -106,11 +106,6 @@ impl State {
             },
             &mut tx.changed,
         );
-        self.idx
-            .release_versions
-            .entry(m.product_id.clone())
-            .or_default()
-            .insert(m.version.clone());
         // Entities already reporting this version now have dependency edges.
         let ids: Vec<String> = self
             .entities
@@ -188,7 +183,7 @@ impl State {
             )));
         }
         // The release exists (checked above).
-        let Some(r) = self.releases.get_mut(&key, &mut tx.changed) else {
+        let Some(mut r) = self.releases.get_mut(&key, &mut tx.changed) else {
             unreachable!("release {key} checked above");
         };
         if member {
@@ -234,11 +229,6 @@ impl State {
             created_at_ms: now,
         };
         let summary = format!("{product_id} {} recalled", recall.range_text());
-        self.idx
-            .recalls_by_product
-            .entry(product_id.to_string())
-            .or_default()
-            .insert(id.clone());
         self.recalls.put(recall, &mut tx.changed);
         tx.triggers.push(Trigger::Product(product_id.to_string()));
         Ok(changed(id, summary))
@@ -254,13 +244,6 @@ impl State {
             .recalls
             .remove(id, &mut tx.changed)
             .ok_or_else(|| not_found("recall", id))?;
-        if let Some(set) = self.idx.recalls_by_product.get_mut(&recall.product_id) {
-            set.remove(id);
-            // Rebuilt indexes hold no empty sets: keep the live index equal to them.
-            if set.is_empty() {
-                self.idx.recalls_by_product.remove(&recall.product_id);
-            }
-        }
         tx.triggers
             .push(Trigger::Product(recall.product_id.clone()));
         Ok(changed(id.to_string(), format!("recall {id} withdrawn")))

@@ -106,12 +106,6 @@ impl State {
             release_channel,
             now,
         );
-        self.idx
-            .entities_by_product
-            .entry((environment.to_string(), product_id.to_string()))
-            .or_default()
-            .insert(id.0.clone());
-        self.index_providers(&entity, true);
         self.entities.put(entity, &mut tx.changed);
         tx.triggers.push(Trigger::Entity(id.0.clone()));
         Ok(CommandOutput::EntityCreated(id.0))
@@ -148,16 +142,7 @@ impl State {
             Some(WindowChange::Remove) => Some(None),
             None => None,
         };
-        if let Some(groups) = &patch.dependency_groups {
-            // Re-key the entity in the group indexes (validated above; cannot fail now).
-            if let Some(before) = self.entities.get(id).cloned() {
-                self.index_providers(&before, false);
-                let mut after = before;
-                after.dependency_groups = groups.iter().cloned().collect();
-                self.index_providers(&after, true);
-            }
-        }
-        let e = self
+        let mut e = self
             .entities
             .get_mut(id, &mut tx.changed)
             .ok_or_else(|| not_found("entity", id))?;
@@ -179,6 +164,7 @@ impl State {
         if let Some(m) = patch.marked_for_uninstall {
             e.marked_for_uninstall = m;
         }
+        drop(e);
         if patch.dependency_groups.is_some() {
             self.reindex_dependencies(id);
         }
@@ -215,7 +201,7 @@ impl State {
             return Err(not_found("config overrides for version", version));
         }
         // The entity exists (checked above).
-        let Some(e) = self.entities.get_mut(entity, &mut tx.changed) else {
+        let Some(mut e) = self.entities.get_mut(entity, &mut tx.changed) else {
             unreachable!("entity {entity} checked above");
         };
         match config {
@@ -280,7 +266,7 @@ impl State {
             }
         }
         // The entity exists (checked above).
-        let Some(e) = self.entities.get_mut(entity, &mut tx.changed) else {
+        let Some(mut e) = self.entities.get_mut(entity, &mut tx.changed) else {
             unreachable!("entity {entity} checked above");
         };
         match value {

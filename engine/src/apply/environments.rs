@@ -72,12 +72,14 @@ impl State {
         }
         self.environments.remove(name, &mut tx.changed);
         let scope = Scope::Environment(name.to_string());
-        for id in self
-            .idx
-            .suppressions_by_scope
-            .remove(&scope)
-            .unwrap_or_default()
-        {
+        let ids = self
+            .suppressions
+            .index()
+            .by_scope
+            .get(&scope)
+            .cloned()
+            .unwrap_or_default();
+        for id in ids {
             self.suppressions.remove(&id, &mut tx.changed);
         }
         Ok(CommandOutput::EnvironmentDeleted(name.to_string()))

@@ -107,7 +107,6 @@ impl State {
                 time_ms: req.time_ms,
                 result: result.clone(),
             };
-            self.request_expiry.insert((req.time_ms, id.clone()));
             self.requests.put(record, &mut tx.changed);
         }
         self.forget_requests_before(req.time_ms - REQUEST_TTL_MS, &mut tx.changed);
@@ -360,12 +359,12 @@ impl State {
     }
 
     fn forget_requests_before(&mut self, cutoff: TimestampMs, changed: &mut Vec<RecordKey>) {
-        while let Some((t, id)) = self.request_expiry.first().cloned() {
+        while let Some((t, id)) = self.requests.index().expiry.first().cloned() {
             if t >= cutoff {
                 break;
             }
-            self.request_expiry.pop_first();
-            self.requests.remove(&id, changed);
+            let forgotten = self.requests.remove(&id, changed);
+            debug_assert!(forgotten.is_some(), "request {id} expired twice");
         }
     }
 }

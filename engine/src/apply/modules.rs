@@ -763,7 +763,7 @@ impl State {
         if !owned {
             return;
         }
-        if let Some(e) = self.entities.get_mut(entity, &mut tx.changed) {
+        if let Some(mut e) = self.entities.get_mut(entity, &mut tx.changed) {
             e.owner_module = None;
             e.required_secrets.clear();
             tx.triggers.push(Trigger::EntityOnly(entity.to_string()));
@@ -775,19 +775,9 @@ impl State {
         let now = tx.now;
         for (mut entity, existed) in sync.upserts {
             let id = entity.id.0.clone();
-            if existed {
-                if let Some(before) = self.entities.get(&id).cloned() {
-                    self.index_providers(&before, false);
-                }
-            } else {
+            if !existed {
                 entity.created_at_ms = now;
-                self.idx
-                    .entities_by_product
-                    .entry((entity.environment.clone(), entity.product_id.clone()))
-                    .or_default()
-                    .insert(id.clone());
             }
-            self.index_providers(&entity, true);
             self.entities.put(entity, &mut tx.changed);
             self.reindex_dependencies(&id);
             tx.triggers.push(Trigger::Entity(id.clone()));

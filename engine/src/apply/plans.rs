@@ -285,40 +285,29 @@ impl State {
 
     pub(super) fn insert_plan(&mut self, plan: Plan, tx: &mut Tx) {
         debug_assert!(
-            !plan.status.is_active() || !self.idx.active_plan.contains_key(&plan.entity),
+            !plan.status.is_active() || !self.plans.index().active.contains_key(&plan.entity),
             "a second active plan for {}",
             plan.entity
         );
-        self.idx
-            .plans_by_entity
-            .entry(plan.entity.clone())
-            .or_default()
-            .insert((plan.issued_index, plan.id.clone()));
-        if plan.status.is_active() {
-            self.idx
-                .active_plan
-                .insert(plan.entity.clone(), plan.id.clone());
-        }
         self.plans.put(plan, &mut tx.changed);
     }
 
     /// Marks a plan finished (succeeded, failed, cancelled) and forgets old finished plans.
     pub(super) fn finish_plan(&mut self, plan_id: &str, status: PlanStatus, tx: &mut Tx) {
         let now = tx.now;
-        let Some(plan) = self.plans.get_mut(plan_id, &mut tx.changed) else {
+        let Some(mut plan) = self.plans.get_mut(plan_id, &mut tx.changed) else {
             return;
         };
         debug_assert!(plan.status.is_active());
         plan.status = status;
         plan.ended_ms = Some(now);
         let entity = plan.entity.clone();
-        if self.idx.active_plan.get(&entity).map(String::as_str) == Some(plan_id) {
-            self.idx.active_plan.remove(&entity);
-        }
+        drop(plan);
         // Keep the newest FINISHED_PLANS_KEPT finished plans of the entity.
         let finished: Vec<(u64, String)> = self
-            .idx
-            .plans_by_entity
+            .plans
+            .index()
+            .by_entity
             .get(&entity)
             .into_iter()
             .flatten()
@@ -326,11 +315,8 @@ impl State {
             .cloned()
             .collect();
         if finished.len() > FINISHED_PLANS_KEPT {
-            for (i, id) in &finished[..finished.len() - FINISHED_PLANS_KEPT] {
+            for (_, id) in &finished[..finished.len() - FINISHED_PLANS_KEPT] {
                 self.plans.remove(id, &mut tx.changed);
-                if let Some(set) = self.idx.plans_by_entity.get_mut(&entity) {
-                    set.remove(&(*i, id.clone()));
-                }
             }
         }
     }
@@ -343,11 +329,12 @@ impl State {
         {
             return;
         }
-        let Some(plan) = self.plans.get_mut(plan_id, &mut tx.changed) else {
+        let Some(mut plan) = self.plans.get_mut(plan_id, &mut tx.changed) else {
             return;
         };
         plan.cancel_reason = Some(reason.to_string());
         let entity = plan.entity.clone();
+        drop(plan);
         self.finish_plan(plan_id, PlanStatus::Cancelled, tx);
         self.note(
             &entity,

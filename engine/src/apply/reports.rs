@@ -126,7 +126,7 @@ impl State {
                 // An unchanged report changes no record (no write, no trigger).
                 continue;
             }
-            let Some(e) = self.entities.get_mut(&r.entity, &mut tx.changed) else {
+            let Some(mut e) = self.entities.get_mut(&r.entity, &mut tx.changed) else {
                 continue;
             };
             let before = e.reported.clone();
@@ -154,6 +154,7 @@ impl State {
                     format!(": {}", e.reported.message)
                 }
             );
+            drop(e);
             changed_count += 1;
             if version_changed {
                 self.reindex_dependencies(&r.entity);
@@ -226,7 +227,7 @@ impl State {
         }
         // Every check passed: change the plan.
         let plan_id = report.plan_id.clone();
-        let Some(plan) = self.plans.get_mut(&plan_id, &mut tx.changed) else {
+        let Some(mut plan) = self.plans.get_mut(&plan_id, &mut tx.changed) else {
             return ignored("plan vanished");
         };
         let task = &mut plan.tasks[task_index];
@@ -278,12 +279,13 @@ impl State {
                 failure.stage, failure.message
             );
             plan.failure = Some(failure);
+            drop(plan);
             self.finish_plan(&plan_id, PlanStatus::Failed, tx);
             // The failure is evidence the workload is not healthy, whatever version it runs
             // now; the agent's next report corrects the details. This is what lets the
             // rollback (SPEC P10) see that the entity is not back where it was.
             if changes_workload {
-                if let Some(e) = self.entities.get_mut(&entity_id, &mut tx.changed) {
+                if let Some(mut e) = self.entities.get_mut(&entity_id, &mut tx.changed) {
                     e.reported.health = Health::Error;
                     e.reported.message = health_message;
                     e.reported.reported_at_ms = Some(now);
@@ -301,24 +303,29 @@ impl State {
                 summary: "plan failed".into(),
             });
         }
-        if plan.tasks.iter().all(|t| t.state == TaskState::Succeeded) {
-            let (to_version, to_config, secrets_revision, kind) = (
-                plan.to_version.clone(),
-                plan.to_config.clone(),
-                plan.secrets_revision,
-                plan.kind.clone(),
-            );
+        let succeeded = plan
+            .tasks
+            .iter()
+            .all(|t| t.state == TaskState::Succeeded)
+            .then(|| {
+                (
+                    plan.to_version.clone(),
+                    plan.to_config.clone(),
+                    plan.secrets_revision,
+                    plan.kind.clone(),
+                )
+            });
+        drop(plan);
+        if let Some((to_version, to_config, secrets_revision, kind)) = succeeded {
             self.finish_plan(&plan_id, PlanStatus::Succeeded, tx);
             // A canary step changes the canary's workloads; the entity's reported state
             // follows the primary through the agent's reports.
             let canary_step = kind.is_canary_step();
             self.release_queued_canary_step(&entity_id, tx);
-            let entity = if canary_step {
-                None
-            } else {
-                self.entities.get_mut(&entity_id, &mut tx.changed)
-            };
-            if let Some(e) = entity {
+            let mut moved = false;
+            if canary_step {
+                // Nothing of the entity changes.
+            } else if let Some(mut e) = self.entities.get_mut(&entity_id, &mut tx.changed) {
                 let uninstall = matches!(kind, PlanKind::Uninstall)
                     || matches!(
                         kind,
@@ -342,10 +349,10 @@ impl State {
                     e.reported.health = Health::Healthy;
                 }
                 e.reported.reported_at_ms = Some(now);
-                let moved = version_before != e.reported.version;
-                if moved {
-                    self.reindex_dependencies(&entity_id);
-                }
+                moved = version_before != e.reported.version;
+            }
+            if moved {
+                self.reindex_dependencies(&entity_id);
             }
             self.note(&entity_id, "plan", format!("plan {plan_id} succeeded"), tx);
             tx.triggers.push(Trigger::Entity(entity_id));

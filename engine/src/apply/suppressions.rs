@@ -135,11 +135,6 @@ impl State {
     }
 
     pub(super) fn add_suppression(&mut self, s: Suppression, tx: &mut Tx) {
-        self.idx
-            .suppressions_by_scope
-            .entry(s.scope.clone())
-            .or_default()
-            .insert(s.id.clone());
         tx.triggers.push(match &s.scope {
             Scope::Environment(env) => Trigger::Environment(env.clone()),
             Scope::Entity(id) => Trigger::EntityOnly(id.clone()),
@@ -149,12 +144,6 @@ impl State {
 
     fn remove_suppression(&mut self, id: &str, tx: &mut Tx) -> Option<Suppression> {
         let s = self.suppressions.remove(id, &mut tx.changed)?;
-        if let Some(set) = self.idx.suppressions_by_scope.get_mut(&s.scope) {
-            set.remove(id);
-            if set.is_empty() {
-                self.idx.suppressions_by_scope.remove(&s.scope);
-            }
-        }
         tx.triggers.push(match &s.scope {
             Scope::Environment(env) => Trigger::Environment(env.clone()),
             Scope::Entity(e) => Trigger::EntityOnly(e.clone()),

@@ -230,7 +230,10 @@ fn one_entity() -> (State, String) {
 #[should_panic(expected = "active plans against the active-plan index")]
 fn invariants_catch_an_active_plan_index_without_the_plan() {
     let (mut s, id) = one_entity();
-    s.idx.active_plan.insert(id.clone(), "p-9-0".into());
+    s.plans
+        .index_mut()
+        .active
+        .insert(id.clone(), "p-9-0".into());
     s.check_invariants(&[RecordKey::Entity(id)]);
 }
 
@@ -238,7 +241,7 @@ fn invariants_catch_an_active_plan_index_without_the_plan() {
 #[should_panic(expected = "not in the product index")]
 fn invariants_catch_an_entity_missing_from_its_product_index() {
     let (mut s, id) = one_entity();
-    s.idx.entities_by_product.clear();
+    s.entities.index_mut().by_product.clear();
     s.check_invariants(&[RecordKey::Entity(id)]);
 }
 
@@ -246,7 +249,7 @@ fn invariants_catch_an_entity_missing_from_its_product_index() {
 #[should_panic(expected = "whose installation does not manage it")]
 fn invariants_catch_an_owner_without_its_installation() {
     let (mut s, id) = one_entity();
-    if let Some(e) = s.entities.get_mut(&id, &mut Vec::new()) {
+    if let Some(mut e) = s.entities.get_mut(&id, &mut Vec::new()) {
         e.owner_module = Some("monitoring".into());
     }
     s.check_invariants(&[RecordKey::Entity(id)]);

@@ -49,9 +49,10 @@ impl State {
                 "at most 32 window overrides",
             ));
         }
-        let list = self.overrides_mut(scope, tx)?;
-        list.retain(|o| o.end_ms > now);
-        list.push(o);
+        self.change_overrides(scope, tx, |list| {
+            list.retain(|o| o.end_ms > now);
+            list.push(o);
+        })?;
         self.touch_scope(scope, tx);
         self.audit_entry(actor, "window-override", scope.to_string(), reason, tx);
         Ok(changed(
@@ -71,7 +72,7 @@ impl State {
         if !self.overrides(scope)?.iter().any(|o| o.id == *id) {
             return Err(not_found("window override", id));
         }
-        self.overrides_mut(scope, tx)?.retain(|o| o.id != *id);
+        self.change_overrides(scope, tx, |list| list.retain(|o| o.id != *id))?;
         self.touch_scope(scope, tx);
         Ok(changed(
             id.to_string(),
@@ -94,24 +95,30 @@ impl State {
         }
     }
 
-    /// The scope's overrides, to change (the change is recorded).
-    fn overrides_mut(
+    /// Runs `change` on the scope's overrides (the change is recorded).
+    fn change_overrides(
         &mut self,
         scope: &Scope,
         tx: &mut Tx,
-    ) -> Result<&mut Vec<WindowOverride>, CommandError> {
+        change: impl FnOnce(&mut Vec<WindowOverride>),
+    ) -> Result<(), CommandError> {
         match scope {
-            Scope::Environment(env) => self
-                .environments
-                .get_mut(env, &mut tx.changed)
-                .map(|e| &mut e.window_overrides)
-                .ok_or_else(|| not_found("environment", env)),
-            Scope::Entity(id) => self
-                .entities
-                .get_mut(id, &mut tx.changed)
-                .map(|e| &mut e.window_overrides)
-                .ok_or_else(|| not_found("entity", id)),
+            Scope::Environment(env) => {
+                let e = self
+                    .environments
+                    .get_mut(env, &mut tx.changed)
+                    .ok_or_else(|| not_found("environment", env))?;
+                change(&mut e.window_overrides);
+            }
+            Scope::Entity(id) => {
+                let mut e = self
+                    .entities
+                    .get_mut(id, &mut tx.changed)
+                    .ok_or_else(|| not_found("entity", id))?;
+                change(&mut e.window_overrides);
+            }
         }
+        Ok(())
     }
 
     fn touch_scope(&self, scope: &Scope, tx: &mut Tx) {
