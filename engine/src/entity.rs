@@ -137,27 +137,46 @@ pub struct Entity {
     pub dependency_group_overrides: BTreeMap<String, BTreeSet<String>>,
 }
 
+/// What an entity is created with; everything else starts at its default
+/// ([`Entity::new`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntityIdentity {
+    /// The environment it belongs to.
+    pub environment: String,
+    /// Helm chart or Terraform module.
+    pub kind: EntityKind,
+    /// Its name in the environment.
+    pub name: String,
+    /// The product it runs.
+    pub product_id: String,
+    /// The Kubernetes namespace (Helm charts only).
+    pub k8s_namespace: Option<String>,
+    /// The cloud account (Terraform modules only).
+    pub account_id: Option<String>,
+    /// The release channel it follows.
+    pub release_channel: String,
+}
+
 impl Entity {
     /// A new, unmanaged entity with the defaults every entity starts with: the default
-    /// dependency group, no windows, config, secrets or reported state.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        id: EntityId,
-        environment: &str,
-        kind: EntityKind,
-        name: &str,
-        product_id: &str,
-        k8s_namespace: Option<String>,
-        account_id: Option<String>,
-        release_channel: String,
-        created_at_ms: TimestampMs,
-    ) -> Self {
-        Entity {
-            id,
-            environment: environment.to_string(),
+    /// dependency group, no windows, config, secrets or reported state. Its id is derived from
+    /// the identity's environment, kind and name.
+    pub fn new(identity: EntityIdentity, created_at_ms: TimestampMs) -> Self {
+        let EntityIdentity {
+            environment,
             kind,
-            name: name.to_string(),
-            product_id: product_id.to_string(),
+            name,
+            product_id,
+            k8s_namespace,
+            account_id,
+            release_channel,
+        } = identity;
+        Entity {
+            id: EntityId::new(&environment, kind, &name),
+            environment,
+            kind,
+            name,
+            product_id,
             k8s_namespace,
             account_id,
             release_channel,

@@ -2,7 +2,8 @@
 
 use crate::command::{CommandOutput, EntitySettingsPatch, WindowChange};
 use crate::entity::{
-    Entity, EntityId, EntityKind, SecretValue, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN,
+    Entity, EntityId, EntityIdentity, EntityKind, SecretValue, DEFAULT_RELEASE_CHANNEL,
+    MAX_ENTITY_ID_LEN,
 };
 use crate::error::CommandError;
 use crate::name::{validate_name, validate_product_id};
@@ -96,16 +97,18 @@ impl State {
             });
         }
         let entity = Entity::new(
-            id.clone(),
-            environment,
-            kind,
-            name,
-            product_id,
-            k8s_namespace,
-            account_id,
-            release_channel,
+            EntityIdentity {
+                environment: environment.to_string(),
+                kind,
+                name: name.to_string(),
+                product_id: product_id.to_string(),
+                k8s_namespace: k8s_namespace.clone(),
+                account_id: account_id.clone(),
+                release_channel,
+            },
             now,
         );
+        debug_assert_eq!(entity.id, id);
         self.entities.put(entity, &mut tx.changed);
         tx.triggers.push(Trigger::Entity(id.0.clone()));
         Ok(CommandOutput::EntityCreated(id.0))

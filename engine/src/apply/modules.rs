@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use semver::Version;
 
 use crate::command::CommandOutput;
-use crate::entity::{Entity, EntityId, EntityKind, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN};
+use crate::entity::{
+    Entity, EntityId, EntityIdentity, EntityKind, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN,
+};
 use crate::error::CommandError;
 use crate::installation::{
     ChangeRequest, ChangeRequestStatus, Installation, ManagedEntity, PublishedModule,
@@ -629,14 +631,15 @@ impl State {
                         continue;
                     }
                     Entity::new(
-                        id.clone(),
-                        &inst.environment,
-                        r.kind,
-                        &r.entity_name,
-                        &r.product_id,
-                        r.k8s_namespace.clone(),
-                        r.account_id.clone(),
-                        DEFAULT_RELEASE_CHANNEL.to_string(),
+                        EntityIdentity {
+                            environment: inst.environment.clone(),
+                            kind: r.kind,
+                            name: r.entity_name.clone(),
+                            product_id: r.product_id.clone(),
+                            k8s_namespace: r.k8s_namespace.clone(),
+                            account_id: r.account_id.clone(),
+                            release_channel: DEFAULT_RELEASE_CHANNEL.to_string(),
+                        },
                         0,
                     )
                 }

@@ -165,20 +165,18 @@ pub fn render(
     catalog: &dyn ModuleCatalog,
     values: &BTreeMap<String, String>,
 ) -> Result<Vec<RenderedEntity>, RenderError> {
-    let mut missing = Vec::new();
-    let mut chain = vec![def.name.clone()];
-    let resolved = resolve(
-        def,
+    let mut walk = Walk {
         catalog,
-        values,
-        String::new(),
-        def.name.clone(),
-        &BTreeSet::new(),
-        &mut chain,
-        &mut missing,
-    )?;
-    if !missing.is_empty() {
-        return Err(RenderError::MissingVariables(missing));
+        chain: vec![def.name.clone()],
+        missing: Vec::new(),
+    };
+    let at = Place {
+        prefix: String::new(),
+        source: def.name.clone(),
+    };
+    let resolved = resolve(&mut walk, def, values, at, &BTreeSet::new())?;
+    if !walk.missing.is_empty() {
+        return Err(RenderError::MissingVariables(walk.missing));
     }
     let mut out = Vec::new();
     emit(&resolved, None, &mut out)?;
@@ -196,22 +194,37 @@ pub fn render(
     Ok(out)
 }
 
+/// What one render carries through the whole walk of a module and its submodules.
+struct Walk<'a> {
+    /// Where submodule definitions come from.
+    catalog: &'a dyn ModuleCatalog,
+    /// The modules from the root down to the one being resolved (to refuse cycles).
+    chain: Vec<String>,
+    /// Every variable without a value, by full name.
+    missing: Vec<String>,
+}
+
+/// Where in the walk a module is.
+struct Place {
+    /// The variable-name prefix of its variables (`sub.` for a submodule `sub`).
+    prefix: String,
+    /// The module path for messages (`root/sub`).
+    source: String,
+}
+
 /// Resolves the values of `def`'s variables and, recursively, its submodules'. Variables in
 /// `assumed` get their value from an override that could not be resolved because a parent
 /// variable is missing: they are not reported again.
-#[allow(clippy::too_many_arguments)]
 // Long: the variable resolution rules (override, default, parent, missing) in precedence order,
 // recursing into submodules.
 fn resolve<'a>(
+    walk: &mut Walk<'a>,
     def: &'a ModuleDefinition,
-    catalog: &'a dyn ModuleCatalog,
     given: &BTreeMap<String, String>,
-    prefix: String,
-    source: String,
+    at: Place,
     assumed: &BTreeSet<String>,
-    chain: &mut Vec<String>,
-    missing: &mut Vec<String>,
 ) -> Result<Resolved<'a>, RenderError> {
+    let Place { prefix, source } = at;
     let mut own: BTreeMap<&str, &str> = BTreeMap::new();
     let mut per_sub: BTreeMap<&str, BTreeMap<String, String>> = BTreeMap::new();
     for (key, value) in given {
@@ -252,7 +265,7 @@ fn resolve<'a>(
                 values.insert(name.clone(), value.to_string());
             }
             None if assumed.contains(name) => {}
-            None => missing.push(format!("{prefix}{name}")),
+            None => walk.missing.push(format!("{prefix}{name}")),
         }
     }
     for (name, var) in &def.variables {
@@ -274,14 +287,15 @@ fn resolve<'a>(
     }
     let mut subs = Vec::new();
     for sref in &def.submodules {
-        if chain.contains(&sref.name) || chain.len() >= MAX_SUBMODULE_DEPTH {
+        if walk.chain.contains(&sref.name) || walk.chain.len() >= MAX_SUBMODULE_DEPTH {
             return Err(RenderError::Cycle(format!(
                 "{} → {}",
-                chain.join(" → "),
+                walk.chain.join(" → "),
                 sref.name
             )));
         }
-        let sd = catalog
+        let sd = walk
+            .catalog
             .definition(&sref.name, &sref.version)
             .ok_or_else(|| RenderError::MissingSubmodule {
                 module: source.clone(),
@@ -315,18 +329,13 @@ fn resolve<'a>(
                 }
             }
         }
-        chain.push(sref.name.clone());
-        let r = resolve(
-            sd,
-            catalog,
-            &sub_given,
-            sub_prefix,
-            format!("{source}/{}", sref.name),
-            &sub_assumed,
-            chain,
-            missing,
-        )?;
-        chain.pop();
+        walk.chain.push(sref.name.clone());
+        let sub_at = Place {
+            prefix: sub_prefix,
+            source: format!("{source}/{}", sref.name),
+        };
+        let r = resolve(walk, sd, &sub_given, sub_at, &sub_assumed)?;
+        walk.chain.pop();
         subs.push((sref, r));
     }
     Ok(Resolved {
