@@ -10,6 +10,12 @@
 //! snapshots of existing data directories. Samples use distinct values for fields of one type,
 //! so two swapped fields do not encode alike.
 //!
+//! Enums nested inside those (`PlanKind`, `Phase`, `CommandOutput`, …) have no explicit tags:
+//! a variant's number is its place in the declaration. Every variant of each of them appears
+//! in some sample (the `nested-<Enum>.bin` fixtures hold the ones the command and record
+//! samples do not use), and a test traces the samples' serialization to check that, so
+//! reordering any nested enum moves a sampled variant and fails its fixture.
+//!
 //! Blessing: `HUB_BLESS_FIXTURES=1 cargo test -p raft-store --test log_format` writes the
 //! fixtures from the samples. It writes missing fixtures and rewrites fixtures of an older
 //! format version; it never overwrites a differing fixture of the current version (that is the
@@ -886,13 +892,24 @@ struct Golden {
     bytes: Vec<u8>,
     /// Checks a fixture against the sample.
     check: Check,
+    /// Traces the sample's serialization (for the nested-enum coverage).
+    trace: Trace,
 }
+
+/// Traces one sample's serialization into a tracer.
+type Trace = Box<dyn Fn(&mut serde_reflection::Tracer, &mut serde_reflection::Samples)>;
 
 fn golden<T>(file: String, value: T, limit: Limit) -> Golden
 where
-    T: Serialize + DeserializeOwned + PartialEq + Debug + 'static,
+    T: Serialize + DeserializeOwned + PartialEq + Debug + Clone + 'static,
 {
     let bytes = codec::encode(&value);
+    let traced = value.clone();
+    let trace: Trace = Box::new(move |tracer, samples| {
+        tracer
+            .trace_value(samples, &traced)
+            .expect("trace a sample");
+    });
     let check: Check = Box::new(move |fixture: &[u8]| {
         let decoded: T = codec::decode_bounded(fixture, limit)
             .map_err(|e| format!("the fixture does not decode: {e}"))?;
@@ -906,7 +923,12 @@ where
         }
         Ok(())
     });
-    Golden { file, bytes, check }
+    Golden {
+        file,
+        bytes,
+        check,
+        trace,
+    }
 }
 
 /// The variant's name as serde spells it (the key of its externally tagged JSON).
@@ -937,6 +959,7 @@ fn goldens() -> Vec<Golden> {
     }
     out.push(golden(s("request.bin"), request(), Limit::Message));
     out.push(golden(s("entry-normal.bin"), entry(), Limit::Message));
+    out.extend(nested_goldens());
     out
 }
 
@@ -1145,4 +1168,444 @@ fn an_unknown_tag_is_refused_naming_the_enum_and_the_tag() {
         refusal::<Vec<Record>>(&snapshot, Limit::Snapshot),
         "unknown Record tag 99"
     );
+}
+
+/// The variant names an enum's serde derive declares, in declaration order: it passes them
+/// to `deserialize_enum`, where this deserializer takes them and stops.
+fn declared_variants<'de, T: serde::Deserialize<'de>>() -> Vec<&'static str> {
+    use serde::de::{Error, Visitor};
+
+    #[derive(Debug)]
+    struct Probed(Vec<&'static str>);
+    impl std::fmt::Display for Probed {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "probed {:?}", self.0)
+        }
+    }
+    impl std::error::Error for Probed {}
+    impl Error for Probed {
+        fn custom<M: std::fmt::Display>(msg: M) -> Self {
+            panic!("not an enum: {msg}")
+        }
+    }
+
+    struct Probe;
+    impl<'de> serde::Deserializer<'de> for Probe {
+        type Error = Probed;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Probed> {
+            panic!("not an enum")
+        }
+        fn deserialize_enum<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            variants: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Probed> {
+            Err(Probed(variants.to_vec()))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map struct identifier
+            ignored_any
+        }
+    }
+    match T::deserialize(Probe) {
+        Err(Probed(variants)) => variants,
+        Ok(_) => unreachable!("the probe never yields a value"),
+    }
+}
+
+/// A test CA certificate (the engine's own test CA), for `RegistryTls::ExtraCa`.
+const TEST_CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBgzCCASmgAwIBAgIUPkslldVmKXBmg6tfS2VdhQu/YLMwCgYIKoZIzj0EAwIw\nFjEUMBIGA1UEAwwLaHViIHRlc3QgQ0EwIBcNMjYxMjAxMDkwMjIzWhgPMjEyNjEx\nMDcwOTAyMjNaMBYxFDASBgNVBAMMC2h1YiB0ZXN0IENBMFkwEwYHKoZIzj0CAQYI\nKoZIzj0DAQcDQgAEpZIvzp4DaI1GTvIi8UewpCJvYaFE1lT4wEXyACdIIs7BPj4L\n7QH1zuugJ2+bgcfSy2cptP4ThNZKSqtOIJinxaNTMFEwHQYDVR0OBBYEFMdDx4/K\nQvDdb2LOUURlN6coioOTMB8GA1UdIwQYMBaAFMdDx4/KQvDdb2LOUURlN6coioOT\nMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIgBkWenGtj4QPCg997\no9PL4/WyGFl9E1wkmU40/hz1SikCIQCuEjjOpIKCx+IlAQIkJhuV3qdfHV8x9wzH\nFVboxUhnYw==\n-----END CERTIFICATE-----\n";
+
+/// Samples of the variants of nested enums the command and record samples do not use, one
+/// fixture per enum (`nested-<Enum>.bin`, a list of values), so every variant's number is
+/// pinned ([`every_variant_of_every_nested_enum_is_in_a_sample`]).
+fn nested_goldens() -> Vec<Golden> {
+    use hub_engine::artifact::CaBundle;
+    use hub_engine::canary::{WebhookCall, WebhookPayload};
+    use hub_engine::command::RefusedTaskReport;
+    use hub_engine::module::Constraint as VariableConstraint;
+    use hub_engine::CommandError;
+    let rule = MatchRule {
+        headers: BTreeMap::from([
+            (s("x-a"), HeaderMatch::Prefix(s("beta"))),
+            (s("x-b"), HeaderMatch::Regex(s("^c.*$"))),
+        ]),
+    };
+    let call = WebhookCall {
+        name: s("announce"),
+        kind: WebhookType::Event,
+        url: s("http://hooks.example/"),
+        timeout_ms: 5_000,
+        retries: 1,
+        payload: WebhookPayload {
+            name: s("web"),
+            namespace: s("prod"),
+            phase: s("Progressing"),
+            checksum: s("rev-7"),
+            metadata: BTreeMap::from([(s("eventType"), s("Normal"))]),
+        },
+    };
+    let n = |name: &str| format!("nested-{name}.bin");
+    vec![
+        golden(
+            n("Action"),
+            vec![
+                Action::Initialize { revision: s("r1") },
+                Action::DeployCanary { revision: s("r2") },
+                Action::SetRouting {
+                    canary_weight: 100,
+                    match_rules: vec![rule],
+                },
+                Action::RouteAllToPrimary,
+                Action::PromoteCanary { revision: s("r3") },
+                Action::ScaleCanaryToZero,
+                Action::Alert {
+                    severity: Severity::Error,
+                    message: s("failed checks"),
+                },
+                Action::NotifyWebhook { call },
+                Action::RestoreOriginal,
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("AlertTarget"),
+            vec![AlertTarget::Url(s("https://chat.example/hook"))],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("Availability"),
+            vec![Availability::Unchecked {
+                reason: s("not yet"),
+            }],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("CancelTarget"),
+            vec![
+                CancelTarget::Environment(s("prod")),
+                CancelTarget::Entity(s("prod/helm/web")),
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("ChangeRequestStatus"),
+            vec![
+                ChangeRequestStatus::PendingApproval,
+                ChangeRequestStatus::Rejected,
+                ChangeRequestStatus::Cancelled,
+                ChangeRequestStatus::Error,
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("CommandOutput"),
+            vec![
+                CommandOutput::Done,
+                CommandOutput::EnvironmentCreated(s("staging")),
+                CommandOutput::EnvironmentDeleted(s("old")),
+                CommandOutput::EntityCreated(s("prod/helm/api")),
+                CommandOutput::Evaluated {
+                    issued: vec![s("p-9-0"), s("p-9-1")],
+                },
+                CommandOutput::TasksReported {
+                    environment: s("prod"),
+                    applied: 3,
+                    refused: vec![RefusedTaskReport {
+                        position: 1,
+                        plan_id: s("p-8-0"),
+                        task: s("deploy"),
+                        error: CommandError::NotFound {
+                            kind: s("plan"),
+                            name: s("p-8-0"),
+                        },
+                    }],
+                },
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("CommandError"),
+            vec![
+                CommandError::InvalidField {
+                    field: s("spec.analysis.interval"),
+                    reason: s("must be at least 1s"),
+                },
+                CommandError::AlreadyExists {
+                    kind: s("environment"),
+                    name: s("prod"),
+                },
+                CommandError::FailedPrecondition(s("environment prod still has entities")),
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("Result"),
+            vec![
+                Ok(CommandOutput::Done),
+                Err(CommandError::NotFound {
+                    kind: s("canary"),
+                    name: s("prod/web"),
+                }),
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("ConditionStatus"),
+            vec![ConditionStatus::True, ConditionStatus::False],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("Constraint"),
+            vec![
+                VariableConstraint::None,
+                VariableConstraint::OneOf(vec![s("small"), s("large")]),
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("EmergencyCommand"),
+            vec![
+                EmergencyCommand::Install {
+                    version: v("1.2.3"),
+                },
+                EmergencyCommand::Uninstall,
+                EmergencyCommand::EnforceConfig,
+                EmergencyCommand::Restart,
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("EntityKind"),
+            vec![EntityKind::TerraformModule],
+            Limit::Snapshot,
+        ),
+        golden(n("Health"), vec![Health::Unknown], Limit::Snapshot),
+        golden(n("Manual"), vec![Manual::Promote], Limit::Snapshot),
+        golden(
+            n("MetricSource"),
+            vec![
+                MetricSource::RequestSuccessRate,
+                MetricSource::RequestDuration,
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("Phase"),
+            vec![
+                Phase::Initializing,
+                Phase::Initialized,
+                Phase::Waiting,
+                Phase::WaitingPromotion,
+                Phase::Promoting,
+                Phase::Finalising,
+                Phase::Succeeded,
+                Phase::Failed,
+                Phase::Terminating,
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("PlanKind"),
+            vec![
+                PlanKind::Install,
+                PlanKind::ConfigChange,
+                PlanKind::VersionChange,
+                PlanKind::Uninstall,
+                PlanKind::SecretsChange,
+                PlanKind::RecallRollOff,
+                PlanKind::Command {
+                    command: EmergencyCommand::Restart,
+                    actor: s("operator/alice"),
+                },
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("PlanStatus"),
+            vec![
+                PlanStatus::Issued,
+                PlanStatus::Running,
+                PlanStatus::Succeeded,
+                PlanStatus::Cancelled,
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("RegistryTls"),
+            vec![RegistryTls::ExtraCa(
+                CaBundle::parse(TEST_CA).expect("the test CA parses"),
+            )],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("Severity"),
+            vec![Severity::Info, Severity::Error],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("StepWeights"),
+            vec![StepWeights::Fixed(5)],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("Strategy"),
+            vec![
+                Strategy::AbTesting {
+                    iterations: 10,
+                    match_rules: Vec::new(),
+                },
+                Strategy::BlueGreen { iterations: 4 },
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("SuppressionSource"),
+            vec![
+                SuppressionSource::Manual,
+                SuppressionSource::EnvironmentThreshold,
+            ],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("SyncMode"),
+            vec![SyncMode::Enabled, SyncMode::Disabled],
+            Limit::Snapshot,
+        ),
+        golden(n("TaskState"), vec![TaskState::Pending], Limit::Snapshot),
+        golden(
+            n("TlsTrust"),
+            vec![TlsTrust::SystemRoots, TlsTrust::InsecureSkipVerify],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("Variable"),
+            vec![Variable::StringPreset {
+                options: s("size"),
+                mapping: BTreeMap::from([(s("small"), s("1")), (s("large"), s("4"))]),
+                description: Some(s("replicas by size")),
+            }],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("WebhookType"),
+            vec![
+                WebhookType::ConfirmRollout,
+                WebhookType::PreRollout,
+                WebhookType::ConfirmTrafficIncrease,
+                WebhookType::ConfirmPromotion,
+                WebhookType::PostRollout,
+                WebhookType::Rollback,
+                WebhookType::Event,
+            ],
+            Limit::Snapshot,
+        ),
+    ]
+}
+
+/// Every enum nested in the log format (inside a `Command`, a `Record` or a `Request`), by
+/// the name serde gives it, with its declared variants. A nested enum is positional: its
+/// variant number is its place in the declaration.
+fn nested_enums() -> BTreeMap<&'static str, Vec<&'static str>> {
+    use hub_engine::module::Constraint as VariableConstraint;
+    BTreeMap::from([
+        ("Action", declared_variants::<Action>()),
+        ("AlertTarget", declared_variants::<AlertTarget>()),
+        ("ArtifactLocation", declared_variants::<ArtifactLocation>()),
+        ("Availability", declared_variants::<Availability>()),
+        ("CancelTarget", declared_variants::<CancelTarget>()),
+        (
+            "ChangeRequestStatus",
+            declared_variants::<ChangeRequestStatus>(),
+        ),
+        (
+            "CommandError",
+            declared_variants::<hub_engine::CommandError>(),
+        ),
+        ("CommandOutput", declared_variants::<CommandOutput>()),
+        ("ConditionStatus", declared_variants::<ConditionStatus>()),
+        ("Constraint", declared_variants::<VariableConstraint>()),
+        ("EmergencyCommand", declared_variants::<EmergencyCommand>()),
+        ("EntityKind", declared_variants::<EntityKind>()),
+        ("Health", declared_variants::<Health>()),
+        ("HeaderMatch", declared_variants::<HeaderMatch>()),
+        ("HubAccess", declared_variants::<HubAccess>()),
+        ("Manual", declared_variants::<Manual>()),
+        ("MetricSource", declared_variants::<MetricSource>()),
+        ("Phase", declared_variants::<Phase>()),
+        ("PlanKind", declared_variants::<PlanKind>()),
+        ("PlanStatus", declared_variants::<PlanStatus>()),
+        ("RegistryTls", declared_variants::<RegistryTls>()),
+        ("Result", declared_variants::<Result<(), ()>>()),
+        ("Scope", declared_variants::<Scope>()),
+        ("Severity", declared_variants::<Severity>()),
+        ("StepWeights", declared_variants::<StepWeights>()),
+        ("Strategy", declared_variants::<Strategy>()),
+        (
+            "SuppressionSource",
+            declared_variants::<SuppressionSource>(),
+        ),
+        ("SyncMode", declared_variants::<SyncMode>()),
+        ("TaskState", declared_variants::<TaskState>()),
+        ("TlsTrust", declared_variants::<TlsTrust>()),
+        ("Variable", declared_variants::<Variable>()),
+        ("WebhookType", declared_variants::<WebhookType>()),
+        ("WindowChange", declared_variants::<WindowChange>()),
+    ])
+}
+
+/// Golden bytes pin a nested enum's variant numbers only for the variants some sample uses:
+/// swapping two variants no sample uses would go unseen. So every variant of every enum in the
+/// format must appear in a sample; then any reordering moves a sampled variant, whose fixture
+/// fails. The enums and the variants the samples use come from tracing their serialization
+/// (`serde-reflection`); the declared variants from the derive ([`declared_variants`]).
+#[test]
+fn every_variant_of_every_nested_enum_is_in_a_sample() {
+    use serde_reflection::{ContainerFormat, Samples, Tracer, TracerConfig};
+    let mut tracer = Tracer::new(TracerConfig::default());
+    let mut samples = Samples::new();
+    for c in commands() {
+        tracer
+            .trace_value(&mut samples, &c)
+            .expect("trace a command");
+    }
+    for r in records() {
+        tracer
+            .trace_value(&mut samples, &r)
+            .expect("trace a record");
+    }
+    tracer
+        .trace_value(&mut samples, &request())
+        .expect("trace a request");
+    for g in nested_goldens() {
+        (g.trace)(&mut tracer, &mut samples);
+    }
+    // Unchecked: a field whose samples are all `None` has no known format, which is fine here.
+    let registry = tracer.registry_unchecked();
+    let declared = nested_enums();
+    let mut failures = Vec::new();
+    for (name, format) in &registry {
+        let ContainerFormat::Enum(sampled) = format else {
+            continue;
+        };
+        if matches!(name.as_str(), "Command" | "Record" | "RecordKey") {
+            continue; // explicit tags, pinned by every_variant_has_one_sample
+        }
+        let Some(variants) = declared.get(name.as_str()) else {
+            failures.push(format!("{name}: a nested enum missing from nested_enums()"));
+            continue;
+        };
+        let used: BTreeSet<&str> = sampled.values().map(|v| v.name.as_str()).collect();
+        let unused: Vec<&str> = variants
+            .iter()
+            .copied()
+            .filter(|v| !used.contains(v))
+            .collect();
+        if !unused.is_empty() {
+            failures.push(format!("{name}: no sample uses {unused:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
