@@ -1,6 +1,6 @@
 //! Commands: the only way the replicated state changes. Each is one Raft entry.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -453,6 +453,35 @@ pub enum Command {
         /// The key.
         key: crate::cluster_key::SecretKey,
     },
+    /// Give `identity` `role` over the listed environments or products (replacing the scope
+    /// of a binding it already has of that role). Admins only; while the cluster has no
+    /// admin, an operator may bind itself admin (bootstrap).
+    BindRole {
+        /// Who gets the role.
+        identity: hub_identity::Identity,
+        /// The role.
+        role: crate::access::Role,
+        /// For environment-scoped roles: environments, or `*`.
+        environments: BTreeSet<String>,
+        /// For product-scoped roles: `group:name`, `group:*` or `*`.
+        products: BTreeSet<String>,
+    },
+    /// Take `role` from `identity`. The last admin cannot be unbound.
+    UnbindRole {
+        /// Who loses the role.
+        identity: hub_identity::Identity,
+        /// The role.
+        role: crate::access::Role,
+    },
+    /// `command`, by `actor`: the identity the proposing node verified. Apply authorizes the
+    /// command against the actor's role bindings as they are when the entry applies
+    /// ([`crate::access::authorize`]). Only nodes wrap commands; a client's `As` is refused.
+    As {
+        /// Who asked for the command.
+        actor: hub_identity::Identity,
+        /// The command.
+        command: Box<Command>,
+    },
 }
 
 wire_tags! {
@@ -498,6 +527,9 @@ wire_tags! {
         ReportCanaries = 38,
         ReportTask = 39,
         SetClusterKey = 40,
+        BindRole = 41,
+        UnbindRole = 42,
+        As = 43,
     }
     retired []
 }
@@ -582,6 +614,9 @@ impl Command {
             Command::ReportTasks { .. } => "report_tasks",
             Command::ReportCanaries { .. } => "report_canaries",
             Command::SetClusterKey { .. } => "set_cluster_key",
+            Command::BindRole { .. } => "bind_role",
+            Command::UnbindRole { .. } => "unbind_role",
+            Command::As { command, .. } => command.kind(),
         }
     }
 }
@@ -633,7 +668,10 @@ impl Command {
             | Command::ReportTask { .. }
             | Command::ReportTasks { .. }
             | Command::ReportCanaries { .. }
-            | Command::SetClusterKey { .. } => return,
+            | Command::SetClusterKey { .. }
+            | Command::BindRole { .. }
+            | Command::UnbindRole { .. } => return,
+            Command::As { command, .. } => return command.stamp_actor(who),
         };
         *actor = who.to_string();
     }
@@ -1000,6 +1038,13 @@ macro_rules! wire_tags {
             pub fn tag(&self) -> u32 {
                 match self {
                     $( $ty::$variant { .. } => $tag, )+
+                }
+            }
+
+            /// The variant's name (`SetSecret`), as in messages and in the log format's list.
+            pub fn variant_name(&self) -> &'static str {
+                match self {
+                    $( $ty::$variant { .. } => stringify!($variant), )+
                 }
             }
 

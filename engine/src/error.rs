@@ -32,6 +32,10 @@ pub enum CommandError {
     /// The object exists but the command may not act on it now.
     #[error("{0}")]
     FailedPrecondition(String),
+    /// The actor's roles do not allow the command: who, what, and the role and scope it
+    /// needs.
+    #[error("{0}")]
+    PermissionDenied(String),
 }
 
 impl CommandError {

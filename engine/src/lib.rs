@@ -94,6 +94,7 @@
 //! assert_eq!(plan.to_version.as_ref().map(ToString::to_string).as_deref(), Some("1.1.0"));
 //! ```
 
+pub mod access;
 pub mod activity;
 mod apply;
 pub mod artifact;

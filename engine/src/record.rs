@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::RoleBinding;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
@@ -55,6 +56,8 @@ pub enum RecordKey {
     Canary(String),
     /// A cluster key, by name.
     ClusterKey(String),
+    /// A role binding, by `<identity>#<role>`.
+    RoleBinding(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -73,6 +76,7 @@ const TAG_INSTALLATION: u8 = 13;
 const TAG_CHANGE_REQUEST: u8 = 14;
 const TAG_CANARY: u8 = 15;
 const TAG_CLUSTER_KEY: u8 = 16;
+const TAG_ROLE_BINDING: u8 = 17;
 
 impl RecordKey {
     /// Stable byte encoding: a table tag, then the UTF-8 name.
@@ -94,6 +98,7 @@ impl RecordKey {
             RecordKey::ChangeRequest(n) => (TAG_CHANGE_REQUEST, n),
             RecordKey::Canary(n) => (TAG_CANARY, n),
             RecordKey::ClusterKey(n) => (TAG_CLUSTER_KEY, n),
+            RecordKey::RoleBinding(n) => (TAG_ROLE_BINDING, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -122,6 +127,7 @@ impl RecordKey {
             TAG_CHANGE_REQUEST => Some(RecordKey::ChangeRequest(name)),
             TAG_CANARY => Some(RecordKey::Canary(name)),
             TAG_CLUSTER_KEY => Some(RecordKey::ClusterKey(name)),
+            TAG_ROLE_BINDING => Some(RecordKey::RoleBinding(name)),
             _ => None,
         }
     }
@@ -181,6 +187,8 @@ pub enum Record {
     Canary(Box<Canary>),
     /// See [`ClusterKey`].
     ClusterKey(ClusterKey),
+    /// See [`RoleBinding`].
+    RoleBinding(RoleBinding),
 }
 
 wire_tags! {
@@ -201,6 +209,7 @@ wire_tags! {
         ChangeRequest = 13,
         Canary = 14,
         ClusterKey = 15,
+        RoleBinding = 16,
     }
     retired []
 }
@@ -249,6 +258,9 @@ impl Record {
             Record::ChangeRequest(c) => RecordKey::ChangeRequest(c.id.clone()),
             Record::Canary(c) => RecordKey::Canary(c.id.clone()),
             Record::ClusterKey(k) => RecordKey::ClusterKey(k.name.clone()),
+            Record::RoleBinding(b) => {
+                RecordKey::RoleBinding(RoleBinding::key_name(&b.identity, b.role))
+            }
         }
     }
 }

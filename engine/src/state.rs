@@ -11,6 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use semver::Version;
 use sha2::{Digest, Sha256};
 
+use hub_identity::Identity;
+
+use crate::access::{Role, RoleBinding};
 use crate::activity::Activity;
 use crate::canary::Phase;
 use crate::canary_record::Canary;
@@ -95,6 +98,8 @@ pub struct State {
     pub(crate) canaries: Table<Canary>,
     /// Cluster keys by name ([`crate::cluster_key`]).
     pub(crate) cluster_keys: Table<crate::cluster_key::ClusterKey>,
+    /// Role bindings by (identity, role) ([`crate::access`]).
+    pub(crate) role_bindings: Table<crate::access::RoleBinding>,
     pub(crate) idx: Indexes,
 }
 
@@ -149,7 +154,8 @@ impl State {
                 | RecordKey::Audit(_)
                 | RecordKey::Module(_)
                 | RecordKey::ChangeRequest(_)
-                | RecordKey::ClusterKey(_) => {}
+                | RecordKey::ClusterKey(_)
+                | RecordKey::RoleBinding(_) => {}
             }
         }
     }
@@ -667,6 +673,32 @@ impl State {
     /// The cluster key `name`, once set.
     pub fn cluster_key(&self, name: &str) -> Option<&SecretKey> {
         self.cluster_keys.get(name).map(|k| &k.key)
+    }
+
+    /// Every role binding of `identity`.
+    pub fn bindings_of<'a>(
+        &'a self,
+        identity: &Identity,
+    ) -> impl Iterator<Item = &'a RoleBinding> + 'a {
+        let from = (identity.clone(), Role::Admin);
+        let identity = identity.clone();
+        self.role_bindings
+            .range(from..)
+            .take_while(move |((who, _), _)| *who == identity)
+            .map(|(_, b)| b)
+    }
+
+    /// Every role binding, by identity then role.
+    pub fn role_bindings(&self) -> impl Iterator<Item = &RoleBinding> {
+        self.role_bindings.values()
+    }
+
+    /// How many identities hold the admin role.
+    pub fn admin_count(&self) -> usize {
+        self.role_bindings
+            .keys()
+            .filter(|(_, role)| *role == Role::Admin)
+            .count()
     }
 
     /// The canary revision key, once set.

@@ -9,6 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use semver::Version;
 
+use hub_identity::Identity;
+
+use crate::access::{Role, RoleBinding};
 use crate::activity::Activity;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
@@ -261,6 +264,24 @@ impl Lookups<Canary> for CanaryIndex {
     }
 }
 
+/// Role bindings are keyed by (identity, role) and persisted as `<identity>#<role>`.
+impl Row for RoleBinding {
+    type Key = (Identity, Role);
+    type Index = ();
+    fn key(&self) -> Self::Key {
+        (self.identity.clone(), self.role)
+    }
+    fn record_key((identity, role): &Self::Key) -> RecordKey {
+        RecordKey::RoleBinding(RoleBinding::key_name(identity, *role))
+    }
+    fn key_of_name(name: &str) -> Option<Self::Key> {
+        RoleBinding::parse_key_name(name)
+    }
+    fn to_record(&self) -> Record {
+        Record::RoleBinding(self.clone())
+    }
+}
+
 /// Published modules are keyed by (name, version) and persisted as `name@version`.
 impl Row for PublishedModule {
     type Key = (String, Version);
@@ -333,4 +354,5 @@ state_tables! {
     change_requests: ChangeRequest,
     canaries: Canary boxed,
     cluster_keys: ClusterKey,
+    role_bindings: RoleBinding,
 }

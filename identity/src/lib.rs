@@ -1,7 +1,10 @@
-//! Who a certificate speaks for: the hub's identities and their URI SAN form
-//! `hub://<cluster>/<kind>/<name>`.
+//! Who a party of the hub is: its identities and their URI SAN form
+//! `hub://<cluster>/<kind>/<name>`. Certificates name them (`hub-tls`), role bindings are
+//! bound to them and every replicated write records one as its actor (`hub-engine`).
 
 use std::fmt;
+
+use serde::{Deserialize, Serialize};
 
 /// The URI scheme of every hub identity.
 pub const URI_PREFIX: &str = "hub://";
@@ -9,8 +12,9 @@ pub const URI_PREFIX: &str = "hub://";
 /// Longest cluster id, agent environment or operator name an identity may carry.
 pub const MAX_NAME_LEN: usize = 128;
 
-/// A party of the hub, as its certificate names it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A party of the hub, as its certificate names it. Part of the replicated format (role
+/// bindings and entry actors): its variants keep their order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Identity {
     /// A hub node, by Raft node id.
     Node(u64),

@@ -157,7 +157,8 @@ pub fn refused_reports(output: &CommandOutput, reports: &[TaskReport]) -> Vec<wi
                 }
                 CommandError::InvalidField { .. }
                 | CommandError::AlreadyExists { .. }
-                | CommandError::FailedPrecondition(_) => wire::ReportRefusal::InvalidReport,
+                | CommandError::FailedPrecondition(_)
+                | CommandError::PermissionDenied(_) => wire::ReportRefusal::InvalidReport,
             };
             wire::RefusedReport {
                 position: r.position,

@@ -11,5 +11,6 @@ pub fn command_status(e: &CommandError) -> Status {
         CommandError::AlreadyExists { .. } => Status::already_exists(msg),
         CommandError::NotFound { .. } => Status::not_found(msg),
         CommandError::FailedPrecondition(_) => Status::failed_precondition(msg),
+        CommandError::PermissionDenied(_) => Status::permission_denied(msg),
     }
 }

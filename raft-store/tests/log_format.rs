@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 
+use hub_engine::access::{Role, RoleBinding};
 use hub_engine::activity::{Activity, ActivityEntry};
 use hub_engine::artifact::{
     ArtifactLocation, ArtifactRegistry, Availability, HubAccess, RegistryTls, TlsTrust,
@@ -63,6 +64,7 @@ use hub_engine::settings::{EnvironmentSettings, WindowOverride};
 use hub_engine::suppression::{Scope, Suppression, SuppressionSource};
 use hub_engine::window::MaintenanceWindow;
 use hub_engine::{Command, Entity, EntityId, EntityKind, Environment, Record, Request};
+use hub_identity::Identity;
 use openraft::vote::RaftLeaderId;
 use openraft::EntryPayload;
 use raft_store::codec::{self, CodecError, Limit, FORMAT_VERSION};
@@ -398,6 +400,20 @@ fn commands() -> Vec<Command> {
         Command::SetClusterKey {
             name: s(CANARY_REVISION_KEY),
             key: SecretKey::from_bytes(std::array::from_fn(|i| i as u8)),
+        },
+        Command::BindRole {
+            identity: Identity::Operator(s("alice")),
+            role: Role::EnvironmentOperator,
+            environments: BTreeSet::from([s("prod"), s("stage")]),
+            products: BTreeSet::new(),
+        },
+        Command::UnbindRole {
+            identity: Identity::Agent(s("prod")),
+            role: Role::Viewer,
+        },
+        Command::As {
+            actor: Identity::Node(3),
+            command: Box::new(Command::DeleteCanary { id: s("prod/web") }),
         },
     ]
 }
@@ -855,6 +871,14 @@ fn records() -> Vec<Record> {
             name: s(CANARY_REVISION_KEY),
             key: SecretKey::from_bytes([0xa5; 32]),
             set_at_ms: T0 + 22,
+        }),
+        Record::RoleBinding(RoleBinding {
+            identity: Identity::Operator(s("pat")),
+            role: Role::ProductEditor,
+            environments: BTreeSet::new(),
+            products: BTreeSet::from([s("com.example:*"), s("org.other:db")]),
+            bound_ms: T0 + 23,
+            bound_by: s("operator/root"),
         }),
     ]
 }
@@ -1341,6 +1365,14 @@ fn nested_goldens() -> Vec<Golden> {
             ],
             Limit::Snapshot,
         ),
+        // Variants added later get their own fixture: an existing one never changes.
+        golden(
+            n("CommandError.PermissionDenied"),
+            vec![CommandError::PermissionDenied(s(
+                "operator/bob may not SetSecret in prod: needs environment-operator on prod",
+            ))],
+            Limit::Snapshot,
+        ),
         golden(
             n("Result"),
             vec![
@@ -1383,6 +1415,11 @@ fn nested_goldens() -> Vec<Golden> {
             Limit::Snapshot,
         ),
         golden(n("Health"), vec![Health::Unknown], Limit::Snapshot),
+        golden(
+            n("Identity"),
+            vec![Identity::Operator(s("ivy"))],
+            Limit::Snapshot,
+        ),
         golden(n("Manual"), vec![Manual::Promote], Limit::Snapshot),
         golden(
             n("MetricSource"),
@@ -1438,6 +1475,16 @@ fn nested_goldens() -> Vec<Golden> {
             vec![RegistryTls::ExtraCa(
                 CaBundle::parse(TEST_CA).expect("the test CA parses"),
             )],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("Role"),
+            vec![
+                Role::Admin,
+                Role::ProductEditor,
+                Role::ModuleEditor,
+                Role::Approver,
+            ],
             Limit::Snapshot,
         ),
         golden(
@@ -1530,6 +1577,7 @@ fn nested_enums() -> BTreeMap<&'static str, Vec<&'static str>> {
         ("EmergencyCommand", declared_variants::<EmergencyCommand>()),
         ("EntityKind", declared_variants::<EntityKind>()),
         ("Health", declared_variants::<Health>()),
+        ("Identity", declared_variants::<Identity>()),
         ("HeaderMatch", declared_variants::<HeaderMatch>()),
         ("HubAccess", declared_variants::<HubAccess>()),
         ("Manual", declared_variants::<Manual>()),
@@ -1539,6 +1587,7 @@ fn nested_enums() -> BTreeMap<&'static str, Vec<&'static str>> {
         ("PlanStatus", declared_variants::<PlanStatus>()),
         ("RegistryTls", declared_variants::<RegistryTls>()),
         ("Result", declared_variants::<Result<(), ()>>()),
+        ("Role", declared_variants::<Role>()),
         ("Scope", declared_variants::<Scope>()),
         ("Severity", declared_variants::<Severity>()),
         ("StepWeights", declared_variants::<StepWeights>()),

@@ -16,7 +16,6 @@
 //! rustls with the `ring` provider is the only TLS stack; only TLS 1.3 is offered.
 
 pub mod client;
-pub mod identity;
 pub mod material;
 pub mod pki;
 pub mod reload;
@@ -26,7 +25,8 @@ pub mod stream;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use identity::{ClusterIdentity, Identity, IdentityError};
+pub use hub_identity as identity;
+pub use hub_identity::{ClusterIdentity, Identity, IdentityError};
 pub use material::{Material, TlsFiles};
 
 /// The crypto provider of every TLS configuration in the hub.

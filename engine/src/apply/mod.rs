@@ -34,11 +34,13 @@ mod environments;
 mod modules;
 mod plans;
 mod reports;
+mod roles;
 mod suppressions;
 #[cfg(test)]
 mod tests;
 mod windows;
 
+use hub_identity::Identity;
 use semver::Version;
 
 use crate::command::{Command, CommandOutput, Request, WindowSpec};
@@ -63,6 +65,8 @@ pub(crate) struct Tx {
     pub(crate) changed: Vec<RecordKey>,
     /// What the leader must re-evaluate.
     pub(crate) triggers: Vec<Trigger>,
+    /// Who the entry names as its actor (`Command::As`); `None` for a node's own entry.
+    pub(crate) actor: Option<Identity>,
 }
 
 impl Tx {
@@ -72,6 +76,7 @@ impl Tx {
             index,
             changed: Vec::new(),
             triggers: Vec::new(),
+            actor: None,
         }
     }
 }
@@ -315,7 +320,31 @@ impl State {
                 report,
             } => self.report_task(environment, report, tx),
             Command::SetClusterKey { name, key } => self.set_cluster_key(name, key, tx),
+            Command::BindRole {
+                identity,
+                role,
+                environments,
+                products,
+            } => self.bind_role(identity, *role, environments, products, tx),
+            Command::UnbindRole { identity, role } => self.unbind_role(identity, *role, tx),
+            Command::As { actor, command } => self.execute_as(actor, command, tx),
         }
+    }
+
+    /// Runs `command` as `actor`, if `actor`'s role bindings allow it now.
+    fn execute_as(
+        &mut self,
+        actor: &Identity,
+        command: &Command,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        if matches!(command, Command::As { .. }) {
+            return Err(CommandError::invalid("command", "an As inside an As"));
+        }
+        crate::access::authorize(self, actor, command)?;
+        debug_assert!(tx.actor.is_none(), "one actor per entry");
+        tx.actor = Some(actor.clone());
+        self.execute(command, tx)
     }
 
     /// The entity `id`, or a not-found error.

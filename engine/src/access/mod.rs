@@ -1,0 +1,93 @@
+//! Who may do what (roles, default deny): the bindings that give identities roles, the one
+//! table of what every command needs ([`need`]), and the check of an actor against both
+//! ([`authorize`]).
+//!
+//! The node checks a write before proposing it, and apply checks it again against the actor
+//! the entry records (`Command::As`), so a binding revoked between the two is enforced. A
+//! command without a recorded actor was proposed by a hub node on its own behalf (the
+//! leader's decisions) or written before roles existed; apply admits it as such.
+
+mod need;
+mod role;
+
+pub use need::{need, Need, Target};
+pub use role::{Role, RoleBinding, ScopeKind, ALL, ROLES};
+
+use hub_identity::Identity;
+
+use crate::command::Command;
+use crate::error::CommandError;
+use crate::state::State;
+
+/// Whether `actor` may run `command` in `state`; the refusal names the actor, the command and
+/// what it lacks: `operator/alice may not SetSecret in prod: needs environment-operator on
+/// prod`.
+pub fn authorize(state: &State, actor: &Identity, command: &Command) -> Result<(), CommandError> {
+    if is_bootstrap(state, actor, command) {
+        return Ok(());
+    }
+    let need = need(state, command);
+    if satisfies(state, actor, &need) {
+        return Ok(());
+    }
+    Err(CommandError::PermissionDenied(format!(
+        "{actor} may not {}{}: needs {}",
+        command.variant_name(),
+        match &need {
+            Need::Role(_, Target::Environment(e)) => format!(" in {e}"),
+            Need::Role(_, Target::Product(p)) => format!(" on {p}"),
+            Need::Role(_, Target::Cluster | Target::Unknown) | Need::Agent(_) | Need::Node => {
+                String::new()
+            }
+        },
+        describe(&need)
+    )))
+}
+
+/// The one command admitted without a role: while the cluster has no admin, an operator
+/// binding itself admin (as Nomad's ACL bootstrap, once).
+pub fn is_bootstrap(state: &State, actor: &Identity, command: &Command) -> bool {
+    matches!(actor, Identity::Operator(_))
+        && state.admin_count() == 0
+        && matches!(
+            command,
+            Command::BindRole { identity, role: Role::Admin, .. } if identity == actor
+        )
+}
+
+/// Whether `actor` meets `need` in `state`.
+pub fn satisfies(state: &State, actor: &Identity, need: &Need) -> bool {
+    match need {
+        Need::Node => matches!(actor, Identity::Node(_)),
+        Need::Agent(env) => matches!(actor, Identity::Agent(own) if own == env),
+        Need::Role(role, target) => state.bindings_of(actor).any(|b| {
+            b.role == Role::Admin
+                || (b.role == *role
+                    && match target {
+                        Target::Cluster | Target::Unknown => true,
+                        Target::Environment(e) => b.covers_environment(e),
+                        Target::Product(p) => b.covers_product(p),
+                    })
+        }),
+    }
+}
+
+/// Whether `actor` may read: any role binding admits every read (secret values are never
+/// part of an answer to an operator).
+pub fn may_read(state: &State, actor: &Identity) -> bool {
+    matches!(actor, Identity::Node(_)) || state.bindings_of(actor).next().is_some()
+}
+
+/// What a need asks for, as the refusal says it.
+fn describe(need: &Need) -> String {
+    match need {
+        Need::Node => "a hub node".to_string(),
+        Need::Agent(env) => format!("the agent of {env}"),
+        Need::Role(role, Target::Environment(e)) => format!("{role} on {e}"),
+        Need::Role(role, Target::Product(p)) => format!("{role} on {p}"),
+        Need::Role(role, Target::Cluster | Target::Unknown) => role.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

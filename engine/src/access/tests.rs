@@ -1,0 +1,335 @@
+//! Roles through apply: bootstrap, scopes, refusals that name what is missing, the last admin,
+//! and a binding revoked between the node's check and apply.
+
+use std::collections::BTreeSet;
+
+use hub_identity::Identity;
+
+use crate::command::{Command, CommandOutput, Request};
+use crate::entity::{EntityKind, SecretValue};
+use crate::error::CommandError;
+use crate::state::State;
+
+use super::{authorize, may_read, Role};
+
+struct Hub {
+    state: State,
+    index: u64,
+}
+
+impl Hub {
+    fn new() -> Self {
+        Hub {
+            state: State::new(),
+            index: 0,
+        }
+    }
+
+    /// Applies `command` unwrapped: a node's own entry.
+    fn system(&mut self, command: Command) -> Result<CommandOutput, CommandError> {
+        self.index += 1;
+        let req = Request {
+            command,
+            time_ms: 1_000 + self.index as i64,
+            request_id: None,
+        };
+        self.state.apply(&req, self.index).result
+    }
+
+    /// Applies `command` as `actor`.
+    fn by(&mut self, actor: &Identity, command: Command) -> Result<CommandOutput, CommandError> {
+        self.system(Command::As {
+            actor: actor.clone(),
+            command: Box::new(command),
+        })
+    }
+}
+
+fn op(name: &str) -> Identity {
+    Identity::Operator(name.into())
+}
+
+fn bind(identity: &Identity, role: Role, envs: &[&str], products: &[&str]) -> Command {
+    Command::BindRole {
+        identity: identity.clone(),
+        role,
+        environments: envs.iter().map(|s| s.to_string()).collect(),
+        products: products.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn set_secret(env: &str) -> Command {
+    Command::SetSecret {
+        entity: format!("eid:{env}:helmChart:web"),
+        name: "token".into(),
+        value: Some(SecretValue("s3cret".into())),
+    }
+}
+
+/// A hub with environments prod and stage, each with entity web, and admin `operator/root`.
+fn hub() -> Hub {
+    let mut h = Hub::new();
+    for env in ["prod", "stage"] {
+        h.system(Command::CreateEnvironment {
+            name: env.into(),
+            description: String::new(),
+        })
+        .unwrap();
+        h.system(Command::CreateEntity {
+            environment: env.into(),
+            kind: EntityKind::HelmChart,
+            name: "web".into(),
+            product_id: "com.example:web".into(),
+            k8s_namespace: Some("web".into()),
+            account_id: None,
+            release_channel: None,
+        })
+        .unwrap();
+    }
+    h.system(Command::CreateProduct {
+        product_id: "com.example:web".into(),
+        description: String::new(),
+    })
+    .unwrap();
+    let root = op("root");
+    h.by(&root, bind(&root, Role::Admin, &[], &[])).unwrap();
+    h
+}
+
+fn denied(r: Result<CommandOutput, CommandError>) -> String {
+    match r {
+        Err(CommandError::PermissionDenied(m)) => m,
+        other => panic!("not a permission refusal: {other:?}"),
+    }
+}
+
+#[test]
+fn the_first_operator_bootstraps_itself_admin_once() {
+    let mut h = Hub::new();
+    let alice = op("alice");
+    let mallory = op("mallory");
+    // Nobody may bind someone else while there is no admin.
+    denied(h.by(&alice, bind(&mallory, Role::Admin, &[], &[])));
+    assert!(h.by(&alice, bind(&alice, Role::Admin, &[], &[])).is_ok());
+    assert_eq!(h.state.admin_count(), 1);
+    let m = denied(h.by(&mallory, bind(&mallory, Role::Admin, &[], &[])));
+    assert_eq!(m, "operator/mallory may not BindRole: needs admin");
+    // An agent never bootstraps.
+    let mut fresh = Hub::new();
+    let agent = Identity::Agent("prod".into());
+    denied(fresh.by(&agent, bind(&agent, Role::Admin, &[], &[])));
+}
+
+#[test]
+fn a_scoped_operator_acts_in_its_environment_only() {
+    let mut h = hub();
+    let root = op("root");
+    let bob = op("bob");
+    h.by(
+        &root,
+        bind(&bob, Role::EnvironmentOperator, &["stage"], &[]),
+    )
+    .unwrap();
+    assert!(h.by(&bob, set_secret("stage")).is_ok());
+    let before = h.state.digest();
+    let m = denied(h.by(&bob, set_secret("prod")));
+    assert_eq!(
+        m,
+        "operator/bob may not SetSecret in prod: needs environment-operator on prod"
+    );
+    assert_eq!(h.state.digest(), before, "a refusal changes nothing");
+    // Not a product editor, not an admin.
+    denied(h.by(
+        &bob,
+        Command::CreateProduct {
+            product_id: "com.example:api".into(),
+            description: String::new(),
+        },
+    ));
+    denied(h.by(&bob, bind(&bob, Role::Admin, &[], &[])));
+    // `*` covers every environment.
+    h.by(&root, bind(&bob, Role::EnvironmentOperator, &["*"], &[]))
+        .unwrap();
+    assert!(h.by(&bob, set_secret("prod")).is_ok());
+}
+
+#[test]
+fn product_editors_are_scoped_by_product_or_group() {
+    let mut h = hub();
+    let root = op("root");
+    let pat = op("pat");
+    let product = |id: &str| Command::SetProductWindow {
+        product_id: id.into(),
+        window: None,
+    };
+    h.by(
+        &root,
+        bind(&pat, Role::ProductEditor, &[], &["com.example:*"]),
+    )
+    .unwrap();
+    assert!(h.by(&pat, product("com.example:web")).is_ok());
+    let m = denied(h.by(&pat, product("org.other:db")));
+    assert_eq!(
+        m,
+        "operator/pat may not SetProductWindow on org.other:db: needs product-editor on org.other:db"
+    );
+    // Environments are not theirs.
+    denied(h.by(&pat, set_secret("prod")));
+}
+
+#[test]
+fn the_leaders_and_agents_commands_need_their_own_identities() {
+    let mut h = hub();
+    let root = op("root");
+    let evaluate = Command::Evaluate {
+        entities: Vec::new(),
+        artifacts: Vec::new(),
+    };
+    let m = denied(h.by(&root, evaluate.clone()));
+    assert_eq!(m, "operator/root may not Evaluate: needs a hub node");
+    assert!(h.by(&Identity::Node(1), evaluate).is_ok());
+    let report = Command::ReportEntityStates {
+        environment: "prod".into(),
+        states: Vec::new(),
+    };
+    let m = denied(h.by(&Identity::Agent("stage".into()), report.clone()));
+    assert_eq!(
+        m,
+        "agent/stage may not ReportEntityStates: needs the agent of prod"
+    );
+    assert!(h.by(&Identity::Agent("prod".into()), report).is_ok());
+}
+
+#[test]
+fn the_last_admin_cannot_be_unbound() {
+    let mut h = hub();
+    let root = op("root");
+    let unbind = |who: &Identity| Command::UnbindRole {
+        identity: who.clone(),
+        role: Role::Admin,
+    };
+    let r = h.by(&root, unbind(&root));
+    assert!(
+        matches!(&r, Err(CommandError::FailedPrecondition(m)) if m.contains("last admin")),
+        "{r:?}"
+    );
+    let carol = op("carol");
+    h.by(&root, bind(&carol, Role::Admin, &[], &[])).unwrap();
+    assert!(h.by(&carol, unbind(&root)).is_ok());
+    assert_eq!(h.state.admin_count(), 1);
+    // root is no longer anything.
+    denied(h.by(&root, set_secret("prod")));
+}
+
+#[test]
+fn a_binding_revoked_after_the_nodes_check_is_enforced_at_apply() {
+    let mut h = hub();
+    let root = op("root");
+    let bob = op("bob");
+    h.by(&root, bind(&bob, Role::EnvironmentOperator, &["prod"], &[]))
+        .unwrap();
+    // The node checks against its state and proposes...
+    assert!(authorize(&h.state, &bob, &set_secret("prod")).is_ok());
+    // ...an unbind commits first...
+    h.by(
+        &root,
+        Command::UnbindRole {
+            identity: bob.clone(),
+            role: Role::EnvironmentOperator,
+        },
+    )
+    .unwrap();
+    // ...and apply refuses the write.
+    denied(h.by(&bob, set_secret("prod")));
+}
+
+#[test]
+fn bad_bindings_are_refused_naming_the_field() {
+    let mut h = hub();
+    let root = op("root");
+    let dan = op("dan");
+    let field = |r: Result<CommandOutput, CommandError>| match r {
+        Err(CommandError::InvalidField { field, .. }) => field,
+        other => panic!("not a field refusal: {other:?}"),
+    };
+    let before = h.state.digest();
+    for (command, want) in [
+        (
+            bind(&dan, Role::EnvironmentOperator, &["nowhere"], &[]),
+            "environments",
+        ),
+        (
+            bind(&dan, Role::EnvironmentOperator, &[], &[]),
+            "environments",
+        ),
+        (
+            bind(
+                &dan,
+                Role::EnvironmentOperator,
+                &["prod"],
+                &["com.example:web"],
+            ),
+            "products",
+        ),
+        (
+            bind(&dan, Role::ProductEditor, &[], &["com.example:db"]),
+            "products",
+        ),
+        (
+            bind(&dan, Role::ProductEditor, &[], &["org.none:*"]),
+            "products",
+        ),
+        (
+            bind(&dan, Role::ProductEditor, &[], &["no-colon"]),
+            "products",
+        ),
+        (bind(&dan, Role::Viewer, &["prod"], &[]), "environments"),
+        (bind(&Identity::Node(2), Role::Admin, &[], &[]), "identity"),
+    ] {
+        assert_eq!(field(h.by(&root, command)), want);
+    }
+    assert_eq!(h.state.digest(), before);
+}
+
+#[test]
+fn nested_as_and_unsigned_role_changes_are_refused() {
+    let mut h = hub();
+    let root = op("root");
+    let inner = Command::As {
+        actor: root.clone(),
+        command: Box::new(set_secret("prod")),
+    };
+    assert!(matches!(
+        h.by(&root, inner),
+        Err(CommandError::InvalidField { .. })
+    ));
+    // A role change must record who made it.
+    assert!(matches!(
+        h.system(bind(&op("eve"), Role::Admin, &[], &[])),
+        Err(CommandError::InvalidField { field, .. }) if field == "actor"
+    ));
+}
+
+#[test]
+fn any_binding_reads_and_nobody_else_does() {
+    let mut h = hub();
+    let root = op("root");
+    let vic = op("vic");
+    assert!(!may_read(&h.state, &vic));
+    h.by(&root, bind(&vic, Role::Viewer, &[], &[])).unwrap();
+    assert!(may_read(&h.state, &vic));
+    // A viewer writes nothing.
+    denied(h.by(&vic, set_secret("prod")));
+    let listed: BTreeSet<String> = h
+        .state
+        .role_bindings()
+        .map(|b| format!("{}#{}", b.identity, b.role))
+        .collect();
+    assert_eq!(
+        listed,
+        BTreeSet::from([
+            "operator/root#admin".to_string(),
+            "operator/vic#viewer".to_string()
+        ])
+    );
+}
