@@ -50,6 +50,9 @@ pub fn parse_submitted(json: &str) -> Result<Command, Status> {
         | Command::ReportCanaries { .. } => Err(Status::permission_denied(
             "agent reports go through the Agent API",
         )),
+        Command::As { .. } => Err(Status::permission_denied(
+            "a command's actor is the caller's verified identity, never a field",
+        )),
         other => Ok(other),
     }
 }
@@ -184,9 +187,11 @@ impl Hub for HubService {
         &self,
         req: Request<GetEnvironmentRequest>,
     ) -> Result<Response<Environment>, Status> {
+        let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         self.node.read_barrier(stale(&r.read)).await?;
         let s = self.node.state.read();
+        caller.may_read(&s.state)?;
         let env = s
             .state
             .environment(&r.name)
@@ -203,9 +208,11 @@ impl Hub for HubService {
         &self,
         req: Request<ListRequest>,
     ) -> Result<Response<EnvironmentList>, Status> {
+        let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         self.node.read_barrier(stale(&r.read)).await?;
         let s = self.node.state.read();
+        caller.may_read(&s.state)?;
         let environments = s
             .state
             .environments()
@@ -223,9 +230,11 @@ impl Hub for HubService {
         &self,
         req: Request<ListEntitiesRequest>,
     ) -> Result<Response<EntityList>, Status> {
+        let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         self.node.read_barrier(stale(&r.read)).await?;
         let s = self.node.state.read();
+        caller.may_read(&s.state)?;
         let entities = if r.environment.is_empty() {
             s.state.entities().map(entity_proto).collect()
         } else {
@@ -244,6 +253,8 @@ impl Hub for HubService {
     }
 
     async fn state_digest(&self, req: Request<ReadOptions>) -> Result<Response<Digest>, Status> {
+        // Health, like NodeStatus and ClusterStatus: any authenticated caller (a node that
+        // is joining holds no bindings yet, and the digest says nothing about the state).
         self.node.read_barrier(req.into_inner().stale).await?;
         let (applied_index, digest) = self.node.state.digest();
         Ok(Response::new(Digest {
@@ -385,6 +396,8 @@ impl Hub for HubService {
         &self,
         req: Request<AddNodeRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
+        let caller = crate::auth::caller(&req)?;
+        caller.require_admin(&self.node.state.read().state, "add a node")?;
         let r = req.into_inner();
         if r.id == 0 {
             return Err(Status::invalid_argument("id: node ids start at 1"));
@@ -409,6 +422,8 @@ impl Hub for HubService {
         &self,
         req: Request<RemoveNodeRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
+        let caller = crate::auth::caller(&req)?;
+        caller.require_admin(&self.node.state.read().state, "remove a node")?;
         let r = req.into_inner();
         let id = r.id;
         let index = self
@@ -445,6 +460,7 @@ impl Hub for HubService {
     }
 
     async fn query(&self, req: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
+        let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         let query: crate::query::Query = serde_json::from_str(&r.query_json)
             .map_err(|e| Status::invalid_argument(format!("bad query: {e}")))?;
@@ -452,6 +468,8 @@ impl Hub for HubService {
         if matches!(query, crate::query::Query::Explain { .. }) && !stale(&r.read) {
             if let Some((leader, addr)) = self.node.leader() {
                 if leader != self.node.id {
+                    // The leader sees this node as the caller: check the operator here.
+                    caller.may(&self.node.state.read().state, &query.need())?;
                     let channel =
                         self.node.peers.channel(&addr).map_err(|e| {
                             Status::internal(format!("bad leader address {addr}: {e}"))
@@ -470,6 +488,7 @@ impl Hub for HubService {
         }
         self.node.read_barrier(stale(&r.read)).await?;
         let s = self.node.state.read();
+        caller.may(&s.state, &query.need())?;
         let value = crate::query::answer(
             &s.state,
             &query,

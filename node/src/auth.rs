@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use hub_engine::Command;
 use hub_tls::server::{Authenticated, ConnInfo};
 use hub_tls::Identity;
 use tonic::Status;
@@ -41,6 +42,59 @@ impl Caller {
         match self {
             Caller::Insecure => None,
             Caller::Verified(id) => Some(id.to_string()),
+        }
+    }
+
+    /// Refuses `command` unless the caller's role bindings in `state` allow it (see
+    /// `hub_engine::access`). Apply checks again against the bindings of its own time.
+    pub fn authorize(&self, state: &hub_engine::State, command: &Command) -> Result<(), Status> {
+        match self {
+            Caller::Insecure => Ok(()),
+            Caller::Verified(id) => hub_engine::access::authorize(state, id, command)
+                .map_err(|e| crate::status::command_status(&e)),
+        }
+    }
+
+    /// Refuses a read by an operator that holds no role.
+    pub fn may_read(&self, state: &hub_engine::State) -> Result<(), Status> {
+        self.may(
+            state,
+            &hub_engine::access::Need::Role(
+                hub_engine::access::Role::Viewer,
+                hub_engine::access::Target::Cluster,
+            ),
+        )
+    }
+
+    /// Refuses the caller unless it meets `need` (a query's, see `Query::need`).
+    pub fn may(
+        &self,
+        state: &hub_engine::State,
+        need: &hub_engine::access::Need,
+    ) -> Result<(), Status> {
+        match self {
+            Caller::Insecure => Ok(()),
+            Caller::Verified(Identity::Node(_)) => Ok(()),
+            Caller::Verified(id) if hub_engine::access::satisfies(state, id, need) => Ok(()),
+            Caller::Verified(id) => Err(Status::permission_denied(format!(
+                "{id} may not read: it holds no role (an admin grants one with hubctl role bind)"
+            ))),
+        }
+    }
+
+    /// Refuses a membership change by anyone but an admin or a node (a node proxies a call
+    /// it checked).
+    pub fn require_admin(&self, state: &hub_engine::State, what: &str) -> Result<(), Status> {
+        let need = hub_engine::access::Need::Role(
+            hub_engine::access::Role::Admin,
+            hub_engine::access::Target::Cluster,
+        );
+        match self {
+            Caller::Insecure | Caller::Verified(Identity::Node(_)) => Ok(()),
+            Caller::Verified(id) if hub_engine::access::satisfies(state, id, &need) => Ok(()),
+            Caller::Verified(id) => Err(Status::permission_denied(format!(
+                "{id} may not {what}: needs admin"
+            ))),
         }
     }
 

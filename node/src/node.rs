@@ -253,6 +253,9 @@ impl HubNode {
             }
         }
         let request_id = request_id.unwrap_or_else(new_request_id);
+        // Checked against this node's state; apply checks again against the state the entry
+        // applies to, so a binding revoked in between still refuses it.
+        caller.authorize(&self.state.read().state, &command)?;
         let request_id = Some(match caller.actor() {
             Some(actor) => {
                 command.stamp_actor(&actor);
@@ -260,6 +263,12 @@ impl HubNode {
             }
             None => request_id,
         });
+        if let Caller::Verified(identity) = caller {
+            command = Command::As {
+                actor: identity.clone(),
+                command: Box::new(command),
+            };
+        }
         let encoded = codec::encode(&(&command, &request_id));
         if encoded.len() > MAX_COMMAND_BYTES {
             return Err(Status::invalid_argument(format!(

@@ -3,6 +3,7 @@
 //! Views are built here, field by field, so nothing is exposed by accident: secret values are
 //! never part of any view (SPEC S4), only their names and the revision.
 
+use hub_engine::access::{Need, Role, Target};
 use hub_engine::evaluate::{evaluate, format_time};
 use hub_engine::plan::Plan;
 use hub_engine::State;
@@ -141,6 +142,42 @@ pub enum Query {
         /// `<environment>/<name>`.
         id: String,
     },
+    /// Every role binding.
+    RoleBindings,
+}
+
+impl Query {
+    /// What a caller needs to ask this query: one arm per query kind, no fallback, so a new
+    /// query does not compile without its rule. Every read today is a viewer's (any role
+    /// binding); none answers with a secret value.
+    pub fn need(&self) -> Need {
+        let viewer = Need::Role(Role::Viewer, Target::Cluster);
+        match self {
+            Query::ResolveEntity { .. }
+            | Query::Entity { .. }
+            | Query::Explain { .. }
+            | Query::Activity { .. }
+            | Query::Plans { .. }
+            | Query::Plan { .. }
+            | Query::Products
+            | Query::Releases { .. }
+            | Query::Channels
+            | Query::Recalls
+            | Query::Suppressions { .. }
+            | Query::EnvironmentSettings { .. }
+            | Query::Audit { .. }
+            | Query::Modules
+            | Query::Module { .. }
+            | Query::ModuleDryRun { .. }
+            | Query::ModuleInstallations { .. }
+            | Query::ModuleInstallation { .. }
+            | Query::ChangeRequests { .. }
+            | Query::ChangeRequest { .. }
+            | Query::Canaries { .. }
+            | Query::Canary { .. }
+            | Query::RoleBindings => viewer,
+        }
+    }
 }
 
 /// Why a query failed.
@@ -446,6 +483,17 @@ pub fn answer(
             .map(|a| json!({
                 "index": a.index, "time": format_time(a.time_ms), "actor": a.actor,
                 "action": a.action, "target": a.target, "reason": a.reason,
+            }))
+            .collect::<Vec<_>>() }),
+        Query::RoleBindings => json!({ "bindings": state
+            .role_bindings()
+            .map(|b| json!({
+                "identity": b.identity.to_string(),
+                "role": b.role.as_str(),
+                "environments": b.environments,
+                "products": b.products,
+                "bound": format_time(b.bound_ms),
+                "bound_by": b.bound_by,
             }))
             .collect::<Vec<_>>() }),
         Query::Modules => modules_view(state),

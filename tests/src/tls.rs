@@ -72,6 +72,18 @@ impl Cluster {
         ]
     }
 
+    /// `hubctl -e <all endpoints> ARGS` as `identity` (its certificate issued on first use).
+    pub fn hubctl_as(&self, identity: &Identity, args: &[&str]) -> crate::CmdOutput {
+        let f = self.tls_files(identity);
+        let mut cmd = std::process::Command::new(crate::hubctl_bin());
+        cmd.env("HUBCTL_CA_FILE", &f.ca)
+            .env("HUBCTL_CERT_FILE", &f.cert)
+            .env("HUBCTL_KEY_FILE", &f.key)
+            .args(["--endpoints", &self.endpoints()])
+            .args(args);
+        crate::run_with_limit(&mut cmd, crate::HUBCTL_LIMIT)
+    }
+
     /// A connector dialling as `identity` (plaintext when the cluster is).
     pub fn connector(&self, identity: &Identity) -> Connector {
         let mode = if self.insecure() {

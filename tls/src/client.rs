@@ -228,6 +228,15 @@ impl Connector {
         Self { mode, timeout }
     }
 
+    /// Who this connector's certificate names; `None` without one (plaintext, or
+    /// server-authenticated TLS only).
+    pub fn identity(&self) -> Option<Identity> {
+        match &self.mode {
+            ClientMode::Tls(tls) => Some(tls.material().identity.identity),
+            _ => None,
+        }
+    }
+
     /// A lazily connecting channel to `addr` (`host:port`), configured by `endpoint`.
     pub fn channel_lazy(
         &self,

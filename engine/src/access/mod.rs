@@ -61,7 +61,9 @@ pub fn satisfies(state: &State, actor: &Identity, need: &Need) -> bool {
         Need::Node => matches!(actor, Identity::Node(_)),
         Need::Agent(env) => matches!(actor, Identity::Agent(own) if own == env),
         Need::Role(role, target) => state.bindings_of(actor).any(|b| {
-            b.role == Role::Admin
+            // Every role reads: a viewer's need is met by any binding.
+            *role == Role::Viewer
+                || b.role == Role::Admin
                 || (b.role == *role
                     && match target {
                         Target::Cluster | Target::Unknown => true,
@@ -75,7 +77,8 @@ pub fn satisfies(state: &State, actor: &Identity, need: &Need) -> bool {
 /// Whether `actor` may read: any role binding admits every read (secret values are never
 /// part of an answer to an operator).
 pub fn may_read(state: &State, actor: &Identity) -> bool {
-    matches!(actor, Identity::Node(_)) || state.bindings_of(actor).next().is_some()
+    matches!(actor, Identity::Node(_))
+        || satisfies(state, actor, &Need::Role(Role::Viewer, Target::Cluster))
 }
 
 /// What a need asks for, as the refusal says it.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Subcommand;
-use hub_proto::{InitClusterRequest, Member, NodeStatusRequest};
+use hub_proto::{InitClusterRequest, Member, NodeStatusRequest, SubmitRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -567,6 +567,18 @@ pub(crate) async fn start_cluster(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    if fresh {
+        // The dev admin becomes the cluster's first admin (plaintext clusters have no roles).
+        if let Some(me) = connector.identity() {
+            let command = super::roles::bootstrap_admin(&me);
+            c.submit(SubmitRequest {
+                command_json: serde_json::to_string(&command)?,
+                request_id: "dev-up-bootstrap-admin".into(),
+            })
+            .await
+            .with_context(|| format!("bind {me} admin"))?;
+        }
+    }
     Ok((cluster, leader))
 }
 

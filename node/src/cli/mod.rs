@@ -20,6 +20,7 @@ mod orch;
 mod output;
 mod pki;
 mod plans;
+mod roles;
 mod settings;
 mod timeparse;
 
@@ -151,6 +152,9 @@ enum Cmd {
     // SPEC P1, C2
     /// Issue a break-glass command to an entity: bypasses every constraint.
     Command(orch::CommandArgs),
+    /// Role bindings: who may do what (bind, unbind, list).
+    #[command(subcommand)]
+    Role(roles::RoleCmd),
     /// The audit log, newest first.
     Audit {
         /// At most this many entries.
@@ -330,6 +334,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Canary(cmd) => canary::run(&connect()?, cmd, fmt).await,
         Cmd::ChangeRequest(cmd) => modules::change_request(&connect()?, cmd, fmt).await,
         Cmd::Command(cmd) => orch::emergency(&connect()?, cmd, fmt).await,
+        Cmd::Role(cmd) => roles::run(&connect()?, cmd, fmt).await,
         Cmd::Audit { limit, read } => orch::audit(&connect()?, limit, read, fmt).await,
         Cmd::Digest(read) => {
             let d = connect()?
@@ -397,10 +402,20 @@ async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyho
             c.init_cluster(req)
                 .await
                 .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+            // Whoever initializes the cluster becomes its first admin.
+            let admin = match client.connector().identity() {
+                Some(me) => {
+                    calls::submit(client, &roles::bootstrap_admin(&me))
+                        .await
+                        .with_context(|| format!("cluster initialized, but binding {me} admin failed: run hubctl role bind {me} admin"))?;
+                    json!(me.to_string())
+                }
+                None => Value::Null,
+            };
             print(
                 fmt,
-                &json!({"initialized": first, "members": members.len()}),
-                &["initialized", "members"],
+                &json!({"initialized": first, "members": members.len(), "admin": admin}),
+                &["initialized", "members", "admin"],
             )
         }
         ClusterCmd::AddNode { id, addr, learner } => {
