@@ -460,7 +460,7 @@ pub enum Command {
         /// Who gets the role.
         identity: hub_identity::Identity,
         /// The role.
-        role: crate::access::Role,
+        role: crate::role::Role,
         /// For environment-scoped roles: environments, or `*`.
         environments: BTreeSet<String>,
         /// For product-scoped roles: `group:name`, `group:*` or `*`.
@@ -471,11 +471,11 @@ pub enum Command {
         /// Who loses the role.
         identity: hub_identity::Identity,
         /// The role.
-        role: crate::access::Role,
+        role: crate::role::Role,
     },
     /// `command`, by `actor`: the identity the proposing node verified. Apply authorizes the
     /// command against the actor's role bindings as they are when the entry applies
-    /// ([`crate::access::authorize`]). Only nodes wrap commands; a client's `As` is refused.
+    /// (`access::authorize`). Only nodes wrap commands; a client's `As` is refused.
     As {
         /// Who asked for the command.
         actor: hub_identity::Identity,

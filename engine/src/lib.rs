@@ -114,6 +114,7 @@ pub mod plan;
 pub mod product;
 pub mod record;
 pub mod release;
+pub mod role;
 pub mod settings;
 pub mod state;
 pub mod suppression;

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::access::RoleBinding;
+use crate::role::RoleBinding;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};

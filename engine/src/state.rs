@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use hub_identity::Identity;
 
-use crate::access::{Role, RoleBinding};
+use crate::role::{Role, RoleBinding};
 use crate::activity::Activity;
 use crate::canary::Phase;
 use crate::canary_record::Canary;
@@ -98,8 +98,8 @@ pub struct State {
     pub(crate) canaries: Table<Canary>,
     /// Cluster keys by name ([`crate::cluster_key`]).
     pub(crate) cluster_keys: Table<crate::cluster_key::ClusterKey>,
-    /// Role bindings by (identity, role) ([`crate::access`]).
-    pub(crate) role_bindings: Table<crate::access::RoleBinding>,
+    /// Role bindings by (identity, role).
+    pub(crate) role_bindings: Table<crate::role::RoleBinding>,
     pub(crate) idx: Indexes,
 }
 

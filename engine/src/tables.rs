@@ -11,7 +11,7 @@ use semver::Version;
 
 use hub_identity::Identity;
 
-use crate::access::{Role, RoleBinding};
+use crate::role::{Role, RoleBinding};
 use crate::activity::Activity;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;

@@ -171,6 +171,8 @@ pub struct AuthStats {
     pub unauthenticated: AtomicU64,
     /// Calls by an identity the method's rule does not admit.
     pub denied: AtomicU64,
+    /// Writes refused because the caller's roles do not allow them.
+    pub by_role: AtomicU64,
     /// Refusals not logged because of the log rate limit.
     pub unlogged: AtomicU64,
     log_second: AtomicU64,
@@ -181,6 +183,14 @@ pub struct AuthStats {
 const REFUSAL_LOGS_PER_SECOND: u64 = 20;
 
 impl AuthStats {
+    /// Counts a write refused by role and logs it (rate-limited with the other refusals).
+    pub fn refused_by_role(&self, message: &str) {
+        self.by_role.fetch_add(1, Ordering::Relaxed);
+        if self.may_log() {
+            warn!(%message, "write refused by role");
+        }
+    }
+
     fn may_log(&self) -> bool {
         let sec = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -89,6 +89,9 @@ pub struct HubNode {
     pub artifacts: crate::artifacts::ArtifactChecker,
     /// The outbound HTTP(S) clients: webhooks, alerts, Prometheus, registries.
     pub outbound: Arc<crate::outbound::Outbound>,
+    /// Refused calls: by the authorization layer and by role (shared with the listener's
+    /// [`crate::auth::Policy`]).
+    pub auth_stats: Arc<crate::auth::AuthStats>,
     /// When the last shared read barrier started (see [`HubNode::shared_read_barrier`]).
     barrier: tokio::sync::Mutex<Option<Instant>>,
 }
@@ -190,6 +193,7 @@ impl HubNode {
             request_timeout: cfg.request_timeout,
             artifacts,
             outbound,
+            auth_stats: Arc::default(),
             barrier: tokio::sync::Mutex::new(None),
         }))
     }
@@ -255,7 +259,11 @@ impl HubNode {
         let request_id = request_id.unwrap_or_else(new_request_id);
         // Checked against this node's state; apply checks again against the state the entry
         // applies to, so a binding revoked in between still refuses it.
-        caller.authorize(&self.state.read().state, &command)?;
+        let authorized = caller.authorize(&self.state.read().state, &command);
+        if let Err(refusal) = authorized {
+            self.auth_stats.refused_by_role(refusal.message());
+            return Err(refusal);
+        }
         let request_id = Some(match caller.actor() {
             Some(actor) => {
                 command.stamp_actor(&actor);

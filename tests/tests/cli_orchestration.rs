@@ -613,6 +613,26 @@ fn entity_settings_explain_suppression_secrets_plans_and_audit() {
         "{sup}"
     );
 
+    // A break-glass command asks first: from a script (no terminal) without --yes it is
+    // refused and sends nothing.
+    cluster
+        .hubctl(&[
+            "command",
+            "prod/web",
+            "restart",
+            "--reason",
+            "hotfix",
+        ])
+        .expect_err(1, "pass --yes");
+    let plans = ok_json(&cluster, &["plan", "list", "--active"]);
+    assert!(
+        !plans
+            .as_array()
+            .expect("array")
+            .iter()
+            .any(|p| p["command"] == "restart"),
+        "an unconfirmed command was sent: {plans}"
+    );
     // A break-glass command bypasses the suppression.
     let out = ok_json(
         &cluster,
@@ -626,6 +646,7 @@ fn entity_settings_explain_suppression_secrets_plans_and_audit() {
             "hotfix",
             "--actor",
             "alice",
+            "--yes",
         ],
     );
     let cid = out["id"].as_str().expect("command plan id").to_string();

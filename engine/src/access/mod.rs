@@ -8,10 +8,9 @@
 //! leader's decisions) or written before roles existed; apply admits it as such.
 
 mod need;
-mod role;
 
+pub use crate::role::{Role, RoleBinding, ScopeKind, ALL, ROLES};
 pub use need::{need, Need, Target};
-pub use role::{Role, RoleBinding, ScopeKind, ALL, ROLES};
 
 use hub_identity::Identity;
 

@@ -5,7 +5,7 @@ use crate::command::{CancelTarget, Command};
 use crate::release::parse_manifest;
 use crate::state::State;
 
-use super::role::Role;
+use crate::role::Role;
 
 /// Who may run a command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +93,7 @@ pub fn need(state: &State, command: &Command) -> Need {
             Err(_) => Target::Unknown,
         }),
         // Channels are shared by every product.
-        Command::CreateChannel { .. } => editor(product(super::role::ALL)),
+        Command::CreateChannel { .. } => editor(product(crate::role::ALL)),
         Command::DeleteRecall { id } => editor(match state.recalls.get(id) {
             Some(r) => product(&r.product_id),
             None => Target::Unknown,

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use hub_identity::Identity;
 
-use crate::access::{Role, RoleBinding, ScopeKind, ALL};
+use crate::role::{Role, RoleBinding, ScopeKind, ALL};
 use crate::command::CommandOutput;
 use crate::error::CommandError;
 use crate::name::validate_product_id;

@@ -248,7 +248,7 @@ async fn run() -> anyhow::Result<()> {
             let node = node.clone();
             std::sync::Arc::new(move |id| node.is_member(id))
         },
-        stats: std::sync::Arc::default(),
+        stats: node.auth_stats.clone(),
     };
     let incoming = hub_tls::server::incoming(
         listener,

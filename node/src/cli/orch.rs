@@ -304,8 +304,38 @@ pub struct CommandArgs {
     /// Why (required; audited).
     #[arg(long)]
     reason: String,
+    /// Do not ask for confirmation (required when not run on a terminal, e.g. in scripts).
+    #[arg(long)]
+    yes: bool,
     #[command(flatten)]
     actor: ActorArg,
+}
+
+/// What a break-glass command skips, as `hubctl command` warns before sending it.
+const BYPASSED: &str = "every constraint: maintenance windows, suppressions, and the health, \
+dependency, dependents, artifact and secrets checks";
+
+/// Says what `action` on `entity` bypasses and, on a terminal, asks to go on; without a
+/// terminal `--yes` must say so. Nothing is sent unless confirmed.
+fn confirm_break_glass(entity: &str, action: &str, yes: bool) -> anyhow::Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    eprintln!("break-glass: {action} on {entity} is issued at once, bypassing {BYPASSED}.");
+    if yes {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() {
+        anyhow::bail!(
+            "not confirmed: hubctl command asks on a terminal; pass --yes to confirm from a script (nothing was sent)"
+        );
+    }
+    eprint!("Type yes to issue it: ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if answer.trim() != "yes" {
+        anyhow::bail!("not confirmed (nothing was sent)");
+    }
+    Ok(())
 }
 
 /// `hubctl audit`: the audit log, newest first.
@@ -581,8 +611,13 @@ pub async fn emergency(client: &FailoverClient, c: CommandArgs, fmt: Format) -> 
     if c.reason.trim().is_empty() {
         anyhow::bail!("--reason must not be empty: break-glass commands are audited");
     }
+    let entity = resolve(client, &c.entity).await?;
+    let action = clap::ValueEnum::to_possible_value(&c.action)
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default();
+    confirm_break_glass(&entity, &action, c.yes)?;
     let command = Command::IssueCommand {
-        entity: resolve(client, &c.entity).await?,
+        entity,
         command,
         reason: c.reason,
         actor: c.actor.name(),

@@ -1,4 +1,5 @@
-//! Roles and the bindings that give them to identities: replicated data, no transitions.
+//! Roles and the bindings that give them to identities: replicated data, no transitions
+//! (what each role may do is the `access` module).
 
 use std::collections::BTreeSet;
 use std::fmt;
