@@ -6,10 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::role::RoleBinding;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
+use crate::role::RoleBinding;
 
 use crate::activity::Activity;
 use crate::command::{wire_tags, CommandOutput};

@@ -13,7 +13,6 @@ use sha2::{Digest, Sha256};
 
 use hub_identity::Identity;
 
-use crate::role::{Role, RoleBinding};
 use crate::activity::Activity;
 use crate::canary::Phase;
 use crate::canary_record::Canary;
@@ -27,6 +26,7 @@ use crate::plan::{Plan, PlanKind, PlanStatus};
 use crate::product::{Channel, Product, Recall, Release};
 use crate::record::{AuditEntry, Record, RecordKey, RequestRecord};
 use crate::release::ProductDependency;
+use crate::role::{Role, RoleBinding};
 use crate::suppression::{Scope, Suppression, SuppressionSource};
 use crate::table::Table;
 use crate::TimestampMs;

@@ -11,7 +11,6 @@ use semver::Version;
 
 use hub_identity::Identity;
 
-use crate::role::{Role, RoleBinding};
 use crate::activity::Activity;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
@@ -21,6 +20,7 @@ use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::plan::Plan;
 use crate::product::{Channel, Product, Recall, Release};
 use crate::record::{AuditEntry, Record, RecordKey, RequestRecord};
+use crate::role::{Role, RoleBinding};
 use crate::state::State;
 use crate::suppression::{Scope, Suppression};
 use crate::table::{lookups_index, Lookups, Row};

@@ -616,13 +616,7 @@ fn entity_settings_explain_suppression_secrets_plans_and_audit() {
     // A break-glass command asks first: from a script (no terminal) without --yes it is
     // refused and sends nothing.
     cluster
-        .hubctl(&[
-            "command",
-            "prod/web",
-            "restart",
-            "--reason",
-            "hotfix",
-        ])
+        .hubctl(&["command", "prod/web", "restart", "--reason", "hotfix"])
         .expect_err(1, "pass --yes");
     let plans = ok_json(&cluster, &["plan", "list", "--active"]);
     assert!(

@@ -90,7 +90,7 @@ pub fn acked_writes_durable(
         let (acked_ok, complete_ns) = match op.outcome {
             Outcome::Ok { .. } => (true, op.complete_ns),
             Outcome::Unknown => (false, None),
-            Outcome::Failed => continue,
+            Outcome::Failed | Outcome::Mismatch => continue,
         };
         let ws = writes.entry(&op.key).or_default();
         index.insert(op.id, (&op.key, ws.len()));

@@ -63,6 +63,14 @@ pub enum OpKind {
     },
     /// Returns the register's current value.
     Read,
+    /// Sets the register to `new` if it holds `expect` (Jepsen's compare-and-set; the
+    /// runner's own workload issues none).
+    Cas {
+        /// The value the register must hold.
+        expect: u64,
+        /// The value it gets then.
+        new: u64,
+    },
 }
 
 /// What the client learned about an operation.
@@ -77,6 +85,9 @@ pub enum Outcome {
     },
     /// It definitely did not take effect (refused before being proposed).
     Failed,
+    /// A compare-and-set that completed and did not swap: the register did not hold the
+    /// expected value at its linearization point.
+    Mismatch,
     /// Timed out or the connection was lost: it may take effect at any time after invoke, or
     /// never.
     Unknown,

@@ -197,6 +197,15 @@ pub enum LinViolation {
         /// A value that must be current within that interval too.
         other: Zone,
     },
+    /// No order of a key's operations, compare-and-set included, explains every result
+    /// (found by the plain search of [`super::cas`]).
+    #[error("key {key}: no linearization of its {operations} operations (compare-and-set included) explains every result")]
+    NoCasLinearization {
+        /// The register.
+        key: String,
+        /// Operations on the key that constrain the verdict.
+        operations: usize,
+    },
     /// The search budget ran out: the key is neither accepted nor rejected.
     #[error("key {key}: search budget exceeded after {explored} configurations; linearizability unknown")]
     BudgetExceeded {
@@ -321,6 +330,10 @@ struct SOp {
 
 /// Checks one key: pre-checks, pruning, then the search.
 fn check_key(key: &str, ops: &[&RegisterOp], opts: &LinOptions) -> (KeyReport, Vec<LinViolation>) {
+    // The pruning below holds for reads and writes only.
+    if super::cas::has_cas(ops) {
+        return super::cas::check_key(key, ops, opts);
+    }
     let mut violations = Vec::new();
     // Completion of every op; Ok ops completing before invoke are reported, and checked as
     // if they completed at invoke.
@@ -624,6 +637,13 @@ fn describe(op: &RegisterOp) -> String {
         (OpKind::Write { value }, _) => format!("write {value}"),
         (OpKind::Read, Outcome::Ok { read_value }) => format!("read returning {read_value:?}"),
         (OpKind::Read, _) => "read".to_string(),
+        (OpKind::Cas { expect, new }, Outcome::Mismatch) => {
+            format!("cas {expect} -> {new}, not swapped")
+        }
+        (OpKind::Cas { expect, new }, Outcome::Unknown) => {
+            format!("cas {expect} -> {new}, outcome unknown")
+        }
+        (OpKind::Cas { expect, new }, _) => format!("cas {expect} -> {new}"),
     };
     let done = match op.complete_ns {
         Some(c) if !matches!(op.outcome, Outcome::Unknown) => format!("completed at {c} ns"),

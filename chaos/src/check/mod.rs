@@ -15,9 +15,11 @@
 //! No I/O and no clock: the same history always gives the same report.
 
 mod canary;
+mod cas;
 mod cluster;
 mod durable;
 mod history;
+mod jepsen;
 mod linear;
 mod plans;
 #[cfg(test)]
@@ -40,6 +42,7 @@ pub use history::{
     AckedWrite, AddOutcome, CanaryRun, History, HubPlan, NodeDigest, OpKind, Outcome, RegisterOp,
     Rollout, SetAdd, TaskExecution, TaskState,
 };
+pub use jepsen::{parse_jepsen_log, JepsenError};
 pub use linear::{
     check_linearizable, check_linearizable_with, KeyReport, LinOptions, LinReport, LinViolation,
     Verdict, Zone, DEFAULT_MAX_STATES_PER_KEY,

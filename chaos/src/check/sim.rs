@@ -87,6 +87,12 @@ fn generate(seed: u64, keys: usize, clients: usize, ops: usize) -> Vec<RegisterO
                     read_value: register.get(&op.key).copied(),
                 };
             }
+            // The generator issues reads and writes only; a swap still acts as one.
+            OpKind::Cas { expect, new } => {
+                if register.get(&op.key) == Some(&expect) {
+                    register.insert(op.key.clone(), new);
+                }
+            }
         }
     }
     history
@@ -361,7 +367,7 @@ fn agrees_with_brute_force_on_small_simulated_histories() {
             .iter()
             .filter_map(|o| match o.kind {
                 OpKind::Write { value } => Some(value),
-                OpKind::Read => None,
+                OpKind::Read | OpKind::Cas { .. } => None,
             })
             .collect();
         if rng.below(2) == 0 && !reads.is_empty() && !writes.is_empty() {

@@ -415,7 +415,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                 key: o.key.clone(),
                 value,
             }),
-            OpKind::Read => None,
+            OpKind::Read | OpKind::Cas { .. } => None,
         })
         .collect();
     // What every node holds after healing (each node's own state, converged above).

@@ -4,10 +4,10 @@ use std::collections::BTreeSet;
 
 use hub_identity::Identity;
 
-use crate::role::{Role, RoleBinding, ScopeKind, ALL};
 use crate::command::CommandOutput;
 use crate::error::CommandError;
 use crate::name::validate_product_id;
+use crate::role::{Role, RoleBinding, ScopeKind, ALL};
 use crate::state::State;
 
 use super::{changed, Tx};
