@@ -473,6 +473,12 @@ pub enum Command {
         /// The role.
         role: crate::role::Role,
     },
+    /// Keep the newest `entries` rows of the write audit (admins only); older ones are
+    /// dropped and counted.
+    SetAuditRetention {
+        /// Rows to keep, 1 to [`crate::audit::MAX_AUDIT_RETENTION`].
+        entries: u64,
+    },
     /// `command`, by `actor`: the identity the proposing node verified. Apply authorizes the
     /// command against the actor's role bindings as they are when the entry applies
     /// (`access::authorize`). Only nodes wrap commands; a client's `As` is refused.
@@ -530,6 +536,7 @@ wire_tags! {
         BindRole = 41,
         UnbindRole = 42,
         As = 43,
+        SetAuditRetention = 44,
     }
     retired []
 }
@@ -616,6 +623,7 @@ impl Command {
             Command::SetClusterKey { .. } => "set_cluster_key",
             Command::BindRole { .. } => "bind_role",
             Command::UnbindRole { .. } => "unbind_role",
+            Command::SetAuditRetention { .. } => "set_audit_retention",
             Command::As { command, .. } => command.kind(),
         }
     }
@@ -670,7 +678,8 @@ impl Command {
             | Command::ReportCanaries { .. }
             | Command::SetClusterKey { .. }
             | Command::BindRole { .. }
-            | Command::UnbindRole { .. } => return,
+            | Command::UnbindRole { .. }
+            | Command::SetAuditRetention { .. } => return,
             Command::As { command, .. } => return command.stamp_actor(who),
         };
         *actor = who.to_string();

@@ -98,6 +98,7 @@ pub mod access;
 pub mod activity;
 mod apply;
 pub mod artifact;
+pub mod audit;
 pub mod canary;
 pub mod canary_record;
 pub mod cluster_key;

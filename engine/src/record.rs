@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
@@ -58,6 +59,10 @@ pub enum RecordKey {
     ClusterKey(String),
     /// A role binding, by `<identity>#<role>`.
     RoleBinding(String),
+    /// An audited write, by zero-padded log index.
+    WriteAudit(String),
+    /// The write audit's retention and drop count (one record, `writes`).
+    AuditLog(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -77,6 +82,8 @@ const TAG_CHANGE_REQUEST: u8 = 14;
 const TAG_CANARY: u8 = 15;
 const TAG_CLUSTER_KEY: u8 = 16;
 const TAG_ROLE_BINDING: u8 = 17;
+const TAG_WRITE_AUDIT: u8 = 18;
+const TAG_AUDIT_LOG: u8 = 19;
 
 impl RecordKey {
     /// Stable byte encoding: a table tag, then the UTF-8 name.
@@ -99,6 +106,8 @@ impl RecordKey {
             RecordKey::Canary(n) => (TAG_CANARY, n),
             RecordKey::ClusterKey(n) => (TAG_CLUSTER_KEY, n),
             RecordKey::RoleBinding(n) => (TAG_ROLE_BINDING, n),
+            RecordKey::WriteAudit(n) => (TAG_WRITE_AUDIT, n),
+            RecordKey::AuditLog(n) => (TAG_AUDIT_LOG, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -128,6 +137,8 @@ impl RecordKey {
             TAG_CANARY => Some(RecordKey::Canary(name)),
             TAG_CLUSTER_KEY => Some(RecordKey::ClusterKey(name)),
             TAG_ROLE_BINDING => Some(RecordKey::RoleBinding(name)),
+            TAG_WRITE_AUDIT => Some(RecordKey::WriteAudit(name)),
+            TAG_AUDIT_LOG => Some(RecordKey::AuditLog(name)),
             _ => None,
         }
     }
@@ -189,6 +200,10 @@ pub enum Record {
     ClusterKey(ClusterKey),
     /// See [`RoleBinding`].
     RoleBinding(RoleBinding),
+    /// See [`WriteAudit`].
+    WriteAudit(WriteAudit),
+    /// See [`AuditLog`].
+    AuditLog(AuditLog),
 }
 
 wire_tags! {
@@ -210,6 +225,8 @@ wire_tags! {
         Canary = 14,
         ClusterKey = 15,
         RoleBinding = 16,
+        WriteAudit = 17,
+        AuditLog = 18,
     }
     retired []
 }
@@ -261,6 +278,8 @@ impl Record {
             Record::RoleBinding(b) => {
                 RecordKey::RoleBinding(RoleBinding::key_name(&b.identity, b.role))
             }
+            Record::WriteAudit(w) => RecordKey::WriteAudit(WriteAudit::key_name(w.index)),
+            Record::AuditLog(_) => RecordKey::AuditLog(AUDIT_LOG_KEY.to_string()),
         }
     }
 }

@@ -100,6 +100,10 @@ pub struct State {
     pub(crate) cluster_keys: Table<crate::cluster_key::ClusterKey>,
     /// Role bindings by (identity, role).
     pub(crate) role_bindings: Table<crate::role::RoleBinding>,
+    /// Audited writes by log index.
+    pub(crate) write_audit: Table<crate::audit::WriteAudit>,
+    /// The write audit's retention and drop count (at most one row).
+    pub(crate) audit_log: Table<crate::audit::AuditLog>,
     pub(crate) idx: Indexes,
 }
 
@@ -155,7 +159,9 @@ impl State {
                 | RecordKey::Module(_)
                 | RecordKey::ChangeRequest(_)
                 | RecordKey::ClusterKey(_)
-                | RecordKey::RoleBinding(_) => {}
+                | RecordKey::RoleBinding(_)
+                | RecordKey::WriteAudit(_)
+                | RecordKey::AuditLog(_) => {}
             }
         }
     }
@@ -691,6 +697,21 @@ impl State {
     /// Every role binding, by identity then role.
     pub fn role_bindings(&self) -> impl Iterator<Item = &RoleBinding> {
         self.role_bindings.values()
+    }
+
+    /// Audited writes, oldest first.
+    pub fn write_audit(&self) -> impl DoubleEndedIterator<Item = &crate::audit::WriteAudit> {
+        self.write_audit.values()
+    }
+
+    /// The write audit's retention and drop count.
+    pub fn audit_log(&self) -> crate::audit::AuditLog {
+        self.audit_log.get(&()).cloned().unwrap_or_default()
+    }
+
+    /// The legacy audit entry of log index `index`, if its command wrote one.
+    pub fn audit_entry_at(&self, index: u64) -> Option<&AuditEntry> {
+        self.audit.get(&AuditEntry::key_name(index))
     }
 
     /// How many identities hold the admin role.

@@ -12,6 +12,7 @@ use semver::Version;
 use hub_identity::Identity;
 
 use crate::activity::Activity;
+use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
 use crate::entity::Entity;
@@ -282,6 +283,40 @@ impl Row for RoleBinding {
     }
 }
 
+/// Audited writes are keyed by log index and persisted zero-padded.
+impl Row for WriteAudit {
+    type Key = u64;
+    type Index = ();
+    fn key(&self) -> u64 {
+        self.index
+    }
+    fn record_key(index: &u64) -> RecordKey {
+        RecordKey::WriteAudit(WriteAudit::key_name(*index))
+    }
+    fn key_of_name(name: &str) -> Option<u64> {
+        name.parse().ok()
+    }
+    fn to_record(&self) -> Record {
+        Record::WriteAudit(self.clone())
+    }
+}
+
+/// The one audit-log record, under `writes`.
+impl Row for AuditLog {
+    type Key = ();
+    type Index = ();
+    fn key(&self) {}
+    fn record_key(_: &()) -> RecordKey {
+        RecordKey::AuditLog(AUDIT_LOG_KEY.to_string())
+    }
+    fn key_of_name(name: &str) -> Option<()> {
+        (name == AUDIT_LOG_KEY).then_some(())
+    }
+    fn to_record(&self) -> Record {
+        Record::AuditLog(self.clone())
+    }
+}
+
 /// Published modules are keyed by (name, version) and persisted as `name@version`.
 impl Row for PublishedModule {
     type Key = (String, Version);
@@ -355,4 +390,6 @@ state_tables! {
     canaries: Canary boxed,
     cluster_keys: ClusterKey,
     role_bindings: RoleBinding,
+    write_audit: WriteAudit,
+    audit_log: AuditLog,
 }

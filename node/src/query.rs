@@ -84,6 +84,18 @@ pub enum Query {
         /// At most this many (default 100).
         #[serde(default)]
         limit: Option<usize>,
+        /// Only this actor (`operator/alice`).
+        #[serde(default)]
+        actor: Option<String>,
+        /// Only writes whose target is this environment.
+        #[serde(default)]
+        environment: Option<String>,
+        /// Only this command (`SetSecret`) or legacy action (`suppression`).
+        #[serde(default)]
+        kind: Option<String>,
+        /// Only entries at or after this time (milliseconds since the epoch).
+        #[serde(default)]
+        since_ms: Option<i64>,
     },
     /// Every module with its versions and installations.
     Modules,
@@ -178,6 +190,40 @@ impl Query {
             | Query::RoleBindings => viewer,
         }
     }
+}
+
+/// Every audit row, newest first: the write audit (every write of an identified caller, with
+/// its outcome) merged by log index with the entries commands write themselves (suppressions,
+/// overrides, cancels, break-glass commands, module changes: their action, target and reason).
+fn audit_rows(state: &State) -> impl Iterator<Item = Value> + '_ {
+    use hub_engine::audit::WriteOutcome;
+    let mut writes = state.write_audit().rev().peekable();
+    let mut legacy = state.audit().rev().peekable();
+    std::iter::from_fn(move || {
+        let w_index = writes.peek().map(|w| w.index);
+        let l_index = legacy.peek().map(|l| l.index);
+        let index = w_index.max(l_index)?;
+        let w = (w_index == Some(index)).then(|| writes.next()).flatten();
+        let l = (l_index == Some(index)).then(|| legacy.next()).flatten();
+        let (outcome, error) = match w.map(|w| &w.outcome) {
+            Some(WriteOutcome::Refused(e)) => ("refused", e.to_string()),
+            Some(WriteOutcome::Applied) | None => ("applied", String::new()),
+        };
+        let time_ms = w.map(|w| w.time_ms).or(l.map(|l| l.time_ms)).unwrap_or(0);
+        Some(json!({
+            "index": index,
+            "time": format_time(time_ms),
+            "time_ms": time_ms,
+            "actor": w.map(|w| w.actor.to_string()).or(l.map(|l| l.actor.clone())),
+            "method": w.map(|_| "certificate"),
+            "command": w.map(|w| w.command.clone()),
+            "action": l.map(|l| l.action.clone()).or(w.map(|w| w.command.clone())),
+            "target": l.map(|l| l.target.clone()).or(w.map(|w| w.target.clone())),
+            "outcome": outcome,
+            "error": error,
+            "reason": l.map(|l| l.reason.clone()).unwrap_or_default(),
+        }))
+    })
 }
 
 /// Why a query failed.
@@ -476,15 +522,33 @@ pub fn answer(
                 "autosuppressed_entities": state.autosuppressed_count(&env.name, now),
             })
         }
-        Query::Audit { limit } => json!({ "audit": state
-            .audit()
-            .rev()
-            .take(limit.unwrap_or(100).min(10_000))
-            .map(|a| json!({
-                "index": a.index, "time": format_time(a.time_ms), "actor": a.actor,
-                "action": a.action, "target": a.target, "reason": a.reason,
-            }))
-            .collect::<Vec<_>>() }),
+        Query::Audit {
+            limit,
+            actor,
+            environment,
+            kind,
+            since_ms,
+        } => {
+            let log = state.audit_log();
+            let rows: Vec<Value> = audit_rows(state)
+                .filter(|r| actor.as_ref().is_none_or(|a| r["actor"] == a.as_str()))
+                .filter(|r| {
+                    environment.as_ref().is_none_or(|e| {
+                        r["target"] == format!("environment {e}").as_str()
+                            || r["target"].as_str().is_some_and(|t| {
+                                t == e.as_str() || t.starts_with(&format!("eid:{e}:"))
+                            })
+                    })
+                })
+                .filter(|r| {
+                    kind.as_ref()
+                        .is_none_or(|k| r["command"] == k.as_str() || r["action"] == k.as_str())
+                })
+                .filter(|r| since_ms.is_none_or(|s| r["time_ms"].as_i64().unwrap_or(0) >= s))
+                .take(limit.unwrap_or(100).min(10_000))
+                .collect();
+            json!({ "audit": rows, "retention": log.retention, "dropped": log.dropped })
+        }
         Query::RoleBindings => json!({ "bindings": state
             .role_bindings()
             .map(|b| json!({

@@ -33,6 +33,7 @@ use hub_engine::activity::{Activity, ActivityEntry};
 use hub_engine::artifact::{
     ArtifactLocation, ArtifactRegistry, Availability, HubAccess, RegistryTls, TlsTrust,
 };
+use hub_engine::audit::{AuditLog, AuthMethod, WriteAudit, WriteOutcome};
 use hub_engine::canary::{
     Action, AlertSpec, AlertTarget, Analysis, CanarySpec, CanaryStatus, ConditionStatus,
     HeaderMatch, Manual, MatchRule, Metric, MetricSource, Phase, PromotedCondition, ServiceSpec,
@@ -415,6 +416,7 @@ fn commands() -> Vec<Command> {
             actor: Identity::Node(3),
             command: Box::new(Command::DeleteCanary { id: s("prod/web") }),
         },
+        Command::SetAuditRetention { entries: 250_000 },
     ]
 }
 
@@ -879,6 +881,21 @@ fn records() -> Vec<Record> {
             products: BTreeSet::from([s("com.example:*"), s("org.other:db")]),
             bound_ms: T0 + 23,
             bound_by: s("operator/root"),
+        }),
+        Record::WriteAudit(WriteAudit {
+            index: 4242,
+            time_ms: T0 + 24,
+            actor: Identity::Operator(s("bob")),
+            method: AuthMethod::Certificate,
+            command: s("SetSecret"),
+            target: s("environment prod"),
+            outcome: WriteOutcome::Refused(hub_engine::CommandError::PermissionDenied(s(
+                "operator/bob may not SetSecret in prod: needs environment-operator on prod",
+            ))),
+        }),
+        Record::AuditLog(AuditLog {
+            retention: 100_000,
+            dropped: 17,
         }),
     ]
 }
@@ -1416,6 +1433,11 @@ fn nested_goldens() -> Vec<Golden> {
         ),
         golden(n("Health"), vec![Health::Unknown], Limit::Snapshot),
         golden(
+            n("WriteOutcome"),
+            vec![WriteOutcome::Applied],
+            Limit::Snapshot,
+        ),
+        golden(
             n("Identity"),
             vec![Identity::Operator(s("ivy"))],
             Limit::Snapshot,
@@ -1577,6 +1599,8 @@ fn nested_enums() -> BTreeMap<&'static str, Vec<&'static str>> {
         ("EmergencyCommand", declared_variants::<EmergencyCommand>()),
         ("EntityKind", declared_variants::<EntityKind>()),
         ("Health", declared_variants::<Health>()),
+        ("AuthMethod", declared_variants::<AuthMethod>()),
+        ("WriteOutcome", declared_variants::<WriteOutcome>()),
         ("Identity", declared_variants::<Identity>()),
         ("HeaderMatch", declared_variants::<HeaderMatch>()),
         ("HubAccess", declared_variants::<HubAccess>()),

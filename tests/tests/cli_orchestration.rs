@@ -61,7 +61,7 @@ fn wait_settled(cluster: &Cluster) {
 
 /// Every operator-visible view of the orchestration state. (Not the digest: it covers the
 /// request-id records too, and a refused write's id is remembered so a retry gets the same
-/// answer.)
+/// answer. The audit's refused rows are left out too: refusals are audited.)
 fn domain_state(cluster: &Cluster) -> Value {
     let views: [&[&str]; 13] = [
         &["env", "list"],
@@ -83,6 +83,11 @@ fn domain_state(cluster: &Cluster) -> Value {
         let mut v = ok_json(cluster, args);
         if let Some(o) = v.as_object_mut() {
             o.remove("evaluated_at");
+        }
+        if args == ["audit"] {
+            if let Some(rows) = v.as_array_mut() {
+                rows.retain(|r| r["outcome"] == "applied");
+            }
         }
         all.insert(args.join(" "), v);
     }
@@ -411,6 +416,22 @@ fn bad_input_is_refused_with_the_field_named_and_changes_nothing() {
 
     let after = domain_state(&cluster);
     assert_eq!(before, after, "a refused command changed the state");
+    // Every refusal the hub decided is in the audit, with the caller and the error.
+    let refused = ok_json(&cluster, &["audit", "--limit", "1000"]);
+    let refused: Vec<&Value> = refused
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["outcome"] == "refused")
+        .collect();
+    assert!(
+        refused.iter().any(|r| r["command"] == "SetSecret"
+            && r["actor"] == "operator/admin"
+            && r["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("invalid name"))),
+        "{refused:?}"
+    );
 }
 
 #[test]

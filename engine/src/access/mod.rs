@@ -80,6 +80,16 @@ pub fn may_read(state: &State, actor: &Identity) -> bool {
         || satisfies(state, actor, &Need::Role(Role::Viewer, Target::Cluster))
 }
 
+/// What a command acts on, as the write audit records it.
+pub fn target_text(need: &Need) -> String {
+    match need {
+        Need::Role(_, Target::Environment(e)) | Need::Agent(e) => format!("environment {e}"),
+        Need::Role(_, Target::Product(p)) => format!("product {p}"),
+        Need::Role(_, Target::Cluster) | Need::Node => "cluster".to_string(),
+        Need::Role(_, Target::Unknown) => "unknown target".to_string(),
+    }
+}
+
 /// What a need asks for, as the refusal says it.
 fn describe(need: &Need) -> String {
     match need {

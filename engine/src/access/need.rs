@@ -149,7 +149,9 @@ pub fn need(state: &State, command: &Command) -> Need {
         | Command::ReportTasks { environment, .. }
         | Command::ReportCanaries { environment, .. }
         | Command::ReportTask { environment, .. } => Need::Agent(environment.clone()),
-        Command::BindRole { .. } | Command::UnbindRole { .. } => admin,
+        Command::BindRole { .. }
+        | Command::UnbindRole { .. }
+        | Command::SetAuditRetention { .. } => admin,
         // Authorized by its own arm in `authorize`: the wrapped command's need.
         Command::As { command, .. } => need(state, command),
     }

@@ -5,9 +5,11 @@ use std::collections::BTreeSet;
 
 use hub_identity::Identity;
 
+use crate::audit::WriteOutcome;
 use crate::command::{Command, CommandOutput, Request};
 use crate::entity::{EntityKind, SecretValue};
 use crate::error::CommandError;
+use crate::record::Record;
 use crate::state::State;
 
 use super::{authorize, may_read, Role};
@@ -96,6 +98,14 @@ fn hub() -> Hub {
     h
 }
 
+/// Every record but the write audit's: what a refused write must leave as it was.
+fn content(state: &State) -> Vec<Record> {
+    state
+        .records()
+        .filter(|r| !matches!(r, Record::WriteAudit(_) | Record::AuditLog(_)))
+        .collect()
+}
+
 fn denied(r: Result<CommandOutput, CommandError>) -> String {
     match r {
         Err(CommandError::PermissionDenied(m)) => m,
@@ -131,13 +141,13 @@ fn a_scoped_operator_acts_in_its_environment_only() {
     )
     .unwrap();
     assert!(h.by(&bob, set_secret("stage")).is_ok());
-    let before = h.state.digest();
+    let before = content(&h.state);
     let m = denied(h.by(&bob, set_secret("prod")));
     assert_eq!(
         m,
         "operator/bob may not SetSecret in prod: needs environment-operator on prod"
     );
-    assert_eq!(h.state.digest(), before, "a refusal changes nothing");
+    assert!(content(&h.state) == before, "a refusal changes nothing");
     // Not a product editor, not an admin.
     denied(h.by(
         &bob,
@@ -252,7 +262,7 @@ fn bad_bindings_are_refused_naming_the_field() {
         Err(CommandError::InvalidField { field, .. }) => field,
         other => panic!("not a field refusal: {other:?}"),
     };
-    let before = h.state.digest();
+    let before = content(&h.state);
     for (command, want) in [
         (
             bind(&dan, Role::EnvironmentOperator, &["nowhere"], &[]),
@@ -288,7 +298,7 @@ fn bad_bindings_are_refused_naming_the_field() {
     ] {
         assert_eq!(field(h.by(&root, command)), want);
     }
-    assert_eq!(h.state.digest(), before);
+    assert!(content(&h.state) == before);
 }
 
 #[test]
@@ -332,4 +342,100 @@ fn any_binding_reads_and_nobody_else_does() {
             "operator/vic#viewer".to_string()
         ])
     );
+}
+
+#[test]
+fn every_identified_write_is_audited_with_its_outcome() {
+    let mut h = hub();
+    let root = op("root");
+    let bob = op("bob");
+    let rows_before = h.state.write_audit().count();
+    h.by(
+        &root,
+        bind(&bob, Role::EnvironmentOperator, &["stage"], &[]),
+    )
+    .unwrap();
+    denied(h.by(&bob, set_secret("prod")));
+    h.by(&bob, set_secret("stage")).unwrap();
+    // A node's own entry and an agent's report that changed nothing are not audited.
+    h.system(Command::ExpireSuppressions).unwrap();
+    h.by(
+        &Identity::Agent("prod".into()),
+        Command::ReportEntityStates {
+            environment: "prod".into(),
+            states: Vec::new(),
+        },
+    )
+    .unwrap();
+    let rows: Vec<_> = h.state.write_audit().skip(rows_before).collect();
+    let seen: Vec<(String, &str, String, bool)> = rows
+        .iter()
+        .map(|w| {
+            (
+                w.actor.to_string(),
+                w.command.as_str(),
+                w.target.clone(),
+                w.outcome == WriteOutcome::Applied,
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("operator/root".into(), "BindRole", "cluster".into(), true),
+            (
+                "operator/bob".into(),
+                "SetSecret",
+                "environment prod".into(),
+                false
+            ),
+            (
+                "operator/bob".into(),
+                "SetSecret",
+                "environment stage".into(),
+                true
+            ),
+        ]
+    );
+    assert!(matches!(
+        &rows[1].outcome,
+        WriteOutcome::Refused(CommandError::PermissionDenied(m)) if m.contains("needs environment-operator on prod")
+    ));
+    // Rows are keyed by their entry's index, and no secret value is in any of them.
+    assert!(rows.windows(2).all(|w| w[0].index < w[1].index));
+    assert!(!format!("{rows:?}").contains("s3cret"));
+}
+
+#[test]
+fn retention_drops_the_oldest_rows_and_counts_them() {
+    let mut h = hub();
+    let root = op("root");
+    let before = h.state.write_audit().count() as u64;
+    assert_eq!(before, 1, "the hub's admin binding");
+    h.by(&root, Command::SetAuditRetention { entries: 3 })
+        .unwrap();
+    for _ in 0..4 {
+        h.by(&root, set_secret("prod")).unwrap();
+    }
+    let indexes: Vec<u64> = h.state.write_audit().map(|w| w.index).collect();
+    assert_eq!(indexes.len(), 3);
+    assert_eq!(
+        indexes,
+        [h.index - 2, h.index - 1, h.index],
+        "the newest stay"
+    );
+    // 1 + 1 (the retention change itself) + 4 rows written, 3 kept.
+    assert_eq!(h.state.audit_log().dropped, 3);
+    assert_eq!(h.state.audit_log().retention, 3);
+    for bad in [0, crate::audit::MAX_AUDIT_RETENTION + 1] {
+        assert!(matches!(
+            h.by(&root, Command::SetAuditRetention { entries: bad }),
+            Err(CommandError::InvalidField { field, .. }) if field == "entries"
+        ));
+    }
+    // Only admins set it.
+    let bob = op("bob");
+    h.by(&root, bind(&bob, Role::EnvironmentOperator, &["*"], &[]))
+        .unwrap();
+    denied(h.by(&bob, Command::SetAuditRetention { entries: 10 }));
 }

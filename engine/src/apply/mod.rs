@@ -25,6 +25,7 @@
 //! | `canaries.rs` | canaries: resources, ticks, manual actions, step plans, observations |
 //! | `cluster_keys.rs` | cluster keys |
 
+mod audit;
 mod canaries;
 mod catalog;
 mod cluster_keys;
@@ -95,6 +96,15 @@ impl State {
                 };
             }
         }
+        // Who asked and for what, before the command changes what its target resolves to.
+        let audited = match &req.command {
+            Command::As { actor, command } => Some((
+                actor.clone(),
+                command.variant_name(),
+                crate::access::target_text(&crate::access::need(self, command)),
+            )),
+            _ => None,
+        };
         let result = self.execute(&req.command, &mut tx);
         if result.is_err() {
             debug_assert!(
@@ -104,6 +114,14 @@ impl State {
             );
             tx.changed.clear();
             tx.triggers.clear();
+        }
+        if let Some((actor, command, target)) = audited {
+            // An agent's report that changed nothing is its heartbeat, not an audited write.
+            let heartbeat =
+                matches!(actor, Identity::Agent(_)) && result.is_ok() && tx.changed.is_empty();
+            if !heartbeat {
+                self.record_write(actor, command, target, &result, &mut tx);
+            }
         }
         if let Some(id) = &req.request_id {
             let record = RequestRecord {
@@ -327,6 +345,7 @@ impl State {
                 products,
             } => self.bind_role(identity, *role, environments, products, tx),
             Command::UnbindRole { identity, role } => self.unbind_role(identity, *role, tx),
+            Command::SetAuditRetention { entries } => self.set_audit_retention(*entries, tx),
             Command::As { actor, command } => self.execute_as(actor, command, tx),
         }
     }

@@ -155,14 +155,8 @@ enum Cmd {
     /// Role bindings: who may do what (bind, unbind, list).
     #[command(subcommand)]
     Role(roles::RoleCmd),
-    /// The audit log, newest first.
-    Audit {
-        /// At most this many entries.
-        #[arg(long, default_value_t = 100)]
-        limit: usize,
-        #[command(flatten)]
-        read: ReadArgs,
-    },
+    /// The audit log, newest first: every write with who, what, on what and its outcome.
+    Audit(orch::AuditArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -335,7 +329,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::ChangeRequest(cmd) => modules::change_request(&connect()?, cmd, fmt).await,
         Cmd::Command(cmd) => orch::emergency(&connect()?, cmd, fmt).await,
         Cmd::Role(cmd) => roles::run(&connect()?, cmd, fmt).await,
-        Cmd::Audit { limit, read } => orch::audit(&connect()?, limit, read, fmt).await,
+        Cmd::Audit(args) => orch::audit(&connect()?, args, fmt).await,
         Cmd::Digest(read) => {
             let d = connect()?
                 .call(

@@ -338,18 +338,57 @@ fn confirm_break_glass(entity: &str, action: &str, yes: bool) -> anyhow::Result<
     Ok(())
 }
 
-/// `hubctl audit`: the audit log, newest first.
-pub async fn audit(
-    client: &FailoverClient,
+/// `hubctl audit [--actor] [--env] [--kind] [--since]`
+#[derive(Args, Debug)]
+pub struct AuditArgs {
+    /// At most this many entries.
+    #[arg(long, default_value_t = 100)]
     limit: usize,
+    /// Only this actor, e.g. operator/alice.
+    #[arg(long)]
+    actor: Option<String>,
+    /// Only writes on this environment.
+    #[arg(long = "env", value_name = "ENV")]
+    environment: Option<String>,
+    /// Only this command (SetSecret, CreateSuppression, …) or action (suppression, cancel, …).
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only entries since this long ago (30m, 2h, 7d) or this RFC 3339 time.
+    #[arg(long, value_parser = parse_since)]
+    since: Option<i64>,
+    #[command(flatten)]
     read: ReadArgs,
-    fmt: Format,
-) -> anyhow::Result<()> {
-    let v = query(client, json!({"query": "audit", "limit": limit}), read).await?;
+}
+
+/// `--since`: a duration ago, or an instant; milliseconds since the epoch.
+fn parse_since(s: &str) -> Result<i64, String> {
+    if let Ok(ago) = super::timeparse::parse_duration(s) {
+        return Ok(super::timeparse::now_ms() - ago);
+    }
+    super::timeparse::parse_time(s)
+        .map(|t| t.ms())
+        .map_err(|e| format!("{e}; or a duration such as 30m"))
+}
+
+/// `hubctl audit`: the audit log, newest first.
+pub async fn audit(client: &FailoverClient, a: AuditArgs, fmt: Format) -> anyhow::Result<()> {
+    let q = json!({
+        "query": "audit", "limit": a.limit, "actor": a.actor, "environment": a.environment,
+        "kind": a.kind, "since_ms": a.since,
+    });
+    let v = query(client, q, a.read).await?;
+    if fmt == Format::Table && v["dropped"].as_u64().unwrap_or(0) > 0 {
+        eprintln!(
+            "({} older entries dropped by retention, which keeps {})",
+            v["dropped"], v["retention"]
+        );
+    }
     print_list(
         fmt,
         items(&v, "audit"),
-        &["index", "time", "actor", "action", "target", "reason"],
+        &[
+            "index", "time", "actor", "action", "target", "outcome", "reason",
+        ],
         Value::clone,
     )
 }
