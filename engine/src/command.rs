@@ -479,6 +479,18 @@ pub enum Command {
         /// Rows to keep, 1 to [`crate::audit::MAX_AUDIT_RETENTION`].
         entries: u64,
     },
+    /// A write a node refused before proposing it (the caller's roles did not allow it),
+    /// recorded in the write audit. Nodes propose it, at a bounded rate.
+    RecordRefusal {
+        /// Who asked.
+        actor: hub_identity::Identity,
+        /// The command's name (`SetSecret`).
+        command: String,
+        /// What it would have acted on.
+        target: String,
+        /// The refusal, as the caller got it.
+        error: String,
+    },
     /// `command`, by `actor`: the identity the proposing node verified. Apply authorizes the
     /// command against the actor's role bindings as they are when the entry applies
     /// (`access::authorize`). Only nodes wrap commands; a client's `As` is refused.
@@ -537,6 +549,7 @@ wire_tags! {
         UnbindRole = 42,
         As = 43,
         SetAuditRetention = 44,
+        RecordRefusal = 45,
     }
     retired []
 }
@@ -624,6 +637,7 @@ impl Command {
             Command::BindRole { .. } => "bind_role",
             Command::UnbindRole { .. } => "unbind_role",
             Command::SetAuditRetention { .. } => "set_audit_retention",
+            Command::RecordRefusal { .. } => "record_refusal",
             Command::As { command, .. } => command.kind(),
         }
     }
@@ -679,7 +693,8 @@ impl Command {
             | Command::SetClusterKey { .. }
             | Command::BindRole { .. }
             | Command::UnbindRole { .. }
-            | Command::SetAuditRetention { .. } => return,
+            | Command::SetAuditRetention { .. }
+            | Command::RecordRefusal { .. } => return,
             Command::As { command, .. } => return command.stamp_actor(who),
         };
         *actor = who.to_string();

@@ -41,8 +41,9 @@ pub fn parse_submitted(json: &str) -> Result<Command, Status> {
         Command::Evaluate { .. }
         | Command::ExpireSuppressions
         | Command::CanaryTick { .. }
-        | Command::SetClusterKey { .. } => Err(Status::permission_denied(
-            "evaluations, canary ticks and cluster keys are proposed by the leader only",
+        | Command::SetClusterKey { .. }
+        | Command::RecordRefusal { .. } => Err(Status::permission_denied(
+            "evaluations, canary ticks, cluster keys and recorded refusals are proposed by the hub's nodes only",
         )),
         Command::ReportEntityStates { .. }
         | Command::ReportTask { .. }

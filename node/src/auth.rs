@@ -175,12 +175,27 @@ pub struct AuthStats {
     pub by_role: AtomicU64,
     /// Refusals not logged because of the log rate limit.
     pub unlogged: AtomicU64,
+    /// Role refusals not recorded in the audit because of its rate limit.
+    pub unaudited: AtomicU64,
+    audit_second: AtomicU64,
+    audited_in_second: AtomicU64,
     log_second: AtomicU64,
     logged_in_second: AtomicU64,
 }
 
 /// At most this many refusals are logged per second; the rest are counted.
 const REFUSAL_LOGS_PER_SECOND: u64 = 20;
+/// At most this many role refusals per second and node are recorded in the audit (each is a
+/// Raft entry); the rest are counted, and the next recorded one says how many.
+const REFUSAL_AUDITS_PER_SECOND: u64 = 5;
+
+/// Seconds since the epoch (for the per-second limits).
+fn unix_second() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
 
 impl AuthStats {
     /// Counts a write refused by role and logs it (rate-limited with the other refusals).
@@ -188,6 +203,21 @@ impl AuthStats {
         self.by_role.fetch_add(1, Ordering::Relaxed);
         if self.may_log() {
             warn!(%message, "write refused by role");
+        }
+    }
+
+    /// Whether one more role refusal may be recorded in the audit this second; if so, how
+    /// many were not since the last one that was.
+    pub fn may_audit(&self) -> Option<u64> {
+        let sec = unix_second();
+        if self.audit_second.swap(sec, Ordering::Relaxed) != sec {
+            self.audited_in_second.store(0, Ordering::Relaxed);
+        }
+        if self.audited_in_second.fetch_add(1, Ordering::Relaxed) < REFUSAL_AUDITS_PER_SECOND {
+            Some(self.unaudited.swap(0, Ordering::Relaxed))
+        } else {
+            self.unaudited.fetch_add(1, Ordering::Relaxed);
+            None
         }
     }
 

@@ -22,6 +22,7 @@ use crate::auth::Caller;
 use crate::network::NetworkFactory;
 use crate::peers::{PeerPool, MAX_MESSAGE_BYTES};
 use crate::propose::{propose, Proposal};
+use hub_tls::Identity;
 
 /// Largest encoded command a client may submit (SPEC S3: oversized messages are refused).
 pub const MAX_COMMAND_BYTES: usize = raft_store::codec::MAX_COMMAND_BYTES;
@@ -242,7 +243,7 @@ impl HubNode {
     /// scoped to that identity (`<identity>:<id>`), so no caller can claim or replay
     /// another's idempotency key.
     pub async fn propose(
-        &self,
+        self: &Arc<Self>,
         mut command: Command,
         request_id: Option<String>,
         caller: &Caller,
@@ -262,6 +263,9 @@ impl HubNode {
         let authorized = caller.authorize(&self.state.read().state, &command);
         if let Err(refusal) = authorized {
             self.auth_stats.refused_by_role(refusal.message());
+            if let Caller::Verified(actor) = caller {
+                self.record_refusal(actor, &command, refusal.message());
+            }
             return Err(refusal);
         }
         let request_id = Some(match caller.actor() {
@@ -277,6 +281,47 @@ impl HubNode {
                 command: Box::new(command),
             };
         }
+        self.commit(command, request_id).await
+    }
+
+    /// Records a refused write in the write audit, in the background and at a bounded rate
+    /// (see [`crate::auth::AuthStats::may_audit`]); past the rate a refusal is only counted,
+    /// and the next recorded one says how many were not.
+    fn record_refusal(self: &Arc<Self>, actor: &Identity, command: &Command, error: &str) {
+        let Some(unrecorded) = self.auth_stats.may_audit() else {
+            return;
+        };
+        let mut error: String = error.chars().take(1024).collect();
+        if unrecorded > 0 {
+            error.push_str(&format!(" (and {unrecorded} more refusals not recorded)"));
+        }
+        let record = Command::RecordRefusal {
+            actor: actor.clone(),
+            command: command.variant_name().to_string(),
+            target: hub_engine::access::target_text(&hub_engine::access::need(
+                &self.state.read().state,
+                command,
+            ))
+            .chars()
+            .take(256)
+            .collect(),
+            error,
+        };
+        let node = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = node.commit(record, Some(new_request_id())).await {
+                tracing::warn!(error = %e.message(), "could not record a refused write in the audit");
+            }
+        });
+    }
+
+    /// Commits `command` (already checked and stamped) through Raft from any node; see
+    /// [`HubNode::propose`].
+    async fn commit(
+        &self,
+        command: Command,
+        request_id: Option<String>,
+    ) -> Result<WriteReply, Status> {
         let encoded = codec::encode(&(&command, &request_id));
         if encoded.len() > MAX_COMMAND_BYTES {
             return Err(Status::invalid_argument(format!(

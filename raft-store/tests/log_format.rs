@@ -417,6 +417,12 @@ fn commands() -> Vec<Command> {
             command: Box::new(Command::DeleteCanary { id: s("prod/web") }),
         },
         Command::SetAuditRetention { entries: 250_000 },
+        Command::RecordRefusal {
+            actor: Identity::Operator(s("mallory")),
+            command: s("CreateEnvironment"),
+            target: s("cluster"),
+            error: s("operator/mallory may not CreateEnvironment: needs admin"),
+        },
     ]
 }
 

@@ -5,7 +5,7 @@
 //! environment.
 
 use hub_tests::tls::ADMIN;
-use hub_tests::{Cluster, CmdOutput, CONVERGE_TIMEOUT};
+use hub_tests::{poll_until, Cluster, CmdOutput, CONVERGE_TIMEOUT};
 use hub_tls::Identity;
 
 const PRODUCT: &str = "com.example:web";
@@ -16,12 +16,19 @@ fn op(name: &str) -> Identity {
     Identity::Operator(name.into())
 }
 
-fn digest(cluster: &Cluster) -> String {
-    let v = cluster.wait_converged(CONVERGE_TIMEOUT);
-    v["members"][0]["digest"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
+/// What the refused writes would have changed (not the digest: refusals are audited, and
+/// the audit is part of the state).
+fn domain(cluster: &Cluster) -> Vec<String> {
+    [
+        &["env", "list", "-o", "json"][..],
+        &["product", "list", "-o", "json"],
+        &["channel", "list", "-o", "json"],
+        &["suppression", "list", "-o", "json"],
+        &["role", "list", "-o", "json"],
+    ]
+    .iter()
+    .map(|args| ok(cluster.hubctl(args), "read").stdout)
+    .collect()
 }
 
 fn ok(out: CmdOutput, what: &str) -> CmdOutput {
@@ -124,16 +131,43 @@ fn every_family_needs_its_role_and_a_refusal_names_it_and_changes_nothing() {
             "operator/bob may not BindRole: needs admin",
         ),
     ];
-    let before = digest(&c);
+    let before = domain(&c);
     for (args, refusal) in &denied {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         c.hubctl_as(&bob, &args).expect_err(REFUSED, refusal);
     }
-    assert_eq!(digest(&c), before, "refusals changed the state");
+    assert_eq!(domain(&c), before, "refusals changed the state");
     // In its own environment it may.
     let args = suppress("stage");
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     ok(c.hubctl_as(&bob, &args), "bob suppresses stage");
+    // The audit shows both: each refusal (recorded by the refusing node, in the background)
+    // and the write that was applied, all with bob as the actor.
+    let audit = poll_until(CONVERGE_TIMEOUT, || {
+        let v = ok(
+            c.hubctl(&["audit", "--actor", "operator/bob", "-o", "json"]),
+            "audit",
+        )
+        .json();
+        let rows = v.as_array().cloned().unwrap_or_default();
+        let refused = rows.iter().filter(|r| r["outcome"] == "refused").count();
+        (refused >= denied.len()).then_some(rows)
+    })
+    .expect("every refusal reaches the audit");
+    for (_, refusal) in &denied {
+        assert!(
+            audit
+                .iter()
+                .any(|r| r["outcome"] == "refused" && r["error"] == *refusal),
+            "{refusal} not in the audit: {audit:?}"
+        );
+    }
+    assert!(
+        audit.iter().any(|r| r["outcome"] == "applied"
+            && r["command"] == "CreateSuppression"
+            && r["target"] == "environment stage"),
+        "{audit:?}"
+    );
     // A product editor of the group creates products, not environments.
     let pat = op("pat");
     ok(

@@ -144,7 +144,8 @@ pub fn need(state: &State, command: &Command) -> Need {
         Command::CanaryTick { .. }
         | Command::Evaluate { .. }
         | Command::ExpireSuppressions
-        | Command::SetClusterKey { .. } => Need::Node,
+        | Command::SetClusterKey { .. }
+        | Command::RecordRefusal { .. } => Need::Node,
         Command::ReportEntityStates { environment, .. }
         | Command::ReportTasks { environment, .. }
         | Command::ReportCanaries { environment, .. }

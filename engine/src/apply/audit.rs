@@ -9,6 +9,13 @@ use crate::state::State;
 
 use super::{changed, Tx};
 
+/// Longest command name a recorded refusal may carry.
+pub const MAX_COMMAND_NAME: usize = 64;
+/// Longest target a recorded refusal may carry.
+pub const MAX_TARGET: usize = 512;
+/// Longest error a recorded refusal may carry.
+pub const MAX_ERROR: usize = 2048;
+
 impl State {
     /// Records the write of entry `tx.index` by `actor` with its outcome, then drops the
     /// oldest rows past the retention, counting them.
@@ -37,6 +44,29 @@ impl State {
             &mut tx.changed,
         );
         self.trim_write_audit(tx);
+    }
+
+    /// `RecordRefusal`: a node's refusal of `actor`'s write, as an audit row.
+    pub(super) fn record_refusal(
+        &mut self,
+        actor: &Identity,
+        command: &str,
+        target: &str,
+        error: &str,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        for (field, text, max) in [
+            ("command", command, MAX_COMMAND_NAME),
+            ("target", target, MAX_TARGET),
+            ("error", error, MAX_ERROR),
+        ] {
+            if text.len() > max {
+                return Err(CommandError::invalid(field, format!("at most {max} bytes")));
+            }
+        }
+        let refused = Err(CommandError::PermissionDenied(error.to_string()));
+        self.record_write(actor.clone(), command, target.to_string(), &refused, tx);
+        Ok(CommandOutput::Done)
     }
 
     /// `SetAuditRetention`: keeps the newest `entries` rows from now on.

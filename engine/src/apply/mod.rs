@@ -346,6 +346,12 @@ impl State {
             } => self.bind_role(identity, *role, environments, products, tx),
             Command::UnbindRole { identity, role } => self.unbind_role(identity, *role, tx),
             Command::SetAuditRetention { entries } => self.set_audit_retention(*entries, tx),
+            Command::RecordRefusal {
+                actor,
+                command,
+                target,
+                error,
+            } => self.record_refusal(actor, command, target, error, tx),
             Command::As { actor, command } => self.execute_as(actor, command, tx),
         }
     }
