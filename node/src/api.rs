@@ -43,7 +43,7 @@ pub fn parse_submitted(json: &str) -> Result<Command, Status> {
         | Command::CanaryTick { .. }
         | Command::SetClusterKey { .. }
         | Command::RecordRefusal { .. } => Err(Status::permission_denied(
-            "evaluations, canary ticks, cluster keys and recorded refusals are proposed by the hub's nodes only",
+            "evaluations, canary ticks and cluster keys are proposed by the leader only, recorded refusals by the hub's nodes",
         )),
         Command::ReportEntityStates { .. }
         | Command::ReportTask { .. }

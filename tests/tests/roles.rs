@@ -304,6 +304,25 @@ fn the_last_admin_stays_and_bad_bindings_are_refused_naming_the_field() {
     }
     // (A refusal at apply remembers its request id, so the digest moves; the bindings not.)
     assert_eq!(roles(), before, "refused bindings changed the bindings");
+    // Retention is an admin's, bounded, and says what it drops.
+    c.hubctl_as(&op("carol"), &["audit", "--set-retention", "5"])
+        .expect_err(REFUSED, "may not SetAuditRetention: needs admin");
+    c.hubctl(&["audit", "--set-retention", "0"])
+        .expect_err(REFUSED, "invalid entries: must be 1 to 1000000");
+    ok(
+        c.hubctl(&["audit", "--set-retention", "3"]),
+        "set retention",
+    );
+    let rows = ok(c.hubctl(&["audit", "-o", "json"]), "audit").json();
+    assert_eq!(rows.as_array().map(Vec::len), Some(3), "{rows}");
+    let table = ok(c.hubctl(&["audit"]), "audit table");
+    assert!(
+        table
+            .stderr
+            .contains("older entries dropped by retention, which keeps 3"),
+        "{}",
+        table.describe()
+    );
     // With a second admin, the first may go.
     ok(
         c.hubctl(&["role", "bind", "operator/carol", "admin"]),

@@ -162,20 +162,10 @@ fn search(ops: &[&RegisterOp], events: &[Event], budget: u64) -> (Verdict, u64) 
         }
     };
     while next[head] != NIL {
-        if entry == NIL {
-            // Every remaining event is a call none of which fits: back up.
-            let Some((e, old)) = stack.pop() else {
-                return (Verdict::NotLinearizable, explored);
-            };
-            let op = events[e].op;
-            linearized[op / 64] &= !(1 << (op % 64));
-            state = old;
-            relink(&mut next, &mut prev, e);
-            entry = next[e];
-            continue;
-        }
-        let ev = events[entry];
-        if ev.call {
+        // The list always ends with a return (every call's return follows it), so the walk
+        // meets one before running off the end; `NIL` is handled as one all the same.
+        let ev = (entry != NIL).then(|| events[entry]);
+        if let Some(ev) = ev.filter(|ev| ev.call) {
             if let Some(after) = step(ops[ev.op], state) {
                 let mut set = linearized.clone();
                 set[ev.op / 64] |= 1 << (ev.op % 64);

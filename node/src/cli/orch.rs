@@ -356,6 +356,10 @@ pub struct AuditArgs {
     /// Only entries since this long ago (30m, 2h, 7d) or this RFC 3339 time.
     #[arg(long, value_parser = parse_since)]
     since: Option<i64>,
+    /// Instead of listing: keep the newest N rows from now on (admins; older rows are
+    /// dropped and counted).
+    #[arg(long, value_name = "N", conflicts_with_all = ["actor", "environment", "kind", "since"])]
+    set_retention: Option<u64>,
     #[command(flatten)]
     read: ReadArgs,
 }
@@ -372,6 +376,10 @@ fn parse_since(s: &str) -> Result<i64, String> {
 
 /// `hubctl audit`: the audit log, newest first.
 pub async fn audit(client: &FailoverClient, a: AuditArgs, fmt: Format) -> anyhow::Result<()> {
+    if let Some(entries) = a.set_retention {
+        let command = Command::SetAuditRetention { entries };
+        return submit_and_print(client, &command, fmt).await.map(drop);
+    }
     let q = json!({
         "query": "audit", "limit": a.limit, "actor": a.actor, "environment": a.environment,
         "kind": a.kind, "since_ms": a.since,
