@@ -357,7 +357,7 @@ fn every_identified_write_is_audited_with_its_outcome() {
     .unwrap();
     denied(h.by(&bob, set_secret("prod")));
     h.by(&bob, set_secret("stage")).unwrap();
-    // A node's own entry and an agent's report that changed nothing are not audited.
+    // A node's own entry and an agent's applied report are not audited.
     h.system(Command::ExpireSuppressions).unwrap();
     h.by(
         &Identity::Agent("prod".into()),
@@ -367,6 +367,14 @@ fn every_identified_write_is_audited_with_its_outcome() {
         },
     )
     .unwrap();
+    // An agent's report for another environment is refused, and that is audited.
+    denied(h.by(
+        &Identity::Agent("stage".into()),
+        Command::ReportEntityStates {
+            environment: "prod".into(),
+            states: Vec::new(),
+        },
+    ));
     let rows: Vec<_> = h.state.write_audit().skip(rows_before).collect();
     let seen: Vec<(String, &str, String, bool)> = rows
         .iter()
@@ -394,6 +402,12 @@ fn every_identified_write_is_audited_with_its_outcome() {
                 "SetSecret",
                 "environment stage".into(),
                 true
+            ),
+            (
+                "agent/stage".into(),
+                "ReportEntityStates",
+                "environment prod".into(),
+                false
             ),
         ]
     );

@@ -116,10 +116,10 @@ impl State {
             tx.triggers.clear();
         }
         if let Some((actor, command, target)) = audited {
-            // An agent's report that changed nothing is its heartbeat, not an audited write.
-            let heartbeat =
-                matches!(actor, Identity::Agent(_)) && result.is_ok() && tx.changed.is_empty();
-            if !heartbeat {
+            // Agents' reports are telemetry, recorded where they land (plans, Activity): only
+            // a refused one is an audited event.
+            let report = matches!(actor, Identity::Agent(_)) && result.is_ok();
+            if !report {
                 self.record_write(actor, command, target, &result, &mut tx);
             }
         }
