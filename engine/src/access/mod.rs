@@ -22,24 +22,34 @@ use crate::state::State;
 /// what it lacks: `operator/alice may not SetSecret in prod: needs environment-operator on
 /// prod`.
 pub fn authorize(state: &State, actor: &Identity, command: &Command) -> Result<(), CommandError> {
+    authorize_need(state, actor, command, &need(state, command))
+}
+
+/// [`authorize`] with `command`'s need already resolved in `state` (apply resolves it once
+/// for the check and the audit row).
+pub fn authorize_need(
+    state: &State,
+    actor: &Identity,
+    command: &Command,
+    need: &Need,
+) -> Result<(), CommandError> {
     if is_bootstrap(state, actor, command) {
         return Ok(());
     }
-    let need = need(state, command);
-    if satisfies(state, actor, &need) {
+    if satisfies(state, actor, need) {
         return Ok(());
     }
     Err(CommandError::PermissionDenied(format!(
         "{actor} may not {}{}: needs {}",
         command.variant_name(),
-        match &need {
+        match need {
             Need::Role(_, Target::Environment(e)) => format!(" in {e}"),
             Need::Role(_, Target::Product(p)) => format!(" on {p}"),
             Need::Role(_, Target::Cluster | Target::Unknown) | Need::Agent(_) | Need::Node => {
                 String::new()
             }
         },
-        describe(&need)
+        describe(need)
     )))
 }
 

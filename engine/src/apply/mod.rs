@@ -96,16 +96,20 @@ impl State {
                 };
             }
         }
-        // Who asked and for what, before the command changes what its target resolves to.
-        let audited = match &req.command {
-            Command::As { actor, command } => Some((
-                actor.clone(),
-                command.variant_name(),
-                crate::access::target_text(&crate::access::need(self, command)),
-            )),
-            _ => None,
+        // An `As` entry: its need resolved once, before the command changes what its target
+        // resolves to, for the check and for the audit row.
+        let (result, audited) = match &req.command {
+            Command::As { actor, command } => {
+                let need = crate::access::need(self, command);
+                let result = self.execute_as(actor, command, &need, &mut tx);
+                let target = crate::access::target_text(&need);
+                (
+                    result,
+                    Some((actor.clone(), command.variant_name(), target)),
+                )
+            }
+            other => (self.execute(other, &mut tx), None),
         };
-        let result = self.execute(&req.command, &mut tx);
         if result.is_err() {
             debug_assert!(
                 tx.changed.is_empty(),
@@ -352,7 +356,8 @@ impl State {
                 target,
                 error,
             } => self.record_refusal(actor, command, target, error, tx),
-            Command::As { actor, command } => self.execute_as(actor, command, tx),
+            // The envelope is opened by `apply`; one reaching here is nested.
+            Command::As { .. } => Err(CommandError::invalid("command", "an As inside an As")),
         }
     }
 
@@ -361,12 +366,10 @@ impl State {
         &mut self,
         actor: &Identity,
         command: &Command,
+        need: &crate::access::Need,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
-        if matches!(command, Command::As { .. }) {
-            return Err(CommandError::invalid("command", "an As inside an As"));
-        }
-        crate::access::authorize(self, actor, command)?;
+        crate::access::authorize_need(self, actor, command, need)?;
         debug_assert!(tx.actor.is_none(), "one actor per entry");
         tx.actor = Some(actor.clone());
         self.execute(command, tx)
