@@ -304,6 +304,28 @@ fn the_last_admin_stays_and_bad_bindings_are_refused_naming_the_field() {
     }
     // (A refusal at apply remembers its request id, so the digest moves; the bindings not.)
     assert_eq!(roles(), before, "refused bindings changed the bindings");
+    // Nobody, not even an admin, names a command's actor or records a refusal: the node
+    // does. Both are refused and change nothing.
+    let forged = serde_json::json!({"As": {"actor": {"Operator": "carol"},
+        "command": {"CreateEnvironment": {"name": "forged", "description": ""}}}});
+    let err = c.submit(forged).expect_err("a client's As");
+    assert!(err.contains("never a field"), "{err}");
+    let record = serde_json::json!({"RecordRefusal": {"actor": {"Operator": "carol"},
+        "command": "CreateEnvironment", "target": "cluster", "error": "made up"}});
+    let err = c.submit(record).expect_err("a client's RecordRefusal");
+    assert!(
+        err.contains("recorded refusals by the hub's nodes"),
+        "{err}"
+    );
+    assert_eq!(roles(), before, "forged commands changed the bindings");
+    let envs = ok(c.hubctl(&["env", "list", "-o", "json"]), "env list").stdout;
+    assert!(!envs.contains("forged"), "{envs}");
+    let audit = ok(
+        c.hubctl(&["audit", "--limit", "1000", "-o", "json"]),
+        "audit",
+    )
+    .stdout;
+    assert!(!audit.contains("made up"), "{audit}");
     // Retention is an admin's, bounded, and says what it drops.
     c.hubctl_as(&op("carol"), &["audit", "--set-retention", "5"])
         .expect_err(REFUSED, "may not SetAuditRetention: needs admin");
