@@ -15,11 +15,26 @@ pub const MAX_AUDIT_RETENTION: u64 = 1_000_000;
 pub const AUDIT_LOG_KEY: &str = "writes";
 
 /// How the caller proved who it is. Part of the replicated format: variants keep their
-/// order (operator tokens will be appended).
+/// order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AuthMethod {
     /// A certificate of the cluster's CA, verified by the TLS handshake.
     Certificate,
+    /// An operator token's secret (`authorization: Bearer`); the actor is `token/<name>`.
+    Token,
+}
+
+impl AuthMethod {
+    /// How `actor` proved itself: a token identity only ever by its token, every other
+    /// identity by its certificate.
+    pub fn of(actor: &Identity) -> AuthMethod {
+        match actor {
+            Identity::Token(_) => AuthMethod::Token,
+            Identity::Node(_) | Identity::Agent(_) | Identity::Operator(_) => {
+                AuthMethod::Certificate
+            }
+        }
+    }
 }
 
 /// What became of an audited write.

@@ -491,6 +491,24 @@ pub enum Command {
         /// The refusal, as the caller got it.
         error: String,
     },
+    /// Create operator token `name`, whose secret hashes to `hash` (the client generated the
+    /// secret and keeps it), acting as `token/<name>` with `roles`. Admins only.
+    CreateToken {
+        /// Unique name, as identity names are spelled.
+        name: String,
+        /// The SHA-256 of the secret ([`crate::token::TokenSecret::hash`]).
+        hash: crate::token::TokenHash,
+        /// Time to live from the entry's time; `None`: it never expires.
+        ttl_ms: Option<u64>,
+        /// The roles bound to `token/<name>`, each at most once.
+        roles: Vec<TokenRole>,
+    },
+    /// Revoke operator token `name`: it and its role bindings are removed, and no node
+    /// accepts it from the commit on. Admins only.
+    RevokeToken {
+        /// The token.
+        name: String,
+    },
     /// `command`, by `actor`: the identity the proposing node verified. Apply authorizes the
     /// command against the actor's role bindings as they are when the entry applies
     /// (`access::authorize`). Only nodes wrap commands; a client's `As` is refused.
@@ -550,8 +568,21 @@ wire_tags! {
         As = 43,
         SetAuditRetention = 44,
         RecordRefusal = 45,
+        CreateToken = 46,
+        RevokeToken = 47,
     }
     retired []
+}
+
+/// One role a new token gets ([`Command::CreateToken`]), scoped as [`Command::BindRole`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRole {
+    /// The role.
+    pub role: crate::role::Role,
+    /// For environment-scoped roles: environments, or `*`.
+    pub environments: BTreeSet<String>,
+    /// For product-scoped roles: `group:name`, `group:*` or `*`.
+    pub products: BTreeSet<String>,
 }
 
 /// One entity's reported state.
@@ -638,6 +669,8 @@ impl Command {
             Command::UnbindRole { .. } => "unbind_role",
             Command::SetAuditRetention { .. } => "set_audit_retention",
             Command::RecordRefusal { .. } => "record_refusal",
+            Command::CreateToken { .. } => "create_token",
+            Command::RevokeToken { .. } => "revoke_token",
             Command::As { command, .. } => command.kind(),
         }
     }
@@ -694,7 +727,9 @@ impl Command {
             | Command::BindRole { .. }
             | Command::UnbindRole { .. }
             | Command::SetAuditRetention { .. }
-            | Command::RecordRefusal { .. } => return,
+            | Command::RecordRefusal { .. }
+            | Command::CreateToken { .. }
+            | Command::RevokeToken { .. } => return,
             Command::As { command, .. } => return command.stamp_actor(who),
         };
         *actor = who.to_string();

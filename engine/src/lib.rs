@@ -15,6 +15,7 @@
 //!    and [`settings`], [`suppression`], [`plan`], [`activity`], [`installation`] and
 //!    [`module`] (module definitions, rendering), [`canary`] (the Flagger-style phase
 //!    machine and the types of canary rollouts) and [`canary_record`], [`cluster_key`],
+//!    [`role`], [`audit`] and [`token`] (who may act, what they did, operator tokens),
 //!    [`artifact`], [`name`] and [`yaml_error`] (validation). The wire and log types:
 //!    [`command`] (what can be proposed), [`record`] (what is stored), [`error`].
 //! 2. **Tables**: [`state`] holds the tables and the one lookup that joins them, with read
@@ -121,6 +122,7 @@ pub mod state;
 pub mod suppression;
 mod table;
 mod tables;
+pub mod token;
 pub mod window;
 pub mod yaml_error;
 

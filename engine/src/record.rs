@@ -11,6 +11,7 @@ use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::role::RoleBinding;
+use crate::token::OperatorToken;
 
 use crate::activity::Activity;
 use crate::command::{wire_tags, CommandOutput};
@@ -63,6 +64,8 @@ pub enum RecordKey {
     WriteAudit(String),
     /// The write audit's retention and drop count (one record, `writes`).
     AuditLog(String),
+    /// An operator token, by name.
+    Token(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -84,6 +87,7 @@ const TAG_CLUSTER_KEY: u8 = 16;
 const TAG_ROLE_BINDING: u8 = 17;
 const TAG_WRITE_AUDIT: u8 = 18;
 const TAG_AUDIT_LOG: u8 = 19;
+const TAG_TOKEN: u8 = 20;
 
 impl RecordKey {
     /// Stable byte encoding: a table tag, then the UTF-8 name.
@@ -108,6 +112,7 @@ impl RecordKey {
             RecordKey::RoleBinding(n) => (TAG_ROLE_BINDING, n),
             RecordKey::WriteAudit(n) => (TAG_WRITE_AUDIT, n),
             RecordKey::AuditLog(n) => (TAG_AUDIT_LOG, n),
+            RecordKey::Token(n) => (TAG_TOKEN, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -139,6 +144,7 @@ impl RecordKey {
             TAG_ROLE_BINDING => Some(RecordKey::RoleBinding(name)),
             TAG_WRITE_AUDIT => Some(RecordKey::WriteAudit(name)),
             TAG_AUDIT_LOG => Some(RecordKey::AuditLog(name)),
+            TAG_TOKEN => Some(RecordKey::Token(name)),
             _ => None,
         }
     }
@@ -204,6 +210,8 @@ pub enum Record {
     WriteAudit(WriteAudit),
     /// See [`AuditLog`].
     AuditLog(AuditLog),
+    /// See [`OperatorToken`].
+    Token(OperatorToken),
 }
 
 wire_tags! {
@@ -227,6 +235,7 @@ wire_tags! {
         RoleBinding = 16,
         WriteAudit = 17,
         AuditLog = 18,
+        Token = 19,
     }
     retired []
 }
@@ -280,6 +289,7 @@ impl Record {
             }
             Record::WriteAudit(w) => RecordKey::WriteAudit(WriteAudit::key_name(w.index)),
             Record::AuditLog(_) => RecordKey::AuditLog(AUDIT_LOG_KEY.to_string()),
+            Record::Token(t) => RecordKey::Token(t.name.clone()),
         }
     }
 }
@@ -307,6 +317,10 @@ mod tests {
             RecordKey::ChangeRequest("cr-9".into()),
             RecordKey::Canary("prod/demo".into()),
             RecordKey::ClusterKey("canary-revision".into()),
+            RecordKey::RoleBinding("operator/alice#admin".into()),
+            RecordKey::WriteAudit("00000000000000000009".into()),
+            RecordKey::AuditLog("writes".into()),
+            RecordKey::Token("ci".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

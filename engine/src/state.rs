@@ -104,6 +104,8 @@ pub struct State {
     pub(crate) write_audit: Table<crate::audit::WriteAudit>,
     /// The write audit's retention and drop count (at most one row).
     pub(crate) audit_log: Table<crate::audit::AuditLog>,
+    /// Operator tokens by name, found by their secret's hash.
+    pub(crate) tokens: Table<crate::token::OperatorToken>,
     pub(crate) idx: Indexes,
 }
 
@@ -159,10 +161,49 @@ impl State {
                 | RecordKey::Module(_)
                 | RecordKey::ChangeRequest(_)
                 | RecordKey::ClusterKey(_)
-                | RecordKey::RoleBinding(_)
                 | RecordKey::WriteAudit(_)
                 | RecordKey::AuditLog(_) => {}
+                RecordKey::RoleBinding(name) => self.check_role_binding(name),
+                RecordKey::Token(name) => self.check_token(name),
             }
+        }
+    }
+
+    /// A token's binding belongs to a token that exists (revoking removes its bindings).
+    fn check_role_binding(&self, name: &str) {
+        let Some(key) = RoleBinding::parse_key_name(name) else {
+            return;
+        };
+        let Identity::Token(token) = &key.0 else {
+            return;
+        };
+        if self.role_bindings.contains_key(&key) {
+            assert!(
+                self.tokens.contains_key(token),
+                "role binding {name} of a token that does not exist"
+            );
+        }
+    }
+
+    /// A token is found by its hash, and a removed token left no binding behind.
+    fn check_token(&self, name: &str) {
+        assert_eq!(
+            self.tokens.len(),
+            self.tokens.index().by_hash.len(),
+            "tokens against the hash index"
+        );
+        match self.tokens.get(name) {
+            Some(t) => assert_eq!(
+                self.tokens.index().by_hash.get(&t.hash).map(String::as_str),
+                Some(name),
+                "token {name} not found by its hash"
+            ),
+            None => assert!(
+                self.bindings_of(&Identity::Token(name.to_string()))
+                    .next()
+                    .is_none(),
+                "revoked token {name} still holds a role"
+            ),
         }
     }
 
@@ -714,12 +755,33 @@ impl State {
         self.audit.get(&AuditEntry::key_name(index))
     }
 
-    /// How many identities hold the admin role.
+    /// How many certificate identities hold the admin role. Tokens' admin bindings do not
+    /// count: a token expires, so the last admin is always someone with a certificate (and
+    /// the bootstrap of the first admin stays closed while one exists).
     pub fn admin_count(&self) -> usize {
         self.role_bindings
             .keys()
-            .filter(|(_, role)| *role == Role::Admin)
+            .filter(|(who, role)| *role == Role::Admin && who.is_certificate_identity())
             .count()
+    }
+
+    /// Every operator token, by name.
+    pub fn tokens(&self) -> impl Iterator<Item = &crate::token::OperatorToken> {
+        self.tokens.values()
+    }
+
+    /// The token named `name`.
+    pub fn token(&self, name: &str) -> Option<&crate::token::OperatorToken> {
+        self.tokens.get(name)
+    }
+
+    /// The token whose secret hashes to `hash`: how a bearer is identified.
+    pub fn token_by_hash(
+        &self,
+        hash: &crate::token::TokenHash,
+    ) -> Option<&crate::token::OperatorToken> {
+        let name = self.tokens.index().by_hash.get(hash)?;
+        self.tokens.get(name)
     }
 
     /// The canary revision key, once set.

@@ -25,6 +25,7 @@ use crate::role::{Role, RoleBinding};
 use crate::state::State;
 use crate::suppression::{Scope, Suppression};
 use crate::table::{lookups_index, Lookups, Row};
+use crate::token::{OperatorToken, TokenHash};
 use crate::TimestampMs;
 
 /// Rows keyed by a name that is also their record key's name.
@@ -66,6 +67,7 @@ named_rows! {
     ChangeRequest => ChangeRequest, |c| c.id.clone(), ();
     Canary => Canary, |c| c.id.clone(), CanaryIndex;
     ClusterKey => ClusterKey, |k| k.name.clone(), ();
+    OperatorToken => Token, |t| t.name.clone(), TokenIndex;
 }
 
 lookups_index! {
@@ -76,6 +78,7 @@ lookups_index! {
     Suppression => SuppressionIndex,
     Plan => PlanIndex,
     Canary => CanaryIndex,
+    OperatorToken => TokenIndex,
 }
 
 /// Adds `value` to the set under `key`.
@@ -140,6 +143,28 @@ impl Lookups<Entity> for EntityIndex {
                 &e.id.0,
             );
         }
+    }
+}
+
+/// Lookups of the token table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TokenIndex {
+    /// Secret hash -> token name: how a bearer is looked up.
+    pub(crate) by_hash: BTreeMap<TokenHash, String>,
+}
+
+impl Lookups<OperatorToken> for TokenIndex {
+    fn add(&mut self, t: &OperatorToken) {
+        let other = self.by_hash.insert(t.hash, t.name.clone());
+        debug_assert!(
+            other.as_ref().is_none_or(|o| *o == t.name),
+            "token {} shares its hash with {other:?}",
+            t.name
+        );
+    }
+
+    fn remove(&mut self, t: &OperatorToken) {
+        remove_if(&mut self.by_hash, &t.hash, &t.name);
     }
 }
 
@@ -392,4 +417,5 @@ state_tables! {
     role_bindings: RoleBinding,
     write_audit: WriteAudit,
     audit_log: AuditLog,
+    tokens: Token,
 }

@@ -22,6 +22,9 @@ pub enum Identity {
     Agent(String),
     /// A person or script operating the hub.
     Operator(String),
+    /// An operator token, by name (`hubctl token create`). Never named by a certificate:
+    /// a token caller proves itself with the token's secret (`authorization: Bearer`).
+    Token(String),
 }
 
 /// An identity with the cluster its certificate belongs to.
@@ -78,7 +81,13 @@ impl Identity {
             Identity::Node(_) => "node",
             Identity::Agent(_) => "agent",
             Identity::Operator(_) => "operator",
+            Identity::Token(_) => "token",
         }
+    }
+
+    /// Whether a certificate may name this identity (every kind but a token).
+    pub fn is_certificate_identity(&self) -> bool {
+        !matches!(self, Identity::Token(_))
     }
 
     /// Parses `kind/name` (the form [`fmt::Display`] writes).
@@ -98,6 +107,10 @@ impl Identity {
                 validate_name("operator name", name)?;
                 Ok(Identity::Operator(name.to_string()))
             }
+            "token" => {
+                validate_name("token name", name)?;
+                Ok(Identity::Token(name.to_string()))
+            }
             _ => Err(malformed()),
         }
     }
@@ -114,20 +127,26 @@ impl fmt::Display for Identity {
             Identity::Node(id) => write!(f, "node/{id}"),
             Identity::Agent(env) => write!(f, "agent/{env}"),
             Identity::Operator(name) => write!(f, "operator/{name}"),
+            Identity::Token(name) => write!(f, "token/{name}"),
         }
     }
 }
 
 impl ClusterIdentity {
-    /// Parses `hub://<cluster>/<kind>/<name>`.
+    /// Parses `hub://<cluster>/<kind>/<name>`, the URI SAN of a certificate: a node, agent
+    /// or operator (a token is never named by a certificate).
     pub fn parse_uri(uri: &str) -> Result<ClusterIdentity, IdentityError> {
         let malformed = || IdentityError::Malformed(uri.chars().take(200).collect());
         let rest = uri.strip_prefix(URI_PREFIX).ok_or_else(malformed)?;
         let (cluster, identity) = rest.split_once('/').ok_or_else(malformed)?;
         validate_name("cluster id", cluster)?;
+        let identity = Identity::parse(identity)?;
+        if !identity.is_certificate_identity() {
+            return Err(malformed());
+        }
         Ok(ClusterIdentity {
             cluster: cluster.to_string(),
-            identity: Identity::parse(identity)?,
+            identity,
         })
     }
 
@@ -161,6 +180,9 @@ mod tests {
             assert_eq!(Identity::parse(&identity.to_string()).unwrap(), identity);
         }
         assert_eq!(Identity::Node(3).uri("c1"), "hub://c1/node/3");
+        let token = Identity::Token("ci".into());
+        assert_eq!(Identity::parse("token/ci").unwrap(), token);
+        assert!(!token.is_certificate_identity());
     }
 
     #[test]
@@ -174,6 +196,7 @@ mod tests {
             "hub://c1/node/01",
             "hub://c1/node/x",
             "hub://c1/admin/alice",
+            "hub://c1/token/ci",
             "hub://c1/operator/",
             "hub://c1/operator/a/b",
             "hub:///operator/a",

@@ -9,8 +9,16 @@
 //! | service / method | who |
 //! |---|---|
 //! | `hub.v1.Raft/*`, `hub.v1.Hub/Forward`, `hub.v1.Hub/ReadIndex` | a node of this cluster that is a member (any node of the cluster while this node has no membership yet, i.e. is being added) |
-//! | `hub.v1.Hub/*` (the rest) | an operator, or a node proxying for one |
+//! | `hub.v1.Hub/*` (the rest) | an operator (certificate or token), or a node proxying for one |
 //! | `hub.v1.Agent/*` | an agent, for its own environment only |
+//!
+//! A caller proves who it is by a client certificate of the cluster's CA, or, on a
+//! connection without one, by an operator token: `authorization: Bearer hubtok_…`. The token
+//! is hashed and looked up in this node's applied state at this node's clock ([`TokenCheck`]),
+//! on every request: a revoke takes effect on a node with the commit that records it, and
+//! apply refuses an entry of a token revoked or expired by the entry's time. A caller that
+//! presents both a certificate and a token is refused: it must be one party. Nothing here
+//! repeats or logs a token.
 //!
 //! With `--insecure` (loopback only) every caller is [`Caller::Insecure`] and may do everything.
 
@@ -20,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use hub_engine::token::{TokenHash, TokenSecret};
 use hub_engine::Command;
 use hub_tls::server::{Authenticated, ConnInfo};
 use hub_tls::Identity;
@@ -164,6 +173,49 @@ pub fn rule(path: &str) -> Option<Rule> {
 /// Whether a node id may act as a peer now.
 pub type MemberCheck = Arc<dyn Fn(u64) -> bool + Send + Sync>;
 
+/// What this node knows of a bearer token's hash now (its applied state, its clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenVerdict {
+    /// A live token: the caller is `token/<name>`.
+    Valid(Identity),
+    /// No token has this secret (never created, or revoked).
+    Unknown,
+    /// The token `name` expired at `at` (RFC 3339).
+    Expired {
+        /// The token's name.
+        name: String,
+        /// When it expired.
+        at: String,
+    },
+}
+
+/// Looks a bearer token's hash up.
+pub type TokenCheck = Arc<dyn Fn(&TokenHash) -> TokenVerdict + Send + Sync>;
+
+/// What `state` says of the token whose secret hashes to `hash` at `now_ms`.
+pub fn token_verdict(state: &hub_engine::State, hash: &TokenHash, now_ms: i64) -> TokenVerdict {
+    match state.token_by_hash(hash) {
+        None => TokenVerdict::Unknown,
+        Some(t) => match t.expires_ms {
+            Some(at) if t.is_expired(now_ms) => TokenVerdict::Expired {
+                name: t.name.clone(),
+                at: hub_engine::evaluate::format_time(at),
+            },
+            _ => TokenVerdict::Valid(t.identity()),
+        },
+    }
+}
+
+/// The `authorization` header's bearer secret. The errors never repeat the header.
+fn bearer(value: &http::HeaderValue) -> Result<TokenSecret, String> {
+    let text = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or("the authorization header is not \"Bearer <token>\"")?;
+    TokenSecret::parse(text.trim()).map_err(|e| e.to_string())
+}
+
 /// Counts of refused calls.
 #[derive(Debug, Default)]
 pub struct AuthStats {
@@ -246,13 +298,21 @@ pub struct Policy {
     pub insecure: bool,
     /// Which node ids are members.
     pub is_member: MemberCheck,
+    /// Which operator tokens are live.
+    pub tokens: TokenCheck,
     /// Refusal counts.
     pub stats: Arc<AuthStats>,
 }
 
 impl Policy {
-    /// Decides a call to `path` by the connection `info`.
-    pub fn check(&self, path: &str, info: Option<&ConnInfo>) -> Result<Caller, Status> {
+    /// Decides a call to `path` by the connection `info` and the request's `authorization`
+    /// header.
+    pub fn check(
+        &self,
+        path: &str,
+        info: Option<&ConnInfo>,
+        authorization: Option<&http::HeaderValue>,
+    ) -> Result<Caller, Status> {
         if self.insecure {
             return Ok(Caller::Insecure);
         }
@@ -266,16 +326,30 @@ impl Policy {
             .and_then(|i| i.remote)
             .map_or_else(|| "?".to_string(), |a| a.to_string());
         let auth = info.map_or(&Authenticated::NoCertificate, |i| &i.auth);
-        let identity = match auth {
-            Authenticated::Identity(id) => id,
-            Authenticated::Plaintext | Authenticated::NoCertificate => {
+        let token_identity;
+        let identity = match (auth, authorization) {
+            (Authenticated::Identity(_), Some(_)) => {
                 return Err(self.refuse_unauthenticated(
                     path,
                     &remote,
-                    "no client certificate: present a certificate signed by the cluster CA (--ca-file, --cert-file, --key-file)".into(),
+                    "both a client certificate and a token: present one of them".into(),
                 ));
             }
-            Authenticated::Unusable(reason) => {
+            (Authenticated::Identity(id), None) => id,
+            (Authenticated::NoCertificate, Some(header)) => {
+                token_identity = self
+                    .token_caller(header)
+                    .map_err(|reason| self.refuse_unauthenticated(path, &remote, reason))?;
+                &token_identity
+            }
+            (Authenticated::Plaintext | Authenticated::NoCertificate, _) => {
+                return Err(self.refuse_unauthenticated(
+                    path,
+                    &remote,
+                    "no client certificate or token: present a certificate signed by the cluster CA (--ca-file, --cert-file, --key-file) or an operator token (--token, HUBCTL_TOKEN)".into(),
+                ));
+            }
+            (Authenticated::Unusable(reason), _) => {
                 return Err(self.refuse_unauthenticated(path, &remote, reason.clone()));
             }
         };
@@ -283,7 +357,8 @@ impl Policy {
             (Rule::Node, Identity::Node(id)) | (Rule::Operator, Identity::Node(id)) => {
                 (self.is_member)(*id)
             }
-            (Rule::Operator, Identity::Operator(_)) | (Rule::Agent, Identity::Agent(_)) => true,
+            (Rule::Operator, Identity::Operator(_) | Identity::Token(_))
+            | (Rule::Agent, Identity::Agent(_)) => true,
             _ => false,
         };
         if !allowed {
@@ -304,6 +379,20 @@ impl Policy {
             )));
         }
         Ok(Caller::Verified(identity.clone()))
+    }
+
+    /// The identity of a bearer token, or why it is refused.
+    fn token_caller(&self, header: &http::HeaderValue) -> Result<Identity, String> {
+        let secret = bearer(header)?;
+        match (self.tokens)(&secret.hash()) {
+            TokenVerdict::Valid(id) => Ok(id),
+            TokenVerdict::Unknown => Err(
+                "the token is not known to this hub: it was revoked, or never created here".into(),
+            ),
+            TokenVerdict::Expired { name, at } => Err(format!(
+                "token/{name} expired at {at}: an admin creates a new one"
+            )),
+        }
     }
 
     fn refuse_unauthenticated(&self, path: &str, remote: &str, reason: String) -> Status {
@@ -364,9 +453,11 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
-        let decision = self
-            .policy
-            .check(req.uri().path(), req.extensions().get::<ConnInfo>());
+        let decision = self.policy.check(
+            req.uri().path(),
+            req.extensions().get::<ConnInfo>(),
+            req.headers().get(http::header::AUTHORIZATION),
+        );
         match decision {
             Ok(caller) => {
                 req.extensions_mut().insert(caller);
@@ -407,7 +498,68 @@ mod tests {
         Policy {
             insecure: false,
             is_member: Arc::new(move |id| members.contains(&id)),
+            tokens: Arc::new(|hash| {
+                if *hash == secret(1).hash() {
+                    TokenVerdict::Valid(Identity::Token("ci".into()))
+                } else if *hash == secret(2).hash() {
+                    TokenVerdict::Expired {
+                        name: "old".into(),
+                        at: "2026-01-01T00:00:00Z".into(),
+                    }
+                } else {
+                    TokenVerdict::Unknown
+                }
+            }),
             stats: Arc::default(),
+        }
+    }
+
+    fn secret(seed: u8) -> TokenSecret {
+        TokenSecret::from_bytes([seed; hub_engine::token::SECRET_BYTES])
+    }
+
+    fn header(text: &str) -> http::HeaderValue {
+        http::HeaderValue::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn a_token_identifies_a_caller_without_a_certificate() {
+        let p = policy(&[1]);
+        let anon = conn(Authenticated::NoCertificate);
+        let op = conn(Authenticated::Identity(Identity::Operator("alice".into())));
+        let good = header(&format!("Bearer {}", secret(1).reveal()));
+        assert_eq!(
+            p.check("/hub.v1.Hub/Query", Some(&anon), Some(&good))
+                .unwrap(),
+            Caller::Verified(Identity::Token("ci".into()))
+        );
+        // A token is an operator's credential: no node or agent method takes one.
+        for path in ["/hub.v1.Raft/Vote", "/hub.v1.Agent/FetchPlans"] {
+            let e = p.check(path, Some(&anon), Some(&good)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::PermissionDenied, "{path}");
+        }
+        let refused = |h: &http::HeaderValue, c: &ConnInfo| {
+            let e = p.check("/hub.v1.Hub/Query", Some(c), Some(h)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unauthenticated);
+            e.message().to_string()
+        };
+        let expired = refused(&header(&format!("Bearer {}", secret(2).reveal())), &anon);
+        assert_eq!(
+            expired,
+            "token/old expired at 2026-01-01T00:00:00Z: an admin creates a new one"
+        );
+        let unknown_secret = secret(3).reveal();
+        let unknown = refused(&header(&format!("Bearer {unknown_secret}")), &anon);
+        assert!(unknown.contains("revoked"), "{unknown}");
+        let malformed = format!("Bearer {}", &unknown_secret[1..]);
+        let m = refused(&header(&malformed), &anon);
+        assert!(m.starts_with("a token is "), "{m}");
+        assert!(refused(&header("Basic abc"), &anon).contains("Bearer <token>"));
+        let both = refused(&good, &op);
+        assert!(both.contains("present one of them"), "{both}");
+        // No refusal repeats what the caller sent.
+        for m in [expired, unknown, m, both] {
+            assert!(!m.contains(&unknown_secret[8..]) && !m.contains(&secret(1).reveal()[8..]));
         }
     }
 
@@ -422,26 +574,35 @@ mod tests {
         let agent = conn(Authenticated::Identity(Identity::Agent("prod".into())));
         let node = conn(Authenticated::Identity(Identity::Node(2)));
         let stranger = conn(Authenticated::Identity(Identity::Node(9)));
-        assert!(p.check("/hub.v1.Hub/Submit", Some(&op)).is_ok());
-        assert!(p.check("/hub.v1.Hub/Submit", Some(&node)).is_ok());
+        assert!(p.check("/hub.v1.Hub/Submit", Some(&op), None).is_ok());
+        assert!(p.check("/hub.v1.Hub/Submit", Some(&node), None).is_ok());
         let e = p
-            .check("/hub.v1.Raft/AppendEntries", Some(&op))
+            .check("/hub.v1.Raft/AppendEntries", Some(&op), None)
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::PermissionDenied);
         assert!(e
             .message()
             .contains("operator/alice may not call /hub.v1.Raft/AppendEntries"));
-        assert!(p.check("/hub.v1.Raft/AppendEntries", Some(&node)).is_ok());
-        let e = p.check("/hub.v1.Raft/Vote", Some(&stranger)).unwrap_err();
+        assert!(p
+            .check("/hub.v1.Raft/AppendEntries", Some(&node), None)
+            .is_ok());
+        let e = p
+            .check("/hub.v1.Raft/Vote", Some(&stranger), None)
+            .unwrap_err();
         assert!(e.message().contains("member"), "{e:?}");
-        assert!(p.check("/hub.v1.Hub/Forward", Some(&agent)).is_err());
-        assert!(p.check("/hub.v1.Agent/FetchPlans", Some(&agent)).is_ok());
-        assert!(p.check("/hub.v1.Agent/FetchPlans", Some(&op)).is_err());
-        assert!(p.check("/hub.v1.Hub/Query", Some(&agent)).is_err());
+        assert!(p.check("/hub.v1.Hub/Forward", Some(&agent), None).is_err());
+        assert!(p
+            .check("/hub.v1.Agent/FetchPlans", Some(&agent), None)
+            .is_ok());
+        assert!(p
+            .check("/hub.v1.Agent/FetchPlans", Some(&op), None)
+            .is_err());
+        assert!(p.check("/hub.v1.Hub/Query", Some(&agent), None).is_err());
         let e = p
             .check(
                 "/hub.v1.Hub/Submit",
                 Some(&conn(Authenticated::NoCertificate)),
+                None,
             )
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated);
@@ -450,10 +611,11 @@ mod tests {
             .check(
                 "/hub.v1.Hub/Submit",
                 Some(&conn(Authenticated::Unusable("of cluster \"c2\"".into()))),
+                None,
             )
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated);
-        assert!(p.check("/hub.v1.Hub/Nope", Some(&op)).is_err());
+        assert!(p.check("/hub.v1.Hub/Nope", Some(&op), None).is_err());
         assert_eq!(p.stats.denied.load(Ordering::Relaxed), 6);
         assert_eq!(p.stats.unauthenticated.load(Ordering::Relaxed), 2);
     }

@@ -8,7 +8,11 @@
 use std::future::Future;
 use std::time::Duration;
 
+use hub_engine::token::TokenSecret;
 use hub_proto::hub_client::HubClient;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
 use tonic::transport::Channel;
 use tonic::{Response, Status};
 
@@ -27,11 +31,50 @@ pub enum ClientError {
     Status(Status),
 }
 
+/// The `authorization: Bearer` header of an operator token, added to every call; none for a
+/// caller with a certificate. Marked sensitive, and never shown by `Debug`.
+#[derive(Clone, Default)]
+pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Bearer {
+    /// The header of `secret`.
+    pub fn new(secret: &TokenSecret) -> Bearer {
+        // `Bearer hubtok_` and hex digits: always a valid header value.
+        let mut value = MetadataValue::try_from(format!("Bearer {}", secret.reveal()))
+            .expect("a token's text is ASCII");
+        value.set_sensitive(true);
+        Bearer(Some(value))
+    }
+}
+
+impl std::fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Bearer(redacted)"
+        } else {
+            "Bearer(none)"
+        })
+    }
+}
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            req.metadata_mut().insert("authorization", value.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A Hub API client as [`FailoverClient`] dials it.
+pub type HubApi = HubClient<InterceptedService<Channel, Bearer>>;
+
 /// Failover client over a list of `host:port` endpoints.
 #[derive(Debug, Clone)]
 pub struct FailoverClient {
     endpoints: Vec<String>,
     connector: Connector,
+    bearer: Bearer,
     /// Per-call deadline.
     pub timeout: Duration,
 }
@@ -53,8 +96,15 @@ impl FailoverClient {
         Self {
             endpoints,
             connector,
+            bearer: Bearer::default(),
             timeout,
         }
+    }
+
+    /// The same client, sending `bearer` with every call (an operator token).
+    pub fn with_bearer(mut self, bearer: Bearer) -> Self {
+        self.bearer = bearer;
+        self
     }
 
     /// The connector it dials through.
@@ -67,13 +117,27 @@ impl FailoverClient {
         &self.endpoints
     }
 
-    /// A client connected to one specific endpoint.
+    /// A client connected to one specific endpoint, as the connector's certificate (or
+    /// nobody).
     pub async fn connect(
         addr: &str,
         connector: &Connector,
-    ) -> Result<HubClient<Channel>, tonic::transport::Error> {
+    ) -> Result<HubApi, tonic::transport::Error> {
+        Self::connect_with(addr, connector, Bearer::default()).await
+    }
+
+    /// A client connected to `addr` as this client calls it (certificate or token).
+    pub async fn dial(&self, addr: &str) -> Result<HubApi, tonic::transport::Error> {
+        Self::connect_with(addr, &self.connector, self.bearer.clone()).await
+    }
+
+    async fn connect_with(
+        addr: &str,
+        connector: &Connector,
+        bearer: Bearer,
+    ) -> Result<HubApi, tonic::transport::Error> {
         let channel = connector.channel(addr, configure).await?;
-        Ok(HubClient::new(channel)
+        Ok(HubClient::with_interceptor(channel, bearer)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
@@ -81,17 +145,12 @@ impl FailoverClient {
     /// Calls `f` on the first endpoint that answers.
     pub async fn call<T, F, Fut>(&self, mut f: F) -> Result<T, ClientError>
     where
-        F: FnMut(HubClient<Channel>) -> Fut,
+        F: FnMut(HubApi) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let mut errors = Vec::new();
         for addr in &self.endpoints {
-            let client = match tokio::time::timeout(
-                self.timeout,
-                Self::connect(addr, &self.connector),
-            )
-            .await
-            {
+            let client = match tokio::time::timeout(self.timeout, self.dial(addr)).await {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => {
                     errors.push(format!("{addr}: {e}"));

@@ -156,14 +156,17 @@ pub enum Query {
     },
     /// Every role binding.
     RoleBindings,
+    /// Every operator token: name, expiry, creator and roles, never its secret or hash.
+    Tokens,
 }
 
 impl Query {
     /// What a caller needs to ask this query: one arm per query kind, no fallback, so a new
-    /// query does not compile without its rule. Every read today is a viewer's (any role
-    /// binding); none answers with a secret value.
+    /// query does not compile without its rule. Every read is a viewer's (any role binding)
+    /// but the token list, an admin's; none answers with a secret value.
     pub fn need(&self) -> Need {
         let viewer = Need::Role(Role::Viewer, Target::Cluster);
+        let admin = Need::Role(Role::Admin, Target::Cluster);
         match self {
             Query::ResolveEntity { .. }
             | Query::Entity { .. }
@@ -188,6 +191,7 @@ impl Query {
             | Query::Canaries { .. }
             | Query::Canary { .. }
             | Query::RoleBindings => viewer,
+            Query::Tokens => admin,
         }
     }
 }
@@ -215,7 +219,10 @@ fn audit_rows(state: &State) -> impl Iterator<Item = Value> + '_ {
             "time": format_time(time_ms),
             "time_ms": time_ms,
             "actor": w.map(|w| w.actor.to_string()).or(l.map(|l| l.actor.clone())),
-            "method": w.map(|_| "certificate"),
+            "method": w.map(|w| match w.method {
+                hub_engine::audit::AuthMethod::Certificate => "certificate",
+                hub_engine::audit::AuthMethod::Token => "token",
+            }),
             "command": w.map(|w| w.command.clone()),
             "action": l.map(|l| l.action.clone()).or(w.map(|w| w.command.clone())),
             "target": l.map(|l| l.target.clone()).or(w.map(|w| w.target.clone())),
@@ -559,6 +566,28 @@ pub fn answer(
                 "bound": format_time(b.bound_ms),
                 "bound_by": b.bound_by,
             }))
+            .collect::<Vec<_>>() }),
+        Query::Tokens => json!({ "tokens": state
+            .tokens()
+            .map(|t| {
+                let roles: Vec<Value> = state
+                    .bindings_of(&t.identity())
+                    .map(|b| json!({
+                        "role": b.role.as_str(),
+                        "environments": b.environments,
+                        "products": b.products,
+                    }))
+                    .collect();
+                json!({
+                    "name": t.name,
+                    "identity": t.identity().to_string(),
+                    "created": format_time(t.created_ms),
+                    "created_by": t.created_by,
+                    "expires": t.expires_ms.map(format_time),
+                    "expired": t.is_expired(now),
+                    "roles": roles,
+                })
+            })
             .collect::<Vec<_>>() }),
         Query::Modules => modules_view(state),
         Query::Module { name, version } => {

@@ -45,7 +45,7 @@ use hub_engine::canary_record::Canary;
 use hub_engine::cluster_key::{ClusterKey, SecretKey, CANARY_REVISION_KEY};
 use hub_engine::command::{
     CancelTarget, CommandOutput, EntityReport, EntitySettingsPatch, EnvironmentSettingsPatch,
-    WindowChange, WindowSpec,
+    TokenRole, WindowChange, WindowSpec,
 };
 use hub_engine::entity::{Health, ReportedState, SecretValue};
 use hub_engine::installation::{
@@ -63,6 +63,7 @@ use hub_engine::record::{AuditEntry, RequestRecord};
 use hub_engine::release::{Artifact, ProductDependency, VersionBound};
 use hub_engine::settings::{EnvironmentSettings, WindowOverride};
 use hub_engine::suppression::{Scope, Suppression, SuppressionSource};
+use hub_engine::token::{OperatorToken, TokenHash};
 use hub_engine::window::MaintenanceWindow;
 use hub_engine::{Command, Entity, EntityId, EntityKind, Environment, Record, Request};
 use hub_identity::Identity;
@@ -423,6 +424,17 @@ fn commands() -> Vec<Command> {
             target: s("cluster"),
             error: s("operator/mallory may not CreateEnvironment: needs admin"),
         },
+        Command::CreateToken {
+            name: s("ci"),
+            hash: TokenHash(std::array::from_fn(|i| 0x40 + i as u8)),
+            ttl_ms: Some(30 * 86_400_000),
+            roles: vec![TokenRole {
+                role: Role::Approver,
+                environments: BTreeSet::from([s("prod")]),
+                products: BTreeSet::new(),
+            }],
+        },
+        Command::RevokeToken { name: s("ci") },
     ]
 }
 
@@ -902,6 +914,13 @@ fn records() -> Vec<Record> {
         Record::AuditLog(AuditLog {
             retention: 100_000,
             dropped: 17,
+        }),
+        Record::Token(OperatorToken {
+            name: s("dashboard"),
+            hash: TokenHash([0x5a; 32]),
+            created_ms: T0 + 25,
+            expires_ms: Some(T0 + 86_400_000),
+            created_by: s("operator/root"),
         }),
     ]
 }
@@ -1394,6 +1413,16 @@ fn nested_goldens() -> Vec<Golden> {
             vec![CommandError::PermissionDenied(s(
                 "operator/bob may not SetSecret in prod: needs environment-operator on prod",
             ))],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("AuthMethod.Token"),
+            vec![AuthMethod::Token],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("Identity.Token"),
+            vec![Identity::Token(s("dashboard"))],
             Limit::Snapshot,
         ),
         golden(

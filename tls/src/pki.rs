@@ -232,6 +232,11 @@ impl Ca {
         if days == 0 {
             return Err(TlsError::Issue("validity must be at least one day".into()));
         }
+        if !identity.is_certificate_identity() {
+            return Err(TlsError::Issue(format!(
+                "{identity} is an operator token: it has no certificate (hubctl token create)"
+            )));
+        }
         let node = matches!(identity, Identity::Node(_));
         if node && hosts.is_empty() {
             return Err(TlsError::Issue(
@@ -296,6 +301,7 @@ pub fn file_stem(identity: &Identity) -> String {
         Identity::Node(id) => format!("node-{id}"),
         Identity::Agent(env) => format!("agent-{env}"),
         Identity::Operator(name) => format!("operator-{name}"),
+        Identity::Token(name) => format!("token-{name}"),
     }
 }
 

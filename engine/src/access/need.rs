@@ -152,7 +152,9 @@ pub fn need(state: &State, command: &Command) -> Need {
         | Command::ReportTask { environment, .. } => Need::Agent(environment.clone()),
         Command::BindRole { .. }
         | Command::UnbindRole { .. }
-        | Command::SetAuditRetention { .. } => admin,
+        | Command::SetAuditRetention { .. }
+        | Command::CreateToken { .. }
+        | Command::RevokeToken { .. } => admin,
         // Authorized by its own arm in `authorize`: the wrapped command's need.
         Command::As { command, .. } => need(state, command),
     }

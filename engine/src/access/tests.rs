@@ -453,3 +453,204 @@ fn retention_drops_the_oldest_rows_and_counts_them() {
         .unwrap();
     denied(h.by(&bob, Command::SetAuditRetention { entries: 10 }));
 }
+
+fn token_hash(seed: u8) -> crate::token::TokenHash {
+    crate::token::TokenSecret::from_bytes([seed; crate::token::SECRET_BYTES]).hash()
+}
+
+fn create_token(name: &str, seed: u8, ttl_ms: Option<u64>, roles: Vec<TokenRole>) -> Command {
+    Command::CreateToken {
+        name: name.into(),
+        hash: token_hash(seed),
+        ttl_ms,
+        roles,
+    }
+}
+
+fn token_role(role: Role, envs: &[&str]) -> TokenRole {
+    TokenRole {
+        role,
+        environments: envs.iter().map(|s| s.to_string()).collect(),
+        products: BTreeSet::new(),
+    }
+}
+
+use crate::command::TokenRole;
+
+#[test]
+fn a_token_acts_with_its_roles_until_revoked() {
+    let mut h = hub();
+    let root = op("root");
+    let ci = Identity::Token("ci".into());
+    h.by(
+        &root,
+        create_token(
+            "ci",
+            1,
+            None,
+            vec![token_role(Role::EnvironmentOperator, &["stage"])],
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        h.state.token_by_hash(&token_hash(1)).map(|t| t.identity()),
+        Some(ci.clone())
+    );
+    h.by(&ci, set_secret("stage")).unwrap();
+    let m = denied(h.by(&ci, set_secret("prod")));
+    assert_eq!(
+        m,
+        "token/ci may not SetSecret in prod: needs environment-operator on prod"
+    );
+    // The audit names the token as the actor and the method.
+    let last = h.state.write_audit().last().unwrap();
+    assert_eq!(last.actor, ci);
+    assert_eq!(last.method, crate::audit::AuthMethod::Token);
+    // A token may not mint tokens (admins only) nor bind itself more.
+    denied(h.by(&ci, create_token("ci2", 2, None, vec![])));
+    denied(h.by(&ci, bind(&ci, Role::Admin, &[], &[])));
+
+    h.by(&root, Command::RevokeToken { name: "ci".into() })
+        .unwrap();
+    assert!(h.state.token_by_hash(&token_hash(1)).is_none());
+    assert_eq!(h.state.bindings_of(&ci).count(), 0);
+    let before = content(&h.state);
+    // An entry the node accepted before the revoke commits after it: apply refuses it.
+    assert_eq!(
+        denied(h.by(&ci, set_secret("stage"))),
+        "token/ci is revoked"
+    );
+    assert_eq!(content(&h.state), before);
+    // The name is free again, and the new token does not inherit the old one's roles.
+    h.by(&root, create_token("ci", 3, None, vec![])).unwrap();
+    assert_eq!(h.state.bindings_of(&ci).count(), 0);
+    assert!(h.state.token_by_hash(&token_hash(1)).is_none());
+}
+
+#[test]
+fn an_expired_token_is_refused_at_the_entry_time() {
+    let mut h = hub();
+    let root = op("root");
+    let ci = Identity::Token("ci".into());
+    // The hub's entries are stamped 1_000 + index: the token lives 3 ms.
+    h.by(
+        &root,
+        create_token("ci", 1, Some(3), vec![token_role(Role::Admin, &[])]),
+    )
+    .unwrap();
+    let created = h.state.token("ci").unwrap().clone();
+    assert_eq!(created.expires_ms, Some(created.created_ms + 3));
+    h.by(&ci, set_secret("prod")).unwrap();
+    h.system(Command::ExpireSuppressions).unwrap();
+    let m = denied(h.by(&ci, set_secret("prod")));
+    assert!(m.starts_with("token/ci expired at "), "{m}");
+}
+
+#[test]
+fn token_bad_input_is_refused_by_field_and_changes_nothing() {
+    let mut h = hub();
+    let root = op("root");
+    h.by(&root, create_token("ci", 1, None, vec![])).unwrap();
+    let before = content(&h.state);
+    let invalid = |r: Result<CommandOutput, CommandError>| match r {
+        Err(CommandError::InvalidField { field, .. }) => field,
+        other => panic!("not a field refusal: {other:?}"),
+    };
+    assert_eq!(
+        invalid(h.by(&root, create_token("ok", 2, Some(0), vec![]))),
+        "ttl"
+    );
+    assert_eq!(
+        invalid(h.by(
+            &root,
+            create_token("ok", 2, Some(crate::token::MAX_TOKEN_TTL_MS + 1), vec![])
+        )),
+        "ttl"
+    );
+    assert_eq!(
+        invalid(h.by(&root, create_token("a/b", 2, None, vec![]))),
+        "name"
+    );
+    assert_eq!(
+        invalid(h.by(&root, create_token("ok", 1, None, vec![]))),
+        "hash"
+    );
+    assert_eq!(
+        invalid(h.by(
+            &root,
+            create_token(
+                "ok",
+                2,
+                None,
+                vec![token_role(Role::Approver, &["nowhere"])]
+            )
+        )),
+        "environments"
+    );
+    assert_eq!(
+        invalid(h.by(
+            &root,
+            create_token("ok", 2, None, vec![token_role(Role::Viewer, &[]); 2])
+        )),
+        "roles"
+    );
+    assert!(matches!(
+        h.by(&root, create_token("ci", 2, None, vec![])),
+        Err(CommandError::AlreadyExists { .. })
+    ));
+    assert!(matches!(
+        h.by(
+            &root,
+            Command::RevokeToken {
+                name: "nope".into()
+            }
+        ),
+        Err(CommandError::NotFound { .. })
+    ));
+    // A binding for a token that does not exist would wait for one of that name.
+    assert_eq!(
+        invalid(h.by(
+            &root,
+            bind(&Identity::Token("nope".into()), Role::Viewer, &[], &[])
+        )),
+        "identity"
+    );
+    assert_eq!(content(&h.state), before);
+}
+
+#[test]
+fn a_token_admin_is_never_the_last_admin_nor_a_bootstrap() {
+    let mut h = hub();
+    let root = op("root");
+    let ops = Identity::Token("ops".into());
+    h.by(
+        &root,
+        create_token("ops", 1, None, vec![token_role(Role::Admin, &[])]),
+    )
+    .unwrap();
+    assert_eq!(h.state.admin_count(), 1);
+    // root stays the last admin although the token is one too.
+    assert!(matches!(
+        h.by(
+            &root,
+            Command::UnbindRole {
+                identity: root.clone(),
+                role: Role::Admin
+            }
+        ),
+        Err(CommandError::FailedPrecondition(_))
+    ));
+    // The token's admin role can always go.
+    h.by(
+        &ops,
+        Command::UnbindRole {
+            identity: ops.clone(),
+            role: Role::Admin,
+        },
+    )
+    .unwrap();
+    // Without any admin, a token cannot bootstrap one: only an operator's certificate can.
+    let mut fresh = Hub::new();
+    let t = Identity::Token("x".into());
+    denied(fresh.by(&t, bind(&t, Role::Admin, &[], &[])));
+}

@@ -35,8 +35,8 @@ impl State {
             WriteAudit {
                 index: tx.index,
                 time_ms: tx.now,
+                method: AuthMethod::of(&actor),
                 actor,
-                method: AuthMethod::Certificate,
                 command: command.to_string(),
                 target,
                 outcome,

@@ -24,6 +24,9 @@
 //! | `modules.rs` | modules, installations, change requests |
 //! | `canaries.rs` | canaries: resources, ticks, manual actions, step plans, observations |
 //! | `cluster_keys.rs` | cluster keys |
+//! | `roles.rs` | role bindings |
+//! | `tokens.rs` | operator tokens |
+//! | `audit.rs` | the write audit, recorded refusals, retention |
 
 mod audit;
 mod canaries;
@@ -39,6 +42,7 @@ mod roles;
 mod suppressions;
 #[cfg(test)]
 mod tests;
+mod tokens;
 mod windows;
 
 use hub_identity::Identity;
@@ -356,6 +360,13 @@ impl State {
                 target,
                 error,
             } => self.record_refusal(actor, command, target, error, tx),
+            Command::CreateToken {
+                name,
+                hash,
+                ttl_ms,
+                roles,
+            } => self.create_token(name, hash, *ttl_ms, roles, tx),
+            Command::RevokeToken { name } => self.revoke_token(name, tx),
             // The envelope is opened by `apply`; one reaching here is nested.
             Command::As { .. } => Err(CommandError::invalid("command", "an As inside an As")),
         }
@@ -369,6 +380,7 @@ impl State {
         need: &crate::access::Need,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
+        self.require_live_token(actor, tx.now)?;
         crate::access::authorize_need(self, actor, command, need)?;
         debug_assert!(tx.actor.is_none(), "one actor per entry");
         tx.actor = Some(actor.clone());

@@ -38,6 +38,15 @@ impl State {
                 "hub nodes hold no roles: they act as nodes",
             ));
         }
+        if let Identity::Token(name) = identity {
+            // A binding must not outlive its token, nor wait for a token of that name.
+            if !self.tokens.contains_key(name) {
+                return Err(CommandError::invalid(
+                    "identity",
+                    format!("no token {name:?} (hubctl token create)"),
+                ));
+            }
+        }
         self.check_scope(role, environments, products)?;
         let binding = RoleBinding {
             identity: identity.clone(),
@@ -55,7 +64,7 @@ impl State {
         Ok(changed(id, summary))
     }
 
-    /// `UnbindRole`: takes `role` from `identity`, never the last admin's.
+    /// `UnbindRole`: takes `role` from `identity`, never the last certificate admin's.
     pub(super) fn unbind_role(
         &mut self,
         identity: &Identity,
@@ -69,7 +78,8 @@ impl State {
                 name: RoleBinding::key_name(identity, role),
             });
         }
-        if role == Role::Admin && self.admin_count() == 1 {
+        // Tokens' admin bindings never count as the last admin (see `State::admin_count`).
+        if role == Role::Admin && identity.is_certificate_identity() && self.admin_count() == 1 {
             return Err(CommandError::FailedPrecondition(format!(
                 "{identity} is the last admin: bind another admin first"
             )));
@@ -83,7 +93,7 @@ impl State {
 
     /// A binding's scope fits its role and names what exists: environments by name or `*`,
     /// products by `group:name`, `group:*` (a group with a product) or `*`.
-    fn check_scope(
+    pub(super) fn check_scope(
         &self,
         role: Role,
         environments: &BTreeSet<String>,

@@ -248,6 +248,16 @@ async fn run() -> anyhow::Result<()> {
             let node = node.clone();
             std::sync::Arc::new(move |id| node.is_member(id))
         },
+        tokens: {
+            let node = node.clone();
+            std::sync::Arc::new(move |hash| {
+                hub_node::auth::token_verdict(
+                    &node.state.read().state,
+                    hash,
+                    hub_node::propose::now_ms(),
+                )
+            })
+        },
         stats: node.auth_stats.clone(),
     };
     let incoming = hub_tls::server::incoming(

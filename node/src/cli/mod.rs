@@ -23,6 +23,7 @@ mod plans;
 mod roles;
 mod settings;
 mod timeparse;
+mod tokens;
 
 use std::time::Duration;
 
@@ -63,8 +64,49 @@ pub struct Cli {
     /// Your private key (PEM).
     #[arg(long, env = "HUBCTL_KEY_FILE")]
     key_file: Option<std::path::PathBuf>,
+    /// An operator token (`hubctl token create`), instead of --cert-file and --key-file: sent
+    /// as `authorization: Bearer` over TLS, after the hub's certificate is verified against
+    /// --ca-file.
+    #[arg(long, env = "HUBCTL_TOKEN", hide_env_values = true, value_parser = token_arg)]
+    token: Option<TokenArg>,
     #[command(subcommand)]
     command: Cmd,
+}
+
+/// `--token` as typed; parsed by [`client_mode`], whose errors never repeat it (clap's would).
+#[derive(Clone)]
+pub struct TokenArg(String);
+
+impl std::fmt::Debug for TokenArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenArg(redacted)")
+    }
+}
+
+fn token_arg(s: &str) -> Result<TokenArg, String> {
+    Ok(TokenArg(s.to_string()))
+}
+
+/// The bearer of `--token`: TLS to the hub verified against `--ca-file`, and no certificate
+/// of the caller's own.
+pub fn token_bearer(
+    token: Option<&TokenArg>,
+    ca: Option<&std::path::Path>,
+    cert: Option<&std::path::Path>,
+    key: Option<&std::path::Path>,
+) -> anyhow::Result<Option<crate::client::Bearer>> {
+    let Some(TokenArg(text)) = token else {
+        return Ok(None);
+    };
+    if cert.is_some() || key.is_some() {
+        bail!("--token (HUBCTL_TOKEN) replaces --cert-file and --key-file: give one of them");
+    }
+    if ca.is_none() {
+        bail!("--token (HUBCTL_TOKEN) needs --ca-file (HUBCTL_CA_FILE): a token is only sent to a hub whose certificate the cluster CA signed");
+    }
+    let secret = hub_engine::token::TokenSecret::parse(text.trim())
+        .map_err(|e| anyhow::anyhow!("--token (HUBCTL_TOKEN): {e}"))?;
+    Ok(Some(crate::client::Bearer::new(&secret)))
 }
 
 /// The client TLS of `--ca-file/--cert-file/--key-file`: all three or none (plaintext).
@@ -155,6 +197,9 @@ enum Cmd {
     /// Role bindings: who may do what (bind, unbind, list).
     #[command(subcommand)]
     Role(roles::RoleCmd),
+    /// Operator tokens: create (the secret is shown once), list, revoke.
+    #[command(subcommand)]
+    Token(tokens::TokenCmd),
     /// The audit log, newest first: every write with who, what, on what and its outcome.
     Audit(orch::AuditArgs),
 }
@@ -302,12 +347,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let fmt = cli.output;
     let timeout = Duration::from_millis(cli.timeout_ms);
-    let (ca, cert, key) = (cli.ca_file, cli.cert_file, cli.key_file);
+    let (ca, cert, key, token) = (cli.ca_file, cli.cert_file, cli.key_file, cli.token);
     // Only commands that talk to a hub load the client's TLS material.
     let connect = move || -> anyhow::Result<FailoverClient> {
+        let bearer = token_bearer(
+            token.as_ref(),
+            ca.as_deref(),
+            cert.as_deref(),
+            key.as_deref(),
+        )?;
         let mode = client_mode(ca.as_deref(), cert.as_deref(), key.as_deref())?;
         let connector = hub_tls::client::Connector::new(mode, timeout);
-        Ok(FailoverClient::new(endpoints, timeout, connector))
+        let client = FailoverClient::new(endpoints, timeout, connector);
+        Ok(match bearer {
+            Some(b) => client.with_bearer(b),
+            None => client,
+        })
     };
     match cli.command {
         Cmd::Pki(cmd) => pki::run(cmd, fmt),
@@ -329,6 +384,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::ChangeRequest(cmd) => modules::change_request(&connect()?, cmd, fmt).await,
         Cmd::Command(cmd) => orch::emergency(&connect()?, cmd, fmt).await,
         Cmd::Role(cmd) => roles::run(&connect()?, cmd, fmt).await,
+        Cmd::Token(cmd) => tokens::run(&connect()?, cmd, fmt).await,
         Cmd::Audit(args) => orch::audit(&connect()?, args, fmt).await,
         Cmd::Digest(read) => {
             let d = connect()?
@@ -380,7 +436,8 @@ async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyho
         }
         ClusterCmd::Init { members } => {
             let first = &client.endpoints()[0];
-            let mut c = FailoverClient::connect(first, client.connector())
+            let mut c = client
+                .dial(first)
                 .await
                 .with_context(|| format!("--endpoints: cannot reach {first}"))?;
             let req = InitClusterRequest {

@@ -52,7 +52,7 @@ pub(crate) fn parse_identity(s: &str) -> Result<Identity, String> {
 }
 
 /// Parses a role argument, naming the roles there are.
-fn parse_role(s: &str) -> Result<Role, String> {
+pub(crate) fn parse_role(s: &str) -> Result<Role, String> {
     Role::parse(s).ok_or_else(|| {
         let names: Vec<&str> = ROLES.iter().map(|r| r.as_str()).collect();
         format!("unknown role {s:?} (roles: {})", names.join(", "))
