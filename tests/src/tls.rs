@@ -84,6 +84,32 @@ impl Cluster {
         crate::run_with_limit(&mut cmd, crate::HUBCTL_LIMIT)
     }
 
+    /// `hubctl --endpoints ENDPOINTS ARGS` with operator token `token` (HUBCTL_TOKEN) and the
+    /// cluster's CA, and no certificate of its own.
+    pub fn hubctl_with_token(
+        &self,
+        token: &str,
+        endpoints: &str,
+        args: &[&str],
+    ) -> crate::CmdOutput {
+        let mut cmd = std::process::Command::new(crate::hubctl_bin());
+        cmd.env("HUBCTL_CA_FILE", self.pki_dir().join(CA_CERT))
+            .env("HUBCTL_TOKEN", token)
+            .args(["--endpoints", endpoints])
+            .args(args);
+        crate::run_with_limit(&mut cmd, crate::HUBCTL_LIMIT)
+    }
+
+    /// A channel to `addr` that verifies the node against the cluster's CA and presents no
+    /// certificate (a token caller's transport).
+    pub async fn anonymous_channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
+        let mode =
+            hub_tls::client::anonymous(&self.pki_dir().join(CA_CERT)).expect("load the cluster CA");
+        Connector::new(mode, Duration::from_secs(2))
+            .channel(addr, |e| e)
+            .await
+    }
+
     /// A connector dialling as `identity` (plaintext when the cluster is).
     pub fn connector(&self, identity: &Identity) -> Connector {
         let mode = if self.insecure() {
