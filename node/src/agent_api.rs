@@ -402,6 +402,7 @@ impl Agent for AgentService {
         let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         caller.require_environment(&r.environment)?;
+        self.node.metrics.agent_seen(&r.environment);
         let mut states = Vec::with_capacity(r.states.len());
         for (i, s) in r.states.into_iter().enumerate() {
             let version = if s.version.is_empty() {
@@ -465,6 +466,7 @@ impl Agent for AgentService {
         let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         caller.require_environment(&r.environment)?;
+        self.node.metrics.agent_seen(&r.environment);
         let environment = r.environment.clone();
         let given_id = r.request_id.clone();
         let report = task_report(r, "")?;
@@ -501,6 +503,7 @@ impl Agent for AgentService {
         let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         caller.require_environment(&r.environment)?;
+        self.node.metrics.agent_seen(&r.environment);
         let reports = r
             .reports
             .into_iter()
@@ -534,6 +537,7 @@ impl Agent for AgentService {
         let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         caller.require_environment(&r.environment)?;
+        self.node.metrics.agent_seen(&r.environment);
         let observations = r
             .observations
             .into_iter()
@@ -562,6 +566,7 @@ impl Agent for AgentService {
         let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         caller.require_environment(&r.environment)?;
+        self.node.metrics.agent_seen(&r.environment);
         let wait = Duration::from_millis(r.wait_ms as u64).min(MAX_WAIT);
         let deadline = Instant::now() + wait;
         self.node.shared_read_barrier(SHARED_BARRIER_AGE).await?;
@@ -576,6 +581,7 @@ impl Agent for AgentService {
         {
             return Err(unknown_environment(&r.environment));
         }
+        let _poll = self.node.metrics.poll_opened(&r.environment);
         // Subscribe before the loop reads, so a change between the read and the wait is not
         // missed.
         let mut changes = self.plans.subscribe(&r.environment);
@@ -593,6 +599,14 @@ impl Agent for AgentService {
                     .map(|set| (set, s.applied_index()))
             };
             if let Some((set, index)) = looked {
+                let delivered: Vec<(i64, &str)> = set
+                    .plans
+                    .iter()
+                    .map(|p| (p.issued_ms, p.id.as_str()))
+                    .collect();
+                self.node
+                    .metrics
+                    .delivered(&r.environment, &delivered, crate::propose::now_ms());
                 let (endpoints, leader) = self.endpoints();
                 return Ok(Response::new(FetchPlansReply {
                     plans: set.plans,

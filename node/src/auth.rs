@@ -322,37 +322,8 @@ impl Policy {
                 "{path}: no such method is open to anyone"
             )));
         };
-        let remote = info
-            .and_then(|i| i.remote)
-            .map_or_else(|| "?".to_string(), |a| a.to_string());
-        let auth = info.map_or(&Authenticated::NoCertificate, |i| &i.auth);
-        let token_identity;
-        let identity = match (auth, authorization) {
-            (Authenticated::Identity(_), Some(_)) => {
-                return Err(self.refuse_unauthenticated(
-                    path,
-                    &remote,
-                    "both a client certificate and a token: present one of them".into(),
-                ));
-            }
-            (Authenticated::Identity(id), None) => id,
-            (Authenticated::NoCertificate, Some(header)) => {
-                token_identity = self
-                    .token_caller(header)
-                    .map_err(|reason| self.refuse_unauthenticated(path, &remote, reason))?;
-                &token_identity
-            }
-            (Authenticated::Plaintext | Authenticated::NoCertificate, _) => {
-                return Err(self.refuse_unauthenticated(
-                    path,
-                    &remote,
-                    "no client certificate or token: present a certificate signed by the cluster CA (--ca-file, --cert-file, --key-file) or an operator token (--token, HUBCTL_TOKEN)".into(),
-                ));
-            }
-            (Authenticated::Unusable(reason), _) => {
-                return Err(self.refuse_unauthenticated(path, &remote, reason.clone()));
-            }
-        };
+        let identity = self.identify(path, info, authorization)?;
+        let identity = &identity;
         let allowed = match (rule, identity) {
             (Rule::Node, Identity::Node(id)) | (Rule::Operator, Identity::Node(id)) => {
                 (self.is_member)(*id)
@@ -372,6 +343,7 @@ impl Policy {
             };
             self.stats.denied.fetch_add(1, Ordering::Relaxed);
             if self.stats.may_log() {
+                let remote = remote_of(info);
                 warn!(%path, %remote, caller = %identity, "call refused: permission denied");
             }
             return Err(Status::permission_denied(format!(
@@ -379,6 +351,40 @@ impl Policy {
             )));
         }
         Ok(Caller::Verified(identity.clone()))
+    }
+
+    /// Who the caller of `path` is: the identity of its client certificate, or of the
+    /// operator token in its `authorization` header (refused when it presents both, or
+    /// neither). Refusals are counted and logged as unauthenticated.
+    pub fn identify(
+        &self,
+        path: &str,
+        info: Option<&ConnInfo>,
+        authorization: Option<&http::HeaderValue>,
+    ) -> Result<Identity, Status> {
+        let remote = remote_of(info);
+        let auth = info.map_or(&Authenticated::NoCertificate, |i| &i.auth);
+        match (auth, authorization) {
+            (Authenticated::Identity(_), Some(_)) => Err(self.refuse_unauthenticated(
+                path,
+                &remote,
+                "both a client certificate and a token: present one of them".into(),
+            )),
+            (Authenticated::Identity(id), None) => Ok(id.clone()),
+            (Authenticated::NoCertificate, Some(header)) => self
+                .token_caller(header)
+                .map_err(|reason| self.refuse_unauthenticated(path, &remote, reason)),
+            (Authenticated::Plaintext | Authenticated::NoCertificate, _) => {
+                Err(self.refuse_unauthenticated(
+                    path,
+                    &remote,
+                    "no client certificate or token: present a certificate signed by the cluster CA (--ca-file, --cert-file, --key-file) or an operator token (--token, HUBCTL_TOKEN)".into(),
+                ))
+            }
+            (Authenticated::Unusable(reason), _) => {
+                Err(self.refuse_unauthenticated(path, &remote, reason.clone()))
+            }
+        }
     }
 
     /// The identity of a bearer token, or why it is refused.
@@ -402,6 +408,12 @@ impl Policy {
         }
         Status::unauthenticated(reason)
     }
+}
+
+/// The peer's address as logs show it.
+fn remote_of(info: Option<&ConnInfo>) -> String {
+    info.and_then(|i| i.remote)
+        .map_or_else(|| "?".to_string(), |a| a.to_string())
 }
 
 /// The tower layer that applies a [`Policy`] to every request.

@@ -38,6 +38,7 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::broadcast::Receiver;
 use tokio::sync::Notify;
 
+use crate::metrics::{NodeMetrics, OutcomeLabel};
 use crate::outbound::MAX_ANSWER_BYTES;
 use crate::propose::now_ms;
 use crate::term::Term;
@@ -167,7 +168,11 @@ impl Controller {
             (due, notes, wake_at)
         };
         for note in notes {
-            tokio::spawn(notify(node.outbound.calls().clone(), note));
+            tokio::spawn(notify(
+                node.outbound.calls().clone(),
+                node.metrics.clone(),
+                note,
+            ));
         }
         for d in due {
             self.lock_in_flight().insert(d.id.clone());
@@ -231,17 +236,18 @@ impl Controller {
 /// Calls the webhooks and queries the metrics of a due tick, then proposes it.
 async fn run_tick(term: &Term, mut d: Due) {
     let client = term.node.outbound.calls();
+    let metrics = &term.node.metrics;
     let calls = d
         .plan
         .webhooks
         .iter()
-        .map(|call| call_webhook(client, call));
+        .map(|call| call_webhook(client, metrics, call));
     let answers = futures::future::join_all(calls).await;
     for (call, answer) in d.plan.webhooks.iter().zip(answers) {
         d.input.webhooks.insert(call.name.clone(), answer);
     }
     for m in &d.plan.metrics {
-        if let Some(v) = query_prometheus(client, m).await {
+        if let Some(v) = query_prometheus(client, metrics, m).await {
             d.input.metrics.insert(m.name.clone(), v);
         }
     }
@@ -250,6 +256,7 @@ async fn run_tick(term: &Term, mut d: Due) {
         step: d.plan.step,
         input: d.input,
     };
+    metrics.canary_ticks.inc();
     match term.propose(command).await {
         Ok(Ok(out)) => {
             tracing::info!(canary = %d.id, step = d.plan.step, summary = %out.summary(), "canary tick")
@@ -260,9 +267,16 @@ async fn run_tick(term: &Term, mut d: Due) {
 }
 
 /// One webhook call, as the tick records it.
-async fn call_webhook(client: &HttpClient, call: &WebhookCall) -> WebhookResult {
+async fn call_webhook(
+    client: &HttpClient,
+    metrics: &NodeMetrics,
+    call: &WebhookCall,
+) -> WebhookResult {
     let timeout = Duration::from_millis(u64::try_from(call.timeout_ms).unwrap_or(0));
+    let started = std::time::Instant::now();
     let out = webhooks::call(client, &call.url, &call.payload, timeout, call.retries).await;
+    crate::metrics::observe(&metrics.webhook_seconds, started.elapsed());
+    metrics.webhooks.get_or_create(&outcome(out.ok)).inc();
     tracing::debug!(webhook = %call.name, ok = out.ok, status = ?out.status, "canary webhook");
     WebhookResult {
         ok: out.ok,
@@ -273,20 +287,36 @@ async fn call_webhook(client: &HttpClient, call: &WebhookCall) -> WebhookResult 
 
 /// The value of a Prometheus metric in thousandths (`Some(None)`: no data or the query
 /// failed, which fails the check); `None` for proxy metrics.
-async fn query_prometheus(client: &HttpClient, m: &MetricQuery) -> Option<Option<i64>> {
+async fn query_prometheus(
+    client: &HttpClient,
+    metrics: &NodeMetrics,
+    m: &MetricQuery,
+) -> Option<Option<i64>> {
     let MetricSource::Prometheus { address, query } = &m.source else {
         return None;
     };
-    Some(
-        match prometheus::query(client, address, query, PROMETHEUS_TIMEOUT).await {
-            Ok(Some(v)) if v.is_finite() => Some((v * MILLI as f64).round() as i64),
-            Ok(_) => None,
-            Err(e) => {
-                tracing::warn!(metric = %m.name, error = %e, "prometheus query failed");
-                None
-            }
-        },
-    )
+    let started = std::time::Instant::now();
+    let answer = prometheus::query(client, address, query, PROMETHEUS_TIMEOUT).await;
+    crate::metrics::observe(&metrics.metric_query_seconds, started.elapsed());
+    metrics
+        .metric_queries
+        .get_or_create(&outcome(answer.is_ok()))
+        .inc();
+    Some(match answer {
+        Ok(Some(v)) if v.is_finite() => Some((v * MILLI as f64).round() as i64),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!(metric = %m.name, error = %e, "prometheus query failed");
+            None
+        }
+    })
+}
+
+/// The outcome label of a call.
+fn outcome(ok: bool) -> OutcomeLabel {
+    OutcomeLabel {
+        outcome: if ok { "ok" } else { "error" }.to_string(),
+    }
 }
 
 /// An alert or notification of a committed tick, to send.
@@ -303,10 +333,10 @@ enum Note {
 }
 
 /// Sends one alert or notification through `client`; its answer changes nothing.
-async fn notify(client: HttpClient, note: Note) {
+async fn notify(client: HttpClient, metrics: std::sync::Arc<NodeMetrics>, note: Note) {
     match note {
         Note::Webhook(call) => {
-            let r = call_webhook(&client, &call).await;
+            let r = call_webhook(&client, &metrics, &call).await;
             tracing::info!(webhook = %call.name, ok = r.ok, status = ?r.status, "canary notification sent");
         }
         Note::Alert {

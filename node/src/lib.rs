@@ -37,6 +37,8 @@ pub mod cluster_keys;
 #[cfg(any(test, feature = "chaos-faults"))]
 pub mod fault_layer;
 pub mod leader;
+pub mod metrics;
+pub mod metrics_server;
 pub mod network;
 pub mod node;
 pub mod orchestrator;

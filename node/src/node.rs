@@ -93,6 +93,8 @@ pub struct HubNode {
     /// Refused calls: by the authorization layer and by role (shared with the listener's
     /// [`crate::auth::Policy`]).
     pub auth_stats: Arc<crate::auth::AuthStats>,
+    /// The node's Prometheus metrics.
+    pub metrics: Arc<crate::metrics::NodeMetrics>,
     /// When the last shared read barrier started (see [`HubNode::shared_read_barrier`]).
     barrier: tokio::sync::Mutex<Option<Instant>>,
 }
@@ -195,6 +197,7 @@ impl HubNode {
             artifacts,
             outbound,
             auth_stats: Arc::default(),
+            metrics: Arc::default(),
             barrier: tokio::sync::Mutex::new(None),
         }))
     }
@@ -391,7 +394,7 @@ impl HubNode {
         request_id: Option<String>,
         deadline: Instant,
     ) -> Attempt<WriteReply> {
-        match propose(&self.raft, command, request_id, deadline).await {
+        match propose(&self.raft, &self.metrics, command, request_id, deadline).await {
             Proposal::TimedOut => Attempt::Done(Err(no_quorum(self.request_timeout))),
             Proposal::Applied { result, index } => Attempt::Done(match result {
                 Ok(output) => Ok(WriteReply {

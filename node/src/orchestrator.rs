@@ -60,6 +60,10 @@ struct Leadership {
     proposed: HashMap<String, LastProposal>,
     /// When to propose `ExpireSuppressions`.
     housekeeping_at: Option<i64>,
+    /// Since when `dirty` has been non-empty: the oldest trigger not yet evaluated.
+    dirty_since: Option<Instant>,
+    /// Entity -> the first constraint that blocked it at its last evaluation (metrics).
+    blocked: HashMap<String, &'static str>,
 }
 
 impl Leadership {
@@ -74,6 +78,8 @@ impl Leadership {
             artifact_waiters: HashMap::new(),
             proposed: HashMap::new(),
             housekeeping_at: None,
+            dirty_since: None,
+            blocked: HashMap::new(),
         }
     }
 
@@ -84,6 +90,7 @@ impl Leadership {
         let mut artifacts_rx = self.checker.subscribe();
         loop {
             if !self.dirty.is_empty() {
+                self.dirty_since.get_or_insert_with(Instant::now);
                 self.process().await?;
                 continue;
             }
@@ -174,6 +181,7 @@ impl Leadership {
     /// Evaluates the dirty entities and proposes the decisions that change something.
     async fn process(&mut self) -> Result<(), String> {
         let started = Instant::now();
+        let triggered = self.dirty_since.take().unwrap_or(started);
         let batch: Vec<String> = std::mem::take(&mut self.dirty).into_iter().collect();
         let mut to_propose: Vec<(String, Vec<(ArtifactLocation, Availability)>)> = Vec::new();
         let checker = self.checker.clone();
@@ -185,12 +193,23 @@ impl Leadership {
                 chunk
                     .iter()
                     .filter_map(|id| {
-                        let eval = evaluate(&s.state, id, now, &lookup)?;
+                        let Some(eval) = evaluate(&s.state, id, now, &lookup) else {
+                            self.blocked.remove(id);
+                            return None;
+                        };
                         let recorded = s.state.activity(id).map(DecisionRecord::of);
                         Some((eval, recorded.unwrap_or_default()))
                     })
                     .collect()
             };
+            for (eval, _) in &evals {
+                match eval.blocking().next() {
+                    Some(c) => self
+                        .blocked
+                        .insert(eval.entity.clone(), c.constraint.label()),
+                    None => self.blocked.remove(&eval.entity),
+                };
+            }
             for (eval, recorded) in evals {
                 if let Some(p) = self.consider(&eval, &recorded, now, &lookup) {
                     to_propose.push(p);
@@ -220,6 +239,17 @@ impl Leadership {
             });
         }
         futures::future::try_join_all(commands.into_iter().map(|c| self.propose(c))).await?;
+        let metrics = &self.term.node.metrics;
+        crate::metrics::observe(&metrics.evaluation_seconds, started.elapsed());
+        metrics.evaluations.inc_by(evaluated as u64);
+        if proposals > 0 {
+            crate::metrics::observe(&metrics.trigger_to_issue_seconds, triggered.elapsed());
+        }
+        let mut blocked = std::collections::BTreeMap::new();
+        for constraint in self.blocked.values() {
+            *blocked.entry(*constraint).or_default() += 1;
+        }
+        metrics.set_blocked(blocked);
         if proposals > 0 || evaluated > 100 {
             tracing::debug!(
                 evaluated,

@@ -39,8 +39,37 @@ pub enum Proposal {
     Failed(String),
 }
 
-/// Stamps `command` with this node's clock and proposes it, waiting until `deadline`.
+/// Stamps `command` with this node's clock and proposes it, waiting until `deadline`;
+/// counts it and its latency in `metrics`.
 pub async fn propose(
+    raft: &Raft,
+    metrics: &crate::metrics::NodeMetrics,
+    command: Command,
+    request_id: Option<String>,
+    deadline: Instant,
+) -> Proposal {
+    let started = Instant::now();
+    let proposal = propose_once(raft, command, request_id, deadline).await;
+    let outcome = match &proposal {
+        Proposal::Applied { result: Ok(_), .. } => "applied",
+        Proposal::Applied { result: Err(_), .. } => "refused",
+        Proposal::NotLeader => "not_leader",
+        Proposal::TimedOut => "timed_out",
+        Proposal::Failed(_) => "failed",
+    };
+    if let Proposal::Applied { .. } = proposal {
+        crate::metrics::observe(&metrics.proposal_seconds, started.elapsed());
+    }
+    metrics
+        .proposals
+        .get_or_create(&crate::metrics::OutcomeLabel {
+            outcome: outcome.to_string(),
+        })
+        .inc();
+    proposal
+}
+
+async fn propose_once(
     raft: &Raft,
     command: Command,
     request_id: Option<String>,

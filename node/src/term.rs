@@ -40,7 +40,7 @@ impl Term {
             return Err("lost leadership".into());
         }
         let deadline = Instant::now() + self.node.request_timeout;
-        match propose(&self.node.raft, command, None, deadline).await {
+        match propose(&self.node.raft, &self.node.metrics, command, None, deadline).await {
             Proposal::Applied { result, .. } => Ok(result),
             Proposal::NotLeader => Err("lost leadership".into()),
             Proposal::TimedOut => Err("proposal timed out (no quorum?)".into()),

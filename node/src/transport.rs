@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use hub_tls::client::{ClientMode, ClientTls, Connector};
 use hub_tls::reload::Reloadable;
-use hub_tls::server::{ListenerMode, ServerTls};
+use hub_tls::server::{ListenerMode, Protocols, ServerTls};
 use hub_tls::{Identity, TlsFiles};
 
 use crate::peers::CONNECT_TIMEOUT;
@@ -53,6 +53,9 @@ pub struct Transport {
     pub insecure: bool,
     /// How the gRPC listener handshakes.
     pub listener: ListenerMode,
+    /// How the HTTP listeners (metrics) handshake: the same certificate and CA, speaking
+    /// HTTP/2 or HTTP/1.1.
+    pub http_listener: ListenerMode,
     /// How this node dials peers.
     pub connector: Connector,
     /// What SIGHUP reloads.
@@ -98,6 +101,7 @@ impl Transport {
             return Ok(Transport {
                 insecure: true,
                 listener: ListenerMode::Plaintext,
+                http_listener: ListenerMode::Plaintext,
                 connector: Connector::new(ClientMode::Plaintext, CONNECT_TIMEOUT),
                 reloadable: Vec::new(),
             });
@@ -121,6 +125,13 @@ impl Transport {
             cluster,
             now,
         )?);
+        let http = Arc::new(ServerTls::load_for(
+            files.clone(),
+            Identity::Node(id),
+            cluster,
+            now,
+            Protocols::Http,
+        )?);
         let client = Arc::new(ClientTls::load(files, Some(Identity::Node(id)), now)?);
         let m = server.material();
         tracing::info!(
@@ -134,8 +145,16 @@ impl Transport {
                 tls: server.clone(),
                 cluster: cluster.to_string(),
             },
+            http_listener: ListenerMode::Tls {
+                tls: http.clone(),
+                cluster: cluster.to_string(),
+            },
             connector: Connector::new(ClientMode::Tls(client.clone()), CONNECT_TIMEOUT),
-            reloadable: vec![Reloadable::Server(server), Reloadable::Client(client)],
+            reloadable: vec![
+                Reloadable::Server(server),
+                Reloadable::Server(http),
+                Reloadable::Client(client),
+            ],
         })
     }
 }

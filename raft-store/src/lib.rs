@@ -25,6 +25,8 @@ mod types;
 pub use db::{open, NodeIdentity};
 pub use error::StoreError;
 pub use log_store::LogStore;
-pub use state_machine::{AppliedState, SharedState, StateEvent, StateMachine};
+pub use state_machine::{
+    AppliedState, SharedState, SnapshotOp, SnapshotStats, StateEvent, StateMachine,
+};
 pub use store::Store;
 pub use types::*;

@@ -103,6 +103,43 @@ pub struct StateMachine {
     shared: SharedState,
     current_snapshot: Arc<RwLock<Option<SnapshotMeta>>>,
     events: tokio::sync::broadcast::Sender<StateEvent>,
+    stats: Arc<SnapshotStats>,
+}
+
+/// A snapshot operation of this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotOp {
+    /// Built from the applied state.
+    Build,
+    /// Installed from the leader.
+    Install,
+}
+
+/// Snapshots built and installed by this node with the time each took, until the node's
+/// metrics take them ([`SnapshotStats::drain`]). Bounded: past [`SnapshotStats::KEEP`]
+/// untaken ones, the oldest go.
+#[derive(Debug, Default)]
+pub struct SnapshotStats {
+    done: std::sync::Mutex<std::collections::VecDeque<(SnapshotOp, std::time::Duration)>>,
+}
+
+impl SnapshotStats {
+    /// Most operations kept untaken.
+    pub const KEEP: usize = 1_024;
+
+    fn record(&self, op: SnapshotOp, started: std::time::Instant) {
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        if done.len() == Self::KEEP {
+            done.pop_front();
+        }
+        done.push_back((op, started.elapsed()));
+    }
+
+    /// Takes the operations done since the last call, oldest first.
+    pub fn drain(&self) -> Vec<(SnapshotOp, std::time::Duration)> {
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        done.drain(..).collect()
+    }
 }
 
 fn corrupt(what: &str) -> impl FnOnce(codec::CodecError) -> StoreError + '_ {
@@ -157,7 +194,13 @@ impl StateMachine {
             shared: SharedState(Arc::new(RwLock::new(applied)), Default::default()),
             current_snapshot: Arc::new(RwLock::new(current)),
             events: tokio::sync::broadcast::channel(EVENT_BUFFER).0,
+            stats: Arc::default(),
         })
+    }
+
+    /// Snapshots built and installed so far.
+    pub fn snapshot_stats(&self) -> Arc<SnapshotStats> {
+        self.stats.clone()
     }
 
     /// Subscribes to apply events (see [`StateEvent`]).
@@ -295,6 +338,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
+        let started = std::time::Instant::now();
         let bytes = snapshot.into_inner();
         let file: SnapshotFile = codec::decode_bounded(&bytes, Limit::Snapshot)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
@@ -337,6 +381,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot::write_atomically(&snapshot::snapshot_path(&self.store.dir), &bytes)
             .map_err(io_err)?;
         self.set_snapshot_meta(meta.clone());
+        self.stats.record(SnapshotOp::Install, started);
         tracing::info!(last_log_id = ?meta.last_log_id, bytes = bytes.len(), "installed snapshot");
         let _ = self.events.send(StateEvent::Replaced);
         Ok(())
@@ -357,6 +402,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let started = std::time::Instant::now();
         let file = {
             let s = self.shared.read();
             SnapshotFile {
@@ -377,6 +423,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         .map_err(io_err)?
         .map_err(io_err)?;
         self.set_snapshot_meta(meta.clone());
+        self.stats.record(SnapshotOp::Build, started);
         tracing::info!(last_log_id = ?meta.last_log_id, bytes = bytes.len(), "built snapshot");
         Ok(Snapshot {
             meta,

@@ -40,6 +40,10 @@ pub static PROTOCOLS: &[&rustls::SupportedProtocolVersion] = &[&rustls::version:
 /// The ALPN protocol of gRPC.
 pub const ALPN_H2: &[u8] = b"h2";
 
+/// The ALPN protocol of HTTP/1.1 (the metrics and web listeners also speak it: Prometheus
+/// scrapes with HTTP/1.1 by default).
+pub const ALPN_HTTP1: &[u8] = b"http/1.1";
+
 fn arc_provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(provider())
 }

@@ -29,7 +29,7 @@ use tracing::{debug, warn};
 use crate::identity::Identity;
 use crate::material::{certificate_identity, format_time, Material, TlsFiles};
 use crate::stream::MaybeTls;
-use crate::{arc_provider, TlsError, ALPN_H2, PROTOCOLS};
+use crate::{arc_provider, TlsError, ALPN_H2, ALPN_HTTP1, PROTOCOLS};
 
 /// What the transport established about a caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,10 +162,29 @@ impl ClientCertVerifier for LoggingVerifier {
     }
 }
 
+/// What a listener speaks over TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocols {
+    /// gRPC: HTTP/2 only.
+    Grpc,
+    /// HTTP for metrics and web pages: HTTP/2 or HTTP/1.1.
+    Http,
+}
+
+impl Protocols {
+    fn alpn(self) -> Vec<Vec<u8>> {
+        match self {
+            Protocols::Grpc => vec![ALPN_H2.to_vec()],
+            Protocols::Http => vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()],
+        }
+    }
+}
+
 /// A node's server TLS: its certificate and the CA clients are verified against, reloadable.
 pub struct ServerTls {
     files: TlsFiles,
     expected: Identity,
+    protocols: Protocols,
     stats: Arc<ListenerStats>,
     current: RwLock<(Arc<ServerConfig>, Material)>,
 }
@@ -179,7 +198,11 @@ impl std::fmt::Debug for ServerTls {
     }
 }
 
-fn server_config(m: &Material, stats: &Arc<ListenerStats>) -> Result<ServerConfig, TlsError> {
+fn server_config(
+    m: &Material,
+    stats: &Arc<ListenerStats>,
+    protocols: Protocols,
+) -> Result<ServerConfig, TlsError> {
     let inner = WebPkiClientVerifier::builder_with_provider(m.roots.clone(), arc_provider())
         .allow_unauthenticated()
         .build()
@@ -195,7 +218,7 @@ fn server_config(m: &Material, stats: &Arc<ListenerStats>) -> Result<ServerConfi
         .with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(
             (*m.certified).clone(),
         )));
-    cfg.alpn_protocols = vec![ALPN_H2.to_vec()];
+    cfg.alpn_protocols = protocols.alpn();
     Ok(cfg)
 }
 
@@ -226,19 +249,31 @@ pub(crate) fn load_as_any(
 }
 
 impl ServerTls {
-    /// Loads the files of `expected` (a node of `cluster`) at `now`.
+    /// Loads the files of `expected` (a node of `cluster`) at `now`, for gRPC.
     pub fn load(
         files: TlsFiles,
         expected: Identity,
         cluster: &str,
         now: SystemTime,
     ) -> Result<ServerTls, TlsError> {
+        Self::load_for(files, expected, cluster, now, Protocols::Grpc)
+    }
+
+    /// [`ServerTls::load`] for a listener speaking `protocols`.
+    pub fn load_for(
+        files: TlsFiles,
+        expected: Identity,
+        cluster: &str,
+        now: SystemTime,
+        protocols: Protocols,
+    ) -> Result<ServerTls, TlsError> {
         let m = load_as_any(&files, Some(&expected), Some(cluster), now)?;
         let stats = Arc::new(ListenerStats::default());
-        let cfg = server_config(&m, &stats)?;
+        let cfg = server_config(&m, &stats, protocols)?;
         Ok(ServerTls {
             files,
             expected,
+            protocols,
             stats,
             current: RwLock::new((Arc::new(cfg), m)),
         })
@@ -249,7 +284,7 @@ impl ServerTls {
     pub fn reload(&self, now: SystemTime) -> Result<Material, TlsError> {
         let cluster = self.material().identity.cluster;
         let m = load_as_any(&self.files, Some(&self.expected), Some(&cluster), now)?;
-        let cfg = server_config(&m, &self.stats)?;
+        let cfg = server_config(&m, &self.stats, self.protocols)?;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = (Arc::new(cfg), m.clone());
         Ok(m)
     }

@@ -98,6 +98,11 @@ struct Args {
     /// Most open client and peer connections; more are closed at once.
     #[arg(long, default_value_t = 4096)]
     max_connections: usize,
+    /// Serve Prometheus metrics at https://ADDR/metrics, with this node's certificate, to a
+    /// caller with a cluster certificate or an operator token holding any role (plain HTTP
+    /// on loopback with --insecure).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
     /// Chaos builds only: read partitions from DATA/chaos-faults.json (`{"cut_to":[ids]}`)
     /// and drop every message to those nodes. For the chaos runner without root.
     #[cfg(feature = "chaos-faults")]
@@ -109,8 +114,10 @@ fn init_tracing(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new("info,openraft=warn,h2=warn,tower=warn")
     });
+    // Colours only on a terminal: a log file or journal gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
@@ -183,10 +190,26 @@ async fn run() -> anyhow::Result<()> {
         args.listen,
         args.advertise.as_deref(),
     )?;
+    if let Some(addr) = args
+        .metrics_listen
+        .filter(|a| args.insecure && !a.ip().is_loopback())
+    {
+        anyhow::bail!(
+            "--metrics-listen: refused because {addr} is not a loopback address and --insecure serves metrics to anyone"
+        );
+    }
     // Bind first: a port in use fails before the data directory is touched.
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("--listen {}: cannot bind", args.listen))?;
+    let metrics_listener = match args.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--metrics-listen {addr}: cannot bind"))?,
+        ),
+        None => None,
+    };
     let cfg = NodeConfig {
         id: args.id,
         listen: args.listen,
@@ -260,6 +283,24 @@ async fn run() -> anyhow::Result<()> {
         },
         stats: node.auth_stats.clone(),
     };
+    node.metrics.attach(hub_node::metrics::Sources {
+        auth: node.auth_stats.clone(),
+        listener: match &transport.listener {
+            hub_tls::server::ListenerMode::Tls { tls, .. } => Some(tls.stats().clone()),
+            hub_tls::server::ListenerMode::Plaintext => None,
+        },
+        snapshots: node.sm.snapshot_stats(),
+    });
+    hub_node::metrics::watch_leader(node.clone());
+    if let Some(l) = metrics_listener {
+        tracing::info!(addr = %l.local_addr()?, "metrics at /metrics");
+        tokio::spawn(hub_node::metrics_server::serve(
+            l,
+            transport.http_listener.clone(),
+            node.clone(),
+            policy.clone(),
+        ));
+    }
     let incoming = hub_tls::server::incoming(
         listener,
         transport.listener.clone(),
@@ -277,6 +318,9 @@ async fn run() -> anyhow::Result<()> {
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         // Longer than the longest call (an agent's long poll waits at most 30 s).
         .timeout(Duration::from_secs(120))
+        .layer(hub_node::metrics::ApiMetricsLayer::new(
+            node.metrics.clone(),
+        ))
         .layer(hub_node::auth::AuthLayer::new(policy))
         .add_service(raft_svc)
         .add_service(hub_svc)

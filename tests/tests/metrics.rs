@@ -1,0 +1,203 @@
+//! Prometheus metrics of live nodes (`hub-node --metrics-listen`): served over the node's
+//! TLS only to a party of the cluster with a role (a certificate or an operator token),
+//! 401 without credentials and 403 for an identity without a role, never data; and the
+//! values move with what the cluster does.
+
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use hub_tests::{poll_until, Cluster, CONVERGE_TIMEOUT};
+use hub_tls::Identity;
+use tower::ServiceExt;
+
+/// The `addr=` of each node's "metrics at /metrics" log line, by node id.
+fn metrics_addrs(c: &Cluster) -> Vec<(u64, String)> {
+    c.nodes()
+        .iter()
+        .map(|n| {
+            let log = c.dir().join(format!("node-{}.log", n.id));
+            let addr = poll_until(CONVERGE_TIMEOUT, || {
+                let text = std::fs::read_to_string(&log).ok()?;
+                let line = text.lines().find(|l| l.contains("metrics at /metrics"))?;
+                let addr = line.split("addr=").nth(1)?.split_whitespace().next()?;
+                Some(addr.to_string())
+            })
+            .unwrap_or_else(|| panic!("node {} logged no metrics address", n.id));
+            (n.id, addr)
+        })
+        .collect()
+}
+
+/// `GET https://addr/metrics` on `channel`, with `bearer`: (status, content type, body).
+async fn get(
+    channel: tonic::transport::Channel,
+    addr: &str,
+    bearer: Option<&str>,
+) -> (u16, String, String) {
+    let mut req = http::Request::get(format!("https://{addr}/metrics"));
+    if let Some(b) = bearer {
+        req = req.header("authorization", format!("Bearer {b}"));
+    }
+    let req = req.body(tonic::body::Body::empty()).expect("request");
+    let res = channel.oneshot(req).await.expect("an answer");
+    let status = res.status().as_u16();
+    let kind = res
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = res.into_body().collect().await.expect("body").to_bytes();
+    (status, kind, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The value of the sample `name` (with its labels, as written) in `body`.
+fn sample(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn metrics_are_served_to_the_clusters_parties_only_and_move() {
+    let c = Cluster::up(3, "--metrics-listen 127.0.0.1:0");
+    let addrs = metrics_addrs(&c);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let admin = Identity::Operator(hub_tests::tls::ADMIN.into());
+    let scrape = |addr: &str| {
+        rt.block_on(async {
+            let ch = c.channel_as(&admin, addr).await.expect("connect as admin");
+            get(ch, addr, None).await
+        })
+    };
+
+    // Nobody without credentials, and no identity without a role, sees a number.
+    let (status, _, body) = rt.block_on(async {
+        let ch = c.anonymous_channel(&addrs[0].1).await.expect("connect");
+        get(ch, &addrs[0].1, None).await
+    });
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("no client certificate or token"), "{body}");
+    assert!(!body.contains("hub_raft"), "{body}");
+    let agent = Identity::Agent("prod".into());
+    let (status, _, body) = rt.block_on(async {
+        let ch = c.channel_as(&agent, &addrs[0].1).await.expect("connect");
+        get(ch, &addrs[0].1, None).await
+    });
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("agent/prod may not read"), "{body}");
+
+    // Exactly one node says it leads, and every node knows the same term.
+    let scrapes: Vec<(u64, String)> = poll_until(CONVERGE_TIMEOUT, || {
+        let all: Vec<(u64, String)> = addrs
+            .iter()
+            .map(|(id, a)| {
+                let (status, kind, body) = scrape(a);
+                assert_eq!(status, 200, "{body}");
+                assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+                (*id, body)
+            })
+            .collect();
+        let leaders = all
+            .iter()
+            .filter(|(_, b)| sample(b, "hub_raft_is_leader") == Some(1.0))
+            .count();
+        (leaders == 1).then_some(all)
+    })
+    .expect("one leader in the metrics");
+    let (leader_id, before) = scrapes
+        .iter()
+        .find(|(_, b)| sample(b, "hub_raft_is_leader") == Some(1.0))
+        .cloned()
+        .expect("the leader");
+    let term = sample(&before, "hub_raft_term").expect("term");
+    for (_, b) in &scrapes {
+        assert_eq!(sample(b, "hub_raft_term"), Some(term), "{b}");
+        assert_eq!(sample(b, "hub_raft_leader"), Some(leader_id as f64));
+        assert!(
+            b.contains("# TYPE hub_raft_proposal_duration_seconds histogram"),
+            "{b}"
+        );
+    }
+    let leader_addr = &addrs.iter().find(|(id, _)| *id == leader_id).unwrap().1;
+    let applied = |b: &str| sample(b, "hub_raft_applied_index").expect("applied index");
+    let proposals =
+        |b: &str| sample(b, "hub_raft_proposals_total{outcome=\"applied\"}").unwrap_or(0.0);
+    let creates = |b: &str| {
+        sample(
+            b,
+            "hub_api_requests_total{service=\"hub.v1.Hub\",method=\"CreateEnvironment\",code=\"OK\"}",
+        )
+        .unwrap_or(0.0)
+    };
+
+    // Writes through the leader move its proposals, indexes and API counts.
+    let leader_node = c.node(leader_id);
+    for env in ["prod", "stage", "qa"] {
+        c.hubctl_at(&leader_node.addr, &["env", "create", env])
+            .expect_ok("env create");
+    }
+    let (_, _, after) = scrape(leader_addr);
+    assert!(proposals(&after) >= proposals(&before) + 3.0, "{after}");
+    assert!(applied(&after) >= applied(&before) + 3.0, "{after}");
+    assert_eq!(creates(&after), creates(&before) + 3.0, "{after}");
+    assert!(
+        sample(&after, "hub_raft_apply_lag").is_some(),
+        "no apply lag: {after}"
+    );
+    // Refusals are counted by reason: the unauthenticated scrape above, and a gRPC call
+    // without credentials.
+    let refused =
+        |b: &str| sample(b, "hub_api_refused_total{reason=\"authentication\"}").unwrap_or(0.0);
+    let anon_before = refused(&after);
+    let denied = rt.block_on(async {
+        let ch = c
+            .anonymous_channel(leader_addr_grpc(&c, leader_id).as_str())
+            .await
+            .expect("connect");
+        hub_proto::hub_client::HubClient::new(ch)
+            .list_environments(hub_proto::ListRequest::default())
+            .await
+    });
+    assert_eq!(denied.unwrap_err().code(), tonic::Code::Unauthenticated);
+    let (_, _, later) = scrape(leader_addr);
+    assert!(refused(&later) > anon_before, "{later}");
+    assert!(
+        later.contains("hub_api_requests_total{service=\"hub.v1.Hub\",method=\"ListEnvironments\",code=\"Unauthenticated\"}"),
+        "{later}"
+    );
+
+    // An operator token with a role may scrape too; the leader's orchestrator counts passes.
+    let v = c
+        .hubctl(&[
+            "token",
+            "create",
+            "--name",
+            "prometheus",
+            "--role",
+            "viewer",
+            "-o",
+            "json",
+        ])
+        .expect_ok("token create")
+        .json();
+    let token = v["secret"].as_str().expect("secret").to_string();
+    let (status, _, body) = poll_until(Duration::from_secs(30), || {
+        let answer = rt.block_on(async {
+            let ch = c.anonymous_channel(leader_addr).await.expect("connect");
+            get(ch, leader_addr, Some(&token)).await
+        });
+        (answer.0 == 200).then_some(answer)
+    })
+    .expect("the token scrapes");
+    assert_eq!(status, 200);
+    assert!(
+        sample(&body, "hub_orchestrator_evaluations_total").is_some(),
+        "{body}"
+    );
+    assert!(!body.contains(&token["hubtok_".len()..]));
+}
+
+/// The gRPC address of node `id`.
+fn leader_addr_grpc(c: &Cluster, id: u64) -> String {
+    c.node(id).addr
+}
