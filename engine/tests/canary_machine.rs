@@ -11,10 +11,10 @@ use std::fs;
 use std::path::PathBuf;
 
 use hub_engine::canary::{
-    advance, legacy_revision_hash, parse_canary, plan_tick, revision_hash, terminate, Action,
-    AlertTarget, CanarySpec, CanaryStatus, ConditionStatus, HeaderMatch, Manual, MetricSource,
-    Phase, StepWeights, Strategy, TickInput, TickOutcome, TickPlan, WebhookResult, WebhookType,
-    MAX_CANARY_BYTES,
+    advance, legacy_revision_hash, parse_canary, parse_canary_reporting, plan_tick, revision_hash,
+    terminate, Action, AlertTarget, CanarySpec, CanaryStatus, ConditionStatus, HeaderMatch, Manual,
+    MetricSource, Phase, StepWeights, Strategy, TickInput, TickOutcome, TickPlan, WebhookResult,
+    WebhookType, MAX_CANARY_BYTES,
 };
 use hub_engine::entity::EntityKind;
 use hub_engine::TimestampMs;
@@ -1530,4 +1530,45 @@ proptest! {
             status = out.status;
         }
     }
+}
+
+/// The seed's own podinfo canary (seeds/002, copied byte for byte into
+/// `valid/flagger-podinfo.yml`), with `targetRef: {apiVersion: apps/v1, kind: Deployment}`,
+/// reads as the hub's adapted example does: the helmChart entity `podinfo`.
+#[test]
+fn the_seeds_flagger_canary_reads_as_written() {
+    let seed = fixture("flagger-podinfo.yml");
+    let adapted = fixture("podinfo.yml");
+    assert_eq!(seed, adapted);
+    let text = fs::read_to_string(dir("valid").join("flagger-podinfo.yml")).unwrap();
+    assert!(
+        text.contains("apiVersion: apps/v1\n    kind: Deployment"),
+        "{text}"
+    );
+    let (_, ignored) = parse_canary_reporting(&text).unwrap();
+    assert!(ignored.is_empty(), "{ignored:?}");
+}
+
+#[test]
+fn kubernetes_only_fields_are_accepted_and_reported_by_path() {
+    let text = fs::read_to_string(dir("valid").join("flagger-kubernetes-fields.yml")).unwrap();
+    let (spec, ignored) = parse_canary_reporting(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(spec.target.kind, EntityKind::HelmChart);
+    assert_eq!(spec.target.name, "podinfo");
+    let paths: Vec<&str> = ignored.iter().map(|f| f.path).collect();
+    assert_eq!(
+        paths,
+        [
+            "spec.autoscalerRef",
+            "spec.provider",
+            "spec.service.portDiscovery",
+            "spec.service.headless",
+            "spec.service.appProtocol",
+            "spec.service.trafficDistribution",
+            "spec.analysis.sessionAffinity",
+        ]
+    );
+    assert!(ignored
+        .iter()
+        .all(|f| f.to_string().starts_with(&format!("{}: ignored (", f.path))));
 }

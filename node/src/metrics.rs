@@ -248,8 +248,16 @@ impl NodeMetrics {
     }
 
     fn register(&mut self) {
-        let r = &mut self.registry;
-        let raft = r.sub_registry_with_prefix("raft");
+        let mut registry = Registry::with_prefix("hub");
+        self.register_raft(registry.sub_registry_with_prefix("raft"));
+        self.register_api(registry.sub_registry_with_prefix("api"));
+        self.register_orchestration(&mut registry);
+        self.register_canary(registry.sub_registry_with_prefix("canary"));
+        self.register_agent(registry.sub_registry_with_prefix("agent"));
+        self.registry = registry;
+    }
+
+    fn register_raft(&self, raft: &mut Registry) {
         raft.register("term", "The current Raft term", self.term.clone());
         raft.register(
             "leader",
@@ -324,7 +332,9 @@ impl NodeMetrics {
             Unit::Seconds,
             self.snapshot_install_seconds.clone(),
         );
-        let api = r.sub_registry_with_prefix("api");
+    }
+
+    fn register_api(&self, api: &mut Registry) {
         api.register(
             "requests",
             "gRPC calls by service, method and status code",
@@ -341,6 +351,9 @@ impl NodeMetrics {
             "Calls and connections refused, by reason (authentication, authorization, role, connection_limit, handshake, handshake_timeout, certificate)",
             self.refused.clone(),
         );
+    }
+
+    fn register_orchestration(&self, r: &mut Registry) {
         let orch = r.sub_registry_with_prefix("orchestrator");
         orch.register(
             "entities_blocked",
@@ -369,7 +382,9 @@ impl NodeMetrics {
             "Plans in the replicated state, by kind and status",
             self.plans.clone(),
         );
-        let canary = r.sub_registry_with_prefix("canary");
+    }
+
+    fn register_canary(&self, canary: &mut Registry) {
         canary.register(
             "phase",
             "1 for each canary's current phase",
@@ -412,7 +427,9 @@ impl NodeMetrics {
             Unit::Seconds,
             self.metric_query_seconds.clone(),
         );
-        let agent = r.sub_registry_with_prefix("agent");
+    }
+
+    fn register_agent(&self, agent: &mut Registry) {
         agent.register(
             "polls_in_flight",
             "Agents' plan long-polls open on this node, by environment (connected agents)",
@@ -485,10 +502,16 @@ impl NodeMetrics {
         seen.delivered = newest;
     }
 
-    /// The metrics as OpenMetrics text, with the levels read now from `node`.
-    pub fn render(&self, node: &crate::node::HubNode) -> String {
-        let leader = self.read_raft(node);
-        self.read_state(&node.state.read().state, leader);
+    /// The metrics as OpenMetrics text, with the levels read now from node `id`'s `raft` and
+    /// applied `state`.
+    pub fn render(
+        &self,
+        id: u64,
+        raft: &raft_store::Raft,
+        state: &raft_store::SharedState,
+    ) -> String {
+        let leader = self.read_raft(id, raft);
+        self.read_state(&state.read().state, leader);
         self.read_sources();
         self.read_agents();
         let mut out = String::new();
@@ -498,13 +521,12 @@ impl NodeMetrics {
     }
 
     /// Reads Raft's levels; whether this node is the leader.
-    fn read_raft(&self, node: &crate::node::HubNode) -> bool {
-        let m = node.raft.metrics().borrow_watched().clone();
+    fn read_raft(&self, id: u64, raft: &raft_store::Raft) -> bool {
+        let m = raft.metrics().borrow_watched().clone();
         let index = |l: Option<&raft_store::LogId>| l.map_or(0, |l| l.index) as i64;
         self.term.set(m.current_term as i64);
         self.leader.set(m.current_leader.unwrap_or(0) as i64);
-        self.is_leader
-            .set(i64::from(m.current_leader == Some(node.id)));
+        self.is_leader.set(i64::from(m.current_leader == Some(id)));
         let last = m.last_log_index.unwrap_or(0) as i64;
         let applied = index(m.last_applied.as_ref());
         self.last_log_index.set(last);
@@ -512,7 +534,7 @@ impl NodeMetrics {
         self.applied_index.set(applied);
         self.apply_lag.set((last - applied).max(0));
         self.snapshot_index.set(index(m.snapshot.as_ref()));
-        m.current_leader == Some(node.id)
+        m.current_leader == Some(id)
     }
 
     fn read_state(&self, state: &hub_engine::State, leader: bool) {
@@ -643,16 +665,16 @@ impl Drop for PollGuard {
     }
 }
 
-/// Counts the leader changes `node` sees, for as long as its Raft runs.
-pub fn watch_leader(node: Arc<crate::node::HubNode>) {
-    let mut rx = node.raft.metrics();
+/// Counts the leader changes `raft` sees into `metrics`, for as long as it runs.
+pub fn watch_leader(raft: &raft_store::Raft, metrics: Arc<NodeMetrics>) {
+    let mut rx = raft.metrics();
     tokio::spawn(async move {
         let mut leader = rx.borrow_watched().current_leader;
         while rx.changed().await.is_ok() {
             let now = rx.borrow_watched().current_leader;
             if now != leader {
                 if now.is_some() {
-                    node.metrics.leader_changes.inc();
+                    metrics.leader_changes.inc();
                 }
                 leader = now;
             }

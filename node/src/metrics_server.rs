@@ -104,7 +104,8 @@ fn answer(
         }
         return r;
     }
-    let mut r = Response::new(Full::new(Bytes::from(node.metrics.render(node))));
+    let body = node.metrics.render(node.id, &node.raft, &node.state);
+    let mut r = Response::new(Full::new(Bytes::from(body)));
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static(OPENMETRICS),

@@ -156,3 +156,114 @@ fn canary_resources_through_hubctl() {
         out.describe()
     );
 }
+
+fn valid_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../engine/tests/fixtures/canary/valid")
+        .join(name)
+}
+
+/// Flagger resources as Flagger users write them: the seed's podinfo canary applies with no
+/// edits once its entity exists; Kubernetes-only fields are accepted and reported back as
+/// ignored, by path, in the dry run and in the applied result; a `targetRef` naming no entity
+/// is refused with that path.
+#[test]
+fn flagger_resources_apply_as_written() {
+    let cluster = Cluster::up(3, "");
+    let seed = valid_fixture("flagger-podinfo.yml");
+    let k8s = valid_fixture("flagger-kubernetes-fields.yml");
+    ok(&cluster, &["env", "create", "test"]);
+    // Before the entity exists: refused with the path, nothing applied.
+    let out = cluster.hubctl(&[
+        "canary",
+        "apply",
+        "-f",
+        seed.to_str().unwrap(),
+        "-n",
+        "test",
+    ]);
+    assert!(
+        !out.success()
+            && out
+                .stderr
+                .contains("spec.targetRef: entity eid:test:helmChart:podinfo does not exist"),
+        "{}",
+        out.describe()
+    );
+    assert!(list(&cluster).is_empty());
+    // The dry run validates here, sends nothing, and names each ignored field.
+    let dry = ok(
+        &cluster,
+        &["canary", "apply", "--dry-run", "-f", k8s.to_str().unwrap()],
+    );
+    for path in [
+        "spec.autoscalerRef",
+        "spec.provider",
+        "spec.service.portDiscovery",
+        "spec.analysis.sessionAffinity",
+    ] {
+        assert!(
+            dry.stdout.contains(&format!("warning: {path}: ignored (")),
+            "{}",
+            dry.stdout
+        );
+    }
+    assert!(
+        dry.stdout.contains("target entity: helmChart/podinfo"),
+        "{}",
+        dry.stdout
+    );
+    let json = ok(
+        &cluster,
+        &[
+            "canary",
+            "apply",
+            "--dry-run",
+            "-f",
+            seed.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+    )
+    .json();
+    assert_eq!(json["target"], "helmChart/podinfo", "{json}");
+    assert_eq!(json["ignored"], json!([]), "{json}");
+    assert!(list(&cluster).is_empty(), "a dry run applied something");
+
+    cluster
+        .submit(json!({"CreateEntity": {"environment": "test", "kind": "HelmChart", "name": "podinfo",
+            "product_id": "com.example:podinfo", "k8s_namespace": "test", "account_id": null, "release_channel": null}}))
+        .expect("entity");
+    ok(
+        &cluster,
+        &[
+            "canary",
+            "apply",
+            "-f",
+            seed.to_str().unwrap(),
+            "-n",
+            "test",
+        ],
+    );
+    let rows = list(&cluster);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    // The same canary with the Kubernetes fields: applied, the ignored ones in the result.
+    let applied = ok(
+        &cluster,
+        &["canary", "apply", "-f", k8s.to_str().unwrap(), "-o", "json"],
+    )
+    .json();
+    let result = applied["output"]["Changed"]["summary"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(result.contains("canary test/podinfo updated"), "{applied}");
+    assert!(
+        result.contains("spec.autoscalerRef: ignored ("),
+        "{applied}"
+    );
+    assert!(
+        result.contains("spec.service.trafficDistribution: ignored ("),
+        "{applied}"
+    );
+}

@@ -322,3 +322,79 @@ fn cluster_init_bootstraps_hand_started_nodes() {
     ]);
     out.expect_err(2, "--member");
 }
+
+/// The subcommands listed under `Commands:` in a help text.
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(String::from)
+        .collect()
+}
+
+/// Every help page, at every depth: no requirement ids, and the global options described
+/// once, in `hubctl --help`, with every other page pointing there.
+#[test]
+fn help_speaks_the_operators_language_and_lists_global_options_once() {
+    let root = hub_tests::hubctl_raw(&["--help"]).expect_ok("hubctl --help");
+    assert!(
+        root.stdout.contains("Global options (after any command):"),
+        "{}",
+        root.stdout
+    );
+    for flag in [
+        "--endpoints <ENDPOINTS>",
+        "-o, --output <OUTPUT>",
+        "--timeout-ms",
+    ] {
+        assert_eq!(
+            root.stdout.matches(flag).count(),
+            1,
+            "{flag}: {}",
+            root.stdout
+        );
+    }
+    let mut pending: Vec<Vec<String>> = subcommands(&root.stdout)
+        .into_iter()
+        .map(|c| vec![c])
+        .collect();
+    let mut pages = 0;
+    while let Some(path) = pending.pop() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let out = hub_tests::hubctl_raw(&args).expect_ok(&args.join(" "));
+        let page = &out.stdout;
+        pages += 1;
+        let spec_id = page
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .collect::<Vec<_>>()
+            .windows(2)
+            .any(|w| w[0] == "SPEC" && w[1].chars().next().is_some_and(|c| c.is_ascii_uppercase()));
+        assert!(
+            !spec_id,
+            "hubctl {}: cites a requirement id:\n{page}",
+            path.join(" ")
+        );
+        assert!(
+            !page.contains("--endpoints <"),
+            "hubctl {}: repeats the global options:\n{page}",
+            path.join(" ")
+        );
+        assert!(
+            page.contains("Global options (--endpoints, -o/--output, --timeout-ms): hubctl --help"),
+            "{page}"
+        );
+        for sub in subcommands(page) {
+            let mut next = path.clone();
+            next.push(sub);
+            pending.push(next);
+        }
+    }
+    assert!(pages >= 100, "only {pages} help pages");
+    // Global options still work after any subcommand.
+    let out = hub_tests::hubctl_raw(&["completion", "bash", "-o", "json"]).expect_ok("completion");
+    assert!(out.stdout.contains("_hubctl()"), "{}", out.stdout);
+}

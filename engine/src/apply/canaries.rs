@@ -4,9 +4,9 @@
 //! the agent's observations.
 
 use crate::canary::{
-    advance, parse_canary, terminate, Action, CanaryObservation, CanaryRevision, CanaryStatus,
-    CanaryStepSpec, Manual, MetricSource, Phase, Strategy, TickInput, MAX_OBSERVATIONS,
-    MAX_SPARE_REVISIONS, MAX_WINDOWS,
+    advance, parse_canary_reporting, terminate, Action, CanaryObservation, CanaryRevision,
+    CanaryStatus, CanaryStepSpec, Manual, MetricSource, Phase, Strategy, TickInput,
+    MAX_OBSERVATIONS, MAX_SPARE_REVISIONS, MAX_WINDOWS,
 };
 use crate::canary_record::{action_label, Canary};
 use crate::command::CommandOutput;
@@ -65,7 +65,7 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         let now = tx.now;
-        let spec = parse_canary(yaml)
+        let (spec, ignored) = parse_canary_reporting(yaml)
             .map_err(|errors| CommandError::invalid("canary", format!("\n{errors}")))?;
         let env = match (spec.namespace.as_deref(), environment) {
             (Some(ns), Some(env)) if ns != env => {
@@ -135,7 +135,7 @@ impl State {
             if c.yaml == yaml {
                 return Ok(CommandOutput::Changed {
                     id,
-                    summary: "canary unchanged".into(),
+                    summary: with_ignored("canary unchanged".into(), &ignored),
                 });
             }
         }
@@ -173,7 +173,10 @@ impl State {
         // The next evaluation sets the canary's target.
         tx.triggers.push(Trigger::Entity(entity.clone()));
         self.note(&entity, "canary", summary.clone(), tx);
-        Ok(CommandOutput::Changed { id, summary })
+        Ok(CommandOutput::Changed {
+            id,
+            summary: with_ignored(summary, &ignored),
+        })
     }
 
     /// Deletes a canary; with `revertOnDeletion` the decided actions restore the original
@@ -595,4 +598,13 @@ fn step_plan(c: &Canary, spec: CanaryStepSpec, now: TimestampMs, index: u64) -> 
         cancel_reason: None,
         issued_index: index,
     }
+}
+
+/// `summary`, followed by the Kubernetes-only fields the resource set and the hub ignores.
+fn with_ignored(summary: String, ignored: &[crate::canary::IgnoredField]) -> String {
+    if ignored.is_empty() {
+        return summary;
+    }
+    let fields: Vec<String> = ignored.iter().map(ToString::to_string).collect();
+    format!("{summary}; {}", fields.join("; "))
 }

@@ -39,8 +39,8 @@ pub use error::{CanaryError, CanaryErrors};
 pub use input::{Manual, TickInput, WebhookResult, WEBHOOK_MAX_SUCCESS_STATUS};
 pub use machine::{advance, terminate};
 pub use parse::{
-    parse_canary, API_VERSION, KIND, MAX_CANARY_BYTES, MAX_LIST_LEN, MAX_WEBHOOK_RETRIES,
-    MAX_WEBHOOK_TIMEOUT_MS,
+    parse_canary, parse_canary_reporting, IgnoredField, API_VERSION, KIND, MAX_CANARY_BYTES,
+    MAX_LIST_LEN, MAX_WEBHOOK_RETRIES, MAX_WEBHOOK_TIMEOUT_MS, WORKLOAD_API_VERSION,
 };
 pub use plan::{plan_tick, MetricQuery, TickPlan};
 pub use revision::{

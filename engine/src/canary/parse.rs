@@ -32,6 +32,8 @@ pub const MAX_CANARY_BYTES: usize = 64 * 1024;
 pub const API_VERSION: &str = "flagger.app/v1beta1";
 /// The only `kind` accepted (when given).
 pub const KIND: &str = "Canary";
+/// The `apiVersion` of a Kubernetes workload a Flagger `targetRef` names.
+pub const WORKLOAD_API_VERSION: &str = "apps/v1";
 /// Most retries of one webhook call.
 pub const MAX_WEBHOOK_RETRIES: u32 = 10;
 /// Longest webhook timeout, in milliseconds.
@@ -45,6 +47,27 @@ const BUILTIN_DURATION: &str = "request-duration";
 /// Parses and validates a canary resource. Every problem is reported with its YAML path;
 /// shape errors (unknown fields, wrong types, bad YAML) stop at the first and carry a line.
 pub fn parse_canary(yaml: &str) -> Result<CanarySpec, CanaryErrors> {
+    parse_canary_reporting(yaml).map(|(spec, _)| spec)
+}
+
+/// A field of a Flagger resource the hub accepts but does not act on (it only means
+/// something on Kubernetes), with why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct IgnoredField {
+    /// Its path, `spec.autoscalerRef`.
+    pub path: &'static str,
+    /// Why the hub ignores it.
+    pub why: &'static str,
+}
+
+impl std::fmt::Display for IgnoredField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ignored ({})", self.path, self.why)
+    }
+}
+
+/// [`parse_canary`], with the fields it accepted and ignores.
+pub fn parse_canary_reporting(yaml: &str) -> Result<(CanarySpec, Vec<IgnoredField>), CanaryErrors> {
     if yaml.len() > MAX_CANARY_BYTES {
         return Err(CanaryErrors::single(CanaryError::new(
             "",
@@ -76,10 +99,11 @@ pub fn parse_canary(yaml: &str) -> Result<CanarySpec, CanaryErrors> {
     }
     let raw: RawCanary =
         serde_yaml_ng::from_str(yaml).map_err(|e| CanaryErrors::single(from_serde(&e)))?;
+    let ignored = ignored_fields(&raw);
     let mut v = Validator { errors: Vec::new() };
     let spec = v.canary(raw);
     match (spec, CanaryErrors::from_vec(v.errors)) {
-        (Some(spec), None) => Ok(spec),
+        (Some(spec), None) => Ok((spec, ignored)),
         (_, Some(errors)) => Err(errors),
         // Not reached: every path that yields no spec records an error first.
         (None, None) => Err(CanaryErrors::single(CanaryError::new(
@@ -87,6 +111,56 @@ pub fn parse_canary(yaml: &str) -> Result<CanarySpec, CanaryErrors> {
             "invalid canary resource",
         ))),
     }
+}
+
+/// The Kubernetes-only fields `raw` sets, in document order.
+fn ignored_fields(raw: &RawCanary) -> Vec<IgnoredField> {
+    let Some(spec) = &raw.spec else {
+        return Vec::new();
+    };
+    let service = spec.service.as_ref();
+    let analysis = spec.analysis.as_ref();
+    [
+        (
+            spec.autoscaler_ref.is_some(),
+            "spec.autoscalerRef",
+            "the hub runs no autoscaler: the entity's own settings scale its workloads",
+        ),
+        (
+            spec.provider.is_some(),
+            "spec.provider",
+            "traffic is shifted by the agent's canary proxy, not a mesh or ingress",
+        ),
+        (
+            service.is_some_and(|s| s.port_discovery.is_some()),
+            "spec.service.portDiscovery",
+            "the agent's proxy routes the one service port",
+        ),
+        (
+            service.is_some_and(|s| s.headless.is_some()),
+            "spec.service.headless",
+            "no Kubernetes services are created",
+        ),
+        (
+            service.is_some_and(|s| s.app_protocol.is_some()),
+            "spec.service.appProtocol",
+            "no Kubernetes services are created",
+        ),
+        (
+            service.is_some_and(|s| s.traffic_distribution.is_some()),
+            "spec.service.trafficDistribution",
+            "no Kubernetes services are created",
+        ),
+        (
+            analysis.is_some_and(|a| a.session_affinity.is_some()),
+            "spec.analysis.sessionAffinity",
+            "the agent's proxy routes by weight and header matches only",
+        ),
+    ]
+    .into_iter()
+    .filter(|(set, _, _)| *set)
+    .map(|(_, path, why)| IgnoredField { path, why })
+    .collect()
 }
 
 /// The reason of a name-validation error, without the field it names.
@@ -343,21 +417,42 @@ impl Validator {
         })
     }
 
+    /// `spec.targetRef`: a hub entity kind (`helmChart`, `terraformModule`), or a Kubernetes
+    /// workload as Flagger users write it (`apiVersion: apps/v1`, `kind: Deployment` or
+    /// `DaemonSet`), which names the helmChart entity that deploys it.
     fn target(&mut self, raw: RawTargetRef) -> Option<TargetRef> {
+        let workload = matches!(raw.kind.as_deref(), Some("Deployment" | "DaemonSet"));
+        let api_ok = match raw.api_version.as_deref() {
+            None => true,
+            Some(WORKLOAD_API_VERSION) if workload => true,
+            Some(api) => {
+                self.err(
+                    "spec.targetRef.apiVersion",
+                    format!(
+                        "{} is not supported: only {WORKLOAD_API_VERSION:?}, with kind Deployment or DaemonSet",
+                        quote(api)
+                    ),
+                );
+                false
+            }
+        };
         let kind = match raw.kind.as_deref() {
-            None | Some("helmChart") => Some(EntityKind::HelmChart),
+            None | Some("helmChart" | "Deployment" | "DaemonSet") => Some(EntityKind::HelmChart),
             Some("terraformModule") => Some(EntityKind::TerraformModule),
             Some(other) => {
                 self.err(
                     "spec.targetRef.kind",
                     format!(
-                        "{} is not a hub entity kind: use helmChart or terraformModule",
+                        "{} is not a hub entity kind: use helmChart or terraformModule (or Deployment or DaemonSet, for the helmChart entity of that name)",
                         quote(other)
                     ),
                 );
                 None
             }
         };
+        if !api_ok {
+            return None;
+        }
         let name = self.name("spec.targetRef.name", raw.name);
         Some(TargetRef {
             kind: kind?,

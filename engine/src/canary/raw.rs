@@ -2,9 +2,14 @@
 //! fields refused everywhere, every field optional so that validation ([`super::parse`]) can
 //! report all missing and bad values at once with their paths. Numbers are read wide (`i64`,
 //! `f64`) so that a weight of 150 gets a range message rather than a type error.
+//!
+//! Fields that only mean something to Flagger on Kubernetes (autoscalers, service discovery
+//! options, mesh providers) are read as [`IgnoredAny`]: accepted as Flagger users write them,
+//! and reported back as ignored with their path ([`super::parse::IgnoredField`]).
 
 use std::collections::BTreeMap;
 
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 /// The document.
@@ -33,6 +38,8 @@ pub(super) struct RawMetadata {
 pub(super) struct RawSpec {
     pub target_ref: Option<RawTargetRef>,
     pub service: Option<RawService>,
+    pub autoscaler_ref: Option<IgnoredAny>,
+    pub provider: Option<IgnoredAny>,
     pub progress_deadline_seconds: Option<i64>,
     pub skip_analysis: Option<bool>,
     pub suspend: Option<bool>,
@@ -43,6 +50,7 @@ pub(super) struct RawSpec {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(super) struct RawTargetRef {
+    pub api_version: Option<String>,
     pub kind: Option<String>,
     pub name: Option<String>,
 }
@@ -54,6 +62,10 @@ pub(super) struct RawService {
     pub name: Option<String>,
     pub port_name: Option<String>,
     pub target_port: Option<i64>,
+    pub port_discovery: Option<IgnoredAny>,
+    pub headless: Option<IgnoredAny>,
+    pub app_protocol: Option<IgnoredAny>,
+    pub traffic_distribution: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -73,6 +85,7 @@ pub(super) struct RawAnalysis {
     pub metrics: Option<Vec<RawMetric>>,
     pub webhooks: Option<Vec<RawWebhook>>,
     pub alerts: Option<Vec<RawAlert>>,
+    pub session_affinity: Option<IgnoredAny>,
 }
 
 /// `match[i]`: HTTP header conditions, all of which must hold.

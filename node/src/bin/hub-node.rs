@@ -101,7 +101,7 @@ struct Args {
     /// Serve Prometheus metrics at https://ADDR/metrics, with this node's certificate, to a
     /// caller with a cluster certificate or an operator token holding any role (plain HTTP
     /// on loopback with --insecure).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "HUB_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
     /// Chaos builds only: read partitions from DATA/chaos-faults.json (`{"cut_to":[ids]}`)
     /// and drop every message to those nodes. For the chaos runner without root.
@@ -291,7 +291,7 @@ async fn run() -> anyhow::Result<()> {
         },
         snapshots: node.sm.snapshot_stats(),
     });
-    hub_node::metrics::watch_leader(node.clone());
+    hub_node::metrics::watch_leader(&node.raft, node.metrics.clone());
     if let Some(l) = metrics_listener {
         tracing::info!(addr = %l.local_addr()?, "metrics at /metrics");
         tokio::spawn(hub_node::metrics_server::serve(

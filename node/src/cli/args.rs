@@ -21,6 +21,15 @@ impl ReadArgs {
     }
 }
 
+/// `--watch`: show the answer again every two seconds, in place on a terminal.
+#[derive(Args, Debug, Clone, Copy)]
+pub(crate) struct WatchArgs {
+    /// Keep watching: redraw every 2 s in place on a terminal (Ctrl-C ends); in a pipe, print
+    /// the answer again whenever it changes.
+    #[arg(long)]
+    pub(crate) watch: bool,
+}
+
 /// A linearizable read (what writes resolve their references with).
 pub(crate) const FRESH: ReadArgs = ReadArgs { stale: false };
 

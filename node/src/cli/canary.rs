@@ -28,6 +28,10 @@ pub enum CanaryCmd {
         /// The environment, when `metadata.namespace` does not name it.
         #[arg(long, short = 'n')]
         namespace: Option<String>,
+        /// Validate here and show the parsed resource and the fields the hub ignores; send
+        /// nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// List canaries (`-A` for every environment), or show one (`-o yaml` for its status).
     Get {
@@ -41,6 +45,8 @@ pub enum CanaryCmd {
         all_namespaces: bool,
         #[command(flatten)]
         read: ReadArgs,
+        #[command(flatten)]
+        watch: super::args::WatchArgs,
     },
     /// Wait until the canary is promoted; non-zero on failure or timeout.
     Wait {
@@ -104,15 +110,26 @@ fn id(namespace: &str, name: &str) -> String {
 // Long: one arm per `hubctl canary` subcommand.
 pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow::Result<()> {
     let command = match cmd {
-        CanaryCmd::Apply { file, namespace } => Command::ApplyCanary {
-            environment: namespace,
-            yaml: read_file(&file, "canary")?,
-        },
+        CanaryCmd::Apply {
+            file,
+            namespace,
+            dry_run,
+        } => {
+            let yaml = read_file(&file, "canary")?;
+            if dry_run {
+                return dry_run_apply(&file, &yaml, namespace.as_deref(), fmt);
+            }
+            Command::ApplyCanary {
+                environment: namespace,
+                yaml,
+            }
+        }
         CanaryCmd::Get {
             name: None,
             namespace,
             all_namespaces,
             read,
+            ..
         } => {
             if namespace.is_none() && !all_namespaces {
                 anyhow::bail!("give -n ENVIRONMENT, or -A for every environment");
@@ -210,6 +227,58 @@ pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow
     submit_and_print(client, &command, fmt).await.map(drop)
 }
 
+/// `canary apply --dry-run`: the resource parsed here, with the Kubernetes-only fields the
+/// hub would ignore; an invalid one is an error naming every path.
+fn dry_run_apply(
+    file: &std::path::Path,
+    yaml: &str,
+    namespace: Option<&str>,
+    fmt: Format,
+) -> anyhow::Result<()> {
+    let (spec, ignored) = hub_engine::canary::parse_canary_reporting(yaml).map_err(|errors| {
+        anyhow::anyhow!("{}: invalid canary resource:\n{errors}", file.display())
+    })?;
+    let environment = match (spec.namespace.as_deref(), namespace) {
+        (Some(ns), Some(env)) if ns != env => anyhow::bail!(
+            "{}: metadata.namespace {ns:?} differs from -n {env:?}",
+            file.display()
+        ),
+        (Some(ns), _) | (None, Some(ns)) => Some(ns.to_string()),
+        (None, None) => None,
+    };
+    let target = format!("{}/{}", spec.target.kind, spec.target.name);
+    if fmt == Format::Table {
+        println!("canary {} is valid (dry run: nothing was sent)", spec.name);
+        println!(
+            "  environment: {}",
+            environment
+                .as_deref()
+                .unwrap_or("- (give -n ENV when applying)")
+        );
+        println!("  target entity: {target}");
+        println!(
+            "  analysis: every {} ms, threshold {}",
+            spec.analysis.interval_ms, spec.analysis.threshold
+        );
+        for f in &ignored {
+            println!("  warning: {f}");
+        }
+        return Ok(());
+    }
+    print(
+        fmt,
+        &json!({
+            "valid": true,
+            "name": spec.name,
+            "environment": environment,
+            "target": target,
+            "spec": serde_json::to_value(&spec)?,
+            "ignored": ignored,
+        }),
+        &["valid", "name", "environment", "target"],
+    )
+}
+
 /// Polls the canary until it is promoted (exit 0), failed, or the timeout passes.
 async fn wait(
     client: &FailoverClient,
@@ -222,13 +291,30 @@ async fn wait(
     }
     let timeout_ms = parse_duration(timeout).map_err(|e| anyhow::anyhow!("--timeout: {e}"))?;
     let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let deadline = started + timeout;
+    // Progress on a terminal only: a script sees the verdict line and nothing else.
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     loop {
         let v: Value = query(client, json!({"query": "canary", "id": id}), FRESH).await?;
         let phase = v["status"].as_str().unwrap_or_default().to_string();
+        if terminal {
+            eprint!(
+                "\r\x1b[2Kwaiting for canary {id}: {phase}, weight {}%, failed checks {} ({}s)",
+                v["weight"],
+                v["status_block"]["failedChecks"],
+                started.elapsed().as_secs()
+            );
+        }
         if v["promoted"] == true && phase == "Succeeded" {
+            if terminal {
+                eprintln!();
+            }
             println!("canary {id} promoted");
             return Ok(());
+        }
+        if terminal && (phase == "Failed" || Instant::now() >= deadline) {
+            eprintln!();
         }
         if phase == "Failed" {
             anyhow::bail!(

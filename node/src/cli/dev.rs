@@ -535,9 +535,17 @@ pub(crate) async fn start_cluster(
     }
     write_cluster_file(dir, &cluster)?;
     let deadline = Instant::now() + Duration::from_secs(60);
+    // Progress on a terminal only; scripts get the final answer alone.
+    let progress = |what: &str| {
+        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            eprintln!("dev up: {what}");
+        }
+    };
     for node in &cluster.nodes {
+        progress(&format!("waiting for node {} at {}", node.id, node.addr));
         wait_until_serving(dir, node, node.pid, &connector, deadline).await?;
     }
+    progress("electing a leader");
     let first = &cluster.nodes[0];
     let mut c = FailoverClient::connect(&first.addr, &connector).await?;
     if fresh {

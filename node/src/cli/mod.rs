@@ -24,6 +24,7 @@ mod roles;
 mod settings;
 mod timeparse;
 mod tokens;
+mod watch;
 
 use std::time::Duration;
 
@@ -71,6 +72,72 @@ pub struct Cli {
     token: Option<TokenArg>,
     #[command(subcommand)]
     command: Cmd,
+}
+
+impl Cli {
+    /// The clap command: global options are accepted after any subcommand but described
+    /// once, at the end of `hubctl --help`; every subcommand's help points there.
+    pub fn command_with_global_options_once() -> clap::Command {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        let mut listed = String::from("Global options (after any command):\n");
+        for a in cmd.get_arguments().filter(|a| a.is_global_set()) {
+            let flag = match (a.get_short(), a.get_long()) {
+                (Some(s), Some(l)) => format!("-{s}, --{l}"),
+                (None, Some(l)) => format!("    --{l}"),
+                (Some(s), None) => format!("-{s}"),
+                (None, None) => continue,
+            };
+            let value = a
+                .get_value_names()
+                .and_then(|v| v.first())
+                .map(|v| format!(" <{v}>"))
+                .unwrap_or_else(|| format!(" <{}>", a.get_id().as_str().to_uppercase()));
+            let mut help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+            let values: Vec<String> = a
+                .get_possible_values()
+                .iter()
+                .map(|v| v.get_name().to_string())
+                .collect();
+            if !values.is_empty() {
+                help.push_str(&format!(" [{}]", values.join(", ")));
+            }
+            if let Some(d) = a.get_default_values().first() {
+                help.push_str(&format!(" [default: {}]", d.to_string_lossy()));
+            }
+            if let Some(e) = a.get_env() {
+                help.push_str(&format!(" [env: {}]", e.to_string_lossy()));
+            }
+            listed.push_str(&format!("  {flag}{value}\n          {help}\n"));
+        }
+        // Hidden before the command is built, so every subcommand inherits them hidden.
+        let cmd = cmd
+            .mut_args(|a| if a.is_global_set() { a.hide(true) } else { a })
+            .after_help(listed);
+        fn point_to_root(cmd: clap::Command) -> clap::Command {
+            let names: Vec<String> = cmd
+                .get_subcommands()
+                .map(|s| s.get_name().to_string())
+                .collect();
+            let mut cmd = cmd;
+            for name in names {
+                cmd = cmd.mut_subcommand(name, |s| {
+                    point_to_root(s.after_help(
+                        "Global options (--endpoints, -o/--output, --timeout-ms): hubctl --help",
+                    ))
+                });
+            }
+            cmd
+        }
+        point_to_root(cmd)
+    }
+
+    /// Parses the process's arguments with [`Cli::command_with_global_options_once`].
+    pub fn parse_with_global_options_once() -> Cli {
+        use clap::FromArgMatches;
+        let matches = Self::command_with_global_options_once().get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
 }
 
 /// `--token` as typed; parsed by [`client_mode`], whose errors never repeat it (clap's would).
@@ -197,6 +264,12 @@ enum Cmd {
     /// Role bindings: who may do what (bind, unbind, list).
     #[command(subcommand)]
     Role(roles::RoleCmd),
+    /// Print a shell completion script: `source <(hubctl completion bash)`, or write it to
+    /// your shell's completion directory.
+    Completion {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Operator tokens: create (the secret is shown once), list, revoke.
     #[command(subcommand)]
     Token(tokens::TokenCmd),
@@ -207,7 +280,10 @@ enum Cmd {
 #[derive(Subcommand, Debug)]
 enum ClusterCmd {
     /// Leader, term and every member's role, applied index and digest.
-    Status,
+    Status {
+        #[command(flatten)]
+        watch: args::WatchArgs,
+    },
     /// Initialise a new cluster once, on the first endpoint, with every initial member.
     Init {
         /// An initial voter as ID=HOST:PORT; repeat for each (include the contacted node).
@@ -316,6 +392,8 @@ enum EntityCmd {
         entity: String,
         #[command(flatten)]
         read: ReadArgs,
+        #[command(flatten)]
+        watch: args::WatchArgs,
     },
 }
 
@@ -364,7 +442,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             None => client,
         })
     };
+    if watching(&cli.command) {
+        return watch::run().await;
+    }
     match cli.command {
+        Cmd::Completion { shell } => {
+            let mut cmd = Cli::command_with_global_options_once();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "hubctl", &mut script);
+            // A closed pipe (`| head`) is the reader's choice, not an error worth a panic.
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
+            Ok(())
+        }
         Cmd::Pki(cmd) => pki::run(cmd, fmt),
         Cmd::Dev(cmd) => dev::run(cmd, fmt).await,
         Cmd::Demo(args) => demo::run(args).await,
@@ -401,13 +490,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Whether the command asks for `--watch`.
+fn watching(cmd: &Cmd) -> bool {
+    match cmd {
+        Cmd::Cluster(ClusterCmd::Status { watch })
+        | Cmd::Entity(EntityCmd::Explain { watch, .. })
+        | Cmd::Plan(plans::PlanCmd::List { watch, .. })
+        | Cmd::Canary(canary::CanaryCmd::Get { watch, .. }) => watch.watch,
+        _ => false,
+    }
+}
+
 fn write_json(r: &WriteReply) -> Value {
     json!({"index": r.index, "leader": r.leader_id, "result": r.result})
 }
 
 async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyhow::Result<()> {
     match cmd {
-        ClusterCmd::Status => {
+        ClusterCmd::Status { .. } => {
             let s = client
                 .call(|mut c| async move { c.cluster_status(ClusterStatusRequest {}).await })
                 .await?;
@@ -629,6 +729,6 @@ async fn entity(client: &FailoverClient, cmd: EntityCmd, fmt: Format) -> anyhow:
         }
         EntityCmd::Orch(cmd) => settings::entity(client, cmd, fmt).await,
         EntityCmd::Activity { entity, read } => plans::activity(client, &entity, read, fmt).await,
-        EntityCmd::Explain { entity, read } => plans::explain(client, &entity, read, fmt).await,
+        EntityCmd::Explain { entity, read, .. } => plans::explain(client, &entity, read, fmt).await,
     }
 }

@@ -30,6 +30,8 @@ pub enum PlanCmd {
         #[arg(long, default_value_t = 100)]
         limit: usize,
         #[command(flatten)]
+        watch: super::args::WatchArgs,
+        #[command(flatten)]
         read: ReadArgs,
     },
     // SPEC P6
@@ -72,6 +74,7 @@ pub async fn run(client: &FailoverClient, cmd: PlanCmd, fmt: Format) -> anyhow::
             active,
             limit,
             read,
+            ..
         } => {
             let v = query(
                 client,
