@@ -398,3 +398,54 @@ fn help_speaks_the_operators_language_and_lists_global_options_once() {
     let out = hub_tests::hubctl_raw(&["completion", "bash", "-o", "json"]).expect_ok("completion");
     assert!(out.stdout.contains("_hubctl()"), "{}", out.stdout);
 }
+
+/// `--watch` in a pipe prints the answer, then prints it again when it changes.
+#[test]
+fn watch_prints_again_when_the_answer_changes() {
+    use std::io::BufRead;
+    let cluster = Cluster::up(3, "");
+    let mut child = cluster
+        .hubctl_cmd()
+        .args([
+            "--endpoints",
+            &cluster.endpoints(),
+            "cluster",
+            "status",
+            "--watch",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start hubctl --watch");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let next_answer = || loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.starts_with("leader:") => return true,
+            Ok(_) => continue,
+            Err(_) => return false,
+        }
+    };
+    let first = next_answer();
+    // A write moves every member's applied index: the answer changes.
+    cluster
+        .hubctl(&["env", "create", "watched"])
+        .expect_ok("env create");
+    let second = next_answer();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(first, "no first answer");
+    assert!(second, "the changed answer was not printed again");
+}

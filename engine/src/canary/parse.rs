@@ -1130,7 +1130,7 @@ spec:
         let yaml = "\
 metadata: {name: Demo}
 spec:
-  targetRef: {kind: Deployment}
+  targetRef: {kind: StatefulSet}
   service: {port: 0}
   analysis:
     interval: 10ms

@@ -247,7 +247,7 @@ fn dry_run_apply(
         (None, None) => None,
     };
     let target = format!("{}/{}", spec.target.kind, spec.target.name);
-    if fmt == Format::Table {
+    if fmt.is_table() {
         println!("canary {} is valid (dry run: nothing was sent)", spec.name);
         println!(
             "  environment: {}",

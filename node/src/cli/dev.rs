@@ -417,7 +417,7 @@ async fn up(
 ) -> anyhow::Result<()> {
     let (cluster, leader) = start_cluster(nodes, dir, base_port, node_args, placement).await?;
     let v = json!({"cluster_id": cluster.cluster_id, "leader": leader, "nodes": cluster.nodes});
-    if fmt == Format::Table {
+    if fmt.is_table() {
         println!("cluster {} up, leader {leader}", cluster.cluster_id);
         let rows: Vec<_> = cluster
             .nodes

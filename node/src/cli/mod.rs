@@ -528,7 +528,7 @@ async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyho
                 "term": s.term,
                 "members": members,
             });
-            if fmt == Format::Table {
+            if fmt.is_table() {
                 println!("leader: {}  term: {}", v["leader"], s.term);
                 return output::table(&members, &["id", "addr", "role", "last_applied", "digest"]);
             }
@@ -600,7 +600,7 @@ fn print_members(fmt: Format, r: &MembershipReply) -> anyhow::Result<()> {
         .iter()
         .map(|m| json!({"id": m.id, "addr": m.addr, "voter": m.voter}))
         .collect();
-    if fmt == Format::Table {
+    if fmt.is_table() {
         return output::table(&members, &["id", "addr", "voter"]);
     }
     print(fmt, &json!({"index": r.index, "members": members}), &[])
@@ -653,7 +653,7 @@ async fn env(client: &FailoverClient, cmd: EnvCmd, fmt: Format) -> anyhow::Resul
                 })
                 .await?;
             let v: Vec<Value> = l.environments.iter().map(env_json).collect();
-            if fmt == Format::Table {
+            if fmt.is_table() {
                 return output::table(&v, &["name", "entities", "description"]);
             }
             print(fmt, &Value::Array(v), &[])
@@ -722,7 +722,7 @@ async fn entity(client: &FailoverClient, cmd: EntityCmd, fmt: Format) -> anyhow:
                 })
                 .await?;
             let v: Vec<Value> = l.entities.iter().map(entity_json).collect();
-            if fmt == Format::Table {
+            if fmt.is_table() {
                 return output::table(&v, &["id", "product_id", "release_channel"]);
             }
             print(fmt, &Value::Array(v), &[])

@@ -385,7 +385,7 @@ pub async fn audit(client: &FailoverClient, a: AuditArgs, fmt: Format) -> anyhow
         "kind": a.kind, "since_ms": a.since,
     });
     let v = query(client, q, a.read).await?;
-    if fmt == Format::Table && v["dropped"].as_u64().unwrap_or(0) > 0 {
+    if fmt.is_table() && v["dropped"].as_u64().unwrap_or(0) > 0 {
         eprintln!(
             "({} older entries dropped by retention, which keeps {})",
             v["dropped"], v["retention"]

@@ -9,10 +9,23 @@ use serde_json::Value;
 pub enum Format {
     /// Aligned columns for people.
     Table,
+    /// Aligned columns, with every column a list has (`plan list -o wide`: start, end,
+    /// reason, failure).
+    Wide,
     /// JSON for programs.
     Json,
     /// YAML.
     Yaml,
+}
+
+impl Format {
+    /// Whether the output is for people: a table, narrow or wide.
+    pub fn is_table(self) -> bool {
+        match self {
+            Format::Table | Format::Wide => true,
+            Format::Json | Format::Yaml => false,
+        }
+    }
 }
 
 /// Prints `v`; for tables, `columns` of a single object are printed as `key: value` lines.
@@ -20,7 +33,7 @@ pub fn print(fmt: Format, v: &Value, columns: &[&str]) -> anyhow::Result<()> {
     match fmt {
         Format::Json => println!("{}", serde_json::to_string_pretty(v)?),
         Format::Yaml => print!("{}", serde_yaml_ng::to_string(v).context("yaml")?),
-        Format::Table => {
+        Format::Table | Format::Wide => {
             if columns.is_empty() {
                 println!("{}", serde_json::to_string_pretty(v)?);
             } else {
@@ -119,9 +132,23 @@ pub(crate) fn print_list(
     columns: &[&str],
     row: impl Fn(&Value) -> Value,
 ) -> anyhow::Result<()> {
-    if fmt == Format::Table {
-        let rows: Vec<Value> = list.iter().map(row).collect();
-        return table(&rows, columns);
+    let rows = || list.iter().map(&row).collect::<Vec<Value>>();
+    match fmt {
+        Format::Table => table(&rows(), columns),
+        Format::Wide => {
+            // The narrow columns first, then whatever else the rows carry.
+            let rows = rows();
+            let mut all: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+            for r in &rows {
+                for k in r.as_object().into_iter().flat_map(|o| o.keys()) {
+                    if !all.contains(k) {
+                        all.push(k.clone());
+                    }
+                }
+            }
+            let all: Vec<&str> = all.iter().map(String::as_str).collect();
+            table(&rows, &all)
+        }
+        Format::Json | Format::Yaml => print(fmt, &Value::Array(list), &[]),
     }
-    print(fmt, &Value::Array(list), &[])
 }

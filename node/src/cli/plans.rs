@@ -88,15 +88,18 @@ pub async fn run(client: &FailoverClient, cmd: PlanCmd, fmt: Format) -> anyhow::
                 items(&v, "plans"),
                 &["id", "entity", "kind", "from", "to", "status", "issued"],
                 |p| {
+                    // The last four only in `-o wide`.
                     json!({"id": p["id"], "entity": p["entity"], "kind": plan_kind(p),
                         "from": p["from_version"], "to": p["to_version"],
-                        "status": p["status"], "issued": p["issued"]})
+                        "status": p["status"], "issued": p["issued"],
+                        "started": p["started"], "ended": p["ended"],
+                        "reason": p["reason"], "failure": p["failure"]["message"]})
                 },
             )
         }
         PlanCmd::Get { id, read } => {
             let p = query(client, json!({"query": "plan", "id": id}), read).await?;
-            if fmt != Format::Table {
+            if !fmt.is_table() {
                 return print(fmt, &p, &[]);
             }
             print_plan(&p)
@@ -256,7 +259,7 @@ pub async fn explain(
         read,
     )
     .await?;
-    if fmt != Format::Table {
+    if !fmt.is_table() {
         return print(fmt, &v, &[]);
     }
     println!("entity: {}", text(&v["entity"]));
@@ -348,7 +351,7 @@ pub async fn activity(
         read,
     )
     .await?;
-    if fmt != Format::Table {
+    if !fmt.is_table() {
         return print(fmt, &v, &[]);
     }
     print_list(

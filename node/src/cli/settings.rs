@@ -319,7 +319,7 @@ fn text(v: &Value) -> String {
 }
 
 fn print_entity(fmt: Format, v: &Value) -> anyhow::Result<()> {
-    if fmt != Format::Table {
+    if !fmt.is_table() {
         return print(fmt, v, &[]);
     }
     for key in [
@@ -448,7 +448,7 @@ pub async fn env(client: &FailoverClient, cmd: EnvOrchCmd, fmt: Format) -> anyho
 }
 
 fn print_env_settings(fmt: Format, v: &Value) -> anyhow::Result<()> {
-    if fmt != Format::Table {
+    if !fmt.is_table() {
         return print(fmt, v, &[]);
     }
     println!("environment: {}", text(&v["environment"]));

@@ -130,7 +130,7 @@ pub async fn run(client: &FailoverClient, cmd: TokenCmd, fmt: Format) -> anyhow:
                 }),
                 &["identity", "index", "result", "secret"],
             )?;
-            if matches!(fmt, Format::Table) {
+            if fmt.is_table() {
                 eprintln!(
                     "The secret is shown once and the hub keeps only its hash: store it now."
                 );
