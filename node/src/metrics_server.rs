@@ -25,8 +25,11 @@ use crate::node::HubNode;
 /// The content type of the OpenMetrics text format.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Longest time one connection may stay open (scrapes are short).
+/// Longest time one connection is kept (scrapes are short; a client holding connections
+/// open cannot keep the listener's few slots for long).
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// How long a scrape in flight at the end of a connection's lifetime may still take.
+const GRACE: Duration = Duration::from_secs(10);
 
 /// Serves `/metrics` on `listener` until the process ends.
 pub async fn serve(
@@ -59,7 +62,15 @@ pub async fn serve(
                 .max_header_list_size(16 << 10)
                 .max_concurrent_streams(4);
             let served = builder.serve_connection(TokioIo::new(conn), service);
-            let _ = tokio::time::timeout(CONNECTION_LIFETIME, served).await;
+            tokio::pin!(served);
+            tokio::select! {
+                _ = served.as_mut() => {}
+                _ = tokio::time::sleep(CONNECTION_LIFETIME) => {
+                    // A scrape in flight finishes; the client reconnects for the next one.
+                    served.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(GRACE, served).await;
+                }
+            }
         });
     }
 }
