@@ -247,6 +247,16 @@ fn flagger_resources_apply_as_written() {
     );
     let rows = list(&cluster);
     assert_eq!(rows.len(), 1, "{rows:?}");
+    let narrow = ok(&cluster, &["canary", "get", "-A"]).stdout;
+    let wide = ok(&cluster, &["canary", "get", "-A", "-o", "wide"]).stdout;
+    assert!(
+        !narrow.contains("ENTITY") && !narrow.contains("eid:test:helmChart:podinfo"),
+        "{narrow}"
+    );
+    assert!(
+        wide.contains("ENTITY") && wide.contains("eid:test:helmChart:podinfo"),
+        "{wide}"
+    );
     // The same canary with the Kubernetes fields: applied, the ignored ones in the result.
     let applied = ok(
         &cluster,

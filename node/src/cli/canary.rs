@@ -151,8 +151,10 @@ pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow
                     "LASTTRANSITIONTIME",
                 ],
                 |c| {
+                    // ENTITY and PROMOTED only in `-o wide`.
                     json!({"NAMESPACE": c["namespace"], "NAME": c["name"], "STATUS": c["status"],
-                        "WEIGHT": c["weight"], "LASTTRANSITIONTIME": c["last_transition"]})
+                        "WEIGHT": c["weight"], "LASTTRANSITIONTIME": c["last_transition"],
+                        "ENTITY": c["entity"], "PROMOTED": c["promoted"]})
                 },
             );
         }

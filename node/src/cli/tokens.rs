@@ -155,8 +155,10 @@ pub async fn run(client: &FailoverClient, cmd: TokenCmd, fmt: Format) -> anyhow:
                         (Value::String(at), _) => at.clone(),
                         _ => "never".to_string(),
                     };
+                    // `identity` only in `-o wide`.
                     json!({
                         "name": t["name"],
+                        "identity": t["identity"],
                         "roles": if roles.is_empty() { "-".to_string() } else { roles.join(" ") },
                         "expires": expires,
                         "created_by": t["created_by"],
