@@ -124,6 +124,9 @@ pub struct Sources {
 /// Every metric of the node.
 pub struct NodeMetrics {
     registry: Registry,
+    /// One scrape at a time: a render clears and refills the level families, which a
+    /// concurrent render must not see half done.
+    rendering: Mutex<()>,
     sources: Mutex<Option<Sources>>,
     // Raft
     term: Gauge,
@@ -205,6 +208,7 @@ impl NodeMetrics {
     pub fn new() -> Self {
         let mut m = NodeMetrics {
             registry: Registry::with_prefix("hub"),
+            rendering: Mutex::new(()),
             sources: Mutex::new(None),
             term: Gauge::default(),
             leader: Gauge::default(),
@@ -510,6 +514,7 @@ impl NodeMetrics {
         raft: &raft_store::Raft,
         state: &raft_store::SharedState,
     ) -> String {
+        let _one_at_a_time = self.rendering.lock().unwrap_or_else(|p| p.into_inner());
         let leader = self.read_raft(id, raft);
         self.read_state(&state.read().state, leader);
         self.read_sources();
