@@ -26,6 +26,14 @@ fn ok(cluster: &Cluster, args: &[&str]) -> CmdOutput {
     cluster.hubctl(args).expect_ok(&args.join(" "))
 }
 
+/// The helmChart entity `podinfo` in `environment`, deployed to `namespace`.
+fn create_podinfo(cluster: &Cluster, environment: &str, namespace: &str) {
+    cluster
+        .submit(json!({"CreateEntity": {"environment": environment, "kind": "HelmChart", "name": "podinfo",
+            "product_id": "com.example:podinfo", "k8s_namespace": namespace, "account_id": null, "release_channel": null}}))
+        .expect("entity");
+}
+
 fn list(cluster: &Cluster) -> Vec<Value> {
     ok(cluster, &["canary", "get", "-A", "-o", "json"])
         .json()
@@ -39,10 +47,7 @@ fn canary_resources_through_hubctl() {
     let cluster = Cluster::up(3, "");
     let dir = cluster.dir().to_path_buf();
     ok(&cluster, &["env", "create", "prod"]);
-    cluster
-        .submit(json!({"CreateEntity": {"environment": "prod", "kind": "HelmChart", "name": "podinfo",
-            "product_id": "com.example:podinfo", "k8s_namespace": "podinfo", "account_id": null, "release_channel": null}}))
-        .expect("entity");
+    create_podinfo(&cluster, "prod", "podinfo");
     let good = write(&dir, "podinfo.yml", &fixture());
     ok(
         &cluster,
@@ -230,10 +235,7 @@ fn flagger_resources_apply_as_written() {
     assert_eq!(json["ignored"], json!([]), "{json}");
     assert!(list(&cluster).is_empty(), "a dry run applied something");
 
-    cluster
-        .submit(json!({"CreateEntity": {"environment": "test", "kind": "HelmChart", "name": "podinfo",
-            "product_id": "com.example:podinfo", "k8s_namespace": "test", "account_id": null, "release_channel": null}}))
-        .expect("entity");
+    create_podinfo(&cluster, "test", "test");
     ok(
         &cluster,
         &[
