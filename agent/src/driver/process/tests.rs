@@ -451,6 +451,9 @@ async fn install_runs_every_task_and_observes_healthy() {
     assert_eq!(fx.starts(), ["1.0.0"]);
 }
 
+/// A registry password no path or log line contains by chance.
+const REGISTRY_PASSWORD: &str = "registry-Pa55-q7Zk";
+
 #[tokio::test]
 async fn http_registry_with_credentials_and_404() {
     let fx = Fixture::new();
@@ -460,7 +463,10 @@ async fn http_registry_with_credentials_and_404() {
     let server = artifact_server(files).await;
     let registries = vec![Registry {
         name: "http".into(),
-        url: format!("http://agent:pw@127.0.0.1:{}/repo/", server.port),
+        url: format!(
+            "http://agent:{REGISTRY_PASSWORD}@127.0.0.1:{}/repo/",
+            server.port
+        ),
         ..Registry::default()
     }];
     let artifact = Artifact {
@@ -484,10 +490,13 @@ async fn http_registry_with_credentials_and_404() {
         )),
         "{output}"
     );
-    assert!(!output.contains("pw"), "{output}");
+    // The password is distinctive: a short one ("pw") also turned up by chance
+    // inside the random temporary directory names the output prints.
+    assert!(!output.contains(REGISTRY_PASSWORD), "{output}");
+    // base64 of "agent:registry-Pa55-q7Zk".
     assert_eq!(
         server.auth.lock().unwrap().as_slice(),
-        ["Basic YWdlbnQ6cHc="]
+        ["Basic YWdlbnQ6cmVnaXN0cnktUGE1NS1xN1pr"]
     );
     assert_eq!(
         observe_web(fx.driver()).await.unwrap().health,
@@ -549,7 +558,7 @@ async fn https_registry_with_its_ca_and_an_untrusted_one() {
         }
     });
     let server = LocalServer::loopback_https(&ca, handler).await.unwrap();
-    let url = format!("https://agent:pw@{}/repo/", server.addr());
+    let url = format!("https://agent:{REGISTRY_PASSWORD}@{}/repo/", server.addr());
     let artifact = Artifact {
         uri: "demo/demo-1.0.0.tar.gz".into(),
         sha256: sha(&bytes),
@@ -622,9 +631,9 @@ async fn https_registry_with_its_ca_and_an_untrusted_one() {
         )),
         "{output}"
     );
-    assert!(!output.contains("pw"), "{output}");
+    assert!(!output.contains(REGISTRY_PASSWORD), "{output}");
     // The same-host redirect keeps the credentials.
-    let basic = Some("Basic YWdlbnQ6cHc=".to_string());
+    let basic = Some("Basic YWdlbnQ6cmVnaXN0cnktUGE1NS1xN1pr".to_string());
     assert_eq!(auth.lock().unwrap().clone(), vec![basic.clone(), basic]);
     assert_eq!(get(port, "/version").await.unwrap(), (200, "1.0.0".into()));
 }
