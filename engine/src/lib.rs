@@ -101,6 +101,7 @@ mod apply;
 pub mod artifact;
 pub mod audit;
 pub mod canary;
+pub mod canary_history;
 pub mod canary_record;
 pub mod cluster_key;
 pub mod command;

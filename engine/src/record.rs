@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
+use crate::canary_history::CanaryHistory;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
@@ -66,6 +67,8 @@ pub enum RecordKey {
     AuditLog(String),
     /// An operator token, by name.
     Token(String),
+    /// A canary's history, by the canary's id.
+    CanaryHistory(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -88,6 +91,7 @@ const TAG_ROLE_BINDING: u8 = 17;
 const TAG_WRITE_AUDIT: u8 = 18;
 const TAG_AUDIT_LOG: u8 = 19;
 const TAG_TOKEN: u8 = 20;
+const TAG_CANARY_HISTORY: u8 = 21;
 
 impl RecordKey {
     /// Stable byte encoding: a table tag, then the UTF-8 name.
@@ -113,6 +117,7 @@ impl RecordKey {
             RecordKey::WriteAudit(n) => (TAG_WRITE_AUDIT, n),
             RecordKey::AuditLog(n) => (TAG_AUDIT_LOG, n),
             RecordKey::Token(n) => (TAG_TOKEN, n),
+            RecordKey::CanaryHistory(n) => (TAG_CANARY_HISTORY, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -145,6 +150,7 @@ impl RecordKey {
             TAG_WRITE_AUDIT => Some(RecordKey::WriteAudit(name)),
             TAG_AUDIT_LOG => Some(RecordKey::AuditLog(name)),
             TAG_TOKEN => Some(RecordKey::Token(name)),
+            TAG_CANARY_HISTORY => Some(RecordKey::CanaryHistory(name)),
             _ => None,
         }
     }
@@ -212,6 +218,8 @@ pub enum Record {
     AuditLog(AuditLog),
     /// See [`OperatorToken`].
     Token(OperatorToken),
+    /// See [`CanaryHistory`].
+    CanaryHistory(CanaryHistory),
 }
 
 wire_tags! {
@@ -236,6 +244,7 @@ wire_tags! {
         WriteAudit = 17,
         AuditLog = 18,
         Token = 19,
+        CanaryHistory = 20,
     }
     retired []
 }
@@ -290,6 +299,7 @@ impl Record {
             Record::WriteAudit(w) => RecordKey::WriteAudit(WriteAudit::key_name(w.index)),
             Record::AuditLog(_) => RecordKey::AuditLog(AUDIT_LOG_KEY.to_string()),
             Record::Token(t) => RecordKey::Token(t.name.clone()),
+            Record::CanaryHistory(h) => RecordKey::CanaryHistory(h.canary.clone()),
         }
     }
 }
@@ -321,6 +331,7 @@ mod tests {
             RecordKey::WriteAudit("00000000000000000009".into()),
             RecordKey::AuditLog("writes".into()),
             RecordKey::Token("ci".into()),
+            RecordKey::CanaryHistory("prod/demo".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

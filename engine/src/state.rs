@@ -106,6 +106,8 @@ pub struct State {
     pub(crate) audit_log: Table<crate::audit::AuditLog>,
     /// Operator tokens by name, found by their secret's hash.
     pub(crate) tokens: Table<crate::token::OperatorToken>,
+    /// Each canary's samples over time, by canary id.
+    pub(crate) canary_history: Table<crate::canary_history::CanaryHistory>,
     pub(crate) idx: Indexes,
 }
 
@@ -165,8 +167,25 @@ impl State {
                 | RecordKey::AuditLog(_) => {}
                 RecordKey::RoleBinding(name) => self.check_role_binding(name),
                 RecordKey::Token(name) => self.check_token(name),
+                RecordKey::CanaryHistory(id) => self.check_canary_history(id),
             }
         }
+    }
+
+    /// A history belongs to a canary that exists (deleting a canary deletes its history), and
+    /// stays within its bound.
+    fn check_canary_history(&self, id: &str) {
+        let Some(h) = self.canary_history.get(id) else {
+            return;
+        };
+        assert!(
+            self.canaries.contains_key(id),
+            "history of a deleted canary {id}"
+        );
+        assert!(
+            h.samples.len() <= crate::canary_history::CANARY_HISTORY_KEPT,
+            "history of {id} beyond its bound"
+        );
     }
 
     /// A token's binding belongs to a token that exists (revoking removes its bindings).
@@ -700,6 +719,11 @@ impl State {
     /// One canary.
     pub fn canary(&self, id: &str) -> Option<&Canary> {
         self.canaries.get(id)
+    }
+
+    /// The samples of canary `id` over time, if it has taken a step.
+    pub fn canary_history(&self, id: &str) -> Option<&crate::canary_history::CanaryHistory> {
+        self.canary_history.get(id)
     }
 
     /// Every canary, by id.

@@ -13,6 +13,7 @@ use hub_identity::Identity;
 
 use crate::activity::Activity;
 use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
+use crate::canary_history::CanaryHistory;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
 use crate::entity::Entity;
@@ -68,6 +69,7 @@ named_rows! {
     Canary => Canary, |c| c.id.clone(), CanaryIndex;
     ClusterKey => ClusterKey, |k| k.name.clone(), ();
     OperatorToken => Token, |t| t.name.clone(), TokenIndex;
+    CanaryHistory => CanaryHistory, |h| h.canary.clone(), ();
 }
 
 lookups_index! {
@@ -418,4 +420,5 @@ state_tables! {
     write_audit: WriteAudit,
     audit_log: AuditLog,
     tokens: Token,
+    canary_history: CanaryHistory,
 }

@@ -173,6 +173,24 @@ fn a_release_is_analysed_by_the_canary_and_every_step_reaches_the_agent_in_order
             assert_eq!(canary, *weight, "step {step}");
         }
     }
+    // The history has one sample per committed tick, oldest first, ending where the status
+    // is, with the metric values each tick judged.
+    let history = hub.state.canary_history(ID).expect("history");
+    let last = history.samples.back().expect("a sample");
+    assert_eq!(
+        (last.phase, last.canary_weight, last.step + 1),
+        (c.status.phase, c.status.canary_weight, c.status.step)
+    );
+    assert!(history
+        .samples
+        .iter()
+        .zip(history.samples.iter().skip(1))
+        .all(|(a, b)| a.step < b.step && a.time_ms <= b.time_ms));
+    let weights_charted: Vec<u8> = history.samples.iter().map(|s| s.canary_weight).collect();
+    assert!(weights_charted.contains(&50), "{weights_charted:?}");
+    let judged: Vec<_> = history.samples.iter().flat_map(|s| &s.metrics).collect();
+    assert!(!judged.is_empty(), "the analysis judged metrics");
+    assert!(judged.iter().all(|(_, v)| *v == Some(99_500)), "{judged:?}");
     // No plan but canary steps since the install.
     assert!(hub
         .state
@@ -289,7 +307,12 @@ fn deleting_with_revert_supersedes_pending_steps_with_a_restore_plan() {
     });
     hub.step();
     let init = tick(&mut hub).expect("initialize plan");
+    assert!(hub.state.canary_history(ID).is_some());
     hub.ok(Command::DeleteCanary { id: ID.into() });
+    assert!(
+        hub.state.canary_history(ID).is_none(),
+        "deleted with its canary"
+    );
     assert_eq!(hub.plan(&init).status, PlanStatus::Cancelled);
     let restore = hub.active(&e).expect("restore plan");
     let PlanKind::CanaryStep(spec) = &restore.kind else {

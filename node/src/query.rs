@@ -657,12 +657,16 @@ pub fn answer(
             .filter(|c| environment.as_ref().is_none_or(|e| *e == c.environment))
             .map(|c| canary_view(c, false))
             .collect::<Vec<_>>() }),
-        Query::Canary { id } => canary_view(
-            state
-                .canary(id)
-                .ok_or_else(|| QueryError::NotFound(format!("canary {id:?} not found")))?,
-            true,
-        ),
+        Query::Canary { id } => {
+            let mut v = canary_view(
+                state
+                    .canary(id)
+                    .ok_or_else(|| QueryError::NotFound(format!("canary {id:?} not found")))?,
+                true,
+            );
+            v["history"] = canary_history_view(state.canary_history(id));
+            v
+        }
         Query::ChangeRequest { id } => change_request_view(
             state
                 .change_request(id)
@@ -745,6 +749,21 @@ fn canary_view(c: &hub_engine::canary_record::Canary, full: bool) -> Value {
         v["queued_steps"] = json!(c.queued.len());
     }
     v
+}
+
+/// A canary's samples, oldest first: where each committed step left phase and weight, and
+/// the metric values it judged (in the metric's unit: thousandths are divided out).
+fn canary_history_view(history: Option<&hub_engine::canary_history::CanaryHistory>) -> Value {
+    let samples = history.map(|h| h.samples.iter()).into_iter().flatten();
+    json!(samples
+        .map(|s| json!({
+            "time": format_time(s.time_ms), "time_ms": s.time_ms, "step": s.step,
+            "phase": s.phase.as_str(), "canary_weight": s.canary_weight,
+            "metrics": s.metrics.iter()
+                .map(|(name, v)| (name.clone(), json!(v.map(|m| m as f64 / 1000.0))))
+                .collect::<serde_json::Map<_, _>>(),
+        }))
+        .collect::<Vec<_>>())
 }
 
 fn modules_view(state: &State) -> Value {

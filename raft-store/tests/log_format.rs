@@ -41,6 +41,7 @@ use hub_engine::canary::{
     WebhookType,
 };
 use hub_engine::canary::{CanaryObservation, CanaryRevision, CanaryStepSpec, MetricWindow};
+use hub_engine::canary_history::{CanaryHistory, CanarySample};
 use hub_engine::canary_record::Canary;
 use hub_engine::cluster_key::{ClusterKey, SecretKey, CANARY_REVISION_KEY};
 use hub_engine::command::{
@@ -921,6 +922,28 @@ fn records() -> Vec<Record> {
             created_ms: T0 + 25,
             expires_ms: Some(T0 + 86_400_000),
             created_by: s("operator/root"),
+        }),
+        Record::CanaryHistory(CanaryHistory {
+            canary: s("prod/web"),
+            samples: VecDeque::from([
+                CanarySample {
+                    time_ms: T0 + 26,
+                    step: 4,
+                    phase: Phase::Progressing,
+                    canary_weight: 20,
+                    metrics: vec![
+                        (s("request-success-rate"), Some(99_500)),
+                        (s("request-duration"), None),
+                    ],
+                },
+                CanarySample {
+                    time_ms: T0 + 27,
+                    step: 5,
+                    phase: Phase::Failed,
+                    canary_weight: 0,
+                    metrics: vec![],
+                },
+            ]),
         }),
     ]
 }

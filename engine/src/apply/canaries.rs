@@ -8,6 +8,7 @@ use crate::canary::{
     CanaryStatus, CanaryStepSpec, Manual, MetricSource, Phase, Strategy, TickInput,
     MAX_OBSERVATIONS, MAX_SPARE_REVISIONS, MAX_WINDOWS,
 };
+use crate::canary_history::{CanaryHistory, CanarySample};
 use crate::canary_record::{action_label, Canary};
 use crate::command::CommandOutput;
 use crate::entity::EntityId;
@@ -212,6 +213,7 @@ impl State {
             self.issue_canary_step(id, &outcome.actions, tx);
         }
         self.canaries.remove(id, &mut tx.changed);
+        self.canary_history.remove(id, &mut tx.changed);
         let mut summary = format!("canary {id} deleted");
         if !outcome.actions.is_empty() {
             summary.push_str(&format!(
@@ -261,6 +263,8 @@ impl State {
         debug_assert_eq!(outcome.status.step, step + 1, "a tick advances one step");
         let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, tx);
         let weight = self.canaries.get(id).map_or(0, |c| c.status.canary_weight);
+        let metrics = input.metrics.iter().map(|(n, v)| (n.clone(), *v)).collect();
+        self.record_sample(id, step, metrics, tx);
         let summary = with_events(
             format!(
                 "canary {id} step {step}: {} -> {}, weight {weight}",
@@ -299,6 +303,7 @@ impl State {
         let outcome = advance(&c.spec, &c.status, &input, now);
         let step = c.status.step;
         let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, tx);
+        self.record_sample(id, step, Vec::new(), tx);
         let summary = with_events(
             format!(
                 "canary {id}: {} ({} -> {})",
@@ -336,6 +341,33 @@ impl State {
         drop(c);
         self.issue_canary_step(id, &actions, tx);
         (before, after)
+    }
+
+    /// Appends where step `step` left canary `id` to its history, with the metric values the
+    /// step judged.
+    fn record_sample(
+        &mut self,
+        id: &str,
+        step: u64,
+        metrics: Vec<(String, Option<i64>)>,
+        tx: &mut Tx,
+    ) {
+        let Some(status) = self.canaries.get(id).map(|c| c.status.clone()) else {
+            return;
+        };
+        let sample = CanarySample {
+            time_ms: tx.now,
+            step,
+            phase: status.phase,
+            canary_weight: status.canary_weight,
+            metrics,
+        };
+        self.canary_history
+            .get_or_insert_with(id.to_string(), &mut tx.changed, || CanaryHistory {
+                canary: id.to_string(),
+                ..CanaryHistory::default()
+            })
+            .push(sample);
     }
 
     /// Notes `summary` in the activity of the canary's entity, if it still exists.
