@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building the hub needs on Debian, if missing: a C++ toolchain and libclang
 # (bindgen, for RocksDB), the system's CA certificates (ca-certificates: the roots https
-# registries, webhooks and Prometheus are verified against), and for the chaos runner's
-# partitions iproute2 and nftables.
+# registries, webhooks and Prometheus are verified against), for the chaos runner's
+# partitions iproute2 and nftables, and for the dashboard's browser test (tests/dashboard.rs)
+# Chromium with a font.
 # Sourced by the other scripts; idempotent.
 set -euo pipefail
 
@@ -12,6 +13,8 @@ dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 [ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
+[ -x /usr/bin/chromium ] || need+=(chromium)
+dpkg -s fonts-dejavu-core >/dev/null 2>&1 || need+=(fonts-dejavu-core)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}" >&2
   SUDO=""

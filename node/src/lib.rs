@@ -23,6 +23,8 @@
 //! - [`transport`]: the node's TLS material from flags (or `--insecure` on loopback).
 //! - [`status`]: the gRPC status of a refused command.
 //! - [`cli`]: `hubctl`'s commands.
+//! - [`metrics`], [`metrics_server`] and [`dashboard`]: the node's Prometheus metrics and its
+//!   web dashboard, on HTTPS listeners sharing [`http_serve`]'s connection loop.
 //! - `fault_layer` (chaos builds and tests only): transport faults the chaos runner switches.
 
 pub mod agent_api;
@@ -34,8 +36,10 @@ pub mod canary_controller;
 pub mod cli;
 pub mod client;
 pub mod cluster_keys;
+pub mod dashboard;
 #[cfg(any(test, feature = "chaos-faults"))]
 pub mod fault_layer;
+pub mod http_serve;
 pub mod leader;
 pub mod metrics;
 pub mod metrics_server;

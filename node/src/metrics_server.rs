@@ -4,20 +4,18 @@
 //! any role (a viewer's read), or a node. Without one the answer is 401, with the wrong one
 //! 403; never data. With `--insecure` (loopback only) it is plain HTTP, open to the loopback.
 //!
-//! Requests are bounded: a connection gets at most a small header block, one scrape at a time
-//! per connection, and the listener's connection cap and handshake deadline.
+//! Requests are bounded by [`crate::http_serve`]: a small header block, a few streams per
+//! connection, the listener's connection cap and handshake deadline.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio_stream::StreamExt;
+
+use crate::http_serve::HttpLimits;
 
 use crate::auth::{Caller, Policy};
 use crate::node::HubNode;
@@ -25,11 +23,13 @@ use crate::node::HubNode;
 /// The content type of the OpenMetrics text format.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Longest time one connection is kept (scrapes are short; a client holding connections
-/// open cannot keep the listener's few slots for long).
-const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
-/// How long a scrape in flight at the end of a connection's lifetime may still take.
-const GRACE: Duration = Duration::from_secs(10);
+/// Scrapes are short: a client holding connections open cannot keep the few slots for long.
+const LIMITS: HttpLimits = HttpLimits {
+    max_connections: 64,
+    lifetime: Duration::from_secs(60),
+    grace: Duration::from_secs(10),
+    max_streams: 4,
+};
 
 /// Serves `/metrics` on `listener` until the process ends.
 pub async fn serve(
@@ -38,41 +38,11 @@ pub async fn serve(
     node: Arc<HubNode>,
     policy: Policy,
 ) {
-    let mut incoming = hub_tls::server::incoming(
-        listener,
-        mode,
-        hub_tls::server::Limits {
-            max_connections: 64,
-            ..Default::default()
-        },
-    );
-    while let Some(conn) = incoming.next().await {
-        let Ok(conn) = conn else { continue };
-        let info = conn.info().clone();
-        let (node, policy) = (node.clone(), policy.clone());
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let answer = answer(&node, &policy, &info, &req);
-                async move { Ok::<_, Infallible>(answer) }
-            });
-            let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder.http1().max_buf_size(16 << 10);
-            builder
-                .http2()
-                .max_header_list_size(16 << 10)
-                .max_concurrent_streams(4);
-            let served = builder.serve_connection(TokioIo::new(conn), service);
-            tokio::pin!(served);
-            tokio::select! {
-                _ = served.as_mut() => {}
-                _ = tokio::time::sleep(CONNECTION_LIFETIME) => {
-                    // A scrape in flight finishes; the client reconnects for the next one.
-                    served.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(GRACE, served).await;
-                }
-            }
-        });
-    }
+    crate::http_serve::serve(listener, mode, LIMITS, move |info, req| {
+        let answer = answer(&node, &policy, &info, &req);
+        async move { answer }
+    })
+    .await;
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {

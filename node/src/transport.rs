@@ -53,8 +53,8 @@ pub struct Transport {
     pub insecure: bool,
     /// How the gRPC listener handshakes.
     pub listener: ListenerMode,
-    /// How the HTTP listeners (metrics) handshake: the same certificate and CA, speaking
-    /// HTTP/2 or HTTP/1.1.
+    /// How the HTTP listeners (metrics, dashboard) handshake: the same certificate and CA,
+    /// speaking HTTP/2 or HTTP/1.1.
     pub http_listener: ListenerMode,
     /// How this node dials peers.
     pub connector: Connector,

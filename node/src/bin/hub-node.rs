@@ -103,6 +103,10 @@ struct Args {
     /// on loopback with --insecure).
     #[arg(long, value_name = "ADDR", env = "HUB_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Serve the web dashboard at https://ADDR/, with this node's certificate, to operators
+    /// who log in with a token (docs/DASHBOARD.md); plain HTTP on loopback with --insecure.
+    #[arg(long, value_name = "ADDR", env = "HUB_HTTP_LISTEN")]
+    http_listen: Option<SocketAddr>,
     /// Chaos builds only: read partitions from DATA/chaos-faults.json (`{"cut_to":[ids]}`)
     /// and drop every message to those nodes. For the chaos runner without root.
     #[cfg(feature = "chaos-faults")]
@@ -190,13 +194,15 @@ async fn run() -> anyhow::Result<()> {
         args.listen,
         args.advertise.as_deref(),
     )?;
-    if let Some(addr) = args
-        .metrics_listen
-        .filter(|a| args.insecure && !a.ip().is_loopback())
-    {
-        anyhow::bail!(
-            "--metrics-listen: refused because {addr} is not a loopback address and --insecure serves metrics to anyone"
-        );
+    for (flag, addr) in [
+        ("--metrics-listen", args.metrics_listen),
+        ("--http-listen", args.http_listen),
+    ] {
+        if let Some(addr) = addr.filter(|a| args.insecure && !a.ip().is_loopback()) {
+            anyhow::bail!(
+                "{flag}: refused because {addr} is not a loopback address and --insecure serves it to anyone"
+            );
+        }
     }
     // Bind first: a port in use fails before the data directory is touched.
     let listener = TcpListener::bind(args.listen)
@@ -207,6 +213,14 @@ async fn run() -> anyhow::Result<()> {
             TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("--metrics-listen {addr}: cannot bind"))?,
+        ),
+        None => None,
+    };
+    let http_listener = match args.http_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--http-listen {addr}: cannot bind"))?,
         ),
         None => None,
     };
@@ -300,6 +314,11 @@ async fn run() -> anyhow::Result<()> {
             node.clone(),
             policy.clone(),
         ));
+    }
+    if let Some(l) = http_listener {
+        tracing::info!(addr = %l.local_addr()?, "dashboard at /");
+        let dashboard = hub_node::dashboard::Dashboard::new(node.clone(), policy.clone());
+        tokio::spawn(dashboard.serve(l, transport.http_listener.clone()));
     }
     let incoming = hub_tls::server::incoming(
         listener,
