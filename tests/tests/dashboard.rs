@@ -5,8 +5,8 @@
 //! audit as the token. The API refuses a caller without a token (401), an identity without a
 //! role, a node or an agent (403), and bad or oversized bodies (400, 413), changing nothing.
 //!
-//! With `HUB_SCREENSHOTS=DIR` set, the test saves its screenshots there (the README's come
-//! from this test).
+//! The test saves its screenshots in `CARGO_TARGET_TMPDIR/dashboard-screenshots`, or in
+//! `HUB_SCREENSHOTS=DIR` (the README's come from this test).
 
 use std::ffi::OsStr;
 use std::path::PathBuf;
@@ -113,15 +113,18 @@ fn open(tab: &Tab, hash: &str, page: &str) {
     );
 }
 
-/// Saves a screenshot as `DIR/<name>.png` when `HUB_SCREENSHOTS=DIR` is set.
+/// Saves a screenshot as `<name>.png` in `HUB_SCREENSHOTS`, or else in the test's output
+/// directory (`CARGO_TARGET_TMPDIR/dashboard-screenshots`).
 fn screenshot(tab: &Tab, name: &str) {
-    let Some(dir) = std::env::var_os("HUB_SCREENSHOTS") else {
-        return;
-    };
+    let dir = std::env::var_os("HUB_SCREENSHOTS").map_or_else(
+        || PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots"),
+        PathBuf::from,
+    );
+    std::fs::create_dir_all(&dir).expect("screenshot dir");
     let png = tab
         .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
         .expect("screenshot");
-    std::fs::write(PathBuf::from(dir).join(format!("{name}.png")), png).expect("save");
+    std::fs::write(dir.join(format!("{name}.png")), png).expect("save");
 }
 
 /// Logs in at `url` with `token`, waiting for the cluster page.
@@ -282,6 +285,7 @@ fn the_dashboard_follows_a_rollout_live_and_offers_only_what_roles_permit() {
         .cloned()
         .expect("a follower");
     let viewer = token(c, "watcher", &["--role", "viewer"]);
+    let nobody = token(c, "nobody", &[]);
     let cr = change_request(c);
     let approver = token(
         c,
@@ -313,6 +317,15 @@ fn the_dashboard_follows_a_rollout_live_and_offers_only_what_roles_permit() {
             .unwrap_or("")
             .contains("not known to this hub"),
         "{refused}"
+    );
+
+    // A token holding no role may see nothing: the login form says so.
+    login(&tab, &url, &nobody);
+    wait_js(
+        &tab,
+        "document.querySelector('#login-error').textContent.includes('token/nobody holds no role')",
+        "a roleless token refused",
+        CONVERGE_TIMEOUT,
     );
 
     // The viewer: the cluster page shows the three members and the leader.
@@ -359,6 +372,25 @@ fn the_dashboard_follows_a_rollout_live_and_offers_only_what_roles_permit() {
             &format!("document.querySelectorAll('{row} button').length")
         ),
         0
+    );
+    // And if the viewer's page asked anyway, the hub refuses it, naming the missing role.
+    let asked = tab
+        .evaluate(
+            &format!(
+                "fetch('/api/action', {{method: 'POST', headers: {{authorization: 'Bearer ' + \
+                 sessionStorage.getItem('hub-token'), 'content-type': 'application/json'}}, \
+                 body: JSON.stringify({{action: 'approve_change_request', id: {}}})}})\
+                 .then(async r => r.status + ' ' + (await r.json()).error)",
+                json!(cr)
+            ),
+            true,
+        )
+        .expect("fetch")
+        .value;
+    let asked = asked.as_ref().and_then(Value::as_str).unwrap_or("");
+    assert!(
+        asked.starts_with("403 ") && asked.contains("needs approver on staging"),
+        "{asked}"
     );
 
     // The approver of staging is offered Approve, and the click is audited as the token.

@@ -231,6 +231,10 @@ async function trySession(token) {
   const gen = ++S.authGen;
   const session = await request('GET', '/api/session', undefined, token);
   if (gen !== S.authGen) return false;
+  if (session && session.may_read === false) {
+    // Known, but holding no role: there is nothing this token may see.
+    throw new Error(session.identity + ' holds no role: an admin grants one with hubctl role bind');
+  }
   enterApp(token, session || {});
   return true;
 }
