@@ -81,7 +81,8 @@ pub struct FailoverClient {
 
 fn connection_lost(s: &Status) -> bool {
     // tonic reports a broken or refused connection as Unavailable/Unknown with a transport
-    // message; the hub's own "no leader"/"no quorum" answers are not connection failures.
+    // message; the hub's own "no leader"/"no quorum" answers are not connection failures. A
+    // node's "cut off" answer is one: that node cannot reach the leader, another may.
     matches!(
         s.code(),
         tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
@@ -142,13 +143,42 @@ impl FailoverClient {
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 
-    /// Calls `f` on the first endpoint that answers.
+    /// Calls `f` on the first endpoint that answers. When every endpoint fails and one of
+    /// them answered that it is cut off from the leader (it is up, so the cluster may be
+    /// electing one), the endpoints are tried again, with a growing pause, until the client's
+    /// timeout has passed since the call began.
     pub async fn call<T, F, Fut>(&self, mut f: F) -> Result<T, ClientError>
     where
         F: FnMut(HubApi) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
+        let began = tokio::time::Instant::now();
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let (errors, cut_off) = match self.one_pass(&mut f).await {
+                Ok(r) => return r,
+                Err(failed) => failed,
+            };
+            if !cut_off || began.elapsed() + pause >= self.timeout {
+                return Err(ClientError::Unreachable(errors.join("; ")));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// One pass over the endpoints: the first answer, or every endpoint's error and whether
+    /// one of them said it is cut off.
+    async fn one_pass<T, F, Fut>(
+        &self,
+        f: &mut F,
+    ) -> Result<Result<T, ClientError>, (Vec<String>, bool)>
+    where
+        F: FnMut(HubApi) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
         let mut errors = Vec::new();
+        let mut cut_off = false;
         for addr in &self.endpoints {
             let client = match tokio::time::timeout(self.timeout, self.dial(addr)).await {
                 Ok(Ok(c)) => c,
@@ -162,14 +192,15 @@ impl FailoverClient {
                 }
             };
             match tokio::time::timeout(self.timeout, f(client)).await {
-                Ok(Ok(r)) => return Ok(r.into_inner()),
+                Ok(Ok(r)) => return Ok(Ok(r.into_inner())),
                 Ok(Err(s)) if connection_lost(&s) => {
+                    cut_off |= s.message().starts_with("cut off");
                     errors.push(format!("{addr}: {}", s.message()))
                 }
-                Ok(Err(s)) => return Err(ClientError::Status(s)),
+                Ok(Err(s)) => return Ok(Err(ClientError::Status(s))),
                 Err(_) => errors.push(format!("{addr}: no answer within {:?}", self.timeout)),
             }
         }
-        Err(ClientError::Unreachable(errors.join("; ")))
+        Err((errors, cut_off))
     }
 }

@@ -7,6 +7,8 @@
 //! - [`agent_wire`]: the agent API's typed contract: engine enums to proto enums and back,
 //!   refused reports as data.
 //! - [`propose`]: the one way into the log: stamps the time and calls `client_write`.
+//! - [`leader_contact`]: whether this node is cut off from the leader (or, as leader, from a
+//!   majority), so it refuses writes and linearizable reads at once.
 //! - [`leader`]: starts and stops the leader-only loops once per [`term`]:
 //!   - [`orchestrator`]: evaluates entities and proposes the decisions (plans);
 //!   - [`canary_controller`]: prepares and proposes canary ticks;
@@ -41,6 +43,7 @@ pub mod dashboard;
 pub mod fault_layer;
 pub mod http_serve;
 pub mod leader;
+pub mod leader_contact;
 pub mod metrics;
 pub mod metrics_server;
 pub mod network;

@@ -97,6 +97,10 @@ pub struct HubNode {
     pub metrics: Arc<crate::metrics::NodeMetrics>,
     /// When the last shared read barrier started (see [`HubNode::shared_read_barrier`]).
     barrier: tokio::sync::Mutex<Option<Instant>>,
+    /// When a leader last reached this node (see [`crate::leader_contact`]).
+    pub leader_contact: Arc<crate::leader_contact::LeaderContact>,
+    /// Silence after which this node counts itself cut off: the longest election timeout.
+    cut_off_after: Duration,
 }
 
 /// The CA bundles of the replicated registries, by SHA-256, for the artifact checker.
@@ -115,6 +119,18 @@ fn ca_source(state: SharedState) -> crate::artifacts::CaSource {
             });
         pem
     })
+}
+
+/// How often a call in flight checks whether this node became cut off.
+const CUT_OFF_CHECK: Duration = Duration::from_millis(100);
+
+/// A cut-off refusal of a write this node already sent to a leader: it may still commit.
+fn sent_before(refusal: &Status) -> Status {
+    Status::unavailable(format!(
+        "{}; the write was sent before and may still commit: retrying with the same request id \
+         applies it at most once",
+        refusal.message()
+    ))
 }
 
 /// The error a client sees when no leader can be found in time.
@@ -199,7 +215,58 @@ impl HubNode {
             auth_stats: Arc::default(),
             metrics: Arc::default(),
             barrier: tokio::sync::Mutex::new(None),
+            leader_contact: Arc::default(),
+            cut_off_after: Duration::from_millis(cfg.election_max_ms),
         }))
+    }
+
+    /// Why this node answers writes and linearizable reads with UNAVAILABLE now, if it
+    /// does: as a follower (or candidate, or learner) it has not heard from a leader, as the
+    /// leader no majority has acknowledged it, for longer than the longest election timeout.
+    /// A one-voter cluster is never cut off. See [`crate::leader_contact`].
+    pub fn cut_off(&self) -> Option<Status> {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        if m.membership_config.membership().voter_ids().count() <= 1 {
+            return None;
+        }
+        let (silence, what) = match m.state {
+            ServerState::Shutdown => return None,
+            // Not yet acknowledged by a majority (just elected): not cut off.
+            ServerState::Leader => (
+                openraft::Instant::elapsed(&**m.last_quorum_acked.as_ref()?),
+                "no majority has acknowledged this leader",
+            ),
+            ServerState::Follower | ServerState::Candidate | ServerState::Learner => (
+                self.leader_contact.silence(),
+                "this node has not heard from a leader",
+            ),
+        };
+        if silence <= self.cut_off_after {
+            return None;
+        }
+        let members: Vec<String> = m
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, n)| format!("{id}={}", n.addr))
+            .collect();
+        Some(Status::unavailable(format!(
+            "cut off: {what} for {} ms; try another member: {}",
+            silence.as_millis(),
+            members.join(", ")
+        )))
+    }
+
+    /// Resolves once this node is cut off (checked every heartbeat's worth of time, at most
+    /// every 100 ms), with the refusal to answer.
+    async fn until_cut_off(&self) -> Status {
+        loop {
+            if let Some(refusal) = self.cut_off() {
+                return refusal;
+            }
+            tokio::time::sleep(CUT_OFF_CHECK).await;
+        }
     }
 
     /// The leader this node currently knows, with its address.
@@ -333,16 +400,30 @@ impl HubNode {
             )));
         }
         let deadline = Instant::now() + self.request_timeout;
+        let mut sent = false;
         loop {
-            let attempt = match self.leader() {
-                Some((leader, _)) if leader == self.id => {
-                    self.propose_local(command.clone(), request_id.clone(), deadline)
-                        .await
+            if let Some(refusal) = self.cut_off() {
+                return Err(if sent { sent_before(&refusal) } else { refusal });
+            }
+            let leader = self.leader();
+            sent |= leader.is_some();
+            let attempt = async {
+                match leader {
+                    Some((leader, _)) if leader == self.id => {
+                        self.propose_local(command.clone(), request_id.clone(), deadline)
+                            .await
+                    }
+                    Some((leader, addr)) => {
+                        self.forward(leader, &addr, encoded.clone(), deadline).await
+                    }
+                    None => Attempt::Retry,
                 }
-                Some((leader, addr)) => {
-                    self.forward(leader, &addr, encoded.clone(), deadline).await
-                }
-                None => Attempt::Retry,
+            };
+            // An attempt in flight when this node becomes cut off is given up (it may still
+            // commit): the caller hears at once and can move on.
+            let attempt = tokio::select! {
+                attempt = attempt => attempt,
+                refusal = self.until_cut_off() => return Err(sent_before(&refusal)),
             };
             match attempt {
                 Attempt::Done(r) => return r,
@@ -380,6 +461,11 @@ impl HubNode {
             return Err(Status::permission_denied(
                 "evaluations and canary ticks are proposed by the leader only, never forwarded",
             ));
+        }
+        // A leader no majority acknowledges would only wait out the timeout: the forwarding
+        // node hears so at once (nothing was proposed) and tells its caller.
+        if let Some(refusal) = self.cut_off() {
+            return Err(refusal);
         }
         let deadline = Instant::now() + self.request_timeout;
         match self.propose_local(command, request_id, deadline).await {
@@ -437,6 +523,13 @@ impl HubNode {
         match tokio::time::timeout_at(deadline, client.forward(req)).await {
             Err(_) => Attempt::Retry,
             Ok(Ok(reply)) => Attempt::Done(Ok(reply.into_inner())),
+            // The leader refused before proposing: this node's callers are cut off with it.
+            Ok(Err(status)) if status.message().starts_with("cut off") => {
+                Attempt::Done(Err(Status::unavailable(format!(
+                    "cut off: the leader, node {leader}, answered: {}",
+                    status.message()
+                ))))
+            }
             Ok(Err(status)) if is_transient(&status) => {
                 tracing::debug!(leader, error = %status.message(), "forward failed; retrying");
                 Attempt::Retry
@@ -453,24 +546,24 @@ impl HubNode {
         }
         let deadline = Instant::now() + self.request_timeout;
         loop {
-            let attempt = match self.leader() {
-                Some((leader, _)) if leader == self.id => {
-                    match tokio::time::timeout_at(
-                        deadline,
-                        self.raft.ensure_linearizable(ReadPolicy::ReadIndex),
-                    )
-                    .await
-                    {
-                        Err(_) => Attempt::Done(Err(no_quorum(self.request_timeout))),
-                        Ok(Ok(_)) => Attempt::Done(Ok(())),
-                        Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(_)))) => {
-                            Attempt::Retry
-                        }
-                        Ok(Err(e)) => Attempt::Done(Err(Status::unavailable(e.to_string()))),
+            if let Some(refusal) = self.cut_off() {
+                return Err(refusal);
+            }
+            let attempt = async {
+                match self.leader() {
+                    Some((leader, _)) if leader == self.id => {
+                        self.leader_read_barrier(deadline).await
                     }
+                    Some((leader, addr)) => {
+                        self.follower_read_barrier(leader, &addr, deadline).await
+                    }
+                    None => Attempt::Retry,
                 }
-                Some((leader, addr)) => self.follower_read_barrier(leader, &addr, deadline).await,
-                None => Attempt::Retry,
+            };
+            // A read has no effect: given up as soon as this node is cut off.
+            let attempt = tokio::select! {
+                attempt = attempt => attempt,
+                refusal = self.until_cut_off() => return Err(refusal),
             };
             match attempt {
                 Attempt::Done(r) => return r,
@@ -479,6 +572,23 @@ impl HubNode {
                 }
                 Attempt::Retry => self.wait_for_change(deadline).await,
             }
+        }
+    }
+
+    /// The read index of this node as leader, confirmed by a majority.
+    async fn leader_read_barrier(&self, deadline: Instant) -> Attempt<()> {
+        match tokio::time::timeout_at(
+            deadline,
+            self.raft.ensure_linearizable(ReadPolicy::ReadIndex),
+        )
+        .await
+        {
+            Err(_) => Attempt::Done(Err(no_quorum(self.request_timeout))),
+            Ok(Ok(_)) => Attempt::Done(Ok(())),
+            Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(_)))) => {
+                Attempt::Retry
+            }
+            Ok(Err(e)) => Attempt::Done(Err(Status::unavailable(e.to_string()))),
         }
     }
 

@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use hub_proto::raft_server::Raft as RaftRpc;
 use hub_proto::{RaftReply, RaftRequest, SnapshotChunk};
-use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
 use raft_store::codec::{self, Limit};
 use raft_store::{Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
+
+use crate::leader_contact::LeaderContact;
 
 /// Largest snapshot a node accepts.
 pub const MAX_SNAPSHOT_BYTES: usize = codec::MAX_SNAPSHOT_BYTES;
@@ -31,6 +33,8 @@ pub struct RaftService {
     receiving: tokio::sync::Mutex<()>,
     /// See [`SNAPSHOT_RECEIVE_DEADLINE`].
     receive_deadline: Duration,
+    /// Told of every AppendEntries and snapshot this node accepts from a leader.
+    contact: Arc<LeaderContact>,
 }
 
 /// A snapshot stream read to its end.
@@ -46,13 +50,14 @@ enum Received {
 }
 
 impl RaftService {
-    /// The service for `raft` in cluster `cluster_id`.
-    pub fn new(raft: Raft, cluster_id: Arc<str>) -> Self {
+    /// The service for `raft` in cluster `cluster_id`, recording leader contact in `contact`.
+    pub fn new(raft: Raft, cluster_id: Arc<str>, contact: Arc<LeaderContact>) -> Self {
         Self {
             raft,
             cluster_id,
             receiving: tokio::sync::Mutex::new(()),
             receive_deadline: SNAPSHOT_RECEIVE_DEADLINE,
+            contact,
         }
     }
 
@@ -168,9 +173,18 @@ impl RaftRpc for RaftService {
         &self,
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
-        self.handle(req, |raft, rpc: AppendEntriesRequest<TypeConfig>| async move {
-            raft.append_entries(rpc).await
-        })
+        let contact = self.contact.clone();
+        self.handle(
+            req,
+            |raft, rpc: AppendEntriesRequest<TypeConfig>| async move {
+                let result = raft.append_entries(rpc).await;
+                // Anything but a higher vote means the sender is this term's leader.
+                if matches!(&result, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+                    contact.heard();
+                }
+                result
+            },
+        )
         .await
     }
 
@@ -219,6 +233,9 @@ impl RaftRpc for RaftService {
             snapshot: Cursor::new(data),
         };
         let result = self.raft.install_full_snapshot(vote, snapshot).await;
+        if result.is_ok() {
+            self.contact.heard();
+        }
         // Installed: the next snapshot may come (a lost reply below must not hold the slot).
         drop(receiving);
         #[cfg(feature = "chaos-faults")]

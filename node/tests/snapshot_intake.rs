@@ -37,8 +37,12 @@ async fn start(dir: &std::path::Path, deadline: Duration) -> (String, std::sync:
         ),
     };
     let node = HubNode::start(&cfg).await.expect("start the node");
-    let svc = RaftService::new(node.raft.clone(), node.cluster_id.clone())
-        .with_receive_deadline(deadline);
+    let svc = RaftService::new(
+        node.raft.clone(),
+        node.cluster_id.clone(),
+        node.leader_contact.clone(),
+    )
+    .with_receive_deadline(deadline);
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(RaftServer::new(svc))

@@ -220,7 +220,9 @@ fn five_nodes_survive_two_failures_and_fail_cleanly_without_quorum() {
         out.elapsed
     );
     assert!(
-        out.stderr.contains("no leader") || out.stderr.contains("no quorum"),
+        out.stderr.contains("no leader")
+            || out.stderr.contains("no quorum")
+            || out.stderr.contains("cut off"),
         "the error does not say why: {}",
         out.describe()
     );
@@ -845,7 +847,9 @@ fn a_node_without_leader_waits_without_spinning() {
     let used = cpu_seconds(node.pid) - before;
     assert!(!out.success(), "{}", out.describe());
     assert!(
-        out.stderr.contains("no leader") || out.stderr.contains("no quorum"),
+        out.stderr.contains("no leader")
+            || out.stderr.contains("no quorum")
+            || out.stderr.contains("cut off"),
         "{}",
         out.describe()
     );
@@ -853,4 +857,116 @@ fn a_node_without_leader_waits_without_spinning() {
         used < elapsed.as_secs_f64() / 2.0,
         "the node used {used:.2} s of CPU while waiting {elapsed:?} for a leader"
     );
+}
+
+/// Waits until a linearizable read at `addr` (no side effect) is refused as cut off.
+fn wait_cut_off(cluster: &Cluster, addr: &str, what: &str) -> tonic::Status {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    poll_until(CONVERGE_TIMEOUT, || {
+        let e = rt
+            .block_on(async {
+                let admin = hub_tls::Identity::Operator(hub_tests::tls::ADMIN.into());
+                let channel = cluster.channel_as(&admin, addr).await.expect("connect");
+                hub_proto::hub_client::HubClient::new(channel)
+                    .query(hub_proto::QueryRequest {
+                        query_json: r#"{"query":"products"}"#.into(),
+                        read: None,
+                    })
+                    .await
+            })
+            .err()?;
+        e.message().starts_with("cut off").then_some(e)
+    })
+    .unwrap_or_else(|| panic!("{what} never said it is cut off"))
+}
+
+/// One write submitted straight to `addr` as the admin, without failover.
+fn submit_at(cluster: &Cluster, addr: &str, name: &str) -> Result<(), tonic::Status> {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let admin = hub_tls::Identity::Operator(hub_tests::tls::ADMIN.into());
+        let channel = cluster.channel_as(&admin, addr).await.expect("connect");
+        let mut client = hub_proto::hub_client::HubClient::new(channel);
+        let command = serde_json::json!({"CreateEnvironment": {"name": name, "description": ""}});
+        client
+            .submit(hub_proto::SubmitRequest {
+                command_json: command.to_string(),
+                request_id: String::new(),
+            })
+            .await
+            .map(|_| ())
+    })
+}
+
+/// Issue 19: a node cut off from the leader (or a leader cut off from every follower)
+/// answers a write with UNAVAILABLE "cut off" and the members at once, instead of holding it
+/// for the request timeout, so clients move to another node; once healed, writes go through
+/// the same node again and nothing refused was applied.
+#[test]
+fn a_cut_off_node_says_so_at_once_naming_the_members() {
+    let cluster = Cluster::up(3, "");
+    let leader = cluster.leader_id();
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let leader_addr = cluster.node(leader).addr;
+
+    // The leader with both followers paused: no majority acknowledges it.
+    for id in &followers {
+        cluster.signal(*id, libc::SIGSTOP);
+    }
+    // Reads first (no side effect), so no write is proposed before the node knows.
+    wait_cut_off(&cluster, &leader_addr, "the isolated leader");
+    let refused = submit_at(&cluster, &leader_addr, "lonely-leader").expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains("no majority has acknowledged this leader"),
+        "{refused:?}"
+    );
+    for id in 1..=3 {
+        let member = format!("{id}={}", cluster.node(id).addr);
+        assert!(refused.message().contains(&member), "{refused:?}");
+    }
+    for id in &followers {
+        cluster.signal(*id, libc::SIGCONT);
+    }
+
+    // A follower alone: the leader and the other follower paused; it hears from no leader.
+    let alone = followers[0];
+    let alone_addr = cluster.node(alone).addr;
+    for id in (1..=3).filter(|id| *id != alone) {
+        cluster.signal(id, libc::SIGSTOP);
+    }
+    wait_cut_off(&cluster, &alone_addr, "the lone follower");
+    let refused = submit_at(&cluster, &alone_addr, "lonely-follower").expect_err("refused");
+    assert!(
+        refused
+            .message()
+            .contains("this node has not heard from a leader"),
+        "{refused:?}"
+    );
+    // hubctl against that node alone keeps trying while it is cut off, then says why.
+    let out = cluster.hubctl_at(
+        &alone_addr,
+        &["env", "create", "via-hubctl", "--timeout-ms", "3000"],
+    );
+    assert!(!out.success(), "{}", out.describe());
+    assert!(out.stderr.contains("cut off"), "{}", out.describe());
+    for id in (1..=3).filter(|id| *id != alone) {
+        cluster.signal(id, libc::SIGCONT);
+    }
+
+    // Healed: the same node takes writes again, and no refused write was applied.
+    let out = cluster.hubctl_at(&alone_addr, &["env", "create", "healed", "-o", "json"]);
+    assert!(out.success(), "{}", out.describe());
+    let names = cluster.env_names().expect("env list");
+    assert!(names.contains(&"healed".to_string()), "{names:?}");
+    for refused in ["lonely-leader", "lonely-follower", "via-hubctl"] {
+        assert!(
+            !names.contains(&refused.to_string()),
+            "{refused} applied: {names:?}"
+        );
+    }
+    let status = cluster.wait_all_converged(CONVERGE_TIMEOUT, 3);
+    assert_eq!(digests(&status).len(), 1, "digests differ: {status}");
 }

@@ -107,6 +107,12 @@ fn print(report: &Report) {
         report.failover_p50_ms.map_or("-".into(), |v| v.to_string()),
         report.failover_p99_ms.map_or("-".into(), |v| v.to_string())
     );
+    if let Some(a) = &report.partition_answers {
+        println!(
+            "  waits during partitions  p50 {} / p99 {} / max {} ms over {} operations",
+            a.p50_ms, a.p99_ms, a.max_ms, a.operations
+        );
+    }
     if let Some(r) = &report.rollouts {
         println!("  agents                {}", r.agents);
         println!("  releases published    {}", r.releases_published);

@@ -132,6 +132,42 @@ pub struct Injected {
     pub failover_ms: Option<u64>,
     /// Nanoseconds on the runner's clock when it took effect (the kill, the stop).
     pub at_ns: u64,
+    /// For a partition: how long the operations in flight while it held waited for answers.
+    pub answers: Option<AnswerTimes>,
+}
+
+/// How long register clients waited for answers (a result, an error or the 2 s timeout) to
+/// the operations in flight during some window: the stall a partition causes them.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct AnswerTimes {
+    /// Operations in flight at some time in the window (sent before its end, answered after
+    /// its start).
+    pub operations: usize,
+    /// Waited at most this long, for half of them (ms).
+    pub p50_ms: u64,
+    /// … for 99% of them.
+    pub p99_ms: u64,
+    /// The longest wait.
+    pub max_ms: u64,
+}
+
+impl AnswerTimes {
+    /// The answer times of the operations in flight during `[from_ns, to_ns)`.
+    fn of(answers: &[register::Answer], from_ns: u64, to_ns: u64) -> Option<AnswerTimes> {
+        let mut waits: Vec<u64> = answers
+            .iter()
+            .filter(|a| a.invoke_ns < to_ns && a.answered_ns > from_ns)
+            .map(|a| a.answered_ns.saturating_sub(a.invoke_ns) / 1_000_000)
+            .collect();
+        waits.sort_unstable();
+        let at = |p: f64| waits[((waits.len() as f64 - 1.0) * p).round() as usize];
+        (!waits.is_empty()).then(|| AnswerTimes {
+            operations: waits.len(),
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+            max_ms: at(1.0),
+        })
+    }
 }
 
 /// The run's report (`report.json`).
@@ -174,6 +210,9 @@ pub struct Report {
     pub canary: bool,
     /// The rollout workload's counts (`None` without it).
     pub rollouts: Option<rollouts::RolloutSummary>,
+    /// How long the register clients waited for answers to operations sent while a
+    /// partition held (all partitions together).
+    pub partition_answers: Option<AnswerTimes>,
     /// The checkers' verdict.
     pub check: CheckReport,
 }
@@ -343,12 +382,14 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             was_leader: hit_leader,
             failover_ms: None,
             at_ns: hit_ns,
+            answers: None,
         });
     }
     if let Some(rest) = cfg.duration.checked_sub(epoch.elapsed()) {
         tokio::time::sleep(rest).await;
     }
-    let ops = workload.stop().await;
+    let (ops, answers) = workload.stop().await;
+    let partition_answers = partition_answer_times(&mut injected, &answers);
     if let Some(r) = rollouts.as_mut() {
         r.stop_issuing().await;
     }
@@ -477,6 +518,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         agents: cfg.agents,
         canary: cfg.canary,
         rollouts: rollout_summary,
+        partition_answers,
         check,
     };
     std::fs::write(
@@ -602,4 +644,31 @@ async fn converge(cluster: &Cluster, nodes: u64) -> anyhow::Result<Vec<NodeDiges
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Fills each partition's answer times (operations in flight between the cut and the heal)
+/// and returns those of every operation in flight while any partition held.
+fn partition_answer_times(
+    injected: &mut [Injected],
+    answers: &[register::Answer],
+) -> Option<AnswerTimes> {
+    let mut windows = Vec::new();
+    for i in injected
+        .iter_mut()
+        .filter(|i| i.scheduled.fault == Fault::Partition)
+    {
+        let to_ns = i.at_ns + i.scheduled.hold_ms * 1_000_000;
+        i.answers = AnswerTimes::of(answers, i.at_ns, to_ns);
+        windows.push((i.at_ns, to_ns));
+    }
+    let inside: Vec<register::Answer> = answers
+        .iter()
+        .filter(|a| {
+            windows
+                .iter()
+                .any(|(f, t)| a.invoke_ns < *t && a.answered_ns > *f)
+        })
+        .copied()
+        .collect();
+    AnswerTimes::of(&inside, 0, u64::MAX)
 }

@@ -31,10 +31,22 @@ pub fn key_env(k: usize) -> String {
     format!("reg-{k}")
 }
 
+/// When an operation was sent and when its client had an answer of any kind (a result, an
+/// error or its timeout): how long the client waited, which the checked history does not
+/// keep for operations with an unknown outcome.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer {
+    /// When the client sent it (runner's clock, ns).
+    pub invoke_ns: u64,
+    /// When the client had its answer.
+    pub answered_ns: u64,
+}
+
 /// A running register workload.
 pub struct Workload {
     stop: Arc<AtomicBool>,
     ops: Arc<Mutex<Vec<RegisterOp>>>,
+    answers: Arc<Mutex<Vec<Answer>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Nanoseconds of the runner's clock at the last acknowledged write.
     pub last_ack_ns: Arc<AtomicU64>,
@@ -52,6 +64,7 @@ impl Workload {
     ) -> Workload {
         let stop = Arc::new(AtomicBool::new(false));
         let ops = Arc::new(Mutex::new(Vec::new()));
+        let answers = Arc::new(Mutex::new(Vec::new()));
         let next_id = Arc::new(AtomicU64::new(0));
         let last_ack_ns = Arc::new(AtomicU64::new(0));
         let tasks = (0..clients)
@@ -64,6 +77,7 @@ impl Workload {
                     epoch,
                     seq: 0,
                     ops: ops.clone(),
+                    answers: answers.clone(),
                     next_id: next_id.clone(),
                     last_ack_ns: last_ack_ns.clone(),
                 };
@@ -73,20 +87,23 @@ impl Workload {
         Workload {
             stop,
             ops,
+            answers,
             tasks,
             last_ack_ns,
         }
     }
 
-    /// Stops the clients (in-flight operations finish or time out) and returns the history.
-    pub async fn stop(self) -> Vec<RegisterOp> {
+    /// Stops the clients (in-flight operations finish or time out) and returns the history
+    /// and every operation's answer time.
+    pub async fn stop(self) -> (Vec<RegisterOp>, Vec<Answer>) {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.tasks {
             let _ = t.await;
         }
         let mut ops = std::mem::take(&mut *self.ops.lock().unwrap_or_else(|p| p.into_inner()));
         ops.sort_by_key(|o| o.id);
-        ops
+        let answers = std::mem::take(&mut *self.answers.lock().unwrap_or_else(|p| p.into_inner()));
+        (ops, answers)
     }
 }
 
@@ -123,6 +140,7 @@ struct Client {
     epoch: Instant,
     seq: u64,
     ops: Arc<Mutex<Vec<RegisterOp>>>,
+    answers: Arc<Mutex<Vec<Answer>>>,
     next_id: Arc<AtomicU64>,
     last_ack_ns: Arc<AtomicU64>,
 }
@@ -175,8 +193,16 @@ impl Client {
                 };
                 (OpKind::Read, outcome)
             };
+            let answered_ns = self.now_ns();
+            self.answers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Answer {
+                    invoke_ns,
+                    answered_ns,
+                });
             let unknown = matches!(outcome, Outcome::Unknown);
-            let complete_ns = (!unknown).then(|| self.now_ns());
+            let complete_ns = (!unknown).then_some(answered_ns);
             let op = RegisterOp {
                 id,
                 client: self.id,

@@ -253,9 +253,13 @@ async fn run() -> anyhow::Result<()> {
     tracing::info!(id = cfg.id, addr = %cfg.advertise, cluster = %cfg.cluster_id,
         outbound_deny = %cfg.outbound_deny, "hub-node started");
 
-    let raft_svc = RaftServer::new(RaftService::new(node.raft.clone(), node.cluster_id.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let raft_svc = RaftServer::new(RaftService::new(
+        node.raft.clone(),
+        node.cluster_id.clone(),
+        node.leader_contact.clone(),
+    ))
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let hub_svc = HubServer::new(HubService { node: node.clone() })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
