@@ -877,6 +877,25 @@ impl Cluster {
         }
     }
 
+    /// The `addr=` of each node's first log line containing `needle` (e.g. a listener's
+    /// "metrics at /metrics"), by node id; panics if a node never logs it.
+    pub fn logged_addrs(&self, needle: &str) -> Vec<(u64, String)> {
+        self.nodes()
+            .iter()
+            .map(|n| {
+                let log = self.dir().join(format!("node-{}.log", n.id));
+                let addr = poll_until(CONVERGE_TIMEOUT, || {
+                    let text = std::fs::read_to_string(&log).ok()?;
+                    let line = text.lines().find(|l| l.contains(needle))?;
+                    let addr = line.split("addr=").nth(1)?.split_whitespace().next()?;
+                    Some(addr.to_string())
+                })
+                .unwrap_or_else(|| panic!("node {} never logged {needle:?}", n.id));
+                (n.id, addr)
+            })
+            .collect()
+    }
+
     /// The last `n` lines of every node log, for failure messages.
     pub fn log_tails(&self, n: usize) -> String {
         let mut logs: Vec<PathBuf> = std::fs::read_dir(self.dir())

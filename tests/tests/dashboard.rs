@@ -26,24 +26,6 @@ use tower::ServiceExt;
 /// How long a rollout may take on a loaded machine.
 const ROLLOUT: Duration = Duration::from_secs(120);
 
-/// The `addr=` of each node's "dashboard at /" log line, by node id.
-fn dashboard_addrs(c: &Cluster) -> Vec<(u64, String)> {
-    c.nodes()
-        .iter()
-        .map(|n| {
-            let log = c.dir().join(format!("node-{}.log", n.id));
-            let addr = poll_until(CONVERGE_TIMEOUT, || {
-                let text = std::fs::read_to_string(&log).ok()?;
-                let line = text.lines().find(|l| l.contains("dashboard at /"))?;
-                let addr = line.split("addr=").nth(1)?.split_whitespace().next()?;
-                Some(addr.to_string())
-            })
-            .unwrap_or_else(|| panic!("node {} logged no dashboard address", n.id));
-            (n.id, addr)
-        })
-        .collect()
-}
-
 /// The base64 SHA-256 of the public key of the certificate in `pem` (what Chromium's
 /// `--ignore-certificate-errors-spki-list` pins).
 fn spki_hash(pem: &std::path::Path) -> String {
@@ -276,7 +258,7 @@ fn the_dashboard_follows_a_rollout_live_and_offers_only_what_roles_permit() {
         "--artifact-ttl-ms 500 --http-listen 127.0.0.1:0",
     ));
     let c = &hub.cluster;
-    let addrs = dashboard_addrs(c);
+    let addrs = c.logged_addrs("dashboard at /");
     let leader = c.leader_id();
     // A follower's dashboard: any node serves it, and its writes reach the leader.
     let (node, addr) = addrs
@@ -577,6 +559,9 @@ fn refusals(c: &Cluster, addr: &str, viewer: &str, cr: &str) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         let anon = || async { c.anonymous_channel(addr).await.expect("connect") };
+        let post = |path: &'static str, body: String| async move {
+            call(anon().await, addr, "POST", path, Some(viewer), Some(body)).await
+        };
         let (status, headers, body) = call(anon().await, addr, "GET", "/", None, None).await;
         assert_eq!(status, 200);
         let csp = headers["content-security-policy"].to_str().unwrap_or("");
@@ -599,13 +584,9 @@ fn refusals(c: &Cluster, addr: &str, viewer: &str, cr: &str) {
             assert!(body.contains("it is for operators"), "{body}");
         }
 
-        let (status, _, body) = call(
-            anon().await,
-            addr,
-            "POST",
+        let (status, _, body) = post(
             "/api/action",
-            Some(viewer),
-            Some(json!({"action": "approve_change_request", "id": cr}).to_string()),
+            json!({"action": "approve_change_request", "id": cr}).to_string(),
         )
         .await;
         assert_eq!(status, 403, "{body}");
@@ -614,38 +595,18 @@ fn refusals(c: &Cluster, addr: &str, viewer: &str, cr: &str) {
             "{body}"
         );
 
-        let (status, _, body) = call(
-            anon().await,
-            addr,
-            "POST",
+        let (status, _, body) = post(
             "/api/action",
-            Some(viewer),
-            Some(r#"{"action":"delete_everything"}"#.into()),
+            r#"{"action":"delete_everything"}"#.to_string(),
         )
         .await;
         assert_eq!(status, 400, "{body}");
         assert!(body.contains("bad action"), "{body}");
 
-        let (status, _, body) = call(
-            anon().await,
-            addr,
-            "POST",
-            "/api/query",
-            Some(viewer),
-            Some("x".repeat(100 << 10)),
-        )
-        .await;
+        let (status, _, body) = post("/api/query", "x".repeat(100 << 10)).await;
         assert_eq!(status, 413, "{body}");
 
-        let (status, _, body) = call(
-            anon().await,
-            addr,
-            "POST",
-            "/api/query",
-            Some(viewer),
-            Some(json!({"query": "tokens"}).to_string()),
-        )
-        .await;
+        let (status, _, body) = post("/api/query", json!({"query": "tokens"}).to_string()).await;
         assert_eq!(status, 403, "a viewer does not list tokens: {body}");
 
         let (status, _, body) = call(

@@ -10,24 +10,6 @@ use hub_tests::{poll_until, Cluster, CONVERGE_TIMEOUT};
 use hub_tls::Identity;
 use tower::ServiceExt;
 
-/// The `addr=` of each node's "metrics at /metrics" log line, by node id.
-fn metrics_addrs(c: &Cluster) -> Vec<(u64, String)> {
-    c.nodes()
-        .iter()
-        .map(|n| {
-            let log = c.dir().join(format!("node-{}.log", n.id));
-            let addr = poll_until(CONVERGE_TIMEOUT, || {
-                let text = std::fs::read_to_string(&log).ok()?;
-                let line = text.lines().find(|l| l.contains("metrics at /metrics"))?;
-                let addr = line.split("addr=").nth(1)?.split_whitespace().next()?;
-                Some(addr.to_string())
-            })
-            .unwrap_or_else(|| panic!("node {} logged no metrics address", n.id));
-            (n.id, addr)
-        })
-        .collect()
-}
-
 /// `GET https://addr/metrics` on `channel`, with `bearer`: (status, content type, body).
 async fn get(
     channel: tonic::transport::Channel,
@@ -60,7 +42,7 @@ fn sample(body: &str, name: &str) -> Option<f64> {
 #[test]
 fn metrics_are_served_to_the_clusters_parties_only_and_move() {
     let c = Cluster::up(3, "--metrics-listen 127.0.0.1:0");
-    let addrs = metrics_addrs(&c);
+    let addrs = c.logged_addrs("metrics at /metrics");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let admin = Identity::Operator(hub_tests::tls::ADMIN.into());
     let scrape = |addr: &str| {
