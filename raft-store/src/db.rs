@@ -35,9 +35,9 @@ pub fn open(
     dir: &Path,
     identity: &NodeIdentity,
 ) -> Result<(Store, LogStore, StateMachine), StoreError> {
-    let io = |source| StoreError::Io {
+    let io = |cause| StoreError::Io {
         path: dir.to_path_buf(),
-        source,
+        cause,
     };
     let id_path = dir.join(IDENTITY_FILE);
     let existing = if dir.exists() {
@@ -96,9 +96,9 @@ pub fn open(
     let cfs = [CF_LOG, CF_META, CF_SM, CF_SM_META]
         .into_iter()
         .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
-    let db = DB::open_cf_descriptors(&opts, &db_path, cfs).map_err(|source| StoreError::Rocks {
+    let db = DB::open_cf_descriptors(&opts, &db_path, cfs).map_err(|cause| StoreError::Rocks {
         path: db_path.clone(),
-        source,
+        cause,
     })?;
     let store = Store {
         db: Arc::new(db),

@@ -2,32 +2,33 @@
 
 use std::path::PathBuf;
 
-/// Why the store could not be opened or used.
+/// Why the store could not be opened or used. Each message carries its cause (one line in a
+/// log), so the cause is not also returned as `source()`: `{:#}` would print it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// RocksDB failed.
-    #[error("rocksdb at {path}: {source}")]
+    #[error("rocksdb at {path}: {cause}")]
     Rocks {
         /// The database directory.
         path: PathBuf,
         /// The error.
-        source: rocksdb::Error,
+        cause: rocksdb::Error,
     },
     /// A stored value could not be decoded.
-    #[error("corrupt value in {what}: {source}")]
+    #[error("corrupt value in {what}: {cause}")]
     Corrupt {
         /// Which value.
         what: String,
         /// Why.
-        source: crate::codec::CodecError,
+        cause: crate::codec::CodecError,
     },
     /// Filesystem error outside RocksDB (snapshots).
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The file or directory.
         path: PathBuf,
         /// The error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The data directory belongs to another node or cluster.
     #[error("{0}")]

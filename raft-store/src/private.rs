@@ -34,7 +34,9 @@ pub fn create_private_file(path: &Path) -> io::Result<fs::File> {
 }
 
 /// Removes the group and other permission bits of every directory and regular file under
-/// `dir` (and of `dir`); symbolic links are not followed.
+/// `dir` (and of `dir`); symbolic links are not followed. An entry that disappears during
+/// the walk (a file renamed or removed by another writer, such as the chaos build's fault
+/// layer acknowledging a control file) has nothing left to restrict and is skipped.
 pub fn restrict_tree(dir: &Path) -> io::Result<()> {
     let meta = fs::symlink_metadata(dir)?;
     restrict(dir, &meta)?;
@@ -42,13 +44,15 @@ pub fn restrict_tree(dir: &Path) -> io::Result<()> {
         return Ok(());
     }
     for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let meta = entry.metadata()?;
-        if meta.is_dir() {
-            restrict_tree(&entry.path())?;
-        } else {
-            restrict(&entry.path(), &meta)?;
-        }
+        let path = entry?.path();
+        let walked = fs::symlink_metadata(&path).and_then(|meta| {
+            if meta.is_dir() {
+                restrict_tree(&path)
+            } else {
+                restrict(&path, &meta)
+            }
+        });
+        walked?;
     }
     Ok(())
 }
@@ -104,5 +108,38 @@ mod tests {
         assert_eq!(mode(&tmp.path().join("a")), 0o700);
         assert_eq!(mode(&loose), 0o700);
         assert_eq!(mode(&loose.join("g")), 0o600);
+    }
+
+    /// The chaos CI run once failed at start-up: the fault layer renamed its acknowledgement
+    /// file between the walk listing it and reading its mode. A file that vanishes mid-walk
+    /// is skipped, not an error.
+    #[test]
+    fn files_renamed_during_the_walk_are_not_an_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (dir, stop) = (dir.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut renames = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for i in 0..16 {
+                        let tmp = dir.join(format!("f{i}.tmp"));
+                        fs::write(&tmp, b"x").unwrap();
+                        fs::rename(&tmp, dir.join(format!("f{i}"))).unwrap();
+                        renames += 1;
+                    }
+                }
+                renames
+            })
+        };
+        for _ in 0..2_000 {
+            restrict_tree(&dir).unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            writer.join().unwrap() > 0,
+            "the writer ran during the walks"
+        );
     }
 }

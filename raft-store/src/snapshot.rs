@@ -37,7 +37,7 @@ pub(crate) fn snapshot_path(dir: &Path) -> PathBuf {
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let io = |p: &Path| {
         let p = p.to_path_buf();
-        move |source| StoreError::Io { path: p, source }
+        move |cause| StoreError::Io { path: p, cause }
     };
     let parent = path.parent().unwrap_or(Path::new("."));
     crate::private::create_private_dir(parent).map_err(io(parent))?;
@@ -81,12 +81,12 @@ pub(crate) fn read_current(dir: &Path) -> Result<Option<(SnapshotFile, Vec<u8>)>
     let bytes = match read_limited(&path, codec::MAX_SNAPSHOT_BYTES) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(StoreError::Io { path, source }),
+        Err(cause) => return Err(StoreError::Io { path, cause }),
     };
-    let file = codec::decode_bounded(&bytes, codec::Limit::Snapshot).map_err(|source| {
+    let file = codec::decode_bounded(&bytes, codec::Limit::Snapshot).map_err(|cause| {
         StoreError::Corrupt {
             what: path.display().to_string(),
-            source,
+            cause,
         }
     })?;
     Ok(Some((file, bytes)))

@@ -143,9 +143,9 @@ impl SnapshotStats {
 }
 
 fn corrupt(what: &str) -> impl FnOnce(codec::CodecError) -> StoreError + '_ {
-    move |source| StoreError::Corrupt {
+    move |cause| StoreError::Corrupt {
         what: what.to_string(),
-        source,
+        cause,
     }
 }
 
@@ -153,9 +153,9 @@ impl StateMachine {
     /// Loads the persisted state (every record, last applied, membership) and the snapshot
     /// metadata.
     pub(crate) fn open(store: Store) -> Result<Self, StoreError> {
-        let rocks = |source| StoreError::Rocks {
+        let rocks = |cause| StoreError::Rocks {
             path: store.dir.clone(),
-            source,
+            cause,
         };
         let db = &store.db;
         let cf_sm = db.cf_handle(CF_SM).expect("column family created at open");
@@ -170,7 +170,7 @@ impl StateMachine {
             if record.key().to_bytes() != key.as_ref() {
                 return Err(StoreError::Corrupt {
                     what: "state record".to_string(),
-                    source: codec::CodecError::Malformed(format!(
+                    cause: codec::CodecError::Malformed(format!(
                         "a record stored under key {:?} has key {:?}",
                         key.as_ref(),
                         record.key().to_bytes()
