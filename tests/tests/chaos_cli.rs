@@ -1,7 +1,8 @@
 //! `chaos run` bad input (issue 7): an unknown fault, a fault this runner cannot provide and a
 //! bad duration each give a clear error and a non-zero exit, and start nothing. And a short run
-//! with the rollout workload: agents execute plans while leaders die, the checkers are fed and
-//! pass, `chaos check` agrees on the saved history, and nothing the run started is left.
+//! with the rollout workload: agents execute plans while leaders die and agents are killed and
+//! paused mid-task, the checkers are fed and pass, `chaos check` agrees on the saved history,
+//! and nothing the run started (restarted agents included) is left.
 
 use std::process::Command;
 use std::time::Duration;
@@ -38,6 +39,19 @@ fn bad_faults_and_durations_are_refused_before_anything_starts() {
         (
             vec!["run", "--network", "wifi", "--out", out_s],
             "--network: \"wifi\" is not auto, netns or transport",
+        ),
+        (
+            vec![
+                "run",
+                "--faults",
+                "kill-agent",
+                "--agents",
+                "0",
+                "--no-canary",
+                "--out",
+                out_s,
+            ],
+            "--faults kill-agent: needs agents to strike",
         ),
         (
             // The test build of hub-node is not a chaos build.
@@ -115,9 +129,9 @@ fn a_short_run_with_agents_feeds_every_checker_and_leaves_nothing_running() {
             "--duration",
             "30s",
             "--seed",
-            "3",
+            "7",
             "--faults",
-            "kill-leader,pause",
+            "kill-leader,pause,kill-agent,pause-agent",
             "--agents",
             "1",
             "--out",
@@ -142,6 +156,14 @@ fn a_short_run_with_agents_feeds_every_checker_and_leaves_nothing_running() {
     assert_eq!(
         rollouts["rollouts"], rollouts["rollouts_terminal"],
         "{rollouts}"
+    );
+    // Seed 7's schedule: pause-agent twice, kill-agent, kill-leader, pause; each agent
+    // fault waits for a task to be running.
+    let struck = &rollouts["agent_faults"];
+    assert!(
+        struck["kills_mid_task"].as_u64() >= Some(1)
+            && struck["pauses_mid_task"].as_u64() >= Some(1),
+        "{struck}"
     );
     let check = &report["check"];
     assert_eq!(check["ok"], true, "{check}");

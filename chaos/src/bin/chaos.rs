@@ -33,7 +33,8 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Faults to draw from: kill-leader, kill-any, pause, restart-all, partition (see
-        /// --network), latency (the agents' links to the hub).
+        /// --network), latency (the agents' links to the hub), kill-agent and pause-agent
+        /// (an agent of the rollout workload, mid-task).
         #[arg(long, default_value = "kill-leader,kill-any,pause,restart-all")]
         faults: String,
         /// Register keys.
@@ -140,6 +141,13 @@ fn print(report: &Report) {
             "  rollouts terminal     {} of {}",
             r.rollouts_terminal, r.rollouts
         );
+        let f = &r.agent_faults;
+        if f.kills + f.pauses > 0 {
+            println!(
+                "  agent faults          {} kills ({} mid-task), {} pauses ({} mid-task)",
+                f.kills, f.kills_mid_task, f.pauses, f.pauses_mid_task
+            );
+        }
         for n in &r.notes {
             println!("    note: {n}");
         }

@@ -25,17 +25,24 @@ pub enum Fault {
     Partition,
     /// Delay (100–400 ms each way) on the agents' links to the hub ("another region").
     Latency,
+    /// SIGKILL an agent of the rollout workload while it runs a task, restart it after a
+    /// pause on the same data directory (its services keep running).
+    KillAgent,
+    /// SIGSTOP an agent while it runs a task, SIGCONT it after a pause.
+    PauseAgent,
 }
 
 impl Fault {
     /// Every fault, by name.
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 8] = [
         Fault::KillLeader,
         Fault::KillAny,
         Fault::Pause,
         Fault::RestartAll,
         Fault::Partition,
         Fault::Latency,
+        Fault::KillAgent,
+        Fault::PauseAgent,
     ];
 
     /// The name on the command line.
@@ -47,12 +54,19 @@ impl Fault {
             Fault::RestartAll => "restart-all",
             Fault::Partition => "partition",
             Fault::Latency => "latency",
+            Fault::KillAgent => "kill-agent",
+            Fault::PauseAgent => "pause-agent",
         }
     }
 
     /// Whether it needs network namespaces (root, iproute2, nftables).
     pub fn needs_netns(self) -> bool {
         self == Fault::Partition
+    }
+
+    /// Whether it strikes an agent of the rollout workload (which must then have one).
+    pub fn hits_agents(self) -> bool {
+        matches!(self, Fault::KillAgent | Fault::PauseAgent)
     }
 }
 

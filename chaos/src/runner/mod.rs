@@ -228,6 +228,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             cfg.hubctl.display()
         );
     }
+    if let Some(f) = cfg.faults.iter().find(|f| f.hits_agents()) {
+        if cfg.agents == 0 && !cfg.canary {
+            bail!("--faults {f}: needs agents to strike (--agents N, or the canary's process agent without --no-canary)");
+        }
+    }
     let backend = if cfg.faults.iter().any(|f| f.needs_netns()) {
         Some(choose_backend(cfg.network, &cfg.hubctl)?)
     } else {
@@ -313,7 +318,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             // The leader half the time.
             Fault::Pause if rng.next_u64().is_multiple_of(2) => leader.or(Some(any)),
             Fault::Pause => Some(any),
-            Fault::RestartAll | Fault::Latency => None,
+            Fault::RestartAll | Fault::Latency | Fault::KillAgent | Fault::PauseAgent => None,
             // The node the partition is about (isolated, cut one way, or ignored by a split).
             Fault::Partition => leader.or(Some(any)),
         };
@@ -363,6 +368,21 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                 tokio::time::sleep(hold).await;
                 relay.set_delay(Duration::ZERO);
             }
+            (Fault::KillAgent | Fault::PauseAgent, _) => {
+                let r = rollouts
+                    .as_mut()
+                    .context("agent fault without the rollout workload")?;
+                let kind = if s.fault == Fault::KillAgent {
+                    rollouts::AgentFault::Kill
+                } else {
+                    rollouts::AgentFault::Pause
+                };
+                let (strike, what) = r.strike_agent(kind, s.pick).await?;
+                hit_ns = epoch.elapsed().as_nanos() as u64;
+                detail = what;
+                tokio::time::sleep(hold).await;
+                r.heal_agent(strike)?;
+            }
             _ => {}
         }
         println!(
@@ -370,7 +390,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             hit_ns as f64 / 1e9,
             s.fault,
             match (s.fault, node) {
-                (Fault::Partition | Fault::Latency, _) => detail.clone(),
+                (Fault::Partition | Fault::Latency | Fault::KillAgent | Fault::PauseAgent, _) =>
+                    detail.clone(),
                 (_, Some(n)) => format!("node {n}"),
                 (_, None) => "all nodes".to_string(),
             }
@@ -585,6 +606,13 @@ fn mechanism(faults: &[Fault], partitions: Option<&net::Partitions>) -> String {
     ];
     if let Some(p) = partitions {
         parts.push(p.mechanism().into());
+    }
+    if faults.iter().any(|f| f.hits_agents()) {
+        parts.push(
+            "agent faults as SIGKILL (restart on the same data directory) and SIGSTOP/SIGCONT \
+             of real hub-agent processes, struck while their execution log shows a task running"
+                .into(),
+        );
     }
     if faults.contains(&Fault::Latency) {
         parts.push(

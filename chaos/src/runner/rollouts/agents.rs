@@ -3,6 +3,7 @@
 //! which execs the agent, so the child's pid is the agent's). Everything is SIGKILLed on drop,
 //! including the services a process-driver agent started in their own sessions.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -33,7 +34,37 @@ pub struct AgentProcess {
     pub environment: String,
     /// Its data directory (`executions.jsonl`, `canary/`, `process/`).
     pub data_dir: PathBuf,
+    /// How it was started, to start it again after a kill.
+    launch: Launch,
     child: Option<Child>,
+    /// Stopped with SIGSTOP.
+    paused: bool,
+}
+
+/// The command line and log of an agent: the same on every (re)start.
+struct Launch {
+    program: OsString,
+    args: Vec<OsString>,
+    log_path: PathBuf,
+}
+
+impl Launch {
+    /// Spawns the agent, its stderr appended to the log (a restart continues the log).
+    fn spawn(&self) -> anyhow::Result<Child> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .with_context(|| self.log_path.display().to_string())?;
+        Command::new(&self.program)
+            .args(&self.args)
+            .env("RUST_LOG", "info,h2=warn,tower=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("start {}", self.program.to_string_lossy()))
+    }
 }
 
 impl AgentProcess {
@@ -50,8 +81,6 @@ impl AgentProcess {
         let data_dir = dir.join(format!("agent-{}", host.name));
         std::fs::create_dir_all(&data_dir).with_context(|| data_dir.display().to_string())?;
         let log_path = dir.join(format!("agent-{}.log", host.name));
-        let log =
-            std::fs::File::create(&log_path).with_context(|| log_path.display().to_string())?;
         let agent = bin_dir.join("hub-agent");
         if !agent.exists() {
             anyhow::bail!(
@@ -59,46 +88,113 @@ impl AgentProcess {
                 agent.display()
             );
         }
-        let mut cmd = match host.prefix.split_first() {
+        let mut args: Vec<OsString> = Vec::new();
+        let program = match host.prefix.split_first() {
             Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(&agent);
-                c
+                args.extend(rest.iter().map(OsString::from));
+                args.push(agent.clone().into());
+                OsString::from(first)
             }
-            None => Command::new(&agent),
+            None => agent.clone().into(),
         };
-        cmd.args(["--environment", environment])
-            .args(crate::runner::cluster::agent_tls_args(environment)?)
-            .arg("--endpoints")
-            .arg(endpoints.join(","))
-            .arg("--data-dir")
-            .arg(&data_dir)
-            .args(["--poll-wait-ms", "2000", "--state-interval-ms", "300"]);
+        args.push("--environment".into());
+        args.push(environment.into());
+        args.extend(crate::runner::cluster::agent_tls_args(environment)?);
+        args.push("--endpoints".into());
+        args.push(endpoints.join(",").into());
+        args.push("--data-dir".into());
+        args.push(data_dir.clone().into());
+        for a in ["--poll-wait-ms", "2000", "--state-interval-ms", "300"] {
+            args.push(a.into());
+        }
         match driver {
             Driver::Sim { failure_rate, seed } => {
-                cmd.args(["--driver", "sim", "--sim-task-ms", "40"])
-                    .arg("--sim-failure-rate")
-                    .arg(failure_rate.to_string())
-                    .arg("--sim-seed")
-                    .arg(seed.to_string());
+                for a in [
+                    "--driver",
+                    "sim",
+                    "--sim-task-ms",
+                    "40",
+                    "--sim-failure-rate",
+                ] {
+                    args.push(a.into());
+                }
+                args.push(failure_rate.to_string().into());
+                args.push("--sim-seed".into());
+                args.push(seed.to_string().into());
             }
             Driver::Process => {
-                cmd.args(["--driver", "process"]);
+                args.push("--driver".into());
+                args.push("process".into());
             }
         }
-        let child = cmd
-            .env("RUST_LOG", "info,h2=warn,tower=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
+        let launch = Launch {
+            program,
+            args,
+            log_path,
+        };
+        let child = launch
             .spawn()
-            .with_context(|| format!("start {} for {environment}", agent.display()))?;
+            .with_context(|| format!("agent for {environment}"))?;
         Ok(AgentProcess {
             name: host.name.clone(),
             environment: environment.to_string(),
             data_dir,
+            launch,
             child: Some(child),
+            paused: false,
         })
+    }
+
+    /// SIGKILLs the agent alone (the services it started keep running, as they would when
+    /// an agent host's agent crashes) and waits for it.
+    pub fn kill(&mut self) {
+        self.resume();
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the agent again after [`AgentProcess::kill`], with the same data directory.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.child = Some(
+            self.launch
+                .spawn()
+                .with_context(|| format!("restart agent {}", self.name))?,
+        );
+        Ok(())
+    }
+
+    /// SIGSTOPs the agent.
+    pub fn pause(&mut self) {
+        if let Some(pid) = self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok()) {
+            // SAFETY: kill(2) on the pid of our own child, which we have not reaped.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            self.paused = true;
+        }
+    }
+
+    /// SIGCONTs a paused agent.
+    pub fn resume(&mut self) {
+        if !self.paused {
+            return;
+        }
+        if let Some(pid) = self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok()) {
+            // SAFETY: as in `pause`.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+        self.paused = false;
+    }
+
+    /// The task the agent is running now, as its execution log says: the last line, when
+    /// it is a `started` one (`plan/task attempt N`).
+    pub fn running_task(&self) -> Option<String> {
+        let path = self.data_dir.join(hub_agent::execlog::EXEC_LOG_FILE);
+        let lines = hub_agent::execlog::read_lines(&path).ok()?;
+        let last = lines.last()?;
+        (last.state == hub_agent::execlog::ExecState::Started)
+            .then(|| format!("{} {} attempt {}", last.plan, last.task, last.attempt))
     }
 
     /// Whether the agent still runs.
@@ -110,10 +206,7 @@ impl AgentProcess {
 
     /// SIGKILLs the agent (by its pid) and then every service it recorded.
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.kill();
         for pid in hub_agent::driver::process::recorded_service_pids(&self.data_dir) {
             let Ok(id) = i32::try_from(pid) else {
                 continue;

@@ -29,6 +29,7 @@
 //! canary step, reads the hub's plans, stops every agent and the services it started, and
 //! reads the agents' logs. Dropping [`Rollouts`] at any point stops every process too.
 
+mod agent_faults;
 mod agents;
 pub mod gather;
 mod hub;
@@ -44,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::check::{CanaryRun, HubPlan, Rollout, TaskExecution};
+pub use agent_faults::{AgentFault, AgentFaultCounts, AgentStrike};
 use agents::{AgentProcess, Driver};
 use hub::{CallError, Hub};
 
@@ -131,6 +133,8 @@ pub struct RolloutSummary {
     pub rollouts: usize,
     /// Of those, terminal.
     pub rollouts_terminal: usize,
+    /// Agents killed and paused (`kill-agent`, `pause-agent`).
+    pub agent_faults: AgentFaultCounts,
     /// What went wrong on the way without failing the run (timeouts, unreadable files).
     pub notes: Vec<String>,
 }
@@ -170,6 +174,7 @@ struct Progress {
     lifted: BTreeSet<String>,
     revisions: Vec<Revision>,
     committed: BTreeMap<u64, u8>,
+    agent_faults: AgentFaultCounts,
     notes: Vec<String>,
 }
 
@@ -564,6 +569,7 @@ impl Rollouts {
             hub_plans_by_status: by_status,
             rollouts: rollouts.len(),
             rollouts_terminal: rollouts.iter().filter(|r| r.terminal).count(),
+            agent_faults: progress.agent_faults.clone(),
             notes: progress.notes.clone(),
         };
         drop(progress);
