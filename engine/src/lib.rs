@@ -106,6 +106,7 @@ pub mod canary_record;
 pub mod cluster_key;
 pub mod command;
 pub mod entity;
+pub mod entry_clock;
 pub mod environment;
 pub mod error;
 pub mod evaluate;

@@ -10,6 +10,7 @@ use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
 use crate::canary_history::CanaryHistory;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
+use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::role::RoleBinding;
 use crate::token::OperatorToken;
@@ -69,6 +70,8 @@ pub enum RecordKey {
     Token(String),
     /// A canary's history, by the canary's id.
     CanaryHistory(String),
+    /// The time of the last applied entry (one record, `log`).
+    EntryClock(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -92,6 +95,7 @@ const TAG_WRITE_AUDIT: u8 = 18;
 const TAG_AUDIT_LOG: u8 = 19;
 const TAG_TOKEN: u8 = 20;
 const TAG_CANARY_HISTORY: u8 = 21;
+const TAG_ENTRY_CLOCK: u8 = 22;
 
 impl RecordKey {
     /// Stable byte encoding: a table tag, then the UTF-8 name.
@@ -118,6 +122,7 @@ impl RecordKey {
             RecordKey::AuditLog(n) => (TAG_AUDIT_LOG, n),
             RecordKey::Token(n) => (TAG_TOKEN, n),
             RecordKey::CanaryHistory(n) => (TAG_CANARY_HISTORY, n),
+            RecordKey::EntryClock(n) => (TAG_ENTRY_CLOCK, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -151,6 +156,7 @@ impl RecordKey {
             TAG_AUDIT_LOG => Some(RecordKey::AuditLog(name)),
             TAG_TOKEN => Some(RecordKey::Token(name)),
             TAG_CANARY_HISTORY => Some(RecordKey::CanaryHistory(name)),
+            TAG_ENTRY_CLOCK => Some(RecordKey::EntryClock(name)),
             _ => None,
         }
     }
@@ -220,6 +226,8 @@ pub enum Record {
     Token(OperatorToken),
     /// See [`CanaryHistory`].
     CanaryHistory(CanaryHistory),
+    /// See [`EntryClock`].
+    EntryClock(EntryClock),
 }
 
 wire_tags! {
@@ -245,6 +253,7 @@ wire_tags! {
         AuditLog = 18,
         Token = 19,
         CanaryHistory = 20,
+        EntryClock = 21,
     }
     retired []
 }
@@ -300,6 +309,7 @@ impl Record {
             Record::AuditLog(_) => RecordKey::AuditLog(AUDIT_LOG_KEY.to_string()),
             Record::Token(t) => RecordKey::Token(t.name.clone()),
             Record::CanaryHistory(h) => RecordKey::CanaryHistory(h.canary.clone()),
+            Record::EntryClock(_) => RecordKey::EntryClock(ENTRY_CLOCK_KEY.to_string()),
         }
     }
 }
@@ -332,6 +342,7 @@ mod tests {
             RecordKey::AuditLog("writes".into()),
             RecordKey::Token("ci".into()),
             RecordKey::CanaryHistory("prod/demo".into()),
+            RecordKey::EntryClock("log".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

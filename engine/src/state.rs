@@ -108,6 +108,8 @@ pub struct State {
     pub(crate) tokens: Table<crate::token::OperatorToken>,
     /// Each canary's samples over time, by canary id.
     pub(crate) canary_history: Table<crate::canary_history::CanaryHistory>,
+    /// The time of the last applied entry (at most one row).
+    pub(crate) entry_clock: Table<crate::entry_clock::EntryClock>,
     pub(crate) idx: Indexes,
 }
 
@@ -164,7 +166,8 @@ impl State {
                 | RecordKey::ChangeRequest(_)
                 | RecordKey::ClusterKey(_)
                 | RecordKey::WriteAudit(_)
-                | RecordKey::AuditLog(_) => {}
+                | RecordKey::AuditLog(_)
+                | RecordKey::EntryClock(_) => {}
                 RecordKey::RoleBinding(name) => self.check_role_binding(name),
                 RecordKey::Token(name) => self.check_token(name),
                 RecordKey::CanaryHistory(id) => self.check_canary_history(id),
@@ -767,6 +770,11 @@ impl State {
     /// Audited writes, oldest first.
     pub fn write_audit(&self) -> impl DoubleEndedIterator<Item = &crate::audit::WriteAudit> {
         self.write_audit.values()
+    }
+
+    /// The time of the last applied entry, and how often a stamp was raised to it.
+    pub fn entry_clock(&self) -> crate::entry_clock::EntryClock {
+        self.entry_clock.get(&()).cloned().unwrap_or_default()
     }
 
     /// The write audit's retention and drop count.

@@ -17,6 +17,7 @@ use crate::canary_history::CanaryHistory;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
 use crate::entity::Entity;
+use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::environment::Environment;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::plan::Plan;
@@ -344,6 +345,22 @@ impl Row for AuditLog {
     }
 }
 
+/// The one entry-clock record, under `log`.
+impl Row for EntryClock {
+    type Key = ();
+    type Index = ();
+    fn key(&self) {}
+    fn record_key(_: &()) -> RecordKey {
+        RecordKey::EntryClock(ENTRY_CLOCK_KEY.to_string())
+    }
+    fn key_of_name(name: &str) -> Option<()> {
+        (name == ENTRY_CLOCK_KEY).then_some(())
+    }
+    fn to_record(&self) -> Record {
+        Record::EntryClock(self.clone())
+    }
+}
+
 /// Published modules are keyed by (name, version) and persisted as `name@version`.
 impl Row for PublishedModule {
     type Key = (String, Version);
@@ -421,4 +438,5 @@ state_tables! {
     audit_log: AuditLog,
     tokens: Token,
     canary_history: CanaryHistory,
+    entry_clock: EntryClock,
 }

@@ -40,7 +40,6 @@ use tokio::sync::Notify;
 
 use crate::metrics::{NodeMetrics, OutcomeLabel};
 use crate::outbound::MAX_ANSWER_BYTES;
-use crate::propose::now_ms;
 use crate::term::Term;
 use crate::{prometheus, webhooks};
 
@@ -102,7 +101,7 @@ impl Controller {
         loop {
             let wake_at = self.pass();
             let sleep_for = wake_at
-                .map(|t| Duration::from_millis((t - now_ms()).max(0) as u64))
+                .map(|t| Duration::from_millis((t - self.term.node.cluster_now_ms()).max(0) as u64))
                 .map_or(MAX_SLEEP, |d| d.min(MAX_SLEEP));
             tokio::select! {
                 ev = events.recv() => match ev {
@@ -125,7 +124,7 @@ impl Controller {
     /// Looks at every canary once: sends the notifications of newly committed steps and
     /// starts the ticks that are due. Returns when to look again without a commit.
     fn pass(&mut self) -> Option<i64> {
-        let now = now_ms();
+        let now = self.term.node.cluster_now_ms();
         let node = self.term.node.clone();
         let (due, notes, wake_at) = {
             let s = node.state.read();

@@ -15,11 +15,19 @@
 //! The file is read every [`POLL`]; a missing file cuts nothing, a malformed one is logged and
 //! the previous cuts stay. Once the node has taken up a new file it writes the same bytes to
 //! [`APPLIED`] next to it, so the runner knows from when the cut holds.
+//!
+//! A second file, `DATA/chaos-clock.json` ([`CLOCK_FILE`]), skews this node's wall clock:
+//! `{"offset_ms":3600000,"drift_ms_per_s":0}` adds an hour to every reading of
+//! [`crate::cluster_clock::local_ms`] (what the node stamps, evaluates and answers its peers
+//! with), and a drift adds that many milliseconds more for every second since the file was
+//! taken up. The monotonic clock (timers, timeouts) is untouched, as when NTP steps or a VM
+//! pause moves only the wall clock. It is read and acknowledged ([`CLOCK_APPLIED`]) like the
+//! partition file.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{OnceLock, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use raft_store::NodeId;
 use serde::Deserialize;
@@ -32,6 +40,10 @@ pub const FILE: &str = "chaos-faults.json";
 pub const APPLIED: &str = "chaos-faults.applied";
 /// How often the file is read.
 pub const POLL: Duration = Duration::from_millis(50);
+/// The clock control file in the node's data directory.
+pub const CLOCK_FILE: &str = "chaos-clock.json";
+/// Written with the clock file's bytes once they are in force.
+pub const CLOCK_APPLIED: &str = "chaos-clock.applied";
 /// The longest a withheld reply or an unsent call waits before giving up (its caller has
 /// timed out long before).
 const LOST_FOR: Duration = Duration::from_secs(10);
@@ -50,9 +62,28 @@ pub fn parse(bytes: &[u8]) -> Result<Faults, String> {
     serde_json::from_slice(bytes).map_err(|e| format!("{FILE}: {e}"))
 }
 
+/// The clock control file's content.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockFault {
+    /// Added to every wall-clock reading, in milliseconds (negative: behind).
+    #[serde(default)]
+    pub offset_ms: i64,
+    /// Added on top for every second since the file was taken up, in milliseconds.
+    #[serde(default)]
+    pub drift_ms_per_s: i64,
+}
+
+/// Parses the clock control file.
+pub fn parse_clock(bytes: &[u8]) -> Result<ClockFault, String> {
+    serde_json::from_slice(bytes).map_err(|e| format!("{CLOCK_FILE}: {e}"))
+}
+
 struct Layer {
     self_id: NodeId,
     cut_to: RwLock<BTreeSet<NodeId>>,
+    /// The clock fault and when it was taken up.
+    clock: RwLock<(ClockFault, Instant)>,
 }
 
 static LAYER: OnceLock<Layer> = OnceLock::new();
@@ -64,31 +95,64 @@ pub fn install(self_id: NodeId, data_dir: &Path) {
         .set(Layer {
             self_id,
             cut_to: RwLock::new(BTreeSet::new()),
+            clock: RwLock::new((ClockFault::default(), Instant::now())),
         })
         .is_err()
     {
         return; // already installed
     }
     tracing::warn!(path = %path.display(), "chaos fault layer installed: not for production");
-    tokio::spawn(poll(path, data_dir.join(APPLIED)));
+    tokio::spawn(poll(path, data_dir.join(APPLIED), |bytes| {
+        let f = if bytes.is_empty() {
+            Faults::default()
+        } else {
+            parse(bytes)?
+        };
+        tracing::info!(cut_to = ?f.cut_to, "chaos fault layer: cuts changed");
+        if let Some(layer) = LAYER.get() {
+            *layer.cut_to.write().unwrap_or_else(|p| p.into_inner()) = f.cut_to;
+        }
+        Ok(())
+    }));
+    tokio::spawn(poll(
+        data_dir.join(CLOCK_FILE),
+        data_dir.join(CLOCK_APPLIED),
+        |bytes| {
+            let f = if bytes.is_empty() {
+                ClockFault::default()
+            } else {
+                parse_clock(bytes)?
+            };
+            tracing::info!(
+                offset_ms = f.offset_ms,
+                drift_ms_per_s = f.drift_ms_per_s,
+                "chaos fault layer: clock changed"
+            );
+            if let Some(layer) = LAYER.get() {
+                *layer.clock.write().unwrap_or_else(|p| p.into_inner()) = (f, Instant::now());
+            }
+            Ok(())
+        },
+    ));
 }
 
-async fn poll(path: PathBuf, applied: PathBuf) {
+/// Reads `path` every [`POLL`] and hands new contents (empty for a missing file) to `take`;
+/// acknowledges what it took in `applied`. A malformed file is logged and ignored.
+async fn poll(path: PathBuf, applied: PathBuf, take: impl Fn(&[u8]) -> Result<(), String>) {
     let mut last: Option<Vec<u8>> = None;
     loop {
         let read = match std::fs::read(&path) {
-            Ok(bytes) => parse(&bytes).map(|f| (f, bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Ok((Faults::default(), Vec::new()))
-            }
+            Ok(bytes) => Ok(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(format!("{}: {e}", path.display())),
         };
-        match read {
-            Ok((f, bytes)) if last.as_ref() != Some(&bytes) => {
-                tracing::info!(cut_to = ?f.cut_to, "chaos fault layer: cuts changed");
-                if let Some(layer) = LAYER.get() {
-                    *layer.cut_to.write().unwrap_or_else(|p| p.into_inner()) = f.cut_to;
-                }
+        match read.and_then(|bytes| {
+            if last.as_ref() == Some(&bytes) {
+                return Ok(None);
+            }
+            take(&bytes).map(|()| Some(bytes))
+        }) {
+            Ok(Some(bytes)) => {
                 let tmp = applied.with_extension("tmp");
                 let acked =
                     std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, &applied));
@@ -97,11 +161,22 @@ async fn poll(path: PathBuf, applied: PathBuf) {
                 }
                 last = Some(bytes);
             }
-            Ok(_) => {}
+            Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "chaos fault layer: control file ignored"),
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// What the clock fault adds to this node's wall clock now, in milliseconds (0 without one).
+pub fn clock_offset_ms() -> i64 {
+    LAYER.get().map_or(0, |l| {
+        let (f, since) = *l.clock.read().unwrap_or_else(|p| p.into_inner());
+        let drift = f
+            .drift_ms_per_s
+            .saturating_mul(since.elapsed().as_secs() as i64);
+        f.offset_ms.saturating_add(drift)
+    })
 }
 
 /// Whether messages from this node to `to` are lost.
@@ -157,6 +232,18 @@ mod tests {
             "{e}"
         );
         assert!(parse(br#"{"cut_to":["two"]}"#).is_err());
+        assert_eq!(
+            parse_clock(br#"{"offset_ms":-60000}"#).unwrap(),
+            ClockFault {
+                offset_ms: -60_000,
+                drift_ms_per_s: 0
+            }
+        );
+        let e = parse_clock(br#"{"offset":5}"#).unwrap_err();
+        assert!(
+            e.contains("chaos-clock.json") && e.contains("offset"),
+            "{e}"
+        );
     }
 
     /// The only test that installs the (process-wide) layer.
@@ -207,6 +294,34 @@ mod tests {
         std::fs::remove_file(dir.path().join(FILE)).unwrap();
         wait(false).await;
         assert!(!reply_lost(&from2));
+
+        // The clock: an hour ahead, then back to true.
+        let real = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64
+        };
+        assert!((crate::cluster_clock::local_ms() - real()).abs() < 1_000);
+        std::fs::write(dir.path().join(CLOCK_FILE), br#"{"offset_ms":3600000}"#).unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while clock_offset_ms() != 3_600_000 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "clock fault not taken up"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+        let skew = crate::cluster_clock::local_ms() - real();
+        assert!((skew - 3_600_000).abs() < 1_000, "{skew}");
+        std::fs::remove_file(dir.path().join(CLOCK_FILE)).unwrap();
+        while clock_offset_ms() != 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "clock fault not lifted"
+            );
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     #[test]

@@ -37,6 +37,7 @@ pub mod auth;
 pub mod canary_controller;
 pub mod cli;
 pub mod client;
+pub mod cluster_clock;
 pub mod cluster_keys;
 pub mod dashboard;
 #[cfg(any(test, feature = "chaos-faults"))]

@@ -21,6 +21,7 @@ use raft_store::codec;
 use raft_store::{Node, NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 use tonic::transport::Channel;
 
+use crate::cluster_clock::ClusterClock;
 use crate::peers::{PeerPool, MAX_MESSAGE_BYTES};
 
 /// Size of one snapshot chunk on the wire.
@@ -34,6 +35,8 @@ pub struct NetworkFactory {
     pub cluster_id: Arc<str>,
     /// Shared channels.
     pub peers: Arc<PeerPool>,
+    /// Where the peers' clock readings go.
+    pub clock: Arc<ClusterClock>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -46,6 +49,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             addr: node.addr.clone(),
             cluster_id: self.cluster_id.clone(),
             peers: self.peers.clone(),
+            clock: self.clock.clone(),
         }
     }
 }
@@ -57,6 +61,7 @@ pub struct PeerClient {
     addr: String,
     cluster_id: Arc<str>,
     peers: Arc<PeerPool>,
+    clock: Arc<ClusterClock>,
 }
 
 /// Transport failures, before they are mapped to openraft's error kinds.
@@ -159,13 +164,19 @@ impl PeerClient {
             )));
         }
         let req = self.request(body, ttl);
+        let sent = std::time::Instant::now();
         let reply = tokio::time::timeout(ttl, f(client, req))
             .await
             .map_err(|_| {
                 CallError::Unreachable(format!("node {} timed out after {ttl:?}", self.target))
             })?
-            .map_err(status_error)?;
-        self.decode(reply.into_inner())
+            .map_err(status_error)?
+            .into_inner();
+        if reply.refused.is_empty() {
+            self.clock
+                .observe(self.target, reply.clock_ms, sent, std::time::Instant::now());
+        }
+        self.decode(reply)
     }
 }
 

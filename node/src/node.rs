@@ -101,6 +101,8 @@ pub struct HubNode {
     pub leader_contact: Arc<crate::leader_contact::LeaderContact>,
     /// Silence after which this node counts itself cut off: the longest election timeout.
     cut_off_after: Duration,
+    /// The peers' clock readings and the cluster time (see [`crate::cluster_clock`]).
+    pub clock: Arc<crate::cluster_clock::ClusterClock>,
 }
 
 /// The CA bundles of the replicated registries, by SHA-256, for the artifact checker.
@@ -183,10 +185,17 @@ impl HubNode {
         let (_store, log, sm) = raft_store::open(&cfg.data_dir, &identity)?;
         let cluster_id: Arc<str> = cfg.cluster_id.clone().into();
         let peers = Arc::new(PeerPool::new(cfg.connector.clone()));
+        // Readings older than two election timeouts are not used: the leader's are at most
+        // a heartbeat old, and a node silent for that long is cut off.
+        let clock = Arc::new(crate::cluster_clock::ClusterClock::new(
+            cfg.id,
+            Duration::from_millis(2 * cfg.election_max_ms),
+        ));
         let network = NetworkFactory {
             self_id: cfg.id,
             cluster_id: cluster_id.clone(),
             peers: peers.clone(),
+            clock: clock.clone(),
         };
         let state = sm.shared();
         let outbound = Arc::new(
@@ -217,7 +226,14 @@ impl HubNode {
             barrier: tokio::sync::Mutex::new(None),
             leader_contact: Arc::default(),
             cut_off_after: Duration::from_millis(cfg.election_max_ms),
+            clock,
         }))
+    }
+
+    /// The cluster's time now, as this node estimates it from its voters' clocks: what a
+    /// proposal from this node is stamped with, and the time its leader loops evaluate at.
+    pub fn cluster_now_ms(&self) -> i64 {
+        self.clock.now_ms(crate::propose::voters(&self.raft))
     }
 
     /// Why this node answers writes and linearizable reads with UNAVAILABLE now, if it
@@ -480,7 +496,16 @@ impl HubNode {
         request_id: Option<String>,
         deadline: Instant,
     ) -> Attempt<WriteReply> {
-        match propose(&self.raft, &self.metrics, command, request_id, deadline).await {
+        match propose(
+            &self.raft,
+            &self.metrics,
+            &self.clock,
+            command,
+            request_id,
+            deadline,
+        )
+        .await
+        {
             Proposal::TimedOut => Attempt::Done(Err(no_quorum(self.request_timeout))),
             Proposal::Applied { result, index } => Attempt::Done(match result {
                 Ok(output) => Ok(WriteReply {

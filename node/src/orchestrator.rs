@@ -28,7 +28,6 @@ use tokio::sync::broadcast::Receiver;
 use tokio::time::Instant;
 
 use crate::artifacts::ArtifactChecker;
-use crate::propose::now_ms;
 use crate::term::Term;
 
 /// Entities evaluated per read-lock hold, so apply is never held up for long.
@@ -102,7 +101,11 @@ impl Leadership {
                 .chain(self.housekeeping_at)
                 .min();
             let sleep_for = next_timer
-                .map(|t| Duration::from_millis((t - now_ms()).clamp(0, 3_600_000) as u64))
+                .map(|t| {
+                    Duration::from_millis(
+                        (t - self.term.node.cluster_now_ms()).clamp(0, 3_600_000) as u64
+                    )
+                })
                 .unwrap_or(Duration::from_secs(3600));
             tokio::select! {
                 ev = events.recv() => match ev {
@@ -152,7 +155,7 @@ impl Leadership {
     }
 
     async fn fire_timers(&mut self) -> Result<(), String> {
-        let now = now_ms();
+        let now = self.term.node.cluster_now_ms();
         while let Some((t, id)) = self.timers.first().cloned() {
             if t > now {
                 break;
@@ -187,7 +190,7 @@ impl Leadership {
         let checker = self.checker.clone();
         let lookup = move |l: &ArtifactLocation| checker.status(l);
         for chunk in batch.chunks(EVAL_CHUNK) {
-            let now = now_ms();
+            let now = self.term.node.cluster_now_ms();
             let evals: Vec<(Evaluation, DecisionRecord)> = {
                 let s = self.term.node.state.read();
                 chunk

@@ -1,22 +1,29 @@
 //! The node's one way into the replicated log. Every proposal, whether a client's write, a
 //! forwarded write or a leader loop's decision, goes through [`propose`]: it stamps the
 //! entry's time and calls openraft's `client_write`. Nothing else in the node does either,
-//! so the time every decision is made at comes from one clock read, in one place.
-
-use std::time::{SystemTime, UNIX_EPOCH};
+//! so the time every decision is made at comes from one clock read, in one place: the
+//! cluster's time ([`crate::cluster_clock`]), which a skewed clock of this node cannot move.
 
 use hub_engine::{Command, CommandError, CommandOutput, Request};
+use openraft::async_runtime::watch::WatchReceiver;
 use openraft::errors::{ClientWriteError, RaftError};
-use raft_store::Raft;
+use raft_store::{NodeId, Raft};
 use tokio::time::Instant;
 
-/// Wall-clock milliseconds: the time stamped on proposals, and the "now" the leader's loops
-/// evaluate at.
+use crate::cluster_clock::ClusterClock;
+
+/// This node's wall clock in milliseconds ([`crate::cluster_clock::local_ms`]): for what is
+/// local to the node (token expiry at the listener, log lines). Proposals and the leader's
+/// loops use the cluster's time instead ([`crate::node::HubNode::cluster_now_ms`]).
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    crate::cluster_clock::local_ms()
+}
+
+/// The voters of `raft`'s current membership.
+pub fn voters(raft: &Raft) -> Vec<NodeId> {
+    let m = raft.metrics();
+    let m = m.borrow_watched();
+    m.membership_config.membership().voter_ids().collect()
 }
 
 /// What became of one proposal.
@@ -39,17 +46,19 @@ pub enum Proposal {
     Failed(String),
 }
 
-/// Stamps `command` with this node's clock and proposes it, waiting until `deadline`;
-/// counts it and its latency in `metrics`.
+/// Stamps `command` with the cluster's time as `clock` estimates it and proposes it, waiting
+/// until `deadline`; counts it and its latency in `metrics`.
 pub async fn propose(
     raft: &Raft,
     metrics: &crate::metrics::NodeMetrics,
+    clock: &ClusterClock,
     command: Command,
     request_id: Option<String>,
     deadline: Instant,
 ) -> Proposal {
     let started = Instant::now();
-    let proposal = propose_once(raft, command, request_id, deadline).await;
+    let time_ms = clock.now_ms(voters(raft));
+    let proposal = propose_once(raft, command, time_ms, request_id, deadline).await;
     let outcome = match &proposal {
         Proposal::Applied { result: Ok(_), .. } => "applied",
         Proposal::Applied { result: Err(_), .. } => "refused",
@@ -72,12 +81,13 @@ pub async fn propose(
 async fn propose_once(
     raft: &Raft,
     command: Command,
+    time_ms: i64,
     request_id: Option<String>,
     deadline: Instant,
 ) -> Proposal {
     let request = Request {
         command,
-        time_ms: now_ms(),
+        time_ms,
         request_id,
     };
     match tokio::time::timeout_at(deadline, raft.client_write(request)).await {

@@ -74,6 +74,7 @@ impl RaftService {
                 "this node belongs to cluster {:?}, not {cluster_id:?}",
                 self.cluster_id
             ),
+            clock_ms: 0,
         })
     }
 }
@@ -106,6 +107,7 @@ impl RaftService {
         Ok(Response::new(RaftReply {
             payload: codec::encode(&result),
             refused: String::new(),
+            clock_ms: crate::cluster_clock::local_ms(),
         }))
     }
 }
@@ -247,6 +249,7 @@ impl RaftRpc for RaftService {
                 &result.map_err(openraft::errors::RaftError::<TypeConfig>::Fatal),
             ),
             refused: String::new(),
+            clock_ms: crate::cluster_clock::local_ms(),
         }))
     }
 }

@@ -40,7 +40,16 @@ impl Term {
             return Err("lost leadership".into());
         }
         let deadline = Instant::now() + self.node.request_timeout;
-        match propose(&self.node.raft, &self.node.metrics, command, None, deadline).await {
+        match propose(
+            &self.node.raft,
+            &self.node.metrics,
+            &self.node.clock,
+            command,
+            None,
+            deadline,
+        )
+        .await
+        {
             Proposal::Applied { result, .. } => Ok(result),
             Proposal::NotLeader => Err("lost leadership".into()),
             Proposal::TimedOut => Err("proposal timed out (no quorum?)".into()),

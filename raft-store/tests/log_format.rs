@@ -49,6 +49,7 @@ use hub_engine::command::{
     TokenRole, WindowChange, WindowSpec,
 };
 use hub_engine::entity::{Health, ReportedState, SecretValue};
+use hub_engine::entry_clock::EntryClock;
 use hub_engine::installation::{
     ChangeRequest, ChangeRequestStatus, Installation, ManagedEntity, PublishedModule,
 };
@@ -944,6 +945,11 @@ fn records() -> Vec<Record> {
                     metrics: vec![],
                 },
             ]),
+        }),
+        Record::EntryClock(EntryClock {
+            last_ms: T0 + 28,
+            raised: 3,
+            max_raise_ms: 1_250,
         }),
     ]
 }

@@ -98,11 +98,17 @@ fn hub() -> Hub {
     h
 }
 
-/// Every record but the write audit's: what a refused write must leave as it was.
+/// Every record but the write audit's and the entry clock (every entry, refused or not,
+/// advances it): what a refused write must leave as it was.
 fn content(state: &State) -> Vec<Record> {
     state
         .records()
-        .filter(|r| !matches!(r, Record::WriteAudit(_) | Record::AuditLog(_)))
+        .filter(|r| {
+            !matches!(
+                r,
+                Record::WriteAudit(_) | Record::AuditLog(_) | Record::EntryClock(_)
+            )
+        })
         .collect()
 }
 

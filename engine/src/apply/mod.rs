@@ -88,9 +88,12 @@ impl Tx {
 
 impl State {
     /// Applies `req`, which Raft committed at log `index`. Deterministic: the result depends
-    /// only on the state, the request and `index`.
+    /// only on the state, the request and `index`. The command runs at the entry time,
+    /// `max(req.time_ms, time of the last entry that changed the state)`
+    /// ([`crate::entry_clock`]).
     pub fn apply(&mut self, req: &Request, index: u64) -> Applied {
-        let mut tx = Tx::new(req.time_ms, index);
+        let (now, clock) = self.entry_clock().advance(req.time_ms);
+        let mut tx = Tx::new(now, index);
         if let Some(id) = &req.request_id {
             if let Some(prev) = self.requests.get(id) {
                 return Applied {
@@ -135,12 +138,17 @@ impl State {
             let record = RequestRecord {
                 id: id.clone(),
                 index,
-                time_ms: req.time_ms,
+                time_ms: now,
                 result: result.clone(),
             };
             self.requests.put(record, &mut tx.changed);
         }
-        self.forget_requests_before(req.time_ms - REQUEST_TTL_MS, &mut tx.changed);
+        self.forget_requests_before(now - REQUEST_TTL_MS, &mut tx.changed);
+        // An entry that changed the state moves the clock: every time the state records is
+        // at least every time recorded before it. One that changed nothing leaves no trace.
+        if !tx.changed.is_empty() && clock != self.entry_clock() {
+            self.entry_clock.put(clock, &mut tx.changed);
+        }
         self.check_invariants(&tx.changed);
         Applied {
             result,
