@@ -42,10 +42,11 @@ echo "chaos: seed-fixed run, output in $chaos_dir"
   --out "$chaos_dir/run"
 
 # Where the runner is not root it partitions through the nodes' own transport instead: a fault
-# layer compiled only into a chaos build of hub-node. Exercise that path too, then put the
-# normal build back (both stay cached: switching recompiles nothing).
+# layer compiled only into a chaos build of hub-node, which also skews a node's wall clock.
+# Exercise both, then put the normal build back (both stay cached: switching recompiles
+# nothing). The entry-time checker judges the plans' recorded times by the runner's clock.
 cargo build --workspace --bins --features hub-node/chaos-faults
-"$CARGO_TARGET_DIR/debug/chaos" run --nodes 3 --duration 45s --seed 20261201 --network transport \
-  --faults partition,kill-leader --agents 1 --no-canary --out "$chaos_dir/transport"
+"$CARGO_TARGET_DIR/debug/chaos" run --nodes 3 --duration 60s --seed 20261201 --network transport \
+  --faults partition,kill-leader,clock-skew --agents 1 --no-canary --out "$chaos_dir/transport"
 cargo build --workspace --bins
 rm -rf "$chaos_dir"

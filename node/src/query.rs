@@ -306,6 +306,8 @@ pub fn plan_view(p: &Plan, full: bool) -> Value {
         "reason": p.reason,
         "created": time(Some(p.created_ms)),
         "issued": time(Some(p.issued_ms)),
+        "issued_ms": p.issued_ms,
+        "issued_index": p.issued_index,
         "started": time(p.started_ms),
         "ended": time(p.ended_ms),
     });

@@ -55,6 +55,11 @@ fn bad_faults_and_durations_are_refused_before_anything_starts() {
         ),
         (
             // The test build of hub-node is not a chaos build.
+            vec!["run", "--faults", "kill-leader,clock-skew", "--out", out_s],
+            "--faults clock-skew: needs the nodes' fault layer",
+        ),
+        (
+            // The test build of hub-node is not a chaos build.
             vec![
                 "run",
                 "--faults",

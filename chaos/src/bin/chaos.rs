@@ -34,7 +34,8 @@ enum Cmd {
         seed: u64,
         /// Faults to draw from: kill-leader, kill-any, pause, restart-all, partition (see
         /// --network), latency (the agents' links to the hub), kill-agent and pause-agent
-        /// (an agent of the rollout workload, mid-task).
+        /// (an agent of the rollout workload, mid-task), clock-skew (a node's wall clock;
+        /// needs a chaos build of hub-node).
         #[arg(long, default_value = "kill-leader,kill-any,pause,restart-all")]
         faults: String,
         /// Register keys.
@@ -140,6 +141,14 @@ fn print(report: &Report) {
         println!(
             "  rollouts terminal     {} of {}",
             r.rollouts_terminal, r.rollouts
+        );
+        let t = &report.check.entry_times;
+        println!(
+            "  entry times           {} plans, {} against their first start (max ahead {} ms; bound {} ms)",
+            t.plans,
+            t.checked_against_agents,
+            t.max_ahead_ms.map_or("-".to_string(), |m| m.to_string()),
+            hub_chaos::check::ENTRY_TIME_BOUND_MS
         );
         let f = &r.agent_faults;
         if f.kills + f.pauses > 0 {

@@ -31,6 +31,10 @@ pub struct History {
     pub rollouts: Vec<Rollout>,
     /// State-machine digests of every node after healing.
     pub node_digests: Vec<NodeDigest>,
+    /// The true wall time (ms since the Unix epoch) of the runner's epoch, which task
+    /// execution times count from; `None` in a history that does not say.
+    #[serde(default)]
+    pub epoch_wall_ms: Option<i64>,
 }
 
 /// One client operation on a register.
@@ -169,6 +173,13 @@ pub struct HubPlan {
     pub status: String,
     /// The plan's tasks.
     pub tasks: Vec<String>,
+    /// The time of the entry that issued it to its agent (the hub's time, ms since the Unix
+    /// epoch).
+    #[serde(default)]
+    pub issued_ms: Option<i64>,
+    /// That entry's log index.
+    #[serde(default)]
+    pub issued_index: Option<u64>,
 }
 
 /// Canary weights of one canary revision: what the hub committed and what was applied.

@@ -18,6 +18,7 @@ mod canary;
 mod cas;
 mod cluster;
 mod durable;
+mod entry_times;
 mod history;
 mod jepsen;
 mod linear;
@@ -38,6 +39,7 @@ pub use durable::{
     acked_writes_durable, lost_writes, DurabilityReport, DurabilityViolation, SetReport,
     SetViolation,
 };
+pub use entry_times::{entry_times_true, EntryTimeReport, EntryTimeViolation, ENTRY_TIME_BOUND_MS};
 pub use history::{
     AckedWrite, AddOutcome, CanaryRun, History, HubPlan, NodeDigest, OpKind, Outcome, RegisterOp,
     Rollout, SetAdd, TaskExecution, TaskState,
@@ -79,6 +81,8 @@ pub struct CheckReport {
     pub set: SetReport,
     /// Plans at most once.
     pub plans: PlanReport,
+    /// Plans' recorded times against the true clock.
+    pub entry_times: EntryTimeReport,
     /// Canary weights.
     pub canary: CanaryReport,
     /// Rollouts terminal.
@@ -100,6 +104,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
     let durability = acked_writes_durable(&h.register_ops, &h.acked_writes, &h.final_reads);
     let set = lost_writes(&h.set_adds, &h.final_set);
     let plans = plans_at_most_once(&h.task_executions, &h.hub_plans);
+    let entry_times = entry_times_true(&h.task_executions, &h.hub_plans, h.epoch_wall_ms);
     let canary = canary_weights(&h.canary_runs);
     let rollouts = rollouts_terminal(&h.rollouts);
     let convergence = converged(&h.node_digests);
@@ -112,6 +117,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
     add("durability", strings(&durability.violations));
     add("set", strings(&set.violations));
     add("plans", strings(&plans.violations));
+    add("entry_times", strings(&entry_times.violations));
     add("canary", strings(&canary.violations));
     add("rollouts", strings(&rollouts.violations));
     add("convergence", strings(&convergence.violations));
@@ -128,6 +134,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
             && durability.ok
             && set.ok
             && plans.ok
+            && entry_times.ok
             && canary.ok
             && rollouts.ok
             && convergence.ok,
@@ -136,6 +143,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
         durability,
         set,
         plans,
+        entry_times,
         canary,
         rollouts,
         convergence,
@@ -259,6 +267,8 @@ mod tests {
                 entity: "svc".into(),
                 status: "succeeded".into(),
                 tasks: vec!["start".into()],
+                issued_index: None,
+                issued_ms: None,
             }],
             canary_runs: vec![CanaryRun {
                 canary: "web@2".into(),
@@ -283,6 +293,7 @@ mod tests {
                     digest: "abc".into(),
                 },
             ],
+            epoch_wall_ms: None,
         }
     }
 
@@ -324,6 +335,10 @@ mod tests {
         h.final_set.clear();
         h.task_executions.push(h.task_executions[1].clone());
         h.rollouts[0].terminal = false;
+        // Stamped an hour after its agent started it.
+        h.epoch_wall_ms = Some(0);
+        h.hub_plans[0].issued_ms = Some(3_600_000);
+        h.hub_plans[0].issued_index = Some(1);
         let rep = check_all(&h);
         assert!(!rep.ok);
         assert_eq!((rep.summary.lost, rep.summary.duplicates), (1, 1));
@@ -341,6 +356,12 @@ mod tests {
             rep.messages
                 .iter()
                 .any(|m| m.starts_with("rollouts: canary rollout r1")),
+            "{rep}"
+        );
+        assert!(
+            rep.messages
+                .iter()
+                .any(|m| m.starts_with("entry_times: plan p-1-0 was issued at 3600000 ms")),
             "{rep}"
         );
 

@@ -265,6 +265,8 @@ mod tests {
             entity: entity.into(),
             status: status.into(),
             tasks: tasks.iter().map(|t| t.to_string()).collect(),
+            issued_index: None,
+            issued_ms: None,
         }
     }
 

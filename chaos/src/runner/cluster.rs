@@ -196,7 +196,8 @@ impl Cluster {
         Ok(())
     }
 
-    fn node(&self, id: u64) -> anyhow::Result<Node> {
+    /// Node `id` as `cluster.json` records it.
+    pub fn node(&self, id: u64) -> anyhow::Result<Node> {
         self.nodes()?
             .into_iter()
             .find(|n| n.id == id)

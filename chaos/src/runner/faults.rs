@@ -30,11 +30,15 @@ pub enum Fault {
     KillAgent,
     /// SIGSTOP an agent while it runs a task, SIGCONT it after a pause.
     PauseAgent,
+    /// Jump one node's wall clock (the leader half the time) by 5 minutes to 2 hours either
+    /// way, or make it drift 100–500 ms per second, for three times the usual hold; a chaos
+    /// build's fault layer does it.
+    ClockSkew,
 }
 
 impl Fault {
     /// Every fault, by name.
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::KillLeader,
         Fault::KillAny,
         Fault::Pause,
@@ -43,6 +47,7 @@ impl Fault {
         Fault::Latency,
         Fault::KillAgent,
         Fault::PauseAgent,
+        Fault::ClockSkew,
     ];
 
     /// The name on the command line.
@@ -56,12 +61,18 @@ impl Fault {
             Fault::Latency => "latency",
             Fault::KillAgent => "kill-agent",
             Fault::PauseAgent => "pause-agent",
+            Fault::ClockSkew => "clock-skew",
         }
     }
 
     /// Whether it needs network namespaces (root, iproute2, nftables).
     pub fn needs_netns(self) -> bool {
         self == Fault::Partition
+    }
+
+    /// Whether it needs a chaos build of hub-node (its fault layer).
+    pub fn needs_chaos_build(self) -> bool {
+        self == Fault::ClockSkew
     }
 
     /// Whether it strikes an agent of the rollout workload (which must then have one).

@@ -1,6 +1,7 @@
 //! `chaos run`: a hub of real `hub-node` processes under a register workload while faults hit
 //! it on a seeded schedule; then heal, wait for convergence, check the history and report.
 //!
+//! - [`clock`]: skewed node clocks (a chaos build's fault layer).
 //! - [`cluster`]: the nodes (`hubctl dev`), signals, leader and digests.
 //! - [`register`]: the concurrent register clients and their history.
 //! - [`faults`]: fault names and the seeded schedule.
@@ -12,6 +13,7 @@
 //! Everything the runner starts (processes, namespaces, links) is removed when it returns,
 //! on success or error.
 
+pub mod clock;
 pub mod cluster;
 pub mod faults;
 pub mod net;
@@ -85,21 +87,31 @@ impl std::str::FromStr for NetMode {
     }
 }
 
-/// The partition backend `mode` resolves to on this machine, or why there is none.
-fn choose_backend(mode: NetMode, hubctl: &std::path::Path) -> anyhow::Result<NetMode> {
+/// `Err` with what to do when the hub-node next to `hubctl` (or `HUB_NODE_BIN`) is not a chaos
+/// build (one with the `--chaos-faults` flag).
+fn chaos_build(hubctl: &std::path::Path) -> Result<(), String> {
     let hub_node = std::env::var_os("HUB_NODE_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| hubctl.with_file_name("hub-node"));
-    // A chaos build of hub-node has the --chaos-faults flag.
     let layer = std::process::Command::new(&hub_node)
         .arg("--help")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--chaos-faults"));
-    let no_layer = format!(
+    if layer {
+        return Ok(());
+    }
+    Err(format!(
         "{} is not a chaos build (cargo build --workspace --bins --features \
          hub-node/chaos-faults)",
         hub_node.display()
-    );
+    ))
+}
+
+/// The partition backend `mode` resolves to on this machine, or why there is none.
+fn choose_backend(mode: NetMode, hubctl: &std::path::Path) -> anyhow::Result<NetMode> {
+    let build = chaos_build(hubctl);
+    let layer = build.is_ok();
+    let no_layer = build.err().unwrap_or_default();
     match (mode, net::unavailable()) {
         (NetMode::Netns, Some(why)) => {
             bail!("--faults: partition needs network namespaces (--network netns), and {why}")
@@ -233,6 +245,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             bail!("--faults {f}: needs agents to strike (--agents N, or the canary's process agent without --no-canary)");
         }
     }
+    let needs_layer = cfg.faults.iter().find(|f| f.needs_chaos_build());
+    if let Some(f) = needs_layer {
+        if let Err(why) = chaos_build(&cfg.hubctl) {
+            bail!("--faults {f}: needs the nodes' fault layer, and {why}");
+        }
+    }
     let backend = if cfg.faults.iter().any(|f| f.needs_netns()) {
         Some(choose_backend(cfg.network, &cfg.hubctl)?)
     } else {
@@ -258,7 +276,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         Some(NetMode::Netns) => Some(tokio::task::block_in_place(|| net::Network::create(&ids))?),
         _ => None,
     };
-    let node_args = if backend == Some(NetMode::Transport) {
+    let node_args = if backend == Some(NetMode::Transport) || needs_layer.is_some() {
         "--chaos-faults"
     } else {
         ""
@@ -285,6 +303,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     register::create_keys(&endpoints, cfg.keys).await?;
 
     let epoch = Instant::now();
+    // The true wall time of the epoch: the runner's clock is the machine's, which no fault
+    // skews (a clock fault moves a node's own readings only).
+    let epoch_wall_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     let workload =
         register::Workload::start(endpoints.clone(), cfg.keys, cfg.clients, cfg.seed, epoch);
     // Rollout workload: agents run on the runner's host (empty prefix) and reach the hub
@@ -318,6 +341,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             // The leader half the time.
             Fault::Pause if rng.next_u64().is_multiple_of(2) => leader.or(Some(any)),
             Fault::Pause => Some(any),
+            Fault::ClockSkew if rng.next_u64().is_multiple_of(2) => leader.or(Some(any)),
+            Fault::ClockSkew => Some(any),
             Fault::RestartAll | Fault::Latency | Fault::KillAgent | Fault::PauseAgent => None,
             // The node the partition is about (isolated, cut one way, or ignored by a split).
             Fault::Partition => leader.or(Some(any)),
@@ -368,6 +393,18 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                 tokio::time::sleep(hold).await;
                 relay.set_delay(Duration::ZERO);
             }
+            (Fault::ClockSkew, Some(n)) => {
+                let dir = cluster.node(n)?.data_dir;
+                let skew = clock::Skew::pick(s.pick);
+                tokio::task::block_in_place(|| clock::skew(&dir, skew))?;
+                hit_ns = epoch.elapsed().as_nanos() as u64;
+                detail = format!(
+                    "node {n}{} {skew}",
+                    if hit_leader { " (leader)" } else { "" }
+                );
+                tokio::time::sleep(hold * 3).await;
+                tokio::task::block_in_place(|| clock::restore(&dir))?;
+            }
             (Fault::KillAgent | Fault::PauseAgent, _) => {
                 let r = rollouts
                     .as_mut()
@@ -390,8 +427,14 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             hit_ns as f64 / 1e9,
             s.fault,
             match (s.fault, node) {
-                (Fault::Partition | Fault::Latency | Fault::KillAgent | Fault::PauseAgent, _) =>
-                    detail.clone(),
+                (
+                    Fault::Partition
+                    | Fault::Latency
+                    | Fault::KillAgent
+                    | Fault::PauseAgent
+                    | Fault::ClockSkew,
+                    _,
+                ) => detail.clone(),
                 (_, Some(n)) => format!("node {n}"),
                 (_, None) => "all nodes".to_string(),
             }
@@ -500,6 +543,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         history.hub_plans = r.hub_plans;
         history.canary_runs = r.canary_runs;
         history.rollouts = r.rollouts;
+        history.epoch_wall_ms = Some(epoch_wall_ms);
         r.summary
     });
     std::fs::write(
@@ -611,6 +655,13 @@ fn mechanism(faults: &[Fault], partitions: Option<&net::Partitions>) -> String {
         parts.push(
             "agent faults as SIGKILL (restart on the same data directory) and SIGSTOP/SIGCONT \
              of real hub-agent processes, struck while their execution log shows a task running"
+                .into(),
+        );
+    }
+    if faults.contains(&Fault::ClockSkew) {
+        parts.push(
+            "clock faults as an offset or drift of one node's wall clock in its fault layer \
+             (chaos build; the monotonic clock untouched)"
                 .into(),
         );
     }

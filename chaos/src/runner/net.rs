@@ -285,7 +285,7 @@ impl Partitions {
 }
 
 /// Writes `path` through a temporary file and a rename, so a node never reads half of it.
-fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+pub(crate) fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, text).with_context(|| tmp.display().to_string())?;
     std::fs::rename(&tmp, path).with_context(|| path.display().to_string())?;

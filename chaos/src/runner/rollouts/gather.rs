@@ -76,6 +76,8 @@ pub fn hub_plan(view: &Value) -> Option<HubPlan> {
                     .collect()
             })
             .unwrap_or_default(),
+        issued_ms: view["issued_ms"].as_i64(),
+        issued_index: view["issued_index"].as_u64(),
     })
 }
 
@@ -325,6 +327,8 @@ mod tests {
                 entity: "eid:e:helmChart:a".into(),
                 status: "succeeded".into(),
                 tasks: vec!["fetch".into(), "start".into()],
+                issued_ms: None,
+                issued_index: None,
             })
         );
         assert_eq!(hub_plan(&json!({"id": "p-1"})), None);
