@@ -37,6 +37,20 @@ fn bad_faults_and_durations_are_refused_before_anything_starts() {
             "--nodes: 4 is not 3 or 5",
         ),
         (
+            vec!["sweep", "--seeds", "5..3", "--out", out_s],
+            "--seeds: \"5..3\" is reversed",
+        ),
+        (
+            vec!["sweep", "--seeds", "7", "--out", out_s],
+            "--seeds: \"7\" is not like 1..20",
+        ),
+        (
+            vec![
+                "sweep", "--seeds", "1..2", "--faults", "boom", "--out", out_s,
+            ],
+            "unknown fault \"boom\"",
+        ),
+        (
             vec!["run", "--network", "wifi", "--out", out_s],
             "--network: \"wifi\" is not auto, netns or transport",
         ),
@@ -199,6 +213,45 @@ fn a_short_run_with_agents_feeds_every_checker_and_leaves_nothing_running() {
         "left running: {:?}",
         processes_mentioning(out_s)
     );
+}
+
+/// A sweep runs each seed in its own directory and prints one table row per seed.
+#[test]
+fn a_sweep_runs_every_seed_and_prints_one_table() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("sweep");
+    let r = run_with_limit(
+        Command::new(bin_dir().join("chaos")).args([
+            "sweep",
+            "--seeds",
+            "4..5",
+            "--duration",
+            "9s",
+            "--faults",
+            "kill-leader",
+            "--agents",
+            "0",
+            "--no-canary",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        Duration::from_secs(300),
+    );
+    assert!(r.success(), "{}", r.describe());
+    let text = r.describe();
+    assert!(text.contains("| seed | faults | operations |"), "{text}");
+    for seed in [4, 5] {
+        assert!(
+            out.join(format!("seed-{seed}/report.json")).exists(),
+            "seed {seed}: {text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("| {seed} | ")) && l.ends_with("| OK |")),
+            "seed {seed}: {text}"
+        );
+    }
+    assert!(text.contains("2 seeds, 0 with violations"), "{text}");
 }
 
 /// A cluster that never becomes healthy (here every hub-node exits at once) is a clear error

@@ -23,51 +23,100 @@ struct Cli {
 enum Cmd {
     /// Start a hub, run the register workload under seeded faults, heal, check, report.
     Run {
-        /// 3 or 5 nodes.
-        #[arg(long, default_value_t = 3)]
-        nodes: u64,
-        /// How long the workload and the faults run, e.g. 180s or 10m.
-        #[arg(long, default_value = "180s")]
-        duration: String,
+        #[command(flatten)]
+        workload: Workload,
         /// The schedule's seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Faults to draw from: kill-leader, kill-any, pause, restart-all, partition (see
-        /// --network), latency (the agents' links to the hub), kill-agent and pause-agent
-        /// (an agent of the rollout workload, mid-task), clock-skew (a node's wall clock;
-        /// needs a chaos build of hub-node).
-        #[arg(long, default_value = "kill-leader,kill-any,pause,restart-all")]
-        faults: String,
-        /// Register keys.
-        #[arg(long, default_value_t = 8)]
-        keys: usize,
-        /// Concurrent register clients.
-        #[arg(long, default_value_t = 6)]
-        clients: usize,
-        /// Output directory (the cluster, history.json, report.json); must not hold a
-        /// previous run.
-        #[arg(long)]
-        out: PathBuf,
         /// Replay the run a report.json describes (seed, nodes, faults, duration, workload).
         #[arg(long)]
         replay: Option<PathBuf>,
-        /// Sim agents of the rollout workload (releases and module updates), one environment
-        /// each; 0 leaves them out.
-        #[arg(long, default_value_t = 2)]
-        agents: usize,
-        /// Leave out the process agent with the demo service and its canary revisions.
+    },
+    /// Run seeds A..B (inclusive) one after another, each in OUT/seed-N, and print one table;
+    /// exit 1 when any seed has a violation.
+    Sweep {
+        #[command(flatten)]
+        workload: Workload,
+        /// The seeds, `A..B` (inclusive, A ≤ B).
         #[arg(long)]
-        no_canary: bool,
-        /// How partitions are made: netns (root, iproute2, nftables), transport (a chaos
-        /// build of hub-node: --features hub-node/chaos-faults), or auto (netns if possible).
-        #[arg(long, default_value = "auto")]
-        network: String,
+        seeds: String,
     },
     /// Run the checkers on a saved history.json (exit 1 on a violation).
     Check {
         /// The history.
         history: PathBuf,
     },
+}
+
+/// What a run does, whatever its seed.
+#[derive(clap::Args)]
+struct Workload {
+    /// 3 or 5 nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: u64,
+    /// How long the workload and the faults run, e.g. 180s or 10m.
+    #[arg(long, default_value = "180s")]
+    duration: String,
+    /// Faults to draw from: kill-leader, kill-any, pause, restart-all, partition (see
+    /// --network), latency (the agents' links to the hub), kill-agent and pause-agent
+    /// (an agent of the rollout workload, mid-task), clock-skew (a node's wall clock;
+    /// needs a chaos build of hub-node).
+    #[arg(long, default_value = "kill-leader,kill-any,pause,restart-all")]
+    faults: String,
+    /// Register keys.
+    #[arg(long, default_value_t = 8)]
+    keys: usize,
+    /// Concurrent register clients.
+    #[arg(long, default_value_t = 6)]
+    clients: usize,
+    /// Output directory (the cluster, history.json, report.json; for a sweep one
+    /// directory per seed); must not hold a previous run.
+    #[arg(long)]
+    out: PathBuf,
+    /// Sim agents of the rollout workload (releases and module updates), one environment
+    /// each; 0 leaves them out.
+    #[arg(long, default_value_t = 2)]
+    agents: usize,
+    /// Leave out the process agent with the demo service and its canary revisions.
+    #[arg(long)]
+    no_canary: bool,
+    /// How partitions are made: netns (root, iproute2, nftables), transport (a chaos
+    /// build of hub-node: --features hub-node/chaos-faults), or auto (netns if possible).
+    #[arg(long, default_value = "auto")]
+    network: String,
+}
+
+impl Workload {
+    /// The run's configuration for `seed`, its output in `out`.
+    fn config(&self, seed: u64, out: PathBuf) -> anyhow::Result<Config> {
+        Ok(Config {
+            nodes: self.nodes,
+            duration: parse_duration(&self.duration)?,
+            seed,
+            faults: faults::parse_faults(&self.faults).map_err(anyhow::Error::msg)?,
+            keys: self.keys.max(1),
+            clients: self.clients.max(1),
+            out,
+            hubctl: std::env::current_exe()?.with_file_name("hubctl"),
+            agents: self.agents,
+            canary: !self.no_canary,
+            network: self.network.parse().map_err(anyhow::Error::msg)?,
+        })
+    }
+}
+
+/// Parses `--seeds A..B`: both numbers, A ≤ B.
+fn parse_seeds(s: &str) -> anyhow::Result<std::ops::RangeInclusive<u64>> {
+    let bad = || anyhow::anyhow!("--seeds: {s:?} is not like 1..20");
+    let (a, b) = s.split_once("..").ok_or_else(bad)?;
+    let (a, b): (u64, u64) = (
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    );
+    if a > b {
+        anyhow::bail!("--seeds: {s:?} is reversed (the first seed must not exceed the last)");
+    }
+    Ok(a..=b)
 }
 
 fn parse_duration(s: &str) -> anyhow::Result<Duration> {
@@ -205,22 +254,7 @@ async fn main() -> ExitCode {
 }
 
 async fn real_main() -> anyhow::Result<bool> {
-    let command = Cli::parse().command;
-    // The rollout workload's flags (separate from the register workload's tuple below).
-    let (agents, no_canary, network) = match &command {
-        Cmd::Run {
-            agents,
-            no_canary,
-            network,
-            ..
-        } => (
-            *agents,
-            *no_canary,
-            network.parse().map_err(anyhow::Error::msg)?,
-        ),
-        Cmd::Check { .. } => (0, true, runner::NetMode::Auto),
-    };
-    let (nodes, duration, seed, fault_list, keys, clients, out, replay) = match command {
+    match Cli::parse().command {
         Cmd::Check { history } => {
             let h: hub_chaos::check::History = serde_json::from_slice(
                 &std::fs::read(&history).with_context(|| history.display().to_string())?,
@@ -231,55 +265,181 @@ async fn real_main() -> anyhow::Result<bool> {
             for m in &report.messages {
                 println!("{m}");
             }
-            return Ok(report.ok);
+            Ok(report.ok)
         }
         Cmd::Run {
-            nodes,
-            duration,
+            workload,
             seed,
-            faults,
-            keys,
-            clients,
-            out,
             replay,
-            ..
-        } => (nodes, duration, seed, faults, keys, clients, out, replay),
-    };
-    let hubctl = std::env::current_exe()?.with_file_name("hubctl");
-    let mut cfg = Config {
-        nodes,
-        duration: parse_duration(&duration)?,
-        seed,
-        faults: faults::parse_faults(&fault_list).map_err(anyhow::Error::msg)?,
-        keys: keys.max(1),
-        clients: clients.max(1),
-        out,
-        hubctl,
-        agents,
-        canary: !no_canary,
-        network,
-    };
-    if let Some(path) = replay {
-        let v: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(&path).with_context(|| path.display().to_string())?,
-        )
-        .with_context(|| format!("{}: not a chaos report", path.display()))?;
-        let field = |k: &str| {
-            v.get(k)
-                .cloned()
-                .with_context(|| format!("{}: no {k:?}", path.display()))
-        };
-        cfg.seed = serde_json::from_value(field("seed")?)?;
-        cfg.nodes = serde_json::from_value(field("nodes")?)?;
-        cfg.faults = serde_json::from_value(field("faults")?)?;
-        cfg.duration = Duration::from_millis(serde_json::from_value(field("duration_ms")?)?);
-        cfg.keys = serde_json::from_value(field("keys")?)?;
-        cfg.clients = serde_json::from_value(field("clients")?)?;
-        // Reports from before the rollout workload have neither: no agents then.
-        cfg.agents = v.get("agents").and_then(|a| a.as_u64()).unwrap_or(0) as usize;
-        cfg.canary = v.get("canary").and_then(|c| c.as_bool()).unwrap_or(false);
+        } => {
+            let mut cfg = workload.config(seed, workload.out.clone())?;
+            if let Some(path) = replay {
+                replay_into(&mut cfg, &path)?;
+            }
+            let report = runner::run(cfg).await?;
+            print(&report);
+            Ok(report.check.ok)
+        }
+        Cmd::Sweep { workload, seeds } => sweep(&workload, parse_seeds(&seeds)?).await,
     }
-    let report = runner::run(cfg).await?;
-    print(&report);
-    Ok(report.check.ok)
+}
+
+/// Takes the seed, nodes, faults, duration and workload of the run `path` (a report.json)
+/// describes.
+fn replay_into(cfg: &mut Config, path: &std::path::Path) -> anyhow::Result<()> {
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).with_context(|| path.display().to_string())?)
+            .with_context(|| format!("{}: not a chaos report", path.display()))?;
+    let field = |k: &str| {
+        v.get(k)
+            .cloned()
+            .with_context(|| format!("{}: no {k:?}", path.display()))
+    };
+    cfg.seed = serde_json::from_value(field("seed")?)?;
+    cfg.nodes = serde_json::from_value(field("nodes")?)?;
+    cfg.faults = serde_json::from_value(field("faults")?)?;
+    cfg.duration = Duration::from_millis(serde_json::from_value(field("duration_ms")?)?);
+    cfg.keys = serde_json::from_value(field("keys")?)?;
+    cfg.clients = serde_json::from_value(field("clients")?)?;
+    // Reports from before the rollout workload have neither: no agents then.
+    cfg.agents = v.get("agents").and_then(|a| a.as_u64()).unwrap_or(0) as usize;
+    cfg.canary = v.get("canary").and_then(|c| c.as_bool()).unwrap_or(false);
+    Ok(())
+}
+
+/// Runs every seed as its own `chaos run` process (a run owns process-wide state: its
+/// cluster, its namespaces), each in `OUT/seed-N`, then prints one table of all of them.
+async fn sweep(workload: &Workload, seeds: std::ops::RangeInclusive<u64>) -> anyhow::Result<bool> {
+    // Bad flags are refused before the first run starts anything.
+    workload.config(*seeds.start(), workload.out.clone())?;
+    std::fs::create_dir_all(&workload.out).with_context(|| workload.out.display().to_string())?;
+    let exe = std::env::current_exe()?;
+    let mut rows = Vec::new();
+    for seed in seeds {
+        let out = workload.out.join(format!("seed-{seed}"));
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.arg("run")
+            .args(["--seed", &seed.to_string()])
+            .args(["--nodes", &workload.nodes.to_string()])
+            .args(["--duration", &workload.duration])
+            .args(["--faults", &workload.faults])
+            .args(["--keys", &workload.keys.to_string()])
+            .args(["--clients", &workload.clients.to_string()])
+            .args(["--agents", &workload.agents.to_string()])
+            .args(["--network", &workload.network])
+            .arg("--out")
+            .arg(&out);
+        if workload.no_canary {
+            cmd.arg("--no-canary");
+        }
+        let child = Terminated(cmd.spawn().context("start chaos run")?);
+        let status = child.wait().await?;
+        let report = out.join("report.json");
+        let row = match std::fs::read(&report) {
+            Ok(bytes) => SweepRow::of(
+                seed,
+                &serde_json::from_slice(&bytes)
+                    .with_context(|| format!("{}: not a chaos report", report.display()))?,
+            ),
+            // A run that failed before checking (exit 2) wrote no report.
+            Err(_) => SweepRow::failed(seed, status.code()),
+        };
+        rows.push(row);
+    }
+    println!("\n{}", SweepRow::HEADER);
+    for r in &rows {
+        println!("{r}");
+    }
+    let failed = rows.iter().filter(|r| !r.ok).count();
+    println!("{} seeds, {} with violations or errors", rows.len(), failed);
+    Ok(failed == 0)
+}
+
+/// A child run that gets SIGTERM when dropped (the sweep interrupted), so that it stops
+/// everything it started itself, as a run does on SIGTERM.
+struct Terminated(tokio::process::Child);
+
+impl Terminated {
+    async fn wait(mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let status = self.0.wait().await.context("wait for chaos run")?;
+        Ok(status)
+    }
+}
+
+impl Drop for Terminated {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.id().and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: kill(2) on our own child's pid, not yet reaped (`id` is `None` once
+            // it has been waited for).
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+    }
+}
+
+/// One line of the sweep's table.
+struct SweepRow {
+    seed: u64,
+    /// The columns after the seed, already formatted.
+    cells: Vec<String>,
+    ok: bool,
+}
+
+impl SweepRow {
+    const HEADER: &'static str = "| seed | faults | operations | lost | duplicates | linearizable | canary exact | entry times | rollouts terminal | verdict |\n|---|---|---|---|---|---|---|---|---|---|";
+
+    /// The row of a run's `report.json`.
+    fn of(seed: u64, r: &serde_json::Value) -> SweepRow {
+        let n = |v: &serde_json::Value| v.as_u64().map_or("-".to_string(), |n| n.to_string());
+        let yes = |v: &serde_json::Value| match v.as_bool() {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "-",
+        };
+        let check = &r["check"];
+        let ok = check["ok"].as_bool() == Some(true);
+        let rollouts = &r["rollouts"];
+        SweepRow {
+            seed,
+            cells: vec![
+                r["injected"].as_array().map_or(0, Vec::len).to_string(),
+                n(&r["operations"]),
+                n(&check["summary"]["lost"]),
+                n(&check["summary"]["duplicates"]),
+                yes(&check["linearizability"]["ok"]).into(),
+                yes(&check["canary"]["ok"]).into(),
+                yes(&check["entry_times"]["ok"]).into(),
+                if rollouts.is_null() {
+                    "-".into()
+                } else {
+                    format!(
+                        "{} of {}",
+                        n(&rollouts["rollouts_terminal"]),
+                        n(&rollouts["rollouts"])
+                    )
+                },
+                if ok { "OK" } else { "VIOLATIONS" }.into(),
+            ],
+            ok,
+        }
+    }
+
+    /// The row of a run that ended without a report.
+    fn failed(seed: u64, code: Option<i32>) -> SweepRow {
+        let mut cells = vec!["-".to_string(); 8];
+        cells.push(format!(
+            "ERROR (exit {})",
+            code.map_or("signal".into(), |c| c.to_string())
+        ));
+        SweepRow {
+            seed,
+            cells,
+            ok: false,
+        }
+    }
+}
+
+impl std::fmt::Display for SweepRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "| {} | {} |", self.seed, self.cells.join(" | "))
+    }
 }
