@@ -64,6 +64,13 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// A peer node.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabel {
+    /// Its Raft id.
+    pub peer: String,
+}
+
 /// The outcome of a proposal, webhook or query.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
@@ -119,6 +126,8 @@ pub struct Sources {
     pub listener: Option<Arc<hub_tls::server::ListenerStats>>,
     /// Snapshots built and installed since the last scrape.
     pub snapshots: Arc<raft_store::SnapshotStats>,
+    /// The peers' clock readings.
+    pub clock: Arc<crate::cluster_clock::ClusterClock>,
 }
 
 /// Every metric of the node.
@@ -137,6 +146,8 @@ pub struct NodeMetrics {
     applied_index: Gauge,
     apply_lag: Gauge,
     snapshot_index: Gauge,
+    peer_clock_offset: Family<PeerLabel, Gauge>,
+    entry_clock_raised: Gauge,
     /// Proposals by outcome.
     pub proposals: Family<OutcomeLabel, Counter>,
     /// Time from proposing to the entry's commit and apply on this (leader) node.
@@ -217,6 +228,8 @@ impl NodeMetrics {
             committed_index: Gauge::default(),
             applied_index: Gauge::default(),
             apply_lag: Gauge::default(),
+            peer_clock_offset: Family::default(),
+            entry_clock_raised: Gauge::default(),
             snapshot_index: Gauge::default(),
             proposals: Family::default(),
             proposal_seconds: latency_histogram(),
@@ -297,6 +310,16 @@ impl NodeMetrics {
             "snapshot_index",
             "The index of this node's newest snapshot",
             self.snapshot_index.clone(),
+        );
+        raft.register(
+            "peer_clock_offset_milliseconds",
+            "Each peer's wall clock minus this node's, from the last Raft reply it sent this node",
+            self.peer_clock_offset.clone(),
+        );
+        raft.register(
+            "entry_clock_raised",
+            "Entries whose stamp was behind the last state-changing entry's time and ran at it",
+            self.entry_clock_raised.clone(),
         );
         raft.register(
             "proposals",
@@ -543,6 +566,8 @@ impl NodeMetrics {
     }
 
     fn read_state(&self, state: &hub_engine::State, leader: bool) {
+        self.entry_clock_raised
+            .set(i64::try_from(state.entry_clock().raised).unwrap_or(i64::MAX));
         let mut plans: BTreeMap<(&str, &str), i64> = BTreeMap::new();
         for p in state.plans() {
             *plans
@@ -607,6 +632,14 @@ impl NodeMetrics {
             };
             count.inc();
             observe(seconds, took);
+        }
+        self.peer_clock_offset.clear();
+        for p in s.clock.peers() {
+            self.peer_clock_offset
+                .get_or_create(&PeerLabel {
+                    peer: p.id.to_string(),
+                })
+                .set(p.offset_ms);
         }
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut rows = vec![

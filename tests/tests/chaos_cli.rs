@@ -252,6 +252,15 @@ fn a_sweep_runs_every_seed_and_prints_one_table() {
         );
     }
     assert!(text.contains("2 seeds, 0 with violations"), "{text}");
+    let out_s = out.to_str().unwrap();
+    let gone = hub_tests::poll_until(Duration::from_secs(10), || {
+        processes_mentioning(out_s).is_empty().then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "left running: {:?}",
+        processes_mentioning(out_s)
+    );
 }
 
 /// A cluster that never becomes healthy (here every hub-node exits at once) is a clear error

@@ -126,6 +126,22 @@ fn metrics_are_served_to_the_clusters_parties_only_and_move() {
         sample(&after, "hub_raft_apply_lag").is_some(),
         "no apply lag: {after}"
     );
+    // The leader reads both followers' clocks on every heartbeat: one machine, so the
+    // offsets are near 0 (the round trip's half at most).
+    for peer in [1, 2, 3].into_iter().filter(|p| *p != leader_id) {
+        let offset = sample(
+            &after,
+            &format!("hub_raft_peer_clock_offset_milliseconds{{peer=\"{peer}\"}}"),
+        )
+        .unwrap_or_else(|| panic!("no clock offset of peer {peer}: {after}"));
+        assert!(offset.abs() < 1_000.0, "peer {peer}: {offset} ms");
+    }
+    // Concurrent proposals may reach the log in another order than they were stamped, by
+    // milliseconds: the count exists, whatever it is.
+    assert!(
+        sample(&after, "hub_raft_entry_clock_raised").is_some(),
+        "{after}"
+    );
     // Refusals are counted by reason: the unauthenticated scrape above, and a gRPC call
     // without credentials.
     let refused =

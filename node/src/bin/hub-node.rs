@@ -308,6 +308,7 @@ async fn run() -> anyhow::Result<()> {
             hub_tls::server::ListenerMode::Plaintext => None,
         },
         snapshots: node.sm.snapshot_stats(),
+        clock: node.clock.clone(),
     });
     hub_node::metrics::watch_leader(&node.raft, node.metrics.clone());
     if let Some(l) = metrics_listener {
