@@ -493,7 +493,9 @@ impl Hub for HubService {
         let value = crate::query::answer(
             &s.state,
             &query,
-            crate::propose::now_ms(),
+            // The cluster's time where this node has read its voters' clocks (the leader),
+            // else its own.
+            self.node.cluster_now_ms(),
             Some(&self.node.artifacts),
         )
         .map_err(|e| match e {

@@ -52,7 +52,10 @@ pub fn restrict_tree(dir: &Path) -> io::Result<()> {
                 restrict(&path, &meta)
             }
         });
-        walked?;
+        match walked {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            other => other?,
+        }
     }
     Ok(())
 }
