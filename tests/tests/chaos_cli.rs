@@ -137,6 +137,19 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
     out
 }
 
+/// Asserts that, within 10 s, no process's command line names `dir` (SIGKILLed processes
+/// may take a moment to disappear from /proc).
+fn assert_nothing_left_running(dir: &str) {
+    let gone = hub_tests::poll_until(Duration::from_secs(10), || {
+        processes_mentioning(dir).is_empty().then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "left running: {:?}",
+        processes_mentioning(dir)
+    );
+}
+
 #[test]
 fn a_short_run_with_agents_feeds_every_checker_and_leaves_nothing_running() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -176,12 +189,12 @@ fn a_short_run_with_agents_feeds_every_checker_and_leaves_nothing_running() {
         rollouts["rollouts"], rollouts["rollouts_terminal"],
         "{rollouts}"
     );
-    // Seed 7's schedule: pause-agent twice, kill-agent, kill-leader, pause; each agent
-    // fault waits for a task to be running.
+    // Seed 7's schedule: pause-agent twice, kill-agent, kill-leader, pause. Each agent fault
+    // waits (at most 2 s) for a task to be running; whether one is depends on the machine's
+    // pace, so only the strikes themselves are asserted.
     let struck = &rollouts["agent_faults"];
     assert!(
-        struck["kills_mid_task"].as_u64() >= Some(1)
-            && struck["pauses_mid_task"].as_u64() >= Some(1),
+        struck["kills"].as_u64() == Some(1) && struck["pauses"].as_u64() == Some(2),
         "{struck}"
     );
     let check = &report["check"];
@@ -205,14 +218,7 @@ fn a_short_run_with_agents_feeds_every_checker_and_leaves_nothing_running() {
     assert!(again.success(), "{}", again.describe());
     // Agents, demo services and nodes are gone (their command lines name the run's directory).
     // (SIGKILLed processes may take a moment to disappear from /proc.)
-    let gone = hub_tests::poll_until(Duration::from_secs(10), || {
-        processes_mentioning(out_s).is_empty().then_some(())
-    });
-    assert!(
-        gone.is_some(),
-        "left running: {:?}",
-        processes_mentioning(out_s)
-    );
+    assert_nothing_left_running(out_s);
 }
 
 /// A sweep runs each seed in its own directory and prints one table row per seed.
@@ -253,14 +259,7 @@ fn a_sweep_runs_every_seed_and_prints_one_table() {
     }
     assert!(text.contains("2 seeds, 0 with violations"), "{text}");
     let out_s = out.to_str().unwrap();
-    let gone = hub_tests::poll_until(Duration::from_secs(10), || {
-        processes_mentioning(out_s).is_empty().then_some(())
-    });
-    assert!(
-        gone.is_some(),
-        "left running: {:?}",
-        processes_mentioning(out_s)
-    );
+    assert_nothing_left_running(out_s);
 }
 
 /// A cluster that never becomes healthy (here every hub-node exits at once) is a clear error
