@@ -19,6 +19,8 @@
 //! - [`webhooks`] and [`prometheus`]: the canary controller's webhook calls and metric
 //!   queries over those clients.
 //! - [`query`]: read-only JSON views of the orchestration state.
+//! - [`crash_stop`]: the node exits when its store fails, rather than serve on after a
+//!   failed sync.
 //! - [`peers`]: reusable gRPC channels to other nodes.
 //! - [`client`]: the failover client `hubctl` and tools use.
 //! - [`auth`]: who may call which method, from the TLS-verified identity.
@@ -39,6 +41,7 @@ pub mod cli;
 pub mod client;
 pub mod cluster_clock;
 pub mod cluster_keys;
+pub mod crash_stop;
 pub mod dashboard;
 #[cfg(any(test, feature = "chaos-faults"))]
 pub mod fault_layer;

@@ -47,15 +47,26 @@ impl Flusher {
 
 fn run(db: Weak<DB>, rx: mpsc::Receiver<IOFlushed<TypeConfig>>) {
     let mut batch = Vec::new();
+    // The first failed sync, kept: a failed sync is never retried (after one, the kernel may
+    // have dropped the pages and a retry can succeed without them), so every later waiter
+    // fails with it too; hub-node's `crash_stop` then stops the process.
+    let mut failed: Option<String> = None;
     while let Ok(first) = rx.recv() {
         batch.push(first);
         while let Ok(more) = rx.try_recv() {
             batch.push(more);
         }
-        let result = match db.upgrade() {
-            Some(db) => db.flush_wal(true).map_err(|e| e.to_string()),
-            None => Err("database closed".to_string()),
+        let result = match (&failed, db.upgrade()) {
+            (Some(e), _) => Err(e.clone()),
+            (None, Some(db)) => db.flush_wal(true).map_err(|e| e.to_string()),
+            (None, None) => Err("database closed".to_string()),
         };
+        if let Err(e) = &result {
+            if failed.is_none() {
+                tracing::error!(error = %e, "syncing the log failed; no later sync is tried");
+                failed = Some(e.clone());
+            }
+        }
         tracing::trace!(waiters = batch.len(), "log synced");
         for callback in batch.drain(..) {
             let r = match &result {

@@ -35,6 +35,39 @@ pub struct History {
     /// execution times count from; `None` in a history that does not say.
     #[serde(default)]
     pub epoch_wall_ms: Option<i64>,
+    /// Disk faults as struck, and what the node they hit did.
+    #[serde(default)]
+    pub disk_strikes: Vec<DiskStrike>,
+}
+
+/// A disk fault as struck (`disk-full` or `fsync-error`) and what its node did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskStrike {
+    /// The node.
+    pub node: u64,
+    /// The fault.
+    pub fault: DiskFault,
+    /// Bytes of ballast that filled the disk (`disk-full`).
+    pub ballast_bytes: u64,
+    /// Syncs that failed under the node (`fsync-error`).
+    pub syncs_failed: u64,
+    /// Whether the node's process stopped while the fault held.
+    pub stopped: bool,
+    /// Whether it stopped the clean way: hub-node's crash-stop line in its log (not a
+    /// panic, an abort or another death).
+    pub clean_stop: bool,
+    /// Whether it served again (answered a status call) after the fault ended.
+    pub served_again: bool,
+}
+
+/// Which disk fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiskFault {
+    /// Its filesystem had no free block.
+    DiskFull,
+    /// Every sync under it failed with EIO.
+    FsyncError,
 }
 
 /// One client operation on a register.

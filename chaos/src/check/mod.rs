@@ -10,13 +10,16 @@
 //! - [`plans_at_most_once`]: tasks succeed at most once, one plan per entity at a time;
 //! - [`canary_weights`]: applied canary weights follow the committed ones;
 //! - [`rollouts_terminal`]: every rollout is terminal after healing;
-//! - [`converged`]: nodes at the same applied index have equal digests.
+//! - [`converged`]: nodes at the same applied index have equal digests;
+//! - [`disk_faults_survived`]: a node under a disk fault kept serving or crash-stopped, and
+//!   served again.
 //!
 //! No I/O and no clock: the same history always gives the same report.
 
 mod canary;
 mod cas;
 mod cluster;
+mod disks;
 mod durable;
 mod entry_times;
 mod history;
@@ -35,14 +38,15 @@ pub use cluster::{
     converged, rollouts_terminal, ConvergenceReport, ConvergenceViolation, RolloutReport,
     RolloutViolation,
 };
+pub use disks::{disk_faults_survived, DiskReport, DiskViolation};
 pub use durable::{
     acked_writes_durable, lost_writes, DurabilityReport, DurabilityViolation, SetReport,
     SetViolation,
 };
 pub use entry_times::{entry_times_true, EntryTimeReport, EntryTimeViolation, ENTRY_TIME_BOUND_MS};
 pub use history::{
-    AckedWrite, AddOutcome, CanaryRun, History, HubPlan, NodeDigest, OpKind, Outcome, RegisterOp,
-    Rollout, SetAdd, TaskExecution, TaskState,
+    AckedWrite, AddOutcome, CanaryRun, DiskFault, DiskStrike, History, HubPlan, NodeDigest, OpKind,
+    Outcome, RegisterOp, Rollout, SetAdd, TaskExecution, TaskState,
 };
 pub use jepsen::{parse_jepsen_log, JepsenError};
 pub use linear::{
@@ -89,6 +93,9 @@ pub struct CheckReport {
     pub rollouts: RolloutReport,
     /// Convergence.
     pub convergence: ConvergenceReport,
+    /// Disk faults: clean stops and recovery.
+    #[serde(default)]
+    pub disks: DiskReport,
     /// Every violation as one human-readable line, prefixed by its checker.
     pub messages: Vec<String>,
 }
@@ -108,6 +115,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
     let canary = canary_weights(&h.canary_runs);
     let rollouts = rollouts_terminal(&h.rollouts);
     let convergence = converged(&h.node_digests);
+    let disks = disk_faults_survived(&h.disk_strikes);
 
     let mut messages = Vec::new();
     let mut add = |checker: &str, lines: Vec<String>| {
@@ -121,6 +129,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
     add("canary", strings(&canary.violations));
     add("rollouts", strings(&rollouts.violations));
     add("convergence", strings(&convergence.violations));
+    add("disks", strings(&disks.violations));
 
     let summary = Summary {
         operations: h.register_ops.len() + h.set_adds.len(),
@@ -137,7 +146,8 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
             && entry_times.ok
             && canary.ok
             && rollouts.ok
-            && convergence.ok,
+            && convergence.ok
+            && disks.ok,
         summary,
         linearizability,
         durability,
@@ -147,6 +157,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
         canary,
         rollouts,
         convergence,
+        disks,
         messages,
     }
 }
@@ -294,7 +305,44 @@ mod tests {
                 },
             ],
             epoch_wall_ms: None,
+            disk_strikes: vec![DiskStrike {
+                node: 2,
+                fault: DiskFault::FsyncError,
+                ballast_bytes: 0,
+                syncs_failed: 4,
+                stopped: true,
+                clean_stop: true,
+                served_again: true,
+            }],
         }
+    }
+
+    #[test]
+    fn a_write_acknowledged_then_lost_after_a_disk_fault_fails() {
+        // Write 7 was acknowledged; node 2's syncs then failed, it crash-stopped and came
+        // back, and after healing the register holds nothing: the write is lost.
+        let mut h = full_history();
+        h.final_reads = vec![("k".into(), None), ("k".into(), None)];
+        h.register_ops.truncate(2);
+        let rep = check_all(&h);
+        assert!(!rep.ok, "{rep}");
+        assert!(rep.disks.ok && !rep.durability.ok, "{rep}");
+        assert_eq!(rep.summary.lost, 1, "{rep}");
+        assert!(
+            rep.messages.iter().any(|m| m.starts_with("durability:")),
+            "{rep}"
+        );
+        // And a node that died without its crash-stop fails the disk checker on its own.
+        let mut h = full_history();
+        h.disk_strikes[0].clean_stop = false;
+        let rep = check_all(&h);
+        assert!(!rep.ok && !rep.disks.ok, "{rep}");
+        assert!(
+            rep.messages
+                .iter()
+                .any(|m| m.starts_with("disks: node 2 died")),
+            "{rep}"
+        );
     }
 
     #[test]

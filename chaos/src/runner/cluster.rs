@@ -247,10 +247,16 @@ impl Cluster {
         for id in self.paused.clone() {
             self.resume(id);
         }
-        for n in self.nodes().unwrap_or_default() {
+        let nodes = self.nodes().unwrap_or_default();
+        for n in &nodes {
             if is_alive(n.pid) {
                 signal(n.pid, libc::SIGKILL);
             }
+        }
+        // Gone before anything under them (their disks) is taken away.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while nodes.iter().any(|n| is_alive(n.pid)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }

@@ -34,11 +34,19 @@ pub enum Fault {
     /// way, or make it drift 100–500 ms per second, for three times the usual hold; a chaos
     /// build's fault layer does it.
     ClockSkew,
+    /// Fill one node's filesystem (the leader half the time) for three times the usual hold,
+    /// then free it; a node that stopped is restarted. Its data directory is on a small
+    /// loop-mounted ext4 (root).
+    DiskFull,
+    /// Make every sync under one node (the leader half the time) fail with EIO for the
+    /// usual hold; a node that stopped is restarted. Its data directory is on the runner's
+    /// FUSE pass-through filesystem (root).
+    FsyncError,
 }
 
 impl Fault {
     /// Every fault, by name.
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 11] = [
         Fault::KillLeader,
         Fault::KillAny,
         Fault::Pause,
@@ -48,6 +56,8 @@ impl Fault {
         Fault::KillAgent,
         Fault::PauseAgent,
         Fault::ClockSkew,
+        Fault::DiskFull,
+        Fault::FsyncError,
     ];
 
     /// The name on the command line.
@@ -62,6 +72,8 @@ impl Fault {
             Fault::KillAgent => "kill-agent",
             Fault::PauseAgent => "pause-agent",
             Fault::ClockSkew => "clock-skew",
+            Fault::DiskFull => "disk-full",
+            Fault::FsyncError => "fsync-error",
         }
     }
 
@@ -73,6 +85,24 @@ impl Fault {
     /// Whether it needs a chaos build of hub-node (its fault layer).
     pub fn needs_chaos_build(self) -> bool {
         self == Fault::ClockSkew
+    }
+
+    /// The disk fault it is, if it is one (its node's data directory must be on a disk of the
+    /// runner's).
+    pub fn disk(self) -> Option<crate::check::DiskFault> {
+        match self {
+            Fault::DiskFull => Some(crate::check::DiskFault::DiskFull),
+            Fault::FsyncError => Some(crate::check::DiskFault::FsyncError),
+            Fault::KillLeader
+            | Fault::KillAny
+            | Fault::Pause
+            | Fault::RestartAll
+            | Fault::Partition
+            | Fault::Latency
+            | Fault::KillAgent
+            | Fault::PauseAgent
+            | Fault::ClockSkew => None,
+        }
     }
 
     /// Whether it strikes an agent of the rollout workload (which must then have one).

@@ -3,6 +3,7 @@
 //!
 //! - [`clock`]: skewed node clocks (a chaos build's fault layer).
 //! - [`cluster`]: the nodes (`hubctl dev`), signals, leader and digests.
+//! - [`disk`]: the nodes' data directories on disks that fill up or fail to sync.
 //! - [`register`]: the concurrent register clients and their history.
 //! - [`faults`]: fault names and the seeded schedule.
 //! - [`net`]: nodes on their own hosts (network namespaces) and partitions between them.
@@ -15,6 +16,7 @@
 
 pub mod clock;
 pub mod cluster;
+pub mod disk;
 pub mod faults;
 pub mod net;
 pub mod register;
@@ -251,6 +253,18 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             bail!("--faults {f}: needs the nodes' fault layer, and {why}");
         }
     }
+    let disk_plan = disk::DiskPlan {
+        small_disk: cfg.faults.contains(&Fault::DiskFull),
+        sync_faults: cfg.faults.contains(&Fault::FsyncError),
+    };
+    let uses_disks = disk_plan.small_disk || disk_plan.sync_faults;
+    if let Some(why) = uses_disks.then(|| disk::unavailable(disk_plan)).flatten() {
+        let f = cfg.faults.iter().find(|f| f.disk().is_some()).copied();
+        bail!(
+            "--faults {}: needs a disk of the runner's under every node, and {why}",
+            f.map_or("", Fault::as_str)
+        );
+    }
     let backend = if cfg.faults.iter().any(|f| f.needs_netns()) {
         Some(choose_backend(cfg.network, &cfg.hubctl)?)
     } else {
@@ -275,6 +289,14 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     let namespaces = match backend {
         Some(NetMode::Netns) => Some(tokio::task::block_in_place(|| net::Network::create(&ids))?),
         _ => None,
+    };
+    // Declared before the cluster: unmounted after its processes are gone.
+    let disks = if uses_disks {
+        Some(tokio::task::block_in_place(|| {
+            disk::Disks::create(&hub_dir, &cfg.out.join("disks"), &ids, disk_plan)
+        })?)
+    } else {
+        None
     };
     let node_args = if backend == Some(NetMode::Transport) || needs_layer.is_some() {
         "--chaos-faults"
@@ -325,6 +347,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         None
     };
     let mut injected = Vec::new();
+    let mut disk_strikes = Vec::new();
     let mut rng = Rng::new(cfg.seed ^ 0xFA17);
     for s in &schedule {
         let at = Duration::from_millis(s.at_ms);
@@ -343,6 +366,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             Fault::Pause => Some(any),
             Fault::ClockSkew if rng.next_u64().is_multiple_of(2) => leader.or(Some(any)),
             Fault::ClockSkew => Some(any),
+            Fault::DiskFull | Fault::FsyncError if rng.next_u64().is_multiple_of(2) => {
+                leader.or(Some(any))
+            }
+            Fault::DiskFull | Fault::FsyncError => Some(any),
             Fault::RestartAll | Fault::Latency | Fault::KillAgent | Fault::PauseAgent => None,
             // The node the partition is about (isolated, cut one way, or ignored by a split).
             Fault::Partition => leader.or(Some(any)),
@@ -405,6 +432,38 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                 tokio::time::sleep(hold * 3).await;
                 tokio::task::block_in_place(|| clock::restore(&dir))?;
             }
+            (Fault::DiskFull | Fault::FsyncError, Some(n)) => {
+                let d = disks
+                    .as_ref()
+                    .context("disk fault without the runner's disks")?;
+                let kind = s.fault.disk().context("a disk fault")?;
+                // A full disk is held longer: a node may write into space it allocated
+                // before (RocksDB preallocates its log files).
+                let held = if kind == crate::check::DiskFault::DiskFull {
+                    hold * 3
+                } else {
+                    hold
+                };
+                let (strike, hit) = disk::strike(d, &mut cluster, &hub_dir, n, kind, held).await?;
+                hit_ns = hit.duration_since(epoch).as_nanos() as u64;
+                detail = format!(
+                    "node {n}{}: {}{}",
+                    if hit_leader { " (leader)" } else { "" },
+                    match kind {
+                        crate::check::DiskFault::DiskFull =>
+                            format!("filled ({} MiB of ballast)", strike.ballast_bytes >> 20),
+                        crate::check::DiskFault::FsyncError =>
+                            format!("{} syncs failed", strike.syncs_failed),
+                    },
+                    match (strike.stopped, strike.clean_stop, strike.served_again) {
+                        (false, _, true) => ", served on".to_string(),
+                        (true, true, true) => ", crash-stopped and served again".to_string(),
+                        (true, false, _) => ", DIED UNCLEANLY".to_string(),
+                        (_, _, false) => ", DID NOT SERVE AGAIN".to_string(),
+                    }
+                );
+                disk_strikes.push(strike);
+            }
             (Fault::KillAgent | Fault::PauseAgent, _) => {
                 let r = rollouts
                     .as_mut()
@@ -432,7 +491,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                     | Fault::Latency
                     | Fault::KillAgent
                     | Fault::PauseAgent
-                    | Fault::ClockSkew,
+                    | Fault::ClockSkew
+                    | Fault::DiskFull
+                    | Fault::FsyncError,
                     _,
                 ) => detail.clone(),
                 (_, Some(n)) => format!("node {n}"),
@@ -536,6 +597,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         acked_writes,
         final_reads,
         node_digests: digests,
+        disk_strikes,
         ..History::default()
     };
     let rollout_summary = rollout_history.map(|r| {
@@ -591,6 +653,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         serde_json::to_vec_pretty(&report)?,
     )?;
     drop(cluster);
+    drop(disks);
     drop(network);
     Ok(report)
 }
@@ -662,6 +725,20 @@ fn mechanism(faults: &[Fault], partitions: Option<&net::Partitions>) -> String {
         parts.push(
             "clock faults as an offset or drift of one node's wall clock in its fault layer \
              (chaos build; the monotonic clock untouched)"
+                .into(),
+        );
+    }
+    if faults.contains(&Fault::DiskFull) {
+        parts.push(
+            "full disks as a ballast file filling each node's own loop-mounted ext4 (512 MiB, \
+             no reserved blocks), kept full while the fault holds"
+                .into(),
+        );
+    }
+    if faults.contains(&Fault::FsyncError) {
+        parts.push(
+            "failed syncs as EIO from fsync, fdatasync and directory syncs in a FUSE \
+             pass-through filesystem under each node's data directory"
                 .into(),
         );
     }

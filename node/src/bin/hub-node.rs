@@ -250,6 +250,8 @@ async fn run() -> anyhow::Result<()> {
         hub_node::fault_layer::install(cfg.id, &cfg.data_dir);
     }
     let node = HubNode::start(&cfg).await?;
+    // From here on a failed write or sync of the store stops the process (crash-stop).
+    hub_node::crash_stop::watch(&node.raft);
     tracing::info!(id = cfg.id, addr = %cfg.advertise, cluster = %cfg.cluster_id,
         outbound_deny = %cfg.outbound_deny, "hub-node started");
 
