@@ -361,19 +361,34 @@ fn a_cluster_that_never_becomes_healthy_is_refused_and_cleaned_up() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("run");
     let out_s = out.to_str().unwrap();
-    let r = chaos(
-        &["run", "--duration", "20s", "--out", out_s],
-        &[("HUB_NODE_BIN", "/bin/false")],
-    );
-    assert_eq!(r.code(), Some(2), "{}", r.describe());
-    assert!(
-        r.describe().contains("the cluster never became healthy"),
-        "{}",
-        r.describe()
-    );
-    assert!(
-        processes_mentioning(out_s).is_empty(),
-        "left running: {:?}",
-        processes_mentioning(out_s)
-    );
+    // Node 1 starts for real; node 2 dies at once: the start-up fails with node 1 (and
+    // node 3) already running, and none of them may be left.
+    let wrapper = dir.path().join("half-a-hub-node");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *\"--id 2 \"*) exit 1;; esac\nexec {} \"$@\"\n",
+            bin_dir().join("hub-node").display()
+        ),
+    )
+    .expect("write the wrapper");
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod the wrapper");
+    for bin in ["/bin/false", wrapper.to_str().unwrap()] {
+        let _ = std::fs::remove_dir_all(&out);
+        let r = chaos(
+            &["run", "--duration", "20s", "--out", out_s],
+            &[("HUB_NODE_BIN", bin)],
+        );
+        assert_eq!(r.code(), Some(2), "{bin}: {}", r.describe());
+        assert!(
+            r.describe().contains("the cluster never became healthy"),
+            "{bin}: {}",
+            r.describe()
+        );
+        assert_nothing_left_running(out_s);
+    }
 }

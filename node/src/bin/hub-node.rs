@@ -245,11 +245,14 @@ async fn run() -> anyhow::Result<()> {
         outbound_deny,
         outbound_ca_pem,
     };
+    let node = HubNode::start(&cfg).await?;
+    // After the store has opened its directory: the layer acknowledges into it, and a new
+    // store refuses a directory that already holds files (the chaos runner's disks are
+    // mount points, so the directory exists before the node does).
     #[cfg(feature = "chaos-faults")]
     if args.chaos_faults {
         hub_node::fault_layer::install(cfg.id, &cfg.data_dir);
     }
-    let node = HubNode::start(&cfg).await?;
     // From here on a failed write or sync of the store stops the process (crash-stop).
     hub_node::crash_stop::watch(&node.raft);
     tracing::info!(id = cfg.id, addr = %cfg.advertise, cluster = %cfg.cluster_id,

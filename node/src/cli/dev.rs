@@ -529,11 +529,42 @@ pub(crate) async fn start_cluster(
     let dir = &dir.canonicalize()?;
     write_env_file(dir, &cluster)?;
     let connector = dev_connector(dir, &cluster)?;
+    let mut started = Ok(());
     for i in 0..cluster.nodes.len() {
-        let pid = spawn_node(dir, &cluster, &cluster.nodes[i])?;
-        cluster.nodes[i].pid = pid;
+        match spawn_node(dir, &cluster, &cluster.nodes[i]) {
+            Ok(pid) => cluster.nodes[i].pid = pid,
+            Err(e) => {
+                started = Err(e);
+                break;
+            }
+        }
     }
+    // Written with every pid started so far, so a failed start-up can stop them.
     write_cluster_file(dir, &cluster)?;
+    let ready = match started {
+        Ok(()) => wait_ready(dir, &cluster, &connector, fresh).await,
+        Err(e) => Err(e),
+    };
+    match ready {
+        Ok(leader) => Ok((cluster, leader)),
+        Err(e) => {
+            // Nothing of a cluster that did not come up is left running.
+            if let Err(stop) = stop_cluster(dir) {
+                eprintln!("warning: stopping the nodes of a failed start-up: {stop:#}");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Waits until every node of a just-started `cluster` serves and a leader is elected
+/// (initialising a `fresh` cluster and binding its first admin); returns the leader's id.
+async fn wait_ready(
+    dir: &Path,
+    cluster: &ClusterFile,
+    connector: &Connector,
+    fresh: bool,
+) -> anyhow::Result<u64> {
     let deadline = Instant::now() + Duration::from_secs(60);
     // Progress on a terminal only; scripts get the final answer alone.
     let progress = |what: &str| {
@@ -587,7 +618,7 @@ pub(crate) async fn start_cluster(
             .with_context(|| format!("bind {me} admin"))?;
         }
     }
-    Ok((cluster, leader))
+    Ok(leader)
 }
 
 fn down(dir: &Path, fmt: Format) -> anyhow::Result<()> {
