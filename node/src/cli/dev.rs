@@ -574,11 +574,11 @@ async fn wait_ready(
     };
     for node in &cluster.nodes {
         progress(&format!("waiting for node {} at {}", node.id, node.addr));
-        wait_until_serving(dir, node, node.pid, &connector, deadline).await?;
+        wait_until_serving(dir, node, node.pid, connector, deadline).await?;
     }
     progress("electing a leader");
     let first = &cluster.nodes[0];
-    let mut c = FailoverClient::connect(&first.addr, &connector).await?;
+    let mut c = FailoverClient::connect(&first.addr, connector).await?;
     if fresh {
         let members = cluster
             .nodes
