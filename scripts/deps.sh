@@ -2,7 +2,7 @@
 # Installs what building the hub needs on Debian, if missing: a C++ toolchain and libclang
 # (bindgen, for RocksDB), the system's CA certificates (ca-certificates: the roots https
 # registries, webhooks and Prometheus are verified against), for the chaos runner's
-# partitions iproute2 and nftables, and for the dashboard's browser test (tests/dashboard.rs)
+# partitions iproute2 and nftables, for its disk faults e2fsprogs, and for the dashboard's browser test (tests/dashboard.rs)
 # Chromium with a font.
 # Sourced by the other scripts; idempotent.
 set -euo pipefail
@@ -13,6 +13,8 @@ dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 [ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
+# The chaos runner's disk faults: a loop-mounted ext4 per node.
+[ -x /usr/sbin/mkfs.ext4 ] || [ -x /sbin/mkfs.ext4 ] || need+=(e2fsprogs)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 dpkg -s fonts-dejavu-core >/dev/null 2>&1 || need+=(fonts-dejavu-core)
 if [ ${#need[@]} -gt 0 ]; then

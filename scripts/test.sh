@@ -31,14 +31,15 @@ awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $
 [ "$status" -eq 0 ] || exit "$status"
 
 # A seed-fixed chaos run (about 3 minutes): real nodes killed, paused, restarted and
-# partitioned (network namespaces; CI runs as root), agents killed and paused mid-task, under
+# partitioned (network namespaces; CI runs as root), their disks filled and their syncs failed
+# (loop-mounted ext4 and a FUSE pass-through), agents killed and paused mid-task, under
 # the register and rollout workloads; the history must be linearizable, nothing acknowledged
 # lost, every task run at most once, and the healed nodes' states equal. Its report stays in
 # $chaos_dir for a failed run.
 chaos_dir=$(mktemp -d)
 echo "chaos: seed-fixed run, output in $chaos_dir"
 "$CARGO_TARGET_DIR/debug/chaos" run --nodes 3 --duration 150s --seed 20261130 \
-  --faults kill-leader,kill-any,pause,restart-all,partition,latency,kill-agent,pause-agent \
+  --faults kill-leader,kill-any,pause,restart-all,partition,latency,kill-agent,pause-agent,disk-full,fsync-error \
   --out "$chaos_dir/run"
 
 # Where the runner is not root it partitions through the nodes' own transport instead: a fault
