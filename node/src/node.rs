@@ -754,17 +754,21 @@ impl HubNode {
             .map_err(|e| Status::failed_precondition(format!("initialize: {e}")))
     }
 
-    /// Current voters and learners.
-    /// Whether node `id` may act as a peer: a member (voter or learner), or any node of the
-    /// cluster while this node has no membership yet (a pristine node being added).
+    /// Whether node `id` may act as a peer: a member (voter or learner) of the membership
+    /// this node knows, or any node of the cluster while this node is not a voter of that
+    /// membership itself. The second case is a node being added: it learns the cluster's
+    /// history from the log in order, so it first holds the initial membership, which need
+    /// not name the leader that adds it (a node added later); refusing that leader would
+    /// stop its catch-up for good.
     pub fn is_member(&self, id: NodeId) -> bool {
         let m = self.raft.metrics();
         let m = m.borrow_watched();
         let membership = m.membership_config.membership();
-        let mut nodes = membership.nodes().peekable();
-        nodes.peek().is_none() || membership.nodes().any(|(n, _)| *n == id)
+        let self_votes = membership.voter_ids().any(|v| v == self.id);
+        !self_votes || membership.nodes().any(|(n, _)| *n == id)
     }
 
+    /// Current voters and learners.
     pub fn members(&self) -> Vec<(NodeId, String, bool)> {
         let m = self.raft.metrics();
         let m = m.borrow_watched();

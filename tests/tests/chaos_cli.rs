@@ -173,17 +173,13 @@ fn disk_faults_crash_stop_a_node_that_recovers_and_leave_nothing_mounted() {
         Duration::from_secs(300),
     );
     assert!(r.success(), "{}", r.describe());
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report.json"))
-            .expect("report");
+    let report = read_json(&out.join("report.json"));
     let check = &report["check"];
     assert_eq!(check["ok"], true, "{check}");
     assert_eq!(check["summary"]["lost"], 0, "{check}");
     let disks = &check["disks"];
     assert!(disks["strikes"].as_u64() >= Some(2), "{disks}");
-    let history: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("history.json")).expect("history"))
-            .expect("history");
+    let history = read_json(&out.join("history.json"));
     let strikes = history["disk_strikes"].as_array().expect("disk_strikes");
     // Under the register workload every node syncs its log many times a second: a node
     // whose syncs fail must have stopped, cleanly, and come back.
@@ -213,6 +209,81 @@ fn disk_faults_crash_stop_a_node_that_recovers_and_leave_nothing_mounted() {
         "left mounted: {:?}",
         mounts_under(out_s)
     );
+}
+
+/// Membership changes mid-rollout: seed 4's schedule adds node 4, replaces a member by a
+/// new node, and removes one while leaving it running. Nothing acknowledged is lost, the
+/// healed members agree on the voters, the removed node is never leader or followed again,
+/// and nothing is left running (the removed node included).
+#[test]
+fn membership_changes_under_load_keep_every_write_and_forget_removed_nodes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let out_s = out.to_str().unwrap();
+    let r = run_with_limit(
+        Command::new(bin_dir().join("chaos")).args([
+            "run",
+            "--duration",
+            "30s",
+            "--seed",
+            "4",
+            "--faults",
+            "membership",
+            "--agents",
+            "1",
+            "--no-canary",
+            "--out",
+            out_s,
+        ]),
+        Duration::from_secs(300),
+    );
+    assert!(r.success(), "{}", r.describe());
+    let report = read_json(&out.join("report.json"));
+    let check = &report["check"];
+    assert_eq!(check["ok"], true, "{check}");
+    assert_eq!(check["summary"]["lost"], 0, "{check}");
+    assert_eq!(check["membership"]["changes"], 3, "{check}");
+    let history = read_json(&out.join("history.json"));
+    let changes = history["membership_changes"].as_array().expect("changes");
+    let shapes: Vec<(bool, bool, bool)> = changes
+        .iter()
+        .map(|c| {
+            (
+                c["added"].is_u64(),
+                c["removed"].is_u64(),
+                c["kept_running"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(
+        shapes,
+        [
+            (true, false, false),
+            (true, true, false),
+            (false, true, true)
+        ],
+        "{changes:?}"
+    );
+    // The healed members (3: +1, ±0, -1) were sampled, and the removed node left running too.
+    let removed = changes[2]["removed"].as_u64().expect("removed id");
+    let settled: Vec<&serde_json::Value> = history["member_samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .filter(|s| s["settled"] == true)
+        .collect();
+    assert!(
+        settled.iter().filter(|s| s["node"] != removed).count() == 3
+            && settled.iter().any(|s| s["node"] == removed),
+        "{settled:?}"
+    );
+    assert_nothing_left_running(out_s);
+}
+
+/// The JSON file at `path`.
+fn read_json(path: &std::path::Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Processes whose command line mentions `needle`.
@@ -264,9 +335,7 @@ fn a_short_run_with_agents_feeds_every_checker_and_leaves_nothing_running() {
         Duration::from_secs(300),
     );
     assert!(r.success(), "{}", r.describe());
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report.json"))
-            .expect("report");
+    let report = read_json(&out.join("report.json"));
     let rollouts = &report["rollouts"];
     assert!(rollouts["plans_executed"].as_u64() > Some(0), "{rollouts}");
     assert!(

@@ -38,6 +38,46 @@ pub struct History {
     /// Disk faults as struck, and what the node they hit did.
     #[serde(default)]
     pub disk_strikes: Vec<DiskStrike>,
+    /// The cluster's first members (for the membership checker; empty when it made no
+    /// change).
+    #[serde(default)]
+    pub initial_members: Vec<u64>,
+    /// Membership changes as made.
+    #[serde(default)]
+    pub membership_changes: Vec<MembershipChange>,
+    /// What members and removed nodes said of the cluster, sampled during and after the run.
+    #[serde(default)]
+    pub member_samples: Vec<MemberSample>,
+}
+
+/// One membership change as the runner made it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipChange {
+    /// When the cluster had taken it (the runner's clock, ns from its epoch).
+    pub at_ns: u64,
+    /// The node added, if any.
+    pub added: Option<u64>,
+    /// The node removed, if any.
+    pub removed: Option<u64>,
+    /// Whether the removed node's process was left running.
+    pub kept_running: bool,
+}
+
+/// What one process said of the cluster at one time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberSample {
+    /// When (ns from the runner's epoch).
+    pub at_ns: u64,
+    /// The process's node id.
+    pub node: u64,
+    /// Its role (`leader`, `follower`, `candidate`, `learner`, `shutdown`).
+    pub role: String,
+    /// Its leader, if it knows one.
+    pub leader: Option<u64>,
+    /// The voters of its membership.
+    pub voters: Vec<u64>,
+    /// Taken after healing, when the membership must have settled.
+    pub settled: bool,
 }
 
 /// A disk fault as struck (`disk-full` or `fsync-error`) and what its node did.

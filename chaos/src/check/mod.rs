@@ -12,7 +12,9 @@
 //! - [`rollouts_terminal`]: every rollout is terminal after healing;
 //! - [`converged`]: nodes at the same applied index have equal digests;
 //! - [`disk_faults_survived`]: a node under a disk fault kept serving or crash-stopped, and
-//!   served again.
+//!   served again;
+//! - [`membership_respected`]: a removed node is never again leader or followed, and the
+//!   healed members agree on the voters.
 //!
 //! No I/O and no clock: the same history always gives the same report.
 
@@ -25,6 +27,7 @@ mod entry_times;
 mod history;
 mod jepsen;
 mod linear;
+mod membership;
 mod plans;
 #[cfg(test)]
 mod sim;
@@ -45,14 +48,16 @@ pub use durable::{
 };
 pub use entry_times::{entry_times_true, EntryTimeReport, EntryTimeViolation, ENTRY_TIME_BOUND_MS};
 pub use history::{
-    AckedWrite, AddOutcome, CanaryRun, DiskFault, DiskStrike, History, HubPlan, NodeDigest, OpKind,
-    Outcome, RegisterOp, Rollout, SetAdd, TaskExecution, TaskState,
+    AckedWrite, AddOutcome, CanaryRun, DiskFault, DiskStrike, History, HubPlan, MemberSample,
+    MembershipChange, NodeDigest, OpKind, Outcome, RegisterOp, Rollout, SetAdd, TaskExecution,
+    TaskState,
 };
 pub use jepsen::{parse_jepsen_log, JepsenError};
 pub use linear::{
     check_linearizable, check_linearizable_with, KeyReport, LinOptions, LinReport, LinViolation,
     Verdict, Zone, DEFAULT_MAX_STATES_PER_KEY,
 };
+pub use membership::{membership_respected, MembershipReport, MembershipViolation};
 pub use plans::{plans_at_most_once, ExecRef, PlanReport, PlanSpan, PlanViolation};
 
 /// Totals over all checkers.
@@ -96,6 +101,9 @@ pub struct CheckReport {
     /// Disk faults: clean stops and recovery.
     #[serde(default)]
     pub disks: DiskReport,
+    /// Membership changes: removed nodes never counted again.
+    #[serde(default)]
+    pub membership: MembershipReport,
     /// Every violation as one human-readable line, prefixed by its checker.
     pub messages: Vec<String>,
 }
@@ -116,6 +124,8 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
     let rollouts = rollouts_terminal(&h.rollouts);
     let convergence = converged(&h.node_digests);
     let disks = disk_faults_survived(&h.disk_strikes);
+    let membership =
+        membership_respected(&h.initial_members, &h.membership_changes, &h.member_samples);
 
     let mut messages = Vec::new();
     let mut add = |checker: &str, lines: Vec<String>| {
@@ -130,6 +140,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
     add("rollouts", strings(&rollouts.violations));
     add("convergence", strings(&convergence.violations));
     add("disks", strings(&disks.violations));
+    add("membership", strings(&membership.violations));
 
     let summary = Summary {
         operations: h.register_ops.len() + h.set_adds.len(),
@@ -147,7 +158,8 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
             && canary.ok
             && rollouts.ok
             && convergence.ok
-            && disks.ok,
+            && disks.ok
+            && membership.ok,
         summary,
         linearizability,
         durability,
@@ -158,6 +170,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
         rollouts,
         convergence,
         disks,
+        membership,
         messages,
     }
 }
@@ -314,6 +327,9 @@ mod tests {
                 clean_stop: true,
                 served_again: true,
             }],
+            initial_members: Vec::new(),
+            membership_changes: Vec::new(),
+            member_samples: Vec::new(),
         }
     }
 

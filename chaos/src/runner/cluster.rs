@@ -41,6 +41,24 @@ pub struct Node {
 #[derive(Deserialize)]
 struct ClusterFile {
     nodes: Vec<Node>,
+    /// Nodes removed from the cluster (`hubctl dev remove-node`), possibly still running.
+    #[serde(default)]
+    removed: Vec<Node>,
+}
+
+/// What one process (a member, or a removed node still running) says of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberView {
+    /// Raft id.
+    pub id: u64,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub role: String,
+    /// Its term.
+    pub term: u64,
+    /// Its leader, if it knows one.
+    pub leader: Option<u64>,
+    /// The voters in its membership.
+    pub voters: Vec<u64>,
 }
 
 /// A node's view of the replicated state.
@@ -117,13 +135,94 @@ impl Cluster {
         })
     }
 
-    /// The nodes as `cluster.json` records them now.
-    pub fn nodes(&self) -> anyhow::Result<Vec<Node>> {
+    fn file(&self) -> anyhow::Result<ClusterFile> {
         let p = self.dir.join("cluster.json");
-        let f: ClusterFile =
-            serde_json::from_slice(&std::fs::read(&p).with_context(|| p.display().to_string())?)
-                .with_context(|| p.display().to_string())?;
-        Ok(f.nodes)
+        serde_json::from_slice(&std::fs::read(&p).with_context(|| p.display().to_string())?)
+            .with_context(|| p.display().to_string())
+    }
+
+    /// The members as `cluster.json` records them now.
+    pub fn nodes(&self) -> anyhow::Result<Vec<Node>> {
+        Ok(self.file()?.nodes)
+    }
+
+    /// The nodes removed from the cluster, running or not.
+    pub fn removed(&self) -> anyhow::Result<Vec<Node>> {
+        Ok(self.file()?.removed)
+    }
+
+    /// Starts a node with the next unused id and adds it to the cluster (on loopback, or at
+    /// `host` in namespace `netns`); returns its id.
+    pub fn add_node(&mut self, place: Option<(String, String)>) -> anyhow::Result<u64> {
+        let mut cmd = Command::new(&self.hubctl);
+        cmd.args(["dev", "add-node", "--data-dir"]).arg(&self.dir);
+        if let Some((host, netns)) = place {
+            cmd.args(["--host", &host, "--netns", &netns]);
+        }
+        let out = cmd.args(["-o", "json"]).output()?;
+        if !out.status.success() {
+            bail!(
+                "add a node: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).context("hubctl dev add-node printed no JSON")?;
+        v["id"]
+            .as_u64()
+            .context("hubctl dev add-node printed no id")
+    }
+
+    /// Removes node `id` from the cluster; stops it unless `keep_running`.
+    pub fn remove_node(&mut self, id: u64, keep_running: bool) -> anyhow::Result<()> {
+        let mut cmd = Command::new(&self.hubctl);
+        cmd.args(["dev", "remove-node", "--id", &id.to_string(), "--data-dir"])
+            .arg(&self.dir);
+        if keep_running {
+            cmd.arg("--keep-running");
+        }
+        let out = cmd.args(["-o", "json"]).output()?;
+        if !out.status.success() {
+            bail!(
+                "remove node {id}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// What every running process says: the members and the removed nodes still running.
+    pub async fn member_views(&self) -> Vec<MemberView> {
+        let Ok(f) = self.file() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for n in f.nodes.iter().chain(&f.removed) {
+            if let Some(s) = self.status(n).await {
+                out.push(MemberView {
+                    id: n.id,
+                    role: s.role,
+                    term: s.term,
+                    leader: s.has_leader.then_some(s.leader_id),
+                    voters: s.members.iter().filter(|m| m.voter).map(|m| m.id).collect(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Node `n`'s status, unless it is paused, dead or does not answer within 1 s.
+    async fn status(&self, n: &Node) -> Option<hub_proto::NodeStatusReply> {
+        if self.paused.contains(&n.id) || !is_alive(n.pid) {
+            return None;
+        }
+        let mut c = connect(&n.addr).await.ok()?;
+        let mut req = tonic::Request::new(NodeStatusRequest {});
+        req.set_timeout(Duration::from_secs(1));
+        c.node_status(req)
+            .await
+            .ok()
+            .map(tonic::Response::into_inner)
     }
 
     /// Every node's address.
@@ -208,16 +307,7 @@ impl Cluster {
     pub async fn views(&self) -> Vec<NodeView> {
         let mut out = Vec::new();
         for n in self.nodes().unwrap_or_default() {
-            if self.paused.contains(&n.id) || !is_alive(n.pid) {
-                continue;
-            }
-            let Ok(mut c) = connect(&n.addr).await else {
-                continue;
-            };
-            let mut req = tonic::Request::new(NodeStatusRequest {});
-            req.set_timeout(Duration::from_secs(1));
-            if let Ok(s) = c.node_status(req).await {
-                let s = s.into_inner();
+            if let Some(s) = self.status(&n).await {
                 out.push(NodeView {
                     id: n.id,
                     leader: s.has_leader.then_some(s.leader_id),
@@ -247,7 +337,10 @@ impl Cluster {
         for id in self.paused.clone() {
             self.resume(id);
         }
-        let nodes = self.nodes().unwrap_or_default();
+        let nodes: Vec<Node> = self
+            .file()
+            .map(|f| f.nodes.into_iter().chain(f.removed).collect())
+            .unwrap_or_default();
         for n in &nodes {
             if is_alive(n.pid) {
                 signal(n.pid, libc::SIGKILL);

@@ -42,11 +42,15 @@ pub enum Fault {
     /// usual hold; a node that stopped is restarted. Its data directory is on the runner's
     /// FUSE pass-through filesystem (root).
     FsyncError,
+    /// Change the membership under load: add a node (up to 5), remove one (down to 3; the
+    /// leader half the time, its process left running, cut out), or replace one with a new
+    /// id (killed, removed, a new node added).
+    Membership,
 }
 
 impl Fault {
     /// Every fault, by name.
-    pub const ALL: [Fault; 11] = [
+    pub const ALL: [Fault; 12] = [
         Fault::KillLeader,
         Fault::KillAny,
         Fault::Pause,
@@ -58,6 +62,7 @@ impl Fault {
         Fault::ClockSkew,
         Fault::DiskFull,
         Fault::FsyncError,
+        Fault::Membership,
     ];
 
     /// The name on the command line.
@@ -74,6 +79,7 @@ impl Fault {
             Fault::ClockSkew => "clock-skew",
             Fault::DiskFull => "disk-full",
             Fault::FsyncError => "fsync-error",
+            Fault::Membership => "membership",
         }
     }
 
@@ -101,7 +107,8 @@ impl Fault {
             | Fault::Latency
             | Fault::KillAgent
             | Fault::PauseAgent
-            | Fault::ClockSkew => None,
+            | Fault::ClockSkew
+            | Fault::Membership => None,
         }
     }
 

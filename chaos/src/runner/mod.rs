@@ -6,6 +6,7 @@
 //! - [`disk`]: the nodes' data directories on disks that fill up or fail to sync.
 //! - [`register`]: the concurrent register clients and their history.
 //! - [`faults`]: fault names and the seeded schedule.
+//! - [`membership`]: nodes added, removed and replaced under load.
 //! - [`net`]: nodes on their own hosts (network namespaces) and partitions between them.
 //! - [`relay`]: the delaying relay between agents and the hub.
 //! - [`rollouts`]: agents executing continuous rollouts (releases, module updates, canary
@@ -18,6 +19,7 @@ pub mod clock;
 pub mod cluster;
 pub mod disk;
 pub mod faults;
+pub mod membership;
 pub mod net;
 pub mod register;
 pub mod relay;
@@ -285,15 +287,25 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     );
     let hubctl = cfg.hubctl.clone();
     let ids: Vec<u64> = (1..=cfg.nodes).collect();
+    // Every id a node may have in this run: the first members and one per membership change,
+    // each with its host (namespace) and disk made before the run.
+    let all_ids: Vec<u64> = ids
+        .iter()
+        .copied()
+        .chain(membership::spare_ids(cfg.nodes, &schedule))
+        .collect();
+    let changes_membership = cfg.faults.contains(&Fault::Membership);
     // Declared before the cluster: dropped after it, once its processes are gone.
     let namespaces = match backend {
-        Some(NetMode::Netns) => Some(tokio::task::block_in_place(|| net::Network::create(&ids))?),
+        Some(NetMode::Netns) => Some(tokio::task::block_in_place(|| {
+            net::Network::create(&all_ids)
+        })?),
         _ => None,
     };
     // Declared before the cluster: unmounted after its processes are gone.
     let disks = if uses_disks {
         Some(tokio::task::block_in_place(|| {
-            disk::Disks::create(&hub_dir, &cfg.out.join("disks"), &ids, disk_plan)
+            disk::Disks::create(&hub_dir, &cfg.out.join("disks"), &all_ids, disk_plan)
         })?)
     } else {
         None
@@ -311,10 +323,20 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             Some(net::Partitions::new(net::Backend::Netns(ns), &ids))
         }
         (Some(NetMode::Transport), _) => {
-            let files = cluster
+            // `dev` keeps node N's data in DIR/node-N, new nodes' too.
+            let dir = cluster
                 .nodes()?
-                .into_iter()
-                .map(|n| (n.id, n.data_dir.join("chaos-faults.json")))
+                .first()
+                .and_then(|n| n.data_dir.parent().map(std::path::Path::to_path_buf))
+                .context("a cluster without nodes")?;
+            let files = all_ids
+                .iter()
+                .map(|id| {
+                    (
+                        *id,
+                        dir.join(format!("node-{id}")).join("chaos-faults.json"),
+                    )
+                })
                 .collect();
             Some(net::Partitions::new(net::Backend::Transport(files), &ids))
         }
@@ -348,6 +370,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     };
     let mut injected = Vec::new();
     let mut disk_strikes = Vec::new();
+    let mut membership_changes = Vec::new();
+    let mut member_samples = Vec::new();
     let mut rng = Rng::new(cfg.seed ^ 0xFA17);
     for s in &schedule {
         let at = Duration::from_millis(s.at_ms);
@@ -356,6 +380,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         }
         let leader = cluster.leader().await;
         let nodes: Vec<u64> = cluster.nodes()?.iter().map(|n| n.id).collect();
+        if let Some(net) = network.as_mut() {
+            net.set_nodes(&nodes);
+        }
+        if changes_membership {
+            member_samples.extend(sample_members(&cluster, epoch, false).await);
+        }
         let any = nodes[(s.pick % nodes.len() as u64) as usize];
         let hold = Duration::from_millis(s.hold_ms);
         let node = match s.fault {
@@ -370,6 +400,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                 leader.or(Some(any))
             }
             Fault::DiskFull | Fault::FsyncError => Some(any),
+            Fault::Membership if rng.next_u64().is_multiple_of(2) => leader.or(Some(any)),
+            Fault::Membership => Some(any),
             Fault::RestartAll | Fault::Latency | Fault::KillAgent | Fault::PauseAgent => None,
             // The node the partition is about (isolated, cut one way, or ignored by a split).
             Fault::Partition => leader.or(Some(any)),
@@ -464,6 +496,19 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                 );
                 disk_strikes.push(strike);
             }
+            (Fault::Membership, Some(n)) => {
+                let net = network.as_ref().and_then(net::Partitions::network);
+                let (change, what) =
+                    membership::change(&mut cluster, net, n, s.pick, epoch).await?;
+                hit_ns = change.at_ns;
+                hit_leader = hit_leader && change.removed == Some(n);
+                detail = what;
+                membership_changes.push(change);
+                let now: Vec<u64> = cluster.nodes()?.iter().map(|n| n.id).collect();
+                if let Some(net) = network.as_mut() {
+                    net.set_nodes(&now);
+                }
+            }
             (Fault::KillAgent | Fault::PauseAgent, _) => {
                 let r = rollouts
                     .as_mut()
@@ -493,7 +538,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                     | Fault::PauseAgent
                     | Fault::ClockSkew
                     | Fault::DiskFull
-                    | Fault::FsyncError,
+                    | Fault::FsyncError
+                    | Fault::Membership,
                     _,
                 ) => detail.clone(),
                 (_, Some(n)) => format!("node {n}"),
@@ -525,7 +571,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         tokio::task::block_in_place(|| net.heal())?;
     }
     tokio::task::block_in_place(|| cluster.heal())?;
-    let digests = converge(&cluster, cfg.nodes).await?;
+    let members = cluster.nodes()?.len() as u64;
+    let digests = converge(&cluster, members).await?;
+    if changes_membership {
+        member_samples.extend(sample_members(&cluster, epoch, true).await);
+    }
     let rollout_history = match rollouts.take() {
         Some(r) => {
             println!(
@@ -598,6 +648,13 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         final_reads,
         node_digests: digests,
         disk_strikes,
+        initial_members: if changes_membership {
+            ids.clone()
+        } else {
+            Vec::new()
+        },
+        membership_changes,
+        member_samples,
         ..History::default()
     };
     let rollout_summary = rollout_history.map(|r| {
@@ -742,6 +799,14 @@ fn mechanism(faults: &[Fault], partitions: Option<&net::Partitions>) -> String {
                 .into(),
         );
     }
+    if faults.contains(&Fault::Membership) {
+        parts.push(
+            "membership changes through hubctl dev add-node / remove-node (the hub's AddNode and \
+             RemoveNode): a node added, a member removed and left running, or a member killed \
+             and replaced by a new id"
+                .into(),
+        );
+    }
     if faults.contains(&Fault::Latency) {
         parts.push(
             "latency as a delaying TCP relay in front of the agents' hub endpoints (this \
@@ -771,6 +836,28 @@ fn rollout_config(
         epoch,
         bin_dir: cfg.hubctl.parent().map(PathBuf::from).unwrap_or_default(),
     }
+}
+
+/// What every running process (members, and removed nodes left running) says of the
+/// cluster now.
+async fn sample_members(
+    cluster: &Cluster,
+    epoch: Instant,
+    settled: bool,
+) -> Vec<crate::check::MemberSample> {
+    let views = cluster.member_views().await;
+    let at_ns = epoch.elapsed().as_nanos() as u64;
+    views
+        .into_iter()
+        .map(|v| crate::check::MemberSample {
+            at_ns,
+            node: v.id,
+            role: v.role,
+            leader: v.leader,
+            voters: v.voters,
+            settled,
+        })
+        .collect()
 }
 
 /// Waits until every node reports the same digest at the same applied index.

@@ -187,6 +187,12 @@ impl Partitions {
         }
     }
 
+    /// Sets the nodes cuts are about: the cluster's members now (membership changes add and
+    /// remove them; a node outside is neither cut nor waited for).
+    pub fn set_nodes(&mut self, nodes: &[u64]) {
+        self.nodes = nodes.to_vec();
+    }
+
     /// The namespaces, when that is the backend.
     pub fn network(&self) -> Option<&Network> {
         match &self.backend {
@@ -269,7 +275,10 @@ impl Partitions {
         if let Backend::Transport(files) = &self.backend {
             // The cut holds once every node has acknowledged its file.
             let deadline = Instant::now() + Duration::from_secs(5);
-            for (id, path) in files {
+            for id in &self.nodes {
+                let path = files
+                    .get(id)
+                    .with_context(|| format!("no fault file for node {id}"))?;
                 let want = std::fs::read(path).with_context(|| path.display().to_string())?;
                 let ack = path.with_file_name("chaos-faults.applied");
                 while std::fs::read(&ack).ok() != Some(want.clone()) {

@@ -65,6 +65,33 @@ pub enum DevCmd {
     /// (written to TLS_DIR/ca.pem for `hubctl env registry set … --ca-file`). Runs until
     /// SIGTERM or Ctrl-C.
     Registry(super::dev_registry::RegistryArgs),
+    /// Start a node with the next unused id and add it to the running cluster (it catches
+    /// up as a learner, then becomes a voter).
+    AddNode {
+        /// The cluster's directory.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// The node's address (it listens on port 7401 there); loopback with a free port
+        /// without it. For test networks.
+        #[arg(long)]
+        host: Option<String>,
+        /// The network namespace it runs in (`ip netns exec`); needs --host and root.
+        #[arg(long)]
+        netns: Option<String>,
+    },
+    /// Remove a node from the running cluster and stop it.
+    RemoveNode {
+        /// The cluster's directory.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Node id.
+        #[arg(long)]
+        id: u64,
+        /// Leave the removed node's process running (it must never again vote or be
+        /// counted; `dev down` stops it).
+        #[arg(long)]
+        keep_running: bool,
+    },
     /// Start one node again on its data.
     RestartNode {
         /// The cluster's directory.
@@ -89,6 +116,10 @@ pub struct ClusterFile {
     /// Plaintext nodes (`--insecure`); otherwise the PKI is in `DIR/pki`.
     #[serde(default)]
     pub insecure: bool,
+    /// Nodes removed from the cluster (`dev remove-node`), possibly still running; their ids
+    /// are never used again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<NodeEntry>,
 }
 
 /// The PKI directory of a dev cluster.
@@ -155,7 +186,7 @@ pub fn dev_issue(
 }
 
 /// `DIR/hubctl.env`: the endpoints and the admin's TLS files, as shell exports.
-fn write_env_file(dir: &Path, cluster: &ClusterFile) -> anyhow::Result<PathBuf> {
+pub(crate) fn write_env_file(dir: &Path, cluster: &ClusterFile) -> anyhow::Result<PathBuf> {
     let endpoints: Vec<&str> = cluster.nodes.iter().map(|n| n.addr.as_str()).collect();
     let mut text = format!("export HUBCTL_ENDPOINTS={}\n", endpoints.join(","));
     if cluster.insecure {
@@ -212,6 +243,19 @@ pub async fn run(cmd: DevCmd, fmt: Format) -> anyhow::Result<()> {
         DevCmd::Down { data_dir } => down(&data_dir, fmt),
         DevCmd::Registry(args) => super::dev_registry::run(args).await,
         DevCmd::RestartNode { data_dir, id } => restart(&data_dir, id, fmt).await,
+        DevCmd::AddNode {
+            data_dir,
+            host,
+            netns,
+        } => {
+            let place = super::dev_members::NewNodePlace { host, netns };
+            super::dev_members::add_node(&data_dir, &place, fmt).await
+        }
+        DevCmd::RemoveNode {
+            data_dir,
+            id,
+            keep_running,
+        } => super::dev_members::remove_node(&data_dir, id, keep_running, fmt).await,
     }
 }
 
@@ -250,7 +294,7 @@ pub fn read_cluster_file(dir: &Path) -> anyhow::Result<ClusterFile> {
         .with_context(|| format!("{}: not a cluster file", path.display()))
 }
 
-fn write_cluster_file(dir: &Path, file: &ClusterFile) -> anyhow::Result<()> {
+pub(crate) fn write_cluster_file(dir: &Path, file: &ClusterFile) -> anyhow::Result<()> {
     let path = dir.join("cluster.json");
     let tmp = dir.join("cluster.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(file)?)
@@ -259,7 +303,11 @@ fn write_cluster_file(dir: &Path, file: &ClusterFile) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn spawn_node(dir: &Path, cluster: &ClusterFile, node: &NodeEntry) -> anyhow::Result<u32> {
+pub(crate) fn spawn_node(
+    dir: &Path,
+    cluster: &ClusterFile,
+    node: &NodeEntry,
+) -> anyhow::Result<u32> {
     let log_path = dir.join(format!("node-{}.log", node.id));
     let log = OpenOptions::new()
         .create(true)
@@ -319,7 +367,7 @@ fn log_tail(dir: &Path, id: u64) -> String {
 }
 
 /// Waits until `node` answers, failing early if its process died.
-async fn wait_until_serving(
+pub(crate) async fn wait_until_serving(
     dir: &Path,
     node: &NodeEntry,
     pid: u32,
@@ -355,7 +403,7 @@ async fn wait_until_serving(
 /// restarted on its port: an ephemeral port, freed while its node is down, can be taken by
 /// the local end of any outgoing connection (a peer reconnecting, a `hubctl` call), and the
 /// node then cannot bind it again.
-fn pick_ports(n: u64, base: u16) -> anyhow::Result<Vec<u16>> {
+pub(crate) fn pick_ports(n: u64, base: u16) -> anyhow::Result<Vec<u16>> {
     let mut ports = Vec::new();
     let mut holders = Vec::new();
     for i in 0..n {
@@ -490,6 +538,7 @@ pub(crate) async fn start_cluster(
         let cluster = ClusterFile {
             cluster_id: format!("dev-{:08x}", rand::random::<u32>()),
             insecure: placement.insecure,
+            removed: Vec::new(),
             node_args: node_args.split_whitespace().map(String::from).collect(),
             nodes: (1..=n)
                 .zip(ports)
@@ -626,27 +675,36 @@ fn down(dir: &Path, fmt: Format) -> anyhow::Result<()> {
     print(fmt, &json!({"stopped": stopped}), &["stopped"])
 }
 
-/// Stops every node of the cluster in `dir` (SIGTERM, then SIGKILL after 10 s); returns the
-/// pids stopped.
+/// Stops every node of the cluster in `dir`, removed ones still running included (SIGTERM,
+/// then SIGKILL after 10 s); returns the pids stopped.
 pub(crate) fn stop_cluster(dir: &Path) -> anyhow::Result<Vec<u32>> {
     let cluster = read_cluster_file(dir)?;
-    let mut stopped = Vec::new();
-    for n in &cluster.nodes {
-        if is_alive(n.pid) {
-            // SAFETY: plain kill(2) on a pid we started; no memory is involved.
-            unsafe { libc::kill(n.pid as i32, libc::SIGTERM) };
-            stopped.push(n.pid);
-        }
+    let pids: Vec<u32> = cluster
+        .nodes
+        .iter()
+        .chain(&cluster.removed)
+        .map(|n| n.pid)
+        .filter(|p| is_alive(*p))
+        .collect();
+    stop_pids(&pids);
+    Ok(pids)
+}
+
+/// Stops `pids` (nodes this tool started): SIGTERM, then SIGKILL to any still alive after
+/// 10 s.
+pub(crate) fn stop_pids(pids: &[u32]) {
+    for p in pids {
+        // SAFETY: plain kill(2) on a pid we started; no memory is involved.
+        unsafe { libc::kill(*p as i32, libc::SIGTERM) };
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while stopped.iter().any(|p| is_alive(*p)) && Instant::now() < deadline {
+    while pids.iter().any(|p| is_alive(*p)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    for p in stopped.iter().filter(|p| is_alive(**p)) {
+    for p in pids.iter().filter(|p| is_alive(**p)) {
         // SAFETY: as above.
         unsafe { libc::kill(*p as i32, libc::SIGKILL) };
     }
-    Ok(stopped)
 }
 
 async fn restart(dir: &Path, id: u64, fmt: Format) -> anyhow::Result<()> {

@@ -13,6 +13,7 @@ mod canary;
 mod demo;
 pub use demo::package as package_demo_service;
 pub mod dev;
+pub mod dev_members;
 pub use dev::read_cluster_file;
 pub mod dev_registry;
 mod modules;
