@@ -16,7 +16,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use clap::Subcommand;
 use hub_proto::{InitClusterRequest, Member, NodeStatusRequest, SubmitRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -25,83 +24,6 @@ use hub_tls::client::{ClientMode, ClientTls, Connector};
 
 use super::output::{print, Format};
 use crate::client::FailoverClient;
-
-/// `hubctl dev …`
-#[derive(Subcommand, Debug)]
-pub enum DevCmd {
-    /// Start N hub-node processes in the background and wait for a leader.
-    Up {
-        /// Number of nodes: 3 or 5 (default 3; an existing cluster keeps its size).
-        #[arg(long)]
-        nodes: Option<u64>,
-        /// Directory for cluster.json, node logs and node data.
-        #[arg(long)]
-        data_dir: PathBuf,
-        /// First port; node N listens on base-port + N - 1. 0 picks free ports.
-        #[arg(long, default_value_t = 7401)]
-        base_port: u16,
-        /// Extra arguments for every hub-node (e.g. "--snapshot-logs 100").
-        #[arg(long, default_value = "", allow_hyphen_values = true)]
-        node_args: String,
-        /// One address per node (`10.77.0.11,10.77.0.12,…`): node N listens on the Nth at
-        /// base-port (7401 when 0) instead of on 127.0.0.1. For test networks.
-        #[arg(long, value_delimiter = ',')]
-        hosts: Vec<String>,
-        /// One network namespace per node: node N runs in the Nth (`ip netns exec`). For
-        /// test networks; requires root.
-        #[arg(long, value_delimiter = ',')]
-        netns: Vec<String>,
-        /// Plaintext nodes with no authentication (`hub-node --insecure`; loopback only).
-        #[arg(long)]
-        insecure: bool,
-    },
-    /// Stop every node of the cluster (data is kept).
-    Down {
-        /// The cluster's directory.
-        #[arg(long)]
-        data_dir: PathBuf,
-    },
-    /// Serve a directory as an https artifact registry with a CA generated on the spot
-    /// (written to TLS_DIR/ca.pem for `hubctl env registry set … --ca-file`). Runs until
-    /// SIGTERM or Ctrl-C.
-    Registry(super::dev_registry::RegistryArgs),
-    /// Start a node with the next unused id and add it to the running cluster (it catches
-    /// up as a learner, then becomes a voter).
-    AddNode {
-        /// The cluster's directory.
-        #[arg(long)]
-        data_dir: PathBuf,
-        /// The node's address (it listens on port 7401 there); loopback with a free port
-        /// without it. For test networks.
-        #[arg(long)]
-        host: Option<String>,
-        /// The network namespace it runs in (`ip netns exec`); needs --host and root.
-        #[arg(long)]
-        netns: Option<String>,
-    },
-    /// Remove a node from the running cluster and stop it.
-    RemoveNode {
-        /// The cluster's directory.
-        #[arg(long)]
-        data_dir: PathBuf,
-        /// Node id.
-        #[arg(long)]
-        id: u64,
-        /// Leave the removed node's process running (it must never again vote or be
-        /// counted; `dev down` stops it).
-        #[arg(long)]
-        keep_running: bool,
-    },
-    /// Start one node again on its data.
-    RestartNode {
-        /// The cluster's directory.
-        #[arg(long)]
-        data_dir: PathBuf,
-        /// Node id.
-        #[arg(long)]
-        id: u64,
-    },
-}
 
 /// `cluster.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -219,44 +141,6 @@ pub struct NodeEntry {
     /// The network namespace it runs in, if not the caller's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns: Option<String>,
-}
-
-/// Runs a `dev` subcommand.
-pub async fn run(cmd: DevCmd, fmt: Format) -> anyhow::Result<()> {
-    match cmd {
-        DevCmd::Up {
-            nodes,
-            data_dir,
-            base_port,
-            node_args,
-            hosts,
-            netns,
-            insecure,
-        } => {
-            let placement = Placement {
-                hosts,
-                netns,
-                insecure,
-            };
-            up(nodes, &data_dir, base_port, &node_args, &placement, fmt).await
-        }
-        DevCmd::Down { data_dir } => down(&data_dir, fmt),
-        DevCmd::Registry(args) => super::dev_registry::run(args).await,
-        DevCmd::RestartNode { data_dir, id } => restart(&data_dir, id, fmt).await,
-        DevCmd::AddNode {
-            data_dir,
-            host,
-            netns,
-        } => {
-            let place = super::dev_members::NewNodePlace { host, netns };
-            super::dev_members::add_node(&data_dir, &place, fmt).await
-        }
-        DevCmd::RemoveNode {
-            data_dir,
-            id,
-            keep_running,
-        } => super::dev_members::remove_node(&data_dir, id, keep_running, fmt).await,
-    }
 }
 
 pub(crate) fn hub_node_binary() -> anyhow::Result<PathBuf> {
@@ -455,7 +339,7 @@ pub(crate) struct Placement {
     pub insecure: bool,
 }
 
-async fn up(
+pub(crate) async fn up(
     nodes: Option<u64>,
     dir: &Path,
     base_port: u16,
@@ -670,7 +554,7 @@ async fn wait_ready(
     Ok(leader)
 }
 
-fn down(dir: &Path, fmt: Format) -> anyhow::Result<()> {
+pub(crate) fn down(dir: &Path, fmt: Format) -> anyhow::Result<()> {
     let stopped = stop_cluster(dir)?;
     print(fmt, &json!({"stopped": stopped}), &["stopped"])
 }
@@ -707,7 +591,7 @@ pub(crate) fn stop_pids(pids: &[u32]) {
     }
 }
 
-async fn restart(dir: &Path, id: u64, fmt: Format) -> anyhow::Result<()> {
+pub(crate) async fn restart(dir: &Path, id: u64, fmt: Format) -> anyhow::Result<()> {
     let mut cluster = read_cluster_file(dir)?;
     let Some(i) = cluster.nodes.iter().position(|n| n.id == id) else {
         bail!(

@@ -13,6 +13,7 @@ mod canary;
 mod demo;
 pub use demo::package as package_demo_service;
 pub mod dev;
+pub mod dev_cmd;
 pub mod dev_members;
 pub use dev::read_cluster_file;
 pub mod dev_registry;
@@ -210,7 +211,7 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// A local development cluster of hub-node processes.
     #[command(subcommand)]
-    Dev(dev::DevCmd),
+    Dev(dev_cmd::DevCmd),
     /// Cluster membership and health.
     #[command(subcommand)]
     Cluster(ClusterCmd),
@@ -456,7 +457,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Pki(cmd) => pki::run(cmd, fmt),
-        Cmd::Dev(cmd) => dev::run(cmd, fmt).await,
+        Cmd::Dev(cmd) => dev_cmd::run(cmd, fmt).await,
         Cmd::Demo(args) => demo::run(args).await,
         Cmd::Cluster(cmd) => cluster(&connect()?, cmd, fmt).await,
         Cmd::Env(cmd) => env(&connect()?, cmd, fmt).await,
