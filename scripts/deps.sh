@@ -2,8 +2,8 @@
 # Installs what building the hub needs on Debian, if missing: a C++ toolchain and libclang
 # (bindgen, for RocksDB), the system's CA certificates (ca-certificates: the roots https
 # registries, webhooks and Prometheus are verified against), for the chaos runner's
-# partitions iproute2 and nftables, for its disk faults e2fsprogs, and for the dashboard's browser test (tests/dashboard.rs)
-# Chromium with a font.
+# partitions iproute2 and nftables, for its disk faults e2fsprogs, for the dashboard's browser test (tests/dashboard.rs)
+# Chromium with a font, and protoc for building the etcd client of hub-bench.
 # Sourced by the other scripts; idempotent.
 set -euo pipefail
 
@@ -16,6 +16,8 @@ command -v nft >/dev/null 2>&1 || need+=(nftables)
 # The chaos runner's disk faults: a loop-mounted ext4 per node.
 [ -x /usr/sbin/mkfs.ext4 ] || [ -x /sbin/mkfs.ext4 ] || need+=(e2fsprogs)
 [ -x /usr/bin/chromium ] || need+=(chromium)
+# protoc, for the etcd-client crate's build (hub-bench compare-etcd's etcd load).
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 dpkg -s fonts-dejavu-core >/dev/null 2>&1 || need+=(fonts-dejavu-core)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}" >&2

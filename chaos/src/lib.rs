@@ -4,9 +4,11 @@
 //!   killed, paused and restarted on a seeded schedule, then healed and checked.
 //! - [`check`]: the pure checkers of a recorded history (linearizability, durability, plans at
 //!   most once, canary weights, rollouts terminal, convergence).
+//! - [`compare`]: `hub-bench compare-etcd`, the hub and etcd 3.4 side by side in one run.
 //! - [`stats`]: latency percentiles for `hub-bench`, the load generator (concurrent writers,
 //!   leader-kill failover timing, agents at scale).
 
 pub mod check;
+pub mod compare;
 pub mod runner;
 pub mod stats;

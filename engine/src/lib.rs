@@ -104,6 +104,7 @@ pub mod canary;
 pub mod canary_history;
 pub mod canary_record;
 pub mod cluster_key;
+pub mod cluster_members;
 pub mod command;
 pub mod entity;
 pub mod entry_clock;

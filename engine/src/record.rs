@@ -10,6 +10,7 @@ use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
 use crate::canary_history::CanaryHistory;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
+use crate::cluster_members::{ClusterMembers, CLUSTER_MEMBERS_KEY};
 use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::role::RoleBinding;
@@ -72,6 +73,8 @@ pub enum RecordKey {
     CanaryHistory(String),
     /// The time of the last applied entry (one record, `log`).
     EntryClock(String),
+    /// The Raft members and the ids removed for good (one record, `raft`).
+    ClusterMembers(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -96,6 +99,7 @@ const TAG_AUDIT_LOG: u8 = 19;
 const TAG_TOKEN: u8 = 20;
 const TAG_CANARY_HISTORY: u8 = 21;
 const TAG_ENTRY_CLOCK: u8 = 22;
+const TAG_CLUSTER_MEMBERS: u8 = 23;
 
 impl RecordKey {
     /// Stable byte encoding: a table tag, then the UTF-8 name.
@@ -123,6 +127,7 @@ impl RecordKey {
             RecordKey::Token(n) => (TAG_TOKEN, n),
             RecordKey::CanaryHistory(n) => (TAG_CANARY_HISTORY, n),
             RecordKey::EntryClock(n) => (TAG_ENTRY_CLOCK, n),
+            RecordKey::ClusterMembers(n) => (TAG_CLUSTER_MEMBERS, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -157,6 +162,7 @@ impl RecordKey {
             TAG_TOKEN => Some(RecordKey::Token(name)),
             TAG_CANARY_HISTORY => Some(RecordKey::CanaryHistory(name)),
             TAG_ENTRY_CLOCK => Some(RecordKey::EntryClock(name)),
+            TAG_CLUSTER_MEMBERS => Some(RecordKey::ClusterMembers(name)),
             _ => None,
         }
     }
@@ -228,6 +234,8 @@ pub enum Record {
     CanaryHistory(CanaryHistory),
     /// See [`EntryClock`].
     EntryClock(EntryClock),
+    /// See [`ClusterMembers`].
+    ClusterMembers(ClusterMembers),
 }
 
 wire_tags! {
@@ -254,6 +262,7 @@ wire_tags! {
         Token = 19,
         CanaryHistory = 20,
         EntryClock = 21,
+        ClusterMembers = 22,
     }
     retired []
 }
@@ -310,6 +319,7 @@ impl Record {
             Record::Token(t) => RecordKey::Token(t.name.clone()),
             Record::CanaryHistory(h) => RecordKey::CanaryHistory(h.canary.clone()),
             Record::EntryClock(_) => RecordKey::EntryClock(ENTRY_CLOCK_KEY.to_string()),
+            Record::ClusterMembers(_) => RecordKey::ClusterMembers(CLUSTER_MEMBERS_KEY.to_string()),
         }
     }
 }
@@ -343,6 +353,7 @@ mod tests {
             RecordKey::Token("ci".into()),
             RecordKey::CanaryHistory("prod/demo".into()),
             RecordKey::EntryClock("log".into()),
+            RecordKey::ClusterMembers("raft".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

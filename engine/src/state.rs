@@ -110,6 +110,8 @@ pub struct State {
     pub(crate) canary_history: Table<crate::canary_history::CanaryHistory>,
     /// The time of the last applied entry (at most one row).
     pub(crate) entry_clock: Table<crate::entry_clock::EntryClock>,
+    /// The Raft members and the ids removed for good (at most one row).
+    pub(crate) cluster_members: Table<crate::cluster_members::ClusterMembers>,
     pub(crate) idx: Indexes,
 }
 
@@ -167,7 +169,8 @@ impl State {
                 | RecordKey::ClusterKey(_)
                 | RecordKey::WriteAudit(_)
                 | RecordKey::AuditLog(_)
-                | RecordKey::EntryClock(_) => {}
+                | RecordKey::EntryClock(_)
+                | RecordKey::ClusterMembers(_) => {}
                 RecordKey::RoleBinding(name) => self.check_role_binding(name),
                 RecordKey::Token(name) => self.check_token(name),
                 RecordKey::CanaryHistory(id) => self.check_canary_history(id),
@@ -775,6 +778,11 @@ impl State {
     /// The time of the last applied entry, and how often a stamp was raised to it.
     pub fn entry_clock(&self) -> crate::entry_clock::EntryClock {
         self.entry_clock.get(&()).cloned().unwrap_or_default()
+    }
+
+    /// The Raft members as the applied log has them, and the ids removed for good.
+    pub fn cluster_members(&self) -> crate::cluster_members::ClusterMembers {
+        self.cluster_members.get(&()).cloned().unwrap_or_default()
     }
 
     /// The write audit's retention and drop count.

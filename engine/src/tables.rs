@@ -16,6 +16,7 @@ use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
 use crate::canary_history::CanaryHistory;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
+use crate::cluster_members::{ClusterMembers, CLUSTER_MEMBERS_KEY};
 use crate::entity::Entity;
 use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::environment::Environment;
@@ -361,6 +362,22 @@ impl Row for EntryClock {
     }
 }
 
+/// The one cluster-members record, under `raft`.
+impl Row for ClusterMembers {
+    type Key = ();
+    type Index = ();
+    fn key(&self) {}
+    fn record_key(_: &()) -> RecordKey {
+        RecordKey::ClusterMembers(CLUSTER_MEMBERS_KEY.to_string())
+    }
+    fn key_of_name(name: &str) -> Option<()> {
+        (name == CLUSTER_MEMBERS_KEY).then_some(())
+    }
+    fn to_record(&self) -> Record {
+        Record::ClusterMembers(self.clone())
+    }
+}
+
 /// Published modules are keyed by (name, version) and persisted as `name@version`.
 impl Row for PublishedModule {
     type Key = (String, Version);
@@ -439,4 +456,5 @@ state_tables! {
     tokens: Token,
     canary_history: CanaryHistory,
     entry_clock: EntryClock,
+    cluster_members: ClusterMembers,
 }

@@ -16,6 +16,9 @@ use crate::peers::MAX_MESSAGE_BYTES;
 use crate::status::command_status;
 use openraft::async_runtime::watch::WatchReceiver;
 
+/// How long `TransferLeader` waits for the target to lead: a few rounds of votes.
+pub const TRANSFER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The gRPC service.
 pub struct HubService {
     /// The node it serves from.
@@ -434,6 +437,29 @@ impl Hub for HubService {
             )
             .await?;
         Ok(Response::new(self.membership_reply(index)))
+    }
+
+    async fn transfer_leader(
+        &self,
+        req: Request<TransferLeaderRequest>,
+    ) -> Result<Response<TransferLeaderReply>, Status> {
+        let caller = crate::auth::caller(&req)?;
+        caller.require_admin(&self.node.state.read().state, "transfer the leadership")?;
+        let r = req.into_inner();
+        let to = (r.to != 0).then_some(r.to);
+        let from = self.node.leader().map(|(id, _)| id).unwrap_or(0);
+        let (leader, term) = self
+            .on_leader(
+                |node| async move { node.transfer_leader(to, TRANSFER_TIMEOUT).await },
+                |mut c| async move {
+                    c.transfer_leader(r)
+                        .await
+                        .map(|r| r.into_inner())
+                        .map(|r| (r.leader, r.term))
+                },
+            )
+            .await?;
+        Ok(Response::new(TransferLeaderReply { from, leader, term }))
     }
 
     async fn forward(&self, req: Request<ForwardRequest>) -> Result<Response<WriteReply>, Status> {

@@ -145,6 +145,7 @@ pub fn rule(path: &str) -> Option<Rule> {
         | "/hub.v1.Raft/Vote"
         | "/hub.v1.Raft/PreVote"
         | "/hub.v1.Raft/InstallSnapshot"
+        | "/hub.v1.Raft/TransferLeader"
         | "/hub.v1.Hub/Forward"
         | "/hub.v1.Hub/ReadIndex" => Rule::Node,
         "/hub.v1.Hub/CreateEnvironment"
@@ -159,6 +160,7 @@ pub fn rule(path: &str) -> Option<Rule> {
         | "/hub.v1.Hub/InitCluster"
         | "/hub.v1.Hub/AddNode"
         | "/hub.v1.Hub/RemoveNode"
+        | "/hub.v1.Hub/TransferLeader"
         | "/hub.v1.Hub/Submit"
         | "/hub.v1.Hub/Query" => Rule::Operator,
         "/hub.v1.Agent/ReportStates"

@@ -44,6 +44,12 @@ impl LeaderContact {
         self.last_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
+    /// The last contact, as milliseconds since the node started (0: none yet). Two equal
+    /// readings mean no contact came in between.
+    pub fn last_contact_ms(&self) -> u64 {
+        self.last_ms.load(Ordering::Relaxed)
+    }
+
     /// How long ago the last contact was, or since the start when there was none.
     pub fn silence(&self) -> Duration {
         let now = self.started.elapsed();

@@ -9,6 +9,8 @@
 //! - [`propose`]: the one way into the log: stamps the time and calls `client_write`.
 //! - [`leader_contact`]: whether this node is cut off from the leader (or, as leader, from a
 //!   majority), so it refuses writes and linearizable reads at once.
+//! - [`dead_leader`]: a follower whose leader's port refuses connections drops its leader
+//!   lease, so the first candidate wins (failover in one election timeout, not two).
 //! - [`leader`]: starts and stops the leader-only loops once per [`term`]:
 //!   - [`orchestrator`]: evaluates entities and proposes the decisions (plans);
 //!   - [`canary_controller`]: prepares and proposes canary ticks;
@@ -43,6 +45,7 @@ pub mod cluster_clock;
 pub mod cluster_keys;
 pub mod crash_stop;
 pub mod dashboard;
+pub mod dead_leader;
 #[cfg(any(test, feature = "chaos-faults"))]
 pub mod fault_layer;
 pub mod http_serve;

@@ -14,7 +14,8 @@ use openraft::errors::{
 };
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::RaftNetworkV2;
 use raft_store::codec;
@@ -214,6 +215,18 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.call(&rpc, option.hard_ttl(), |mut c, r| async move {
             c.pre_vote(r).await
+        })
+        .await
+        .map_err(CallError::into_rpc)
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(&rpc, option.hard_ttl(), |mut c, r| async move {
+            c.transfer_leader(r).await
         })
         .await
         .map_err(CallError::into_rpc)

@@ -754,18 +754,29 @@ impl HubNode {
             .map_err(|e| Status::failed_precondition(format!("initialize: {e}")))
     }
 
-    /// Whether node `id` may act as a peer: a member (voter or learner) of the membership
-    /// this node knows, or any node of the cluster while this node is not a voter of that
-    /// membership itself. The second case is a node being added: it learns the cluster's
-    /// history from the log in order, so it first holds the initial membership, which need
-    /// not name the leader that adds it (a node added later); refusing that leader would
-    /// stop its catch-up for good.
+    /// Whether node `id` (a node of this cluster: its certificate says so) may act as a
+    /// peer: a member (voter or learner) of the membership this node knows, or any node that
+    /// the applied log has not recorded as removed (`hub_engine::cluster_members`).
+    ///
+    /// Admitting ids the membership does not name yet is what lets a node catch up from a
+    /// leader it has not heard of: a node being added replays the log from the start, so it
+    /// first holds the initial membership, and a member that was down while a node was added
+    /// lags behind that addition; either would otherwise refuse a leader added later, for
+    /// good. A removed node is refused once this node has applied its removal, whatever it
+    /// claims later: ids are never reused. The common case, a named member, is decided from
+    /// the Raft metrics alone, without the state's lock that apply holds.
     pub fn is_member(&self, id: NodeId) -> bool {
-        let m = self.raft.metrics();
-        let m = m.borrow_watched();
-        let membership = m.membership_config.membership();
-        let self_votes = membership.voter_ids().any(|v| v == self.id);
-        !self_votes || membership.nodes().any(|(n, _)| *n == id)
+        let named = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            let named = m
+                .membership_config
+                .membership()
+                .nodes()
+                .any(|(n, _)| *n == id);
+            named
+        };
+        named || !self.state.read().state.cluster_members().is_removed(id)
     }
 
     /// Current voters and learners.
@@ -891,6 +902,83 @@ impl HubNode {
                      (retry add-node, or remove it with remove-node)"
                 ))
             })
+    }
+
+    /// On the leader: hands the leadership to voter `to`, or with `None` to the voter whose
+    /// replicated log is furthest along, and waits (at most `timeout`) until it leads.
+    /// Returns the new leader and its term.
+    ///
+    /// The leader stops proposing at once and tells every member to drop its leader lease; the
+    /// target campaigns as soon as its log holds the leader's last entry, so the cluster is
+    /// without a leader for about one round of votes instead of an election timeout. Should
+    /// the target not win, the other members elect someone as after a leader's loss.
+    pub async fn transfer_leader(
+        &self,
+        to: Option<NodeId>,
+        timeout: Duration,
+    ) -> Result<(NodeId, u64), Status> {
+        let target = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            if m.current_leader != Some(self.id) {
+                return Err(Status::unavailable("not leader"));
+            }
+            let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
+            match to {
+                Some(id) if id == self.id => {
+                    return Err(Status::invalid_argument(format!(
+                        "to: node {id} already leads"
+                    )))
+                }
+                Some(id) if !voters.contains(&id) => {
+                    return Err(Status::invalid_argument(format!(
+                        "to: node {id} is not a voter (voters: {voters:?})"
+                    )))
+                }
+                Some(id) => id,
+                None => {
+                    let matched = |id: &NodeId| {
+                        m.replication
+                            .as_ref()
+                            .and_then(|r| r.get(id).cloned().flatten())
+                            .map(|l| l.index)
+                    };
+                    voters
+                        .iter()
+                        .filter(|v| **v != self.id)
+                        .max_by_key(|v| (matched(v), std::cmp::Reverse(**v)))
+                        .copied()
+                        .ok_or_else(|| {
+                            Status::failed_precondition(
+                                "this node is the only voter: there is nobody to hand the leadership to",
+                            )
+                        })?
+                }
+            }
+        };
+        self.raft
+            .trigger()
+            .transfer_leader(target)
+            .await
+            .map_err(|e| Status::unavailable(format!("transfer leader: {e}")))?;
+        let led = self
+            .raft
+            .wait(Some(timeout))
+            .metrics(
+                |m| m.current_leader == Some(target),
+                format!("node {target} leads"),
+            )
+            .await;
+        match led {
+            Ok(m) => Ok((target, m.current_term)),
+            Err(_) => {
+                let now = self.leader().map(|(id, _)| id.to_string());
+                Err(Status::deadline_exceeded(format!(
+                    "node {target} did not take the leadership within {timeout:?} (leader now: {})",
+                    now.as_deref().unwrap_or("none")
+                )))
+            }
+        }
     }
 
     /// On the leader: removes node `id` (voter or learner) from the cluster.

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use hub_proto::raft_server::Raft as RaftRpc;
 use hub_proto::{RaftReply, RaftRequest, SnapshotChunk};
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
+use openraft::errors::RaftError;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest,
+};
 use raft_store::codec::{self, Limit};
 use raft_store::{Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
 use tokio_stream::StreamExt;
@@ -201,6 +204,21 @@ impl RaftRpc for RaftService {
         self.handle(req, |raft, rpc: VoteRequest<TypeConfig>| async move {
             raft.pre_vote(rpc).await
         })
+        .await
+    }
+
+    async fn transfer_leader(
+        &self,
+        req: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        self.handle(
+            req,
+            |raft, rpc: TransferLeaderRequest<TypeConfig>| async move {
+                raft.handle_transfer_leader(rpc)
+                    .await
+                    .map_err(RaftError::<TypeConfig>::Fatal)
+            },
+        )
         .await
     }
 

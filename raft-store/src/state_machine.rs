@@ -278,6 +278,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         out.result
                     }
                     EntryPayload::Membership(m) => {
+                        // The engine keeps the ids that left the membership for good (the
+                        // transport refuses them), derived here from the log like the rest.
+                        let nodes: BTreeSet<u64> = m.nodes().map(|(id, _)| *id).collect();
+                        changed.extend(applied.state.apply_membership(&nodes));
                         applied.membership = StoredMembership::new(Some(entry.log_id), m.clone());
                         batch.put_cf(cf_meta, KEY_MEMBERSHIP, codec::encode(&applied.membership));
                         Ok(CommandOutput::Done)

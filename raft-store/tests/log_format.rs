@@ -44,6 +44,7 @@ use hub_engine::canary::{CanaryObservation, CanaryRevision, CanaryStepSpec, Metr
 use hub_engine::canary_history::{CanaryHistory, CanarySample};
 use hub_engine::canary_record::Canary;
 use hub_engine::cluster_key::{ClusterKey, SecretKey, CANARY_REVISION_KEY};
+use hub_engine::cluster_members::ClusterMembers;
 use hub_engine::command::{
     CancelTarget, CommandOutput, EntityReport, EntitySettingsPatch, EnvironmentSettingsPatch,
     TokenRole, WindowChange, WindowSpec,
@@ -950,6 +951,10 @@ fn records() -> Vec<Record> {
             last_ms: T0 + 28,
             raised: 3,
             max_raise_ms: 1_250,
+        }),
+        Record::ClusterMembers(ClusterMembers {
+            members: BTreeSet::from([1, 3, 4]),
+            removed: BTreeSet::from([2, 5]),
         }),
     ]
 }

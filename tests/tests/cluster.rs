@@ -970,3 +970,131 @@ fn a_cut_off_node_says_so_at_once_naming_the_members() {
     let status = cluster.wait_all_converged(CONVERGE_TIMEOUT, 3);
     assert_eq!(digests(&status).len(), 1, "digests differ: {status}");
 }
+
+/// A member that was down while a node was added, and comes back when that node leads, follows
+/// it: the transport admits any node of the cluster the receiver's log has not removed, not
+/// only the members it has heard of (it lags behind the addition). Before, it refused the new
+/// leader's every append and never caught up.
+#[test]
+fn a_member_that_missed_an_addition_follows_the_added_leader() {
+    let mut cluster = Cluster::up(3, "");
+    let (_, failed) = cluster.create_envs_parallel(&names("m", 0..10), 2);
+    assert!(failed.is_empty(), "{failed:?}");
+    let leader = cluster.leader_id();
+    let behind = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.kill9(behind);
+
+    let new = cluster.spawn_node(4, &[]);
+    let out = cluster.hubctl(&["cluster", "add-node", "--id", "4", "--addr", &new.addr]);
+    assert!(out.success(), "add-node 4: {}", out.describe());
+    let out = cluster.hubctl(&["cluster", "transfer-leader", "--to", "4", "-o", "json"]);
+    assert!(out.success(), "transfer-leader: {}", out.describe());
+    assert_eq!(out.json()["leader"], 4, "{}", out.stdout);
+    assert_eq!(out.json()["from"], leader, "{}", out.stdout);
+
+    cluster.restart(behind);
+    let out = cluster.create_env(0, "after-the-addition");
+    assert!(out.success(), "{}", out.describe());
+    let status = cluster.wait_all_converged(CONVERGE_TIMEOUT, 4);
+    assert_eq!(status["leader"], 4, "{status}");
+    let listed = cluster
+        .env_names_at(&cluster.node(behind).addr, true)
+        .expect("stale read at the node that was down");
+    assert!(
+        listed.contains(&"after-the-addition".to_string()),
+        "node {behind} did not catch up from leader 4: {listed:?}"
+    );
+}
+
+/// `cluster transfer-leader` hands the leadership over in one round of votes and refuses what
+/// it cannot do; a leader stopped with SIGTERM hands it over before it exits.
+#[test]
+fn leadership_is_handed_over_on_request_and_on_sigterm() {
+    let cluster = Cluster::up(3, "");
+    let leader = cluster.leader_id();
+    let status = cluster.status().expect("status");
+    let term = status["term"].as_u64().expect("term");
+
+    let out = cluster.hubctl(&["cluster", "transfer-leader", "--to", "9"]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(out.stderr.contains("not a voter"), "{}", out.describe());
+    let leader_s = leader.to_string();
+    let out = cluster.hubctl(&["cluster", "transfer-leader", "--to", &leader_s]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(out.stderr.contains("already leads"), "{}", out.describe());
+
+    // No target named: the voter furthest along takes it, at the next term (no election
+    // rounds lost to split votes or timeouts).
+    let out = cluster.hubctl(&["cluster", "transfer-leader", "-o", "json"]);
+    assert!(out.success(), "{}", out.describe());
+    let next = out.json()["leader"].as_u64().expect("leader");
+    assert_ne!(next, leader, "{}", out.stdout);
+    assert_eq!(out.json()["term"], term + 1, "{}", out.stdout);
+    let out = cluster.create_env(0, "after-transfer");
+    assert!(out.success(), "{}", out.describe());
+
+    // SIGTERM on the leader: it hands the leadership over, then exits.
+    cluster.signal(next, libc::SIGTERM);
+    let third = cluster.wait_leader(CONVERGE_TIMEOUT, |id| id != next);
+    poll_until(CONVERGE_TIMEOUT, || {
+        (!cluster.is_running(next)).then_some(())
+    })
+    .unwrap_or_else(|| panic!("node {next} still running after SIGTERM"));
+    let log = std::fs::read_to_string(cluster.dir().join(format!("node-{next}.log")))
+        .expect("the stopped leader's log");
+    assert!(
+        log.contains("handed the leadership over"),
+        "node {next} did not hand over on SIGTERM:\n{}",
+        hub_tests::tail(&cluster.dir().join(format!("node-{next}.log")), 20)
+    );
+    let status = cluster
+        .status_at(&cluster.endpoints_except(next))
+        .expect("status");
+    assert_eq!(status["leader"], third, "{status}");
+    let out = cluster.hubctl_at(
+        &cluster.endpoints_except(next),
+        &["env", "create", "after-sigterm"],
+    );
+    assert!(out.success(), "{}", out.describe());
+}
+
+/// What a follower logs when its leader's port refuses connections (`dead_leader.rs`).
+const DEAD_LEADER_LINE: &str = "its process is gone";
+
+fn logs_with(cluster: &Cluster, needle: &str) -> Vec<u64> {
+    (1..=3)
+        .filter(|id| {
+            std::fs::read_to_string(cluster.dir().join(format!("node-{id}.log")))
+                .map(|log| log.contains(needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// A crashed leader's port refuses connections and its followers drop their leader leases at
+/// once (the first candidate wins: one election timeout, not two); a paused leader's port does
+/// not refuse, and no follower takes it for dead.
+#[test]
+fn followers_tell_a_crashed_leader_from_a_paused_one() {
+    let cluster = Cluster::up(3, "");
+    let paused = cluster.leader_id();
+    cluster.signal(paused, libc::SIGSTOP);
+    let others = cluster.endpoints_except(paused);
+    let next = cluster.wait_leader_at(&others, CONVERGE_TIMEOUT, |id| id != paused);
+    cluster.signal(paused, libc::SIGCONT);
+    assert_eq!(
+        logs_with(&cluster, DEAD_LEADER_LINE),
+        Vec::<u64>::new(),
+        "a paused leader was taken for dead"
+    );
+
+    cluster.kill9(next);
+    let survivors = cluster.endpoints_except(next);
+    cluster.wait_leader_at(&survivors, CONVERGE_TIMEOUT, |id| id != next);
+    let noticed = poll_until(CONVERGE_TIMEOUT, || {
+        let ids = logs_with(&cluster, DEAD_LEADER_LINE);
+        (!ids.is_empty()).then_some(ids)
+    })
+    .unwrap_or_else(|| panic!("no follower noticed the crashed leader {next}"));
+    assert!(!noticed.contains(&next), "{noticed:?}");
+}

@@ -8,6 +8,10 @@
 //! - `hub-bench decide --cluster DIR --entities 1000 --rounds 50`: how fast a trigger becomes
 //!   an issued plan (SPEC P2, P11: event-driven, not polled)
 //!
+//! - `hub-bench compare-etcd`: a 3-node hub and a 3-member etcd 3.4 side by side in one run
+//!   (writes at 1, 16, 64 and 256 clients with and without TLS, alternating; leader-kill
+//!   failover), `hub_chaos::compare`
+//!
 //! `DIR` is a `hubctl dev up` directory (its `cluster.json` gives addresses and pids).
 
 use std::path::{Path, PathBuf};
@@ -75,6 +79,38 @@ enum Cmd {
         #[arg(long, default_value_t = 15)]
         release_every: u64,
     },
+    /// The hub against etcd 3.4 on this machine, in one run: writes at each client count
+    /// with and without TLS (alternating, each round on fresh clusters), then leader-kill
+    /// failover. Installs Debian's etcd-server when etcd is missing (as root).
+    CompareEtcd {
+        /// Client counts.
+        #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
+        clients: Vec<usize>,
+        /// Seconds per client count and round.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Rounds (each system goes first in every other one).
+        #[arg(long, default_value_t = 2)]
+        rounds: usize,
+        /// Bytes per written value.
+        #[arg(long, default_value_t = 256)]
+        value_bytes: usize,
+        /// Leader kills of the hub (0: no failover comparison).
+        #[arg(long, default_value_t = 30)]
+        hub_kills: usize,
+        /// Leader kills of etcd.
+        #[arg(long, default_value_t = 10)]
+        etcd_kills: usize,
+        /// `tls`, `plaintext`, or both in the order given; failover runs with the first.
+        #[arg(long, value_delimiter = ',', default_value = "tls,plaintext")]
+        security: Vec<SecurityArg>,
+        /// The etcd server to run (default: etcd on PATH, else Debian's etcd-server installed).
+        #[arg(long)]
+        etcd: Option<PathBuf>,
+        /// Where the clusters' directories go (default: a temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Time from a trigger's commit to the issued plan: a new entity (one decision) `rounds`
     /// times, then a release published to `entities` waiting entities (fan-out).
     Decide {
@@ -88,6 +124,15 @@ enum Cmd {
         #[arg(long, default_value_t = 50)]
         rounds: usize,
     },
+}
+
+/// `--security` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum SecurityArg {
+    /// Mutual TLS on both systems.
+    Tls,
+    /// Plaintext on both.
+    Plaintext,
 }
 
 #[derive(Deserialize, Clone)]
@@ -683,6 +728,7 @@ async fn main() -> anyhow::Result<()> {
         | Cmd::Failover { cluster, .. }
         | Cmd::Decide { cluster, .. }
         | Cmd::Agents { cluster, .. } => use_cluster(cluster)?,
+        Cmd::CompareEtcd { .. } => {}
     }
     match cmd {
         Cmd::Writes {
@@ -702,5 +748,43 @@ async fn main() -> anyhow::Result<()> {
             seconds,
             release_every,
         } => agents_bench(&cluster, agents, seconds, release_every).await,
+        Cmd::CompareEtcd {
+            clients,
+            seconds,
+            rounds,
+            value_bytes,
+            hub_kills,
+            etcd_kills,
+            security,
+            etcd,
+            dir,
+        } => {
+            let tmp = tempfile::Builder::new().prefix("compare-etcd").tempdir()?;
+            let mut settings = hub_chaos::compare::Settings {
+                clients,
+                seconds,
+                rounds,
+                value_bytes,
+                hub_kills,
+                etcd_kills,
+                security: security
+                    .into_iter()
+                    .map(|s| match s {
+                        SecurityArg::Tls => hub_chaos::compare::Security::Tls,
+                        SecurityArg::Plaintext => hub_chaos::compare::Security::Plaintext,
+                    })
+                    .collect(),
+                dir: dir.unwrap_or_else(|| tmp.path().to_path_buf()),
+                hubctl: std::env::current_exe()?.with_file_name("hubctl"),
+                etcd: PathBuf::new(),
+            };
+            // Bad flags are refused before anything is installed or started.
+            settings.check()?;
+            settings.etcd = hub_chaos::compare::etcd::find_or_install(etcd.as_deref())?;
+            if !hub_chaos::compare::run(&settings).await? {
+                bail!("some writes failed: the tables above say where");
+            }
+            Ok(())
+        }
     }
 }

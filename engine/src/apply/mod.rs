@@ -35,6 +35,7 @@ mod cluster_keys;
 mod commands;
 mod entities;
 mod environments;
+mod membership;
 mod modules;
 mod plans;
 mod reports;

@@ -292,3 +292,26 @@ fn invariants_catch_an_owner_without_its_installation() {
     }
     s.check_invariants(&[RecordKey::Entity(id)]);
 }
+
+#[test]
+fn membership_entries_record_removed_nodes_and_survive_a_rebuild() {
+    let nodes = |ids: &[u64]| {
+        ids.iter()
+            .copied()
+            .collect::<std::collections::BTreeSet<u64>>()
+    };
+    let mut s = State::new();
+    assert_eq!(
+        s.apply_membership(&nodes(&[1, 2, 3])),
+        vec![RecordKey::ClusterMembers("raft".into())]
+    );
+    // The same membership again (a learner promoted keeps the node set) changes nothing.
+    assert!(s.apply_membership(&nodes(&[1, 2, 3])).is_empty());
+    s.apply(&req(create_env("prod"), 10), 4);
+    s.apply_membership(&nodes(&[1, 3]));
+    assert!(s.cluster_members().is_removed(2));
+    assert!(!s.cluster_members().is_removed(3));
+    let rebuilt = State::from_records(s.records());
+    assert_eq!(rebuilt.cluster_members(), s.cluster_members());
+    assert_eq!(rebuilt.digest(), s.digest());
+}

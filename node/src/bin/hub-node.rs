@@ -15,6 +15,10 @@ use hub_proto::hub_server::HubServer;
 use hub_proto::raft_server::RaftServer;
 use tokio::net::TcpListener;
 
+/// How long a leader that received SIGTERM waits for another voter to take the leadership
+/// before it stops anyway (the others then elect a leader after their election timeout).
+const SHUTDOWN_TRANSFER_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A node of the hub: replicates the hub's state with Raft onto RocksDB and serves the API.
 #[derive(Parser, Debug)]
 #[command(name = "hub-node", version)]
@@ -39,7 +43,9 @@ struct Args {
     heartbeat_ms: u64,
     /// Minimum election timeout. A follower also refuses votes until `--election-max-ms` has
     /// passed since it last heard from the leader (leader lease), so a failover takes about
-    /// one to two election timeouts; pre-vote keeps spurious timeouts from disrupting a leader.
+    /// one to two election timeouts, or one when the leader's process is gone (its followers
+    /// see its port refuse connections and drop their leases: `dead_leader.rs`); pre-vote
+    /// keeps spurious timeouts from disrupting a leader.
     /// The defaults (heartbeat 100, election 300–600 ms) keep a loaded node's scheduling
     /// stalls from causing elections: with 50/150–300 ms, 5,000 agents on two shared cores
     /// caused four leader changes in 90 s; with these, none (docs/BENCHMARKS.md).
@@ -276,15 +282,30 @@ async fn run() -> anyhow::Result<()> {
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // The leader-only loops, started once per term of this node's leadership.
     let _leader = hub_node::leader::spawn(node.clone());
+    let _dead_leader =
+        hub_node::dead_leader::spawn(node.clone(), Duration::from_millis(args.heartbeat_ms));
 
-    let shutdown = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("install SIGTERM handler");
-        tokio::select! {
-            _ = term.recv() => {},
-            _ = tokio::signal::ctrl_c() => {},
+    let shutdown = {
+        let node = node.clone();
+        async move {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("install SIGTERM handler");
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = tokio::signal::ctrl_c() => {},
+            }
+            // A leader that stops hands its leadership over first, while it still serves the
+            // votes and appends that need: the cluster then waits one round of votes, not an
+            // election timeout (a rolling restart stalls writes for milliseconds).
+            if node.leader().map(|(id, _)| id) == Some(node.id) {
+                match node.transfer_leader(None, SHUTDOWN_TRANSFER_TIMEOUT).await {
+                    Ok((to, term)) => tracing::info!(to, term, "handed the leadership over"),
+                    Err(e) => tracing::warn!(error = %e.message(), "leadership not handed over"),
+                }
+            }
+            tracing::info!("shutting down");
         }
-        tracing::info!("shutting down");
     };
     let _reload = hub_tls::reload::reload_on_sighup(transport.reloadable.clone())
         .context("install the SIGHUP handler")?;

@@ -310,6 +310,12 @@ enum ClusterCmd {
         #[arg(long)]
         id: u64,
     },
+    /// Hand the leadership to another voter (before maintenance on the leader's machine).
+    TransferLeader {
+        /// The voter to lead next (default: the one whose log is furthest along).
+        #[arg(long)]
+        to: Option<u64>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -586,6 +592,24 @@ async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyho
                 })
                 .await?;
             print_members(fmt, &r)
+        }
+        ClusterCmd::TransferLeader { to } => {
+            if to == Some(0) {
+                anyhow::bail!("--to: node ids start at 1");
+            }
+            let r = client
+                .call(|mut c| async move {
+                    c.transfer_leader(TransferLeaderRequest {
+                        to: to.unwrap_or(0),
+                    })
+                    .await
+                })
+                .await?;
+            print(
+                fmt,
+                &json!({"from": r.from, "leader": r.leader, "term": r.term}),
+                &["from", "leader", "term"],
+            )
         }
         ClusterCmd::RemoveNode { id } => {
             let r = client
