@@ -5,10 +5,13 @@
 //! - [`check`]: the pure checkers of a recorded history (linearizability, durability, plans at
 //!   most once, canary weights, rollouts terminal, convergence).
 //! - [`compare`]: `hub-bench compare-etcd`, the hub and etcd 3.4 side by side in one run.
+//! - [`rolling_restart`]: `hub-bench rolling-restart`, the longest write stall while every node
+//!   is restarted in turn.
 //! - [`stats`]: latency percentiles for `hub-bench`, the load generator (concurrent writers,
 //!   leader-kill failover timing, agents at scale).
 
 pub mod check;
 pub mod compare;
+pub mod rolling_restart;
 pub mod runner;
 pub mod stats;

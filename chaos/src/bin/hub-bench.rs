@@ -111,6 +111,20 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// A rolling restart under load: a fresh 3-node hub (mutual TLS), closed-loop writers
+    /// spread over the nodes, each node stopped with SIGTERM and started again in turn; the
+    /// longest gap between acknowledged writes.
+    RollingRestart {
+        /// Writers.
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        /// Seconds of load before the first restart and after each.
+        #[arg(long, default_value_t = 5)]
+        settle: u64,
+        /// Rolling restarts, one after the other (each on a fresh cluster).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
     /// Time from a trigger's commit to the issued plan: a new entity (one decision) `rounds`
     /// times, then a release published to `entities` waiting entities (fan-out).
     Decide {
@@ -728,7 +742,7 @@ async fn main() -> anyhow::Result<()> {
         | Cmd::Failover { cluster, .. }
         | Cmd::Decide { cluster, .. }
         | Cmd::Agents { cluster, .. } => use_cluster(cluster)?,
-        Cmd::CompareEtcd { .. } => {}
+        Cmd::CompareEtcd { .. } | Cmd::RollingRestart { .. } => {}
     }
     match cmd {
         Cmd::Writes {
@@ -748,6 +762,55 @@ async fn main() -> anyhow::Result<()> {
             seconds,
             release_every,
         } => agents_bench(&cluster, agents, seconds, release_every).await,
+        Cmd::RollingRestart {
+            clients,
+            settle,
+            runs,
+        } => {
+            if clients == 0 || runs == 0 || settle == 0 {
+                bail!("--clients, --runs and --settle: at least 1");
+            }
+            let hubctl = std::env::current_exe()?.with_file_name("hubctl");
+            println!("| run | writes | failed calls | longest stall before the restarts (ms) | per node: id, leader?, longest stall (ms) | longest stall (ms) |");
+            println!("|---:|---:|---:|---:|---|---:|");
+            let mut worst = Duration::ZERO;
+            for run in 1..=runs {
+                let tmp = tempfile::Builder::new().prefix("rolling").tempdir()?;
+                let s = hub_chaos::rolling_restart::run(
+                    &hubctl,
+                    tmp.path(),
+                    clients,
+                    Duration::from_secs(settle),
+                    256,
+                )
+                .await?;
+                let per: Vec<String> = s
+                    .per_node
+                    .iter()
+                    .map(|(id, led, d)| {
+                        format!(
+                            "{id}{}: {:.0}",
+                            if *led { " (leader)" } else { "" },
+                            d.as_secs_f64() * 1e3
+                        )
+                    })
+                    .collect();
+                println!(
+                    "| {run} | {} | {} | {:.0} | {} | {:.0} |",
+                    s.writes,
+                    s.errors,
+                    s.baseline.as_secs_f64() * 1e3,
+                    per.join(", "),
+                    s.longest.as_secs_f64() * 1e3
+                );
+                worst = worst.max(s.longest);
+            }
+            println!(
+                "\nlongest write stall over {runs} rolling restarts: {:.0} ms",
+                worst.as_secs_f64() * 1e3
+            );
+            Ok(())
+        }
         Cmd::CompareEtcd {
             clients,
             seconds,

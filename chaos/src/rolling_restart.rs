@@ -1,0 +1,210 @@
+//! `hub-bench rolling-restart`: the longest write stall while every node of a 3-node hub is
+//! restarted in turn under a closed-loop write load.
+//!
+//! Each node is stopped with SIGTERM (a leader hands its leadership over first), started
+//! again on its data, and given time to catch up before the next. The writers spread over
+//! the nodes and move to the next one when a call fails, as `hubctl` and agents do. A stall
+//! is a gap between two consecutive acknowledged writes of the whole load: the longest one
+//! is what clients felt.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use hub_proto::hub_client::HubClient;
+use hub_proto::CreateEnvironmentRequest;
+use tonic::transport::Channel;
+
+use crate::compare::hub::HubCluster;
+
+/// What the run measured.
+#[derive(Debug, Clone)]
+pub struct Stalls {
+    /// Acknowledged writes.
+    pub writes: usize,
+    /// Failed calls (each moved its writer to the next node).
+    pub errors: u64,
+    /// For each restarted node (in order), whether it led when stopped and the longest gap
+    /// between acknowledgements from its SIGTERM until it served again and caught up.
+    pub per_node: Vec<(u64, bool, Duration)>,
+    /// The longest gap over the whole run.
+    pub longest: Duration,
+    /// The longest gap before the first restart (the load's own jitter).
+    pub baseline: Duration,
+}
+
+/// Writes through one node at a time, moving to the next on any failure.
+struct FailoverWriter {
+    clients: Vec<HubClient<Channel>>,
+    at: usize,
+    name: String,
+}
+
+impl FailoverWriter {
+    async fn write(&mut self, seq: u64, value: &str) -> bool {
+        let mut req = tonic::Request::new(CreateEnvironmentRequest {
+            name: format!("{}-{seq}", self.name),
+            description: value.to_string(),
+            request_id: String::new(),
+        });
+        req.set_timeout(Duration::from_secs(3));
+        let ok = self.clients[self.at].create_environment(req).await.is_ok();
+        if !ok {
+            self.at = (self.at + 1) % self.clients.len();
+        }
+        ok
+    }
+}
+
+/// The longest gap between consecutive times in `acks` (sorted here) within `[from, to]`.
+pub fn longest_gap(acks: &mut [Instant], from: Instant, to: Instant) -> Duration {
+    acks.sort_unstable();
+    let inside: Vec<Instant> = acks
+        .iter()
+        .copied()
+        .filter(|t| *t >= from && *t <= to)
+        .collect();
+    let mut longest = Duration::ZERO;
+    let mut prev = from;
+    for t in inside {
+        longest = longest.max(t.duration_since(prev));
+        prev = t;
+    }
+    longest.max(to.saturating_duration_since(prev))
+}
+
+/// Starts a 3-node hub in `dir` (mutual TLS), runs `clients` writers, and after `settle`
+/// restarts each node in turn (waiting `settle` between restarts).
+pub async fn run(
+    hubctl: &Path,
+    dir: &Path,
+    clients: usize,
+    settle: Duration,
+    value_bytes: usize,
+) -> anyhow::Result<Stalls> {
+    let hub = HubCluster::start(hubctl, dir, true)?;
+    hub.wait_leader(Duration::from_secs(30), None).await?;
+    let nodes = hub.nodes()?;
+    let value = "v".repeat(value_bytes);
+    let acks: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for w in 0..clients {
+        let mut conns = Vec::new();
+        for n in &nodes {
+            conns.push(hub.connect(&n.addr).await?);
+        }
+        let mut writer = FailoverWriter {
+            clients: conns,
+            at: w % nodes.len(),
+            name: format!("r{w}"),
+        };
+        let (acks, errors, stop, value) =
+            (acks.clone(), errors.clone(), stop.clone(), value.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut seq = 0u64;
+            let mut mine = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if writer.write(seq, &value).await {
+                    mine.push(Instant::now());
+                } else {
+                    errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                seq += 1;
+                if mine.len() >= 256 {
+                    acks.lock().expect("acks lock").append(&mut mine);
+                }
+            }
+            acks.lock().expect("acks lock").append(&mut mine);
+        }));
+    }
+    let started = Instant::now();
+    tokio::time::sleep(settle).await;
+    let first_restart = Instant::now();
+    let mut windows = Vec::new();
+    for n in &nodes {
+        let led = hub.leader(None).await.map(|l| l.id) == Some(n.id);
+        let pid = hub
+            .nodes()?
+            .into_iter()
+            .find(|m| m.id == n.id)
+            .context("node left cluster.json")?
+            .pid;
+        let from = Instant::now();
+        // SAFETY: kill(2) on the pid `hubctl dev up` recorded for a node it started.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while crate::runner::cluster::is_alive(pid) {
+            if Instant::now() > deadline {
+                bail!("node {} did not stop within 30 s of SIGTERM", n.id);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        hub.restart(n.id)?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let others: Vec<u64> = {
+                let mut v = Vec::new();
+                for m in nodes.iter().filter(|m| m.id != n.id) {
+                    v.push(hub.applied(&m.addr).await);
+                }
+                v
+            };
+            let want = others.into_iter().max().unwrap_or(0);
+            if want > 0 && hub.applied(&n.addr).await + 64 >= want {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("node {} did not catch up within 60 s of its restart", n.id);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        windows.push((n.id, led, from, Instant::now()));
+        tokio::time::sleep(settle).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let ended = Instant::now();
+    for t in tasks {
+        t.await?;
+    }
+    let mut acks = std::mem::take(&mut *acks.lock().expect("acks lock"));
+    let per_node = windows
+        .iter()
+        .map(|(id, led, from, to)| (*id, *led, longest_gap(&mut acks, *from, *to)))
+        .collect();
+    Ok(Stalls {
+        writes: acks.len(),
+        errors: errors.load(std::sync::atomic::Ordering::Relaxed),
+        per_node,
+        longest: longest_gap(&mut acks, first_restart, ended),
+        baseline: longest_gap(&mut acks, started + settle / 4, first_restart),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_gap_counts_the_window_edges() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut acks = vec![at(30), at(10), at(100), at(120)];
+        assert_eq!(
+            longest_gap(&mut acks, at(0), at(130)),
+            Duration::from_millis(70)
+        );
+        // Nothing acknowledged inside: the whole window is one stall.
+        assert_eq!(
+            longest_gap(&mut acks, at(40), at(90)),
+            Duration::from_millis(50)
+        );
+        // The edges count: from the window's start to the first ack.
+        assert_eq!(
+            longest_gap(&mut acks, at(105), at(200)),
+            Duration::from_millis(80)
+        );
+    }
+}
