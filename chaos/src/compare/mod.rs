@@ -303,6 +303,13 @@ fn print_failover(security: Security, samples: &FailoverSamples) {
 /// How long one failover may take before the run gives up.
 const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
 
+/// How long one write after the kill may take before it is abandoned and another one sent
+/// (to the next surviving member), the same for both systems. An etcd member drops the
+/// proposals it forwarded to a leader that died, and its client then waits for its whole
+/// timeout; the hub's members retry for their callers. A short attempt keeps the
+/// measurement to the clusters' own recovery, within this resolution.
+const FAILOVER_ATTEMPT: Duration = Duration::from_millis(250);
+
 async fn hub_failover(
     s: &Settings,
     dir: &std::path::Path,
@@ -333,9 +340,9 @@ async fn hub_failover(
         let mut seq = 0u64;
         let took = loop {
             let k = (seq as usize) % writers.len();
-            match writers[k].write_with_leader(seq).await {
-                Ok(leader) if leader != old.id => break killed.elapsed(),
-                _ => {}
+            let put = tokio::time::timeout(FAILOVER_ATTEMPT, writers[k].write_with_leader(seq));
+            if matches!(put.await, Ok(Ok(leader)) if leader != old.id) {
+                break killed.elapsed();
             }
             seq += 1;
             if killed.elapsed() > FAILOVER_LIMIT {
@@ -391,11 +398,9 @@ async fn etcd_failover(
         let mut seq = 0u64;
         let took = loop {
             let k = (seq as usize) % writers.len();
-            let put = tokio::time::timeout(
-                Duration::from_secs(3),
-                load::Writer::write(&mut writers[k], seq),
-            )
-            .await;
+            let put =
+                tokio::time::timeout(FAILOVER_ATTEMPT, load::Writer::write(&mut writers[k], seq))
+                    .await;
             if matches!(put, Ok(Ok(()))) {
                 break killed.elapsed();
             }
