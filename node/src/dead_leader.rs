@@ -37,6 +37,12 @@ enum Probe {
     Inconclusive,
 }
 
+/// Whether `addr` refuses a TCP connection within `timeout`: nothing listens there (the
+/// process is gone). A connection accepted or timed out says nothing.
+pub(crate) async fn refuses_connections(addr: &str, timeout: Duration) -> bool {
+    probe(addr, timeout).await == Probe::Refused
+}
+
 async fn probe(addr: &str, timeout: Duration) -> Probe {
     match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Probe::Refused,

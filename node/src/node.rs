@@ -917,14 +917,14 @@ impl HubNode {
         to: Option<NodeId>,
         timeout: Duration,
     ) -> Result<(NodeId, u64), Status> {
-        let target = {
+        let (target, target_addr) = {
             let m = self.raft.metrics();
             let m = m.borrow_watched();
             if m.current_leader != Some(self.id) {
                 return Err(Status::unavailable("not leader"));
             }
             let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
-            match to {
+            let target = match to {
                 Some(id) if id == self.id => {
                     return Err(Status::invalid_argument(format!(
                         "to: node {id} already leads"
@@ -954,29 +954,49 @@ impl HubNode {
                             )
                         })?
                 }
-            }
+            };
+            let addr = m
+                .membership_config
+                .membership()
+                .get_node(&target)
+                .map(|n| n.addr.clone())
+                .unwrap_or_default();
+            (target, addr)
         };
         self.raft
             .trigger()
             .transfer_leader(target)
             .await
             .map_err(|e| Status::unavailable(format!("transfer leader: {e}")))?;
-        let led = self
-            .raft
-            .wait(Some(timeout))
-            .metrics(
-                |m| m.current_leader == Some(target),
-                format!("node {target} leads"),
-            )
-            .await;
-        match led {
-            Ok(m) => Ok((target, m.current_term)),
-            Err(_) => {
+        // Waits for the target to lead, giving up early when its port refuses connections
+        // (it stopped: every node of a cluster being shut down gets SIGTERM at once).
+        let deadline = Instant::now() + timeout;
+        loop {
+            let step = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(100));
+            let led = self
+                .raft
+                .wait(Some(step))
+                .metrics(
+                    |m| m.current_leader == Some(target),
+                    format!("node {target} leads"),
+                )
+                .await;
+            if let Ok(m) = led {
+                return Ok((target, m.current_term));
+            }
+            if crate::dead_leader::refuses_connections(&target_addr, step).await {
+                return Err(Status::unavailable(format!(
+                    "node {target} stopped before it took the leadership"
+                )));
+            }
+            if Instant::now() >= deadline {
                 let now = self.leader().map(|(id, _)| id.to_string());
-                Err(Status::deadline_exceeded(format!(
+                return Err(Status::deadline_exceeded(format!(
                     "node {target} did not take the leadership within {timeout:?} (leader now: {})",
                     now.as_deref().unwrap_or("none")
-                )))
+                )));
             }
         }
     }
