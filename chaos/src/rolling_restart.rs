@@ -2,7 +2,8 @@
 //! restarted in turn under a closed-loop write load.
 //!
 //! Each node is stopped with SIGTERM (a leader hands its leadership over first), started
-//! again on its data, and given time to catch up before the next. The writers spread over
+//! again on its data, and given time to catch up before the next; followers go first and the
+//! leader last, as an operator rolls a cluster. The writers spread over
 //! the nodes and move to the next one when a call fails, as `hubctl` and agents do. A stall
 //! is a gap between two consecutive acknowledged writes of the whole load: the longest one
 //! is what clients felt.
@@ -124,8 +125,18 @@ pub async fn run(
     tokio::time::sleep(settle).await;
     let first_restart = Instant::now();
     let mut windows = Vec::new();
-    for n in &nodes {
-        let led = hub.leader(None).await.map(|l| l.id) == Some(n.id);
+    // Followers first, the leader last, as an operator rolls a cluster: only the last restart
+    // hands the leadership over, to a node already restarted.
+    let mut pending: Vec<_> = nodes.clone();
+    while !pending.is_empty() {
+        let leader = hub.leader(None).await.map(|l| l.id);
+        let at = pending
+            .iter()
+            .position(|n| Some(n.id) != leader)
+            .unwrap_or(0);
+        let n = pending.remove(at);
+        let n = &n;
+        let led = leader == Some(n.id);
         let pid = hub
             .nodes()?
             .into_iter()

@@ -27,28 +27,7 @@ use openraft::raft::TransferLeaderRequest;
 use openraft::ServerState;
 
 use crate::node::HubNode;
-
-/// How the check ended for one silence.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Probe {
-    /// The leader's port refused the connection: its process is gone.
-    Refused,
-    /// Accepted, timed out, or failed otherwise: the leader may be alive.
-    Inconclusive,
-}
-
-/// Whether `addr` refuses a TCP connection within `timeout`: nothing listens there (the
-/// process is gone). A connection accepted or timed out says nothing.
-pub(crate) async fn refuses_connections(addr: &str, timeout: Duration) -> bool {
-    probe(addr, timeout).await == Probe::Refused
-}
-
-async fn probe(addr: &str, timeout: Duration) -> Probe {
-    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Probe::Refused,
-        _ => Probe::Inconclusive,
-    }
-}
+use crate::port_probe::refuses_connections;
 
 /// Watches for a dead leader on this node until the Raft core stops. `heartbeat` is the
 /// leader's heartbeat period.
@@ -81,7 +60,7 @@ pub fn spawn(node: Arc<HubNode>, heartbeat: Duration) -> tokio::task::JoinHandle
                 continue;
             }
             probed_after = Some(contact);
-            if probe(&addr, heartbeat).await != Probe::Refused {
+            if !refuses_connections(&addr, heartbeat).await {
                 continue;
             }
             // Addressed to the dead leader: this node only drops its lease (openraft checks
@@ -100,21 +79,4 @@ pub fn spawn(node: Arc<HubNode>, heartbeat: Duration) -> tokio::task::JoinHandle
             }
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_closed_port_is_refused_and_a_listening_one_is_not() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        assert_eq!(
-            probe(&addr, Duration::from_secs(2)).await,
-            Probe::Inconclusive
-        );
-        drop(l);
-        assert_eq!(probe(&addr, Duration::from_secs(2)).await, Probe::Refused);
-    }
 }

@@ -24,6 +24,8 @@
 //! - [`crash_stop`]: the node exits when its store fails, rather than serve on after a
 //!   failed sync.
 //! - [`peers`]: reusable gRPC channels to other nodes.
+//! - [`port_probe`]: whether anything listens at a peer's address (a crashed process's port
+//!   refuses connections).
 //! - [`client`]: the failover client `hubctl` and tools use.
 //! - [`auth`]: who may call which method, from the TLS-verified identity.
 //! - [`transport`]: the node's TLS material from flags (or `--insecure` on loopback).
@@ -58,6 +60,7 @@ pub mod node;
 pub mod orchestrator;
 pub mod outbound;
 pub mod peers;
+pub mod port_probe;
 pub mod prometheus;
 pub mod propose;
 pub mod query;

@@ -986,7 +986,7 @@ impl HubNode {
             if let Ok(m) = led {
                 return Ok((target, m.current_term));
             }
-            if crate::dead_leader::refuses_connections(&target_addr, step).await {
+            if crate::port_probe::refuses_connections(&target_addr, step).await {
                 return Err(Status::unavailable(format!(
                     "node {target} stopped before it took the leadership"
                 )));

@@ -593,24 +593,7 @@ async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyho
                 .await?;
             print_members(fmt, &r)
         }
-        ClusterCmd::TransferLeader { to } => {
-            if to == Some(0) {
-                anyhow::bail!("--to: node ids start at 1");
-            }
-            let r = client
-                .call(|mut c| async move {
-                    c.transfer_leader(TransferLeaderRequest {
-                        to: to.unwrap_or(0),
-                    })
-                    .await
-                })
-                .await?;
-            print(
-                fmt,
-                &json!({"from": r.from, "leader": r.leader, "term": r.term}),
-                &["from", "leader", "term"],
-            )
-        }
+        ClusterCmd::TransferLeader { to } => transfer_leader(client, to, fmt).await,
         ClusterCmd::RemoveNode { id } => {
             let r = client
                 .call(|mut c| async move { c.remove_node(RemoveNodeRequest { id }).await })
@@ -618,6 +601,30 @@ async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyho
             print_members(fmt, &r)
         }
     }
+}
+
+/// `hubctl cluster transfer-leader [--to ID]`.
+async fn transfer_leader(
+    client: &FailoverClient,
+    to: Option<u64>,
+    fmt: Format,
+) -> anyhow::Result<()> {
+    if to == Some(0) {
+        anyhow::bail!("--to: node ids start at 1");
+    }
+    let r = client
+        .call(|mut c| async move {
+            c.transfer_leader(TransferLeaderRequest {
+                to: to.unwrap_or(0),
+            })
+            .await
+        })
+        .await?;
+    print(
+        fmt,
+        &json!({"from": r.from, "leader": r.leader, "term": r.term}),
+        &["from", "leader", "term"],
+    )
 }
 
 fn print_members(fmt: Format, r: &MembershipReply) -> anyhow::Result<()> {
