@@ -2,14 +2,16 @@
 //! register histories (reads, writes, compare-and-set; see `fixtures/jepsen/SOURCE.md`),
 //! converted to the checker's format. Every verdict must match porcupine's label.
 
-use std::path::Path;
 use std::time::Instant;
 
 use hub_chaos::check::{check_linearizable, parse_jepsen_log, Verdict};
 
 #[test]
 fn every_porcupine_etcd_label_matches() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jepsen");
+    let dir = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("tests/fixtures/jepsen");
     let labels = std::fs::read_to_string(dir.join("labels.txt")).expect("labels.txt");
     let mut mismatches = Vec::new();
     let mut rows = Vec::new();

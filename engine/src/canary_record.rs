@@ -82,5 +82,7 @@ pub fn action_label(a: &Action) -> String {
         Action::Alert { .. } => "alert".into(),
         Action::NotifyWebhook { call } => format!("notify {}", call.name),
         Action::RestoreOriginal => "restore original routing".into(),
+        Action::DeployBaseline { .. } => "deploy baseline".into(),
+        Action::ScaleBaselineToZero => "baseline to zero".into(),
     }
 }

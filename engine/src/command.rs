@@ -518,6 +518,53 @@ pub enum Command {
         /// The command.
         command: Box<Command>,
     },
+    /// Set (`Some`) or remove (`None`) labels of an environment (`region=eu`, `tier=prod`),
+    /// which rollout-policy selectors match (issue 20).
+    SetEnvironmentLabels {
+        /// The environment.
+        environment: String,
+        /// Label key -> new value, or `None` to remove it.
+        labels: BTreeMap<String, Option<String>>,
+    },
+    /// Create or replace the rollout policy of the product the document names (issue 20).
+    ApplyRolloutPolicy {
+        /// The policy (YAML; see `docs/FLEET.md`).
+        yaml: String,
+    },
+    /// Delete a product's rollout policy, and what was committed about its rollouts.
+    DeleteRolloutPolicy {
+        /// The policy's product (`group:name`).
+        product: String,
+    },
+    /// Promote the current wave of a release's rollout: it passes now, soak or not.
+    PromoteWave {
+        /// A product of the policy's group.
+        product: String,
+        /// The release.
+        version: String,
+        /// Who (audited).
+        actor: String,
+    },
+    /// Halt a release's rollout: no new plan to it is issued until it is resumed.
+    HaltRollout {
+        /// A product of the policy's group.
+        product: String,
+        /// The release.
+        version: String,
+        /// Why; required.
+        reason: String,
+        /// Who (audited).
+        actor: String,
+    },
+    /// Resume a halted rollout; the failures that halted it do not halt it again.
+    ResumeRollout {
+        /// A product of the policy's group.
+        product: String,
+        /// The release.
+        version: String,
+        /// Who (audited).
+        actor: String,
+    },
 }
 
 wire_tags! {
@@ -570,6 +617,12 @@ wire_tags! {
         RecordRefusal = 45,
         CreateToken = 46,
         RevokeToken = 47,
+        SetEnvironmentLabels = 48,
+        ApplyRolloutPolicy = 49,
+        DeleteRolloutPolicy = 50,
+        PromoteWave = 51,
+        HaltRollout = 52,
+        ResumeRollout = 53,
     }
     retired []
 }
@@ -671,6 +724,12 @@ impl Command {
             Command::RecordRefusal { .. } => "record_refusal",
             Command::CreateToken { .. } => "create_token",
             Command::RevokeToken { .. } => "revoke_token",
+            Command::SetEnvironmentLabels { .. } => "set_environment_labels",
+            Command::ApplyRolloutPolicy { .. } => "apply_rollout_policy",
+            Command::DeleteRolloutPolicy { .. } => "delete_rollout_policy",
+            Command::PromoteWave { .. } => "promote_wave",
+            Command::HaltRollout { .. } => "halt_rollout",
+            Command::ResumeRollout { .. } => "resume_rollout",
             Command::As { command, .. } => command.kind(),
         }
     }
@@ -693,7 +752,10 @@ impl Command {
             | Command::RejectChangeRequest { actor, .. }
             | Command::CanaryManual { actor, .. }
             | Command::CancelPlans { actor, .. }
-            | Command::IssueCommand { actor, .. } => actor,
+            | Command::IssueCommand { actor, .. }
+            | Command::PromoteWave { actor, .. }
+            | Command::HaltRollout { actor, .. }
+            | Command::ResumeRollout { actor, .. } => actor,
             Command::CreateEnvironment { .. }
             | Command::DeleteEnvironment { .. }
             | Command::CreateEntity { .. }
@@ -729,7 +791,10 @@ impl Command {
             | Command::SetAuditRetention { .. }
             | Command::RecordRefusal { .. }
             | Command::CreateToken { .. }
-            | Command::RevokeToken { .. } => return,
+            | Command::RevokeToken { .. }
+            | Command::SetEnvironmentLabels { .. }
+            | Command::ApplyRolloutPolicy { .. }
+            | Command::DeleteRolloutPolicy { .. } => return,
             Command::As { command, .. } => return command.stamp_actor(who),
         };
         *actor = who.to_string();

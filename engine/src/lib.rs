@@ -16,6 +16,9 @@
 //!    [`module`] (module definitions, rendering), [`canary`] (the Flagger-style phase
 //!    machine and the types of canary rollouts) and [`canary_record`], [`cluster_key`],
 //!    [`role`], [`audit`] and [`token`] (who may act, what they did, operator tokens),
+//!    [`labels`] (environment labels), [`rollout_policy`] (a product's waves, parsed from
+//!    YAML) and [`rollout`] (the committed progress of a release's rollout: soak ends,
+//!    promotions, halts; see `docs/FLEET.md`),
 //!    [`artifact`], [`name`] and [`yaml_error`] (validation). The wire and log types:
 //!    [`command`] (what can be proposed), [`record`] (what is stored), [`error`].
 //! 2. **Tables**: [`state`] holds the tables and the one lookup that joins them, with read
@@ -23,11 +26,14 @@
 //!    its lookups current, and `tables` (private) the one declaration of which row each table
 //!    holds, how it is persisted and what it indexes.
 //! 3. **Decisions**: [`evaluate`] runs every constraint for an entity at a time and says
-//!    what the leader would issue, with each constraint's [`evaluate::Reason`] as data;
+//!    what the leader would issue, with each constraint's [`evaluate::Reason`] as data
+//!    (the `rollout-wave` constraint and [`evaluate::rollout_status`] read waves);
 //!    [`leader`] is the leader's policy on top: whether an evaluation is worth proposing,
 //!    when to look again, what to watch, and whether a canary's tick is due.
 //! 4. **Transitions**: `apply` (private) is the only module that changes the state: one
-//!    exhaustive `match` on [`Command`], and one file per command family.
+//!    exhaustive `match` on [`Command`], and one file per command family; after every
+//!    command that succeeded, the wave bookkeeping commits which waves became done and
+//!    which rollouts a failure halts, at the entry's time.
 //!
 //! # Example
 //!
@@ -112,6 +118,7 @@ pub mod environment;
 pub mod error;
 pub mod evaluate;
 pub mod installation;
+pub mod labels;
 pub mod leader;
 pub mod module;
 pub mod name;
@@ -120,6 +127,8 @@ pub mod product;
 pub mod record;
 pub mod release;
 pub mod role;
+pub mod rollout;
+pub mod rollout_policy;
 pub mod settings;
 pub mod state;
 pub mod suppression;

@@ -13,7 +13,10 @@ use crate::cluster_key::ClusterKey;
 use crate::cluster_members::{ClusterMembers, CLUSTER_MEMBERS_KEY};
 use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
+use crate::labels::EnvironmentLabels;
 use crate::role::RoleBinding;
+use crate::rollout::Rollout;
+use crate::rollout_policy::RolloutPolicy;
 use crate::token::OperatorToken;
 
 use crate::activity::Activity;
@@ -75,6 +78,12 @@ pub enum RecordKey {
     EntryClock(String),
     /// The Raft members and the ids removed for good (one record, `raft`).
     ClusterMembers(String),
+    /// An environment's labels, by environment name.
+    EnvironmentLabels(String),
+    /// A product's rollout policy, by `group:name`.
+    RolloutPolicy(String),
+    /// A release's rollout progress, by `group:name@version` (the policy's product).
+    Rollout(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -100,6 +109,9 @@ const TAG_TOKEN: u8 = 20;
 const TAG_CANARY_HISTORY: u8 = 21;
 const TAG_ENTRY_CLOCK: u8 = 22;
 const TAG_CLUSTER_MEMBERS: u8 = 23;
+const TAG_ENVIRONMENT_LABELS: u8 = 24;
+const TAG_ROLLOUT_POLICY: u8 = 25;
+const TAG_ROLLOUT: u8 = 26;
 
 impl RecordKey {
     /// Stable byte encoding: a table tag, then the UTF-8 name.
@@ -128,6 +140,9 @@ impl RecordKey {
             RecordKey::CanaryHistory(n) => (TAG_CANARY_HISTORY, n),
             RecordKey::EntryClock(n) => (TAG_ENTRY_CLOCK, n),
             RecordKey::ClusterMembers(n) => (TAG_CLUSTER_MEMBERS, n),
+            RecordKey::EnvironmentLabels(n) => (TAG_ENVIRONMENT_LABELS, n),
+            RecordKey::RolloutPolicy(n) => (TAG_ROLLOUT_POLICY, n),
+            RecordKey::Rollout(n) => (TAG_ROLLOUT, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -163,6 +178,9 @@ impl RecordKey {
             TAG_CANARY_HISTORY => Some(RecordKey::CanaryHistory(name)),
             TAG_ENTRY_CLOCK => Some(RecordKey::EntryClock(name)),
             TAG_CLUSTER_MEMBERS => Some(RecordKey::ClusterMembers(name)),
+            TAG_ENVIRONMENT_LABELS => Some(RecordKey::EnvironmentLabels(name)),
+            TAG_ROLLOUT_POLICY => Some(RecordKey::RolloutPolicy(name)),
+            TAG_ROLLOUT => Some(RecordKey::Rollout(name)),
             _ => None,
         }
     }
@@ -236,6 +254,12 @@ pub enum Record {
     EntryClock(EntryClock),
     /// See [`ClusterMembers`].
     ClusterMembers(ClusterMembers),
+    /// See [`EnvironmentLabels`].
+    EnvironmentLabels(EnvironmentLabels),
+    /// See [`RolloutPolicy`].
+    RolloutPolicy(RolloutPolicy),
+    /// See [`Rollout`].
+    Rollout(Rollout),
 }
 
 wire_tags! {
@@ -263,6 +287,9 @@ wire_tags! {
         CanaryHistory = 20,
         EntryClock = 21,
         ClusterMembers = 22,
+        EnvironmentLabels = 23,
+        RolloutPolicy = 24,
+        Rollout = 25,
     }
     retired []
 }
@@ -320,6 +347,9 @@ impl Record {
             Record::CanaryHistory(h) => RecordKey::CanaryHistory(h.canary.clone()),
             Record::EntryClock(_) => RecordKey::EntryClock(ENTRY_CLOCK_KEY.to_string()),
             Record::ClusterMembers(_) => RecordKey::ClusterMembers(CLUSTER_MEMBERS_KEY.to_string()),
+            Record::EnvironmentLabels(l) => RecordKey::EnvironmentLabels(l.environment.clone()),
+            Record::RolloutPolicy(p) => RecordKey::RolloutPolicy(p.product.clone()),
+            Record::Rollout(r) => RecordKey::Rollout(Rollout::key_name(&r.product, &r.version)),
         }
     }
 }
@@ -354,6 +384,9 @@ mod tests {
             RecordKey::CanaryHistory("prod/demo".into()),
             RecordKey::EntryClock("log".into()),
             RecordKey::ClusterMembers("raft".into()),
+            RecordKey::EnvironmentLabels("prod".into()),
+            RecordKey::RolloutPolicy("com.example:api".into()),
+            RecordKey::Rollout("com.example:api@2.0.0".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

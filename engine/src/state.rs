@@ -112,6 +112,12 @@ pub struct State {
     pub(crate) entry_clock: Table<crate::entry_clock::EntryClock>,
     /// The Raft members and the ids removed for good (at most one row).
     pub(crate) cluster_members: Table<crate::cluster_members::ClusterMembers>,
+    /// Environment labels by environment (only environments that have labels).
+    pub(crate) environment_labels: Table<crate::labels::EnvironmentLabels>,
+    /// Rollout policies by their product, found by any product of their group.
+    pub(crate) rollout_policies: Table<crate::rollout_policy::RolloutPolicy>,
+    /// Rollout progress by (policy product, version).
+    pub(crate) rollouts: Table<crate::rollout::Rollout>,
     pub(crate) idx: Indexes,
 }
 
@@ -171,6 +177,8 @@ impl State {
                 | RecordKey::AuditLog(_)
                 | RecordKey::EntryClock(_)
                 | RecordKey::ClusterMembers(_) => {}
+                RecordKey::EnvironmentLabels(env) => self.check_environment_labels(env),
+                RecordKey::RolloutPolicy(_) | RecordKey::Rollout(_) => self.check_rollouts(),
                 RecordKey::RoleBinding(name) => self.check_role_binding(name),
                 RecordKey::Token(name) => self.check_token(name),
                 RecordKey::CanaryHistory(id) => self.check_canary_history(id),
@@ -191,6 +199,43 @@ impl State {
         assert!(
             h.samples.len() <= crate::canary_history::CANARY_HISTORY_KEPT,
             "history of {id} beyond its bound"
+        );
+    }
+
+    /// Labels belong to an environment that exists, within their bound.
+    fn check_environment_labels(&self, env: &str) {
+        let Some(l) = self.environment_labels.get(env) else {
+            return;
+        };
+        assert!(
+            self.environments.contains_key(env),
+            "labels of a deleted environment {env}"
+        );
+        assert!(
+            !l.labels.is_empty() && l.labels.len() <= crate::labels::MAX_LABELS,
+            "labels of {env}: {} (an environment without labels has no record)",
+            l.labels.len()
+        );
+    }
+
+    /// Every rollout belongs to a policy that exists, and the policy index names each
+    /// product of each group once.
+    fn check_rollouts(&self) {
+        for (product, version) in self.rollouts.keys() {
+            assert!(
+                self.rollout_policies.contains_key(product),
+                "rollout {product}@{version} without its policy"
+            );
+        }
+        let members: usize = self
+            .rollout_policies
+            .values()
+            .map(|p| p.group().count())
+            .sum();
+        assert_eq!(
+            members,
+            self.rollout_policies.index().of_product.len(),
+            "a product in two rollout policies"
         );
     }
 
@@ -822,6 +867,82 @@ impl State {
     ) -> Option<&crate::token::OperatorToken> {
         let name = self.tokens.index().by_hash.get(hash)?;
         self.tokens.get(name)
+    }
+
+    /// The labels of environment `name` (empty when it has none).
+    pub fn environment_labels(&self, name: &str) -> &BTreeMap<String, String> {
+        static NONE: BTreeMap<String, String> = BTreeMap::new();
+        self.environment_labels
+            .get(name)
+            .map_or(&NONE, |l| &l.labels)
+    }
+
+    /// Every labelled environment's labels, by environment.
+    pub fn all_environment_labels(
+        &self,
+    ) -> impl Iterator<Item = &crate::labels::EnvironmentLabels> {
+        self.environment_labels.values()
+    }
+
+    /// The rollout policy of `product` (its own, keyed by it).
+    pub fn rollout_policy(&self, product: &str) -> Option<&crate::rollout_policy::RolloutPolicy> {
+        self.rollout_policies.get(product)
+    }
+
+    /// The rollout policy whose group holds `product` (its own, or one that names it in
+    /// `products`).
+    pub fn rollout_policy_of(
+        &self,
+        product: &str,
+    ) -> Option<&crate::rollout_policy::RolloutPolicy> {
+        self.rollout_policies
+            .index()
+            .of_product
+            .get(product)
+            .and_then(|p| self.rollout_policies.get(p))
+    }
+
+    /// Every rollout policy, by product.
+    pub fn rollout_policies(&self) -> impl Iterator<Item = &crate::rollout_policy::RolloutPolicy> {
+        self.rollout_policies.values()
+    }
+
+    /// The committed progress of `version`'s rollout under the policy of `product` (the
+    /// policy's own product), if anything was committed about it yet.
+    pub fn rollout(&self, product: &str, version: &Version) -> Option<&crate::rollout::Rollout> {
+        self.rollouts.get(&(product.to_string(), version.clone()))
+    }
+
+    /// The rollouts of the policy of `product` (its own product), oldest version first.
+    pub fn rollouts_of<'a>(
+        &'a self,
+        product: &str,
+    ) -> impl DoubleEndedIterator<Item = &'a crate::rollout::Rollout> + 'a {
+        // `product` followed by NUL is the least string above it: the range holds exactly
+        // its versions.
+        let from = (product.to_string(), Version::new(0, 0, 0));
+        let to = (format!("{product}\u{0}"), Version::new(0, 0, 0));
+        self.rollouts.range(from..to).map(|(_, r)| r)
+    }
+
+    /// Every rollout, by product then version.
+    pub fn rollouts(&self) -> impl Iterator<Item = &crate::rollout::Rollout> {
+        self.rollouts.values()
+    }
+
+    /// The entities of `product` in every environment, by environment then id.
+    pub fn entities_of_product_everywhere<'a>(
+        &'a self,
+        product: &str,
+    ) -> impl Iterator<Item = &'a Entity> + 'a {
+        let product = product.to_string();
+        self.entities
+            .index()
+            .by_product
+            .iter()
+            .filter(move |((_, p), _)| *p == product)
+            .flat_map(|(_, ids)| ids.iter())
+            .filter_map(|id| self.entities.get(id))
     }
 
     /// The canary revision key, once set.

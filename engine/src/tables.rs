@@ -21,10 +21,13 @@ use crate::entity::Entity;
 use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::environment::Environment;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
+use crate::labels::EnvironmentLabels;
 use crate::plan::Plan;
 use crate::product::{Channel, Product, Recall, Release};
 use crate::record::{AuditEntry, Record, RecordKey, RequestRecord};
 use crate::role::{Role, RoleBinding};
+use crate::rollout::Rollout;
+use crate::rollout_policy::RolloutPolicy;
 use crate::state::State;
 use crate::suppression::{Scope, Suppression};
 use crate::table::{lookups_index, Lookups, Row};
@@ -72,6 +75,8 @@ named_rows! {
     ClusterKey => ClusterKey, |k| k.name.clone(), ();
     OperatorToken => Token, |t| t.name.clone(), TokenIndex;
     CanaryHistory => CanaryHistory, |h| h.canary.clone(), ();
+    EnvironmentLabels => EnvironmentLabels, |l| l.environment.clone(), ();
+    RolloutPolicy => RolloutPolicy, |p| p.product.clone(), RolloutPolicyIndex;
 }
 
 lookups_index! {
@@ -83,6 +88,7 @@ lookups_index! {
     Plan => PlanIndex,
     Canary => CanaryIndex,
     OperatorToken => TokenIndex,
+    RolloutPolicy => RolloutPolicyIndex,
 }
 
 /// Adds `value` to the set under `key`.
@@ -294,6 +300,54 @@ impl Lookups<Canary> for CanaryIndex {
     }
 }
 
+/// Lookups of the rollout-policy table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RolloutPolicyIndex {
+    /// Product -> the policy (its product) whose group holds it (at most one: apply refuses
+    /// a product in two policies).
+    pub(crate) of_product: BTreeMap<String, String>,
+}
+
+impl Lookups<RolloutPolicy> for RolloutPolicyIndex {
+    fn add(&mut self, p: &RolloutPolicy) {
+        for member in p.group() {
+            let other = self
+                .of_product
+                .insert(member.to_string(), p.product.clone());
+            debug_assert!(
+                other.as_ref().is_none_or(|o| *o == p.product),
+                "{member} in policies {} and {other:?}",
+                p.product
+            );
+        }
+    }
+
+    fn remove(&mut self, p: &RolloutPolicy) {
+        for member in p.group() {
+            remove_if(&mut self.of_product, &member.to_string(), &p.product);
+        }
+    }
+}
+
+/// Rollouts are keyed by (policy product, version) and persisted as `product@version`.
+impl Row for Rollout {
+    type Key = (String, Version);
+    type Index = ();
+    fn key(&self) -> Self::Key {
+        (self.product.clone(), self.version.clone())
+    }
+    fn record_key((product, version): &Self::Key) -> RecordKey {
+        RecordKey::Rollout(Rollout::key_name(product, version))
+    }
+    fn key_of_name(name: &str) -> Option<Self::Key> {
+        let (product, version) = name.rsplit_once('@')?;
+        Some((product.to_string(), Version::parse(version).ok()?))
+    }
+    fn to_record(&self) -> Record {
+        Record::Rollout(self.clone())
+    }
+}
+
 /// Role bindings are keyed by (identity, role) and persisted as `<identity>#<role>`.
 impl Row for RoleBinding {
     type Key = (Identity, Role);
@@ -457,4 +511,7 @@ state_tables! {
     canary_history: CanaryHistory,
     entry_clock: EntryClock,
     cluster_members: ClusterMembers,
+    environment_labels: EnvironmentLabels,
+    rollout_policies: RolloutPolicy,
+    rollouts: Rollout,
 }

@@ -10,9 +10,11 @@ use hub_engine::canary::{Manual, Phase};
 use hub_engine::Command;
 
 fn fixture(file: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/canary/valid")
-        .join(file);
+    let path = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("tests/fixtures/canary/valid")
+    .join(file);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -58,6 +60,124 @@ fn a_canary_is_attached_to_an_existing_entity() {
         .activity(&helm_id("prod", "podinfo"))
         .iter()
         .any(|a| a.contains("canary prod/podinfo updated")));
+}
+
+#[test]
+fn judges_and_the_inconclusive_limit_are_refused_until_agents_send_samples() {
+    // Issue 20: the judges need the agents' binned samples, which no agent sends yet; they
+    // are refused with the field's path (not judged on nothing), and nothing changes.
+    let mut hub = setup();
+    let good = fixture("podinfo.yml");
+    for (edit, field) in [
+        (
+            good.replace("threshold: 10", "threshold: 10\n    inconclusiveLimit: 3"),
+            "spec.analysis.inconclusiveLimit",
+        ),
+        (
+            good.replace(
+                "          max: 500\n",
+                "          max: 500\n        judge: {type: mann-whitney, direction: increase, effectSize: 0.2}\n",
+            ),
+            "spec.analysis.metrics[1].judge",
+        ),
+    ] {
+        assert_ne!(edit, good, "{field}");
+        let err = apply(&mut hub, &edit).unwrap_err();
+        assert!(err.contains(field), "{field}: {err}");
+        assert!(err.contains("not supported by this hub yet"), "{err}");
+        assert!(hub.state.canary("prod/podinfo").is_none(), "{field}");
+    }
+}
+
+#[test]
+fn on_failure_hold_halts_at_the_reached_weight_until_an_operator_acts() {
+    // Issue 20 item 5: with `onFailure: hold`, reaching the failed-checks threshold keeps the
+    // weights, sets Halted with an error alert, and waits: a tick changes nothing until a
+    // manual abort (or promote, or retry).
+    use hub_engine::canary::{plan_tick, Action, TickInput, WebhookResult};
+    let mut hub = setup();
+    let yaml = fixture("podinfo.yml")
+        .replace(
+            "interval: 1m\n    threshold: 10",
+            "interval: 1s\n    threshold: 2\n    onFailure: hold",
+        )
+        .replace("        interval: 1m\n", "        interval: 1s\n");
+    let yaml = format!(
+        "{yaml}    alerts:\n      - name: on-call\n        severity: error\n        \
+         providerRef: {{name: pagerduty}}\n"
+    );
+    apply(&mut hub, &yaml).expect("onFailure: hold is accepted");
+    let id = "prod/podinfo";
+    // Healthy until the weight is 15, then the success rate drops.
+    let tick = |hub: &mut Hub, revision: &str| {
+        let c = hub.state.canary(id).unwrap().clone();
+        let healthy = c.status.canary_weight < 15;
+        let plan = plan_tick(&c.spec, &c.status, revision, hub.now);
+        let mut input = TickInput::new(revision);
+        for w in &plan.webhooks {
+            input
+                .webhooks
+                .insert(w.name.clone(), WebhookResult::from_status(200, "ok"));
+        }
+        for m in &plan.metrics {
+            let value = match (m.name.as_str(), healthy) {
+                ("request-success-rate", true) => 100_000,
+                ("request-success-rate", false) => 50_000,
+                _ => 100,
+            };
+            input.metrics.insert(m.name.clone(), Some(value));
+        }
+        hub.ok(Command::CanaryTick {
+            id: id.into(),
+            step: plan.step,
+            input,
+        });
+        hub.advance(1_000);
+    };
+    for _ in 0..40 {
+        let c = hub.state.canary(id).unwrap();
+        if c.status.phase == Phase::Halted {
+            break;
+        }
+        let revision = if c.status.phase == Phase::Initializing {
+            "r1"
+        } else {
+            "r2"
+        };
+        tick(&mut hub, revision);
+    }
+    let c = hub.state.canary(id).unwrap().clone();
+    assert_eq!(c.status.phase, Phase::Halted, "{:?}", c.status);
+    assert_eq!(c.status.canary_weight, 15, "the weight holds where it was");
+    let halting_step = c.status.step - 1;
+    let last: Vec<&Action> = c
+        .actions
+        .iter()
+        .filter(|(step, _)| *step == halting_step)
+        .map(|(_, a)| a)
+        .collect();
+    assert!(
+        last.iter().any(|a| matches!(a, Action::Alert { .. })),
+        "an alert is raised: {last:?}"
+    );
+    assert!(
+        !last
+            .iter()
+            .any(|a| matches!(a, Action::SetWeights { .. } | Action::RouteAllToPrimary)),
+        "no traffic moves: {last:?}"
+    );
+    // Halted waits: another tick of the same revision is not even planned as due.
+    let plan = plan_tick(&c.spec, &c.status, "r2", hub.now);
+    assert!(!plan.due, "a halted canary is not ticked: {plan:?}");
+    // The operator aborts: rolled back, as a committed and audited step.
+    hub.ok(Command::CanaryManual {
+        id: id.into(),
+        action: Manual::Abort,
+        actor: "alice".into(),
+    });
+    let c = hub.state.canary(id).unwrap();
+    assert_eq!(c.status.phase, Phase::Failed, "{:?}", c.status);
+    assert_eq!(c.status.canary_weight, 0);
 }
 
 #[test]

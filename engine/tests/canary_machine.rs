@@ -28,9 +28,11 @@ const SECOND: TimestampMs = 1_000;
 // ----- fixtures -----
 
 fn dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/canary")
-        .join(name)
+    std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("tests/fixtures/canary")
+    .join(name)
 }
 
 fn fixtures(name: &str) -> Vec<(String, String)> {
@@ -1370,6 +1372,7 @@ struct Agent {
     match_routing: bool,
     canary: Option<String>,
     primary: Option<String>,
+    baseline: Option<String>,
 }
 
 impl Agent {
@@ -1397,6 +1400,8 @@ impl Agent {
                 }
                 Action::PromoteCanary { revision } => self.primary = Some(revision.clone()),
                 Action::ScaleCanaryToZero => self.canary = None,
+                Action::DeployBaseline { revision } => self.baseline = Some(revision.clone()),
+                Action::ScaleBaselineToZero => self.baseline = None,
                 Action::Alert { .. } | Action::NotifyWebhook { .. } | Action::RestoreOriginal => {}
             }
         }

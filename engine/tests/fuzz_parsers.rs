@@ -8,7 +8,6 @@
 //!
 //! `HUB_FUZZ_CASES=N` runs N cases per target (default 300).
 
-use std::path::Path;
 use std::time::Duration;
 
 use hub_engine::canary::parse_canary;
@@ -30,9 +29,11 @@ const PARSE_TIME: Duration = Duration::from_secs(5);
 const PARSE_MEMORY: usize = 256 << 20;
 
 fn fixtures(dir: &str) -> Vec<Vec<u8>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(dir);
+    let root = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("tests/fixtures")
+    .join(dir);
     let mut out = Vec::new();
     for sub in ["valid", "invalid", "catalog"] {
         let Ok(entries) = std::fs::read_dir(root.join(sub)) else {

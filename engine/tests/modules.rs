@@ -30,9 +30,11 @@ fn create_helm(hub: &mut Hub, env: &str, name: &str, product: &str, ns: &str) ->
 }
 
 fn fixture(file: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/modules/valid")
-        .join(file);
+    let path = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("tests/fixtures/modules/valid")
+    .join(file);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

@@ -24,9 +24,11 @@ use serde_yaml_ng::Value;
 type Catalog = BTreeMap<(String, Version), ModuleDefinition>;
 
 fn dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/modules")
-        .join(name)
+    std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("tests/fixtures/modules")
+    .join(name)
 }
 
 /// `(file name, text)` of every `.yml`/`.yaml` file in a fixture folder, sorted by name.

@@ -430,9 +430,40 @@ impl Hub for HubService {
         caller.require_admin(&self.node.state.read().state, "remove a node")?;
         let r = req.into_inner();
         let id = r.id;
+        let proxied = r;
+        let peers = self.node.peers.clone();
         let index = self
             .on_leader(
-                |node| async move { node.remove_node(id).await },
+                |node| async move {
+                    // A leader that commits its own removal leaves the cluster without a
+                    // leader for an election timeout (the members refuse its hand-over
+                    // once they applied the removal): it hands over first, and the new
+                    // leader removes it. If the hand-over fails it removes itself.
+                    let others = node.members().iter().any(|(m, _, v)| *v && *m != id);
+                    if id == node.id && others {
+                        match node.transfer_leader(None, TRANSFER_TIMEOUT).await {
+                            Ok((leader, _)) => {
+                                let addr = node
+                                    .members()
+                                    .into_iter()
+                                    .find(|(m, _, _)| *m == leader)
+                                    .map(|(_, addr, _)| addr)
+                                    .unwrap_or_default();
+                                let channel = peers.channel(&addr).map_err(|e| {
+                                    Status::internal(format!("bad leader address {addr}: {e}"))
+                                })?;
+                                return HubClient::new(channel)
+                                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                                    .remove_node(proxied)
+                                    .await
+                                    .map(|r| r.into_inner().index);
+                            }
+                            Err(e) => tracing::warn!(error = %e,
+                                "could not hand the leadership over before removing this node; removing it as leader"),
+                        }
+                    }
+                    node.remove_node(id).await
+                },
                 |mut c| async move { c.remove_node(r).await.map(|r| r.into_inner().index) },
             )
             .await?;

@@ -154,6 +154,23 @@ pub enum Query {
         /// `<environment>/<name>`.
         id: String,
     },
+    /// Every environment's labels (issue 20).
+    EnvironmentLabels,
+    /// Rollout policies (issue 20), each with its waves.
+    RolloutPolicies,
+    /// One product's rollout policy with its YAML (any product of the policy's group).
+    RolloutPolicy {
+        /// `group:name`.
+        product: String,
+    },
+    /// A release's rollout under its product's policy: waves, entities, what each runs,
+    /// health, canary phase, soak and halt (`hubctl rollout status`).
+    RolloutStatus {
+        /// `group:name` (any product of the policy's group).
+        product: String,
+        /// The release.
+        version: String,
+    },
     /// Every role binding.
     RoleBindings,
     /// Every operator token: name, expiry, creator and roles, never its secret or hash.
@@ -190,6 +207,10 @@ impl Query {
             | Query::ChangeRequest { .. }
             | Query::Canaries { .. }
             | Query::Canary { .. }
+            | Query::EnvironmentLabels
+            | Query::RolloutPolicies
+            | Query::RolloutPolicy { .. }
+            | Query::RolloutStatus { .. }
             | Query::RoleBindings => viewer,
             Query::Tokens => admin,
         }
@@ -669,6 +690,30 @@ pub fn answer(
             v["history"] = canary_history_view(state.canary_history(id));
             v
         }
+        Query::EnvironmentLabels => json!({
+            "environments": state.environments().map(|e| json!({
+                "environment": e.name,
+                "labels": state.environment_labels(&e.name),
+            })).collect::<Vec<_>>()
+        }),
+        Query::RolloutPolicies => json!({
+            "policies": state.rollout_policies().map(|p| rollout_policy_view(p, false)).collect::<Vec<_>>()
+        }),
+        Query::RolloutPolicy { product } => rollout_policy_view(
+            state.rollout_policy_of(product).ok_or_else(|| {
+                QueryError::NotFound(format!("no rollout policy governs {product:?}"))
+            })?,
+            true,
+        ),
+        Query::RolloutStatus { product, version } => {
+            let v = semver::Version::parse(version)
+                .map_err(|e| QueryError::Bad(format!("version: {version:?}: {e}")))?;
+            let status =
+                hub_engine::evaluate::rollout_status(state, product, &v, now).ok_or_else(|| {
+                    QueryError::NotFound(format!("no rollout policy governs {product:?}"))
+                })?;
+            rollout_status_view(&status, now)
+        }
         Query::ChangeRequest { id } => change_request_view(
             state
                 .change_request(id)
@@ -766,6 +811,83 @@ fn canary_history_view(history: Option<&hub_engine::canary_history::CanaryHistor
                 .collect::<serde_json::Map<_, _>>(),
         }))
         .collect::<Vec<_>>())
+}
+
+/// The waves of a rollout policy, in order: selector, soak, `maxParallel`, `onFailure`.
+pub(crate) fn waves_view(waves: &[hub_engine::rollout_policy::Wave]) -> Value {
+    waves
+        .iter()
+        .map(|w| {
+            json!({
+                "name": w.name,
+                "environments": w.selector.environments,
+                "labels": w.selector.labels,
+                "soak_ms": w.soak_ms,
+                "max_parallel": w.max_parallel,
+                "on_failure": w.on_failure.as_str(),
+            })
+        })
+        .collect()
+}
+
+/// A rollout policy: its product, group, waves (with the YAML when `full`).
+fn rollout_policy_view(p: &hub_engine::rollout_policy::RolloutPolicy, full: bool) -> Value {
+    let mut v = json!({
+        "product": p.product,
+        "products": p.products,
+        "waves": waves_view(&p.waves),
+        "updated": format_time(p.updated_ms),
+    });
+    if full {
+        v["yaml"] = json!(p.yaml);
+    }
+    v
+}
+
+/// A release's rollout as it stands: one row per wave and its entities.
+fn rollout_status_view(r: &hub_engine::evaluate::RolloutStatus, now: i64) -> Value {
+    let wave_state = |w: &hub_engine::evaluate::WaveStatus| -> String {
+        if w.progress.promoted.is_some() {
+            "promoted".into()
+        } else if w.passed {
+            "passed".into()
+        } else if let Some(until) = w.progress.soak_until_ms.filter(|t| *t > now) {
+            format!("soaking until {}", format_time(until))
+        } else if w.done == w.entities.len() {
+            "done".into()
+        } else if w.in_flight > 0 || w.done > 0 {
+            "rolling out".into()
+        } else {
+            "waiting".into()
+        }
+    };
+    json!({
+        "policy": r.policy,
+        "version": r.version.to_string(),
+        "halted": r.halt.as_ref().map(|h| json!({
+            "at": format_time(h.at_ms), "cause": h.cause.to_string(), "recalls": h.recalls,
+        })),
+        // The entities in no wave, shown only when there are some.
+        "waves": r.waves.iter().filter(|w| w.name.is_some() || !w.entities.is_empty()).map(|w| json!({
+            "wave": w.name.clone().unwrap_or_else(|| "(no wave)".into()),
+            "state": wave_state(w),
+            "done": w.done,
+            "in_flight": w.in_flight,
+            "entities_total": w.entities.len(),
+            "completed": time(w.progress.completed_at_ms),
+            "soak_until": time(w.progress.soak_until_ms),
+            "promoted_by": w.progress.promoted.as_ref().map(|p| p.actor.clone()),
+            "entities": w.entities.iter().map(|e| json!({
+                "entity": e.entity,
+                "product": e.product,
+                "environment": e.environment,
+                "runs": e.runs.as_ref().map(|v| v.to_string()),
+                "health": e.health.as_str(),
+                "canary": e.canary_phase.map(|p| p.as_str()),
+                "state": if e.done { "done" } else if e.in_flight { "in flight" } else { "waiting" },
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
 }
 
 fn modules_view(state: &State) -> Value {

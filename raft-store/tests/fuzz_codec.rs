@@ -37,8 +37,10 @@ const PREALLOCATION_SLACK: usize = 16 << 20;
 const MANIFEST: &str = "product-group: com.example\nproduct-name: web\nproduct-version: 1.2.0\nartifacts:\n  - uri: web/web-1.2.0.tgz\n    sha256: 3f7a9c0d5e1b2a4c6d8e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c\n";
 
 fn canary_yaml() -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../engine/tests/fixtures/canary/valid/podinfo.yml");
+    let path = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("../engine/tests/fixtures/canary/valid/podinfo.yml");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

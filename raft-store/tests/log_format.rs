@@ -54,6 +54,7 @@ use hub_engine::entry_clock::EntryClock;
 use hub_engine::installation::{
     ChangeRequest, ChangeRequestStatus, Installation, ManagedEntity, PublishedModule,
 };
+use hub_engine::labels::EnvironmentLabels;
 use hub_engine::module::{
     Constraint, EntityOverride, EntityTemplate, KeyPath, ModuleConfig, ModuleDefinition,
     MultikeySecret, Restrictions, SubmoduleRef, SyncMode, Uninstall, Variable,
@@ -64,6 +65,8 @@ use hub_engine::plan::{
 use hub_engine::product::{Channel, Product, Recall, Release};
 use hub_engine::record::{AuditEntry, RequestRecord};
 use hub_engine::release::{Artifact, ProductDependency, VersionBound};
+use hub_engine::rollout::{HaltCause, Promotion, Rollout, RolloutHalt, WaveProgress};
+use hub_engine::rollout_policy::{OnFailure, RolloutPolicy, Selector, Wave};
 use hub_engine::settings::{EnvironmentSettings, WindowOverride};
 use hub_engine::suppression::{Scope, Suppression, SuppressionSource};
 use hub_engine::token::{OperatorToken, TokenHash};
@@ -81,7 +84,10 @@ use serde::Serialize;
 const BLESS_VAR: &str = "HUB_BLESS_FIXTURES";
 
 fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/log-format")
+    std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("tests/fixtures/log-format")
 }
 
 /// A version (or any other parsed value) in a sample; the test crate does not name `semver`.
@@ -438,6 +444,32 @@ fn commands() -> Vec<Command> {
             }],
         },
         Command::RevokeToken { name: s("ci") },
+        Command::SetEnvironmentLabels {
+            environment: s("prod"),
+            labels: BTreeMap::from([(s("region"), Some(s("eu"))), (s("tier"), None)]),
+        },
+        Command::ApplyRolloutPolicy {
+            yaml: s("product: com.example:api\nwaves: []\n"),
+        },
+        Command::DeleteRolloutPolicy {
+            product: s("com.example:db"),
+        },
+        Command::PromoteWave {
+            product: s("com.example:api"),
+            version: s("2.0.0"),
+            actor: s("operator/admin"),
+        },
+        Command::HaltRollout {
+            product: s("com.example:api"),
+            version: s("2.0.1"),
+            reason: s("error budget"),
+            actor: s("operator/ops"),
+        },
+        Command::ResumeRollout {
+            product: s("com.example:db"),
+            version: s("2.0.2"),
+            actor: s("operator/sre"),
+        },
     ]
 }
 
@@ -955,6 +987,74 @@ fn records() -> Vec<Record> {
         Record::ClusterMembers(ClusterMembers {
             members: BTreeSet::from([1, 3, 4]),
             removed: BTreeSet::from([2, 5]),
+        }),
+        Record::EnvironmentLabels(EnvironmentLabels {
+            environment: s("prod"),
+            labels: BTreeMap::from([(s("region"), s("eu")), (s("tier"), s("prod"))]),
+        }),
+        Record::RolloutPolicy(RolloutPolicy {
+            product: s("com.example:api"),
+            products: vec![s("com.example:db")],
+            waves: vec![
+                Wave {
+                    name: s("eu-canary"),
+                    selector: Selector {
+                        environments: BTreeSet::from([s("eu-1")]),
+                        labels: BTreeMap::from([(s("tier"), s("canary"))]),
+                    },
+                    soak_ms: 1_800_000,
+                    max_parallel: Some(2),
+                    on_failure: OnFailure::Halt,
+                },
+                Wave {
+                    name: s("prod"),
+                    selector: Selector {
+                        environments: BTreeSet::new(),
+                        labels: BTreeMap::from([(s("tier"), s("prod"))]),
+                    },
+                    soak_ms: 3_600_000,
+                    max_parallel: None,
+                    on_failure: OnFailure::Recall,
+                },
+            ],
+            yaml: s("product: com.example:api\n"),
+            created_ms: T0 + 29,
+            updated_ms: T0 + 30,
+        }),
+        Record::Rollout(Rollout {
+            product: s("com.example:api"),
+            version: v("2.0.0"),
+            waves: BTreeMap::from([
+                (
+                    s("eu-canary"),
+                    WaveProgress {
+                        completed_at_ms: Some(T0 + 31),
+                        soak_until_ms: Some(T0 + 31 + 1_800_000),
+                        promoted: None,
+                    },
+                ),
+                (
+                    s("prod"),
+                    WaveProgress {
+                        completed_at_ms: None,
+                        soak_until_ms: None,
+                        promoted: Some(Promotion {
+                            at_ms: T0 + 32,
+                            actor: s("operator/admin"),
+                        }),
+                    },
+                ),
+            ]),
+            halt: Some(RolloutHalt {
+                at_ms: T0 + 33,
+                cause: HaltCause::PlanFailed {
+                    plan: s("p-40-0"),
+                    entity: s(ENTITY),
+                    wave: Some(s("prod")),
+                },
+                recalls: vec![s("r-41-0")],
+            }),
+            forgiven: BTreeSet::from([s("p-12-0")]),
         }),
     ]
 }
@@ -1640,6 +1740,35 @@ fn nested_goldens() -> Vec<Golden> {
             ],
             Limit::Snapshot,
         ),
+        golden(
+            n("HaltCause"),
+            vec![
+                HaltCause::CanaryFailed {
+                    canary: s("prod/web"),
+                    entity: s(ENTITY),
+                    wave: None,
+                    since_ms: T0 + 34,
+                },
+                HaltCause::Operator {
+                    actor: s("operator/ops"),
+                    reason: s("error budget"),
+                },
+            ],
+            Limit::Snapshot,
+        ),
+        // Issue 20: variants appended to nested enums, in a fixture of their own so the
+        // fixtures above keep their bytes.
+        golden(
+            s("nested-issue20.bin"),
+            (
+                vec![
+                    Action::DeployBaseline { revision: s("r1") },
+                    Action::ScaleBaselineToZero,
+                ],
+                vec![Phase::Halted],
+            ),
+            Limit::Snapshot,
+        ),
     ]
 }
 
@@ -1668,6 +1797,8 @@ fn nested_enums() -> BTreeMap<&'static str, Vec<&'static str>> {
         ("EmergencyCommand", declared_variants::<EmergencyCommand>()),
         ("EntityKind", declared_variants::<EntityKind>()),
         ("Health", declared_variants::<Health>()),
+        ("HaltCause", declared_variants::<HaltCause>()),
+        ("OnFailure", declared_variants::<OnFailure>()),
         ("AuthMethod", declared_variants::<AuthMethod>()),
         ("WriteOutcome", declared_variants::<WriteOutcome>()),
         ("Identity", declared_variants::<Identity>()),

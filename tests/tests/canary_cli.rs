@@ -10,8 +10,10 @@ use hub_tests::{Cluster, CmdOutput};
 use serde_json::{json, Value};
 
 fn fixture() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../engine/tests/fixtures/canary/valid/podinfo.yml");
+    let path = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("../engine/tests/fixtures/canary/valid/podinfo.yml");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -163,9 +165,11 @@ fn canary_resources_through_hubctl() {
 }
 
 fn valid_fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../engine/tests/fixtures/canary/valid")
-        .join(name)
+    std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("../engine/tests/fixtures/canary/valid")
+    .join(name)
 }
 
 /// Flagger resources as Flagger users write them: the seed's podinfo canary applies with no

@@ -571,6 +571,43 @@ fn reads_on_any_node_see_acknowledged_writes() {
     }
 }
 
+/// A leader asked to remove itself hands the leadership over first and the new leader
+/// removes it: the members are never left following a removed node (which they would refuse
+/// to hear from) for an election timeout.
+#[test]
+fn a_leader_removing_itself_hands_over_first() {
+    let cluster = Cluster::up(3, "");
+    let (_, failed) = cluster.create_envs_parallel(&names("h", 0..5), 3);
+    assert!(failed.is_empty(), "{failed:?}");
+    let leader = cluster.leader_id();
+    let out = cluster.hubctl(&[
+        "cluster",
+        "remove-node",
+        "--id",
+        &leader.to_string(),
+        "-o",
+        "json",
+    ]);
+    assert!(out.success(), "remove-node {leader}: {}", out.describe());
+    // At once, not eventually: every remaining member already follows another leader.
+    for n in cluster.nodes().iter().filter(|n| n.id != leader) {
+        let s = cluster.status_at(&n.addr).expect("status of a member");
+        assert_ne!(
+            s["leader"], leader,
+            "node {} still follows the removed leader: {s}",
+            n.id
+        );
+        assert!(
+            s["leader"].as_u64().is_some(),
+            "node {} has no leader: {s}",
+            n.id
+        );
+    }
+    let rest = cluster.endpoints_except(leader);
+    let out = cluster.hubctl_at(&rest, &["env", "create", "after-self-removal"]);
+    assert!(out.success(), "{}", out.describe());
+}
+
 /// SPEC R5: a dead node is replaced at runtime: removed, a new node added, and the new node is
 /// a real voter (the cluster keeps a majority with it when another original node dies).
 #[test]

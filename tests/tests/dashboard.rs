@@ -153,8 +153,10 @@ fn change_request(c: &Cluster) -> String {
             .expect("release");
     }
     let fixture = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../engine/tests/fixtures/modules/valid/control-plane-module.yml"),
+        std::path::PathBuf::from(
+            std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+        )
+        .join("../engine/tests/fixtures/modules/valid/control-plane-module.yml"),
     )
     .expect("module fixture");
     let file = c.dir().join("control-plane-module.yml");

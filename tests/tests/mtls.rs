@@ -205,6 +205,23 @@ fn refused_callers_get_a_code_and_a_message_and_change_nothing() {
             .contains("operator/admin may not call /hub.v1.Raft/AppendEntries"),
         "{e:?}"
     );
+    // … its TransferLeader (a node's message: an operator asks through Hub/TransferLeader).
+    let e = block_on(async {
+        let ch = admin.channel(&addr, |e| e).await.unwrap();
+        RaftClient::new(ch)
+            .transfer_leader(RaftRequest {
+                cluster_id: cluster.cluster_id.clone(),
+                payload: vec![1, 0],
+            })
+            .await
+    })
+    .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(
+        e.message()
+            .contains("operator/admin may not call /hub.v1.Raft/TransferLeader"),
+        "{e:?}"
+    );
     // … or the agent API, and an agent calling the operator API or Forward.
     let e = fetch_plans(&admin, &addr, "prod").unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");

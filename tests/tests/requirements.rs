@@ -12,7 +12,7 @@
 //! binaries (`cargo build --workspace --bins` first, as for every test here).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -33,10 +33,12 @@ const SKIP_DIRS: &[&str] = &["target", "node_modules"];
 const STRINGS_NOT_YET_CHECKED: &[&str] = &[];
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_path_buf()
+    std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .parent()
+    .expect("tests/ has a parent")
+    .to_path_buf()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -136,6 +136,14 @@ fn every_family_needs_its_role_and_a_refusal_names_it_and_changes_nothing() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         c.hubctl_as(&bob, &args).expect_err(REFUSED, refusal);
     }
+    // Leadership moves only by an admin's hand: no leader change, and the refusal says why.
+    let leader = c.wait_converged(CONVERGE_TIMEOUT)["leader"].clone();
+    c.hubctl_as(&bob, &["cluster", "transfer-leader"])
+        .expect_err(
+            REFUSED,
+            "operator/bob may not transfer the leadership: needs admin",
+        );
+    assert_eq!(c.wait_converged(CONVERGE_TIMEOUT)["leader"], leader);
     assert_eq!(domain(&c), before, "refusals changed the state");
     // In its own environment it may.
     let args = suppress("stage");

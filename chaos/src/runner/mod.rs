@@ -18,6 +18,7 @@
 pub mod clock;
 pub mod cluster;
 pub mod disk;
+pub mod endpoints;
 pub mod faults;
 pub mod membership;
 pub mod net;
@@ -352,8 +353,15 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     let epoch_wall_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
-    let workload =
-        register::Workload::start(endpoints.clone(), cfg.keys, cfg.clients, cfg.seed, epoch);
+    // Every client of the runner follows the members, as a real client does.
+    let shared_endpoints = endpoints::SharedEndpoints::new(endpoints.clone());
+    let workload = register::Workload::start(
+        shared_endpoints.clone(),
+        cfg.keys,
+        cfg.clients,
+        cfg.seed,
+        epoch,
+    );
     // Rollout workload: agents run on the runner's host (empty prefix) and reach the hub
     // through the latency relay ("another region").
     let mut rollouts = if cfg.agents > 0 || cfg.canary {
@@ -363,7 +371,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                 prefix: Vec::new(),
             })
             .collect();
-        let rc = rollout_config(&cfg, &endpoints, relay.endpoints(), hosts, epoch);
+        let rc = rollout_config(&cfg, &shared_endpoints, relay.endpoints(), hosts, epoch);
         Some(rollouts::Rollouts::start(rc).await?)
     } else {
         None
@@ -378,8 +386,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         if let Some(wait) = at.checked_sub(epoch.elapsed()) {
             tokio::time::sleep(wait).await;
         }
-        let leader = cluster.leader().await;
         let nodes: Vec<u64> = cluster.nodes()?.iter().map(|n| n.id).collect();
+        // Faults strike members only: a removed node left running is outside the cluster
+        // (a disk fault on it would be judged as a member's, with no supervisor to restart it).
+        let leader = cluster.leader().await.filter(|l| nodes.contains(l));
         if let Some(net) = network.as_mut() {
             net.set_nodes(&nodes);
         }
@@ -508,6 +518,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                 if let Some(net) = network.as_mut() {
                     net.set_nodes(&now);
                 }
+                let current = cluster.endpoints()?;
+                relay.set_upstreams(&current);
+                shared_endpoints.set(current);
             }
             (Fault::KillAgent | Fault::PauseAgent, _) => {
                 let r = rollouts
@@ -582,7 +595,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                 "[{:>6.1}s] waiting for every rollout to finish",
                 epoch.elapsed().as_secs_f64()
             );
-            Some(r.finish(&cluster.endpoints()?).await?)
+            shared_endpoints.set(cluster.endpoints()?);
+            Some(r.finish(shared_endpoints.clone()).await?)
         }
         None => None,
     };
@@ -821,13 +835,13 @@ fn mechanism(faults: &[Fault], partitions: Option<&net::Partitions>) -> String {
 /// `hubctl`.
 fn rollout_config(
     cfg: &Config,
-    endpoints: &[String],
+    endpoints: &endpoints::SharedEndpoints,
     agent_endpoints: &[String],
     sim_agents: Vec<rollouts::AgentHost>,
     epoch: Instant,
 ) -> rollouts::RolloutConfig {
     rollouts::RolloutConfig {
-        endpoints: endpoints.to_vec(),
+        endpoints: endpoints.clone(),
         agent_endpoints: agent_endpoints.to_vec(),
         dir: cfg.out.join("rollouts"),
         sim_agents,

@@ -56,7 +56,7 @@ impl Workload {
     /// Starts `clients` clients over `keys` keys against `endpoints`; times are nanoseconds
     /// since `epoch`.
     pub fn start(
-        endpoints: Vec<String>,
+        endpoints: crate::runner::endpoints::SharedEndpoints,
         keys: usize,
         clients: usize,
         seed: u64,
@@ -134,7 +134,7 @@ pub async fn create_keys(endpoints: &[String], keys: usize) -> anyhow::Result<()
 
 struct Client {
     id: u32,
-    endpoints: Vec<String>,
+    endpoints: crate::runner::endpoints::SharedEndpoints,
     keys: usize,
     rng: u64,
     epoch: Instant,
@@ -163,7 +163,8 @@ impl Client {
             let key = (self.next() % self.keys as u64) as usize;
             let write = self.next().is_multiple_of(2);
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let endpoint = (self.next() % self.endpoints.len() as u64) as usize;
+            let endpoints = self.endpoints.get();
+            let endpoint = (self.next() % endpoints.len().max(1) as u64) as usize;
             let invoke_ns = self.now_ns();
             let (kind, outcome) = if write {
                 self.seq += 1;
@@ -171,7 +172,7 @@ impl Client {
                 let cmd = json!({"SetEnvironmentSettings": {"environment": key_env(key),
                     "patch": {"auto_suppression_ms": VALUE_BASE_MS + value}}});
                 let r = submit(
-                    &self.endpoints,
+                    &endpoints,
                     endpoint,
                     cmd,
                     &format!("reg-{}-{}", self.id, self.seq),
@@ -187,7 +188,7 @@ impl Client {
                 };
                 (OpKind::Write { value }, outcome)
             } else {
-                let outcome = match read(&self.endpoints, endpoint, key).await {
+                let outcome = match read(&endpoints, endpoint, key).await {
                     Ok(v) => Outcome::Ok { read_value: v },
                     Err(_) => Outcome::Unknown,
                 };

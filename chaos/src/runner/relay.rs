@@ -6,7 +6,7 @@
 //! project's CI machine has not), and a relay needs neither root nor kernel modules.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,10 +16,13 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// Relays to every hub node, sharing one delay.
+/// Relays to every hub node, sharing one delay. Each relay port is a slot that follows the
+/// members (as a DNS name would): after a membership change slot `i` leads to the `i`-th
+/// member (modulo their number).
 pub struct DelayRelay {
     delay_ms: Arc<AtomicU64>,
     endpoints: Vec<String>,
+    upstreams: Arc<RwLock<Vec<String>>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -27,20 +30,35 @@ impl DelayRelay {
     /// Listens on a free loopback port per upstream (`host:port`).
     pub async fn start(upstreams: &[String]) -> anyhow::Result<DelayRelay> {
         let delay_ms = Arc::new(AtomicU64::new(0));
+        let shared = Arc::new(RwLock::new(upstreams.to_vec()));
         let mut endpoints = Vec::new();
         let mut tasks = Vec::new();
-        for up in upstreams {
+        for slot in 0..upstreams.len() {
             let listener = TcpListener::bind("127.0.0.1:0")
                 .await
                 .context("relay: bind a loopback port")?;
             endpoints.push(listener.local_addr()?.to_string());
-            tasks.push(tokio::spawn(accept(listener, up.clone(), delay_ms.clone())));
+            tasks.push(tokio::spawn(accept(
+                listener,
+                slot,
+                shared.clone(),
+                delay_ms.clone(),
+            )));
         }
         Ok(DelayRelay {
             delay_ms,
             endpoints,
+            upstreams: shared,
             tasks,
         })
+    }
+
+    /// Points the slots at the current members (new connections only; an empty list is
+    /// ignored).
+    pub fn set_upstreams(&self, upstreams: &[String]) {
+        if !upstreams.is_empty() {
+            *self.upstreams.write().unwrap_or_else(|p| p.into_inner()) = upstreams.to_vec();
+        }
     }
 
     /// The relay's addresses, one per upstream, in the same order.
@@ -63,11 +81,22 @@ impl Drop for DelayRelay {
     }
 }
 
-async fn accept(listener: TcpListener, upstream: String, delay_ms: Arc<AtomicU64>) {
+async fn accept(
+    listener: TcpListener,
+    slot: usize,
+    upstreams: Arc<RwLock<Vec<String>>>,
+    delay_ms: Arc<AtomicU64>,
+) {
     // Connections of this listener; aborted with it.
     let mut conns = tokio::task::JoinSet::new();
     while let Ok((down, _)) = listener.accept().await {
-        let upstream = upstream.clone();
+        let upstream = {
+            let u = upstreams.read().unwrap_or_else(|p| p.into_inner());
+            match u.len() {
+                0 => continue,
+                n => u[slot % n].clone(),
+            }
+        };
         let delay_ms = delay_ms.clone();
         conns.spawn(async move {
             let Ok(Ok(up)) =

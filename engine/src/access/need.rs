@@ -155,6 +155,22 @@ pub fn need(state: &State, command: &Command) -> Need {
         | Command::SetAuditRetention { .. }
         | Command::CreateToken { .. }
         | Command::RevokeToken { .. } => admin,
+        Command::SetEnvironmentLabels { environment, .. } => operator(env(environment)),
+        Command::ApplyRolloutPolicy { yaml } => {
+            editor(match crate::rollout_policy::parse_rollout_policy(yaml) {
+                Ok(p) => product(&p.product),
+                Err(_) => Target::Unknown,
+            })
+        }
+        Command::DeleteRolloutPolicy { product: p } => editor(product(p)),
+        // The rollout's policy product: the role must cover the policy, whichever product of
+        // its group the command names.
+        Command::PromoteWave { product: p, .. }
+        | Command::HaltRollout { product: p, .. }
+        | Command::ResumeRollout { product: p, .. } => editor(match state.rollout_policy_of(p) {
+            Some(policy) => product(&policy.product),
+            None => product(p),
+        }),
         // Authorized by its own arm in `authorize`: the wrapped command's need.
         Command::As { command, .. } => need(state, command),
     }

@@ -4,9 +4,9 @@
 //! the agent's observations.
 
 use crate::canary::{
-    advance, parse_canary_reporting, terminate, Action, CanaryObservation, CanaryRevision,
-    CanaryStatus, CanaryStepSpec, Manual, MetricSource, Phase, Strategy, TickInput,
-    MAX_OBSERVATIONS, MAX_SPARE_REVISIONS, MAX_WINDOWS,
+    advance_judged, parse_canary_with_policy, terminate, Action, AnalysisPolicy, CanaryObservation,
+    CanaryRevision, CanaryStatus, CanaryStepSpec, Judging, Manual, MetricSource, Phase, Strategy,
+    TickInput, MAX_OBSERVATIONS, MAX_SPARE_REVISIONS, MAX_WINDOWS,
 };
 use crate::canary_history::{CanaryHistory, CanarySample};
 use crate::canary_record::{action_label, Canary};
@@ -66,8 +66,26 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         let now = tx.now;
-        let (spec, ignored) = parse_canary_reporting(yaml)
+        let (spec, policy, ignored) = parse_canary_with_policy(yaml)
             .map_err(|errors| CommandError::invalid("canary", format!("\n{errors}")))?;
+        if !policy.judges.is_empty() || policy.inconclusive_limit.is_some() {
+            // The judges are decided by the pure machine (`advance_judged`) but no agent sends
+            // binned samples yet and no record holds the inconclusive count: refused rather
+            // than judged on nothing. `onFailure` needs neither and is accepted.
+            let judged = spec
+                .analysis
+                .metrics
+                .iter()
+                .position(|m| policy.judges.contains_key(&m.name));
+            let field = match judged {
+                Some(i) => format!("spec.analysis.metrics[{i}].judge"),
+                None => "spec.analysis.inconclusiveLimit".to_string(),
+            };
+            return Err(CommandError::FailedPrecondition(format!(
+                "{field}: not supported by this hub yet (issue 20: the agents do not send \
+                 binned samples, so a judge could only be inconclusive)"
+            )));
+        }
         let env = match (spec.namespace.as_deref(), environment) {
             (Some(ns), Some(env)) if ns != env => {
                 return Err(CommandError::invalid(
@@ -259,7 +277,8 @@ impl State {
                 ),
             });
         }
-        let outcome = advance(&c.spec, &c.status, input, now);
+        let policy = analysis_policy(&c.yaml);
+        let outcome = advance_with_policy(&c.spec, &c.status, input, &policy, now);
         debug_assert_eq!(outcome.status.step, step + 1, "a tick advances one step");
         let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, tx);
         let weight = self.canaries.get(id).map_or(0, |c| c.status.canary_weight);
@@ -300,7 +319,8 @@ impl State {
             )));
         }
         let input = TickInput::manual(c.current_revision(), manual);
-        let outcome = advance(&c.spec, &c.status, &input, now);
+        let policy = analysis_policy(&c.yaml);
+        let outcome = advance_with_policy(&c.spec, &c.status, &input, &policy, now);
         let step = c.status.step;
         let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, tx);
         self.record_sample(id, step, Vec::new(), tx);
@@ -639,4 +659,33 @@ fn with_ignored(summary: String, ignored: &[crate::canary::IgnoredField]) -> Str
     }
     let fields: Vec<String> = ignored.iter().map(ToString::to_string).collect();
     format!("{summary}; {}", fields.join("; "))
+}
+
+/// The analysis policy of a stored canary resource (`onFailure`; judges and
+/// `inconclusiveLimit` are refused at apply). The policy is not a field of the record, whose
+/// encoding stays as it was: it is read again from the committed YAML, so every node decides
+/// from the same bytes. A resource the parser now refuses (accepted by an older release) has
+/// the default policy, as it had then.
+fn analysis_policy(yaml: &str) -> AnalysisPolicy {
+    parse_canary_with_policy(yaml)
+        .map(|(_, policy, _)| policy)
+        .unwrap_or_default()
+}
+
+/// One step of the phase machine under `policy`, without judges' samples.
+fn advance_with_policy(
+    spec: &crate::canary::CanarySpec,
+    status: &CanaryStatus,
+    input: &TickInput,
+    policy: &AnalysisPolicy,
+    now: TimestampMs,
+) -> crate::canary::TickOutcome {
+    debug_assert!(policy.judges.is_empty() && policy.inconclusive_limit.is_none());
+    let samples = std::collections::BTreeMap::new();
+    let judging = Judging {
+        policy,
+        samples: &samples,
+        inconclusive: 0,
+    };
+    advance_judged(spec, status, input, &judging, now).outcome
 }

@@ -229,9 +229,16 @@ impl State {
             created_at_ms: now,
         };
         let summary = format!("{product_id} {} recalled", recall.range_text());
-        self.recalls.put(recall, &mut tx.changed);
-        tx.triggers.push(Trigger::Product(product_id.to_string()));
+        self.put_recall(recall, tx);
         Ok(changed(id, summary))
+    }
+
+    /// Stores a validated recall: the product's entities running a recalled version roll
+    /// off (SPEC P4). Also used by rollouts whose wave fails with `onFailure: recall`.
+    pub(super) fn put_recall(&mut self, recall: Recall, tx: &mut Tx) {
+        tx.triggers
+            .push(Trigger::Product(recall.product_id.clone()));
+        self.recalls.put(recall, &mut tx.changed);
     }
 
     /// `DeleteRecall`: withdraws a recall.

@@ -27,6 +27,7 @@
 //! | `roles.rs` | role bindings |
 //! | `tokens.rs` | operator tokens |
 //! | `audit.rs` | the write audit, recorded refusals, retention |
+//! | `rollouts.rs` | environment labels, rollout policies, promote/halt/resume, and the wave bookkeeping every entry runs ([`State::track_rollouts`]) |
 
 mod audit;
 mod canaries;
@@ -40,6 +41,7 @@ mod modules;
 mod plans;
 mod reports;
 mod roles;
+mod rollouts;
 mod suppressions;
 #[cfg(test)]
 mod tests;
@@ -118,6 +120,11 @@ impl State {
             }
             other => (self.execute(other, &mut tx), None),
         };
+        // What the command changed may have finished a wave or failed a rollout: committed
+        // in the same entry, at its time.
+        if result.is_ok() {
+            self.track_rollouts(&mut tx);
+        }
         if result.is_err() {
             debug_assert!(
                 tx.changed.is_empty(),
@@ -376,6 +383,28 @@ impl State {
                 roles,
             } => self.create_token(name, hash, *ttl_ms, roles, tx),
             Command::RevokeToken { name } => self.revoke_token(name, tx),
+            Command::SetEnvironmentLabels {
+                environment,
+                labels,
+            } => self.set_environment_labels(environment, labels, tx),
+            Command::ApplyRolloutPolicy { yaml } => self.apply_rollout_policy(yaml, tx),
+            Command::DeleteRolloutPolicy { product } => self.delete_rollout_policy(product, tx),
+            Command::PromoteWave {
+                product,
+                version,
+                actor,
+            } => self.promote_wave(product, version, actor, tx),
+            Command::HaltRollout {
+                product,
+                version,
+                reason,
+                actor,
+            } => self.halt_rollout(product, version, reason, actor, tx),
+            Command::ResumeRollout {
+                product,
+                version,
+                actor,
+            } => self.resume_rollout(product, version, actor, tx),
             // The envelope is opened by `apply`; one reaching here is nested.
             Command::As { .. } => Err(CommandError::invalid("command", "an As inside an As")),
         }

@@ -64,6 +64,18 @@ pub enum Action {
     /// The canary is deleted with `revertOnDeletion`: give the target back its original
     /// role (the primary's replicas, the service routed to it) and remove the primary.
     RestoreOriginal,
+    /// Start (or replace) the fresh baseline (issue 20, `judge.baseline: fresh`): a third
+    /// workload from the primary's `revision`, reachable at `<svc>-baseline`, that receives
+    /// as much traffic as the canary, taken out of the primary's share: with weights
+    /// `primary/canary` from [`Action::SetWeights`] the split is
+    /// `primary − canary / canary / canary` (baseline in the middle), so `maxWeight` ≤ 50.
+    /// Its proxy samples are reported as [`super::SampleWindow::baseline`].
+    DeployBaseline {
+        /// The primary's revision.
+        revision: String,
+    },
+    /// Remove the fresh baseline's traffic and scale it to zero (analysis ended).
+    ScaleBaselineToZero,
 }
 
 impl Action {

@@ -21,9 +21,19 @@
 //!     then metrics; a failure adds one failed check and keeps the weight;
 //! 12. advance: confirm-traffic-increase then the next weight, or at maxWeight (iterations)
 //!     confirm-promotion then promotion.
+//!
+//! Issue 20 ([`advance_judged`]): step 10 halts instead of rolling back with
+//! `onFailure: hold`; step 11 also runs the metrics' judges on the tick's binned samples,
+//! where a failed judgement is a failed check and an inconclusive one holds the weight (no
+//! failed check) and, after `inconclusiveLimit` in a row, halts. Halted waits for an
+//! operator: promote, abort, or retry (analysis resumes at the weight, failed checks reset).
+
+use std::collections::BTreeMap;
 
 use super::action::{Action, TickOutcome};
 use super::input::{Manual, TickInput};
+use super::judge::{judge, AnalysisPolicy, OnFailure, Verdict};
+use super::samples::MetricSamples;
 use super::spec::{CanarySpec, Severity, Strategy, WebhookType, MILLI, TOTAL_WEIGHT};
 use super::status::{CanaryStatus, Phase};
 use super::webhook::{payload, WebhookCall};
@@ -66,7 +76,62 @@ pub fn advance(
     input: &TickInput,
     now: TimestampMs,
 ) -> TickOutcome {
-    advance_traced(spec, status, input, now).0
+    advance_traced(spec, status, input, &Judging::NONE, now)
+        .0
+        .outcome
+}
+
+/// The issue-20 context of a tick: the analysis policy (judges, `inconclusiveLimit`,
+/// `onFailure`), the binned samples the leader observed, and the count of consecutive
+/// inconclusive judgements before the tick (to be kept beside the status: the replicated
+/// record for it is not written yet, see `docs/CANARY.md`).
+#[derive(Debug, Clone, Copy)]
+pub struct Judging<'a> {
+    /// The policy.
+    pub policy: &'a AnalysisPolicy,
+    /// Metric name → samples, for the judged metrics; a judged metric missing here has no
+    /// samples (inconclusive).
+    pub samples: &'a BTreeMap<String, MetricSamples>,
+    /// Consecutive inconclusive judgements so far.
+    pub inconclusive: u32,
+}
+
+static NO_POLICY: AnalysisPolicy = AnalysisPolicy {
+    judges: BTreeMap::new(),
+    inconclusive_limit: None,
+    on_failure: OnFailure::Rollback,
+};
+static NO_SAMPLES: BTreeMap<String, MetricSamples> = BTreeMap::new();
+
+impl Judging<'static> {
+    /// No judges, rollback on failure: [`advance`]'s behaviour.
+    pub const NONE: Judging<'static> = Judging {
+        policy: &NO_POLICY,
+        samples: &NO_SAMPLES,
+        inconclusive: 0,
+    };
+}
+
+/// What [`advance_judged`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JudgedOutcome {
+    /// The tick's outcome, as [`advance`] gives it.
+    pub outcome: TickOutcome,
+    /// Consecutive inconclusive judgements after the tick (reset by a conclusive analysis
+    /// step, a new revision and every manual command).
+    pub inconclusive: u32,
+}
+
+/// [`advance`] with the judges and failure policy of issue 20. With [`Judging::NONE`] it
+/// decides exactly as [`advance`].
+pub fn advance_judged(
+    spec: &CanarySpec,
+    status: &CanaryStatus,
+    input: &TickInput,
+    judging: &Judging<'_>,
+    now: TimestampMs,
+) -> JudgedOutcome {
+    advance_traced(spec, status, input, judging, now).0
 }
 
 /// [`advance`], also returning the names of the webhooks and metrics it consulted (tests
@@ -75,11 +140,15 @@ pub(super) fn advance_traced(
     spec: &CanarySpec,
     status: &CanaryStatus,
     input: &TickInput,
+    judging: &Judging<'_>,
     now: TimestampMs,
-) -> (TickOutcome, Vec<String>) {
+) -> (JudgedOutcome, Vec<String>) {
     let mut t = Tick {
         spec,
         input,
+        policy: judging.policy,
+        samples: judging.samples,
+        inconclusive: judging.inconclusive,
         now,
         s: status.clone(),
         actions: Vec::new(),
@@ -95,7 +164,11 @@ pub(super) fn advance_traced(
         actions: t.actions,
         events: t.events,
     };
-    (outcome, t.consulted)
+    let judged = JudgedOutcome {
+        outcome,
+        inconclusive: t.inconclusive,
+    };
+    (judged, t.consulted)
 }
 
 /// Marks the canary deleted (SPEC K8): phase Terminating, and with `revertOnDeletion` the
@@ -149,9 +222,23 @@ struct Held {
     muted: bool,
 }
 
+/// What one analysis step found.
+enum StepResult {
+    /// Every check passed and every judge said pass.
+    Passed,
+    /// A check failed or a judge said fail: one failed check.
+    Failed(String),
+    /// Every check passed, but a judge could not decide: the weight holds.
+    Inconclusive(String),
+}
+
 struct Tick<'a> {
     spec: &'a CanarySpec,
     input: &'a TickInput,
+    policy: &'a AnalysisPolicy,
+    samples: &'a BTreeMap<String, MetricSamples>,
+    /// Consecutive inconclusive judgements (updated by the tick).
+    inconclusive: u32,
     now: TimestampMs,
     s: CanaryStatus,
     actions: Vec<Action>,
@@ -192,6 +279,10 @@ impl Tick<'_> {
             return;
         }
         self.s.next_tick_ms = Some(self.now.saturating_add(self.spec.analysis.interval_ms));
+        if manual.is_some() {
+            // An operator looked: inconclusive judgements count again from zero.
+            self.inconclusive = 0;
+        }
         match phase {
             Phase::Initializing => self.initializing(),
             Phase::Initialized | Phase::Succeeded | Phase::Failed | Phase::Waiting => {
@@ -200,6 +291,7 @@ impl Tick<'_> {
             Phase::Progressing | Phase::WaitingPromotion | Phase::Promoting | Phase::Finalising => {
                 self.active()
             }
+            Phase::Halted => self.halted(),
             // Handled above.
             Phase::Terminating => {}
         }
@@ -334,6 +426,10 @@ impl Tick<'_> {
         let metrics = &self.spec.analysis.metrics;
         for m in metrics {
             self.consulted.push(m.name.clone());
+            if m.range.min.is_none() && m.range.max.is_none() {
+                // A judged metric without thresholdRange: only its judge decides.
+                continue;
+            }
             let Some(value) = self.input.metrics.get(&m.name).copied().flatten() else {
                 return Err(format!("no values found for metric {}", m.name));
             };
@@ -349,6 +445,70 @@ impl Tick<'_> {
         Ok(())
     }
 
+    /// Runs the judges of the analysed metrics on the tick's samples: the first failure,
+    /// else the inconclusive ones, else pass.
+    fn judgements(&mut self) -> StepResult {
+        let mut inconclusive = Vec::new();
+        for m in &self.spec.analysis.metrics {
+            let Some(j) = self.policy.judges.get(&m.name) else {
+                continue;
+            };
+            let empty = MetricSamples::default();
+            let samples = self.samples.get(&m.name).unwrap_or(&empty);
+            let judgement = judge(j, samples);
+            match judgement.verdict {
+                Verdict::Pass => self.events.push(format!(
+                    "Judge of metric {} passed: {}",
+                    m.name, judgement.reason
+                )),
+                Verdict::Fail => {
+                    return StepResult::Failed(format!(
+                        "judge of metric {} failed: {}",
+                        m.name, judgement.reason
+                    ))
+                }
+                Verdict::Inconclusive => {
+                    inconclusive.push(format!("metric {}: {}", m.name, judgement.reason))
+                }
+            }
+        }
+        if inconclusive.is_empty() {
+            StepResult::Passed
+        } else {
+            StepResult::Inconclusive(inconclusive.join("; "))
+        }
+    }
+
+    /// The fresh baseline starts with the canary, from the primary's revision.
+    fn deploy_baseline(&mut self) {
+        if !self.policy.uses_fresh_baseline() {
+            return;
+        }
+        if let Some(revision) = self.s.primary_revision.clone() {
+            self.actions.push(Action::DeployBaseline { revision });
+        }
+    }
+
+    /// The fresh baseline goes when the analysis ends.
+    fn scale_baseline_to_zero(&mut self) {
+        if self.policy.uses_fresh_baseline() {
+            self.actions.push(Action::ScaleBaselineToZero);
+        }
+    }
+
+    /// Stops the analysis for an operator: the weights and workloads stay (issue 20).
+    fn halt(&mut self, message: String, severity: Severity) {
+        self.s.set_phase(Phase::Halted, message.clone(), self.now);
+        self.event(
+            EventKind::Warning,
+            format!(
+                "Halting {} at weight {} for an operator (promote, abort or retry): {message}",
+                self.spec.name, self.s.canary_weight
+            ),
+        );
+        self.alert(severity, message);
+    }
+
     fn route_all_to_primary(&mut self) {
         self.actions.push(Action::RouteAllToPrimary);
         self.s.canary_weight = 0;
@@ -357,6 +517,7 @@ impl Tick<'_> {
 
     /// Clears the analysis counters for a fresh analysis of `revision` that starts now.
     fn reset_analysis(&mut self, revision: &str) {
+        self.inconclusive = 0;
         self.s.failed_checks = 0;
         self.s.iterations = 0;
         self.s.last_applied_spec = Some(revision.to_string());
@@ -641,6 +802,7 @@ impl Tick<'_> {
         self.actions.push(Action::DeployCanary {
             revision: rev.to_string(),
         });
+        self.deploy_baseline();
         self.s.set_phase(
             Phase::Progressing,
             "New revision detected, progressing canary analysis.".to_string(),
@@ -685,6 +847,16 @@ impl Tick<'_> {
             self.alert(Severity::Warn, msg);
             return;
         }
+        if self.s.failed_checks >= self.spec.analysis.threshold
+            && self.policy.on_failure == OnFailure::Hold
+        {
+            let msg = format!(
+                "Failed checks threshold reached {}: holding at weight {} (onFailure: hold)",
+                self.s.failed_checks, self.s.canary_weight
+            );
+            self.halt(msg, Severity::Error);
+            return;
+        }
         if self.s.failed_checks >= self.spec.analysis.threshold {
             let msg = format!(
                 "Rolling back {}: failed checks threshold reached {}",
@@ -697,18 +869,86 @@ impl Tick<'_> {
             );
             return;
         }
-        if let Err(why) = self.analysis() {
-            self.s.failed_checks = self.s.failed_checks.saturating_add(1);
-            self.event(
-                EventKind::Warning,
-                format!(
-                    "Halt {} advancement: {why} (failed checks {}/{})",
-                    self.spec.name, self.s.failed_checks, self.spec.analysis.threshold
-                ),
-            );
+        match self.analysis() {
+            StepResult::Passed => {}
+            StepResult::Failed(why) => {
+                self.inconclusive = 0;
+                self.s.failed_checks = self.s.failed_checks.saturating_add(1);
+                self.event(
+                    EventKind::Warning,
+                    format!(
+                        "Halt {} advancement: {why} (failed checks {}/{})",
+                        self.spec.name, self.s.failed_checks, self.spec.analysis.threshold
+                    ),
+                );
+                return;
+            }
+            StepResult::Inconclusive(why) => {
+                self.inconclusive = self.inconclusive.saturating_add(1);
+                let limit = self.policy.inconclusive_limit;
+                self.event(
+                    EventKind::Warning,
+                    format!(
+                        "Halt {} advancement: inconclusive judgement ({why}) ({} in a row{})",
+                        self.spec.name,
+                        self.inconclusive,
+                        limit.map(|l| format!(", limit {l}")).unwrap_or_default()
+                    ),
+                );
+                if limit.is_some_and(|l| self.inconclusive >= l) {
+                    let msg = format!(
+                        "{} inconclusive judgements in a row: holding at weight {}",
+                        self.inconclusive, self.s.canary_weight
+                    );
+                    self.halt(msg, Severity::Warn);
+                }
+                return;
+            }
+        }
+        self.inconclusive = 0;
+        self.step_forward();
+    }
+
+    /// Halted (issue 20): waits for an operator's promote, abort or retry; a new revision
+    /// restarts the analysis.
+    fn halted(&mut self) {
+        let rev = self.revision().to_string();
+        if self.s.last_applied_spec.as_deref() != Some(rev.as_str()) {
+            self.restart(&rev);
             return;
         }
-        self.step_forward();
+        let name = self.spec.name.clone();
+        let weight = self.s.canary_weight;
+        match self.input.manual {
+            Some(Manual::Promote) => {
+                self.event(
+                    EventKind::Normal,
+                    format!("Promotion of halted {name} requested by operator"),
+                );
+                self.promote();
+            }
+            Some(Manual::Abort) => {
+                let msg = format!("Rolling back halted {name}: aborted by operator");
+                self.rollback(msg.clone());
+                self.alert(Severity::Warn, msg);
+            }
+            Some(Manual::Retry) => {
+                self.s.failed_checks = 0;
+                let msg = format!("Analysis resumed by operator at weight {weight}.");
+                self.s.set_phase(Phase::Progressing, msg, self.now);
+                self.event(
+                    EventKind::Normal,
+                    format!(
+                        "Retrying analysis of {name} at weight {weight} (operator): failed checks \
+                         reset"
+                    ),
+                );
+            }
+            None => self.event(
+                EventKind::Warning,
+                format!("{name} is halted at weight {weight}: waiting for an operator"),
+            ),
+        }
     }
 
     /// A new revision during analysis: back to weight 0 (or, if the target went back to the
@@ -719,6 +959,8 @@ impl Tick<'_> {
         }
         if self.s.last_promoted_spec.as_deref() == Some(rev) {
             self.actions.push(Action::ScaleCanaryToZero);
+            self.scale_baseline_to_zero();
+            self.inconclusive = 0;
             self.s.canary_revision = None;
             self.s.last_applied_spec = Some(rev.to_string());
             self.s.failed_checks = 0;
@@ -742,6 +984,7 @@ impl Tick<'_> {
         self.actions.push(Action::DeployCanary {
             revision: rev.to_string(),
         });
+        self.deploy_baseline();
         self.s.set_phase(
             Phase::Progressing,
             "New revision detected, progressing canary analysis.".to_string(),
@@ -825,20 +1068,31 @@ impl Tick<'_> {
     }
 
     /// One analysis step: the first runs pre-rollout webhooks, later ones rollout webhooks
-    /// then metrics.
-    fn analysis(&mut self) -> Result<(), String> {
+    /// then metrics and the metrics' judges.
+    fn analysis(&mut self) -> StepResult {
         if is_first_step(&self.s) {
             self.event(
                 EventKind::Normal,
                 format!("Starting canary analysis for {}", self.target()),
             );
-            return self
-                .gate(WebhookType::PreRollout)
-                .map_err(|h| format!("pre-rollout check {} failed: {}", h.webhook, h.message));
+            return match self.gate(WebhookType::PreRollout) {
+                Ok(()) => StepResult::Passed,
+                Err(h) => StepResult::Failed(format!(
+                    "pre-rollout check {} failed: {}",
+                    h.webhook, h.message
+                )),
+            };
         }
-        self.gate(WebhookType::Rollout)
-            .map_err(|h| format!("external check {} failed: {}", h.webhook, h.message))?;
-        self.metrics()
+        if let Err(h) = self.gate(WebhookType::Rollout) {
+            return StepResult::Failed(format!(
+                "external check {} failed: {}",
+                h.webhook, h.message
+            ));
+        }
+        if let Err(why) = self.metrics() {
+            return StepResult::Failed(why);
+        }
+        self.judgements()
     }
 
     /// After a successful analysis step: the next weight or iteration, or promotion.
@@ -977,6 +1231,7 @@ impl Tick<'_> {
         self.actions.push(Action::PromoteCanary {
             revision: rev.clone(),
         });
+        self.scale_baseline_to_zero();
         self.s.primary_revision = Some(rev);
         // The primary rolls to the new spec: the deadline for it to be ready starts now.
         self.s.not_ready_since_ms = Some(self.now);
@@ -1133,6 +1388,7 @@ impl Tick<'_> {
             revision: rev.clone(),
         });
         self.actions.push(Action::ScaleCanaryToZero);
+        self.scale_baseline_to_zero();
         self.s.primary_revision = Some(rev);
         self.s.canary_revision = None;
         self.s.iterations = 0;
@@ -1162,6 +1418,7 @@ impl Tick<'_> {
     fn rollback(&mut self, event: String) {
         self.route_all_to_primary();
         self.actions.push(Action::ScaleCanaryToZero);
+        self.scale_baseline_to_zero();
         self.s.canary_revision = None;
         self.s.not_ready_since_ms = None;
         self.s.failed_spec = self.s.last_applied_spec.clone();
@@ -1216,8 +1473,11 @@ impl Tick<'_> {
                 "traffic on a canary scaled to zero"
             );
         }
+        let retried_halt =
+            before.phase == Phase::Halted && self.input.manual == Some(Manual::Retry);
         if s.last_applied_spec == before.last_applied_spec
             && s.revision_started_ms == before.revision_started_ms
+            && !retried_halt
         {
             debug_assert!(
                 s.failed_checks >= before.failed_checks,
@@ -1312,7 +1572,8 @@ mod tests {
                 for q in &plan.metrics {
                     input.metrics.insert(q.name.clone(), (bits % 3 != 0).then_some(100_000));
                 }
-                let (out, consulted) = advance_traced(&spec, &status, &input, now);
+                let (judged, consulted) = advance_traced(&spec, &status, &input, &Judging::NONE, now);
+                let out = judged.outcome;
                 if plan.due {
                     for name in &consulted {
                         prop_assert!(

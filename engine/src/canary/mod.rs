@@ -13,6 +13,11 @@
 //!   plan's step; applying the entry runs [`advance`] (only if the status is still at that
 //!   step), which returns the new status, the [`Action`]s for agent and leader, and events.
 //! - [`terminate`] handles deletion (`revertOnDeletion`).
+//! - Issue 20: a metric's [`Judge`] compares the canary's binned per-request samples
+//!   ([`MetricSamples`]) with a baseline's by [`mann_whitney`] and gives a [`Verdict`];
+//!   [`advance_judged`] runs the machine with the [`AnalysisPolicy`] (judges,
+//!   `inconclusiveLimit`, `onFailure: hold` → [`Phase::Halted`]) that
+//!   [`parse_canary_with_policy`] returns beside the stored spec.
 //!
 //! Nothing here does I/O or reads a clock. The resource format, the phase machine and the
 //! replay protocol are documented in `docs/CANARY.md`.
@@ -23,12 +28,15 @@ mod action;
 mod duration;
 mod error;
 mod input;
+mod judge;
 mod machine;
+mod mann_whitney;
 mod parse;
 mod plan;
 mod raw;
 mod revision;
 mod rollout;
+mod samples;
 mod spec;
 mod status;
 mod webhook;
@@ -37,10 +45,16 @@ pub use action::{Action, TickOutcome};
 pub use duration::{format_duration, parse_duration, MAX_DURATION_MS};
 pub use error::{CanaryError, CanaryErrors};
 pub use input::{Manual, TickInput, WebhookResult, WEBHOOK_MAX_SUCCESS_STATUS};
-pub use machine::{advance, terminate};
+pub use judge::{
+    judge, AnalysisPolicy, Baseline, Direction, Judge, Judgement, OnFailure, Verdict,
+    DEFAULT_CONFIDENCE_MILLI, JUDGE_MIN_SAMPLES, MAX_CONFIDENCE_MILLI, MIN_CONFIDENCE_MILLI,
+};
+pub use machine::{advance, advance_judged, terminate, JudgedOutcome, Judging};
+pub use mann_whitney::{mann_whitney, normal_sf, Alternative, MannWhitney};
 pub use parse::{
-    parse_canary, parse_canary_reporting, IgnoredField, API_VERSION, KIND, MAX_CANARY_BYTES,
-    MAX_LIST_LEN, MAX_WEBHOOK_RETRIES, MAX_WEBHOOK_TIMEOUT_MS, WORKLOAD_API_VERSION,
+    parse_canary, parse_canary_reporting, parse_canary_with_policy, IgnoredField, API_VERSION,
+    KIND, MAX_CANARY_BYTES, MAX_LIST_LEN, MAX_WEBHOOK_RETRIES, MAX_WEBHOOK_TIMEOUT_MS,
+    WORKLOAD_API_VERSION,
 };
 pub use plan::{plan_tick, MetricQuery, TickPlan};
 pub use revision::{
@@ -49,6 +63,10 @@ pub use revision::{
 pub use rollout::{
     names_target, CanaryObservation, CanaryRevision, CanaryStepSpec, MetricWindow,
     MAX_OBSERVATIONS, MAX_SPARE_REVISIONS, MAX_WINDOWS,
+};
+pub use samples::{
+    Bin, Histogram, MetricSamples, SampleWindow, SamplesError, WorkloadSamples, FAILURE_VALUE,
+    MAX_BINS, MAX_BIN_TOTAL, MAX_SAMPLE_WINDOWS, SUCCESS_VALUE,
 };
 pub use spec::{
     AlertSpec, AlertTarget, Analysis, CanarySpec, HeaderMatch, MatchRule, Metric, MetricSource,

@@ -11,9 +11,13 @@ use regex::Regex;
 
 use super::duration::{format_duration, parse_duration, MAX_DURATION_MS};
 use super::error::{from_serde, quote, CanaryError, CanaryErrors};
+use super::judge::{
+    AnalysisPolicy, Baseline, Direction, Judge, OnFailure, DEFAULT_CONFIDENCE_MILLI,
+    MAX_CONFIDENCE_MILLI, MIN_CONFIDENCE_MILLI,
+};
 use super::raw::{
-    RawAlert, RawAnalysis, RawCanary, RawMatch, RawMetadata, RawMetric, RawService, RawSpec,
-    RawTargetRef, RawWebhook,
+    RawAlert, RawAnalysis, RawCanary, RawJudge, RawMatch, RawMetadata, RawMetric, RawService,
+    RawSpec, RawTargetRef, RawWebhook,
 };
 use super::spec::{
     AlertSpec, AlertTarget, Analysis, CanarySpec, HeaderMatch, MatchRule, Metric, MetricSource,
@@ -68,6 +72,14 @@ impl std::fmt::Display for IgnoredField {
 
 /// [`parse_canary`], with the fields it accepted and ignores.
 pub fn parse_canary_reporting(yaml: &str) -> Result<(CanarySpec, Vec<IgnoredField>), CanaryErrors> {
+    parse_canary_with_policy(yaml).map(|(spec, _, ignored)| (spec, ignored))
+}
+
+/// [`parse_canary_reporting`], with the analysis policy of issue 20 (metric judges,
+/// `inconclusiveLimit`, `onFailure`), which the stored [`CanarySpec`] does not hold.
+pub fn parse_canary_with_policy(
+    yaml: &str,
+) -> Result<(CanarySpec, AnalysisPolicy, Vec<IgnoredField>), CanaryErrors> {
     if yaml.len() > MAX_CANARY_BYTES {
         return Err(CanaryErrors::single(CanaryError::new(
             "",
@@ -100,10 +112,13 @@ pub fn parse_canary_reporting(yaml: &str) -> Result<(CanarySpec, Vec<IgnoredFiel
     let raw: RawCanary =
         serde_yaml_ng::from_str(yaml).map_err(|e| CanaryErrors::single(from_serde(&e)))?;
     let ignored = ignored_fields(&raw);
-    let mut v = Validator { errors: Vec::new() };
+    let mut v = Validator {
+        errors: Vec::new(),
+        policy: AnalysisPolicy::default(),
+    };
     let spec = v.canary(raw);
     match (spec, CanaryErrors::from_vec(v.errors)) {
-        (Some(spec), None) => Ok((spec, ignored)),
+        (Some(spec), None) => Ok((spec, v.policy, ignored)),
         (_, Some(errors)) => Err(errors),
         // Not reached: every path that yields no spec records an error first.
         (None, None) => Err(CanaryErrors::single(CanaryError::new(
@@ -197,6 +212,8 @@ fn to_milli(x: f64) -> Option<i64> {
 
 struct Validator {
     errors: Vec<CanaryError>,
+    /// The issue-20 settings read so far.
+    policy: AnalysisPolicy,
 }
 
 /// Which strategy fields the resource gives (valid or not).
@@ -569,7 +586,17 @@ impl Validator {
         };
         let strategy = self.strategy(&given, &inputs);
 
-        let metrics = self.metrics(raw.metrics.unwrap_or_default());
+        let metrics = self.metrics(raw.metrics.unwrap_or_default(), strategy.as_ref());
+        self.policy.inconclusive_limit =
+            self.positive(&format!("{P}.inconclusiveLimit"), raw.inconclusive_limit);
+        match raw.on_failure.as_deref().map(|o| (o, OnFailure::parse(o))) {
+            None => {}
+            Some((_, Some(o))) => self.policy.on_failure = o,
+            Some((o, None)) => self.err(
+                format!("{P}.onFailure"),
+                format!("unknown policy {}: use rollback or hold", quote(o)),
+            ),
+        }
         let webhooks = self.webhooks(raw.webhooks.unwrap_or_default());
         let alerts = self.alerts(raw.alerts.unwrap_or_default());
 
@@ -759,20 +786,168 @@ impl Validator {
         out
     }
 
-    fn metrics(&mut self, raw: Vec<RawMetric>) -> Vec<Metric> {
+    fn metrics(&mut self, raw: Vec<RawMetric>, strategy: Option<&Strategy>) -> Vec<Metric> {
         let mut seen = BTreeSet::new();
         let mut out = Vec::with_capacity(raw.len());
-        for (i, m) in raw.into_iter().enumerate() {
+        for (i, mut m) in raw.into_iter().enumerate() {
             let path = format!("spec.analysis.metrics[{i}]");
-            if let Some(metric) = self.metric(&path, m, &mut seen) {
-                out.push(metric);
+            let raw_judge = m.judge.take();
+            let judged = raw_judge.is_some();
+            let Some(metric) = self.metric(&path, m, judged, &mut seen) else {
+                continue;
+            };
+            if let Some(raw_judge) = raw_judge {
+                let jpath = format!("{path}.judge");
+                if let Some(judge) = self.judge(&jpath, raw_judge, &metric.source, strategy) {
+                    self.policy.judges.insert(metric.name.clone(), judge);
+                }
             }
+            out.push(metric);
         }
         out
     }
 
+    /// `metrics[i].judge` of a metric measured from `source`, under `strategy`.
+    fn judge(
+        &mut self,
+        path: &str,
+        raw: RawJudge,
+        source: &MetricSource,
+        strategy: Option<&Strategy>,
+    ) -> Option<Judge> {
+        let errors_before = self.errors.len();
+        if matches!(source, MetricSource::Prometheus { .. }) {
+            self.err(
+                path,
+                format!(
+                    "a judge compares per-request samples, which only the agent's proxy \
+                     measures: use it on {BUILTIN_SUCCESS_RATE} or {BUILTIN_DURATION}"
+                ),
+            );
+        }
+        match raw.kind.as_deref() {
+            Some("mann-whitney") => {}
+            None => self.err(format!("{path}.type"), "required: mann-whitney"),
+            Some(other) => self.err(
+                format!("{path}.type"),
+                format!("unknown judge {}: use mann-whitney", quote(other)),
+            ),
+        }
+        let baseline = match raw.baseline.as_deref() {
+            None => Baseline::Primary,
+            Some(b) => Baseline::parse(b).unwrap_or_else(|| {
+                self.err(
+                    format!("{path}.baseline"),
+                    format!("unknown baseline {}: use primary or fresh", quote(b)),
+                );
+                Baseline::Primary
+            }),
+        };
+        if baseline == Baseline::Fresh {
+            match strategy {
+                Some(Strategy::Canary { max_weight, .. }) if *max_weight > TOTAL_WEIGHT / 2 => self
+                    .err(
+                        format!("{path}.baseline"),
+                        format!(
+                            "a fresh baseline takes as much traffic as the canary, so \
+                             spec.analysis.maxWeight must be at most 50 (it is {max_weight})"
+                        ),
+                    ),
+                Some(Strategy::AbTesting { .. } | Strategy::BlueGreen { .. }) => self.err(
+                    format!("{path}.baseline"),
+                    "a fresh baseline runs at the canary's weight: only the canary strategy \
+                     (stepWeight or stepWeights) has one",
+                ),
+                _ => {}
+            }
+        }
+        let direction = self.judge_direction(path, raw.direction.as_deref());
+        let effect_size_milli = self.judge_effect_size(path, raw.effect_size);
+        let confidence_milli = self.judge_confidence(path, raw.confidence);
+        (self.errors.len() == errors_before).then_some(Judge {
+            baseline,
+            direction,
+            effect_size_milli,
+            confidence_milli,
+        })
+    }
+
+    /// `judge.direction`: which way a canary value is bad (required).
+    fn judge_direction(&mut self, path: &str, raw: Option<&str>) -> Direction {
+        match raw {
+            None => {
+                self.err(
+                    format!("{path}.direction"),
+                    "required: increase (a higher canary value is bad), decrease or either",
+                );
+                Direction::Either
+            }
+            Some(d) => Direction::parse(d).unwrap_or_else(|| {
+                self.err(
+                    format!("{path}.direction"),
+                    format!(
+                        "unknown direction {}: use increase, decrease or either",
+                        quote(d)
+                    ),
+                );
+                Direction::Either
+            }),
+        }
+    }
+
+    /// `judge.effectSize`: the smallest bad Cliff's delta that fails, in thousandths (required).
+    fn judge_effect_size(&mut self, path: &str, raw: Option<f64>) -> u32 {
+        match raw {
+            None => {
+                self.err(
+                    format!("{path}.effectSize"),
+                    "required: the smallest bad Cliff's delta that fails, in (0, 1]",
+                );
+                0
+            }
+            Some(x) => match to_milli(x) {
+                Some(m) if (1..=MILLI).contains(&m) => m as u32,
+                _ => {
+                    self.err(
+                        format!("{path}.effectSize"),
+                        format!("{x} is out of range: a Cliff's delta in (0, 1], at least 0.001"),
+                    );
+                    0
+                }
+            },
+        }
+    }
+
+    /// `judge.confidence` in thousandths, defaulted when absent.
+    fn judge_confidence(&mut self, path: &str, raw: Option<f64>) -> u32 {
+        match raw {
+            None => DEFAULT_CONFIDENCE_MILLI,
+            Some(x) => match to_milli(x) {
+                Some(m)
+                    if (i64::from(MIN_CONFIDENCE_MILLI)..=i64::from(MAX_CONFIDENCE_MILLI))
+                        .contains(&m) =>
+                {
+                    m as u32
+                }
+                _ => {
+                    self.err(
+                        format!("{path}.confidence"),
+                        format!("{x} is out of range: 0.5 to 0.999"),
+                    );
+                    DEFAULT_CONFIDENCE_MILLI
+                }
+            },
+        }
+    }
+
     // Long: every field of a metric checked in turn, each problem reported with its path.
-    fn metric(&mut self, path: &str, m: RawMetric, seen: &mut BTreeSet<String>) -> Option<Metric> {
+    fn metric(
+        &mut self,
+        path: &str,
+        m: RawMetric,
+        judged: bool,
+        seen: &mut BTreeSet<String>,
+    ) -> Option<Metric> {
         let name = match m.name {
             Some(n) if !n.trim().is_empty() => {
                 if !seen.insert(n.clone()) {
@@ -789,6 +964,11 @@ impl Validator {
             }
         };
         let range = match m.threshold_range {
+            // A judged metric needs no range: the judge decides.
+            None if judged => Some(ThresholdRange {
+                min: None,
+                max: None,
+            }),
             None => {
                 self.err(
                     format!("{path}.thresholdRange"),

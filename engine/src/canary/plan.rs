@@ -83,6 +83,9 @@ pub fn plan_tick(
                 call(&mut plan, WebhookType::ConfirmRollout, status.phase);
             }
         }
+        // Halted waits for an operator (manual commands are ticks of their own); only a new
+        // revision restarts the analysis.
+        Phase::Halted => plan.due = status.last_applied_spec.as_deref() != Some(revision),
         Phase::Progressing | Phase::WaitingPromotion => {
             plan.due = true;
             if status.last_applied_spec.as_deref() != Some(revision) || spec.skip_analysis {

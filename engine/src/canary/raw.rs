@@ -86,6 +86,8 @@ pub(super) struct RawAnalysis {
     pub webhooks: Option<Vec<RawWebhook>>,
     pub alerts: Option<Vec<RawAlert>>,
     pub session_affinity: Option<IgnoredAny>,
+    pub inconclusive_limit: Option<i64>,
+    pub on_failure: Option<String>,
 }
 
 /// `match[i]`: HTTP header conditions, all of which must hold.
@@ -112,6 +114,19 @@ pub(super) struct RawMetric {
     pub interval: Option<String>,
     pub provider: Option<RawProvider>,
     pub query: Option<String>,
+    pub judge: Option<RawJudge>,
+}
+
+/// `metrics[i].judge` (issue 20).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RawJudge {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub baseline: Option<String>,
+    pub direction: Option<String>,
+    pub effect_size: Option<f64>,
+    pub confidence: Option<f64>,
 }
 
 #[derive(Deserialize)]

@@ -223,7 +223,9 @@ pub struct Metric {
     pub source: MetricSource,
 }
 
-/// Accepted metric values, inclusive, in thousandths ([`MILLI`]); at least one bound is set.
+/// Accepted metric values, inclusive, in thousandths ([`MILLI`]); at least one bound is set,
+/// except for a metric with a judge ([`super::AnalysisPolicy::judges`]) and no `thresholdRange`,
+/// whose range is unbounded and whose value is not checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThresholdRange {
     /// Lowest accepted value.

@@ -35,6 +35,12 @@ pub enum Phase {
     Failed,
     /// The canary is being deleted.
     Terminating,
+    /// Analysis stopped for an operator (issue 20): the failed-checks threshold was reached
+    /// with `onFailure: hold`, or `inconclusiveLimit` inconclusive judgements came in a row.
+    /// The weights and workloads stay as they are until a manual promote, abort or retry (or
+    /// a new revision). Appended last: the variant numbers of the others, and so every
+    /// stored status, are unchanged.
+    Halted,
 }
 
 impl Phase {
@@ -51,6 +57,7 @@ impl Phase {
             Phase::Succeeded => "Succeeded",
             Phase::Failed => "Failed",
             Phase::Terminating => "Terminating",
+            Phase::Halted => "Halted",
         }
     }
 

@@ -18,6 +18,10 @@ use crate::suppression::Scope;
 use crate::TimestampMs;
 
 mod reason;
+mod waves;
+
+pub(crate) use waves::{is_done, members, wave_index};
+pub use waves::{rollout_status, RolloutEntity, RolloutStatus, WaveStatus};
 
 pub use reason::{
     ArtifactNote, DependencyProblem, DependentNeed, OverrideLevel, Reason, SuppressionHold,
@@ -50,6 +54,9 @@ pub enum ConstraintKind {
     Artifacts,
     /// Every secret its module requires is set (SPEC M4 `secretRequirements`).
     Secrets,
+    /// The release's rollout has reached the entity's wave (issue 20; listed only for
+    /// products under a rollout policy).
+    RolloutWave,
 }
 
 impl ConstraintKind {
@@ -63,6 +70,7 @@ impl ConstraintKind {
             ConstraintKind::Dependents => "dependents",
             ConstraintKind::Artifacts => "artifacts",
             ConstraintKind::Secrets => "secrets",
+            ConstraintKind::RolloutWave => "rollout-wave",
         }
     }
 }
@@ -470,7 +478,8 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
     let channel = &entity.release_channel;
     if let Some(cur) = &current {
         if let Some(recall) = state.recall_covering(&entity.product_id, cur) {
-            let pick = pick_release(ctx, eval, |_| true);
+            // A roll-off leaves a recalled release: waves do not hold it back.
+            let pick = pick_release(ctx, eval, false, |_| true);
             return match pick {
                 Some((release, checks)) => Choice::Candidate(
                     make(
@@ -541,7 +550,7 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
                     entity.product_id
                 ));
             }
-            if let Some((release, checks)) = pick_release(ctx, eval, |_| true) {
+            if let Some((release, checks)) = pick_release(ctx, eval, true, |_| true) {
                 let reason = with_skipped(
                     format!("newest {channel} release is {}", release.version),
                     eval,
@@ -556,7 +565,7 @@ fn choose(ctx: &Ctx<'_>, eval: &mut Evaluation) -> Choice {
         Some(cur) => {
             let newer = newest_any.as_ref().is_some_and(|n| n > cur);
             if newer {
-                if let Some((release, checks)) = pick_release(ctx, eval, |v| v > cur) {
+                if let Some((release, checks)) = pick_release(ctx, eval, true, |v| v > cur) {
                     let reason = with_skipped(
                         format!("newest passing {channel} release is {}", release.version),
                         eval,
@@ -612,11 +621,13 @@ fn with_skipped(reason: String, eval: &Evaluation) -> String {
 }
 
 /// Picks the newest release of the entity's channel (not recalled, admitted by `filter`) that
-/// passes every version-specific constraint. If none passes, returns the newest with its
-/// failed checks. `None` when no release is admitted at all.
+/// passes every version-specific constraint (with `waves`, the `rollout-wave` constraint
+/// too). If none passes, returns the newest with its failed checks. `None` when no release
+/// is admitted at all.
 fn pick_release<'a>(
     ctx: &Ctx<'a>,
     eval: &mut Evaluation,
+    waves: bool,
     filter: impl Fn(&Version) -> bool,
 ) -> Option<(&'a Release, Vec<ConstraintResult>)> {
     let entity = ctx.entity;
@@ -633,7 +644,15 @@ fn pick_release<'a>(
         .filter(|r| filter(&r.version))
         .take(MAX_VERSIONS_TRIED)
     {
-        let checks = version_constraints(ctx, eval, release);
+        let mut checks = version_constraints(ctx, eval, release);
+        if waves {
+            checks.extend(waves::rollout_wave_constraint(
+                ctx.state,
+                entity,
+                &release.version,
+                ctx.now,
+            ));
+        }
         if checks.iter().all(|c| c.passed) {
             eval.skipped.append(&mut skipped);
             return Some((release, checks));

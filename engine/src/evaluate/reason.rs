@@ -144,6 +144,66 @@ pub enum Reason {
         /// The names of the missing secrets.
         missing: Vec<String>,
     },
+    /// Rollout wave passes: the release's rollout has reached the entity's wave.
+    RolloutWaveOpen {
+        /// The entity's wave; `None`: it is in no wave and every wave has passed.
+        wave: Option<String>,
+        /// The release.
+        version: Version,
+    },
+    /// Rollout wave fails: the release's rollout is halted.
+    RolloutHalted {
+        /// The release.
+        version: Version,
+        /// What halted it.
+        cause: String,
+        /// Since when.
+        since: TimestampMs,
+    },
+    /// Rollout wave fails: an earlier wave is done but still soaking.
+    WaveSoaking {
+        /// The earlier wave.
+        wave: String,
+        /// Its committed soak end.
+        until: TimestampMs,
+        /// Its entities done with the release.
+        done: usize,
+        /// Its entities.
+        total: usize,
+    },
+    /// Rollout wave fails: an earlier wave is not done.
+    WaveIncomplete {
+        /// The earlier wave.
+        wave: String,
+        /// Its entities done with the release.
+        done: usize,
+        /// Its entities.
+        total: usize,
+    },
+    /// Rollout wave fails: an earlier product of the group is not done in the entity's wave.
+    GroupWaiting {
+        /// The earlier product.
+        product: String,
+        /// The release.
+        version: Version,
+        /// The entity's wave; `None`: after the last wave.
+        wave: Option<String>,
+        /// Its entities in the wave done with the release.
+        done: usize,
+        /// Its entities in the wave.
+        total: usize,
+    },
+    /// Rollout wave fails: the wave already has `maxParallel` entities moving to the release.
+    WaveAtMaxParallel {
+        /// The entity's wave.
+        wave: String,
+        /// The release.
+        version: Version,
+        /// Entities of the wave moving to it.
+        in_flight: usize,
+        /// The wave's `maxParallel`.
+        max: u32,
+    },
 }
 
 /// One suppression in force.
@@ -389,6 +449,50 @@ impl fmt::Display for Reason {
                 "missing secrets required by module {}: {}",
                 module.as_deref().unwrap_or("-"),
                 missing.join(", ")
+            ),
+            Reason::RolloutWaveOpen { wave, version } => match wave {
+                Some(w) => write!(f, "wave `{w}` is open for {version}"),
+                None => write!(f, "in no wave: every wave of {version} has passed"),
+            },
+            Reason::RolloutHalted { version, cause, .. } => {
+                write!(f, "rollout of {version} halted: {cause}")
+            }
+            Reason::WaveSoaking {
+                wave,
+                until,
+                done,
+                total,
+            } => write!(
+                f,
+                "waiting for wave `{wave}` to soak until {} ({done} of {total} entities done)",
+                format_time(*until)
+            ),
+            Reason::WaveIncomplete { wave, done, total } => write!(
+                f,
+                "waiting for wave `{wave}` to complete ({done} of {total} entities done)"
+            ),
+            Reason::GroupWaiting {
+                product,
+                version,
+                wave,
+                done,
+                total,
+            } => {
+                write!(f, "waiting for {product} {version} ")?;
+                match wave {
+                    Some(w) => write!(f, "in wave `{w}`")?,
+                    None => f.write_str("after the last wave")?,
+                }
+                write!(f, " ({done} of {total} entities done)")
+            }
+            Reason::WaveAtMaxParallel {
+                wave,
+                version,
+                in_flight,
+                max,
+            } => write!(
+                f,
+                "wave `{wave}` has {in_flight} entities moving to {version} (maxParallel {max})"
             ),
         }
     }

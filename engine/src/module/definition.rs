@@ -172,8 +172,10 @@ mod tests {
 
     /// Every valid fixture, parsed.
     fn fixtures() -> Vec<(String, ModuleDefinition)> {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/modules/valid");
+        let dir = std::path::PathBuf::from(
+            std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+        )
+        .join("tests/fixtures/modules/valid");
         let mut out: Vec<(String, ModuleDefinition)> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().path())

@@ -2,7 +2,8 @@
 //! them) and `-o table|json|yaml`.
 //!
 //! This module parses the command line and dispatches every command to its module. The
-//! command modules (`canary`, `demo`, `dev`, `modules`, `orch`, `pki`, `plans`, `settings`)
+//! command modules (`canary`, `demo`, `dev`, `modules`, `orch`, `pki`, `plans`, `rollouts`,
+//! `settings`)
 //! use the helper modules (`args`, `calls`, `output`, `timeparse`) and none of each other's
 //! commands, except that `demo` starts its hub through `dev`'s and `dev_registry`'s functions;
 //! the helpers use no command module.
@@ -23,6 +24,7 @@ mod output;
 mod pki;
 mod plans;
 mod roles;
+mod rollouts;
 mod settings;
 mod timeparse;
 mod tokens;
@@ -277,6 +279,12 @@ enum Cmd {
     Token(tokens::TokenCmd),
     /// The audit log, newest first: every write with who, what, on what and its outcome.
     Audit(orch::AuditArgs),
+    /// Rollout policies: a product's waves across the fleet (apply -f, get, delete).
+    #[command(subcommand, name = "rollout-policy")]
+    RolloutPolicy(rollouts::RolloutPolicyCmd),
+    /// A release's rollout across the fleet: status (--watch), promote-wave, halt, resume.
+    #[command(subcommand)]
+    Rollout(rollouts::RolloutCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -344,6 +352,14 @@ enum EnvCmd {
     Delete {
         /// Name.
         name: String,
+    },
+    /// Set labels (KEY=VALUE) or remove them (KEY-); rollout-policy selectors match them.
+    Label {
+        /// Name.
+        name: String,
+        /// KEY=VALUE to set, KEY- to remove.
+        #[arg(required = true)]
+        labels: Vec<String>,
     },
     #[command(flatten)]
     Orch(settings::EnvOrchCmd),
@@ -483,6 +499,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Role(cmd) => roles::run(&connect()?, cmd, fmt).await,
         Cmd::Token(cmd) => tokens::run(&connect()?, cmd, fmt).await,
         Cmd::Audit(args) => orch::audit(&connect()?, args, fmt).await,
+        Cmd::RolloutPolicy(cmd) => rollouts::policy(&connect()?, cmd, fmt).await,
+        Cmd::Rollout(cmd) => rollouts::rollout(&connect()?, cmd, fmt).await,
         Cmd::Digest(read) => {
             let d = connect()?
                 .call(
@@ -504,7 +522,8 @@ fn watching(cmd: &Cmd) -> bool {
         Cmd::Cluster(ClusterCmd::Status { watch })
         | Cmd::Entity(EntityCmd::Explain { watch, .. })
         | Cmd::Plan(plans::PlanCmd::List { watch, .. })
-        | Cmd::Canary(canary::CanaryCmd::Get { watch, .. }) => watch.watch,
+        | Cmd::Canary(canary::CanaryCmd::Get { watch, .. })
+        | Cmd::Rollout(rollouts::RolloutCmd::Status { watch, .. }) => watch.watch,
         _ => false,
     }
 }
@@ -704,6 +723,7 @@ async fn env(client: &FailoverClient, cmd: EnvCmd, fmt: Format) -> anyhow::Resul
                 .await?;
             print(fmt, &write_json(&r), &["index", "leader", "result"])
         }
+        EnvCmd::Label { name, labels } => rollouts::label(client, name, &labels, fmt).await,
         EnvCmd::Orch(cmd) => settings::env(client, cmd, fmt).await,
     }
 }

@@ -13,6 +13,7 @@ use tonic::transport::Channel;
 use tonic::Code;
 
 use crate::runner::cluster::connect;
+use crate::runner::endpoints::SharedEndpoints;
 
 /// Timeout of one call on one node.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
@@ -47,7 +48,7 @@ impl CallError {
 /// The hub's nodes, tried in turn.
 #[derive(Clone)]
 pub struct Hub {
-    endpoints: Arc<Vec<String>>,
+    endpoints: SharedEndpoints,
     next: Arc<AtomicUsize>,
 }
 
@@ -64,17 +65,18 @@ fn refused(s: &tonic::Status) -> bool {
 }
 
 impl Hub {
-    /// A client of `endpoints` (`host:port`).
-    pub fn new(endpoints: Vec<String>) -> Hub {
+    /// A client of `endpoints` (`host:port`), which the runner keeps current.
+    pub fn new(endpoints: SharedEndpoints) -> Hub {
         Hub {
-            endpoints: Arc::new(endpoints),
+            endpoints,
             next: Arc::new(AtomicUsize::new(0)),
         }
     }
 
     fn current(&self) -> Option<String> {
-        let n = self.endpoints.len();
-        (n > 0).then(|| self.endpoints[self.next.load(Ordering::Relaxed) % n].clone())
+        let endpoints = self.endpoints.get();
+        let n = endpoints.len();
+        (n > 0).then(|| endpoints[self.next.load(Ordering::Relaxed) % n].clone())
     }
 
     fn advance(&self) {
@@ -89,7 +91,7 @@ impl Hub {
         Fut: std::future::Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
         let mut last = String::from("no endpoint");
-        for _ in 0..self.endpoints.len() {
+        for _ in 0..self.endpoints.get().len() {
             let Some(addr) = self.current() else { break };
             let attempt = async {
                 let c = connect(&addr)

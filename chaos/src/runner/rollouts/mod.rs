@@ -88,8 +88,8 @@ pub struct AgentHost {
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RolloutConfig {
-    /// Hub endpoints (`host:port`), as the runner reaches them.
-    pub endpoints: Vec<String>,
+    /// Hub endpoints (`host:port`), as the runner reaches them (kept current by the runner).
+    pub endpoints: crate::runner::endpoints::SharedEndpoints,
     /// The endpoints agents use, one per node in the same order (the latency relay's).
     pub agent_endpoints: Vec<String>,
     /// Where agents' data, logs and the demo registry go.
@@ -461,18 +461,22 @@ impl Rollouts {
     /// After healing: waits until every rollout is terminal (at most [`FINISH_TIMEOUT`]),
     /// gathers the history parts from the hub at `endpoints` and the agents' files, and stops
     /// every agent and service.
-    pub async fn finish(mut self, endpoints: &[String]) -> anyhow::Result<RolloutHistory> {
+    pub async fn finish(
+        mut self,
+        endpoints: crate::runner::endpoints::SharedEndpoints,
+    ) -> anyhow::Result<RolloutHistory> {
         self.stop_issuing().await;
         let deadline = Instant::now() + FINISH_TIMEOUT;
-        let hub = Hub::new(endpoints.to_vec());
+        let hub = Hub::new(endpoints);
         if let Some(c) = self.canary.take() {
             let left = deadline.saturating_duration_since(Instant::now());
             let abort = c.abort_handle();
             if tokio::time::timeout(left, c).await.is_err() {
                 abort.abort();
-                lock(&self.progress)
-                    .notes
-                    .push("the last canary revision did not settle in time".into());
+                let why = stall_diagnosis(&hub, &entity_id(CANARY_ENV, CANARY_NAME)).await;
+                lock(&self.progress).notes.push(format!(
+                    "the last canary revision did not settle in time: {why}"
+                ));
             }
         }
         self.stop_traffic.store(true, Ordering::Relaxed);
@@ -957,28 +961,35 @@ async fn canary_loop(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, port: u1
     let mut index = 1u64;
     while !stop.load(Ordering::Relaxed) {
         let healthy = index % 2 == 1;
+        // The target before this revision, read once: a resend after an unknown outcome
+        // must not re-read it, as the first send may already have moved it.
         let before = canary_view(&hub, &progress)
             .await
             .and_then(|v| v["target"]["revision"].as_str().map(String::from));
         let command = json!({"SetConfigOverrides": {"entity": entity, "version": "0.0.0",
             "config": canary_config(port, index, healthy)}});
-        match hub
-            .submit(&command, &format!("chaos-canary-revision-{index}"))
-            .await
-        {
-            Ok(_) => {}
-            Err(CallError::Unavailable(_)) => {
-                // Unknown: send the same request again (applied at most once).
-                tokio::time::sleep(POLL).await;
-                continue;
+        let sent = loop {
+            match hub
+                .submit(&command, &format!("chaos-canary-revision-{index}"))
+                .await
+            {
+                Ok(_) => break true,
+                Err(CallError::Unavailable(_)) if stop.load(Ordering::Relaxed) => return,
+                Err(CallError::Unavailable(_)) => {
+                    // Unknown: send the same request again (applied at most once).
+                    tokio::time::sleep(POLL).await;
+                }
+                Err(e @ CallError::Refused { .. }) => {
+                    lock(&progress)
+                        .notes
+                        .push(format!("canary revision {index} refused: {e}"));
+                    break false;
+                }
             }
-            Err(e @ CallError::Refused { .. }) => {
-                lock(&progress)
-                    .notes
-                    .push(format!("canary revision {index} refused: {e}"));
-                index += 1;
-                continue;
-            }
+        };
+        if !sent {
+            index += 1;
+            continue;
         }
         let slot = {
             let mut p = lock(&progress);
@@ -1000,6 +1011,10 @@ async fn canary_loop(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, port: u1
         .await
         else {
             update(&|r| r.phase = "never targeted".into());
+            let why = stall_diagnosis(&hub, &entity).await;
+            lock(&progress)
+                .notes
+                .push(format!("canary revision {index} never targeted: {why}"));
             index += 1;
             continue;
         };
@@ -1029,10 +1044,75 @@ async fn canary_loop(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, port: u1
                     .and_then(|v| v["status"].as_str().map(String::from))
                     .unwrap_or_else(|| "unknown".into());
                 update(&|r| r.phase = phase.clone());
+                let why = stall_diagnosis(&hub, &entity).await;
+                lock(&progress).notes.push(format!(
+                    "canary revision {index} not settled ({phase}): {why}"
+                ));
             }
         }
         index += 1;
     }
+}
+
+/// Why the canary of `entity` does not move, from the hub's point of view: the entity's
+/// evaluation, its active plans, the canary's status and the last Activity lines (for the
+/// report of a run whose canary stalled).
+async fn stall_diagnosis(hub: &Hub, entity: &str) -> String {
+    let explain = hub
+        .query(&json!({"query": "explain", "entity": entity}))
+        .await
+        .map(|v| format!("{} (issued {})", v["summary"], v["issued"]))
+        .unwrap_or_else(|e| format!("explain failed: {e}"));
+    let active = hub
+        .query(&json!({"query": "plans", "entity": entity, "active": true}))
+        .await
+        .map(|v| {
+            v["plans"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|p| format!("{} {} {}", p["id"], p["kind"], p["status"]))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default()
+        })
+        .unwrap_or_else(|e| format!("plans failed: {e}"));
+    let canary = hub
+        .query(&json!({"query": "canary", "id": format!("{CANARY_ENV}/{CANARY_NAME}")}))
+        .await
+        .map(|v| {
+            let c = if v.get("canary").is_some() {
+                &v["canary"]
+            } else {
+                &v
+            };
+            let mut c = c.clone();
+            if let Some(o) = c.as_object_mut() {
+                for noise in ["history", "yaml", "actions", "committed_weights"] {
+                    o.remove(noise);
+                }
+            }
+            c.to_string()
+        })
+        .unwrap_or_else(|e| format!("canary failed: {e}"));
+    let activity = hub
+        .query(&json!({"query": "activity", "entity": entity}))
+        .await
+        .map(|v| {
+            v["entries"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .take(8)
+                        .map(|e| format!("[{} {}] {}", e["index"], e["kind"], e["message"]))
+                        .collect::<Vec<_>>()
+                        .join(" | ")
+                })
+                .unwrap_or_default()
+        })
+        .unwrap_or_else(|e| format!("activity failed: {e}"));
+    format!("explain: {explain}; active plans: [{active}]; canary: {canary}; activity: {activity}")
 }
 
 /// Sends `GET /` to the service port every 10 ms until `stop`.
