@@ -174,6 +174,34 @@ pub fn signal_group(pid: u32, signal: libc::c_int) -> bool {
     unsafe { libc::kill(-p, signal) == 0 }
 }
 
+/// The live (not zombie) processes whose working directory lies under `dir`: the services
+/// the driver started from an unpacked version (their working directory is the version's
+/// directory) and what they started.
+pub fn processes_working_in(dir: &Path) -> Vec<u32> {
+    let Ok(dir) = dir.canonicalize() else {
+        return Vec::new();
+    };
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| proc_stat(pid).is_some_and(|s| s.state != 'Z'))
+        .filter(|pid| {
+            fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(&dir))
+        })
+        .collect()
+}
+
+/// SIGKILLs `pid` and the process group it leads.
+pub fn kill_with_group(pid: u32) {
+    signal_group(pid, libc::SIGKILL);
+    if let Some(p) = as_pid(pid) {
+        // SAFETY: kill(2) of one positive pid > 1 (as_pid refuses 0, 1 and overflow).
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+}
+
 /// `exit status 3`, `killed by signal 9 (SIGKILL)`.
 pub fn describe_exit(status: ExitStatus) -> String {
     if let Some(code) = status.code() {

@@ -32,6 +32,8 @@ const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 const KILL_WAIT: Duration = Duration::from_secs(5);
 /// Interval of readiness polls.
 const POLL: Duration = Duration::from_millis(100);
+/// How long a launch waits for SIGKILLed leftovers to be gone (they release their port).
+const LEFTOVER_EXIT_WAIT: Duration = Duration::from_secs(2);
 /// Longest single readiness probe.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -317,6 +319,7 @@ impl Entity {
             self.id,
             p.deployment.version
         );
+        self.stop_leftovers();
         let program = p.launch.program.display().to_string();
         let child =
             os::spawn(&p.launch, &header).map_err(|e| format!("cannot start {program}: {e}"))?;
@@ -363,6 +366,26 @@ impl Entity {
             rt.backoff = INITIAL_BACKOFF;
         }
         Ok(pid)
+    }
+
+    /// Before a launch the recorded service has been stopped (or has crashed), so a process
+    /// still working under `versions/` is a leftover nobody tracks: a service an agent
+    /// started and was killed before recording in `state.json`, or what a crashed service
+    /// started. It would hold the port and keep serving an unrecorded version: SIGKILL it
+    /// with its group and wait (bounded) until it is gone.
+    fn stop_leftovers(&self) {
+        let leftovers = os::processes_working_in(&self.dir.versions());
+        if leftovers.is_empty() {
+            return;
+        }
+        for &pid in &leftovers {
+            warn!(entity = %self.id, pid, "stopping a leftover process not recorded in state.json");
+            os::kill_with_group(pid);
+        }
+        let deadline = Instant::now() + LEFTOVER_EXIT_WAIT;
+        while leftovers.iter().any(|&pid| os::is_alive(pid)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// If the current deployment is `target`, runs, and (when `plan` is given) was started by

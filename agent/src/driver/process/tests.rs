@@ -1042,6 +1042,40 @@ async fn recreated_driver_adopts_running_service() {
     assert!(!super::os::is_alive(pid));
 }
 
+#[tokio::test]
+async fn a_service_the_agent_did_not_record_is_stopped_before_the_next_launch() {
+    // An agent SIGKILLed between spawning a service and saving its pid leaves a service
+    // nobody tracks, holding the port. Simulated: the service runs, state.json is gone, the
+    // agent restarts. The next start stops the leftover and binds the port itself.
+    let mut fx = Fixture::new();
+    let port = free_port();
+    run(
+        fx.driver(),
+        &fx.install_plan("p-1", PlanKind::Install, "1.0.0", port, true),
+    )
+    .await
+    .unwrap();
+    let leftover = fx.state().pid.unwrap();
+    std::fs::remove_file(fx.entity_dir().join("state.json")).unwrap();
+    fx.recreate_driver();
+    assert!(super::os::is_alive(leftover));
+    let out = all_output(
+        &run(
+            fx.driver(),
+            &fx.install_plan("p-2", PlanKind::Install, "1.0.0", port, true),
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(!super::os::is_alive(leftover), "the leftover still runs");
+    let pid = fx.state().pid.unwrap();
+    assert_ne!(pid, leftover);
+    assert!(out.contains(&format!("started 1.0.0 (pid {pid})")), "{out}");
+    assert_eq!(get(port, "/version").await.unwrap(), (200, "1.0.0".into()));
+    assert_eq!(fx.starts(), ["1.0.0", "1.0.0"]);
+    run(fx.driver(), &uninstall_plan()).await.unwrap();
+}
+
 fn uninstall_plan() -> PlanSpec {
     plan(
         "p-u",
