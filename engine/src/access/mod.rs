@@ -45,6 +45,7 @@ pub fn authorize_need(
         match need {
             Need::Role(_, Target::Environment(e)) => format!(" in {e}"),
             Need::Role(_, Target::Product(p)) => format!(" on {p}"),
+            Need::Role(_, Target::Products(ps)) => format!(" on {}", ps.join(", ")),
             Need::Role(_, Target::Cluster | Target::Unknown) | Need::Agent(_) | Need::Node => {
                 String::new()
             }
@@ -69,6 +70,14 @@ pub fn satisfies(state: &State, actor: &Identity, need: &Need) -> bool {
     match need {
         Need::Node => matches!(actor, Identity::Node(_)),
         Need::Agent(env) => matches!(actor, Identity::Agent(own) if own == env),
+        // Each product by some binding (one binding need not cover them all); an empty
+        // group is never met.
+        Need::Role(role, Target::Products(ps)) => {
+            !ps.is_empty()
+                && ps.iter().all(|p| {
+                    satisfies(state, actor, &Need::Role(*role, Target::Product(p.clone())))
+                })
+        }
         Need::Role(role, target) => state.bindings_of(actor).any(|b| {
             // Every role reads: a viewer's need is met by any binding.
             *role == Role::Viewer
@@ -78,6 +87,8 @@ pub fn satisfies(state: &State, actor: &Identity, need: &Need) -> bool {
                         Target::Cluster | Target::Unknown => true,
                         Target::Environment(e) => b.covers_environment(e),
                         Target::Product(p) => b.covers_product(p),
+                        // Matched above; listed so the match stays exhaustive.
+                        Target::Products(_) => false,
                     })
         }),
     }
@@ -95,6 +106,7 @@ pub fn target_text(need: &Need) -> String {
     match need {
         Need::Role(_, Target::Environment(e)) | Need::Agent(e) => format!("environment {e}"),
         Need::Role(_, Target::Product(p)) => format!("product {p}"),
+        Need::Role(_, Target::Products(ps)) => format!("products {}", ps.join(", ")),
         Need::Role(_, Target::Cluster) | Need::Node => "cluster".to_string(),
         Need::Role(_, Target::Unknown) => "unknown target".to_string(),
     }
@@ -107,6 +119,7 @@ fn describe(need: &Need) -> String {
         Need::Agent(env) => format!("the agent of {env}"),
         Need::Role(role, Target::Environment(e)) => format!("{role} on {e}"),
         Need::Role(role, Target::Product(p)) => format!("{role} on {p}"),
+        Need::Role(role, Target::Products(ps)) => format!("{role} on {}", ps.join(", ")),
         Need::Role(role, Target::Cluster | Target::Unknown) => role.to_string(),
     }
 }

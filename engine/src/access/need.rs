@@ -27,6 +27,9 @@ pub enum Target {
     Environment(String),
     /// One product (`group:name`).
     Product(String),
+    /// Every one of these products (a rollout policy's group: what it decides moves them
+    /// all). Never empty.
+    Products(Vec<String>),
     /// A target the command names but the state does not hold (a missing entity, plan or
     /// change request): any binding of the role admits the command, which apply then
     /// refuses as not found.
@@ -58,6 +61,19 @@ fn env(name: &str) -> Target {
 
 fn product(id: &str) -> Target {
     Target::Product(id.to_string())
+}
+
+/// `products` and every product of the rollout policies that govern them now, as one
+/// [`Target::Products`] (sorted, without repeats).
+fn policy_groups<'a>(state: &State, products: impl Iterator<Item = &'a str>) -> Target {
+    let mut all = std::collections::BTreeSet::new();
+    for p in products {
+        all.insert(p.to_string());
+        if let Some(policy) = state.rollout_policy_of(p) {
+            all.extend(policy.group().map(str::to_string));
+        }
+    }
+    Target::Products(all.into_iter().collect())
 }
 
 fn operator(target: Target) -> Need {
@@ -156,21 +172,24 @@ pub fn need(state: &State, command: &Command) -> Need {
         | Command::CreateToken { .. }
         | Command::RevokeToken { .. } => admin,
         Command::SetEnvironmentLabels { environment, .. } => operator(env(environment)),
+        // A policy decides for every product of its group: the role must cover the group it
+        // sets and the groups it replaces (an editor of `api` cannot pace or halt `db` by
+        // naming it in `api`'s group).
         Command::ApplyRolloutPolicy { yaml } => {
             editor(match crate::rollout_policy::parse_rollout_policy(yaml) {
-                Ok(p) => product(&p.product),
+                Ok(p) => {
+                    let named = std::iter::once(&p.product).chain(&p.products);
+                    policy_groups(state, named.map(String::as_str))
+                }
                 Err(_) => Target::Unknown,
             })
         }
-        Command::DeleteRolloutPolicy { product: p } => editor(product(p)),
-        // The rollout's policy product: the role must cover the policy, whichever product of
-        // its group the command names.
-        Command::PromoteWave { product: p, .. }
+        Command::DeleteRolloutPolicy { product: p }
+        | Command::PromoteWave { product: p, .. }
         | Command::HaltRollout { product: p, .. }
-        | Command::ResumeRollout { product: p, .. } => editor(match state.rollout_policy_of(p) {
-            Some(policy) => product(&policy.product),
-            None => product(p),
-        }),
+        | Command::ResumeRollout { product: p, .. } => {
+            editor(policy_groups(state, std::iter::once(p.as_str())))
+        }
         // Authorized by its own arm in `authorize`: the wrapped command's need.
         Command::As { command, .. } => need(state, command),
     }

@@ -194,6 +194,71 @@ fn product_editors_are_scoped_by_product_or_group() {
 }
 
 #[test]
+fn a_rollout_policy_needs_product_editor_on_every_product_of_its_group() {
+    // Issue 20: a policy paces, halts and recalls every product of its group, so an editor of
+    // web alone may not group db with it, nor halt or reshape a group that holds db.
+    let mut h = hub();
+    let (web, db) = ("com.example:web", "com.example:db");
+    h.system(Command::CreateProduct {
+        product_id: db.into(),
+        description: String::new(),
+    })
+    .unwrap();
+    for env in ["prod", "stage"] {
+        h.system(Command::CreateEntity {
+            environment: env.into(),
+            kind: EntityKind::HelmChart,
+            name: "db".into(),
+            product_id: db.into(),
+            k8s_namespace: Some("db".into()),
+            account_id: None,
+            release_channel: None,
+        })
+        .unwrap();
+    }
+    let (root, pat) = (op("root"), op("pat"));
+    h.by(&root, bind(&pat, Role::ProductEditor, &[], &[web]))
+        .unwrap();
+    let policy = |group: &str| Command::ApplyRolloutPolicy {
+        yaml: format!(
+            "product: {web}\n{group}waves:\n  - name: all\n    \
+             selector: {{environments: [prod, stage]}}\n    soak: 1m\n"
+        ),
+    };
+    let grouped = policy(&format!("products: [{db}]\n"));
+    let before = content(&h.state);
+    let m = denied(h.by(&pat, grouped.clone()));
+    assert_eq!(
+        m,
+        "operator/pat may not ApplyRolloutPolicy on com.example:db, com.example:web: \
+         needs product-editor on com.example:db, com.example:web"
+    );
+    assert_eq!(content(&h.state), before, "a refusal changes nothing");
+    // web alone is theirs; once root has grouped db with it, neither halting the group's
+    // rollout nor dropping db from the group is.
+    h.by(&pat, policy("")).expect("web's own policy");
+    h.by(&root, grouped).expect("root groups db with web");
+    let halt = Command::HaltRollout {
+        product: web.into(),
+        version: "2.0.0".into(),
+        reason: "looks bad".into(),
+        actor: "pat".into(),
+    };
+    denied(h.by(&pat, halt.clone()));
+    denied(h.by(&pat, policy("")));
+    denied(h.by(
+        &pat,
+        Command::DeleteRolloutPolicy {
+            product: web.into(),
+        },
+    ));
+    // With db in their binding as well, the group is theirs.
+    h.by(&root, bind(&pat, Role::ProductEditor, &[], &[web, db]))
+        .unwrap();
+    h.by(&pat, policy("")).expect("both products covered");
+}
+
+#[test]
 fn the_leaders_and_agents_commands_need_their_own_identities() {
     let mut h = hub();
     let root = op("root");
