@@ -30,6 +30,8 @@ mod http;
 pub(crate) mod layout;
 pub(crate) mod names;
 mod os;
+
+pub use os::processes_working_in;
 mod probe;
 mod retention;
 mod runtime;

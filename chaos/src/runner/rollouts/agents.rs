@@ -205,12 +205,14 @@ impl AgentProcess {
     }
 
     /// SIGKILLs the agent (by its pid), then every service it recorded and every process
-    /// whose program lies under its data directory: an agent killed between spawning a
+    /// working under its data directory: an agent killed between spawning a
     /// service and recording its pid leaves that service unrecorded.
     pub fn stop(&mut self) {
         self.kill();
         let mut pids = hub_agent::driver::process::recorded_service_pids(&self.data_dir);
-        pids.extend(processes_running_from(&self.data_dir));
+        pids.extend(hub_agent::driver::process::processes_working_in(
+            &self.data_dir,
+        ));
         for pid in pids {
             let Ok(id) = i32::try_from(pid) else {
                 continue;
@@ -225,22 +227,6 @@ impl AgentProcess {
             }
         }
     }
-}
-
-/// Pids of the processes whose program (`/proc/PID/exe`) lies under `dir`.
-fn processes_running_from(dir: &Path) -> Vec<u32> {
-    let Ok(dir) = dir.canonicalize() else {
-        return Vec::new();
-    };
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe.starts_with(&dir))
-        })
-        .collect()
 }
 
 impl Drop for AgentProcess {
