@@ -29,6 +29,31 @@ fn apply(hub: &mut Hub, yaml: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// What the leader would observe for `plan`: every webhook answers 200, the success rate is
+/// `success_rate_milli` and the duration 100 (thousandths).
+fn answers(
+    plan: &hub_engine::canary::TickPlan,
+    revision: &str,
+    success_rate_milli: i64,
+) -> hub_engine::canary::TickInput {
+    use hub_engine::canary::{TickInput, WebhookResult};
+    let mut input = TickInput::new(revision);
+    for w in &plan.webhooks {
+        input
+            .webhooks
+            .insert(w.name.clone(), WebhookResult::from_status(200, "ok"));
+    }
+    for m in &plan.metrics {
+        let value = if m.name == "request-success-rate" {
+            success_rate_milli
+        } else {
+            100
+        };
+        input.metrics.insert(m.name.clone(), Some(value));
+    }
+    input
+}
+
 fn setup() -> Hub {
     let mut hub = Hub::new();
     hub.env("prod");
@@ -94,7 +119,7 @@ fn on_failure_hold_halts_at_the_reached_weight_until_an_operator_acts() {
     // Issue 20 item 5: with `onFailure: hold`, reaching the failed-checks threshold keeps the
     // weights, sets Halted with an error alert, and waits: a tick changes nothing until a
     // manual abort (or promote, or retry).
-    use hub_engine::canary::{plan_tick, Action, TickInput, WebhookResult};
+    use hub_engine::canary::{plan_tick, Action};
     let mut hub = setup();
     let yaml = fixture("podinfo.yml")
         .replace(
@@ -113,20 +138,7 @@ fn on_failure_hold_halts_at_the_reached_weight_until_an_operator_acts() {
         let c = hub.state.canary(id).unwrap().clone();
         let healthy = c.status.canary_weight < 15;
         let plan = plan_tick(&c.spec, &c.status, revision, hub.now);
-        let mut input = TickInput::new(revision);
-        for w in &plan.webhooks {
-            input
-                .webhooks
-                .insert(w.name.clone(), WebhookResult::from_status(200, "ok"));
-        }
-        for m in &plan.metrics {
-            let value = match (m.name.as_str(), healthy) {
-                ("request-success-rate", true) => 100_000,
-                ("request-success-rate", false) => 50_000,
-                _ => 100,
-            };
-            input.metrics.insert(m.name.clone(), Some(value));
-        }
+        let input = answers(&plan, revision, if healthy { 100_000 } else { 50_000 });
         hub.ok(Command::CanaryTick {
             id: id.into(),
             step: plan.step,
@@ -301,7 +313,7 @@ fn manual_abort_retry_and_delete() {
 fn a_tick_is_applied_at_most_once() {
     // SPEC K9: a deposed leader's proposal and the new leader's for the same step both commit;
     // only the first applies, and the weights follow the committed steps exactly.
-    use hub_engine::canary::{plan_tick, TickInput, WebhookResult};
+    use hub_engine::canary::plan_tick;
     let mut hub = setup();
     let yaml = fixture("podinfo.yml")
         .replace("interval: 1m\n    threshold", "interval: 1s\n    threshold")
@@ -311,20 +323,7 @@ fn a_tick_is_applied_at_most_once() {
     let tick = |hub: &mut Hub, revision: &str| {
         let c = hub.state.canary(id).unwrap().clone();
         let plan = plan_tick(&c.spec, &c.status, revision, hub.now);
-        let mut input = TickInput::new(revision);
-        for w in &plan.webhooks {
-            input
-                .webhooks
-                .insert(w.name.clone(), WebhookResult::from_status(200, "ok"));
-        }
-        for m in &plan.metrics {
-            let value = if m.name == "request-success-rate" {
-                100_000
-            } else {
-                100_000 / 1000
-            };
-            input.metrics.insert(m.name.clone(), Some(value));
-        }
+        let input = answers(&plan, revision, 100_000);
         (plan.step, input)
     };
     // Initialise with revision r1, then a new revision r2 starts the analysis.
