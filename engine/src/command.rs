@@ -373,6 +373,20 @@ pub enum Command {
         /// Revision, readiness, webhook answers, metric values.
         input: crate::canary::TickInput,
     },
+    /// A tick of a canary with judged metrics (issue 20): a [`Command::CanaryTick`] that also
+    /// carries the binned samples each judge compares, as the leader read them from the
+    /// agent's last report. Applied only while the canary is still at `step`.
+    CanaryJudgedTick {
+        /// `<environment>/<name>`.
+        id: String,
+        /// The step the tick was planned at.
+        step: u64,
+        /// Revision, readiness, webhook answers, metric values.
+        input: crate::canary::TickInput,
+        /// Judged metric name → the canary's and the baseline's samples (a judged metric
+        /// missing here has no samples: inconclusive).
+        samples: BTreeMap<String, crate::canary::MetricSamples>,
+    },
     /// An operator's promote, abort or retry of a canary's revision (SPEC K10).
     CanaryManual {
         /// `<environment>/<name>`.
@@ -437,6 +451,16 @@ pub enum Command {
         environment: String,
         /// Canary id (`<environment>/<name>`) and what was observed.
         observations: Vec<(String, crate::canary::CanaryObservation)>,
+    },
+    /// [`Command::ReportCanaries`] with the binned per-request samples of judged canaries
+    /// (issue 20), stored on their judging records for the leader's next judged tick.
+    ReportCanariesWithSamples {
+        /// The agent's environment: every canary must be in it (others are skipped).
+        environment: String,
+        /// Canary id (`<environment>/<name>`) and what was observed.
+        observations: Vec<(String, crate::canary::CanaryObservation)>,
+        /// Canary id and the sample windows of its judged intervals.
+        samples: Vec<(String, Vec<crate::canary::SampleWindow>)>,
     },
     /// An agent's report about a task of a plan (idempotent).
     ReportTask {
@@ -623,6 +647,8 @@ wire_tags! {
         PromoteWave = 51,
         HaltRollout = 52,
         ResumeRollout = 53,
+        CanaryJudgedTick = 54,
+        ReportCanariesWithSamples = 55,
     }
     retired []
 }
@@ -702,6 +728,7 @@ impl Command {
             Command::DeleteCanary { .. } => "delete_canary",
             Command::CanaryManual { .. } => "canary_manual",
             Command::CanaryTick { .. } => "canary_tick",
+            Command::CanaryJudgedTick { .. } => "canary_judged_tick",
             Command::PublishModule { .. } => "publish_module",
             Command::DeleteModule { .. } => "delete_module",
             Command::InstallModule { .. } => "install_module",
@@ -717,6 +744,7 @@ impl Command {
             Command::ReportTask { .. } => "report_task",
             Command::ReportTasks { .. } => "report_tasks",
             Command::ReportCanaries { .. } => "report_canaries",
+            Command::ReportCanariesWithSamples { .. } => "report_canaries_with_samples",
             Command::SetClusterKey { .. } => "set_cluster_key",
             Command::BindRole { .. } => "bind_role",
             Command::UnbindRole { .. } => "unbind_role",
@@ -779,12 +807,14 @@ impl Command {
             | Command::ApplyCanary { .. }
             | Command::DeleteCanary { .. }
             | Command::CanaryTick { .. }
+            | Command::CanaryJudgedTick { .. }
             | Command::Evaluate { .. }
             | Command::ExpireSuppressions
             | Command::ReportEntityStates { .. }
             | Command::ReportTask { .. }
             | Command::ReportTasks { .. }
             | Command::ReportCanaries { .. }
+            | Command::ReportCanariesWithSamples { .. }
             | Command::SetClusterKey { .. }
             | Command::BindRole { .. }
             | Command::UnbindRole { .. }

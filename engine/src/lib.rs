@@ -108,6 +108,7 @@ pub mod artifact;
 pub mod audit;
 pub mod canary;
 pub mod canary_history;
+pub mod canary_judging;
 pub mod canary_record;
 pub mod cluster_key;
 pub mod cluster_members;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
 use crate::canary_history::CanaryHistory;
+use crate::canary_judging::CanaryJudging;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
 use crate::cluster_members::{ClusterMembers, CLUSTER_MEMBERS_KEY};
@@ -84,6 +85,8 @@ pub enum RecordKey {
     RolloutPolicy(String),
     /// A release's rollout progress, by `group:name@version` (the policy's product).
     Rollout(String),
+    /// A judged canary's judging state, by the canary's id.
+    CanaryJudging(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -112,6 +115,7 @@ const TAG_CLUSTER_MEMBERS: u8 = 23;
 const TAG_ENVIRONMENT_LABELS: u8 = 24;
 const TAG_ROLLOUT_POLICY: u8 = 25;
 const TAG_ROLLOUT: u8 = 26;
+const TAG_CANARY_JUDGING: u8 = 27;
 
 impl RecordKey {
     /// Stable byte encoding: a table tag, then the UTF-8 name.
@@ -143,6 +147,7 @@ impl RecordKey {
             RecordKey::EnvironmentLabels(n) => (TAG_ENVIRONMENT_LABELS, n),
             RecordKey::RolloutPolicy(n) => (TAG_ROLLOUT_POLICY, n),
             RecordKey::Rollout(n) => (TAG_ROLLOUT, n),
+            RecordKey::CanaryJudging(n) => (TAG_CANARY_JUDGING, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -181,6 +186,7 @@ impl RecordKey {
             TAG_ENVIRONMENT_LABELS => Some(RecordKey::EnvironmentLabels(name)),
             TAG_ROLLOUT_POLICY => Some(RecordKey::RolloutPolicy(name)),
             TAG_ROLLOUT => Some(RecordKey::Rollout(name)),
+            TAG_CANARY_JUDGING => Some(RecordKey::CanaryJudging(name)),
             _ => None,
         }
     }
@@ -260,6 +266,8 @@ pub enum Record {
     RolloutPolicy(RolloutPolicy),
     /// See [`Rollout`].
     Rollout(Rollout),
+    /// See [`CanaryJudging`].
+    CanaryJudging(CanaryJudging),
 }
 
 wire_tags! {
@@ -290,6 +298,7 @@ wire_tags! {
         EnvironmentLabels = 23,
         RolloutPolicy = 24,
         Rollout = 25,
+        CanaryJudging = 26,
     }
     retired []
 }
@@ -350,6 +359,7 @@ impl Record {
             Record::EnvironmentLabels(l) => RecordKey::EnvironmentLabels(l.environment.clone()),
             Record::RolloutPolicy(p) => RecordKey::RolloutPolicy(p.product.clone()),
             Record::Rollout(r) => RecordKey::Rollout(Rollout::key_name(&r.product, &r.version)),
+            Record::CanaryJudging(j) => RecordKey::CanaryJudging(j.canary.clone()),
         }
     }
 }
@@ -387,6 +397,7 @@ mod tests {
             RecordKey::EnvironmentLabels("prod".into()),
             RecordKey::RolloutPolicy("com.example:api".into()),
             RecordKey::Rollout("com.example:api@2.0.0".into()),
+            RecordKey::CanaryJudging("prod/demo".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

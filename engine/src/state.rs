@@ -118,6 +118,8 @@ pub struct State {
     pub(crate) rollout_policies: Table<crate::rollout_policy::RolloutPolicy>,
     /// Rollout progress by (policy product, version).
     pub(crate) rollouts: Table<crate::rollout::Rollout>,
+    /// Judging state of judged canaries, by canary id.
+    pub(crate) canary_judging: Table<crate::canary_judging::CanaryJudging>,
     pub(crate) idx: Indexes,
 }
 
@@ -182,6 +184,7 @@ impl State {
                 RecordKey::RoleBinding(name) => self.check_role_binding(name),
                 RecordKey::Token(name) => self.check_token(name),
                 RecordKey::CanaryHistory(id) => self.check_canary_history(id),
+                RecordKey::CanaryJudging(id) => self.check_canary_judging(id),
             }
         }
     }
@@ -200,6 +203,18 @@ impl State {
             h.samples.len() <= crate::canary_history::CANARY_HISTORY_KEPT,
             "history of {id} beyond its bound"
         );
+    }
+
+    /// Judging state belongs to a canary that exists, and stays within its bounds.
+    fn check_canary_judging(&self, id: &str) {
+        let Some(j) = self.canary_judging.get(id) else {
+            return;
+        };
+        assert!(
+            self.canaries.contains_key(id),
+            "judging state of a deleted canary {id}"
+        );
+        assert!(j.within_bounds(), "judging state of {id} beyond its bounds");
     }
 
     /// Labels belong to an environment that exists, within their bound.
@@ -775,6 +790,11 @@ impl State {
     /// The samples of canary `id` over time, if it has taken a step.
     pub fn canary_history(&self, id: &str) -> Option<&crate::canary_history::CanaryHistory> {
         self.canary_history.get(id)
+    }
+
+    /// The judging state of canary `id`, if it has judged metrics.
+    pub fn canary_judging(&self, id: &str) -> Option<&crate::canary_judging::CanaryJudging> {
+        self.canary_judging.get(id)
     }
 
     /// Every canary, by id.

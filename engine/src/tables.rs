@@ -14,6 +14,7 @@ use hub_identity::Identity;
 use crate::activity::Activity;
 use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
 use crate::canary_history::CanaryHistory;
+use crate::canary_judging::CanaryJudging;
 use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
 use crate::cluster_members::{ClusterMembers, CLUSTER_MEMBERS_KEY};
@@ -75,6 +76,7 @@ named_rows! {
     ClusterKey => ClusterKey, |k| k.name.clone(), ();
     OperatorToken => Token, |t| t.name.clone(), TokenIndex;
     CanaryHistory => CanaryHistory, |h| h.canary.clone(), ();
+    CanaryJudging => CanaryJudging, |j| j.canary.clone(), ();
     EnvironmentLabels => EnvironmentLabels, |l| l.environment.clone(), ();
     RolloutPolicy => RolloutPolicy, |p| p.product.clone(), RolloutPolicyIndex;
 }
@@ -514,4 +516,5 @@ state_tables! {
     environment_labels: EnvironmentLabels,
     rollout_policies: RolloutPolicy,
     rollouts: Rollout,
+    canary_judging: CanaryJudging,
 }

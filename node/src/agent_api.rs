@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use hub_engine::canary::HeaderMatch;
 use hub_engine::canary::{
-    CanaryObservation as EngineObservation, CanaryRevision, CanaryStepSpec, MetricWindow,
+    Bin, CanaryObservation as EngineObservation, CanaryRevision, CanaryStepSpec, Histogram,
+    MetricWindow, SampleWindow, WorkloadSamples, MAX_SAMPLE_WINDOWS,
 };
 use hub_engine::command::EntityReport;
 use hub_engine::entity::config_sha256;
@@ -141,6 +142,30 @@ impl AgentService {
             refused,
         }
     }
+
+    /// The sample windows worth replicating: those of canaries with judged metrics, and of
+    /// them only the judged intervals (this node's state; the apply filters again). Canaries
+    /// without judges report samples too, but they are dropped here, before the log.
+    fn judged_samples(
+        &self,
+        samples: Vec<(String, Vec<SampleWindow>)>,
+    ) -> Vec<(String, Vec<SampleWindow>)> {
+        let s = self.node.state.read();
+        samples
+            .into_iter()
+            .filter_map(|(id, windows)| {
+                let j = s
+                    .state
+                    .canary_judging(&id)
+                    .filter(|j| !j.metrics.is_empty())?;
+                let kept: Vec<SampleWindow> = windows
+                    .into_iter()
+                    .filter(|w| j.judges_window(w.interval_ms))
+                    .collect();
+                (!kept.is_empty()).then_some((id, kept))
+            })
+            .collect()
+    }
 }
 
 fn unknown_environment(environment: &str) -> Status {
@@ -220,6 +245,50 @@ fn canary_step(s: &CanaryStepSpec) -> CanaryStep {
         restore_original: s.restore_original,
         metric_windows_ms: s.metric_windows_ms.clone(),
     }
+}
+
+/// An agent's sample windows of observation `i`, converted and checked (bounds named by field).
+fn canary_samples(
+    i: usize,
+    windows: Vec<hub_proto::CanarySampleWindow>,
+) -> Result<Vec<SampleWindow>, Status> {
+    if windows.len() > MAX_SAMPLE_WINDOWS {
+        return Err(bad(
+            &format!("observations[{i}].samples"),
+            format!("{} windows, at most {MAX_SAMPLE_WINDOWS}", windows.len()),
+        ));
+    }
+    let histogram = |h: Option<hub_proto::CanaryHistogram>| Histogram {
+        bins: h
+            .unwrap_or_default()
+            .bins
+            .into_iter()
+            .map(|b| Bin {
+                le: b.le,
+                count: b.count,
+            })
+            .collect(),
+    };
+    let workload = |w: hub_proto::CanaryWorkloadSamples| WorkloadSamples {
+        latency: histogram(w.latency),
+        success: histogram(w.success),
+    };
+    windows
+        .into_iter()
+        .enumerate()
+        .map(|(k, w)| {
+            let window = SampleWindow {
+                interval_ms: w.interval_ms,
+                canary: workload(w.canary.unwrap_or_default()),
+                primary: workload(w.primary.unwrap_or_default()),
+                baseline: w.baseline.map(workload),
+            };
+            window
+                .validate(&format!("observations[{i}].samples[{k}]"))
+                .map_err(|e| bad(&e.path, e.message))?;
+            Ok(window)
+        })
+        .collect()
 }
 
 /// An agent's canary observation, checked.
@@ -538,24 +607,29 @@ impl Agent for AgentService {
         let r = req.into_inner();
         caller.require_environment(&r.environment)?;
         self.node.metrics.agent_seen(&r.environment);
-        let observations = r
-            .observations
-            .into_iter()
-            .enumerate()
-            .map(|(i, o)| canary_observation(i, o))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut samples = Vec::new();
+        let mut observations = Vec::with_capacity(r.observations.len());
+        for (i, mut o) in r.observations.into_iter().enumerate() {
+            let windows = std::mem::take(&mut o.samples);
+            let (id, observation) = canary_observation(i, o)?;
+            samples.push((id.clone(), canary_samples(i, windows)?));
+            observations.push((id, observation));
+        }
+        let samples = self.judged_samples(samples);
         let request_id = (!r.request_id.is_empty()).then_some(r.request_id);
-        let w = self
-            .node
-            .propose(
-                Command::ReportCanaries {
-                    environment: r.environment,
-                    observations,
-                },
-                request_id,
-                &caller,
-            )
-            .await?;
+        let command = if samples.is_empty() {
+            Command::ReportCanaries {
+                environment: r.environment,
+                observations,
+            }
+        } else {
+            Command::ReportCanariesWithSamples {
+                environment: r.environment,
+                observations,
+                samples,
+            }
+        };
+        let w = self.node.propose(command, request_id, &caller).await?;
         Ok(Response::new(self.reply(w, Vec::new())))
     }
 

@@ -44,6 +44,7 @@ pub fn parse_submitted(json: &str) -> Result<Command, Status> {
         Command::Evaluate { .. }
         | Command::ExpireSuppressions
         | Command::CanaryTick { .. }
+        | Command::CanaryJudgedTick { .. }
         | Command::SetClusterKey { .. }
         | Command::RecordRefusal { .. } => Err(Status::permission_denied(
             "evaluations, canary ticks and cluster keys are proposed by the leader only, recorded refusals by the hub's nodes",
@@ -51,7 +52,8 @@ pub fn parse_submitted(json: &str) -> Result<Command, Status> {
         Command::ReportEntityStates { .. }
         | Command::ReportTask { .. }
         | Command::ReportTasks { .. }
-        | Command::ReportCanaries { .. } => Err(Status::permission_denied(
+        | Command::ReportCanaries { .. }
+        | Command::ReportCanariesWithSamples { .. } => Err(Status::permission_denied(
             "agent reports go through the Agent API",
         )),
         Command::As { .. } => Err(Status::permission_denied(

@@ -13,21 +13,23 @@
 //!    with the workloads counted as not ready and no metric data, which fails the checks);
 //! 2. calls the webhooks and queries the metrics the plan lists (proxy metrics from the
 //!    agent's observation, Prometheus queries over HTTP);
-//! 3. proposes `CanaryTick { id, step, input }`. The entry applies only while the canary is
-//!    still at `step`, so a deposed leader's or a duplicate proposal changes nothing.
+//! 3. proposes `CanaryTick { id, step, input }` (for a canary with judged metrics,
+//!    `CanaryJudgedTick`, which also carries the binned samples of the agent's last report
+//!    that the judges compare). The entry applies only while the canary is still at `step`,
+//!    so a deposed leader's or a duplicate proposal changes nothing.
 //!
 //! The committed tick's workload and routing actions reach the agent as a step plan (the
 //! engine issues it). Alerts and notification webhooks of committed ticks are sent by the
 //! leader that sees them committed; a leader change may drop those of the last steps before
 //! it (at most once: they notify, they decide nothing).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hub_engine::canary::{
-    Action, AlertTarget, MetricQuery, MetricSource, TickInput, TickPlan, WebhookCall,
-    WebhookResult, MILLI,
+    Action, AlertTarget, MetricQuery, MetricSamples, MetricSource, TickInput, TickPlan,
+    WebhookCall, WebhookResult, MILLI,
 };
 use hub_engine::canary_record::Canary;
 use hub_engine::leader::{canary_step, CanaryStep};
@@ -76,6 +78,7 @@ struct Due {
     id: String,
     plan: TickPlan,
     input: TickInput,
+    samples: Option<BTreeMap<String, MetricSamples>>,
 }
 
 impl Controller {
@@ -149,7 +152,12 @@ impl Controller {
                         self.waiting.insert(c.id.clone(), (step, since));
                         wake(until);
                     }
-                    CanaryStep::Tick { plan, input, stale } => {
+                    CanaryStep::Tick {
+                        plan,
+                        input,
+                        samples,
+                        stale,
+                    } => {
                         if stale {
                             tracing::warn!(canary = %c.id, step = plan.step,
                                 "no fresh observation from the agent; ticking with workloads not ready");
@@ -160,6 +168,7 @@ impl Controller {
                             id: c.id.clone(),
                             plan,
                             input,
+                            samples,
                         });
                     }
                 }
@@ -250,10 +259,18 @@ async fn run_tick(term: &Term, mut d: Due) {
             d.input.metrics.insert(m.name.clone(), v);
         }
     }
-    let command = Command::CanaryTick {
-        id: d.id.clone(),
-        step: d.plan.step,
-        input: d.input,
+    let command = match d.samples {
+        Some(samples) => Command::CanaryJudgedTick {
+            id: d.id.clone(),
+            step: d.plan.step,
+            input: d.input,
+            samples,
+        },
+        None => Command::CanaryTick {
+            id: d.id.clone(),
+            step: d.plan.step,
+            input: d.input,
+        },
     };
     metrics.canary_ticks.inc();
     match term.propose(command).await {

@@ -472,7 +472,10 @@ impl HubNode {
                 .map_err(|e| Status::invalid_argument(format!("bad forwarded command: {e}")))?;
         if matches!(
             command,
-            Command::Evaluate { .. } | Command::ExpireSuppressions | Command::CanaryTick { .. }
+            Command::Evaluate { .. }
+                | Command::ExpireSuppressions
+                | Command::CanaryTick { .. }
+                | Command::CanaryJudgedTick { .. }
         ) {
             return Err(Status::permission_denied(
                 "evaluations and canary ticks are proposed by the leader only, never forwarded",

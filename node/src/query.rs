@@ -688,6 +688,9 @@ pub fn answer(
                 true,
             );
             v["history"] = canary_history_view(state.canary_history(id));
+            if let Some(j) = state.canary_judging(id) {
+                v["status_block"]["judges"] = canary_judging_view(j);
+            }
             v
         }
         Query::EnvironmentLabels => json!({
@@ -719,6 +722,28 @@ pub fn answer(
                 .change_request(id)
                 .ok_or_else(|| QueryError::NotFound(format!("change request {id:?} not found")))?,
         ),
+    })
+}
+
+/// The replicated judging state of a judged canary (issue 20): the judges, the inconclusive
+/// count against its limit, the last verdicts and when the agent's samples were taken.
+fn canary_judging_view(j: &hub_engine::canary_judging::CanaryJudging) -> Value {
+    json!({
+        "metrics": j.metrics.iter().map(|m| json!({
+            "name": m.name,
+            "intervalMs": m.interval_ms,
+            "baseline": m.judge.baseline.as_str(),
+            "direction": m.judge.direction.as_str(),
+            "effectSize": f64::from(m.judge.effect_size_milli) / 1000.0,
+            "confidence": f64::from(m.judge.confidence_milli) / 1000.0,
+        })).collect::<Vec<_>>(),
+        "inconclusive": j.inconclusive,
+        "inconclusiveLimit": j.inconclusive_limit,
+        "verdicts": j.verdicts.iter().map(|v| json!({
+            "metric": v.metric, "step": v.step, "verdict": v.verdict.as_str(), "reason": v.reason,
+        })).collect::<Vec<_>>(),
+        "samplesStep": j.samples_step,
+        "samplesTime": (j.samples_ms > 0).then(|| format_time(j.samples_ms)),
     })
 }
 

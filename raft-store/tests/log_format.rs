@@ -40,8 +40,12 @@ use hub_engine::canary::{
     Severity, StepWeights, Strategy, TargetRef, ThresholdRange, TickInput, Webhook, WebhookResult,
     WebhookType,
 };
+use hub_engine::canary::{
+    Baseline, Direction, Histogram, Judge, MetricSamples, SampleWindow, Verdict, WorkloadSamples,
+};
 use hub_engine::canary::{CanaryObservation, CanaryRevision, CanaryStepSpec, MetricWindow};
 use hub_engine::canary_history::{CanaryHistory, CanarySample};
+use hub_engine::canary_judging::{CanaryJudging, JudgeResult, JudgedMetric};
 use hub_engine::canary_record::Canary;
 use hub_engine::cluster_key::{ClusterKey, SecretKey, CANARY_REVISION_KEY};
 use hub_engine::cluster_members::ClusterMembers;
@@ -470,7 +474,60 @@ fn commands() -> Vec<Command> {
             version: s("2.0.2"),
             actor: s("operator/sre"),
         },
+        Command::CanaryJudgedTick {
+            id: s("prod/web"),
+            step: 8,
+            input: TickInput {
+                revision: s("v2-dddd"),
+                primary_ready_percent: 90,
+                canary_ready_percent: 100,
+                primary_revision: None,
+                canary_revision: Some(s("v2-dddd")),
+                webhooks: BTreeMap::new(),
+                metrics: BTreeMap::from([(s("request-success-rate"), Some(99_900))]),
+                manual: None,
+            },
+            samples: BTreeMap::from([(
+                s("request-duration"),
+                MetricSamples {
+                    canary: Histogram::from_pairs(&[(5_000, 11), (25_000, 3)]),
+                    baseline: Histogram::from_pairs(&[(1_000, 40), (5_000, 9)]),
+                },
+            )]),
+        },
+        Command::ReportCanariesWithSamples {
+            environment: s("prod"),
+            observations: vec![(s("prod/web"), observation())],
+            samples: vec![(s("prod/web"), vec![sample_window()])],
+        },
     ]
+}
+
+fn sample_window() -> SampleWindow {
+    SampleWindow {
+        interval_ms: 30_000,
+        canary: WorkloadSamples {
+            latency: Histogram::from_pairs(&[(2_000, 5), (10_000, 2)]),
+            success: Histogram::success(1, 6),
+        },
+        primary: WorkloadSamples {
+            latency: Histogram::from_pairs(&[(2_000, 50), (5_000, 20)]),
+            success: Histogram::success(0, 70),
+        },
+        baseline: Some(WorkloadSamples {
+            latency: Histogram::from_pairs(&[(1_000, 4)]),
+            success: Histogram::success(2, 2),
+        }),
+    }
+}
+
+fn judge(baseline: Baseline, direction: Direction, effect_size_milli: u32) -> Judge {
+    Judge {
+        baseline,
+        direction,
+        effect_size_milli,
+        confidence_milli: 950 + effect_size_milli % 7,
+    }
 }
 
 fn plan(id: &str, kind: PlanKind) -> Plan {
@@ -1055,6 +1112,54 @@ fn records() -> Vec<Record> {
                 recalls: vec![s("r-41-0")],
             }),
             forgiven: BTreeSet::from([s("p-12-0")]),
+        }),
+        Record::CanaryJudging(CanaryJudging {
+            canary: s("prod/web"),
+            metrics: vec![
+                JudgedMetric {
+                    name: s("request-duration"),
+                    interval_ms: 30_000,
+                    source: MetricSource::RequestDuration,
+                    judge: judge(Baseline::Primary, Direction::Increase, 147),
+                },
+                JudgedMetric {
+                    name: s("request-success-rate"),
+                    interval_ms: 60_000,
+                    source: MetricSource::RequestSuccessRate,
+                    judge: judge(Baseline::Fresh, Direction::Decrease, 10),
+                },
+                JudgedMetric {
+                    name: s("shift"),
+                    interval_ms: 90_000,
+                    source: MetricSource::RequestDuration,
+                    judge: judge(Baseline::Primary, Direction::Either, 330),
+                },
+            ],
+            inconclusive_limit: Some(4),
+            samples: vec![sample_window()],
+            samples_step: 9,
+            samples_ms: T0 + 35,
+            inconclusive: 2,
+            verdicts: vec![
+                JudgeResult {
+                    metric: s("request-duration"),
+                    step: 9,
+                    verdict: Verdict::Pass,
+                    reason: s("canary 30 vs baseline 40"),
+                },
+                JudgeResult {
+                    metric: s("request-success-rate"),
+                    step: 9,
+                    verdict: Verdict::Inconclusive,
+                    reason: s("too few samples"),
+                },
+                JudgeResult {
+                    metric: s("shift"),
+                    step: 8,
+                    verdict: Verdict::Fail,
+                    reason: s("p 0.0001"),
+                },
+            ],
         }),
     ]
 }
@@ -1780,6 +1885,9 @@ fn nested_enums() -> BTreeMap<&'static str, Vec<&'static str>> {
     BTreeMap::from([
         ("Action", declared_variants::<Action>()),
         ("AlertTarget", declared_variants::<AlertTarget>()),
+        ("Baseline", declared_variants::<Baseline>()),
+        ("Direction", declared_variants::<Direction>()),
+        ("Verdict", declared_variants::<Verdict>()),
         ("ArtifactLocation", declared_variants::<ArtifactLocation>()),
         ("Availability", declared_variants::<Availability>()),
         ("CancelTarget", declared_variants::<CancelTarget>()),

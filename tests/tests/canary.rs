@@ -123,6 +123,55 @@ fn a_healthy_release_is_promoted_and_a_faulty_one_rolled_back() {
 }
 
 #[test]
+fn a_latency_judge_promotes_an_equal_release_and_fails_a_slower_one() {
+    // Issue 20 item 4 in the cluster: the agent's proxy bins every request's latency for the
+    // canary and the primary, the hub keeps the judged window's samples, and the leader's
+    // judged ticks run the Mann-Whitney judge on them. 1.1.0 answers as fast as the primary
+    // and is promoted; 1.2.0 (here: 30 ms slower, no errors, so the success-rate range
+    // passes) fails the judge twice and is rolled back.
+    let hub = CanaryHub::start();
+    hub.cluster
+        .submit(
+            json!({"SetConfigOverrides": {"entity": hub.entity, "version": "1.2.0",
+            "config": format!("port: {}\nlatency_ms: 30\n", hub.port)}}),
+        )
+        .expect("slow config");
+    let judged = "      - name: request-duration\n        interval: 5s\n        judge: {type: \
+                  mann-whitney, baseline: primary, direction: increase, effectSize: 0.5}\n";
+    hub.apply(&canary_yaml(hub.port, "", judged));
+    let _traffic = Traffic::start(hub.port);
+    initialized(&hub);
+    let verdicts = |hub: &CanaryHub| {
+        let v = hub.canary("demo").expect("view");
+        v["status_block"]["judges"]["verdicts"].clone()
+    };
+
+    hub.publish("1.1.0");
+    hub.wait_phase("demo", ROLLOUT, |p| p == "Succeeded");
+    hub.serves("1.1.0");
+    let v = verdicts(&hub);
+    assert_eq!(v[0]["metric"], "request-duration", "{v}");
+    assert_eq!(v[0]["verdict"], "pass", "{v}");
+    assert!(
+        v[0]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Cliff's delta"),
+        "{v}"
+    );
+
+    hub.publish("1.2.0");
+    hub.wait_phase("demo", ROLLOUT, |p| p == "Failed");
+    let full = hub.canary("demo").expect("view");
+    assert_eq!(full["status_block"]["failedChecks"], 2, "{full}");
+    let v = verdicts(&hub);
+    assert_eq!(v[0]["verdict"], "fail", "{v}");
+    let weights = hub.assert_applied_equals_committed("demo");
+    assert_eq!(weights.last(), Some(&0), "{weights:?}");
+    hub.serves("1.1.0");
+}
+
+#[test]
 fn webhooks_hold_promotion_until_confirmed_and_a_rollback_webhook_aborts() {
     // SPEC K5: confirm-promotion holds in WaitingPromotion until it answers 200; a rollback
     // webhook answering 200 rolls back (without failed checks).

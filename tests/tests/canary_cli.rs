@@ -153,6 +153,21 @@ fn canary_resources_through_hubctl() {
         )
         .expect_err("leader only");
     assert!(err.contains("leader only"), "{err}");
+    // So are judged ticks, and agents' sample reports come through the Agent API only.
+    let err = cluster
+        .submit(
+            json!({"CanaryJudgedTick": {"id": "prod/podinfo", "step": 1, "input": {
+            "revision": "r", "primary_ready_percent": 100, "canary_ready_percent": 100,
+            "primary_revision": null, "canary_revision": null, "webhooks": {}, "metrics": {},
+            "manual": null}, "samples": {}}}),
+        )
+        .expect_err("leader only");
+    assert!(err.contains("leader only"), "{err}");
+    let err = cluster
+        .submit(json!({"ReportCanariesWithSamples": {"environment": "prod",
+            "observations": [], "samples": []}}))
+        .expect_err("agents only");
+    assert!(err.contains("Agent API"), "{err}");
 
     ok(&cluster, &["canary", "delete", "podinfo", "-n", "prod"]);
     assert!(list(&cluster).is_empty());

@@ -31,6 +31,7 @@
 //! healthy.
 
 pub mod names;
+pub mod samples;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -987,22 +988,33 @@ impl CanaryRunner {
                 let canary_id = format!("{}-canary", st.target);
                 let canary_ready = ready_percent(&observed, &canary_id, &st.canary_workload);
                 let proxy = m.proxy();
-                let windows = st
+                let (windows, samples) = st
                     .metric_windows_ms
                     .iter()
                     .map(|&interval_ms| {
                         let secs = (interval_ms.max(1) as u64).div_ceil(1000);
                         if simulated {
-                            synthetic_window(interval_ms, secs, canary_ready == 100)
+                            let healthy = canary_ready == 100;
+                            (
+                                synthetic_window(interval_ms, secs, healthy),
+                                samples::synthetic_sample_window(interval_ms, secs, healthy),
+                            )
                         } else {
-                            let w = proxy
-                                .as_ref()
-                                .map(|p| p.window(Workload::Canary, secs))
-                                .unwrap_or_default();
-                            metric_window(interval_ms, &w)
+                            let window = |workload| {
+                                proxy
+                                    .as_ref()
+                                    .map(|p| p.window(workload, secs))
+                                    .unwrap_or_default()
+                            };
+                            let (canary, primary) =
+                                (window(Workload::Canary), window(Workload::Primary));
+                            (
+                                metric_window(interval_ms, &canary),
+                                samples::sample_window(interval_ms, &canary, &primary),
+                            )
                         }
                     })
-                    .collect();
+                    .unzip();
                 CanaryObservation {
                     canary: st.canary.clone(),
                     applied_step: st.applied_step,
@@ -1011,6 +1023,7 @@ impl CanaryRunner {
                     canary_revision: revision(&st.canary_workload),
                     canary_ready_percent: canary_ready,
                     windows,
+                    samples,
                 }
             })
             .collect()

@@ -34,6 +34,20 @@ pub struct WindowStats {
     /// 99th percentile latency in ms (the upper bound of its histogram bucket); `None`
     /// without requests.
     pub p99_ms: Option<f64>,
+    /// Requests per latency bucket ([`LATENCY_BOUNDS_MS`], then the open-ended bucket): the
+    /// binned samples the hub's statistical judges compare (issue 20).
+    pub latency: [u64; LATENCY_BOUNDS_MS.len() + 1],
+}
+
+impl WindowStats {
+    /// The upper bound (ms) that stands for bucket `i` of [`WindowStats::latency`]: its bound,
+    /// or twice the last bound for the open-ended bucket.
+    pub fn bucket_bound_ms(i: usize) -> u64 {
+        LATENCY_BOUNDS_MS
+            .get(i)
+            .copied()
+            .unwrap_or(2 * LATENCY_BOUNDS_MS[LATENCY_BOUNDS_MS.len() - 1])
+    }
 }
 
 /// The statistics of one workload.
@@ -106,13 +120,7 @@ impl WorkloadStats {
         for (i, n) in latency.iter().enumerate() {
             seen += n;
             if seen >= rank {
-                p99 = Some(
-                    LATENCY_BOUNDS_MS
-                        .get(i)
-                        .copied()
-                        .unwrap_or(2 * LATENCY_BOUNDS_MS[LATENCY_BOUNDS_MS.len() - 1])
-                        as f64,
-                );
+                p99 = Some(WindowStats::bucket_bound_ms(i) as f64);
                 break;
             }
         }
@@ -121,6 +129,7 @@ impl WorkloadStats {
             errors,
             success_rate: Some(100.0 * (requests - errors) as f64 / requests as f64),
             p99_ms: p99,
+            latency,
         }
     }
 }
@@ -139,6 +148,11 @@ mod tests {
         }
         let w = s.window(1004, 5);
         assert_eq!((w.requests, w.errors), (100, 10));
+        // The binned samples: 99 requests in the 5 ms bucket (index 2), one in 1000 ms.
+        assert_eq!(w.latency.iter().sum::<u64>(), 100);
+        assert_eq!((w.latency[2], w.latency[13]), (99, 1));
+        assert_eq!(WindowStats::bucket_bound_ms(13), 1000);
+        assert_eq!(WindowStats::bucket_bound_ms(16), 10_000);
         assert_eq!(w.success_rate, Some(90.0));
         assert_eq!(w.p99_ms, Some(5.0), "99 of 100 are at most 5 ms");
         // A window that excludes the early seconds sees less.

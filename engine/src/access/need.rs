@@ -158,6 +158,7 @@ pub fn need(state: &State, command: &Command) -> Need {
             },
         }),
         Command::CanaryTick { .. }
+        | Command::CanaryJudgedTick { .. }
         | Command::Evaluate { .. }
         | Command::ExpireSuppressions
         | Command::SetClusterKey { .. }
@@ -165,6 +166,7 @@ pub fn need(state: &State, command: &Command) -> Need {
         Command::ReportEntityStates { environment, .. }
         | Command::ReportTasks { environment, .. }
         | Command::ReportCanaries { environment, .. }
+        | Command::ReportCanariesWithSamples { environment, .. }
         | Command::ReportTask { environment, .. } => Need::Agent(environment.clone()),
         Command::BindRole { .. }
         | Command::UnbindRole { .. }

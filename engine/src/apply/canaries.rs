@@ -3,12 +3,16 @@
 //! of [`crate::canary`]; the step plans that carry the resulting actions to the agent, and
 //! the agent's observations.
 
+use std::collections::BTreeMap;
+
 use crate::canary::{
-    advance_judged, parse_canary_with_policy, terminate, Action, AnalysisPolicy, CanaryObservation,
-    CanaryRevision, CanaryStatus, CanaryStepSpec, Judging, Manual, MetricSource, Phase, Strategy,
-    TickInput, MAX_OBSERVATIONS, MAX_SPARE_REVISIONS, MAX_WINDOWS,
+    advance_judged, parse_canary_with_policy, terminate, Action, AnalysisPolicy, Baseline,
+    CanaryObservation, CanaryRevision, CanaryStatus, CanaryStepSpec, Judging, Manual,
+    MetricSamples, MetricSource, Phase, SampleWindow, Strategy, TickInput, MAX_OBSERVATIONS,
+    MAX_SPARE_REVISIONS, MAX_WINDOWS,
 };
 use crate::canary_history::{CanaryHistory, CanarySample};
+use crate::canary_judging::MAX_JUDGED_METRICS;
 use crate::canary_record::{action_label, Canary};
 use crate::command::CommandOutput;
 use crate::entity::EntityId;
@@ -17,17 +21,22 @@ use crate::plan::{Plan, PlanKind, PlanStatus};
 use crate::state::{State, Trigger};
 use crate::TimestampMs;
 
+use super::canary_judging::{judged_metrics, validate_reported_samples, validate_tick_samples};
 use super::{not_found, Tx};
 
 impl State {
-    /// `ReportCanaries`: stores the agent's observations on the canary records.
+    /// `ReportCanaries` (and `ReportCanariesWithSamples`): stores the agent's observations on
+    /// the canary records, and the sample windows of judged canaries on their judging records.
     pub(super) fn report_canaries(
         &mut self,
         environment: &str,
         observations: &[(String, CanaryObservation)],
+        samples: &[(String, Vec<SampleWindow>)],
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
+        validate_reported_samples(samples)?;
         let stored = self.observe_canaries(environment, observations, tx)?;
+        self.store_samples(environment, observations, samples, tx);
         Ok(CommandOutput::Changed {
             id: environment.to_string(),
             summary: format!("{stored} canary observations stored"),
@@ -68,23 +77,28 @@ impl State {
         let now = tx.now;
         let (spec, policy, ignored) = parse_canary_with_policy(yaml)
             .map_err(|errors| CommandError::invalid("canary", format!("\n{errors}")))?;
-        if !policy.judges.is_empty() || policy.inconclusive_limit.is_some() {
-            // The judges are decided by the pure machine (`advance_judged`) but no agent sends
-            // binned samples yet and no record holds the inconclusive count: refused rather
-            // than judged on nothing. `onFailure` needs neither and is accepted.
-            let judged = spec
-                .analysis
-                .metrics
-                .iter()
-                .position(|m| policy.judges.contains_key(&m.name));
-            let field = match judged {
-                Some(i) => format!("spec.analysis.metrics[{i}].judge"),
-                None => "spec.analysis.inconclusiveLimit".to_string(),
-            };
+        if let Some(i) = spec.analysis.metrics.iter().position(|m| {
+            policy
+                .judges
+                .get(&m.name)
+                .is_some_and(|j| j.baseline == Baseline::Fresh)
+        }) {
+            // The machine decides a fresh baseline's actions, but no agent runs a third
+            // workload yet: refused rather than judged against nothing.
             return Err(CommandError::FailedPrecondition(format!(
-                "{field}: not supported by this hub yet (issue 20: the agents do not send \
-                 binned samples, so a judge could only be inconclusive)"
+                "spec.analysis.metrics[{i}].judge.baseline: fresh is not supported by this hub \
+                 yet (the agents do not run a baseline workload); use baseline: primary"
             )));
+        }
+        let judged = judged_metrics(&spec, &policy);
+        if judged.len() > MAX_JUDGED_METRICS {
+            return Err(CommandError::invalid(
+                "spec.analysis.metrics",
+                format!(
+                    "{} judged metrics, at most {MAX_JUDGED_METRICS}",
+                    judged.len()
+                ),
+            ));
         }
         let env = match (spec.namespace.as_deref(), environment) {
             (Some(ns), Some(env)) if ns != env => {
@@ -189,6 +203,7 @@ impl State {
                 format!("canary {id} created for {entity}")
             }
         };
+        self.set_judged_metrics(&id, judged, policy.inconclusive_limit, tx);
         // The next evaluation sets the canary's target.
         tx.triggers.push(Trigger::Entity(entity.clone()));
         self.note(&entity, "canary", summary.clone(), tx);
@@ -232,6 +247,7 @@ impl State {
         }
         self.canaries.remove(id, &mut tx.changed);
         self.canary_history.remove(id, &mut tx.changed);
+        self.canary_judging.remove(id, &mut tx.changed);
         let mut summary = format!("canary {id} deleted");
         if !outcome.actions.is_empty() {
             summary.push_str(&format!(
@@ -253,14 +269,15 @@ impl State {
         })
     }
 
-    /// Applies one planned tick: runs the phase machine with the leader's observations if the
-    /// canary is still at `step`; otherwise (a deposed leader's proposal, a duplicate) changes
-    /// nothing (SPEC K9).
+    /// Applies one planned tick: runs the phase machine with the leader's observations (and,
+    /// for a judged tick, the samples its judges compare) if the canary is still at `step`;
+    /// otherwise (a deposed leader's proposal, a duplicate) changes nothing (SPEC K9).
     pub(super) fn canary_tick(
         &mut self,
         id: &str,
         step: u64,
         input: &TickInput,
+        samples: Option<&BTreeMap<String, MetricSamples>>,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         let now = tx.now;
@@ -277,9 +294,20 @@ impl State {
                 ),
             });
         }
+        if let Some(samples) = samples {
+            validate_tick_samples(samples)?;
+        }
+        let no_samples = BTreeMap::new();
         let policy = analysis_policy(&c.yaml);
-        let outcome = advance_with_policy(&c.spec, &c.status, input, &policy, now);
+        let judging = Judging {
+            policy: &policy,
+            samples: samples.unwrap_or(&no_samples),
+            inconclusive: self.canary_judging.get(id).map_or(0, |j| j.inconclusive),
+        };
+        let judged = advance_judged(&c.spec, &c.status, input, &judging, now);
+        let outcome = judged.outcome;
         debug_assert_eq!(outcome.status.step, step + 1, "a tick advances one step");
+        self.record_judgements(id, step, judged.inconclusive, judged.verdicts, tx);
         let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, tx);
         let weight = self.canaries.get(id).map_or(0, |c| c.status.canary_weight);
         let metrics = input.metrics.iter().map(|(n, v)| (n.clone(), *v)).collect();
@@ -320,8 +348,16 @@ impl State {
         }
         let input = TickInput::manual(c.current_revision(), manual);
         let policy = analysis_policy(&c.yaml);
-        let outcome = advance_with_policy(&c.spec, &c.status, &input, &policy, now);
+        let no_samples = BTreeMap::new();
+        let judging = Judging {
+            policy: &policy,
+            samples: &no_samples,
+            inconclusive: self.canary_judging.get(id).map_or(0, |j| j.inconclusive),
+        };
+        let judged = advance_judged(&c.spec, &c.status, &input, &judging, now);
+        let outcome = judged.outcome;
         let step = c.status.step;
+        self.record_judgements(id, step, judged.inconclusive, judged.verdicts, tx);
         let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, tx);
         self.record_sample(id, step, Vec::new(), tx);
         let summary = with_events(
@@ -661,8 +697,8 @@ fn with_ignored(summary: String, ignored: &[crate::canary::IgnoredField]) -> Str
     format!("{summary}; {}", fields.join("; "))
 }
 
-/// The analysis policy of a stored canary resource (`onFailure`; judges and
-/// `inconclusiveLimit` are refused at apply). The policy is not a field of the record, whose
+/// The analysis policy of a stored canary resource (judges, `inconclusiveLimit`,
+/// `onFailure`). The policy is not a field of the record, whose
 /// encoding stays as it was: it is read again from the committed YAML, so every node decides
 /// from the same bytes. A resource the parser now refuses (accepted by an older release) has
 /// the default policy, as it had then.
@@ -670,22 +706,4 @@ fn analysis_policy(yaml: &str) -> AnalysisPolicy {
     parse_canary_with_policy(yaml)
         .map(|(_, policy, _)| policy)
         .unwrap_or_default()
-}
-
-/// One step of the phase machine under `policy`, without judges' samples.
-fn advance_with_policy(
-    spec: &crate::canary::CanarySpec,
-    status: &CanaryStatus,
-    input: &TickInput,
-    policy: &AnalysisPolicy,
-    now: TimestampMs,
-) -> crate::canary::TickOutcome {
-    debug_assert!(policy.judges.is_empty() && policy.inconclusive_limit.is_none());
-    let samples = std::collections::BTreeMap::new();
-    let judging = Judging {
-        policy,
-        samples: &samples,
-        inconclusive: 0,
-    };
-    advance_judged(spec, status, input, &judging, now).outcome
 }

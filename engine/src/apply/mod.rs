@@ -31,6 +31,7 @@
 
 mod audit;
 mod canaries;
+mod canary_judging;
 mod catalog;
 mod cluster_keys;
 mod commands;
@@ -324,7 +325,13 @@ impl State {
                 self.apply_canary(environment.as_deref(), yaml, tx)
             }
             Command::DeleteCanary { id } => self.delete_canary(id, tx),
-            Command::CanaryTick { id, step, input } => self.canary_tick(id, *step, input, tx),
+            Command::CanaryTick { id, step, input } => self.canary_tick(id, *step, input, None, tx),
+            Command::CanaryJudgedTick {
+                id,
+                step,
+                input,
+                samples,
+            } => self.canary_tick(id, *step, input, Some(samples), tx),
             Command::CanaryManual { id, action, actor } => {
                 self.canary_manual_command(id, action, actor, tx)
             }
@@ -356,7 +363,12 @@ impl State {
             Command::ReportCanaries {
                 environment,
                 observations,
-            } => self.report_canaries(environment, observations, tx),
+            } => self.report_canaries(environment, observations, &[], tx),
+            Command::ReportCanariesWithSamples {
+                environment,
+                observations,
+                samples,
+            } => self.report_canaries(environment, observations, samples, tx),
             Command::ReportTask {
                 environment,
                 report,

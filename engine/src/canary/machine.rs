@@ -120,6 +120,9 @@ pub struct JudgedOutcome {
     /// Consecutive inconclusive judgements after the tick (reset by a conclusive analysis
     /// step, a new revision and every manual command).
     pub inconclusive: u32,
+    /// The verdicts of the judges that ran in this tick (metric name, verdict, reason), in
+    /// the spec's order; empty when no analysis step ran. A failed judge stops the others.
+    pub verdicts: Vec<(String, Verdict, String)>,
 }
 
 /// [`advance`] with the judges and failure policy of issue 20. With [`Judging::NONE`] it
@@ -154,6 +157,7 @@ pub(super) fn advance_traced(
         actions: Vec::new(),
         events: Vec::new(),
         consulted: Vec::new(),
+        verdicts: Vec::new(),
         fallback_to_canary: false,
     };
     t.s.step = status.step.saturating_add(1);
@@ -167,6 +171,7 @@ pub(super) fn advance_traced(
     let judged = JudgedOutcome {
         outcome,
         inconclusive: t.inconclusive,
+        verdicts: t.verdicts,
     };
     (judged, t.consulted)
 }
@@ -244,6 +249,8 @@ struct Tick<'a> {
     actions: Vec<Action>,
     events: Vec<String>,
     consulted: Vec<String>,
+    /// The judges' verdicts of this tick.
+    verdicts: Vec<(String, Verdict, String)>,
     /// Set when traffic moved to the canary because the promoted primary is not ready.
     fallback_to_canary: bool,
 }
@@ -456,6 +463,8 @@ impl Tick<'_> {
             let empty = MetricSamples::default();
             let samples = self.samples.get(&m.name).unwrap_or(&empty);
             let judgement = judge(j, samples);
+            self.verdicts
+                .push((m.name.clone(), judgement.verdict, judgement.reason.clone()));
             match judgement.verdict {
                 Verdict::Pass => self.events.push(format!(
                     "Judge of metric {} passed: {}",

@@ -21,8 +21,8 @@ pub const MAX_BINS: usize = 128;
 /// Most samples (requests) in one histogram: 2^32. With two histograms of at most this many
 /// samples, every sum the rank test forms fits a `u128` (the largest, `Σ t³`, is below 2^109).
 pub const MAX_BIN_TOTAL: u64 = 1 << 32;
-/// Most sample windows in one report of one canary.
-pub const MAX_SAMPLE_WINDOWS: usize = 8;
+/// Most sample windows in one report of one canary: one per metric window the agent measures.
+pub const MAX_SAMPLE_WINDOWS: usize = super::rollout::MAX_WINDOWS;
 /// The value of a successful request in a success histogram (100 %, in thousandths).
 pub const SUCCESS_VALUE: i64 = 100_000;
 /// The value of a failed (5xx) request in a success histogram.

@@ -1,6 +1,8 @@
 //! Whether a canary's tick is due, and whether the agent has caught up for it.
 
-use crate::canary::{plan_tick, MetricSource, TickInput, TickPlan};
+use std::collections::BTreeMap;
+
+use crate::canary::{plan_tick, MetricSamples, MetricSource, TickInput, TickPlan};
 use crate::canary_record::Canary;
 use crate::plan::PlanKind;
 use crate::state::State;
@@ -10,6 +12,9 @@ use crate::TimestampMs;
 pub const OBSERVATION_MAX_AGE_MS: TimestampMs = 5_000;
 
 /// What the leader does about one canary now.
+// One value per canary per pass, moved once into the tick it starts: its size does not
+// matter, and boxing the tick would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CanaryStep {
     /// No tick is due (or the entity runs nothing, or the canary has no target yet).
@@ -34,6 +39,10 @@ pub enum CanaryStep {
         plan: TickPlan,
         /// The input so far: readiness and proxy metrics from the agent's observation.
         input: TickInput,
+        /// For a canary with judged metrics (propose `CanaryJudgedTick`): judged metric →
+        /// the samples of the agent's last report, when it is fresh; a metric without fresh
+        /// samples is left out (inconclusive). `None` for a canary without judges.
+        samples: Option<BTreeMap<String, MetricSamples>>,
         /// `true` when no fresh observation came in time: the workloads count as not ready
         /// and the proxy metrics have no data, which fails the checks.
         stale: bool,
@@ -75,6 +84,10 @@ pub fn canary_step(
         .observation
         .as_ref()
         .filter(|o| o.applied_step >= last_step && now - o.observed_ms <= OBSERVATION_MAX_AGE_MS);
+    let judging = state
+        .canary_judging(&c.id)
+        .filter(|j| !j.metrics.is_empty());
+    let mut samples = judging.map(|_| BTreeMap::new());
     let mut input = TickInput::new(target.revision.clone());
     let proxies = plan
         .metrics
@@ -90,9 +103,18 @@ pub fn canary_step(
                 .metrics
                 .insert(m.name.clone(), o.metric(&m.source, m.interval_ms));
         }
+        let fresh_samples = judging.filter(|j| {
+            j.samples_step >= last_step && now - j.samples_ms <= OBSERVATION_MAX_AGE_MS
+        });
+        if let (Some(j), Some(samples)) = (fresh_samples, samples.as_mut()) {
+            for m in &j.metrics {
+                samples.insert(m.name.clone(), j.samples_of(m));
+            }
+        }
         return CanaryStep::Tick {
             plan,
             input,
+            samples,
             stale: false,
         };
     }
@@ -118,6 +140,7 @@ pub fn canary_step(
     CanaryStep::Tick {
         plan,
         input,
+        samples,
         stale: true,
     }
 }
