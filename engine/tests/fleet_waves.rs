@@ -796,3 +796,147 @@ fn a_regression_during_the_soak_restarts_it_and_after_the_soak_changes_nothing()
     assert_eq!(soak_until(&hub, "eu-canary"), Some(second_end));
     assert_eq!(hub.eval(&api("prod-1")).outcome, Outcome::Issue);
 }
+
+/// One leader tick of canary `id` with everything healthy (every webhook answers 200, every
+/// metric in range), at its committed tick time; the agent applies the step plan it issues.
+fn canary_tick(hub: &mut Hub, id: &str) {
+    use hub_engine::canary::{plan_tick, TickInput, WebhookResult};
+    let c = hub.state.canary(id).unwrap().clone();
+    if let Some(at) = c.status.next_tick_ms {
+        hub.set_time(at.max(hub.now));
+    }
+    let revision = c.target.as_ref().expect("a target").revision.clone();
+    let plan = plan_tick(&c.spec, &c.status, &revision, hub.now);
+    let mut input = TickInput::new(revision);
+    input.primary_revision = c.status.primary_revision.clone();
+    input.canary_revision = c.status.canary_revision.clone();
+    for w in &plan.webhooks {
+        input
+            .webhooks
+            .insert(w.name.clone(), WebhookResult::from_status(200, "ok"));
+    }
+    for m in &plan.metrics {
+        input.metrics.insert(m.name.clone(), Some(99_500));
+    }
+    let before: Vec<String> = hub.state.plans().map(|p| p.id.clone()).collect();
+    hub.ok(Command::CanaryTick {
+        id: id.into(),
+        step: plan.step,
+        input,
+    });
+    let issued = hub
+        .state
+        .plans()
+        .map(|p| p.id.clone())
+        .find(|p| !before.contains(p));
+    if let Some(p) = issued {
+        hub.succeed(&p);
+    }
+}
+
+#[test]
+fn a_canary_in_a_wave_holds_the_next_wave_until_it_has_succeeded() {
+    // Issue 20 item 2: an entity of the wave under a canary is done only when its canary
+    // has Succeeded (and the entity reports the version healthy); until then the next wave
+    // waits, and its soak starts from that moment.
+    use hub_engine::canary::Phase;
+    let mut hub = Hub::new();
+    hub.set_revision_key();
+    for env in ["eu-1", "eu-2", "prod-1", "prod-2", "dev-1"] {
+        hub.env(env);
+    }
+    set_labels(&mut hub, "eu-2", &[("tier", Some("canary"))]);
+    set_labels(&mut hub, "prod-1", &[("tier", Some("prod"))]);
+    set_labels(&mut hub, "prod-2", &[("tier", Some("prod"))]);
+    hub.product(API);
+    hub.publish(API, "1.0.0", &[]);
+    for env in ["eu-1", "eu-2", "prod-1", "prod-2", "dev-1"] {
+        let id = hub.helm(env, "api", API);
+        hub.installed(&id, "1.0.0");
+    }
+    hub.ok(Command::ApplyRolloutPolicy {
+        yaml: TWO_WAVES.into(),
+    });
+    // eu-1's api runs under a canary, initialised at 1.0.0.
+    let path = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("tests/fixtures/canary/valid/podinfo.yml");
+    let yaml = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("    name: podinfo\n  service", "    name: api\n  service");
+    hub.ok(Command::ApplyCanary {
+        environment: Some("eu-1".into()),
+        yaml,
+    });
+    let canary = "eu-1/podinfo";
+    assert!(hub.step().is_empty(), "a canary target is not a plan");
+    for _ in 0..10 {
+        if hub.state.canary(canary).unwrap().status.phase == Phase::Initialized {
+            break;
+        }
+        canary_tick(&mut hub, canary);
+    }
+    assert_eq!(
+        hub.state.canary(canary).unwrap().status.phase,
+        Phase::Initialized
+    );
+
+    // 2.0.0: eu-2 gets a plan, eu-1's canary the new target.
+    hub.publish(API, "2.0.0", &[]);
+    let issued = hub.step();
+    let targets: Vec<String> = issued.iter().map(|p| hub.plan(p).entity).collect();
+    assert_eq!(targets, [api("eu-2")]);
+    let target = hub.state.canary(canary).unwrap().target.clone().unwrap();
+    assert_eq!(target.version, v("2.0.0"));
+    hub.succeed(&issued[0]);
+    // The canary analyses 2.0.0: eu-1 is not done, wave 2 waits.
+    canary_tick(&mut hub, canary);
+    assert_eq!(
+        hub.state.canary(canary).unwrap().status.phase,
+        Phase::Progressing
+    );
+    assert_eq!(
+        wave_text(&hub.eval(&api("prod-1"))),
+        "waiting for wave `eu-canary` to complete (1 of 2 entities done)"
+    );
+    assert!(
+        hub.step().is_empty(),
+        "wave 2 stays closed during the analysis"
+    );
+    // Even an entity that reports 2.0.0 healthy is not done while its canary analyses.
+    hub.installed(&api("eu-1"), "2.0.0");
+    assert_eq!(
+        wave_text(&hub.eval(&api("prod-1"))),
+        "waiting for wave `eu-canary` to complete (1 of 2 entities done)"
+    );
+    assert_eq!(soak_until(&hub, "eu-canary"), None);
+    hub.installed(&api("eu-1"), "1.0.0");
+    for _ in 0..40 {
+        if hub.state.canary(canary).unwrap().status.phase == Phase::Succeeded {
+            break;
+        }
+        canary_tick(&mut hub, canary);
+        assert_eq!(soak_until(&hub, "eu-canary"), None, "no soak mid-analysis");
+    }
+    assert_eq!(
+        hub.state.canary(canary).unwrap().status.phase,
+        Phase::Succeeded
+    );
+    // Promoted: once the agent reports the primary at 2.0.0, the wave is done and soaks.
+    hub.advance(MINUTE);
+    hub.installed(&api("eu-1"), "2.0.0");
+    let soak_end = hub.now + 30 * MINUTE;
+    assert_eq!(soak_until(&hub, "eu-canary"), Some(soak_end));
+    assert_eq!(
+        wave_text(&hub.eval(&api("prod-1"))),
+        format!(
+            "waiting for wave `eu-canary` to soak until {} (2 of 2 entities done)",
+            format_time(soak_end)
+        )
+    );
+    hub.set_time(soak_end);
+    let issued = hub.step();
+    let targets: Vec<String> = issued.iter().map(|p| hub.plan(p).entity).collect();
+    assert_eq!(targets, [api("prod-1"), api("prod-2")]);
+}
