@@ -901,6 +901,9 @@ fn rollout_status_view(r: &hub_engine::evaluate::RolloutStatus, now: i64) -> Val
             "entities_total": w.entities.len(),
             "completed": time(w.progress.completed_at_ms),
             "soak_until": time(w.progress.soak_until_ms),
+            // Milliseconds since the epoch, for scripts comparing with plan times.
+            "completed_ms": w.progress.completed_at_ms,
+            "soak_until_ms": w.progress.soak_until_ms,
             "promoted_by": w.progress.promoted.as_ref().map(|p| p.actor.clone()),
             "entities": w.entities.iter().map(|e| json!({
                 "entity": e.entity,

@@ -204,3 +204,110 @@ fn a_release_rolls_through_waves_with_a_soak_and_a_failure_in_a_later_wave_halts
     let canary_plans = plans_of(&c, &canary);
     assert_eq!(canary_plans.len(), 1, "{canary_plans:?}");
 }
+
+/// The wave `name`'s committed soak end, in ms (polls until a leader answers).
+fn soak_until_ms(c: &Cluster, name: &str) -> Option<i64> {
+    wave(&status(c), name)["soak_until_ms"].as_i64()
+}
+
+#[test]
+fn leaders_killed_during_a_soak_and_during_a_wave_change_nothing_the_waves_decided() {
+    // Issue 20 item 6: wave progress and soak ends are committed state. The leader is
+    // SIGKILLed while wave 1 soaks (the new leader keeps the committed soak end: no restart,
+    // no early opening) and again while wave 2 rolls out one entity at a time (no entity gets
+    // a second plan, the rollout completes).
+    let mut c = Cluster::up(3, "");
+    c.submit(json!({"CreateProduct": {"product_id": PRODUCT, "description": ""}}))
+        .expect("product");
+    let first = env_with_entity(&c, "eu-canary", &["tier=canary"]);
+    let eu = env_with_entity(&c, "eu-prod", &["tier=prod"]);
+    let us = env_with_entity(&c, "us-prod", &["tier=prod"]);
+    // Wave 2's tasks take 1.5 s each, so a plan is in flight when the leader dies.
+    let _agents = [
+        c.start_hub_agent("eu-canary", &["--driver", "sim"]),
+        c.start_hub_agent("eu-prod", &["--driver", "sim", "--sim-task-ms", "1500"]),
+        c.start_hub_agent("us-prod", &["--driver", "sim", "--sim-task-ms", "1500"]),
+    ];
+    let policy = c.dir().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "product: {PRODUCT}\nwaves:\n\
+             - name: canary\n  selector: {{labels: {{tier: canary}}}}\n  soak: 8s\n\
+             - name: prod\n  selector: {{labels: {{tier: prod}}}}\n  maxParallel: 1\n"
+        ),
+    )
+    .unwrap();
+    c.hubctl(&["rollout-policy", "apply", "-f", policy.to_str().unwrap()])
+        .expect_ok("apply policy");
+    c.submit(json!({"PublishRelease": {"manifest": format!(
+        "product-group: com.example\nproduct-name: web\nproduct-version: 1.0.0\n")}}))
+        .expect("publish 1.0.0");
+
+    // Wave 1 done and soaking: kill the leader in the middle of the soak.
+    let soak_end =
+        poll_until(CONVERGE_TIMEOUT, || soak_until_ms(&c, "canary")).expect("wave canary soaking");
+    let leader = c.leader_id();
+    c.kill9(leader);
+    c.wait_leader(CONVERGE_TIMEOUT, |l| l != leader);
+    c.restart(leader);
+    assert_eq!(
+        soak_until_ms(&c, "canary"),
+        Some(soak_end),
+        "the new leader keeps the committed soak end"
+    );
+
+    // Wave 2 opens no earlier than the soak end, one entity at a time.
+    let in_flight = poll_until(CONVERGE_TIMEOUT, || {
+        let mut all: Vec<Value> = plans_of(&c, &eu);
+        all.extend(plans_of(&c, &us));
+        all.iter()
+            .find(|p| p["status"] == "issued" || p["status"] == "running")
+            .cloned()
+    })
+    .unwrap_or_else(|| panic!("wave prod never started: {}", status(&c)));
+    // Kill the leader while that plan runs.
+    let leader = c.leader_id();
+    c.kill9(leader);
+    c.wait_leader(CONVERGE_TIMEOUT, |l| l != leader);
+    c.restart(leader);
+
+    poll_until(Duration::from_secs(90), || {
+        [&eu, &us]
+            .iter()
+            .all(|e| {
+                c.query(json!({"query": "entity", "entity": e}))
+                    .is_ok_and(|v| v["reported"]["version"] == "1.0.0")
+            })
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "wave prod never finished: {} (in flight was {in_flight})",
+            status(&c)
+        )
+    });
+    c.wait_converged(CONVERGE_TIMEOUT);
+    for entity in [&first, &eu, &us] {
+        let ps = plans_of(&c, entity);
+        assert_eq!(ps.len(), 1, "{entity}: one plan, executed once: {ps:?}");
+        assert_eq!(ps[0]["status"], "succeeded", "{ps:?}");
+        if entity != &first {
+            let issued = ps[0]["issued_ms"].as_i64().expect("issued_ms");
+            assert!(
+                issued >= soak_end,
+                "{entity}: issued at {issued}, before the soak end {soak_end}"
+            );
+        }
+    }
+    // maxParallel 1: the second plan of wave prod was issued after the first one ended.
+    let mut wave2: Vec<Value> = plans_of(&c, &eu);
+    wave2.extend(plans_of(&c, &us));
+    wave2.sort_by_key(|p| p["issued_ms"].as_i64());
+    let ended = |p: &Value| p["ended"].as_str().map(str::to_string);
+    assert!(
+        ended(&wave2[0]).is_some_and(|e| e.as_str() <= wave2[1]["issued"].as_str().unwrap_or("")),
+        "{wave2:?}"
+    );
+    assert_eq!(soak_until_ms(&c, "canary"), Some(soak_end));
+}
