@@ -549,6 +549,7 @@ mod tests {
                 }],
                 restore_original: false,
                 metric_windows_ms: vec![60_000],
+                baseline: None,
             }),
             ..Default::default()
         }

@@ -229,6 +229,9 @@ pub struct CanaryStepSpec {
     pub restore_original: bool,
     /// Windows the proxy metrics are reported for, in ms.
     pub metric_windows_ms: Vec<i64>,
+    /// The fresh baseline (issue 20): the primary's revision, run beside the canary with the
+    /// canary's weight out of the primary's share; `None` when none runs.
+    pub baseline: Option<CanaryWorkloadSpec>,
 }
 
 impl std::fmt::Debug for PlanSpec {

@@ -252,6 +252,7 @@ fn canary_spec(c: &wire::CanaryStep) -> CanaryStepSpec {
             .collect(),
         restore_original: c.restore_original,
         metric_windows_ms: c.metric_windows_ms.clone(),
+        baseline: c.baseline.as_ref().map(workload),
     }
 }
 

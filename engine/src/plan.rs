@@ -78,6 +78,17 @@ pub enum PlanKind {
     /// One committed canary step: the state the canary's workloads and routing must reach
     /// (SPEC K2, K9).
     CanaryStep(Box<crate::canary::CanaryStepSpec>),
+    /// A canary step whose analysis runs a fresh baseline (issue 20, `judge.baseline:
+    /// fresh`): the step, and the baseline workload the agent runs beside the canary (the
+    /// primary's revision, with as much traffic as the canary, taken out of the primary's
+    /// share). Appended, so every older plan keeps its bytes; a step without a baseline is
+    /// still a [`PlanKind::CanaryStep`].
+    CanaryStepWithBaseline {
+        /// The step.
+        step: Box<crate::canary::CanaryStepSpec>,
+        /// The fresh baseline's revision.
+        baseline: Box<crate::canary::CanaryRevision>,
+    },
 }
 
 impl PlanKind {
@@ -92,13 +103,29 @@ impl PlanKind {
             PlanKind::Rollback { .. } => "rollback",
             PlanKind::RecallRollOff => "recall-roll-off",
             PlanKind::Command { .. } => "command",
-            PlanKind::CanaryStep(_) => "canary-step",
+            PlanKind::CanaryStep(_) | PlanKind::CanaryStepWithBaseline { .. } => "canary-step",
         }
     }
 
-    /// Whether this is a canary step.
+    /// Whether this is a canary step (with or without a fresh baseline).
     pub fn is_canary_step(&self) -> bool {
-        matches!(self, PlanKind::CanaryStep(_))
+        self.canary_step().is_some()
+    }
+
+    /// The canary step this plan carries, if it is one.
+    pub fn canary_step(&self) -> Option<&crate::canary::CanaryStepSpec> {
+        match self {
+            PlanKind::CanaryStep(s) | PlanKind::CanaryStepWithBaseline { step: s, .. } => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The fresh baseline a canary step runs, if any.
+    pub fn canary_baseline(&self) -> Option<&crate::canary::CanaryRevision> {
+        match self {
+            PlanKind::CanaryStepWithBaseline { baseline, .. } => Some(baseline),
+            _ => None,
+        }
     }
 
     /// Whether this is a break-glass command.
@@ -117,7 +144,7 @@ impl PlanKind {
                 &["configure", "start", "readiness"]
             }
             PlanKind::Uninstall => &["stop", "remove"],
-            PlanKind::CanaryStep(_) => &["apply"],
+            PlanKind::CanaryStep(_) | PlanKind::CanaryStepWithBaseline { .. } => &["apply"],
             PlanKind::Command { command, .. } => match command {
                 EmergencyCommand::Install { .. }
                 | EmergencyCommand::EnforceConfigAndVersion { .. } => {

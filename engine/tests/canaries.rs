@@ -335,20 +335,6 @@ fn agents_samples_are_kept_for_judged_windows_of_their_own_environment() {
 }
 
 #[test]
-fn a_fresh_baseline_is_refused_with_its_path() {
-    // The agents run no third workload yet: `baseline: fresh` is refused, nothing changes.
-    let mut hub = setup();
-    let yaml = judged_yaml(2, "").replace("baseline: primary", "baseline: fresh");
-    let err = apply(&mut hub, &yaml).unwrap_err();
-    assert!(
-        err.contains("spec.analysis.metrics[1].judge.baseline"),
-        "{err}"
-    );
-    assert!(hub.state.canary("prod/podinfo").is_none());
-    assert!(hub.state.canary_judging("prod/podinfo").is_none());
-}
-
-#[test]
 fn on_failure_hold_halts_at_the_reached_weight_until_an_operator_acts() {
     // Issue 20 item 5: with `onFailure: hold`, reaching the failed-checks threshold keeps the
     // weights, sets Halted with an error alert, and waits: a tick changes nothing until a

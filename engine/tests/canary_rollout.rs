@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use hub_engine::canary::{plan_tick, Phase, TickInput, WebhookResult};
+use hub_engine::canary::{plan_tick, Phase};
 use hub_engine::canary::{CanaryObservation, MetricWindow};
 use hub_engine::evaluate::Outcome;
 use hub_engine::plan::{PlanKind, PlanStatus};
@@ -26,6 +26,11 @@ fn fixture() -> String {
 /// prod/podinfo installed at 1.0.0 with the podinfo canary applied (and, with `key`, the
 /// cluster's revision key set first), after one leader step.
 fn with_canary(key: bool) -> (Hub, String) {
+    with_canary_yaml(key, fixture())
+}
+
+/// [`with_canary`] with the canary resource `yaml`.
+fn with_canary_yaml(key: bool, yaml: String) -> (Hub, String) {
     let mut hub = Hub::new();
     if key {
         hub.set_revision_key();
@@ -37,7 +42,7 @@ fn with_canary(key: bool) -> (Hub, String) {
     hub.converge(&e);
     hub.ok(Command::ApplyCanary {
         environment: Some("prod".into()),
-        yaml: fixture(),
+        yaml,
     });
     assert!(hub.step().is_empty(), "a canary target is not a plan");
     (hub, e)
@@ -58,17 +63,7 @@ fn tick(hub: &mut Hub) -> Option<String> {
     let revision = c.target.as_ref().expect("target").revision.clone();
     let plan = plan_tick(&c.spec, &c.status, &revision, hub.now);
     assert!(plan.due, "tick due at {:?}", c.status.next_tick_ms);
-    let mut input = TickInput::new(revision);
-    input.primary_revision = c.status.primary_revision.clone();
-    input.canary_revision = c.status.canary_revision.clone();
-    for w in &plan.webhooks {
-        input
-            .webhooks
-            .insert(w.name.clone(), WebhookResult::from_status(200, "ok"));
-    }
-    for m in &plan.metrics {
-        input.metrics.insert(m.name.clone(), Some(99_500));
-    }
+    let input = healthy_tick_input(&c, &plan, &revision);
     let before: Vec<String> = hub.state.plans().map(|p| p.id.clone()).collect();
     hub.ok(Command::CanaryTick {
         id: ID.into(),
@@ -468,4 +463,95 @@ fn a_canary_refuses_a_target_whose_workload_names_are_taken() {
         yaml: fixture(),
     });
     assert!(err.to_string().contains("podinfo-primary"), "{err}");
+}
+
+#[test]
+fn a_fresh_baseline_runs_at_the_primarys_revision_while_a_revision_is_analysed() {
+    // Issue 20, `judge.baseline: fresh`: every step plan of an analysis carries the baseline
+    // workload at the primary's revision (version and config included), and the plans from
+    // the promotion on carry none.
+    use hub_engine::canary::{Histogram, MetricSamples};
+    let yaml = fixture().replace(
+        "        thresholdRange:\n          max: 500\n",
+        "        judge: {type: mann-whitney, baseline: fresh, direction: increase, effectSize: 0.3}\n",
+    );
+    let (mut hub, _) = with_canary_yaml(true, yaml);
+    let same = Histogram::from_pairs(&[(1_000, 30), (5_000, 10)]);
+    // One judged tick with everything healthy; the agent applies the step plan it issues.
+    let judged_tick = |hub: &mut Hub| -> Option<(Phase, u8, Option<String>)> {
+        let c = hub.state.canary(ID).unwrap().clone();
+        if let Some(at) = c.status.next_tick_ms {
+            hub.set_time(at.max(hub.now));
+        }
+        let revision = c.target.as_ref().expect("target").revision.clone();
+        let plan = plan_tick(&c.spec, &c.status, &revision, hub.now);
+        let input = healthy_tick_input(&c, &plan, &revision);
+        let before: Vec<String> = hub.state.plans().map(|p| p.id.clone()).collect();
+        hub.ok(Command::CanaryJudgedTick {
+            id: ID.into(),
+            step: plan.step,
+            input,
+            samples: [(
+                "request-duration".to_string(),
+                MetricSamples {
+                    canary: same.clone(),
+                    baseline: same.clone(),
+                },
+            )]
+            .into_iter()
+            .collect(),
+        });
+        let p = hub
+            .state
+            .plans()
+            .map(|p| p.id.clone())
+            .find(|p| !before.contains(p))?;
+        let kind = hub.plan(&p).kind;
+        let step = kind.canary_step().expect("a canary step").clone();
+        let baseline = kind.canary_baseline().map(|b| b.version.to_string());
+        hub.succeed(&p);
+        Some((step.phase, step.canary_weight, baseline))
+    };
+    let mut seen = Vec::new();
+    while hub.state.canary(ID).unwrap().status.phase != Phase::Initialized {
+        seen.extend(judged_tick(&mut hub));
+    }
+    hub.publish("com.example:podinfo", "1.1.0", &[]);
+    assert!(hub.step().is_empty(), "no version-change plan");
+    for _ in 0..40 {
+        if hub.state.canary(ID).unwrap().status.phase == Phase::Succeeded {
+            break;
+        }
+        seen.extend(judged_tick(&mut hub));
+    }
+    assert_eq!(hub.state.canary(ID).unwrap().status.phase, Phase::Succeeded);
+    let analysing: Vec<_> = seen
+        .iter()
+        .filter(|(p, _, _)| *p == Phase::Progressing)
+        .collect();
+    assert!(analysing.len() > 5, "{seen:?}");
+    assert!(
+        analysing
+            .iter()
+            .all(|(_, _, b)| b.as_deref() == Some("1.0.0")),
+        "every analysis step runs the baseline at the primary's 1.0.0: {seen:?}"
+    );
+    let from_promotion: Vec<_> = seen
+        .iter()
+        .skip_while(|(p, _, _)| *p != Phase::Promoting)
+        .collect();
+    assert!(!from_promotion.is_empty(), "{seen:?}");
+    assert!(
+        from_promotion.iter().all(|(_, _, b)| b.is_none()),
+        "no baseline from the promotion on: {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .filter(|(p, _, _)| matches!(p, Phase::Initializing | Phase::Initialized))
+            .all(|(_, _, b)| b.is_none()),
+        "{seen:?}"
+    );
+    // The judge compared with the baseline's samples.
+    let v = &hub.state.canary_judging(ID).unwrap().verdicts[0];
+    assert_eq!(v.verdict, hub_engine::canary::Verdict::Pass, "{}", v.reason);
 }

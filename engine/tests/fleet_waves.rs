@@ -800,24 +800,14 @@ fn a_regression_during_the_soak_restarts_it_and_after_the_soak_changes_nothing()
 /// One leader tick of canary `id` with everything healthy (every webhook answers 200, every
 /// metric in range), at its committed tick time; the agent applies the step plan it issues.
 fn canary_tick(hub: &mut Hub, id: &str) {
-    use hub_engine::canary::{plan_tick, TickInput, WebhookResult};
+    use hub_engine::canary::plan_tick;
     let c = hub.state.canary(id).unwrap().clone();
     if let Some(at) = c.status.next_tick_ms {
         hub.set_time(at.max(hub.now));
     }
     let revision = c.target.as_ref().expect("a target").revision.clone();
     let plan = plan_tick(&c.spec, &c.status, &revision, hub.now);
-    let mut input = TickInput::new(revision);
-    input.primary_revision = c.status.primary_revision.clone();
-    input.canary_revision = c.status.canary_revision.clone();
-    for w in &plan.webhooks {
-        input
-            .webhooks
-            .insert(w.name.clone(), WebhookResult::from_status(200, "ok"));
-    }
-    for m in &plan.metrics {
-        input.metrics.insert(m.name.clone(), Some(99_500));
-    }
+    let input = healthy_tick_input(&c, &plan, &revision);
     let before: Vec<String> = hub.state.plans().map(|p| p.id.clone()).collect();
     hub.ok(Command::CanaryTick {
         id: id.into(),

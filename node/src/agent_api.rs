@@ -17,7 +17,7 @@ use hub_engine::canary::{
 };
 use hub_engine::command::EntityReport;
 use hub_engine::entity::config_sha256;
-use hub_engine::plan::{FailureMetadata, PlanKind, TaskReport};
+use hub_engine::plan::{FailureMetadata, TaskReport};
 use hub_engine::{Command, CommandOutput, State};
 use hub_proto::agent_server::Agent;
 use hub_proto::*;
@@ -194,8 +194,8 @@ fn task_report(r: ReportTaskRequest, prefix: &str) -> Result<TaskReport, Status>
     })
 }
 
-/// A canary step plan's desired state on the wire.
-fn canary_step(s: &CanaryStepSpec) -> CanaryStep {
+/// A canary step plan's desired state on the wire, with its fresh baseline if it runs one.
+fn canary_step(s: &CanaryStepSpec, baseline: Option<&CanaryRevision>) -> CanaryStep {
     let workload = |r: &CanaryRevision| CanaryWorkload {
         revision: r.revision.clone(),
         version: r.version.to_string(),
@@ -244,6 +244,7 @@ fn canary_step(s: &CanaryStepSpec) -> CanaryStep {
             .collect(),
         restore_original: s.restore_original,
         metric_windows_ms: s.metric_windows_ms.clone(),
+        baseline: baseline.map(workload),
     }
 }
 
@@ -436,10 +437,10 @@ fn build_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, Vec<Registr
                     .collect(),
                 reason: p.reason.clone(),
                 issued_ms: p.issued_ms,
-                canary: match &p.kind {
-                    PlanKind::CanaryStep(s) => Some(canary_step(s)),
-                    _ => None,
-                },
+                canary: p
+                    .kind
+                    .canary_step()
+                    .map(|s| canary_step(s, p.kind.canary_baseline())),
             }
         })
         .collect();

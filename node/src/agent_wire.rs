@@ -53,7 +53,9 @@ pub fn plan_kind(kind: &PlanKind) -> (wire::PlanKind, wire::PlanCommand) {
         PlanKind::Rollback { .. } => (wire::PlanKind::Rollback, none),
         PlanKind::RecallRollOff => (wire::PlanKind::RecallRollOff, none),
         PlanKind::Command { command, .. } => (wire::PlanKind::Command, plan_command(command)),
-        PlanKind::CanaryStep(_) => (wire::PlanKind::CanaryStep, none),
+        PlanKind::CanaryStep(_) | PlanKind::CanaryStepWithBaseline { .. } => {
+            (wire::PlanKind::CanaryStep, none)
+        }
     }
 }
 

@@ -1861,6 +1861,28 @@ fn nested_goldens() -> Vec<Golden> {
             ],
             Limit::Snapshot,
         ),
+        // Issue 20: a canary step with a fresh baseline, appended to `PlanKind`.
+        golden(
+            s("nested-issue20-baseline.bin"),
+            vec![PlanKind::CanaryStepWithBaseline {
+                step: Box::new(CanaryStepSpec {
+                    canary: s("prod/web"),
+                    service: s("web-svc"),
+                    port: 9899,
+                    step: 9,
+                    phase: Phase::WaitingPromotion,
+                    primary: Some(revision("v2-aaaa", "1.1.0")),
+                    canary_workload: Some(revision("v2-cccc", "1.3.0")),
+                    canary_weight: 30,
+                    match_routing: false,
+                    match_rules: vec![],
+                    restore_original: false,
+                    metric_windows_ms: vec![30_000],
+                }),
+                baseline: Box::new(revision("v2-aaaa", "1.1.0")),
+            }],
+            Limit::Snapshot,
+        ),
         // Issue 20: variants appended to nested enums, in a fixture of their own so the
         // fixtures above keep their bytes.
         golden(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use hub_tests::agent::http_get;
 use hub_tests::canary::{CanaryHub, Traffic, WebhookServer};
 use hub_tests::{poll_until, CONVERGE_TIMEOUT};
-use serde_json::json;
+use serde_json::{json, Value};
 
 const ROLLOUT: Duration = Duration::from_secs(120);
 
@@ -122,13 +122,10 @@ fn a_healthy_release_is_promoted_and_a_faulty_one_rolled_back() {
     assert_eq!(entity["reported"]["version"], "1.1.0");
 }
 
-#[test]
-fn a_latency_judge_promotes_an_equal_release_and_fails_a_slower_one() {
-    // Issue 20 item 4 in the cluster: the agent's proxy bins every request's latency for the
-    // canary and the primary, the hub keeps the judged window's samples, and the leader's
-    // judged ticks run the Mann-Whitney judge on them. 1.1.0 answers as fast as the primary
-    // and is promoted; 1.2.0 (here: 30 ms slower, no errors, so the success-rate range
-    // passes) fails the judge twice and is rolled back.
+/// A hub whose release 1.2.0 answers 30 ms slower (no errors), with the test canary and a
+/// Mann-Whitney latency judge against `baseline` (`primary` or `fresh`) over 5 s, traffic
+/// running, initialised at 1.0.0.
+fn judged_hub(baseline: &str) -> (CanaryHub, Traffic) {
     let hub = CanaryHub::start();
     hub.cluster
         .submit(
@@ -136,15 +133,29 @@ fn a_latency_judge_promotes_an_equal_release_and_fails_a_slower_one() {
             "config": format!("port: {}\nlatency_ms: 30\n", hub.port)}}),
         )
         .expect("slow config");
-    let judged = "      - name: request-duration\n        interval: 5s\n        judge: {type: \
-                  mann-whitney, baseline: primary, direction: increase, effectSize: 0.5}\n";
-    hub.apply(&canary_yaml(hub.port, "", judged));
-    let _traffic = Traffic::start(hub.port);
+    let judged = format!(
+        "      - name: request-duration\n        interval: 5s\n        judge: {{type: \
+         mann-whitney, baseline: {baseline}, direction: increase, effectSize: 0.5}}\n"
+    );
+    hub.apply(&canary_yaml(hub.port, "", &judged));
+    let traffic = Traffic::start(hub.port);
     initialized(&hub);
-    let verdicts = |hub: &CanaryHub| {
-        let v = hub.canary("demo").expect("view");
-        v["status_block"]["judges"]["verdicts"].clone()
-    };
+    (hub, traffic)
+}
+
+/// The judges' last verdicts (`status.judges.verdicts` of `canary get`).
+fn verdicts(hub: &CanaryHub) -> Value {
+    hub.canary("demo").expect("view")["status_block"]["judges"]["verdicts"].clone()
+}
+
+#[test]
+fn a_latency_judge_promotes_an_equal_release_and_fails_a_slower_one() {
+    // Issue 20 item 4 in the cluster: the agent's proxy bins every request's latency for the
+    // canary and the primary, the hub keeps the judged window's samples, and the leader's
+    // judged ticks run the Mann-Whitney judge on them. 1.1.0 answers as fast as the primary
+    // and is promoted; 1.2.0 (here: 30 ms slower, no errors, so the success-rate range
+    // passes) fails the judge twice and is rolled back.
+    let (hub, _traffic) = judged_hub("primary");
 
     hub.publish("1.1.0");
     hub.wait_phase("demo", ROLLOUT, |p| p == "Succeeded");
@@ -169,6 +180,65 @@ fn a_latency_judge_promotes_an_equal_release_and_fails_a_slower_one() {
     let weights = hub.assert_applied_equals_committed("demo");
     assert_eq!(weights.last(), Some(&0), "{weights:?}");
     hub.serves("1.1.0");
+}
+
+#[test]
+fn a_fresh_baseline_runs_beside_the_canary_and_the_judge_compares_with_it() {
+    // Issue 20, `baseline: fresh`: while a revision is analysed the agent runs a third
+    // workload at the primary's revision with the canary's share of the traffic, and the
+    // judge compares the canary with it. An equal release is promoted; a slower one fails
+    // the judge and is rolled back; the baseline is scaled to zero after each.
+    let (hub, _traffic) = judged_hub("fresh");
+    let state = || -> Value {
+        let path = hub.agent.data_dir.join("canary/prod--demo/state.json");
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_default())
+            .unwrap_or(Value::Null)
+    };
+    let verdict = |hub: &CanaryHub| verdicts(hub)[0].clone();
+
+    hub.publish("1.1.0");
+    // During the analysis the baseline runs the primary's 1.0.0.
+    let running = poll_until(ROLLOUT, || {
+        let st = state();
+        (st["baseline"]["running"]["version"] == "1.0.0").then_some(st)
+    })
+    .unwrap_or_else(|| panic!("no baseline ran: {}", state()));
+    assert_eq!(
+        running["canary_workload"]["running"]["version"], "1.1.0",
+        "{running}"
+    );
+    hub.wait_phase("demo", ROLLOUT, |p| p == "Succeeded");
+    hub.serves("1.1.0");
+    let v = verdict(&hub);
+    assert_eq!(v["verdict"], "pass", "{v}");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("vs baseline"),
+        "{v}"
+    );
+    poll_until(CONVERGE_TIMEOUT, || {
+        let st = state();
+        (st["baseline"]["running"].is_null() && st["baseline"]["started"] == false).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the baseline was not scaled to zero: {}", state()));
+
+    hub.publish("1.2.0");
+    poll_until(ROLLOUT, || {
+        (state()["baseline"]["running"]["version"] == "1.1.0").then_some(())
+    })
+    .unwrap_or_else(|| panic!("no baseline at 1.1.0: {}", state()));
+    hub.wait_phase("demo", ROLLOUT, |p| p == "Failed");
+    let full = hub.canary("demo").expect("view");
+    assert_eq!(full["status_block"]["failedChecks"], 2, "{full}");
+    assert_eq!(verdict(&hub)["verdict"], "fail", "{full}");
+    hub.assert_applied_equals_committed("demo");
+    hub.serves("1.1.0");
+    poll_until(CONVERGE_TIMEOUT, || {
+        state()["baseline"]["running"].is_null().then_some(())
+    })
+    .unwrap_or_else(|| panic!("the baseline was not scaled to zero: {}", state()));
 }
 
 #[test]

@@ -16,9 +16,14 @@
 //!    entity and start the proxy on the service port; later, redeploy it when its revision
 //!    changes (promotion);
 //! 2. the canary workload: deploy its revision, or stop it when absent;
-//! 3. the proxy's upstreams and routing (weight, A/B rules when `match_routing`);
-//! 4. `restore_original` instead: shut the proxy down, start the original entity at the
-//!    primary's version with the hub's config, remove both workloads, forget the canary.
+//! 3. the fresh baseline (issue 20, `baseline: fresh`), the pseudo-entity
+//!    `eid:<env>:<kind>:<name>-baseline` at the primary's revision: deploy it when the step
+//!    names one;
+//! 4. the proxy's upstreams and routing (weight, A/B rules when `match_routing`, the
+//!    baseline's weight once it runs); a baseline the step no longer names gets no traffic,
+//!    then stops;
+//! 5. `restore_original` instead: shut the proxy down, start the original entity at the
+//!    primary's version with the hub's config, remove the workloads, forget the canary.
 //!
 //! Every step is idempotent (a plan's `apply` runs again after an agent kill): the workload
 //! revisions, the ports the agent picked and the last applied routing are persisted in
@@ -211,10 +216,16 @@ fn sha256_hex(text: &str) -> String {
 
 /// The routing a step asks for.
 fn routing_state(step: &CanaryStepSpec) -> RoutingState {
+    let canary_weight = step.canary_weight.min(100);
     RoutingState {
-        canary_weight: step.canary_weight.min(100),
+        canary_weight,
         match_routing: step.match_routing,
         match_rules: step.match_rules.clone(),
+        baseline_weight: if step.baseline.is_some() {
+            canary_weight
+        } else {
+            0
+        },
     }
 }
 
@@ -233,7 +244,18 @@ fn routing_of(r: &RoutingState) -> Result<Routing, String> {
     Ok(Routing {
         canary_weight: r.canary_weight.min(100) as u8,
         match_rules,
+        baseline_weight: r.baseline_weight.min(100) as u8,
     })
+}
+
+/// [`routing_of`] for a proxy whose upstreams are `st`'s: no traffic to a baseline that does
+/// not run (yet, or any more).
+fn routing_for(r: &RoutingState, st: &CanaryState) -> Result<Routing, String> {
+    let mut routing = routing_of(r)?;
+    if st.baseline.running.is_none() {
+        routing.baseline_weight = 0;
+    }
+    Ok(routing)
 }
 
 fn upstreams_of(st: &CanaryState) -> Upstreams {
@@ -248,6 +270,11 @@ fn upstreams_of(st: &CanaryState) -> Upstreams {
             .running
             .as_ref()
             .map(|_| loopback(st.ports.canary_workload)),
+        baseline: st
+            .baseline
+            .running
+            .as_ref()
+            .map(|_| loopback(st.ports.baseline_workload)),
     }
 }
 
@@ -608,7 +635,7 @@ impl CanaryRunner {
                     let mut away = routing_state(step);
                     away.canary_weight = away.canary_weight.min(st.routing.canary_weight);
                     away.match_routing &= st.routing.match_routing;
-                    proxy.set_routing(routing_of(&away).map_err(fail)?);
+                    proxy.set_routing(routing_for(&away, &st).map_err(fail)?);
                 }
                 st.canary_workload.started = true;
                 managed.save(&st)?;
@@ -630,6 +657,12 @@ impl CanaryRunner {
             }
         }
 
+        // 2b. The fresh baseline, deployed before traffic is routed to it.
+        if let Some(b) = &step.baseline {
+            self.deploy_baseline(plan, b, ids, managed, &mut st, out)
+                .await?;
+        }
+
         // 3. Routing and upstreams.
         st.routing = routing_state(step);
         st.applied_step = step.step;
@@ -648,14 +681,69 @@ impl CanaryRunner {
         } else {
             self.route(managed, &st)?;
         }
+        if step.baseline.is_none() && (st.baseline.started || st.baseline.running.is_some()) {
+            // Traffic left the baseline with the routing above; now it stops.
+            let mut routed = st.clone();
+            routed.baseline.running = None;
+            self.route(managed, &routed)?;
+            self.stop_entity(plan, &ids.baseline, "baseline", false)
+                .await?;
+            st.baseline = Slot::default();
+            out.push("baseline workload scaled to zero".into());
+        }
         managed.save(&st)
+    }
+
+    /// Deploys the fresh baseline `b` when it does not run that revision yet (on a port of
+    /// its own, picked once and kept in the state).
+    async fn deploy_baseline(
+        &self,
+        plan: &PlanSpec,
+        b: &CanaryWorkloadSpec,
+        ids: &WorkloadIds,
+        managed: &Managed,
+        st: &mut CanaryState,
+        out: &mut Vec<String>,
+    ) -> Result<(), TaskFailure> {
+        if st.baseline.running.as_ref().map(|d| &d.revision) == Some(&b.revision) {
+            return Ok(());
+        }
+        if st.ports.baseline_workload == 0 {
+            st.ports.baseline_workload = Ports::pick_one()
+                .map_err(|e| fail(format!("cannot pick a port for the baseline: {e}")))?;
+        }
+        if let (Some(proxy), Some(_)) = (managed.proxy(), &st.baseline.running) {
+            // Replacing a running baseline: no traffic to it while it is replaced.
+            let mut away = st.clone();
+            away.baseline.running = None;
+            proxy.set_upstreams(upstreams_of(&away));
+            proxy.set_routing(routing_for(&away.routing, &away).map_err(fail)?);
+        }
+        st.baseline.started = true;
+        managed.save(st)?;
+        self.deploy(
+            plan,
+            &ids.baseline,
+            "baseline",
+            b,
+            st.ports.baseline_workload,
+            out,
+        )
+        .await?;
+        st.baseline.running = Some(deployed(b));
+        managed.save(st)?;
+        out.push(format!(
+            "baseline workload deployed at {} (revision {})",
+            b.version, b.revision
+        ));
+        Ok(())
     }
 
     /// Applies `st`'s routing and upstreams to the proxy, if it runs.
     fn route(&self, managed: &Managed, st: &CanaryState) -> Result<(), TaskFailure> {
         if let Some(proxy) = managed.proxy() {
             proxy.set_upstreams(upstreams_of(st));
-            proxy.set_routing(routing_of(&st.routing).map_err(fail)?);
+            proxy.set_routing(routing_for(&st.routing, st).map_err(fail)?);
         }
         Ok(())
     }
@@ -711,6 +799,7 @@ impl CanaryRunner {
                 "canary",
                 st.as_ref().map(|s| &s.canary_workload),
             ),
+            (&ids.baseline, "baseline", st.as_ref().map(|s| &s.baseline)),
         ] {
             let known = observed.iter().any(|o| o.entity == *entity)
                 || slot.is_some_and(|s| s.started || s.running.is_some());
@@ -927,6 +1016,7 @@ impl CanaryRunner {
         for st in &states {
             hidden.insert(format!("{}-primary", st.target));
             hidden.insert(format!("{}-canary", st.target));
+            hidden.insert(format!("{}-baseline", st.target));
             if !st.taken_over {
                 continue;
             }
@@ -988,6 +1078,7 @@ impl CanaryRunner {
                 let canary_id = format!("{}-canary", st.target);
                 let canary_ready = ready_percent(&observed, &canary_id, &st.canary_workload);
                 let proxy = m.proxy();
+                let baseline = st.baseline.running.is_some();
                 let (windows, samples) = st
                     .metric_windows_ms
                     .iter()
@@ -997,7 +1088,12 @@ impl CanaryRunner {
                             let healthy = canary_ready == 100;
                             (
                                 synthetic_window(interval_ms, secs, healthy),
-                                samples::synthetic_sample_window(interval_ms, secs, healthy),
+                                samples::synthetic_sample_window(
+                                    interval_ms,
+                                    secs,
+                                    healthy,
+                                    baseline,
+                                ),
                             )
                         } else {
                             let window = |workload| {
@@ -1008,9 +1104,15 @@ impl CanaryRunner {
                             };
                             let (canary, primary) =
                                 (window(Workload::Canary), window(Workload::Primary));
+                            let fresh = baseline.then(|| window(Workload::Baseline));
                             (
                                 metric_window(interval_ms, &canary),
-                                samples::sample_window(interval_ms, &canary, &primary),
+                                samples::sample_window(
+                                    interval_ms,
+                                    &canary,
+                                    &primary,
+                                    fresh.as_ref(),
+                                ),
                             )
                         }
                     })

@@ -56,6 +56,8 @@ pub struct WorkloadIds {
     pub primary: String,
     /// `eid:<env>:<kind>:<name>-canary`.
     pub canary: String,
+    /// `eid:<env>:<kind>:<name>-baseline` (the fresh baseline, issue 20).
+    pub baseline: String,
 }
 
 impl WorkloadIds {
@@ -86,7 +88,7 @@ impl WorkloadIds {
             )));
         }
         check_label(name).map_err(|why| invalid(format!("name {name:?} {why}")))?;
-        for suffix in ["primary", "canary"] {
+        for suffix in ["primary", "canary", "baseline"] {
             let pseudo = format!("{name}-{suffix}");
             check_label(&pseudo)
                 .map_err(|why| invalid(format!("the {suffix} workload's name {pseudo:?} {why}")))?;
@@ -95,6 +97,7 @@ impl WorkloadIds {
             target: target.to_string(),
             primary: format!("{target}-primary"),
             canary: format!("{target}-canary"),
+            baseline: format!("{target}-baseline"),
         })
     }
 }

@@ -40,23 +40,31 @@ fn success(failures: u64, successes: u64) -> CanaryHistogram {
     CanaryHistogram { bins }
 }
 
-/// The window of `interval_ms` from the canary's and the primary's proxy statistics.
+/// The window of `interval_ms` from the canary's, the primary's and (when one runs) the fresh
+/// baseline's proxy statistics.
 pub fn sample_window(
     interval_ms: i64,
     canary: &WindowStats,
     primary: &WindowStats,
+    baseline: Option<&WindowStats>,
 ) -> CanarySampleWindow {
     CanarySampleWindow {
         interval_ms,
         canary: Some(workload_samples(canary)),
         primary: Some(workload_samples(primary)),
-        baseline: None,
+        baseline: baseline.map(workload_samples),
     }
 }
 
-/// The simulated driver's window: canary and primary alike (all requests successful, at
-/// 1 ms) while the canary is healthy; the canary without samples otherwise.
-pub fn synthetic_sample_window(interval_ms: i64, secs: u64, healthy: bool) -> CanarySampleWindow {
+/// The simulated driver's window: canary, primary and (with `baseline`) the fresh baseline
+/// alike (all requests successful, at 1 ms) while the canary is healthy; the canary without
+/// samples otherwise.
+pub fn synthetic_sample_window(
+    interval_ms: i64,
+    secs: u64,
+    healthy: bool,
+    baseline: bool,
+) -> CanarySampleWindow {
     let n = secs.max(1) * SIMULATED_REQUESTS_PER_SECOND;
     let perfect = CanaryWorkloadSamples {
         latency: Some(CanaryHistogram {
@@ -74,8 +82,8 @@ pub fn synthetic_sample_window(interval_ms: i64, secs: u64, healthy: bool) -> Ca
         } else {
             CanaryWorkloadSamples::default()
         }),
-        primary: Some(perfect),
-        baseline: None,
+        primary: Some(perfect.clone()),
+        baseline: baseline.then_some(perfect),
     }
 }
 
@@ -111,9 +119,11 @@ mod tests {
 
     #[test]
     fn the_simulated_canary_matches_the_primary_while_healthy() {
-        let w = synthetic_sample_window(2_000, 2, true);
+        let w = synthetic_sample_window(2_000, 2, true, true);
         assert_eq!(w.canary, w.primary);
-        let w = synthetic_sample_window(2_000, 2, false);
+        assert_eq!(w.baseline, w.primary);
+        let w = synthetic_sample_window(2_000, 2, false, false);
         assert_eq!(w.canary, Some(CanaryWorkloadSamples::default()));
+        assert_eq!(w.baseline, None);
     }
 }

@@ -41,12 +41,16 @@ pub struct Ports {
     pub primary_workload: u16,
     /// The canary workload's own port.
     pub canary_workload: u16,
+    /// The fresh baseline's own port (0 in a state saved before baselines existed: picked
+    /// when a baseline first runs).
+    #[serde(default)]
+    pub baseline_workload: u16,
 }
 
 impl Ports {
-    /// Four distinct free loopback ports (bound at once on `127.0.0.1:0`, then released).
+    /// Five distinct free loopback ports (bound at once on `127.0.0.1:0`, then released).
     pub fn pick() -> std::io::Result<Self> {
-        let listeners = (0..4)
+        let listeners = (0..5)
             .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
             .collect::<std::io::Result<Vec<_>>>()?;
         let ports = listeners
@@ -58,7 +62,15 @@ impl Ports {
             canary_proxy: ports[1],
             primary_workload: ports[2],
             canary_workload: ports[3],
+            baseline_workload: ports[4],
         })
+    }
+
+    /// One free loopback port (for a baseline of a state saved without one).
+    pub fn pick_one() -> std::io::Result<u16> {
+        std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()
+            .map(|a| a.port())
     }
 }
 
@@ -94,6 +106,9 @@ pub struct RoutingState {
     pub match_routing: bool,
     /// The A/B rules.
     pub match_rules: Vec<Vec<CanaryHeaderMatchSpec>>,
+    /// Percent of `<svc>` traffic sent to the fresh baseline (0: none).
+    #[serde(default)]
+    pub baseline_weight: u32,
 }
 
 /// The runner's state of one canary (`state.json`).
@@ -113,6 +128,9 @@ pub struct CanaryState {
     pub primary: Slot,
     /// The canary workload.
     pub canary_workload: Slot,
+    /// The fresh baseline (issue 20).
+    #[serde(default)]
+    pub baseline: Slot,
     /// Set once the original entity was stopped: from then on the primary serves the service
     /// (behind the proxy) and the target is reported as the primary.
     pub taken_over: bool,
@@ -137,6 +155,7 @@ impl CanaryState {
             ports,
             primary: Slot::default(),
             canary_workload: Slot::default(),
+            baseline: Slot::default(),
             taken_over: false,
             routing: RoutingState::default(),
             applied_step: 0,
@@ -362,7 +381,9 @@ mod tests {
                 op: "exact".into(),
                 value: "insider".into(),
             }]],
+            baseline_weight: 20,
         };
+        st.baseline.started = true;
         st.applied_step = 7;
         st.phase = "Progressing".into();
         st.metric_windows_ms = vec![60_000, 30_000];
@@ -383,6 +404,23 @@ mod tests {
 
         std::fs::write(dir.state(), "{not json").unwrap();
         assert!(matches!(dir.load(), Err(CanaryError::Corrupt { .. })));
+
+        // A state saved before fresh baselines existed loads: no baseline, no port yet.
+        let mut old = serde_json::to_value(&st).unwrap();
+        old.as_object_mut().unwrap().remove("baseline");
+        old["ports"]
+            .as_object_mut()
+            .unwrap()
+            .remove("baseline_workload");
+        old["routing"]
+            .as_object_mut()
+            .unwrap()
+            .remove("baseline_weight");
+        std::fs::write(dir.state(), old.to_string()).unwrap();
+        let loaded = dir.load().unwrap().unwrap();
+        assert_eq!(loaded.baseline, Slot::default());
+        assert_eq!(loaded.ports.baseline_workload, 0);
+        assert_eq!(loaded.routing.baseline_weight, 0);
     }
 
     #[test]

@@ -149,6 +149,7 @@ fn step_plan(s: &Step, port: u16) -> PlanSpec {
         match_rules: Vec::new(),
         restore_original: false,
         metric_windows_ms: vec![60_000, 30_500],
+        baseline: None,
     });
     p
 }

@@ -1,8 +1,9 @@
 //! The canary proxy the agent owns for one service (docs/ARCHITECTURE.md "The agent", SPEC K2): three HTTP
 //! listeners — `<svc>` (the main address: split between primary and canary by the committed
-//! weight and A/B rules), `<svc>-primary` and `<svc>-canary` — forwarding to the two
-//! workloads and measuring each workload's success rate and latency, the metrics the hub's
-//! canary analysis reads (SPEC K6).
+//! weight and A/B rules, and to a fresh baseline at the canary's weight when one runs),
+//! `<svc>-primary` and `<svc>-canary` — forwarding to the workloads and measuring each
+//! workload's success rate and latency, the metrics and samples the hub's canary analysis
+//! reads (SPEC K6, issue 20).
 //!
 //! HTTP/1.1 only; one upstream connection per request (loopback to local workloads).
 //!
@@ -95,6 +96,8 @@ pub struct Upstreams {
     pub primary: Option<SocketAddr>,
     /// The canary workload.
     pub canary: Option<SocketAddr>,
+    /// The fresh baseline (issue 20), reached only through the main address.
+    pub baseline: Option<SocketAddr>,
 }
 
 /// One service's canary proxy. Dropping the last handle does not stop it; call
@@ -280,6 +283,7 @@ impl CanaryProxy {
             match workload {
                 Workload::Primary => u.primary,
                 Workload::Canary => u.canary,
+                Workload::Baseline => u.baseline,
             }
         };
         let started = Instant::now();
@@ -430,10 +434,12 @@ mod tests {
         proxy.set_upstreams(Upstreams {
             primary: Some(upstream("primary", 200).await),
             canary: Some(upstream("canary", 500).await),
+            ..Upstreams::default()
         });
         proxy.set_routing(Routing {
             canary_weight: 20,
             match_rules: Vec::new(),
+            ..Routing::default()
         });
         let mut canary = 0;
         for _ in 0..50 {
@@ -482,6 +488,7 @@ mod tests {
         proxy.set_upstreams(Upstreams {
             primary: Some(upstream("primary", 200).await),
             canary: None,
+            ..Upstreams::default()
         });
         // Two clients that send half a request line and stall take both permits.
         let mut slow = Vec::new();
@@ -541,12 +548,14 @@ mod tests {
         proxy.set_upstreams(Upstreams {
             primary: Some(upstream("primary", 200).await),
             canary: None,
+            ..Upstreams::default()
         });
         proxy.set_routing(Routing {
             canary_weight: 0,
             match_rules: vec![vec![
                 HeaderMatch::new("x-canary", "exact", "insider").unwrap()
             ]],
+            ..Routing::default()
         });
         assert_eq!(get(proxy.addrs().main, None).await.1, "primary");
         // Matching traffic goes to the canary, which is not running: 503, counted.
@@ -561,6 +570,7 @@ mod tests {
         proxy.set_upstreams(Upstreams {
             primary: Some(dead),
             canary: None,
+            ..Upstreams::default()
         });
         assert_eq!(get(proxy.addrs().primary, None).await.0, 502);
         proxy.shutdown();

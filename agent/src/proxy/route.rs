@@ -1,24 +1,28 @@
 //! Which workload one request to the service's main address goes to: A/B match rules first
 //! (a request matching any rule goes to the canary), then the committed canary weight, spread
-//! exactly (an accumulator, not a coin: 10% is every tenth request).
+//! exactly (an accumulator, not a coin: 10% is every tenth request), then, with a fresh
+//! baseline (issue 20), the baseline's weight out of the rest, spread the same way.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The two workloads behind a canary's service.
+/// The workloads behind a canary's service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Workload {
     /// The stable release.
     Primary,
     /// The release under analysis.
     Canary,
+    /// The fresh baseline: the primary's release, started with the canary (issue 20).
+    Baseline,
 }
 
 impl Workload {
-    /// `primary` or `canary`.
+    /// `primary`, `canary` or `baseline`.
     pub fn as_str(self) -> &'static str {
         match self {
             Workload::Primary => "primary",
             Workload::Canary => "canary",
+            Workload::Baseline => "baseline",
         }
     }
 }
@@ -78,6 +82,9 @@ pub struct Routing {
     pub canary_weight: u8,
     /// A/B rules; each rule is a list of conditions that must all hold.
     pub match_rules: Vec<Vec<HeaderMatch>>,
+    /// Percentage of requests sent to the fresh baseline (0: none runs), taken out of the
+    /// primary's share: at most `100 - canary_weight` count.
+    pub baseline_weight: u8,
 }
 
 /// Picks workloads for requests according to a [`Routing`].
@@ -85,6 +92,14 @@ pub struct Routing {
 pub struct Selector {
     /// Requests seen, for the exact spread of the weight.
     counter: AtomicU64,
+    /// Requests not sent to the canary, for the exact spread of the baseline's weight.
+    rest: AtomicU64,
+}
+
+/// Whether item `n` of a stream is one of the `part` of every `whole` items, evenly spread:
+/// floor((n+1)·part/whole) > floor(n·part/whole).
+fn is_share(n: u64, part: u64, whole: u64) -> bool {
+    whole > 0 && (n + 1) * part / whole > n * part / whole
 }
 
 impl Selector {
@@ -105,14 +120,22 @@ impl Selector {
             return Workload::Canary;
         }
         let weight = u64::from(routing.canary_weight.min(100));
-        if weight == 0 {
+        let baseline = u64::from(routing.baseline_weight).min(100 - weight);
+        if weight == 0 && baseline == 0 {
             return Workload::Primary;
         }
-        // Request n goes to the canary when floor((n+1)·w/100) > floor(n·w/100): exactly w of
-        // every 100 consecutive requests, evenly spread.
+        // Exactly w of every 100 consecutive requests go to the canary; of the other 100 − w,
+        // exactly b go to the baseline: b of every 100 in all, each evenly spread.
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        if (n + 1) * weight / 100 > n * weight / 100 {
-            Workload::Canary
+        if is_share(n, weight, 100) {
+            return Workload::Canary;
+        }
+        if baseline == 0 {
+            return Workload::Primary;
+        }
+        let m = self.rest.fetch_add(1, Ordering::Relaxed);
+        if is_share(m, baseline, 100 - weight) {
+            Workload::Baseline
         } else {
             Workload::Primary
         }
@@ -130,6 +153,7 @@ mod tests {
             let routing = Routing {
                 canary_weight: weight,
                 match_rules: Vec::new(),
+                baseline_weight: 0,
             };
             let canary = (0..1000)
                 .filter(|_| s.pick(&routing, std::iter::empty()) == Workload::Canary)
@@ -139,9 +163,47 @@ mod tests {
     }
 
     #[test]
+    fn a_fresh_baseline_gets_exactly_the_canarys_share_out_of_the_primarys() {
+        for weight in [1u8, 5, 10, 25, 33, 50] {
+            let s = Selector::default();
+            let routing = Routing {
+                canary_weight: weight,
+                match_rules: Vec::new(),
+                baseline_weight: weight,
+            };
+            let mut counts = std::collections::BTreeMap::new();
+            for _ in 0..1000 {
+                *counts
+                    .entry(s.pick(&routing, std::iter::empty()))
+                    .or_insert(0usize) += 1;
+            }
+            let w = 10 * weight as usize;
+            assert_eq!(counts.get(&Workload::Canary), Some(&w), "weight {weight}");
+            assert_eq!(counts.get(&Workload::Baseline), Some(&w), "weight {weight}");
+            assert_eq!(
+                counts.get(&Workload::Primary).copied().unwrap_or(0),
+                1000 - 2 * w,
+                "weight {weight}"
+            );
+        }
+        // A baseline weight beyond the rest is cut to it: all traffic leaves the primary.
+        let s = Selector::default();
+        let routing = Routing {
+            canary_weight: 60,
+            match_rules: Vec::new(),
+            baseline_weight: 60,
+        };
+        let primary = (0..100)
+            .filter(|_| s.pick(&routing, std::iter::empty()) == Workload::Primary)
+            .count();
+        assert_eq!(primary, 0);
+    }
+
+    #[test]
     fn match_rules_send_matching_requests_to_the_canary() {
         let routing = Routing {
             canary_weight: 0,
+            baseline_weight: 0,
             match_rules: vec![vec![
                 HeaderMatch::new("X-Canary", "exact", "insider").unwrap()
             ]],

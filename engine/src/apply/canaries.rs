@@ -6,10 +6,9 @@
 use std::collections::BTreeMap;
 
 use crate::canary::{
-    advance_judged, parse_canary_with_policy, terminate, Action, AnalysisPolicy, Baseline,
-    CanaryObservation, CanaryRevision, CanaryStatus, CanaryStepSpec, Judging, Manual,
-    MetricSamples, MetricSource, Phase, SampleWindow, Strategy, TickInput, MAX_OBSERVATIONS,
-    MAX_SPARE_REVISIONS, MAX_WINDOWS,
+    advance_judged, parse_canary_with_policy, terminate, Action, AnalysisPolicy, CanaryObservation,
+    CanaryRevision, CanaryStatus, CanaryStepSpec, Judging, Manual, MetricSamples, MetricSource,
+    Phase, SampleWindow, Strategy, TickInput, MAX_OBSERVATIONS, MAX_SPARE_REVISIONS, MAX_WINDOWS,
 };
 use crate::canary_history::{CanaryHistory, CanarySample};
 use crate::canary_judging::MAX_JUDGED_METRICS;
@@ -77,19 +76,6 @@ impl State {
         let now = tx.now;
         let (spec, policy, ignored) = parse_canary_with_policy(yaml)
             .map_err(|errors| CommandError::invalid("canary", format!("\n{errors}")))?;
-        if let Some(i) = spec.analysis.metrics.iter().position(|m| {
-            policy
-                .judges
-                .get(&m.name)
-                .is_some_and(|j| j.baseline == Baseline::Fresh)
-        }) {
-            // The machine decides a fresh baseline's actions, but no agent runs a third
-            // workload yet: refused rather than judged against nothing.
-            return Err(CommandError::FailedPrecondition(format!(
-                "spec.analysis.metrics[{i}].judge.baseline: fresh is not supported by this hub \
-                 yet (the agents do not run a baseline workload); use baseline: primary"
-            )));
-        }
         let judged = judged_metrics(&spec, &policy);
         if judged.len() > MAX_JUDGED_METRICS {
             return Err(CommandError::invalid(
@@ -129,7 +115,12 @@ impl State {
                 format!("entity {entity} does not exist"),
             ));
         }
-        for suffix in ["primary", "canary"] {
+        let suffixes: &[&str] = if policy.uses_fresh_baseline() {
+            &["primary", "canary", "baseline"]
+        } else {
+            &["primary", "canary"]
+        };
+        for suffix in suffixes {
             let workload = EntityId::new(
                 &env,
                 spec.target.kind,
@@ -458,7 +449,8 @@ impl State {
         };
         let restore = actions.iter().any(|a| matches!(a, Action::RestoreOriginal));
         let spec = step_spec(c, restore);
-        let plan = step_plan(c, spec, now, index);
+        let baseline = if restore { None } else { fresh_baseline(c) };
+        let plan = step_plan(c, spec, baseline, now, index);
         let entity = c.entity.clone();
         if let Some(mut c) = self.canaries.get_mut(id, &mut tx.changed) {
             c.queued.push(plan);
@@ -636,32 +628,64 @@ fn step_spec(c: &Canary, restore: bool) -> CanaryStepSpec {
     }
 }
 
-/// The plan record carrying `spec` for the canary's entity.
-fn step_plan(c: &Canary, spec: CanaryStepSpec, now: TimestampMs, index: u64) -> Plan {
-    let kind = PlanKind::CanaryStep(Box::new(spec));
-    let (version, config, secrets_revision) = match &kind {
-        PlanKind::CanaryStep(s) => s
-            .primary
-            .as_ref()
-            .map(|p| {
-                (
-                    Some(p.version.clone()),
-                    Some(p.config.clone()),
-                    p.secrets_revision,
-                )
-            })
-            .unwrap_or((None, None, 0)),
-        _ => (None, None, 0),
-    };
-    let reason = match &kind {
-        PlanKind::CanaryStep(s) => format!(
-            "canary {} step {}: {}, weight {}",
-            s.canary,
-            s.step,
-            s.phase.as_str(),
-            s.canary_weight
-        ),
-        _ => String::new(),
+/// The fresh baseline canary `c` runs in the state its status describes: the primary's
+/// revision while a revision is analysed with a canary workload (Progressing,
+/// WaitingPromotion, Halted), when a judge of the resource compares with a fresh baseline.
+/// These are the moments between the machine's `DeployBaseline` and `ScaleBaselineToZero`;
+/// the step plan carries the desired state, not the actions.
+fn fresh_baseline(c: &Canary) -> Option<CanaryRevision> {
+    let analysing = matches!(
+        c.status.phase,
+        Phase::Progressing | Phase::WaitingPromotion | Phase::Halted
+    );
+    if !analysing || c.status.canary_revision.is_none() {
+        return None;
+    }
+    if !analysis_policy(&c.yaml).uses_fresh_baseline() {
+        return None;
+    }
+    let primary = c.status.primary_revision.as_ref()?;
+    c.revisions.iter().find(|r| &r.revision == primary).cloned()
+}
+
+/// The plan record carrying `spec` (and the fresh `baseline`, if one runs) for the canary's
+/// entity.
+fn step_plan(
+    c: &Canary,
+    spec: CanaryStepSpec,
+    baseline: Option<CanaryRevision>,
+    now: TimestampMs,
+    index: u64,
+) -> Plan {
+    let (version, config, secrets_revision) = spec
+        .primary
+        .as_ref()
+        .map(|p| {
+            (
+                Some(p.version.clone()),
+                Some(p.config.clone()),
+                p.secrets_revision,
+            )
+        })
+        .unwrap_or((None, None, 0));
+    let reason = format!(
+        "canary {} step {}: {}, weight {}{}",
+        spec.canary,
+        spec.step,
+        spec.phase.as_str(),
+        spec.canary_weight,
+        if baseline.is_some() {
+            ", fresh baseline"
+        } else {
+            ""
+        }
+    );
+    let kind = match baseline {
+        Some(b) => PlanKind::CanaryStepWithBaseline {
+            step: Box::new(spec),
+            baseline: Box::new(b),
+        },
+        None => PlanKind::CanaryStep(Box::new(spec)),
     };
     Plan {
         id: format!("p-{index}-c"),

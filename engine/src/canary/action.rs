@@ -65,7 +65,7 @@ pub enum Action {
     /// role (the primary's replicas, the service routed to it) and remove the primary.
     RestoreOriginal,
     /// Start (or replace) the fresh baseline (issue 20, `judge.baseline: fresh`): a third
-    /// workload from the primary's `revision`, reachable at `<svc>-baseline`, that receives
+    /// workload from the primary's `revision`, reached through `<svc>` only, that receives
     /// as much traffic as the canary, taken out of the primary's share: with weights
     /// `primary/canary` from [`Action::SetWeights`] the split is
     /// `primary − canary / canary / canary` (baseline in the middle), so `maxWeight` ≤ 50.

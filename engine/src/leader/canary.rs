@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 
 use crate::canary::{plan_tick, MetricSamples, MetricSource, TickInput, TickPlan};
 use crate::canary_record::Canary;
-use crate::plan::PlanKind;
 use crate::state::State;
 use crate::TimestampMs;
 
@@ -74,9 +73,11 @@ pub fn canary_step(
     }
     let last_step = state
         .plans_of(&c.entity)
-        .filter_map(|p| match &p.kind {
-            PlanKind::CanaryStep(s) if s.canary == c.id => Some(s.step),
-            _ => None,
+        .filter_map(|p| {
+            p.kind
+                .canary_step()
+                .filter(|s| s.canary == c.id)
+                .map(|s| s.step)
         })
         .max()
         .unwrap_or(0);

@@ -477,3 +477,26 @@ impl Hub {
         s.digest()
     }
 }
+
+/// What the leader observes for a due tick of canary `c` (planned as `plan`, for `revision`)
+/// when everything is healthy: the agent runs what the status says, every webhook answers
+/// 200 and every metric is 99.5 (in range for the test canaries).
+pub fn healthy_tick_input(
+    c: &hub_engine::canary_record::Canary,
+    plan: &hub_engine::canary::TickPlan,
+    revision: &str,
+) -> hub_engine::canary::TickInput {
+    use hub_engine::canary::{TickInput, WebhookResult};
+    let mut input = TickInput::new(revision);
+    input.primary_revision = c.status.primary_revision.clone();
+    input.canary_revision = c.status.canary_revision.clone();
+    for w in &plan.webhooks {
+        input
+            .webhooks
+            .insert(w.name.clone(), WebhookResult::from_status(200, "ok"));
+    }
+    for m in &plan.metrics {
+        input.metrics.insert(m.name.clone(), Some(99_500));
+    }
+    input
+}

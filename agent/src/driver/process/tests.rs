@@ -1311,6 +1311,7 @@ fn canary_step_plan(
         canary_workload: canary.cloned(),
         canary_weight: weight,
         metric_windows_ms: vec![60_000],
+        baseline: None,
         ..Default::default()
     });
     p
