@@ -187,7 +187,8 @@ fn change_request(c: &Cluster) -> String {
         .to_string()
 }
 
-/// The canary: 1 s ticks up to 30% in steps of 10, judged on the success rate and p99.
+/// The canary: 1 s ticks up to 30% in steps of 10, judged on the success rate and p99, and
+/// by a Mann-Whitney judge of the latency against the primary.
 fn canary_yaml(port: u16) -> String {
     format!(
         "apiVersion: flagger.app/v1beta1
@@ -215,7 +216,8 @@ spec:
       - name: request-duration
         thresholdRange:
           max: 5000
-        interval: 2s
+        interval: 5s
+        judge: {{type: mann-whitney, baseline: primary, direction: increase, effectSize: 0.5}}
 "
     )
 }
@@ -477,6 +479,28 @@ fn watch_a_rollout(hub: &CanaryHub, tab: &Tab) {
             "document.querySelectorAll('#chart-legend [data-legend]').length >= 2"
         ),
         true
+    );
+    // The judges card: the judge's settings and its last verdict, a pass.
+    wait_js(
+        tab,
+        "document.querySelector('#judge-verdicts tr[data-verdict=\"request-duration\"] .badge')?.textContent === 'pass'",
+        "the judge's pass verdict",
+        CONVERGE_TIMEOUT,
+    );
+    assert_eq!(
+        js(
+            tab,
+            "document.querySelector('#judge-settings tr[data-judge=\"request-duration\"]')?.textContent.includes('primary')"
+        ),
+        true
+    );
+    let why = js(
+        tab,
+        "document.querySelector('#judge-verdicts tr[data-verdict=\"request-duration\"]')?.textContent ?? ''",
+    );
+    assert!(
+        why.as_str().unwrap_or_default().contains("Cliff's delta"),
+        "{why}"
     );
 }
 

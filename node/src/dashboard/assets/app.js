@@ -67,10 +67,10 @@ function dash(v) {
 const norm = (s) => String(s == null ? '' : s).toLowerCase().replace(/[^a-z0-9]+/g, '-');
 
 const TONES = [
-  [/^(succeeded|merged|applied|passed|up-to-date|healthy|leader|true|yes)$/, 'ok'],
+  [/^(succeeded|merged|applied|passed|pass|up-to-date|healthy|leader|true|yes)$/, 'ok'],
   [/fail|error|refused|rejected|unhealthy|unreachable/, 'bad'],
   [/^(running|issued|progressing|promoting|finalising|waitingpromotion|resuming-updates)$/, 'busy'],
-  [/blocked|pending|paused|suppress|degraded/, 'warn'],
+  [/blocked|pending|paused|suppress|degraded|inconclusive|halted/, 'warn'],
   [/^(initialized|initializing|waiting|cancelled|terminating|follower|learner|candidate|unknown)$/, 'idle'],
 ];
 
@@ -784,6 +784,22 @@ function statusCard(sb) {
   ]), table('conditions', ['type', 'status', 'reason', 'message', 'last transition', 'last update'], conds, 'no conditions'));
 }
 
+/** The statistical judges of a canary (issue 20): their settings, the inconclusive count
+ *  against its limit, and the last verdict of each judged metric with the numbers behind it. */
+function judgesCard(j) {
+  if (!j) return null;
+  const judges = (j.metrics || []).map((m) => row({ 'data-judge': m.name },
+    [m.name, m.baseline, m.direction, m.effectSize, m.confidence, m.intervalMs]));
+  const verdicts = (j.verdicts || []).map((v) => row({ 'data-verdict': v.metric },
+    [v.metric, badge(v.verdict), v.step, v.reason]));
+  const limit = j.inconclusiveLimit == null ? 'no limit' : 'limit ' + j.inconclusiveLimit;
+  return card('Judges', { id: 'judges' },
+    kv([['inconclusive in a row', `${dash(j.inconclusive)} (${limit})`], ['samples taken', j.samplesTime],
+      ['samples at step', j.samplesStep]]),
+    table('judge-settings', ['metric', 'baseline', 'direction', 'effect size', 'confidence', 'interval (ms)'], judges, 'no judges'),
+    table('judge-verdicts', ['metric', 'verdict', 'step', 'why'], verdicts, 'no verdict yet'));
+}
+
 async function pageCanary(id) {
   const c = await query({ query: 'canary', id });
   const samples = (c.history || []).filter((s) => s && Number.isFinite(Number(s.time_ms)));
@@ -810,6 +826,7 @@ async function pageCanary(id) {
         ['promoted', c.promoted], ['last transition', c.last_transition], ['queued steps', c.queued_steps],
         ['committed weights', weights.length ? weights.join(', ') : null],
       ]))),
+    judgesCard((c.status_block || {}).judges),
     observationCard(c.observation),
     card('Recent actions', null, actions.length ? el('ol', { id: 'actions', class: 'actions' }, actions)
       : [el('ol', { id: 'actions', class: 'actions' }), el('p', { class: 'empty' }, 'no actions yet')]),
