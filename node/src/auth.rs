@@ -239,6 +239,25 @@ pub struct AuthStats {
 
 /// At most this many refusals are logged per second; the rest are counted.
 const REFUSAL_LOGS_PER_SECOND: u64 = 20;
+
+/// gRPC metadata key naming why a call was refused, where the callee must tell a refusal of
+/// the calling node itself from one of its request.
+pub const REFUSAL_KEY: &str = "hub-refusal";
+/// [`REFUSAL_KEY`]'s value when the caller is a node that is not (any more) a member: the
+/// refusal is about the node, not its request, so a node relaying a client's call (a
+/// forwarded write, a read index) answers its client UNAVAILABLE, and the client moves on to
+/// another node, instead of passing on a refusal the client would take as final.
+pub const NOT_A_MEMBER: &str = "not-a-member";
+
+/// Whether `status` is the refusal of a calling node that is not a member
+/// ([`NOT_A_MEMBER`]).
+pub fn refuses_a_non_member(status: &Status) -> bool {
+    status.code() == tonic::Code::PermissionDenied
+        && status
+            .metadata()
+            .get(REFUSAL_KEY)
+            .is_some_and(|v| v.as_bytes() == NOT_A_MEMBER.as_bytes())
+}
 /// At most this many role refusals per second and node are recorded in the audit (each is a
 /// Raft entry); the rest are counted, and the next recorded one says how many.
 const REFUSAL_AUDITS_PER_SECOND: u64 = 5;
@@ -348,9 +367,17 @@ impl Policy {
                 let remote = remote_of(info);
                 warn!(%path, %remote, caller = %identity, "call refused: permission denied");
             }
-            return Err(Status::permission_denied(format!(
+            let mut status = Status::permission_denied(format!(
                 "{identity} may not call {path}: it needs {needs}"
-            )));
+            ));
+            if matches!(identity, Identity::Node(_)) && matches!(rule, Rule::Node | Rule::Operator)
+            {
+                status.metadata_mut().insert(
+                    REFUSAL_KEY,
+                    tonic::metadata::MetadataValue::from_static(NOT_A_MEMBER),
+                );
+            }
+            return Err(status);
         }
         Ok(Caller::Verified(identity.clone()))
     }
@@ -604,6 +631,17 @@ mod tests {
             .check("/hub.v1.Raft/Vote", Some(&stranger), None)
             .unwrap_err();
         assert!(e.message().contains("member"), "{e:?}");
+        // A node that is not a member is refused as such (a relaying node tells its client
+        // to move on); an operator refused is not.
+        assert!(refuses_a_non_member(&e), "{e:?}");
+        let forward = p
+            .check("/hub.v1.Hub/Forward", Some(&stranger), None)
+            .unwrap_err();
+        assert!(refuses_a_non_member(&forward), "{forward:?}");
+        let op_refused = p
+            .check("/hub.v1.Raft/AppendEntries", Some(&op), None)
+            .unwrap_err();
+        assert!(!refuses_a_non_member(&op_refused));
         assert!(p.check("/hub.v1.Hub/Forward", Some(&agent), None).is_err());
         assert!(p
             .check("/hub.v1.Agent/FetchPlans", Some(&agent), None)
@@ -630,7 +668,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated);
         assert!(p.check("/hub.v1.Hub/Nope", Some(&op), None).is_err());
-        assert_eq!(p.stats.denied.load(Ordering::Relaxed), 6);
+        assert_eq!(p.stats.denied.load(Ordering::Relaxed), 8);
         assert_eq!(p.stats.unauthenticated.load(Ordering::Relaxed), 2);
     }
 

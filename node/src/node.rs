@@ -524,6 +524,21 @@ impl HubNode {
         }
     }
 
+    /// What this node answers its client when the leader refused to serve this node as a
+    /// non-member (it was removed, or never joined): UNAVAILABLE, so the client moves on to
+    /// another node, since the refusal is about this node and not the client's request.
+    fn not_a_member(&self, leader: NodeId) -> Status {
+        tracing::warn!(
+            leader,
+            "the leader refuses this node's calls: it is not a member of the cluster"
+        );
+        Status::unavailable(format!(
+            "node {} is not a member of the cluster (the leader, node {leader}, refuses its \
+             calls): use another node",
+            self.id
+        ))
+    }
+
     async fn forward(
         &self,
         leader: NodeId,
@@ -557,6 +572,9 @@ impl HubNode {
                     "cut off: the leader, node {leader}, answered: {}",
                     status.message()
                 ))))
+            }
+            Ok(Err(status)) if crate::auth::refuses_a_non_member(&status) => {
+                Attempt::Done(Err(self.not_a_member(leader)))
             }
             Ok(Err(status)) if is_transient(&status) => {
                 tracing::debug!(leader, error = %status.message(), "forward failed; retrying");
@@ -677,6 +695,9 @@ impl HubNode {
         let index = match tokio::time::timeout_at(deadline, client.read_index(req)).await {
             Err(_) => return Attempt::Retry,
             Ok(Ok(r)) => r.into_inner().index,
+            Ok(Err(s)) if crate::auth::refuses_a_non_member(&s) => {
+                return Attempt::Done(Err(self.not_a_member(leader)));
+            }
             Ok(Err(s)) if is_transient(&s) => {
                 tracing::debug!(leader, error = %s.message(), "read index failed; retrying");
                 return Attempt::Retry;

@@ -606,6 +606,27 @@ fn a_leader_removing_itself_hands_over_first() {
     let rest = cluster.endpoints_except(leader);
     let out = cluster.hubctl_at(&rest, &["env", "create", "after-self-removal"]);
     assert!(out.success(), "{}", out.describe());
+    // The removed node still runs. Its clients hear that it is no member (UNAVAILABLE: move
+    // on), not the leader's refusal of the node, which a client would take as final: a
+    // write through it alone fails naming the reason, and with another node listed after it
+    // the write goes through that one.
+    let removed = cluster
+        .nodes()
+        .iter()
+        .find(|n| n.id == leader)
+        .expect("the removed node")
+        .addr
+        .clone();
+    let out = cluster.hubctl_at(&removed, &["env", "create", "through-the-removed-node"]);
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        out.stderr.contains("not a member of the cluster") && !out.stderr.contains("may not call"),
+        "{}",
+        out.describe()
+    );
+    let both = format!("{removed},{rest}");
+    let out = cluster.hubctl_at(&both, &["env", "create", "past-the-removed-node"]);
+    assert!(out.success(), "{}", out.describe());
 }
 
 /// SPEC R5: a dead node is replaced at runtime: removed, a new node added, and the new node is
