@@ -199,6 +199,23 @@ fn print(report: &Report) {
             t.max_ahead_ms.map_or("-".to_string(), |m| m.to_string()),
             hub_chaos::check::ENTRY_TIME_BOUND_MS
         );
+        let w = &report.check.fleet;
+        if w.releases > 0 {
+            println!(
+                "  fleet waves           {} releases ({} rolled out, {} halted: {} by the driver, {} before wave 2 opened), {} waves passed, {} of {} plans checked against a soak end (min margin {} ms), {} soaks ({} crossed by a leader fault)",
+                w.releases,
+                w.rolled_out,
+                w.halted,
+                r.fleet_halted_by_operator,
+                w.halted_before_later_waves,
+                w.waves_passed,
+                w.plans_checked,
+                w.plans,
+                w.min_margin_ms.map_or("-".to_string(), |m| m.to_string()),
+                w.soaks,
+                w.soaks_crossed_by_leader_fault
+            );
+        }
         let f = &r.agent_faults;
         if f.kills + f.pauses > 0 {
             println!(
@@ -385,7 +402,7 @@ struct SweepRow {
 }
 
 impl SweepRow {
-    const HEADER: &'static str = "| seed | faults | operations | lost | duplicates | linearizable | canary exact | entry times | rollouts terminal | verdict |\n|---|---|---|---|---|---|---|---|---|---|";
+    const HEADER: &'static str = "| seed | faults | operations | lost | duplicates | linearizable | canary exact | entry times | rollouts terminal | fleet waves | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|";
 
     /// The row of a run's `report.json`.
     fn of(seed: u64, r: &serde_json::Value) -> SweepRow {
@@ -417,6 +434,7 @@ impl SweepRow {
                         n(&rollouts["rollouts"])
                     )
                 },
+                fleet_cell(&check["fleet"]),
                 if ok { "OK" } else { "VIOLATIONS" }.into(),
             ],
             ok,
@@ -425,7 +443,7 @@ impl SweepRow {
 
     /// The row of a run that ended without a report.
     fn failed(seed: u64, code: Option<i32>) -> SweepRow {
-        let mut cells = vec!["-".to_string(); 8];
+        let mut cells = vec!["-".to_string(); 9];
         cells.push(format!(
             "ERROR (exit {})",
             code.map_or("signal".into(), |c| c.to_string())
@@ -436,6 +454,26 @@ impl SweepRow {
             ok: false,
         }
     }
+}
+
+/// The fleet column: verdict, releases, plans checked against a soak end, soaks crossed by a
+/// leader fault (`-` without the fleet workload).
+fn fleet_cell(f: &serde_json::Value) -> String {
+    let n = |k: &str| f[k].as_u64().unwrap_or(0);
+    if n("releases") == 0 {
+        return "-".into();
+    }
+    format!(
+        "{} ({} releases, {} plans, {} soaks hit)",
+        if f["ok"].as_bool() == Some(true) {
+            "yes"
+        } else {
+            "NO"
+        },
+        n("releases"),
+        n("plans_checked"),
+        n("soaks_crossed_by_leader_fault")
+    )
 }
 
 impl std::fmt::Display for SweepRow {

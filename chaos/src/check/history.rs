@@ -48,6 +48,79 @@ pub struct History {
     /// What members and removed nodes said of the cluster, sampled during and after the run.
     #[serde(default)]
     pub member_samples: Vec<MemberSample>,
+    /// The fleet workload: releases rolled out in waves, their committed progress and plans.
+    #[serde(default)]
+    pub fleet: FleetHistory,
+}
+
+/// What the fleet workload recorded: the releases of its product, each release's committed
+/// wave progress as the healed hub reports it, and the product's plans.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FleetHistory {
+    /// The fleet product (`group:name`); empty when the workload did not run.
+    pub product: String,
+    /// Every release the workload published (the hub acknowledged), with its rollout status
+    /// after healing.
+    pub releases: Vec<FleetRelease>,
+    /// The product's plans, as the hub records them after healing.
+    pub plans: Vec<FleetPlan>,
+    /// When faults that struck the leader (kills, pauses, partitions, whole-cluster restarts)
+    /// took effect, in ms since the Unix epoch: to count soaks they crossed.
+    pub leader_faults_ms: Vec<i64>,
+    /// Releases the workload halted as an operator would (`HaltRollout`).
+    pub operator_halts: Vec<String>,
+}
+
+/// One fleet release and its rollout status after healing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetRelease {
+    /// The version.
+    pub version: String,
+    /// Whether the healed hub answered its `rollout_status` (false: the rest is empty).
+    pub status_read: bool,
+    /// The halt's cause, when the rollout is halted.
+    pub halted: Option<String>,
+    /// The waves in policy order (the entities in no wave left out).
+    pub waves: Vec<FleetWave>,
+}
+
+/// One wave of a release's rollout as committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetWave {
+    /// The wave's name.
+    pub name: String,
+    /// Its entities.
+    pub entities: Vec<String>,
+    /// Of those, done with the release.
+    pub done: usize,
+    /// Whether it has passed (soaked or promoted).
+    pub passed: bool,
+    /// Whether an operator promoted it.
+    pub promoted: bool,
+    /// The committed completion time (ms since the Unix epoch).
+    pub completed_ms: Option<i64>,
+    /// The committed soak end (ms since the Unix epoch).
+    pub soak_until_ms: Option<i64>,
+}
+
+/// A plan of the fleet product.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetPlan {
+    /// The plan id.
+    pub id: String,
+    /// The entity.
+    pub entity: String,
+    /// `install`, `version-change`, `rollback`, …
+    pub kind: String,
+    /// The target version, if any.
+    pub to_version: Option<String>,
+    /// `issued`, `running`, `succeeded`, `failed` or `cancelled`.
+    pub status: String,
+    /// The time of the entry that issued it (ms since the Unix epoch).
+    pub issued_ms: Option<i64>,
+    /// That entry's log index.
+    pub issued_index: Option<u64>,
 }
 
 /// One membership change as the runner made it.

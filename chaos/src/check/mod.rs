@@ -14,7 +14,9 @@
 //! - [`disk_faults_survived`]: a node under a disk fault kept serving or crash-stopped, and
 //!   served again;
 //! - [`membership_respected`]: a removed node is never again leader or followed, and the
-//!   healed members agree on the voters.
+//!   healed members agree on the voters;
+//! - [`fleet_waves`]: no plan of a later wave before an earlier wave's committed soak end, no
+//!   wave opened twice, every fleet release rolled out or halted with a cause.
 //!
 //! No I/O and no clock: the same history always gives the same report.
 
@@ -24,6 +26,7 @@ mod cluster;
 mod disks;
 mod durable;
 mod entry_times;
+mod fleet;
 mod history;
 mod jepsen;
 mod linear;
@@ -47,10 +50,11 @@ pub use durable::{
     SetViolation,
 };
 pub use entry_times::{entry_times_true, EntryTimeReport, EntryTimeViolation, ENTRY_TIME_BOUND_MS};
+pub use fleet::{fleet_waves, FleetReport, FleetViolation};
 pub use history::{
-    AckedWrite, AddOutcome, CanaryRun, DiskFault, DiskStrike, History, HubPlan, MemberSample,
-    MembershipChange, NodeDigest, OpKind, Outcome, RegisterOp, Rollout, SetAdd, TaskExecution,
-    TaskState,
+    AckedWrite, AddOutcome, CanaryRun, DiskFault, DiskStrike, FleetHistory, FleetPlan,
+    FleetRelease, FleetWave, History, HubPlan, MemberSample, MembershipChange, NodeDigest, OpKind,
+    Outcome, RegisterOp, Rollout, SetAdd, TaskExecution, TaskState,
 };
 pub use jepsen::{parse_jepsen_log, JepsenError};
 pub use linear::{
@@ -104,6 +108,9 @@ pub struct CheckReport {
     /// Membership changes: removed nodes never counted again.
     #[serde(default)]
     pub membership: MembershipReport,
+    /// Fleet waves: soak ends held, no wave opened twice, nothing stuck.
+    #[serde(default)]
+    pub fleet: FleetReport,
     /// Every violation as one human-readable line, prefixed by its checker.
     pub messages: Vec<String>,
 }
@@ -126,6 +133,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
     let disks = disk_faults_survived(&h.disk_strikes);
     let membership =
         membership_respected(&h.initial_members, &h.membership_changes, &h.member_samples);
+    let fleet = fleet_waves(&h.fleet);
 
     let mut messages = Vec::new();
     let mut add = |checker: &str, lines: Vec<String>| {
@@ -141,6 +149,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
     add("convergence", strings(&convergence.violations));
     add("disks", strings(&disks.violations));
     add("membership", strings(&membership.violations));
+    add("fleet", strings(&fleet.violations));
 
     let summary = Summary {
         operations: h.register_ops.len() + h.set_adds.len(),
@@ -159,7 +168,8 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
             && rollouts.ok
             && convergence.ok
             && disks.ok
-            && membership.ok,
+            && membership.ok
+            && fleet.ok,
         summary,
         linearizability,
         durability,
@@ -171,6 +181,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
         convergence,
         disks,
         membership,
+        fleet,
         messages,
     }
 }
@@ -330,6 +341,7 @@ mod tests {
             initial_members: Vec::new(),
             membership_changes: Vec::new(),
             member_samples: Vec::new(),
+            fleet: FleetHistory::default(),
         }
     }
 
@@ -440,6 +452,53 @@ mod tests {
         assert!(!rep.ok);
         assert!(
             !rep.linearizability.ok && !rep.durability.ok && !rep.convergence.ok && !rep.canary.ok
+        );
+        // A fleet plan of wave 2 issued before wave 1's soak end.
+        h.fleet = FleetHistory {
+            product: "p".into(),
+            releases: vec![FleetRelease {
+                version: "1.0.1".into(),
+                status_read: true,
+                halted: None,
+                waves: vec![
+                    FleetWave {
+                        name: "one".into(),
+                        entities: vec!["a".into()],
+                        done: 1,
+                        passed: true,
+                        promoted: false,
+                        completed_ms: Some(10),
+                        soak_until_ms: Some(4010),
+                    },
+                    FleetWave {
+                        name: "two".into(),
+                        entities: vec!["b".into()],
+                        done: 1,
+                        passed: true,
+                        promoted: false,
+                        completed_ms: Some(4100),
+                        soak_until_ms: Some(4100),
+                    },
+                ],
+            }],
+            plans: vec![FleetPlan {
+                id: "p-7-0".into(),
+                entity: "b".into(),
+                kind: "version-change".into(),
+                to_version: Some("1.0.1".into()),
+                status: "succeeded".into(),
+                issued_ms: Some(4000),
+                issued_index: Some(7),
+            }],
+            ..FleetHistory::default()
+        };
+        let rep = check_all(&h);
+        assert!(!rep.fleet.ok, "{rep}");
+        assert!(
+            rep.messages
+                .iter()
+                .any(|m| m.starts_with("fleet: plan p-7-0 of b to 1.0.1 (wave two)")),
+            "{rep}"
         );
         // The report itself serializes.
         let json = serde_json::to_string(&rep).expect("serialize");

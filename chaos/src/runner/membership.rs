@@ -86,12 +86,14 @@ pub async fn change(
     };
     let (added, removed, kept_running, what) = match shape(pick, members) {
         Shape::Add => {
+            wait_leader(cluster, None).await?;
             let p = place(cluster)?;
             let id = block_in_place(|| cluster.add_node(p))?;
             (Some(id), None, false, format!("node {id} added"))
         }
         Shape::Remove => {
-            block_in_place(|| cluster.remove_node(target, true))?;
+            wait_leader(cluster, None).await?;
+            remove_when_led(cluster, target, true).await?;
             (
                 None,
                 Some(target),
@@ -103,14 +105,8 @@ pub async fn change(
             block_in_place(|| cluster.kill(target))?;
             // Membership changes run on the leader: when the dead node led, the others
             // first elect another (an operator would wait for it too).
-            let deadline = Instant::now() + ELECTION_WAIT;
-            while cluster.leader().await.is_none_or(|l| l == target) {
-                if Instant::now() > deadline {
-                    bail!("no leader other than the dead node {target} within {ELECTION_WAIT:?}");
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            block_in_place(|| cluster.remove_node(target, false))?;
+            wait_leader(cluster, Some(target)).await?;
+            remove_when_led(cluster, target, false).await?;
             let p = place(cluster)?;
             let id = block_in_place(|| cluster.add_node(p))?;
             (
@@ -130,6 +126,40 @@ pub async fn change(
         },
         what,
     ))
+}
+
+/// Waits (at most [`ELECTION_WAIT`]) until the cluster has a leader other than `not`:
+/// membership changes run on the leader, and a fault just before (a whole-cluster restart, a
+/// paused leader) may have left the cluster electing one, as an operator would find it.
+async fn wait_leader(cluster: &Cluster, not: Option<u64>) -> anyhow::Result<()> {
+    let deadline = Instant::now() + ELECTION_WAIT;
+    while cluster.leader().await.is_none_or(|l| Some(l) == not) {
+        if Instant::now() > deadline {
+            match not {
+                Some(n) => bail!("no leader other than the dead node {n} within {ELECTION_WAIT:?}"),
+                None => bail!("no leader within {ELECTION_WAIT:?}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// What a node answers a membership change when it knows no leader: nothing was proposed.
+const NO_LEADER: &str = "no leader: try again once a leader is elected";
+
+/// Removes node `id`, again while the node `hubctl` reached knew no leader (under load a
+/// follower may not have heard from a leader the runner just saw), within [`ELECTION_WAIT`].
+async fn remove_when_led(cluster: &mut Cluster, id: u64, keep_running: bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + ELECTION_WAIT;
+    loop {
+        match block_in_place(|| cluster.remove_node(id, keep_running)) {
+            Err(e) if e.to_string().contains(NO_LEADER) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 #[cfg(test)]

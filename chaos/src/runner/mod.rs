@@ -677,6 +677,14 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         history.canary_runs = r.canary_runs;
         history.rollouts = r.rollouts;
         history.epoch_wall_ms = Some(epoch_wall_ms);
+        history.fleet = r.fleet;
+        // Faults that struck the leader, on the hub's clock (the true wall time): the fleet
+        // checker counts the soaks they fell in.
+        history.fleet.leader_faults_ms = injected
+            .iter()
+            .filter(|i| i.was_leader || i.scheduled.fault == Fault::RestartAll)
+            .map(|i| epoch_wall_ms + (i.at_ns / 1_000_000) as i64)
+            .collect();
         r.summary
     });
     std::fs::write(

@@ -21,6 +21,8 @@ pub enum Driver {
         failure_rate: f64,
         /// Seed of the failures.
         seed: u64,
+        /// How long each task takes (ms).
+        task_ms: u64,
     },
     /// Real services from release artifacts (`--driver process`).
     Process,
@@ -108,16 +110,16 @@ impl AgentProcess {
             args.push(a.into());
         }
         match driver {
-            Driver::Sim { failure_rate, seed } => {
-                for a in [
-                    "--driver",
-                    "sim",
-                    "--sim-task-ms",
-                    "40",
-                    "--sim-failure-rate",
-                ] {
+            Driver::Sim {
+                failure_rate,
+                seed,
+                task_ms,
+            } => {
+                for a in ["--driver", "sim", "--sim-task-ms"] {
                     args.push(a.into());
                 }
+                args.push(task_ms.to_string().into());
+                args.push("--sim-failure-rate".into());
                 args.push(failure_rate.to_string().into());
                 args.push("--sim-seed".into());
                 args.push(seed.to_string().into());

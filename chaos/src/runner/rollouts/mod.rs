@@ -21,6 +21,10 @@
 //! alternately healthy and answering half of its requests with 500 — each waited for until
 //! the canary promoted or rolled it back.
 //!
+//! With sim agents, the fleet workload ([`fleet`]) runs too: `com.example:chaos-fleet` in
+//! three environments of its own (one sim agent each), rolled out in two waves under a rollout
+//! policy, a new release every [`fleet::FLEET_RELEASE_EVERY`], some halted by the driver.
+//!
 //! Every hub call has a bounded timeout and fails over between nodes ([`hub::Hub`]); a write
 //! that gets no answer is retried with the same request id later, or given up, never fatal.
 //!
@@ -31,6 +35,7 @@
 
 mod agent_faults;
 mod agents;
+pub mod fleet;
 pub mod gather;
 mod hub;
 
@@ -44,7 +49,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::check::{CanaryRun, HubPlan, Rollout, TaskExecution};
+use crate::check::{CanaryRun, FleetHistory, HubPlan, Rollout, TaskExecution};
 pub use agent_faults::{AgentFault, AgentFaultCounts, AgentStrike};
 use agents::{AgentProcess, Driver};
 use hub::{CallError, Hub};
@@ -135,6 +140,12 @@ pub struct RolloutSummary {
     pub rollouts_terminal: usize,
     /// Agents killed and paused (`kill-agent`, `pause-agent`).
     pub agent_faults: AgentFaultCounts,
+    /// Fleet releases the hub acknowledged.
+    #[serde(default)]
+    pub fleet_releases: usize,
+    /// Of those, halted by the driver as an operator would.
+    #[serde(default)]
+    pub fleet_halted_by_operator: usize,
     /// What went wrong on the way without failing the run (timeouts, unreadable files).
     pub notes: Vec<String>,
 }
@@ -151,6 +162,8 @@ pub struct RolloutHistory {
     pub canary_runs: Vec<CanaryRun>,
     /// Releases, module change requests and canary revisions.
     pub rollouts: Vec<Rollout>,
+    /// The fleet workload's releases and plans (the runner adds the leader faults).
+    pub fleet: FleetHistory,
     /// Counts.
     pub summary: RolloutSummary,
 }
@@ -175,6 +188,8 @@ struct Progress {
     revisions: Vec<Revision>,
     committed: BTreeMap<u64, u8>,
     agent_faults: AgentFaultCounts,
+    fleet_releases: Vec<String>,
+    fleet_halts: Vec<String>,
     notes: Vec<String>,
 }
 
@@ -369,8 +384,32 @@ impl Rollouts {
                 &Driver::Sim {
                     failure_rate: SIM_FAILURE_RATE,
                     seed: cfg.seed.wrapping_add(k as u64),
+                    task_ms: 40,
                 },
             )?);
+        }
+        if let Some(host) = cfg.sim_agents.first() {
+            fleet::setup(&hub, &this.progress).await?;
+            for k in 0..fleet::FLEET_ENVS {
+                this.agents.push(AgentProcess::start(
+                    &cfg.bin_dir,
+                    &AgentHost {
+                        name: format!("fleet-{k}"),
+                        prefix: host.prefix.clone(),
+                    },
+                    &fleet::fleet_env(k),
+                    &cfg.agent_endpoints,
+                    &cfg.dir,
+                    // No scripted failures: a failed plan would halt its release for good,
+                    // and one whose rollback failed too would hold every later release in
+                    // its wave (SPEC C10). Halts come from the driver instead.
+                    &Driver::Sim {
+                        failure_rate: 0.0,
+                        seed: cfg.seed.wrapping_add(1000 + k as u64),
+                        task_ms: fleet::FLEET_TASK_MS,
+                    },
+                )?);
+            }
         }
 
         if cfg.process_agent {
@@ -508,6 +547,8 @@ impl Rollouts {
             }
         };
 
+        let fleet = self.fleet(&hub, deadline).await?;
+
         // The canary: the committed steps, and the agent's applied log caught up with them.
         let canary_runs = if self.cfg.process_agent {
             vec![self.canary_run(&hub, deadline).await]
@@ -518,6 +559,9 @@ impl Rollouts {
         let mut envs: Vec<String> = (0..self.cfg.sim_agents.len()).map(sim_env).collect();
         if self.cfg.process_agent {
             envs.push(CANARY_ENV.to_string());
+        }
+        if !self.cfg.sim_agents.is_empty() {
+            envs.extend((0..fleet::FLEET_ENVS).map(fleet::fleet_env));
         }
         let hub_plans = hub_plans(&hub, &envs).await?;
 
@@ -574,6 +618,8 @@ impl Rollouts {
             rollouts: rollouts.len(),
             rollouts_terminal: rollouts.iter().filter(|r| r.terminal).count(),
             agent_faults: progress.agent_faults.clone(),
+            fleet_releases: progress.fleet_releases.len(),
+            fleet_halted_by_operator: progress.fleet_halts.len(),
             notes: progress.notes.clone(),
         };
         drop(progress);
@@ -582,7 +628,46 @@ impl Rollouts {
             hub_plans,
             canary_runs,
             rollouts,
+            fleet,
             summary,
+        })
+    }
+
+    /// The fleet's releases once every one is settled (halted or rolled out through every
+    /// wave) or `deadline` passed, and the fleet product's plans.
+    async fn fleet(&self, hub: &Hub, deadline: Instant) -> anyhow::Result<FleetHistory> {
+        if self.cfg.sim_agents.is_empty() {
+            return Ok(FleetHistory::default());
+        }
+        let versions = lock(&self.progress).fleet_releases.clone();
+        let releases = loop {
+            let releases = fleet::releases(hub, &versions).await;
+            let open: Vec<String> = releases
+                .iter()
+                .filter(|r| !fleet::settled(r))
+                .map(|r| r.version.clone())
+                .collect();
+            if open.is_empty() {
+                break releases;
+            }
+            if Instant::now() >= deadline {
+                lock(&self.progress).notes.push(format!(
+                    "fleet releases not settled after {FINISH_TIMEOUT:?}: {}",
+                    open.join(", ")
+                ));
+                break releases;
+            }
+            tokio::time::sleep(POLL).await;
+        };
+        let plans = fleet::plans(hub, SETUP_TIMEOUT)
+            .await
+            .map_err(|e| anyhow::anyhow!("fleet plans: {e}"))?;
+        Ok(FleetHistory {
+            product: fleet::FLEET_PRODUCT.to_string(),
+            releases,
+            plans,
+            leader_faults_ms: Vec::new(),
+            operator_halts: lock(&self.progress).fleet_halts.clone(),
         })
     }
 
@@ -808,7 +893,9 @@ async fn drive(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, sim_envs: usiz
     let mut generation = 1usize;
     let mut next_release = Instant::now() + RELEASE_EVERY;
     let mut next_module = Instant::now() + MODULE_EVERY;
+    let mut fleet_driver = fleet::FleetDriver::default();
     while !stop.load(Ordering::Relaxed) {
+        fleet_driver.step(&hub, &progress).await;
         let now = Instant::now();
         if now >= next_release {
             let version = format!("1.0.{release}");
