@@ -692,6 +692,77 @@ fn bad_policies_are_refused_naming_the_field_path() {
         reason.contains("rollout policy of com.example:api"),
         "{reason}"
     );
+    // A soak given is at least one second.
+    let (field, reason) = field_and_reason(hub.err(Command::ApplyRolloutPolicy {
+        yaml: TWO_WAVES.replace("soak: 30m", "soak: 500ms"),
+    }));
+    assert_eq!(field, "rollout-policy");
+    assert!(
+        reason.contains("waves[0].soak: \"500ms\" is under one second"),
+        "{reason}"
+    );
+    // A label selector matching no environment.
+    let (field, reason) = field_and_reason(hub.err(Command::ApplyRolloutPolicy {
+        yaml: TWO_WAVES.replace("{tier: prod}", "{tier: qa}"),
+    }));
+    assert_eq!(
+        (field.as_str(), reason.as_str()),
+        (
+            "waves[1].selector",
+            "selects no environment: none carries tier=qa"
+        )
+    );
+    // An environment in two waves: named in one, labelled for the other...
+    let (field, reason) = field_and_reason(hub.err(Command::ApplyRolloutPolicy {
+        yaml: TWO_WAVES.replace("[eu-1]", "[eu-1, prod-1]"),
+    }));
+    assert_eq!(field, "waves[1].selector");
+    assert!(
+        reason.starts_with("selects environment prod-1, which waves[0] (`eu-canary`) selects too"),
+        "{reason}"
+    );
+    // ...or named in both (the parser's check).
+    let (field, reason) = field_and_reason(hub.err(Command::ApplyRolloutPolicy {
+        yaml: TWO_WAVES.replace("{labels: {tier: prod}}", "{environments: [eu-1]}"),
+    }));
+    assert_eq!(field, "rollout-policy");
+    assert!(
+        reason.contains("waves[1].selector.environments: eu-1 is already in waves[0]"),
+        "{reason}"
+    );
+    // A label change that would put an applied policy's environment in two waves (eu-1 is
+    // named by wave 1; tier=prod selects for wave 2).
+    let (field, reason) = field_and_reason(hub.err(Command::SetEnvironmentLabels {
+        environment: "eu-1".into(),
+        labels: BTreeMap::from([("tier".to_string(), Some("prod".to_string()))]),
+    }));
+    assert_eq!(
+        (field.as_str(), reason.as_str()),
+        (
+            "labels",
+            "eu-1 would be in waves `eu-canary`, `prod` of the rollout policy of \
+             com.example:api: an environment belongs to one wave of a policy"
+        )
+    );
+    // A grouped product without an entity in some wave: db runs in eu-1 only.
+    hub.product(DB);
+    hub.publish(DB, "1.0.0", &[]);
+    let id = hub.helm("eu-1", "db", DB);
+    hub.installed(&id, "1.0.0");
+    let (field, reason) = field_and_reason(hub.err(Command::ApplyRolloutPolicy {
+        yaml: TWO_WAVES.replace(
+            "product: com.example:api",
+            "product: com.example:api\nproducts: [com.example:db]",
+        ),
+    }));
+    assert_eq!(
+        (field.as_str(), reason.as_str()),
+        (
+            "products[0]",
+            "com.example:db has no entity in wave `prod` (waves[1]): every product of a \
+             group needs one in every wave"
+        )
+    );
     // The same document again changes nothing; a new one replaces the policy.
     let applied = hub.apply(Command::ApplyRolloutPolicy {
         yaml: TWO_WAVES.into(),

@@ -100,6 +100,22 @@ fn a_release_rolls_through_waves_with_a_soak_and_a_failure_in_a_later_wave_halts
     let out = c.hubctl(&["rollout-policy", "apply", "-f", bad.to_str().unwrap()]);
     assert!(!out.success(), "{}", out.describe());
     assert!(out.describe().contains("waves[0]"), "{}", out.describe());
+    // So is one whose label selector matches no environment (a check against the state).
+    std::fs::write(
+        &bad,
+        format!(
+            "product: {PRODUCT}\nwaves:\n- name: w\n  selector: {{labels: {{tier: nowhere}}}}\n"
+        ),
+    )
+    .unwrap();
+    let out = c.hubctl(&["rollout-policy", "apply", "-f", bad.to_str().unwrap()]);
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        out.describe()
+            .contains("waves[0].selector: selects no environment: none carries tier=nowhere"),
+        "{}",
+        out.describe()
+    );
     c.hubctl(&["rollout-policy", "get", "-o", "json"])
         .expect_ok("get")
         .json()

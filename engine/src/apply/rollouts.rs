@@ -16,7 +16,9 @@ use crate::plan::{PlanKind, PlanStatus};
 use crate::product::Recall;
 use crate::record::RecordKey;
 use crate::rollout::{HaltCause, Promotion, Rollout, RolloutHalt, WaveProgress};
-use crate::rollout_policy::{parse_rollout_policy, OnFailure, RolloutPolicy};
+use crate::rollout_policy::{
+    parse_rollout_policy, OnFailure, RolloutPolicy, RolloutPolicySpec, Wave,
+};
 use crate::state::{State, Trigger};
 
 use super::{changed, check_text, not_found, parse_version, Tx};
@@ -72,6 +74,27 @@ impl State {
                     next.len()
                 ),
             ));
+        }
+        // An environment belongs to one wave of a policy: a change that would put it in two
+        // is refused (one that leaves a wave empty is not: that wave is passed over).
+        for policy in self.rollout_policies.values() {
+            let waves: Vec<&str> = policy
+                .waves
+                .iter()
+                .filter(|w| w.selector.selects(environment, &next))
+                .map(|w| w.name.as_str())
+                .collect();
+            if waves.len() > 1 {
+                return Err(CommandError::invalid(
+                    "labels",
+                    format!(
+                        "{environment} would be in waves `{}` of the rollout policy of {}: an \
+                         environment belongs to one wave of a policy",
+                        waves.join("`, `"),
+                        policy.product
+                    ),
+                ));
+            }
         }
         let text = labels_text(&next);
         if next == *self.environment_labels(environment) {
@@ -153,6 +176,10 @@ impl State {
                 ));
             }
         }
+        self.check_wave_selection(&spec.waves)?;
+        if !spec.products.is_empty() {
+            self.check_group_entities(&spec)?;
+        }
         let old = self.rollout_policies.get(&spec.product).cloned();
         if old.as_ref().is_some_and(|o| o.yaml == yaml) {
             return Ok(changed(
@@ -183,6 +210,81 @@ impl State {
         self.rollout_policies.put(policy, &mut tx.changed);
         self.trigger_group(&product, tx);
         Ok(changed(product, summary))
+    }
+
+    /// Every wave selects at least one environment, and no environment is selected by two
+    /// waves (named ones were checked by the parser; here labels are matched as they are now).
+    fn check_wave_selection(&self, waves: &[Wave]) -> Result<(), CommandError> {
+        let mut selected = vec![false; waves.len()];
+        for name in self.environments.keys() {
+            let labels = self.environment_labels(name);
+            let mut first: Option<usize> = None;
+            for (i, wave) in waves.iter().enumerate() {
+                if !wave.selector.selects(name, labels) {
+                    continue;
+                }
+                if let Some(f) = first {
+                    return Err(CommandError::invalid(
+                        &format!("waves[{i}].selector"),
+                        format!(
+                            "selects environment {name}, which waves[{f}] (`{}`) selects too: \
+                             an environment belongs to one wave of a policy",
+                            waves[f].name
+                        ),
+                    ));
+                }
+                first = Some(i);
+                selected[i] = true;
+            }
+        }
+        if let Some(i) = selected.iter().position(|s| !s) {
+            return Err(CommandError::invalid(
+                &format!("waves[{i}].selector"),
+                format!(
+                    "selects no environment: none carries {}",
+                    labels_text(&waves[i].selector.labels)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A grouped policy: every product of the group has an entity (not being uninstalled) in
+    /// every wave, or the group could not move together there.
+    fn check_group_entities(&self, spec: &RolloutPolicySpec) -> Result<(), CommandError> {
+        let group = spec
+            .products
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("products[{i}]"), p))
+            .chain(std::iter::once(("product".to_string(), &spec.product)));
+        for (path, product) in group {
+            let mut has_entity = vec![false; spec.waves.len()];
+            for e in self.entities_of_product_everywhere(product) {
+                if e.marked_for_uninstall {
+                    continue;
+                }
+                let labels = self.environment_labels(&e.environment);
+                if let Some(i) = spec
+                    .waves
+                    .iter()
+                    .position(|w| w.selector.selects(&e.environment, labels))
+                {
+                    has_entity[i] = true;
+                }
+            }
+            if let Some(i) = has_entity.iter().position(|h| !h) {
+                return Err(CommandError::invalid(
+                    &path,
+                    format!(
+                        "{product} has no entity in wave `{}` (waves[{i}]): every product of \
+                         a group needs one in every wave",
+                        spec.waves[i].name
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// `DeleteRolloutPolicy`: the policy and its rollouts' progress go; its products roll

@@ -9,8 +9,9 @@
 //! Rules (`docs/FLEET.md` has the long form):
 //! - An entity belongs to the rollout of version `V` when its product is in the policy's
 //!   group, that product has a release `V` in the entity's channel, and it is not marked for
-//!   uninstallation. Its wave is the first whose selector selects its environment; an entity
-//!   in no wave comes after the last wave.
+//!   uninstallation. Its wave is the one whose selector selects its environment (the
+//!   first, for a policy from before the one-wave check); an entity in no wave comes after
+//!   the last wave.
 //! - An entity is done with `V` when it reports `V` or newer, healthy, and its canary (if it
 //!   has one) is `Succeeded`.
 //! - A wave has passed when it was promoted, or its committed soak end is at or before now.

@@ -20,7 +20,7 @@ mod raw;
 
 pub use parse::{
     parse_rollout_policy, RolloutPolicySpec, MAX_GROUP_PRODUCTS, MAX_POLICY_BYTES, MAX_SOAK_MS,
-    MAX_WAVES,
+    MAX_WAVES, MIN_SOAK_MS,
 };
 
 /// What a failure in a wave does to the release's rollout.
@@ -112,8 +112,10 @@ impl RolloutPolicy {
         self.group().position(|p| p == product)
     }
 
-    /// The wave (index) that takes environment `name` with `labels`: the first whose
-    /// selector selects it. `None`: no wave does (its entities come after the last wave).
+    /// The wave (index) that takes environment `name` with `labels`: the one whose selector
+    /// selects it (apply and label changes keep it to one; a policy from before that check
+    /// may select twice, and then the first wave takes it). `None`: no wave does (its
+    /// entities come after the last wave).
     pub fn wave_of(&self, name: &str, labels: &BTreeMap<String, String>) -> Option<usize> {
         self.waves
             .iter()

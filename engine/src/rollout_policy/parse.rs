@@ -1,7 +1,8 @@
 //! Parsing and validating a rollout policy document: every problem is reported with its YAML
 //! path (`waves[1].selector.labels.tier`), as for canary resources and module definitions.
-//! What needs the state (the products exist, the environments exist, no product is in two
-//! policies) is checked on apply, with the same paths.
+//! What needs the state (the products exist, the environments exist, every wave selects
+//! one and no environment is in two waves, a grouped product has an entity in every wave, no
+//! product is in two policies) is checked on apply, with the same paths.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,6 +26,8 @@ pub const MAX_GROUP_PRODUCTS: usize = 8;
 pub const MAX_SELECTOR_ENVIRONMENTS: usize = 256;
 /// Longest soak: 30 days.
 pub const MAX_SOAK_MS: TimestampMs = 30 * 24 * 3_600_000;
+/// Shortest soak given: one second (a wave without soak leaves `soak` out).
+pub const MIN_SOAK_MS: TimestampMs = 1_000;
 
 /// A validated policy document (what the state adds to it is in [`super::RolloutPolicy`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +174,8 @@ impl Validator {
             return None;
         }
         let mut names = BTreeSet::new();
+        // Environments named so far, with the wave (index) that names them.
+        let mut named: BTreeMap<String, usize> = BTreeMap::new();
         let mut out = Vec::new();
         let mut ok = true;
         for (i, w) in raw.into_iter().enumerate() {
@@ -183,6 +188,18 @@ impl Validator {
                             format!("wave {:?} is named twice", wave.name),
                         );
                         ok = false;
+                    }
+                    for env in &wave.selector.environments {
+                        if let Some(first) = named.insert(env.clone(), i) {
+                            self.err(
+                                format!("{path}.selector.environments"),
+                                format!(
+                                    "{env} is already in waves[{first}]: an environment belongs \
+                                     to one wave of a policy"
+                                ),
+                            );
+                            ok = false;
+                        }
                     }
                     out.push(wave);
                 }
@@ -218,6 +235,13 @@ impl Validator {
             Some(text) => match parse_duration(text) {
                 Ok(ms) if ms > MAX_SOAK_MS => {
                     self.err(format!("{path}.soak"), "at most 30 days (720h)");
+                    None
+                }
+                Ok(ms) if ms < MIN_SOAK_MS => {
+                    self.err(
+                        format!("{path}.soak"),
+                        format!("{text:?} is under one second: leave `soak` out for no soak"),
+                    );
                     None
                 }
                 Ok(ms) => Some(ms),
@@ -412,6 +436,29 @@ waves:
             paths("product: com.example:api\nwaves:\n  - {name: a, selector: {environments: [e]}}\n  - {name: a, selector: {environments: [f]}}\n"),
             ["waves[1].name"]
         );
+        // A soak given is at least one second; 0 and 999ms are refused, 1s is not.
+        for soak in ["0s", "999ms"] {
+            let yaml = format!("product: com.example:api\nwaves:\n  - {{name: a, selector: {{environments: [e]}}, soak: {soak}}}\n");
+            assert_eq!(paths(&yaml), ["waves[0].soak"], "soak {soak}");
+        }
+        let errors = parse_rollout_policy(
+            "product: com.example:api\nwaves:\n  - {name: a, selector: {environments: [e]}, soak: 500ms}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            errors.contains("waves[0].soak: \"500ms\" is under one second"),
+            "{errors}"
+        );
+        assert!(parse_rollout_policy(
+            "product: com.example:api\nwaves:\n  - {name: a, selector: {environments: [e]}, soak: 1s}\n"
+        )
+        .is_ok());
+        // An environment named by two waves.
+        let yaml = "product: com.example:api\nwaves:\n  - {name: a, selector: {environments: [e, f]}}\n  - {name: b, selector: {environments: [g]}}\n  - {name: c, selector: {environments: [f]}}\n";
+        assert_eq!(paths(yaml), ["waves[2].selector.environments"]);
+        let errors = parse_rollout_policy(yaml).unwrap_err().to_string();
+        assert!(errors.contains("f is already in waves[0]"), "{errors}");
         assert_eq!(
             paths("product: com.example:api\nwaves:\n  - {selector: {environments: [e]}}\n"),
             ["waves[0].name"]
