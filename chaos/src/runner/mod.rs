@@ -311,10 +311,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     } else {
         None
     };
+    // Snapshots and log compaction every 10,000 entries (the default is 100,000): a run of a
+    // few minutes then builds, installs and compacts through its faults too.
     let node_args = if backend == Some(NetMode::Transport) || needs_layer.is_some() {
-        "--chaos-faults"
+        "--chaos-faults --snapshot-logs 10000 --keep-logs 1000"
     } else {
-        ""
+        "--snapshot-logs 10000 --keep-logs 1000"
     };
     let mut cluster = tokio::task::block_in_place(|| {
         Cluster::start(&hub_dir, cfg.nodes, &hubctl, namespaces.as_ref(), node_args)
