@@ -543,12 +543,30 @@ async fn wait_ready(
         // The dev admin becomes the cluster's first admin (plaintext clusters have no roles).
         if let Some(me) = connector.identity() {
             let command = super::roles::bootstrap_admin(&me);
-            c.submit(SubmitRequest {
-                command_json: serde_json::to_string(&command)?,
-                request_id: "dev-up-bootstrap-admin".into(),
-            })
-            .await
-            .with_context(|| format!("bind {me} admin"))?;
+            let command_json = serde_json::to_string(&command)?;
+            // A leader elected a moment ago may not have its lease yet (UNAVAILABLE: "cut
+            // off", or no leader after all): retried until the deadline. The request id makes
+            // a retry of a write that did commit return its first result.
+            loop {
+                let reply = c
+                    .submit(SubmitRequest {
+                        command_json: command_json.clone(),
+                        request_id: "dev-up-bootstrap-admin".into(),
+                    })
+                    .await;
+                match reply {
+                    Ok(_) => break,
+                    Err(status)
+                        if status.code() == tonic::Code::Unavailable
+                            && Instant::now() < deadline =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(status) => {
+                        return Err(status).with_context(|| format!("bind {me} admin"));
+                    }
+                }
+            }
         }
     }
     Ok(leader)
