@@ -7,6 +7,7 @@
 //! - [`compare`]: `hub-bench compare-etcd`, the hub and etcd 3.4 side by side in one run.
 //! - [`rolling_restart`]: `hub-bench rolling-restart`, the longest write stall while every node
 //!   is restarted in turn.
+//! - [`sim_agents`]: many real agents with the `sim` driver in one process, for `hub-bench`.
 //! - [`stats`]: latency percentiles for `hub-bench`, the load generator (concurrent writers,
 //!   leader-kill failover timing, agents at scale).
 
@@ -14,4 +15,5 @@ pub mod check;
 pub mod compare;
 pub mod rolling_restart;
 pub mod runner;
+pub mod sim_agents;
 pub mod stats;

@@ -7,6 +7,8 @@
 //!   and memory, and the time from a plan's commit to its delivery
 //! - `hub-bench decide --cluster DIR --entities 1000 --rounds 50`: how fast a trigger becomes
 //!   an issued plan (SPEC P2, P11: event-driven, not polled)
+//! - `hub-bench trigger --cluster DIR --idle-agents 1000 --rounds 100`: from a release's commit
+//!   to the plan at a long-polling agent, with 1,000 more agents connected and idle
 //!
 //! - `hub-bench compare-etcd`: a 3-node hub and a 3-member etcd 3.4 side by side in one run
 //!   (writes at 1, 16, 64 and 256 clients with and without TLS, alternating; leader-kill
@@ -124,6 +126,19 @@ enum Cmd {
         /// Rolling restarts, one after the other (each on a fresh cluster).
         #[arg(long, default_value_t = 3)]
         runs: usize,
+    },
+    /// Time from a release's commit to the plan at a long-polling agent, with `idle-agents`
+    /// more agents connected and idle.
+    Trigger {
+        /// `hubctl dev up` directory.
+        #[arg(long)]
+        cluster: PathBuf,
+        /// Agents connected with nothing to do.
+        #[arg(long, default_value_t = 1000)]
+        idle_agents: usize,
+        /// Releases, one after the other.
+        #[arg(long, default_value_t = 100)]
+        rounds: usize,
     },
     /// Time from a trigger's commit to the issued plan: a new entity (one decision) `rounds`
     /// times, then a release published to `entities` waiting entities (fan-out).
@@ -516,6 +531,134 @@ async fn decide(dir: &Path, entities: usize, rounds: usize) -> anyhow::Result<()
     Ok(())
 }
 
+/// Creates `product` and, 16 writers at a time on the leader at `addr`, one environment per
+/// name of `envs` holding one entity of it (what one simulated agent serves).
+async fn create_agent_environments(
+    addr: &str,
+    product: &str,
+    envs: &[String],
+) -> anyhow::Result<()> {
+    let mut c = connect(addr).await?;
+    submit(
+        &mut c,
+        serde_json::json!({"CreateProduct": {"product_id": product, "description": ""}}),
+    )
+    .await?;
+    futures::stream::iter(envs.to_vec())
+        .map(|env| async move {
+            let mut c = connect(addr).await?;
+            submit(
+                &mut c,
+                serde_json::json!({"CreateEnvironment": {"name": env, "description": ""}}),
+            )
+            .await?;
+            let mut e = entity(&env, "svc");
+            e["CreateEntity"]["product_id"] = serde_json::json!(product);
+            submit(&mut c, e).await
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<anyhow::Result<()>>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<Vec<()>>>()?;
+    Ok(())
+}
+
+/// Issue 18's trigger-to-plan time: `idle` agents long-poll with nothing to do while one more
+/// agent's product gets a new release `rounds` times; each round is timed from sending the
+/// release (so its own commit is included) to that agent holding the plan, and the next
+/// round starts once the plan succeeded.
+async fn trigger_bench(dir: &Path, idle: usize, rounds: usize) -> anyhow::Result<()> {
+    use hub_agent::metrics::Metrics;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    let cluster = read_cluster(dir)?;
+    let Some(l) = leader(&cluster, None).await else {
+        bail!("no leader");
+    };
+    let endpoints: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
+    let run = next_name("trig");
+    let idle_envs: Vec<String> = (0..idle).map(|i| format!("{run}-idle-{i}")).collect();
+    let hot_env = vec![format!("{run}-hot")];
+    let product = format!("com.bench:{run}");
+    create_agent_environments(&l.addr, &format!("{product}-idle"), &idle_envs).await?;
+    create_agent_environments(&l.addr, &product, &hot_env).await?;
+    // The agent's defaults: a fetch waits up to 10 s for a change, state compared each second.
+    let settings = hub_chaos::sim_agents::SimSettings {
+        poll_wait: Duration::from_secs(10),
+        state_interval: Duration::from_secs(1),
+    };
+    let idle_metrics = Arc::new(Metrics::default());
+    let _idle =
+        hub_chaos::sim_agents::spawn(dir, &endpoints, &idle_envs, &settings, &idle_metrics)?;
+    let hot = Arc::new(Metrics::default());
+    let _hot = hub_chaos::sim_agents::spawn(dir, &endpoints, &hot_env, &settings, &hot)?;
+    // An agent's first fetch returns at once (it knows no fingerprint yet); the one it sends
+    // after that success is the long poll. So every agent is connected and waiting once the
+    // fetches sent, less the failed ones, reach two per agent.
+    let connected = Instant::now();
+    let waiting = |m: &Metrics| m.fetches.load(Relaxed) - m.fetch_errors.load(Relaxed);
+    while waiting(&idle_metrics) < 2 * idle as u64 || waiting(&hot) < 2 {
+        if connected.elapsed() > Duration::from_secs(120) {
+            bail!(
+                "idle agents not all long-polling within 120 s: {} fetches, {} failed",
+                idle_metrics.fetches.load(Relaxed),
+                idle_metrics.fetch_errors.load(Relaxed)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "{idle} idle agents long-polling after {:?} ({} failed fetches)",
+        connected.elapsed(),
+        idle_metrics.fetch_errors.load(Relaxed)
+    );
+    let mut c = connect(&l.addr).await?;
+    let mut committed = Latencies::default();
+    let mut delivered = Latencies::default();
+    for round in 1..=rounds {
+        let before = hot.delivery.samples().len();
+        let manifest = format!(
+            "product-group: com.bench\nproduct-name: {run}\nproduct-version: 1.{round}.0\n"
+        );
+        let started = Instant::now();
+        submit(
+            &mut c,
+            serde_json::json!({"PublishRelease": {"manifest": manifest}}),
+        )
+        .await?;
+        committed.push(started.elapsed());
+        // Polled every half millisecond: the figure is at most that late.
+        while hot.delivery.samples().len() == before {
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!("round {round}: no plan at the agent after 30 s");
+            }
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+        delivered.push(started.elapsed());
+        while hot.plans_succeeded.load(Relaxed) < round as u64 {
+            if started.elapsed() > Duration::from_secs(60) {
+                bail!("round {round}: the plan did not succeed within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let failed = idle_metrics.fetch_errors.load(Relaxed) + hot.fetch_errors.load(Relaxed);
+    eprintln!("failed fetches over the run: {failed}");
+    let ms = |l: &Latencies, p: f64| l.percentile(p).as_secs_f64() * 1e3;
+    println!("| idle agents | rounds | release commit p50 / p99 (ms) | release → plan at agent p50 (ms) | p99 (ms) | max (ms) |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {idle} | {rounds} | {:.1} / {:.1} | {:.1} | {:.1} | {:.1} |",
+        ms(&committed, 50.0),
+        ms(&committed, 99.0),
+        ms(&delivered, 50.0),
+        ms(&delivered, 99.0),
+        ms(&delivered, 100.0),
+    );
+    Ok(())
+}
+
 /// CPU seconds (user + system) and resident memory (KiB) of a process.
 fn proc_usage(pid: u32) -> Option<(f64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -541,10 +684,6 @@ async fn agents_bench(
     seconds: u64,
     release_every: u64,
 ) -> anyhow::Result<()> {
-    use hub_agent::driver::sim::{SimConfig, SimDriver};
-    use hub_agent::executor::{Agent, AgentConfig};
-    use hub_agent::hub::HubConnection;
-    use hub_agent::journal::JournalFile;
     use hub_agent::metrics::Metrics;
 
     let cluster = read_cluster(dir)?;
@@ -555,91 +694,24 @@ async fn agents_bench(
     let run = next_name("sim");
     let product = format!("com.bench:{run}");
     let mut c = connect(&l.addr).await?;
-    submit(
-        &mut c,
-        serde_json::json!({"CreateProduct": {"product_id": product, "description": ""}}),
-    )
-    .await?;
-    // Environments and entities, 16 writers at a time.
     let setup = Instant::now();
     let envs: Vec<String> = (0..n).map(|i| format!("{run}-{i}")).collect();
-    futures::stream::iter(envs.clone())
-        .map(|env| {
-            let addr = l.addr.clone();
-            let product = product.clone();
-            async move {
-                let mut c = connect(&addr).await?;
-                submit(
-                    &mut c,
-                    serde_json::json!({"CreateEnvironment": {"name": env, "description": ""}}),
-                )
-                .await?;
-                let mut e = entity(&env, "svc");
-                e["CreateEntity"]["product_id"] = serde_json::json!(product);
-                submit(&mut c, e).await
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<anyhow::Result<()>>>()
-        .await
-        .into_iter()
-        .collect::<anyhow::Result<Vec<()>>>()?;
+    create_agent_environments(&l.addr, &product, &envs).await?;
     eprintln!(
         "setup: {n} environments and entities in {:?}",
         setup.elapsed()
     );
     let metrics = Arc::new(Metrics::default());
-    // Each simulated agent's journal is fsynced on every step; on a real deployment every
-    // agent has its own disk, here a thousand share one, so the journals live in tmpfs.
-    let tmp = if Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm")?
-    } else {
-        tempfile::tempdir()?
-    };
-    for (i, env) in envs.iter().enumerate() {
-        let journal = JournalFile::open(&tmp.path().join(i.to_string()), env)?;
-        let mut eps = endpoints.clone();
-        let shift = i % eps.len().max(1);
-        eps.rotate_left(shift);
-        // Each simulated agent speaks as its own environment's agent.
-        let (dir, _) = HUB.get().context("no cluster")?;
-        let file = hub_node::cli::read_cluster_file(dir)?;
-        let mode = if file.insecure {
-            hub_tls::client::ClientMode::Plaintext
-        } else {
-            let files =
-                hub_node::cli::dev::dev_issue(dir, &hub_tls::Identity::Agent(env.clone()), &[])?;
-            hub_tls::client::ClientMode::Tls(Arc::new(hub_tls::client::ClientTls::load(
-                files,
-                None,
-                std::time::SystemTime::now(),
-            )?))
-        };
-        let hub = Arc::new(HubConnection::new(
-            eps,
-            metrics.clone(),
-            hub_tls::client::Connector::new(mode, Duration::from_millis(500)),
-        ));
-        let driver = Arc::new(SimDriver::new(SimConfig {
-            task_latency: Duration::from_millis(1),
-            failure_rate: 0.0,
-            seed: 1,
-        }));
-        let agent = Agent::new(
-            AgentConfig {
-                environment: env.clone(),
-                poll_wait: Duration::from_secs(1),
-                state_interval: Duration::from_secs(1),
-                state_refresh: Duration::from_secs(30),
-                parallel_plans: 1,
-            },
-            hub,
-            driver,
-            journal,
-            metrics.clone(),
-        );
-        tokio::spawn(agent.run());
-    }
+    let _agents = hub_chaos::sim_agents::spawn(
+        dir,
+        &endpoints,
+        &envs,
+        &hub_chaos::sim_agents::SimSettings {
+            poll_wait: Duration::from_secs(1),
+            state_interval: Duration::from_secs(1),
+        },
+        &metrics,
+    )?;
     let before: Vec<(f64, u64)> = cluster
         .nodes
         .iter()
@@ -741,6 +813,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Writes { cluster, .. }
         | Cmd::Failover { cluster, .. }
         | Cmd::Decide { cluster, .. }
+        | Cmd::Trigger { cluster, .. }
         | Cmd::Agents { cluster, .. } => use_cluster(cluster)?,
         Cmd::CompareEtcd { .. } | Cmd::RollingRestart { .. } => {}
     }
@@ -756,6 +829,16 @@ async fn main() -> anyhow::Result<()> {
             entities,
             rounds,
         } => decide(&cluster, entities, rounds).await,
+        Cmd::Trigger {
+            cluster,
+            idle_agents,
+            rounds,
+        } => {
+            if rounds == 0 {
+                bail!("--rounds: at least 1");
+            }
+            trigger_bench(&cluster, idle_agents, rounds).await
+        }
         Cmd::Agents {
             cluster,
             agents,
