@@ -613,6 +613,7 @@ async fn trigger_bench(dir: &Path, idle: usize, rounds: usize) -> anyhow::Result
         connected.elapsed(),
         idle_metrics.fetch_errors.load(Relaxed)
     );
+    let waiting_since = Instant::now();
     let mut c = connect(&l.addr).await?;
     let mut committed = Latencies::default();
     let mut delivered = Latencies::default();
@@ -635,7 +636,15 @@ async fn trigger_bench(dir: &Path, idle: usize, rounds: usize) -> anyhow::Result
             }
             tokio::time::sleep(Duration::from_micros(500)).await;
         }
-        delivered.push(started.elapsed());
+        let took = started.elapsed();
+        delivered.push(took);
+        if took > Duration::from_millis(50) {
+            eprintln!(
+                "round {round}: {:.1} ms, {:.1} s after the idle agents were all waiting",
+                took.as_secs_f64() * 1e3,
+                waiting_since.elapsed().as_secs_f64()
+            );
+        }
         while hot.plans_succeeded.load(Relaxed) < round as u64 {
             if started.elapsed() > Duration::from_secs(60) {
                 bail!("round {round}: the plan did not succeed within 60 s");
