@@ -14,7 +14,7 @@ use rocksdb::{WriteBatch, WriteOptions};
 use crate::codec::{self, Limit};
 use crate::error::{io_err, StoreError};
 use crate::snapshot::{self, SnapshotFile};
-use crate::store::{Store, CF_SM, CF_SM_META};
+use crate::store::Store;
 use crate::types::{
     LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
@@ -153,15 +153,9 @@ impl StateMachine {
     /// Loads the persisted state (every record, last applied, membership) and the snapshot
     /// metadata.
     pub(crate) fn open(store: Store) -> Result<Self, StoreError> {
-        let rocks = |cause| StoreError::Rocks {
-            path: store.dir.clone(),
-            cause,
-        };
+        let rocks = |cause| store.rocks_error(cause);
         let db = &store.db;
-        let cf_sm = db.cf_handle(CF_SM).expect("column family created at open");
-        let cf_meta = db
-            .cf_handle(CF_SM_META)
-            .expect("column family created at open");
+        let (cf_sm, cf_meta) = store.sm_families();
         let mut applied = AppliedState::default();
         for item in db.iterator_cf(cf_sm, rocksdb::IteratorMode::Start) {
             let (key, value) = item.map_err(rocks)?;
@@ -248,10 +242,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut changed = BTreeSet::new();
         let mut triggers = Vec::new();
         let db = &self.store.db;
-        let cf_sm = db.cf_handle(CF_SM).expect("column family created at open");
-        let cf_meta = db
-            .cf_handle(CF_SM_META)
-            .expect("column family created at open");
+        let (cf_sm, cf_meta) = self.store.sm_families();
         let mut batch = WriteBatch::default();
         // Drain the stream first: the state lock must not be held across an await.
         let mut items = Vec::new();
@@ -357,10 +348,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         let state = State::from_records(file.records.iter().cloned());
         let db = &self.store.db;
-        let cf_sm = db.cf_handle(CF_SM).expect("column family created at open");
-        let cf_meta = db
-            .cf_handle(CF_SM_META)
-            .expect("column family created at open");
+        let (cf_sm, cf_meta) = self.store.sm_families();
         let mut batch = WriteBatch::default();
         // Record keys start with a table tag below 0xff, so this range covers them all.
         batch.delete_range_cf(cf_sm, [0u8].as_slice(), [0xffu8].as_slice());
@@ -415,15 +403,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         let started = std::time::Instant::now();
         let store = self.store.clone();
         let (meta, bytes, records) = tokio::task::spawn_blocking(move || {
-            let rocks = |cause| StoreError::Rocks {
-                path: store.dir.clone(),
-                cause,
-            };
+            let rocks = |cause| store.rocks_error(cause);
             let db = &store.db;
-            let cf_sm = db.cf_handle(CF_SM).expect("column family created at open");
-            let cf_meta = db
-                .cf_handle(CF_SM_META)
-                .expect("column family created at open");
+            let (cf_sm, cf_meta) = store.sm_families();
             let view = db.snapshot();
             let last_applied: Option<LogId> =
                 match view.get_cf(cf_meta, KEY_LAST_APPLIED).map_err(rocks)? {

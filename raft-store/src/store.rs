@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rocksdb::DB;
+use rocksdb::{ColumnFamily, DB};
+
+use crate::error::StoreError;
 
 /// The Raft log: big-endian index → entry.
 pub(crate) const CF_LOG: &str = "log";
@@ -26,5 +28,25 @@ impl Store {
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The state machine's column families: its records ([`CF_SM`]) and its meta
+    /// ([`CF_SM_META`]).
+    pub(crate) fn sm_families(&self) -> (&ColumnFamily, &ColumnFamily) {
+        // Both are created when the database is opened (`db::open`), so they exist.
+        let family = |name| {
+            self.db
+                .cf_handle(name)
+                .expect("column family created at open")
+        };
+        (family(CF_SM), family(CF_SM_META))
+    }
+
+    /// A RocksDB error of this store, naming its directory.
+    pub(crate) fn rocks_error(&self, cause: rocksdb::Error) -> StoreError {
+        StoreError::Rocks {
+            path: self.dir.clone(),
+            cause,
+        }
     }
 }
