@@ -597,7 +597,12 @@ async fn trigger_bench(dir: &Path, idle: usize, rounds: usize) -> anyhow::Result
     // after that success is the long poll. So every agent is connected and waiting once the
     // fetches sent, less the failed ones, reach two per agent.
     let connected = Instant::now();
-    let waiting = |m: &Metrics| m.fetches.load(Relaxed) - m.fetch_errors.load(Relaxed);
+    // Failures are read first: a fetch is counted before its failure, so the later read of
+    // `fetches` is never below them.
+    let waiting = |m: &Metrics| {
+        let failed = m.fetch_errors.load(Relaxed);
+        m.fetches.load(Relaxed).saturating_sub(failed)
+    };
     while waiting(&idle_metrics) < 2 * idle as u64 || waiting(&hot) < 2 {
         if connected.elapsed() > Duration::from_secs(120) {
             bail!(
