@@ -26,13 +26,31 @@ pub struct Stalls {
     pub writes: usize,
     /// Failed calls (each moved its writer to the next node).
     pub errors: u64,
-    /// For each restarted node (in order), whether it led when stopped and the longest gap
-    /// between acknowledgements from its SIGTERM until it served again and caught up.
-    pub per_node: Vec<(u64, bool, Duration)>,
+    /// For each restarted node (in order), what happened when.
+    pub per_node: Vec<NodeRestart>,
     /// The longest gap over the whole run.
     pub longest: Duration,
     /// The longest gap before the first restart (the load's own jitter).
     pub baseline: Duration,
+}
+
+/// One node's restart, its times measured from its SIGTERM.
+#[derive(Debug, Clone)]
+pub struct NodeRestart {
+    /// The node.
+    pub id: u64,
+    /// Whether it led when stopped.
+    pub led: bool,
+    /// The longest gap between acknowledgements from its SIGTERM until it caught up.
+    pub stall: Duration,
+    /// When that gap began.
+    pub stall_at: Duration,
+    /// When its process had exited.
+    pub exited: Duration,
+    /// When `hubctl dev restart-node` returned (the node serves).
+    pub started: Duration,
+    /// When its applied index had caught up with the others'.
+    pub caught_up: Duration,
 }
 
 /// Writes through one node at a time, moving to the next on any failure.
@@ -58,21 +76,25 @@ impl FailoverWriter {
     }
 }
 
-/// The longest gap between consecutive times in `acks` (sorted here) within `[from, to]`.
-pub fn longest_gap(acks: &mut [Instant], from: Instant, to: Instant) -> Duration {
+/// The longest gap between consecutive times in `acks` (sorted here) within `[from, to]`,
+/// and when it began.
+pub fn longest_gap(acks: &mut [Instant], from: Instant, to: Instant) -> (Duration, Instant) {
     acks.sort_unstable();
     let inside: Vec<Instant> = acks
         .iter()
         .copied()
         .filter(|t| *t >= from && *t <= to)
         .collect();
-    let mut longest = Duration::ZERO;
+    let mut longest = (Duration::ZERO, from);
     let mut prev = from;
-    for t in inside {
-        longest = longest.max(t.duration_since(prev));
+    for t in inside.into_iter().chain(std::iter::once(to)) {
+        let gap = t.saturating_duration_since(prev);
+        if gap > longest.0 {
+            longest = (gap, prev);
+        }
         prev = t;
     }
-    longest.max(to.saturating_duration_since(prev))
+    longest
 }
 
 /// Starts a 3-node hub in `dir` (mutual TLS), runs `clients` writers, and after `settle`
@@ -153,7 +175,9 @@ pub async fn run(
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        let exited = Instant::now();
         hub.restart(n.id)?;
+        let started = Instant::now();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let others: Vec<u64> = {
@@ -172,7 +196,7 @@ pub async fn run(
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        windows.push((n.id, led, from, Instant::now()));
+        windows.push((n.id, led, from, exited, started, Instant::now()));
         tokio::time::sleep(settle).await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -183,14 +207,25 @@ pub async fn run(
     let mut acks = std::mem::take(&mut *acks.lock().expect("acks lock"));
     let per_node = windows
         .iter()
-        .map(|(id, led, from, to)| (*id, *led, longest_gap(&mut acks, *from, *to)))
+        .map(|&(id, led, from, exited, started, to)| {
+            let (stall, at) = longest_gap(&mut acks, from, to);
+            NodeRestart {
+                id,
+                led,
+                stall,
+                stall_at: at.saturating_duration_since(from),
+                exited: exited - from,
+                started: started - from,
+                caught_up: to - from,
+            }
+        })
         .collect();
     Ok(Stalls {
         writes: acks.len(),
         errors: errors.load(std::sync::atomic::Ordering::Relaxed),
         per_node,
-        longest: longest_gap(&mut acks, first_restart, ended),
-        baseline: longest_gap(&mut acks, started + settle / 4, first_restart),
+        longest: longest_gap(&mut acks, first_restart, ended).0,
+        baseline: longest_gap(&mut acks, started + settle / 4, first_restart).0,
     })
 }
 
@@ -205,17 +240,17 @@ mod tests {
         let mut acks = vec![at(30), at(10), at(100), at(120)];
         assert_eq!(
             longest_gap(&mut acks, at(0), at(130)),
-            Duration::from_millis(70)
+            (Duration::from_millis(70), at(30))
         );
         // Nothing acknowledged inside: the whole window is one stall.
         assert_eq!(
             longest_gap(&mut acks, at(40), at(90)),
-            Duration::from_millis(50)
+            (Duration::from_millis(50), at(40))
         );
-        // The edges count: from the window's start to the first ack.
+        // The edges count: from the last ack to the window's end.
         assert_eq!(
             longest_gap(&mut acks, at(105), at(200)),
-            Duration::from_millis(80)
+            (Duration::from_millis(80), at(120))
         );
     }
 }

@@ -196,6 +196,9 @@ impl HubNode {
             cluster_id: cluster_id.clone(),
             peers: peers.clone(),
             clock: clock.clone(),
+            // An append may take as long as followers wait for a heartbeat before they stand
+            // for election: later than that, the peer is lagging whatever the transport says.
+            append_ttl_floor: Duration::from_millis(cfg.election_min_ms),
         };
         let state = sm.shared();
         let outbound = Arc::new(
@@ -299,13 +302,21 @@ impl HubNode {
         Some((id, addr))
     }
 
-    /// Waits (at most until `deadline`, and at most 200 ms) for the Raft metrics to change, for
-    /// example for a leader to be elected.
-    async fn wait_for_change(&self, deadline: Instant) {
+    /// Before a failed attempt is retried: returns at once when the leader this node knows is
+    /// no longer `tried`, the one the attempt went to; otherwise waits (at most until
+    /// `deadline`, and at most 200 ms) for the Raft metrics to change, for example for a
+    /// leader to be elected.
+    ///
+    /// Without the first check, the writes in flight at a handover, which all fail at about
+    /// the same moment, each waited for a change that had already happened, and with no
+    /// write committing meanwhile, the next one took up to the full 200 ms.
+    async fn wait_for_leader_change(&self, tried: Option<NodeId>, deadline: Instant) {
         let mut rx = self.raft.metrics();
-        // A fresh receiver may count the current value as unseen; mark it seen so `changed`
-        // waits for the next change instead of returning at once (which would spin).
-        rx.borrow_and_update();
+        // Marked seen before the check, so a change after it wakes `changed` (and a fresh
+        // receiver does not count the current value as a change, which would spin).
+        if rx.borrow_and_update().current_leader != tried {
+            return;
+        }
         let until = deadline.min(Instant::now() + Duration::from_millis(200));
         let _ = tokio::time::timeout_at(until, rx.changed()).await;
     }
@@ -422,6 +433,7 @@ impl HubNode {
                 return Err(if sent { sent_before(&refusal) } else { refusal });
             }
             let leader = self.leader();
+            let tried = leader.as_ref().map(|(id, _)| *id);
             sent |= leader.is_some();
             let attempt = async {
                 match leader {
@@ -450,7 +462,7 @@ impl HubNode {
                         no_leader(self.request_timeout)
                     })
                 }
-                Attempt::Retry => self.wait_for_change(deadline).await,
+                Attempt::Retry => self.wait_for_leader_change(tried, deadline).await,
             }
         }
     }
@@ -595,8 +607,10 @@ impl HubNode {
             if let Some(refusal) = self.cut_off() {
                 return Err(refusal);
             }
+            let leader = self.leader();
+            let tried = leader.as_ref().map(|(id, _)| *id);
             let attempt = async {
-                match self.leader() {
+                match leader {
                     Some((leader, _)) if leader == self.id => {
                         self.leader_read_barrier(deadline).await
                     }
@@ -616,7 +630,7 @@ impl HubNode {
                 Attempt::Retry if Instant::now() >= deadline => {
                     return Err(no_leader(self.request_timeout))
                 }
-                Attempt::Retry => self.wait_for_change(deadline).await,
+                Attempt::Retry => self.wait_for_leader_change(tried, deadline).await,
             }
         }
     }

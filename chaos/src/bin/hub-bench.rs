@@ -126,6 +126,10 @@ enum Cmd {
         /// Rolling restarts, one after the other (each on a fresh cluster).
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Where each run's cluster goes, kept with its logs as `DIR/run-N` (default: a
+        /// temporary directory, removed).
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
     /// Time from a release's commit to the plan at a long-polling agent, with `idle-agents`
     /// more agents connected and idle.
@@ -863,19 +867,24 @@ async fn main() -> anyhow::Result<()> {
             clients,
             settle,
             runs,
+            dir,
         } => {
             if clients == 0 || runs == 0 || settle == 0 {
                 bail!("--clients, --runs and --settle: at least 1");
             }
             let hubctl = std::env::current_exe()?.with_file_name("hubctl");
-            println!("| run | writes | failed calls | longest stall before the restarts (ms) | per node: id, leader?, longest stall (ms) | longest stall (ms) |");
+            println!("| run | writes | failed calls | longest stall before the restarts (ms) | per node in restart order: id, longest stall (ms) at its start, events (ms after SIGTERM) | longest stall (ms) |");
             println!("|---:|---:|---:|---:|---|---:|");
             let mut worst = Duration::ZERO;
             for run in 1..=runs {
                 let tmp = tempfile::Builder::new().prefix("rolling").tempdir()?;
+                let at = match &dir {
+                    Some(d) => d.join(format!("run-{run}")),
+                    None => tmp.path().to_path_buf(),
+                };
                 let s = hub_chaos::rolling_restart::run(
                     &hubctl,
-                    tmp.path(),
+                    &at,
                     clients,
                     Duration::from_secs(settle),
                     256,
@@ -884,11 +893,17 @@ async fn main() -> anyhow::Result<()> {
                 let per: Vec<String> = s
                     .per_node
                     .iter()
-                    .map(|(id, led, d)| {
+                    .map(|r| {
+                        let ms = |d: Duration| d.as_secs_f64() * 1e3;
                         format!(
-                            "{id}{}: {:.0}",
-                            if *led { " (leader)" } else { "" },
-                            d.as_secs_f64() * 1e3
+                            "{}{}: {:.0} at +{:.0} (exited +{:.0}, serving +{:.0}, caught up +{:.0})",
+                            r.id,
+                            if r.led { " (leader)" } else { "" },
+                            ms(r.stall),
+                            ms(r.stall_at),
+                            ms(r.exited),
+                            ms(r.started),
+                            ms(r.caught_up)
                         )
                     })
                     .collect();
