@@ -80,6 +80,13 @@ enum Cmd {
         /// A new release every this many seconds.
         #[arg(long, default_value_t = 15)]
         release_every: u64,
+        /// Longest wait of one plan fetch (the agent's `--poll-wait-ms`; its default).
+        #[arg(long, default_value_t = 10_000)]
+        poll_wait_ms: u64,
+        /// How often each agent compares and reports its observed state (the agent's
+        /// `--state-interval-ms`; its default).
+        #[arg(long, default_value_t = 1_000)]
+        state_interval_ms: u64,
     },
     /// The hub against etcd 3.4 on this machine, in one run: writes at each client count
     /// with and without TLS (alternating, each round on fresh clusters), then leader-kill
@@ -701,6 +708,7 @@ async fn agents_bench(
     n: usize,
     seconds: u64,
     release_every: u64,
+    settings: &hub_chaos::sim_agents::SimSettings,
 ) -> anyhow::Result<()> {
     use hub_agent::metrics::Metrics;
 
@@ -724,10 +732,7 @@ async fn agents_bench(
         dir,
         &endpoints,
         &envs,
-        &hub_chaos::sim_agents::SimSettings {
-            poll_wait: Duration::from_secs(1),
-            state_interval: Duration::from_secs(1),
-        },
+        settings,
         &metrics,
     )?;
     let before: Vec<(f64, u64)> = cluster
@@ -862,7 +867,16 @@ async fn main() -> anyhow::Result<()> {
             agents,
             seconds,
             release_every,
-        } => agents_bench(&cluster, agents, seconds, release_every).await,
+            poll_wait_ms,
+            state_interval_ms,
+        } => {
+            // The agent's own bounds (`hub-agent` clamps the same way).
+            let settings = hub_chaos::sim_agents::SimSettings {
+                poll_wait: Duration::from_millis(poll_wait_ms.clamp(100, 30_000)),
+                state_interval: Duration::from_millis(state_interval_ms.max(100)),
+            };
+            agents_bench(&cluster, agents, seconds, release_every, &settings).await
+        }
         Cmd::RollingRestart {
             clients,
             settle,
