@@ -728,13 +728,7 @@ async fn agents_bench(
         setup.elapsed()
     );
     let metrics = Arc::new(Metrics::default());
-    let _agents = hub_chaos::sim_agents::spawn(
-        dir,
-        &endpoints,
-        &envs,
-        settings,
-        &metrics,
-    )?;
+    let _agents = hub_chaos::sim_agents::spawn(dir, &endpoints, &envs, settings, &metrics)?;
     let before: Vec<(f64, u64)> = cluster
         .nodes
         .iter()
