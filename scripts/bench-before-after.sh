@@ -32,6 +32,8 @@ for round in $(seq 1 "$rounds"); do
     "$bin/hubctl" dev down --data-dir "$data" >/dev/null
     cluster "$bin" "$data"
     echo "== agents $which ($bin) round $round" | tee -a "$out/agents.txt"
+    # hub-bench before 2dbd86f polled every second; since, it takes the agent's default
+    # (10 s) unless given --poll-wait-ms: compare builds on the same side of that change.
     "$bin/hub-bench" agents --cluster "$data" --agents 1000 --seconds 45 --release-every 15 2>&1 |
       tail -3 | tee -a "$out/agents.txt"
     "$bin/hubctl" dev down --data-dir "$data" >/dev/null
