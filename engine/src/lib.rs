@@ -145,7 +145,7 @@ pub use environment::Environment;
 pub use error::CommandError;
 pub use evaluate::{evaluate, Evaluation};
 pub use record::{Record, RecordKey};
-pub use state::{Applied, State, Trigger};
+pub use state::{canonical_bytes, Applied, State, StateDigest, Trigger};
 
 /// Milliseconds since the Unix epoch, as stamped by the leader on each Raft entry.
 pub type TimestampMs = i64;

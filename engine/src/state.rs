@@ -1034,24 +1034,52 @@ impl State {
         }
     }
 
-    /// SHA-256 over every record in key order, hex encoded. Equal on every node that applied
-    /// the same log prefix.
+    /// SHA-256 over every record in key order, hex encoded ([`StateDigest`]). Equal on every
+    /// node that applied the same log prefix. O(state): a caller holding the state's lock
+    /// holds up apply for as long; a store can compute the same from its records instead.
     pub fn digest(&self) -> String {
-        let mut hasher = Sha256::new();
+        let mut digest = StateDigest::new();
         for record in self.records() {
-            let key = record.key().to_bytes();
-            let value = canonical_bytes(&record);
-            hasher.update((key.len() as u64).to_le_bytes());
-            hasher.update(&key);
-            hasher.update((value.len() as u64).to_le_bytes());
-            hasher.update(&value);
+            digest.add(&record.key().to_bytes(), &canonical_bytes(&record));
         }
-        hex::encode(hasher.finalize())
+        digest.finish()
     }
 }
 
-/// A deterministic encoding of a record for the digest.
-fn canonical_bytes(record: &Record) -> Vec<u8> {
+/// The state digest, built record by record in key order: each record's key bytes
+/// ([`crate::RecordKey::to_bytes`]) and its canonical encoding ([`canonical_bytes`]), each
+/// preceded by its length.
+pub struct StateDigest(Sha256);
+
+impl StateDigest {
+    /// An empty digest.
+    pub fn new() -> Self {
+        Self(Sha256::new())
+    }
+
+    /// Adds the next record, in key order.
+    pub fn add(&mut self, key: &[u8], canonical: &[u8]) {
+        self.0.update((key.len() as u64).to_le_bytes());
+        self.0.update(key);
+        self.0.update((canonical.len() as u64).to_le_bytes());
+        self.0.update(canonical);
+    }
+
+    /// The hex-encoded digest.
+    pub fn finish(self) -> String {
+        hex::encode(self.0.finalize())
+    }
+}
+
+impl Default for StateDigest {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A record's canonical encoding for the digest: bincode's standard configuration (what a
+/// store keeps after its format byte, which lets it digest stored records undecoded).
+pub fn canonical_bytes(record: &Record) -> Vec<u8> {
     // Encoding plain data structs into a Vec cannot fail: there is no I/O and no size limit.
     bincode::serde::encode_to_vec(record, bincode::config::standard())
         .expect("encoding a record into memory cannot fail")

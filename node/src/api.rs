@@ -262,7 +262,7 @@ impl Hub for HubService {
         // Health, like NodeStatus and ClusterStatus: any authenticated caller (a node that
         // is joining holds no bindings yet, and the digest says nothing about the state).
         self.node.read_barrier(req.into_inner().stale).await?;
-        let (applied_index, digest) = self.node.state.digest();
+        let (applied_index, digest) = self.node.state_digest().await?;
         Ok(Response::new(Digest {
             applied_index,
             digest,
@@ -271,9 +271,10 @@ impl Hub for HubService {
 
     async fn node_status(
         &self,
-        _req: Request<NodeStatusRequest>,
+        req: Request<NodeStatusRequest>,
     ) -> Result<Response<NodeStatusReply>, Status> {
         let node = &self.node;
+        let with_digest = req.into_inner().with_digest;
         let metrics = node.raft.metrics();
         let (term, leader, last_log_index, snapshot_index, purged_index) = {
             let m = metrics.borrow_watched();
@@ -285,7 +286,13 @@ impl Hub for HubService {
                 m.purged.as_ref().map(|l| l.index).unwrap_or(0),
             )
         };
-        let (last_applied, digest) = node.state.digest();
+        // The digest hashes the whole state: only on request (a health probe polled under
+        // load must not cost a core).
+        let (last_applied, digest) = if with_digest {
+            node.state_digest().await?
+        } else {
+            (node.state.read().applied_index(), String::new())
+        };
         Ok(Response::new(NodeStatusReply {
             id: node.id,
             addr: node.addr.clone(),
@@ -313,7 +320,7 @@ impl Hub for HubService {
     ) -> Result<Response<ClusterStatusReply>, Status> {
         let node = self.node.clone();
         let mine = self
-            .node_status(Request::new(NodeStatusRequest {}))
+            .node_status(Request::new(NodeStatusRequest { with_digest: true }))
             .await?
             .into_inner();
         let probes = mine.members.iter().map(|m| {
@@ -335,7 +342,7 @@ impl Hub for HubService {
                 let result = async {
                     let channel = node.peers.channel(&m.addr).map_err(|e| e.to_string())?;
                     let mut client = HubClient::new(channel);
-                    let mut req = Request::new(NodeStatusRequest {});
+                    let mut req = Request::new(NodeStatusRequest { with_digest: true });
                     req.set_timeout(Duration::from_secs(1));
                     tokio::time::timeout(Duration::from_secs(1), client.node_status(req))
                         .await

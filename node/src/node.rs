@@ -302,6 +302,15 @@ impl HubNode {
         Some((id, addr))
     }
 
+    /// The applied index and the state digest at it (computed off the state lock, so apply
+    /// never waits for it; see [`raft_store::StateMachine::digest`]).
+    pub async fn state_digest(&self) -> Result<(u64, String), Status> {
+        self.sm
+            .digest()
+            .await
+            .map_err(|e| Status::internal(format!("state digest: {e}")))
+    }
+
     /// Before a failed attempt is retried: returns at once when the leader this node knows is
     /// no longer `tried`, the one the attempt went to; otherwise waits (at most until
     /// `deadline`, and at most 200 ms) for the Raft metrics to change, for example for a
@@ -889,7 +898,7 @@ impl HubNode {
     /// Checks that `addr` answers as node `id` of this cluster.
     async fn probe_new_node(&self, id: NodeId, addr: &str) -> Result<(), Status> {
         let mut client = self.hub_client(addr)?;
-        let mut req = tonic::Request::new(hub_proto::NodeStatusRequest {});
+        let mut req = tonic::Request::new(hub_proto::NodeStatusRequest::default());
         req.set_timeout(Duration::from_secs(2));
         let status =
             match tokio::time::timeout(Duration::from_secs(2), client.node_status(req)).await {

@@ -221,7 +221,7 @@ async fn connect(addr: &str) -> anyhow::Result<HubClient<Channel>> {
 async fn leader(cluster: &ClusterFile, skip: Option<u64>) -> Option<NodeEntry> {
     for n in cluster.nodes.iter().filter(|n| Some(n.id) != skip) {
         if let Ok(mut c) = connect(&n.addr).await {
-            if let Ok(s) = c.node_status(NodeStatusRequest {}).await {
+            if let Ok(s) = c.node_status(NodeStatusRequest::default()).await {
                 let s = s.into_inner();
                 if s.has_leader && Some(s.leader_id) != skip {
                     return cluster.nodes.iter().find(|m| m.id == s.leader_id).cloned();
@@ -370,13 +370,13 @@ async fn failover(dir: &Path, kills: usize) -> anyhow::Result<()> {
         loop {
             let want = connect(&target)
                 .await?
-                .node_status(NodeStatusRequest {})
+                .node_status(NodeStatusRequest::default())
                 .await?
                 .into_inner()
                 .last_applied;
             let got = match connect(&old.addr).await {
                 Ok(mut c) => c
-                    .node_status(NodeStatusRequest {})
+                    .node_status(NodeStatusRequest::default())
                     .await
                     .map(|s| s.into_inner().last_applied)
                     .unwrap_or(0),

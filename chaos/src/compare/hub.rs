@@ -86,7 +86,7 @@ impl HubCluster {
             let Ok(mut c) = self.connect(&n.addr).await else {
                 continue;
             };
-            let mut req = tonic::Request::new(NodeStatusRequest {});
+            let mut req = tonic::Request::new(NodeStatusRequest::default());
             req.set_timeout(Duration::from_secs(1));
             if let Ok(s) = c.node_status(req).await {
                 let s = s.into_inner();
@@ -120,7 +120,7 @@ impl HubCluster {
     pub async fn applied(&self, addr: &str) -> u64 {
         match self.connect(addr).await {
             Ok(mut c) => c
-                .node_status(NodeStatusRequest {})
+                .node_status(NodeStatusRequest::default())
                 .await
                 .map(|s| s.into_inner().last_applied)
                 .unwrap_or(0),

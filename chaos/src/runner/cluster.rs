@@ -217,7 +217,8 @@ impl Cluster {
             return None;
         }
         let mut c = connect(&n.addr).await.ok()?;
-        let mut req = tonic::Request::new(NodeStatusRequest {});
+        // The checkers compare the nodes' digests.
+        let mut req = tonic::Request::new(NodeStatusRequest { with_digest: true });
         req.set_timeout(Duration::from_secs(1));
         c.node_status(req)
             .await

@@ -260,7 +260,7 @@ pub(crate) async fn wait_until_serving(
 ) -> anyhow::Result<()> {
     loop {
         if let Ok(mut c) = FailoverClient::connect(&node.addr, connector).await {
-            if c.node_status(NodeStatusRequest {}).await.is_ok() {
+            if c.node_status(NodeStatusRequest::default()).await.is_ok() {
                 return Ok(());
             }
         }
@@ -527,7 +527,10 @@ async fn wait_ready(
             .context("initialize cluster")?;
     }
     let leader = loop {
-        let s = c.node_status(NodeStatusRequest {}).await?.into_inner();
+        let s = c
+            .node_status(NodeStatusRequest::default())
+            .await?
+            .into_inner();
         if s.has_leader {
             break s.leader_id;
         }
