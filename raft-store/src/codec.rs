@@ -120,6 +120,16 @@ pub enum CodecError {
     Malformed(String),
 }
 
+/// A value's bincode body, after its format byte: refused unless that byte is
+/// [`FORMAT_VERSION`].
+pub fn stored_body(bytes: &[u8]) -> Result<&[u8], CodecError> {
+    match bytes.split_first() {
+        Some((&FORMAT_VERSION, body)) => Ok(body),
+        Some((version, _)) => Err(CodecError::UnknownVersion(*version)),
+        None => Err(CodecError::Empty),
+    }
+}
+
 /// Encodes `value` behind the format version.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     let mut out = vec![FORMAT_VERSION];
@@ -138,10 +148,7 @@ pub fn decode_bounded<T: DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result
             limit: max,
         });
     }
-    let (&version, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if version != FORMAT_VERSION {
-        return Err(CodecError::UnknownVersion(version));
-    }
+    let body = stored_body(bytes)?;
     // The input is at most `max` bytes, so its budget is at most the limit's.
     let budget = budget_for(body.len());
     let (value, read) = decode_with_budget(body, budget).map_err(|e| match e {

@@ -43,11 +43,7 @@ pub(crate) fn encode_from_stored(
     let mut out = codec::encode(&header);
     out.reserve(records.iter().map(|r| r.len()).sum());
     for record in records {
-        match record.split_first() {
-            Some((&codec::FORMAT_VERSION, body)) => out.extend_from_slice(body),
-            Some((version, _)) => return Err(codec::CodecError::UnknownVersion(*version)),
-            None => return Err(codec::CodecError::Empty),
-        }
+        out.extend_from_slice(codec::stored_body(record)?);
     }
     Ok(out)
 }

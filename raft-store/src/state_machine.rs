@@ -133,6 +133,17 @@ fn corrupt(what: &str) -> impl FnOnce(codec::CodecError) -> StoreError + '_ {
     }
 }
 
+/// A state-machine meta value (`what`) as read from the store; its default when absent.
+fn decode_meta<T: serde::de::DeserializeOwned + Default>(
+    bytes: Option<Vec<u8>>,
+    what: &str,
+) -> Result<T, StoreError> {
+    match bytes {
+        Some(bytes) => codec::decode_bounded(&bytes, Limit::Command).map_err(corrupt(what)),
+        None => Ok(T::default()),
+    }
+}
+
 impl StateMachine {
     /// Loads the persisted state (every record, last applied, membership) and the snapshot
     /// metadata.
@@ -158,14 +169,14 @@ impl StateMachine {
             applied.state.insert_record(record);
         }
         applied.state.rebuild_indexes();
-        if let Some(bytes) = db.get_cf(cf_meta, KEY_LAST_APPLIED).map_err(rocks)? {
-            applied.last_applied =
-                codec::decode_bounded(&bytes, Limit::Command).map_err(corrupt("last_applied"))?;
-        }
-        if let Some(bytes) = db.get_cf(cf_meta, KEY_MEMBERSHIP).map_err(rocks)? {
-            applied.membership =
-                codec::decode_bounded(&bytes, Limit::Command).map_err(corrupt("membership"))?;
-        }
+        applied.last_applied = decode_meta(
+            db.get_cf(cf_meta, KEY_LAST_APPLIED).map_err(rocks)?,
+            "last_applied",
+        )?;
+        applied.membership = decode_meta(
+            db.get_cf(cf_meta, KEY_MEMBERSHIP).map_err(rocks)?,
+            "membership",
+        )?;
         let current = snapshot::read_current(&store.dir)?.map(|(file, _)| file.meta());
         Ok(Self {
             store,
@@ -405,24 +416,17 @@ fn stored_digest(store: &Store) -> Result<(u64, String), StoreError> {
     let rocks = |cause| store.rocks_error(cause);
     let (cf_sm, cf_meta) = store.sm_families();
     let view = store.db.snapshot();
-    let last_applied: Option<LogId> = match view.get_cf(cf_meta, KEY_LAST_APPLIED).map_err(rocks)? {
-        Some(bytes) => {
-            codec::decode_bounded(&bytes, Limit::Command).map_err(corrupt("last_applied"))?
-        }
-        None => None,
-    };
+    let last_applied: Option<LogId> = decode_meta(
+        view.get_cf(cf_meta, KEY_LAST_APPLIED).map_err(rocks)?,
+        "last_applied",
+    )?;
     let mut digest = hub_engine::StateDigest::new();
     for item in view.iterator_cf(cf_sm, rocksdb::IteratorMode::Start) {
         let (key, value) = item.map_err(rocks)?;
-        match value.split_first() {
-            Some((&codec::FORMAT_VERSION, canonical)) => digest.add(&key, canonical),
-            Some((version, _)) => {
-                return Err(corrupt("state record")(codec::CodecError::UnknownVersion(
-                    *version,
-                )))
-            }
-            None => return Err(corrupt("state record")(codec::CodecError::Empty)),
-        }
+        digest.add(
+            &key,
+            codec::stored_body(&value).map_err(corrupt("state record"))?,
+        );
     }
     Ok((last_applied.map(|l| l.index).unwrap_or(0), digest.finish()))
 }
@@ -444,18 +448,14 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             let db = &store.db;
             let (cf_sm, cf_meta) = store.sm_families();
             let view = db.snapshot();
-            let last_applied: Option<LogId> =
-                match view.get_cf(cf_meta, KEY_LAST_APPLIED).map_err(rocks)? {
-                    Some(bytes) => codec::decode_bounded(&bytes, Limit::Command)
-                        .map_err(corrupt("last_applied"))?,
-                    None => None,
-                };
-            let membership: StoredMembership =
-                match view.get_cf(cf_meta, KEY_MEMBERSHIP).map_err(rocks)? {
-                    Some(bytes) => codec::decode_bounded(&bytes, Limit::Command)
-                        .map_err(corrupt("membership"))?,
-                    None => StoredMembership::default(),
-                };
+            let last_applied: Option<LogId> = decode_meta(
+                view.get_cf(cf_meta, KEY_LAST_APPLIED).map_err(rocks)?,
+                "last_applied",
+            )?;
+            let membership: StoredMembership = decode_meta(
+                view.get_cf(cf_meta, KEY_MEMBERSHIP).map_err(rocks)?,
+                "membership",
+            )?;
             let mut records = Vec::new();
             for item in view.iterator_cf(cf_sm, rocksdb::IteratorMode::Start) {
                 records.push(item.map_err(rocks)?.1);
