@@ -5,6 +5,8 @@
 //! - [`check`]: the pure checkers of a recorded history (linearizability, durability, plans at
 //!   most once, canary weights, rollouts terminal, convergence).
 //! - [`compare`]: `hub-bench compare-etcd`, the hub and etcd 3.4 side by side in one run.
+//! - [`history`]: `hub-bench history`, memory, store and snapshot sizes and times when every
+//!   entity carries its history.
 //! - [`rolling_restart`]: `hub-bench rolling-restart`, the longest write stall while every node
 //!   is restarted in turn.
 //! - [`sim_agents`]: many real agents with the `sim` driver in one process, for `hub-bench`.
@@ -13,6 +15,7 @@
 
 pub mod check;
 pub mod compare;
+pub mod history;
 pub mod rolling_restart;
 pub mod runner;
 pub mod sim_agents;

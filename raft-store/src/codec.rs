@@ -139,8 +139,9 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     out
 }
 
-/// Decodes bytes produced by [`encode`] within `limit`; trailing bytes are an error.
-pub fn decode_bounded<T: DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result<T, CodecError> {
+/// Decodes the value at the start of bytes produced by [`encode`], within `limit`: the value
+/// and the body's bytes after it.
+fn decode_start<T: DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result<(T, usize), CodecError> {
     let max = limit.max_bytes();
     if bytes.len() > max {
         return Err(CodecError::TooLarge {
@@ -157,13 +158,21 @@ pub fn decode_bounded<T: DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result
         bincode::error::DecodeError::OtherString(message) => CodecError::Malformed(message),
         e => CodecError::Malformed(e.to_string()),
     })?;
-    if read != body.len() {
-        return Err(CodecError::Malformed(format!(
-            "{} trailing bytes",
-            body.len() - read
-        )));
+    Ok((value, body.len() - read))
+}
+
+/// Decodes bytes produced by [`encode`] within `limit`; trailing bytes are an error.
+pub fn decode_bounded<T: DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result<T, CodecError> {
+    match decode_start(bytes, limit)? {
+        (value, 0) => Ok(value),
+        (_, trailing) => Err(CodecError::Malformed(format!("{trailing} trailing bytes"))),
     }
-    Ok(value)
+}
+
+/// Decodes the value at the start of bytes produced by [`encode`] (a file's header), within
+/// `limit`: `bytes` may hold more after it (read no more than the limit's size of a file).
+pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result<T, CodecError> {
+    decode_start(bytes, limit).map(|(value, _trailing)| value)
 }
 
 #[cfg(test)]
@@ -194,6 +203,16 @@ mod tests {
         ));
         assert!(matches!(
             decode_bounded::<String>(&[1, 200], Limit::Command),
+            Err(CodecError::Malformed(_))
+        ));
+        // A prefix: what follows the value is left alone, and the same refusals hold.
+        assert_eq!(decode_prefix::<u8>(&long, Limit::Command).unwrap(), 1);
+        assert!(matches!(
+            decode_prefix::<u64>(&[9, 1], Limit::Command),
+            Err(CodecError::UnknownVersion(9))
+        ));
+        assert!(matches!(
+            decode_prefix::<String>(&[1, 200], Limit::Command),
             Err(CodecError::Malformed(_))
         ));
     }

@@ -25,6 +25,7 @@ mod types;
 pub use db::{open, NodeIdentity};
 pub use error::StoreError;
 pub use log_store::LogStore;
+pub use snapshot::snapshot_data;
 pub use state_machine::{
     AppliedState, SharedState, SnapshotOp, SnapshotStats, StateEvent, StateMachine,
 };

@@ -2,7 +2,7 @@
 //! and the directory synced, so a crash leaves either the old or the new snapshot.
 
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
 
 use hub_engine::Record;
@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec;
 use crate::error::StoreError;
-use crate::types::{LogId, SnapshotMeta, StoredMembership};
+use crate::types::{LogId, SnapshotData, SnapshotMeta, StoredMembership};
 
 /// The content of a snapshot file (behind the codec's format version).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -46,6 +46,30 @@ pub(crate) fn encode_from_stored(
         out.extend_from_slice(codec::stored_body(record)?);
     }
     Ok(out)
+}
+
+/// The snapshot a node would send at `meta` if it held exactly `records`: the bytes of
+/// `SnapshotFile { last_applied, membership, records }`, encoded one record at a time (no
+/// second copy of the records), for tools that seed a store through
+/// [`openraft::storage::RaftStateMachine::install_snapshot`] (`hub-bench history`).
+pub fn snapshot_data(
+    meta: &SnapshotMeta,
+    records: impl ExactSizeIterator<Item = Record>,
+) -> SnapshotData {
+    // bincode encodes a struct as its fields in order, and a sequence's length as a u64.
+    let declared = records.len();
+    let header = (&meta.last_log_id, &meta.last_membership, declared as u64);
+    let mut out = codec::encode(&header);
+    let mut written = 0;
+    for record in records {
+        let encoded = codec::encode(&record);
+        // `codec::encode` writes the format byte first; the file holds the bodies after it.
+        out.extend_from_slice(&encoded[1..]);
+        written += 1;
+    }
+    // A length that lied would make a file that decodes wrongly: refuse to return one.
+    assert_eq!(written, declared, "records' declared length");
+    Cursor::new(out)
 }
 
 pub(crate) fn snapshot_path(dir: &Path) -> PathBuf {
@@ -92,6 +116,38 @@ pub(crate) fn read_limited(path: &Path, max: usize) -> std::io::Result<Vec<u8>> 
         ));
     }
     Ok(bytes)
+}
+
+/// The metadata of the current snapshot file, if there is one, from its header alone: what a
+/// node needs on start, without reading (and decoding) the whole state a second time.
+pub(crate) fn read_current_meta(dir: &Path) -> Result<Option<SnapshotMeta>, StoreError> {
+    use std::io::Read;
+    let path = snapshot_path(dir);
+    let io = |cause| StoreError::Io {
+        path: path.clone(),
+        cause,
+    };
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(cause) => return Err(io(cause)),
+    };
+    // The header (last applied log id, membership) is far smaller than a command's bound.
+    let mut prefix = Vec::new();
+    file.take(codec::MAX_COMMAND_BYTES as u64)
+        .read_to_end(&mut prefix)
+        .map_err(io)?;
+    let (last_log_id, last_membership): (Option<LogId>, StoredMembership) =
+        codec::decode_prefix(&prefix, codec::Limit::Command).map_err(|cause| {
+            StoreError::Corrupt {
+                what: path.display().to_string(),
+                cause,
+            }
+        })?;
+    Ok(Some(SnapshotMeta {
+        last_log_id,
+        last_membership,
+    }))
 }
 
 /// Reads and decodes the current snapshot file, if there is one.
@@ -171,6 +227,20 @@ mod tests {
             .collect();
         let bytes = encode_from_stored(&file.last_applied, &file.membership, &stored).unwrap();
         assert_eq!(bytes, codec::encode(&file));
+        // The header alone gives the file's metadata.
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read_current_meta(dir.path()).unwrap().is_none());
+        write_atomically(&snapshot_path(dir.path()), &bytes).unwrap();
+        assert_eq!(read_current_meta(dir.path()).unwrap(), Some(file.meta()));
+        write_atomically(&snapshot_path(dir.path()), &bytes[..3]).unwrap();
+        assert!(matches!(
+            read_current_meta(dir.path()),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert_eq!(
+            snapshot_data(&file.meta(), file.records.iter().cloned()).into_inner(),
+            bytes
+        );
         // And an empty state, as a new cluster's first snapshot.
         let empty = SnapshotFile {
             last_applied: None,

@@ -177,7 +177,7 @@ impl StateMachine {
             db.get_cf(cf_meta, KEY_MEMBERSHIP).map_err(rocks)?,
             "membership",
         )?;
-        let current = snapshot::read_current(&store.dir)?.map(|(file, _)| file.meta());
+        let current = snapshot::read_current_meta(&store.dir)?;
         Ok(Self {
             store,
             shared: SharedState(Arc::new(RwLock::new(applied))),
