@@ -17,7 +17,9 @@
 //!    install, the path a new follower takes.
 //! 2. [`load`]: open that store as `hub-node` does on start (every record read and the state
 //!    rebuilt): the time and the resident size; then build a snapshot as the leader does for
-//!    a new follower, and install it into an empty store, timing each.
+//!    a new follower (the store keeps it as its current snapshot file).
+//! 3. [`install`]: a new follower's side: that snapshot file installed into an empty store;
+//!    the time and the process's peak resident size.
 //!
 //! The catch-up of a new follower over the network is the build, the transfer and the
 //! install; the transfer is not measured here.
@@ -89,9 +91,16 @@ pub struct LoadReport {
     pub disk_bytes: u64,
     /// Seconds to build a snapshot, and its bytes, or why it failed.
     pub build: Result<(f64, usize), String>,
-    /// Seconds for an empty store to install that snapshot, or why it refused.
+}
+
+/// What [`install`] measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InstallReport {
+    /// Seconds for the empty store to install the snapshot, or why it refused.
     pub install: Result<f64, String>,
-    /// Resident size at the end (the open store, the snapshot and the second store), KiB.
+    /// The process's peak resident size (the snapshot's bytes included), KiB.
+    pub peak_kib: u64,
+    /// Resident size at the end (the installed state), KiB.
     pub rss_end_kib: u64,
 }
 
@@ -276,11 +285,16 @@ impl<I: Iterator> ExactSizeIterator for ExactLen<I> {}
 
 /// The resident size of this process, KiB.
 pub fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+/// A size line of `/proc/self/status` (`VmRSS:`, `VmHWM:`), KiB.
+fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))?
+                .find(|l| l.starts_with(field))?
                 .split_whitespace()
                 .nth(1)?
                 .parse()
@@ -392,9 +406,8 @@ fn disk_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-/// Phase 2: open the store in `dir` as a node does, build a snapshot, and install it into an
-/// empty store in `empty`.
-pub async fn load(dir: &Path, empty: &Path) -> anyhow::Result<LoadReport> {
+/// Phase 2: open the store in `dir` as a node does, and build a snapshot.
+pub async fn load(dir: &Path) -> anyhow::Result<LoadReport> {
     let rss_before_kib = rss_kib();
     let started = Instant::now();
     let (_store, _log_store, mut sm) = raft_store::open(dir, &identity())
@@ -403,30 +416,51 @@ pub async fn load(dir: &Path, empty: &Path) -> anyhow::Result<LoadReport> {
     let rss_open_kib = rss_kib();
     let disk_bytes = disk_bytes(dir);
     let started = Instant::now();
-    let built = sm.build_snapshot().await;
-    let build = built
-        .as_ref()
+    let build = sm
+        .build_snapshot()
+        .await
         .map(|s| (started.elapsed().as_secs_f64(), s.snapshot.get_ref().len()))
         .map_err(|e| e.to_string());
-    let install = match built {
-        Ok(snapshot) => {
-            let (_store2, _log2, mut sm2) = raft_store::open(empty, &identity())
-                .with_context(|| format!("opening a store in {}", empty.display()))?;
-            let started = Instant::now();
-            sm2.install_snapshot(&snapshot.meta, snapshot.snapshot)
-                .await
-                .map(|()| started.elapsed().as_secs_f64())
-                .map_err(|e| e.to_string())
-        }
-        Err(e) => Err(format!("no snapshot to install: {e}")),
-    };
     Ok(LoadReport {
         rss_before_kib,
         open_seconds,
         rss_open_kib,
         disk_bytes,
         build,
+    })
+}
+
+/// Where a store keeps its current snapshot file.
+pub fn snapshot_file(dir: &Path) -> std::path::PathBuf {
+    dir.join("snapshots").join("current.snap")
+}
+
+/// Phase 3: install the snapshot file `file` into an empty store in `empty`.
+pub async fn install(file: &Path, empty: &Path) -> anyhow::Result<InstallReport> {
+    let bytes = std::fs::read(file).with_context(|| file.display().to_string())?;
+    // The header (last applied log id, membership) is far smaller than a command.
+    let limit = raft_store::codec::Limit::Command;
+    let header = &bytes[..bytes.len().min(limit.max_bytes())];
+    let (last_log_id, last_membership) = raft_store::codec::decode_prefix::<(
+        Option<raft_store::LogId>,
+        raft_store::StoredMembership,
+    )>(header, limit)
+    .with_context(|| format!("{}: header", file.display()))?;
+    let meta = raft_store::SnapshotMeta {
+        last_log_id,
+        last_membership,
+    };
+    let (_store, _log_store, mut sm) = raft_store::open(empty, &identity())
+        .with_context(|| format!("opening a store in {}", empty.display()))?;
+    let started = Instant::now();
+    let install = sm
+        .install_snapshot(&meta, std::io::Cursor::new(bytes))
+        .await
+        .map(|()| started.elapsed().as_secs_f64())
+        .map_err(|e| e.to_string());
+    Ok(InstallReport {
         install,
+        peak_kib: status_kib("VmHWM:"),
         rss_end_kib: rss_kib(),
     })
 }

@@ -151,14 +151,21 @@ fn decode_start<T: DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result<(T, u
     }
     let body = stored_body(bytes)?;
     // The input is at most `max` bytes, so its budget is at most the limit's.
+    let (value, read) = decode_body_prefix(body)?;
+    Ok((value, body.len() - read))
+}
+
+/// Decodes the value at the start of `body` (bincode, no format byte: a part of a value whose
+/// format byte and size were checked), with the budget of `body`'s length: the value and the
+/// bytes it took. What follows it in `body` is left alone.
+pub fn decode_body_prefix<T: DeserializeOwned>(body: &[u8]) -> Result<(T, usize), CodecError> {
     let budget = budget_for(body.len());
-    let (value, read) = decode_with_budget(body, budget).map_err(|e| match e {
+    decode_with_budget(body, budget).map_err(|e| match e {
         bincode::error::DecodeError::LimitExceeded => CodecError::LimitExceeded { budget },
         // serde's messages (`unknown Command tag 97`) as they are, not in bincode's Debug form.
         bincode::error::DecodeError::OtherString(message) => CodecError::Malformed(message),
         e => CodecError::Malformed(e.to_string()),
-    })?;
-    Ok((value, body.len() - read))
+    })
 }
 
 /// Decodes bytes produced by [`encode`] within `limit`; trailing bytes are an error.

@@ -150,6 +150,41 @@ pub(crate) fn read_current_meta(dir: &Path) -> Result<Option<SnapshotMeta>, Stor
     }))
 }
 
+/// Decodes snapshot file `bytes` one record at a time, handing each to `each` with its bincode
+/// (the stored record's bytes after the format byte), so that installing a snapshot never
+/// holds a second, decoded copy of the whole state. Returns the file's last applied log id
+/// and membership. The same checks as decoding the file whole: size, format version, and no
+/// bytes missing or left over.
+pub(crate) fn decode_each(
+    bytes: &[u8],
+    mut each: impl FnMut(Record, &[u8]),
+) -> Result<(Option<LogId>, StoredMembership), codec::CodecError> {
+    if bytes.len() > codec::MAX_SNAPSHOT_BYTES {
+        return Err(codec::CodecError::TooLarge {
+            bytes: bytes.len(),
+            limit: codec::MAX_SNAPSHOT_BYTES,
+        });
+    }
+    let body = codec::stored_body(bytes)?;
+    let ((last_applied, membership, count), mut at): ((Option<LogId>, StoredMembership, u64), _) =
+        codec::decode_body_prefix(body)?;
+    // `count` comes from the bytes: nothing is allocated by it, and each record takes at
+    // least one byte, so a lying count ends at the end of the input.
+    for _ in 0..count {
+        let rest = &body[at..];
+        let (record, read) = codec::decode_body_prefix::<Record>(rest)?;
+        each(record, &rest[..read]);
+        at += read;
+    }
+    if at != body.len() {
+        return Err(codec::CodecError::Malformed(format!(
+            "{} trailing bytes",
+            body.len() - at
+        )));
+    }
+    Ok((last_applied, membership))
+}
+
 /// Reads and decodes the current snapshot file, if there is one.
 pub(crate) fn read_current(dir: &Path) -> Result<Option<(SnapshotFile, Vec<u8>)>, StoreError> {
     let path = snapshot_path(dir);
@@ -227,6 +262,33 @@ mod tests {
             .collect();
         let bytes = encode_from_stored(&file.last_applied, &file.membership, &stored).unwrap();
         assert_eq!(bytes, codec::encode(&file));
+        // Record by record: the same records, each with its stored bincode.
+        let mut seen = Vec::new();
+        let (last, members) = decode_each(&bytes, |r, body| {
+            assert_eq!(body, codec::stored_body(&codec::encode(&r)).unwrap());
+            seen.push(r);
+        })
+        .unwrap();
+        assert_eq!(
+            (last, members, seen),
+            (
+                file.last_applied,
+                file.membership.clone(),
+                file.records.clone()
+            )
+        );
+        for cut in [bytes.len() - 1, bytes.len() / 2, 5] {
+            assert!(
+                decode_each(&bytes[..cut], |_, _| ()).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(matches!(
+            decode_each(&longer, |_, _| ()),
+            Err(codec::CodecError::Malformed(_))
+        ));
         // The header alone gives the file's metadata.
         let dir = tempfile::tempdir().unwrap();
         assert!(read_current_meta(dir.path()).unwrap().is_none());

@@ -13,7 +13,7 @@ use rocksdb::{WriteBatch, WriteOptions};
 
 use crate::codec::{self, Limit};
 use crate::error::{io_err, StoreError};
-use crate::snapshot::{self, SnapshotFile};
+use crate::snapshot;
 use crate::store::Store;
 use crate::types::{
     LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
@@ -354,28 +354,42 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), io::Error> {
         let started = std::time::Instant::now();
         let bytes = snapshot.into_inner();
-        let file: SnapshotFile = codec::decode_bounded(&bytes, Limit::Snapshot)
+        // Decoded record by record into the new state and the write batch, off the async
+        // runtime: a large state takes seconds, and one decoded copy of it is enough.
+        let store = self.store.clone();
+        let (bytes, state, batch, last_applied, membership) =
+            tokio::task::spawn_blocking(move || {
+                let (cf_sm, cf_meta) = store.sm_families();
+                let mut state = State::new();
+                let mut batch = WriteBatch::default();
+                // Record keys start with a table tag below 0xff, so this range covers them all.
+                batch.delete_range_cf(cf_sm, [0u8].as_slice(), [0xffu8].as_slice());
+                let mut value = Vec::new();
+                let (last_applied, membership) = snapshot::decode_each(&bytes, |record, body| {
+                    value.clear();
+                    value.push(codec::FORMAT_VERSION);
+                    value.extend_from_slice(body);
+                    batch.put_cf(cf_sm, record.key().to_bytes(), &value);
+                    state.insert_record(record);
+                })?;
+                state.rebuild_indexes();
+                batch.put_cf(cf_meta, KEY_LAST_APPLIED, codec::encode(&last_applied));
+                batch.put_cf(cf_meta, KEY_MEMBERSHIP, codec::encode(&membership));
+                Ok::<_, codec::CodecError>((bytes, state, batch, last_applied, membership))
+            })
+            .await
+            .map_err(io_err)?
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        if file.last_applied != meta.last_log_id {
+        if last_applied != meta.last_log_id {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
                     "snapshot data is at {:?} but its meta says {:?}",
-                    file.last_applied, meta.last_log_id
+                    last_applied, meta.last_log_id
                 ),
             ));
         }
-        let state = State::from_records(file.records.iter().cloned());
         let db = &self.store.db;
-        let (cf_sm, cf_meta) = self.store.sm_families();
-        let mut batch = WriteBatch::default();
-        // Record keys start with a table tag below 0xff, so this range covers them all.
-        batch.delete_range_cf(cf_sm, [0u8].as_slice(), [0xffu8].as_slice());
-        for record in &file.records {
-            batch.put_cf(cf_sm, record.key().to_bytes(), codec::encode(record));
-        }
-        batch.put_cf(cf_meta, KEY_LAST_APPLIED, codec::encode(&file.last_applied));
-        batch.put_cf(cf_meta, KEY_MEMBERSHIP, codec::encode(&file.membership));
         let mut sync = WriteOptions::default();
         sync.set_sync(true);
         {
@@ -383,8 +397,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             db.write_opt(batch, &sync).map_err(io_err)?;
             *guard = AppliedState {
                 state,
-                last_applied: file.last_applied,
-                membership: file.membership.clone(),
+                last_applied,
+                membership,
             };
         }
         // The state is durable first; then the file. A crash in between leaves an older

@@ -188,6 +188,12 @@ enum Cmd {
     HistoryLoad {
         #[arg(long)]
         dir: PathBuf,
+    },
+    /// `history`'s third phase for one size (its own process): prints a JSON report.
+    #[command(hide = true)]
+    HistoryInstall {
+        #[arg(long)]
+        snapshot: PathBuf,
         #[arg(long)]
         empty: PathBuf,
     },
@@ -882,7 +888,7 @@ fn history(
     rounds: usize,
     dir: Option<&Path>,
 ) -> anyhow::Result<()> {
-    use hub_chaos::history::{BuildReport, LoadReport};
+    use hub_chaos::history::{BuildReport, InstallReport, LoadReport};
     if sizes.is_empty() || sizes.contains(&0) || per_environment == 0 || rounds == 0 {
         bail!("--entities, --per-environment and --rounds: at least 1");
     }
@@ -900,12 +906,25 @@ fn history(
             format!("--rounds={rounds}"),
             format!("--dir={}", store.display()),
         ])?;
-        eprintln!("history: {n} entities: opening the store");
-        let loaded: LoadReport = child(&[
-            "history-load".into(),
-            format!("--dir={}", store.display()),
-            format!("--empty={}", empty.display()),
-        ])?;
+        // A store the snapshot could not seed holds nothing worth opening.
+        let loaded: Option<(LoadReport, InstallReport)> = match built.install {
+            Ok(_) => {
+                eprintln!("history: {n} entities: opening the store");
+                let load: LoadReport =
+                    child(&["history-load".into(), format!("--dir={}", store.display())])?;
+                eprintln!("history: {n} entities: installing its snapshot in a new follower");
+                let install: InstallReport = child(&[
+                    "history-install".into(),
+                    format!(
+                        "--snapshot={}",
+                        hub_chaos::history::snapshot_file(&store).display()
+                    ),
+                    format!("--empty={}", empty.display()),
+                ])?;
+                Some((load, install))
+            }
+            Err(_) => None,
+        };
         std::fs::remove_dir_all(&store).ok();
         std::fs::remove_dir_all(&empty).ok();
         rows.push((n, built, loaded));
@@ -915,16 +934,30 @@ fn history(
         Ok(s) => format!("{s:.1} s"),
         Err(e) => format!("failed: {e}"),
     };
-    println!("| entities | entries | finished plans | Activity lines | apply | RSS after apply | encoded state | per entity | snapshot | store on disk | open | RSS open (node restart) | RSS open per entity | snapshot build | snapshot install |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| entities | entries | finished plans | Activity lines | apply | RSS after apply | encoded state | per entity | snapshot | store on disk | open | RSS open (node restart) | RSS open per entity | snapshot build | snapshot install (new follower) | follower's peak RSS |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (n, b, l) in &rows {
         let encoded: usize = b.tables.iter().map(|t| t.2).sum();
-        let build = match &l.build {
-            Ok((s, bytes)) => format!("{s:.1} s ({:.0} MiB)", *bytes as f64 / 1048576.0),
-            Err(e) => format!("failed: {e}"),
+        let opened = match l {
+            Some((l, i)) => {
+                let build = match &l.build {
+                    Ok((s, bytes)) => format!("{s:.1} s ({:.0} MiB)", *bytes as f64 / 1048576.0),
+                    Err(e) => format!("failed: {e}"),
+                };
+                format!(
+                    "{:.0} MiB | {:.1} s | {:.0} MiB | {:.1} KiB | {build} | {} | {:.0} MiB |",
+                    l.disk_bytes as f64 / 1048576.0,
+                    l.open_seconds,
+                    mib(l.rss_open_kib.saturating_sub(l.rss_before_kib)),
+                    l.rss_open_kib.saturating_sub(l.rss_before_kib) as f64 / *n as f64,
+                    secs(&i.install),
+                    mib(i.peak_kib),
+                )
+            }
+            None => "not seeded | - | - | - | - | - | - |".to_string(),
         };
         println!(
-            "| {n} | {} | {} | {} | {:.1} s | {:.0} MiB | {:.0} MiB | {:.1} KiB | {:.0} MiB | {:.0} MiB | {:.1} s | {:.0} MiB | {:.1} KiB | {build} | {} |",
+            "| {n} | {} | {} | {} | {:.1} s | {:.0} MiB | {:.0} MiB | {:.1} KiB | {:.0} MiB | {opened}",
             b.entries,
             b.finished_plans,
             b.activity_lines,
@@ -933,14 +966,9 @@ fn history(
             encoded as f64 / 1048576.0,
             encoded as f64 / 1024.0 / *n as f64,
             b.snapshot_bytes as f64 / 1048576.0,
-            l.disk_bytes as f64 / 1048576.0,
-            l.open_seconds,
-            mib(l.rss_open_kib.saturating_sub(l.rss_before_kib)),
-            l.rss_open_kib.saturating_sub(l.rss_before_kib) as f64 / *n as f64,
-            secs(&l.install),
         );
         if let Err(e) = &b.install {
-            println!("\nseeding the {n}-entity store failed: {e}");
+            println!("\nseeding the {n}-entity store through a snapshot install failed: {e}\n");
         }
     }
     println!("\nencoded bytes per table (largest first):\n");
@@ -971,7 +999,8 @@ async fn main() -> anyhow::Result<()> {
         | Cmd::RollingRestart { .. }
         | Cmd::History { .. }
         | Cmd::HistoryBuild { .. }
-        | Cmd::HistoryLoad { .. } => {}
+        | Cmd::HistoryLoad { .. }
+        | Cmd::HistoryInstall { .. } => {}
     }
     match cmd {
         Cmd::Writes {
@@ -1091,8 +1120,13 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
-        Cmd::HistoryLoad { dir, empty } => {
-            let report = hub_chaos::history::load(&dir, &empty).await?;
+        Cmd::HistoryLoad { dir } => {
+            let report = hub_chaos::history::load(&dir).await?;
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
+        Cmd::HistoryInstall { snapshot, empty } => {
+            let report = hub_chaos::history::install(&snapshot, &empty).await?;
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
