@@ -488,6 +488,22 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         .map_err(io_err)?;
         self.set_snapshot_meta(meta.clone());
         self.stats.record(SnapshotOp::Build, started);
+        // Every node refuses a larger snapshot (and reads one whole into memory): say so
+        // while there is still room, not when a follower first needs one.
+        let limit = codec::MAX_SNAPSHOT_BYTES;
+        if bytes.len() > limit {
+            tracing::error!(
+                bytes = bytes.len(),
+                limit,
+                "snapshot is larger than a node accepts: a follower behind the log cannot catch up"
+            );
+        } else if bytes.len() > limit / 10 * 8 {
+            tracing::warn!(
+                bytes = bytes.len(),
+                limit,
+                "snapshot is over 80% of the largest a node accepts"
+            );
+        }
         tracing::info!(
             last_log_id = ?meta.last_log_id,
             bytes = bytes.len(),
