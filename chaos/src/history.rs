@@ -18,7 +18,7 @@
 //! 2. [`load`]: open that store as `hub-node` does on start (every record read and the state
 //!    rebuilt): the time and the resident size; then build a snapshot as the leader does for
 //!    a new follower (the store keeps it as its current snapshot file).
-//! 3. [`install`]: a new follower's side: that snapshot file installed into an empty store;
+//! 3. [`install`]: a new follower's side: that snapshot installed into an empty store;
 //!    the time and the process's peak resident size.
 //!
 //! The catch-up of a new follower over the network is the build, the transfer and the
@@ -430,26 +430,13 @@ pub async fn load(dir: &Path) -> anyhow::Result<LoadReport> {
     })
 }
 
-/// Where a store keeps its current snapshot file.
-pub fn snapshot_file(dir: &Path) -> std::path::PathBuf {
-    dir.join("snapshots").join("current.snap")
-}
-
-/// Phase 3: install the snapshot file `file` into an empty store in `empty`.
-pub async fn install(file: &Path, empty: &Path) -> anyhow::Result<InstallReport> {
-    let bytes = std::fs::read(file).with_context(|| file.display().to_string())?;
-    // The header (last applied log id, membership) is far smaller than a command.
-    let limit = raft_store::codec::Limit::Command;
-    let header = &bytes[..bytes.len().min(limit.max_bytes())];
-    let (last_log_id, last_membership) = raft_store::codec::decode_prefix::<(
-        Option<raft_store::LogId>,
-        raft_store::StoredMembership,
-    )>(header, limit)
-    .with_context(|| format!("{}: header", file.display()))?;
-    let meta = raft_store::SnapshotMeta {
-        last_log_id,
-        last_membership,
-    };
+/// Phase 3: install the current snapshot of the store in `from` into an empty store in
+/// `empty`.
+pub async fn install(from: &Path, empty: &Path) -> anyhow::Result<InstallReport> {
+    let file = raft_store::snapshot_path(from);
+    let meta = raft_store::read_current_meta(from)?
+        .with_context(|| format!("{}: no snapshot", file.display()))?;
+    let bytes = std::fs::read(&file).with_context(|| file.display().to_string())?;
     let (_store, _log_store, mut sm) = raft_store::open(empty, &identity())
         .with_context(|| format!("opening a store in {}", empty.display()))?;
     let started = Instant::now();

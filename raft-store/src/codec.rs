@@ -130,6 +130,19 @@ pub fn stored_body(bytes: &[u8]) -> Result<&[u8], CodecError> {
     }
 }
 
+/// A value's bincode body, after its format byte: refused if `bytes` is over `limit` or of
+/// another format version.
+pub fn bounded_body(bytes: &[u8], limit: Limit) -> Result<&[u8], CodecError> {
+    let max = limit.max_bytes();
+    if bytes.len() > max {
+        return Err(CodecError::TooLarge {
+            bytes: bytes.len(),
+            limit: max,
+        });
+    }
+    stored_body(bytes)
+}
+
 /// Encodes `value` behind the format version.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     let mut out = vec![FORMAT_VERSION];
@@ -142,14 +155,7 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
 /// Decodes the value at the start of bytes produced by [`encode`], within `limit`: the value
 /// and the body's bytes after it.
 fn decode_start<T: DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result<(T, usize), CodecError> {
-    let max = limit.max_bytes();
-    if bytes.len() > max {
-        return Err(CodecError::TooLarge {
-            bytes: bytes.len(),
-            limit: max,
-        });
-    }
-    let body = stored_body(bytes)?;
+    let body = bounded_body(bytes, limit)?;
     // The input is at most `max` bytes, so its budget is at most the limit's.
     let (value, read) = decode_body_prefix(body)?;
     Ok((value, body.len() - read))

@@ -25,7 +25,7 @@ mod types;
 pub use db::{open, NodeIdentity};
 pub use error::StoreError;
 pub use log_store::LogStore;
-pub use snapshot::snapshot_data;
+pub use snapshot::{read_current_meta, snapshot_data, snapshot_path};
 pub use state_machine::{
     AppliedState, SharedState, SnapshotOp, SnapshotStats, StateEvent, StateMachine,
 };

@@ -72,7 +72,8 @@ pub fn snapshot_data(
     Cursor::new(out)
 }
 
-pub(crate) fn snapshot_path(dir: &Path) -> PathBuf {
+/// Where the store in `dir` keeps its current snapshot file.
+pub fn snapshot_path(dir: &Path) -> PathBuf {
     dir.join("snapshots").join("current.snap")
 }
 
@@ -118,9 +119,10 @@ pub(crate) fn read_limited(path: &Path, max: usize) -> std::io::Result<Vec<u8>> 
     Ok(bytes)
 }
 
-/// The metadata of the current snapshot file, if there is one, from its header alone: what a
-/// node needs on start, without reading (and decoding) the whole state a second time.
-pub(crate) fn read_current_meta(dir: &Path) -> Result<Option<SnapshotMeta>, StoreError> {
+/// The metadata of the current snapshot file of the store in `dir`, if there is one, from its
+/// header alone: what a node needs on start, without reading (and decoding) the whole state a
+/// second time.
+pub fn read_current_meta(dir: &Path) -> Result<Option<SnapshotMeta>, StoreError> {
     use std::io::Read;
     let path = snapshot_path(dir);
     let io = |cause| StoreError::Io {
@@ -159,13 +161,7 @@ pub(crate) fn decode_each(
     bytes: &[u8],
     mut each: impl FnMut(Record, &[u8]),
 ) -> Result<(Option<LogId>, StoredMembership), codec::CodecError> {
-    if bytes.len() > codec::MAX_SNAPSHOT_BYTES {
-        return Err(codec::CodecError::TooLarge {
-            bytes: bytes.len(),
-            limit: codec::MAX_SNAPSHOT_BYTES,
-        });
-    }
-    let body = codec::stored_body(bytes)?;
+    let body = codec::bounded_body(bytes, codec::Limit::Snapshot)?;
     let ((last_applied, membership, count), mut at): ((Option<LogId>, StoredMembership, u64), _) =
         codec::decode_body_prefix(body)?;
     // `count` comes from the bytes: nothing is allocated by it, and each record takes at

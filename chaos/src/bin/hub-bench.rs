@@ -193,7 +193,7 @@ enum Cmd {
     #[command(hide = true)]
     HistoryInstall {
         #[arg(long)]
-        snapshot: PathBuf,
+        from: PathBuf,
         #[arg(long)]
         empty: PathBuf,
     },
@@ -915,10 +915,7 @@ fn history(
                 eprintln!("history: {n} entities: installing its snapshot in a new follower");
                 let install: InstallReport = child(&[
                     "history-install".into(),
-                    format!(
-                        "--snapshot={}",
-                        hub_chaos::history::snapshot_file(&store).display()
-                    ),
+                    format!("--from={}", store.display()),
                     format!("--empty={}", empty.display()),
                 ])?;
                 Some((load, install))
@@ -1125,8 +1122,8 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
-        Cmd::HistoryInstall { snapshot, empty } => {
-            let report = hub_chaos::history::install(&snapshot, &empty).await?;
+        Cmd::HistoryInstall { from, empty } => {
+            let report = hub_chaos::history::install(&from, &empty).await?;
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
