@@ -32,7 +32,10 @@ use anyhow::{anyhow, bail, Context};
 use hub_engine::command::EntityReport;
 use hub_engine::entity::Health;
 use hub_engine::plan::{TaskReport, TaskState};
-use hub_engine::{Command, CommandOutput, EntityKind, Record, Request, State, TimestampMs};
+use hub_engine::{
+    Command, CommandOutput, EntityKind, HistoryWrite, Record, RecordKey, Request, State,
+    TimestampMs,
+};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::vote::RaftLeaderId;
 use serde::{Deserialize, Serialize};
@@ -64,11 +67,12 @@ pub struct BuildReport {
     pub apply_seconds: f64,
     /// Finished plans held.
     pub finished_plans: usize,
-    /// Activity lines held, over all entities.
+    /// Activity lines stored, over all entities.
     pub activity_lines: usize,
     /// Resident size of this process before the first entry, KiB.
     pub rss_before_kib: u64,
-    /// Resident size after the last entry, KiB.
+    /// Resident size after the last entry, KiB: the state, and this process's own copy of
+    /// the history (a node keeps history in its store; see [`LoadReport::rss_open_kib`]).
     pub rss_after_kib: u64,
     /// Encoded bytes per table: (table, records, bytes).
     pub tables: Vec<(String, usize, usize)>,
@@ -104,9 +108,12 @@ pub struct InstallReport {
     pub rss_end_kib: u64,
 }
 
-/// Applies commands to a state at increasing indexes and times, as the log would.
+/// Applies commands to a state at increasing indexes and times, as the log would, and keeps
+/// the history they write as storage would.
 struct Log {
     state: State,
+    /// History records by key (a node keeps them in its store, not its state).
+    history: BTreeMap<RecordKey, Record>,
     index: u64,
     now: TimestampMs,
 }
@@ -121,8 +128,14 @@ impl Log {
             request_id: None,
         };
         let kind = request.command.kind();
-        self.state
-            .apply(&request, self.index)
+        let applied = self.state.apply(&request, self.index);
+        for write in applied.history {
+            match write {
+                HistoryWrite::Put(record) => self.history.insert(record.key(), *record),
+                HistoryWrite::Delete(key) => self.history.remove(&key),
+            };
+        }
+        applied
             .result
             .map_err(|e| anyhow!("entry {} ({kind}) refused: {e}", self.index))
     }
@@ -335,6 +348,7 @@ pub async fn build(shape: Shape, dir: &Path) -> anyhow::Result<BuildReport> {
     let rss_before_kib = rss_kib();
     let mut log = Log {
         state: State::new(),
+        history: BTreeMap::new(),
         index: 0,
         now: START_MS,
     };
@@ -357,15 +371,16 @@ pub async fn build(shape: Shape, dir: &Path) -> anyhow::Result<BuildReport> {
     let rss_after_kib = rss_kib();
     let state = &log.state;
     let finished_plans = state.plans().filter(|p| !p.status.is_active()).count();
-    let activity_lines = state
-        .entities()
-        .filter_map(|e| state.activity(&e.id.0))
-        .map(|a| a.entries.len())
-        .sum();
-    let tables = table_bytes(state.records());
+    let activity_lines = log
+        .history
+        .values()
+        .filter(|r| matches!(r, Record::ActivityLine(_)))
+        .count();
+    let stored = || state.records().chain(log.history.values().cloned());
+    let tables = table_bytes(stored());
     let meta = seed_meta(log.index);
-    let count = state.records().count();
-    let data = raft_store::snapshot_data(&meta, ExactLen(state.records(), count));
+    let count = stored().count();
+    let data = raft_store::snapshot_data(&meta, ExactLen(stored(), count));
     let snapshot_bytes = data.get_ref().len();
     // The store builds its own state from the snapshot: this one is no longer needed.
     let entries = log.index;

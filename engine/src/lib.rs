@@ -144,8 +144,8 @@ pub use entity::{Entity, EntityId, EntityKind};
 pub use environment::Environment;
 pub use error::CommandError;
 pub use evaluate::{evaluate, Evaluation};
-pub use record::{Record, RecordKey};
-pub use state::{canonical_bytes, Applied, State, StateDigest, Trigger};
+pub use record::{Record, RecordKey, Residence};
+pub use state::{canonical_bytes, Applied, HistoryWrite, State, StateDigest, Trigger};
 
 /// Milliseconds since the Unix epoch, as stamped by the leader on each Raft entry.
 pub type TimestampMs = i64;

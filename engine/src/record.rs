@@ -20,7 +20,7 @@ use crate::rollout::Rollout;
 use crate::rollout_policy::RolloutPolicy;
 use crate::token::OperatorToken;
 
-use crate::activity::Activity;
+use crate::activity::{Activity, ActivityLine, ActivityV1};
 use crate::command::{wire_tags, CommandOutput};
 use crate::entity::Entity;
 use crate::environment::Environment;
@@ -51,8 +51,9 @@ pub enum RecordKey {
     Suppression(String),
     /// A plan, by id.
     Plan(String),
-    /// An entity's activity, by entity id.
-    Activity(String),
+    /// An entity's activity in the format before lines were records of their own
+    /// ([`ActivityV1`]), by entity id: read only to migrate it.
+    ActivityV1(String),
     /// An audit entry, by zero-padded log index.
     Audit(String),
     /// A published module version, by `name@version`.
@@ -87,6 +88,11 @@ pub enum RecordKey {
     Rollout(String),
     /// A judged canary's judging state, by the canary's id.
     CanaryJudging(String),
+    /// An entity's activity head, by entity id.
+    ActivityHead(String),
+    /// One line of an entity's activity (history, not in the state), by
+    /// `<entity id>/<zero-padded seq>` ([`ActivityLine::key_name`]).
+    ActivityLine(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -116,8 +122,57 @@ const TAG_ENVIRONMENT_LABELS: u8 = 24;
 const TAG_ROLLOUT_POLICY: u8 = 25;
 const TAG_ROLLOUT: u8 = 26;
 const TAG_CANARY_JUDGING: u8 = 27;
+const TAG_ACTIVITY_HEAD: u8 = 28;
+const TAG_ACTIVITY_LINE: u8 = 29;
+
+/// Where the records under a key live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Residence {
+    /// A row of the state, in memory on every node and persisted as it changes.
+    State,
+    /// History: written by apply ([`crate::HistoryWrite`]) to storage only, read from storage
+    /// by queries, never read by a decision.
+    History,
+    /// An older format, read only to be migrated ([`crate::activity::ActivityV1`]).
+    Legacy,
+}
 
 impl RecordKey {
+    /// Where records under this key live. Exhaustive, so a new table decides.
+    pub fn residence(&self) -> Residence {
+        match self {
+            RecordKey::ActivityLine(_) => Residence::History,
+            RecordKey::ActivityV1(_) => Residence::Legacy,
+            RecordKey::Environment(_)
+            | RecordKey::Entity(_)
+            | RecordKey::Request(_)
+            | RecordKey::Product(_)
+            | RecordKey::Release(_)
+            | RecordKey::Channel(_)
+            | RecordKey::Recall(_)
+            | RecordKey::Suppression(_)
+            | RecordKey::Plan(_)
+            | RecordKey::Audit(_)
+            | RecordKey::Module(_)
+            | RecordKey::Installation(_)
+            | RecordKey::ChangeRequest(_)
+            | RecordKey::Canary(_)
+            | RecordKey::ClusterKey(_)
+            | RecordKey::RoleBinding(_)
+            | RecordKey::WriteAudit(_)
+            | RecordKey::AuditLog(_)
+            | RecordKey::Token(_)
+            | RecordKey::CanaryHistory(_)
+            | RecordKey::EntryClock(_)
+            | RecordKey::ClusterMembers(_)
+            | RecordKey::EnvironmentLabels(_)
+            | RecordKey::RolloutPolicy(_)
+            | RecordKey::Rollout(_)
+            | RecordKey::CanaryJudging(_)
+            | RecordKey::ActivityHead(_) => Residence::State,
+        }
+    }
+
     /// Stable byte encoding: a table tag, then the UTF-8 name.
     pub fn to_bytes(&self) -> Vec<u8> {
         let (tag, name) = match self {
@@ -130,7 +185,7 @@ impl RecordKey {
             RecordKey::Recall(n) => (TAG_RECALL, n),
             RecordKey::Suppression(n) => (TAG_SUPPRESSION, n),
             RecordKey::Plan(n) => (TAG_PLAN, n),
-            RecordKey::Activity(n) => (TAG_ACTIVITY, n),
+            RecordKey::ActivityV1(n) => (TAG_ACTIVITY, n),
             RecordKey::Audit(n) => (TAG_AUDIT, n),
             RecordKey::Module(n) => (TAG_MODULE, n),
             RecordKey::Installation(n) => (TAG_INSTALLATION, n),
@@ -148,6 +203,8 @@ impl RecordKey {
             RecordKey::RolloutPolicy(n) => (TAG_ROLLOUT_POLICY, n),
             RecordKey::Rollout(n) => (TAG_ROLLOUT, n),
             RecordKey::CanaryJudging(n) => (TAG_CANARY_JUDGING, n),
+            RecordKey::ActivityHead(n) => (TAG_ACTIVITY_HEAD, n),
+            RecordKey::ActivityLine(n) => (TAG_ACTIVITY_LINE, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -169,7 +226,7 @@ impl RecordKey {
             TAG_RECALL => Some(RecordKey::Recall(name)),
             TAG_SUPPRESSION => Some(RecordKey::Suppression(name)),
             TAG_PLAN => Some(RecordKey::Plan(name)),
-            TAG_ACTIVITY => Some(RecordKey::Activity(name)),
+            TAG_ACTIVITY => Some(RecordKey::ActivityV1(name)),
             TAG_AUDIT => Some(RecordKey::Audit(name)),
             TAG_MODULE => Some(RecordKey::Module(name)),
             TAG_INSTALLATION => Some(RecordKey::Installation(name)),
@@ -187,6 +244,8 @@ impl RecordKey {
             TAG_ROLLOUT_POLICY => Some(RecordKey::RolloutPolicy(name)),
             TAG_ROLLOUT => Some(RecordKey::Rollout(name)),
             TAG_CANARY_JUDGING => Some(RecordKey::CanaryJudging(name)),
+            TAG_ACTIVITY_HEAD => Some(RecordKey::ActivityHead(name)),
+            TAG_ACTIVITY_LINE => Some(RecordKey::ActivityLine(name)),
             _ => None,
         }
     }
@@ -232,8 +291,8 @@ pub enum Record {
     Suppression(Suppression),
     /// See [`Plan`].
     Plan(Plan),
-    /// See [`Activity`].
-    Activity(Activity),
+    /// See [`ActivityV1`]: read only to migrate it.
+    ActivityV1(ActivityV1),
     /// See [`AuditEntry`].
     Audit(AuditEntry),
     /// See [`PublishedModule`].
@@ -268,6 +327,10 @@ pub enum Record {
     Rollout(Rollout),
     /// See [`CanaryJudging`].
     CanaryJudging(CanaryJudging),
+    /// See [`Activity`].
+    ActivityHead(Activity),
+    /// See [`ActivityLine`]: history, not in the state.
+    ActivityLine(ActivityLine),
 }
 
 wire_tags! {
@@ -281,7 +344,7 @@ wire_tags! {
         Recall = 6,
         Suppression = 7,
         Plan = 8,
-        Activity = 9,
+        ActivityV1 = 9,
         Audit = 10,
         Module = 11,
         Installation = 12,
@@ -299,6 +362,8 @@ wire_tags! {
         RolloutPolicy = 24,
         Rollout = 25,
         CanaryJudging = 26,
+        ActivityHead = 27,
+        ActivityLine = 28,
     }
     retired []
 }
@@ -328,6 +393,20 @@ impl AuditEntry {
 }
 
 impl Record {
+    /// The records a stored record becomes in this release's format: itself, or for an
+    /// [`ActivityV1`] its head and its lines (see [`ActivityV1::split`]).
+    pub fn migrated(self) -> Vec<Record> {
+        match self {
+            Record::ActivityV1(v1) => {
+                let (head, lines) = v1.split();
+                std::iter::once(Record::ActivityHead(head))
+                    .chain(lines.into_iter().map(Record::ActivityLine))
+                    .collect()
+            }
+            other => vec![other],
+        }
+    }
+
     /// The key this record is stored under.
     pub fn key(&self) -> RecordKey {
         match self {
@@ -340,7 +419,7 @@ impl Record {
             Record::Recall(r) => RecordKey::Recall(r.id.clone()),
             Record::Suppression(s) => RecordKey::Suppression(s.id.clone()),
             Record::Plan(p) => RecordKey::Plan(p.id.clone()),
-            Record::Activity(a) => RecordKey::Activity(a.entity.clone()),
+            Record::ActivityV1(a) => RecordKey::ActivityV1(a.entity.clone()),
             Record::Audit(a) => RecordKey::Audit(AuditEntry::key_name(a.index)),
             Record::Module(m) => RecordKey::Module(PublishedModule::key_name(&m.name, &m.version)),
             Record::Installation(i) => RecordKey::Installation(i.id.clone()),
@@ -360,6 +439,10 @@ impl Record {
             Record::RolloutPolicy(p) => RecordKey::RolloutPolicy(p.product.clone()),
             Record::Rollout(r) => RecordKey::Rollout(Rollout::key_name(&r.product, &r.version)),
             Record::CanaryJudging(j) => RecordKey::CanaryJudging(j.canary.clone()),
+            Record::ActivityHead(a) => RecordKey::ActivityHead(a.entity.clone()),
+            Record::ActivityLine(l) => {
+                RecordKey::ActivityLine(ActivityLine::key_name(&l.entity, l.seq))
+            }
         }
     }
 }
@@ -380,7 +463,7 @@ mod tests {
             RecordKey::Recall("r-9".into()),
             RecordKey::Suppression("s-9".into()),
             RecordKey::Plan("p-9-0".into()),
-            RecordKey::Activity("eid:prod:helmChart:web".into()),
+            RecordKey::ActivityV1("eid:prod:helmChart:web".into()),
             RecordKey::Audit(AuditEntry::key_name(9)),
             RecordKey::Module("control-plane-module@0.1.0".into()),
             RecordKey::Installation("prod/control-plane-module".into()),
@@ -398,6 +481,8 @@ mod tests {
             RecordKey::RolloutPolicy("com.example:api".into()),
             RecordKey::Rollout("com.example:api@2.0.0".into()),
             RecordKey::CanaryJudging("prod/demo".into()),
+            RecordKey::ActivityHead("eid:prod:helmChart:web".into()),
+            RecordKey::ActivityLine(ActivityLine::key_name("eid:prod:helmChart:web", 7)),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

@@ -24,6 +24,7 @@ use crate::error::CommandError;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::plan::{Plan, PlanKind, PlanStatus};
 use crate::product::{Channel, Product, Recall, Release};
+use crate::record::Residence;
 use crate::record::{AuditEntry, Record, RecordKey, RequestRecord};
 use crate::release::ProductDependency;
 use crate::role::{Role, RoleBinding};
@@ -58,6 +59,29 @@ pub struct Applied {
     pub changed: Vec<RecordKey>,
     /// What the leader must re-evaluate.
     pub triggers: Vec<Trigger>,
+    /// History written, in order: records storage keeps that the state does not hold
+    /// ([`crate::Residence::History`]). Storage applies them in the same batch as
+    /// `changed`.
+    pub history: Vec<HistoryWrite>,
+}
+
+/// A write of a history record ([`crate::Residence::History`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HistoryWrite {
+    /// Store the record under its key (boxed: a `Record` is large, a key small).
+    Put(Box<Record>),
+    /// Delete the record under the key.
+    Delete(RecordKey),
+}
+
+impl HistoryWrite {
+    /// The key written.
+    pub fn key(&self) -> RecordKey {
+        match self {
+            HistoryWrite::Put(record) => record.key(),
+            HistoryWrite::Delete(key) => key.clone(),
+        }
+    }
 }
 
 /// Lookups that join tables, rebuilt from them ([`State::rebuild_indexes`]) and kept up to
@@ -151,6 +175,11 @@ impl State {
             self.requests.index().expiry.len(),
             "request expiry"
         );
+        assert_eq!(
+            self.plans.index().counts.values().sum::<u64>(),
+            self.plans.len() as u64,
+            "plan counts against the plans"
+        );
         // At most one active plan per entity, and the index agrees with the plans.
         assert_eq!(
             self.plans.index().active.len(),
@@ -170,7 +199,7 @@ impl State {
                 | RecordKey::Channel(_)
                 | RecordKey::Recall(_)
                 | RecordKey::Suppression(_)
-                | RecordKey::Activity(_)
+                | RecordKey::ActivityHead(_)
                 | RecordKey::Audit(_)
                 | RecordKey::Module(_)
                 | RecordKey::ChangeRequest(_)
@@ -185,6 +214,9 @@ impl State {
                 RecordKey::Token(name) => self.check_token(name),
                 RecordKey::CanaryHistory(id) => self.check_canary_history(id),
                 RecordKey::CanaryJudging(id) => self.check_canary_judging(id),
+                RecordKey::ActivityV1(_) | RecordKey::ActivityLine(_) => {
+                    panic!("{key:?} is not a row of the state but is in `changed`")
+                }
             }
         }
     }
@@ -619,6 +651,12 @@ impl State {
         self.plans.values()
     }
 
+    /// How many plans there are of each (kind label, status), without zeros; kept as plans
+    /// change, so reading it costs the number of pairs, not of plans.
+    pub fn plan_counts(&self) -> impl Iterator<Item = ((&'static str, &'static str), u64)> + '_ {
+        self.plans.index().counts.iter().map(|(k, n)| (*k, *n))
+    }
+
     /// An entity's plans, oldest first.
     pub fn plans_of<'a>(&'a self, entity: &str) -> impl DoubleEndedIterator<Item = &'a Plan> + 'a {
         self.plans
@@ -677,9 +715,14 @@ impl State {
             .then_some(last)
     }
 
-    /// An entity's activity.
+    /// An entity's activity head (its lines are history: [`crate::activity`]).
     pub fn activity(&self, entity: &str) -> Option<&Activity> {
         self.activity.get(entity)
+    }
+
+    /// Every activity head, by entity id.
+    pub fn activity_heads(&self) -> impl Iterator<Item = (&String, &Activity)> {
+        self.activity.iter()
     }
 
     /// Audit entries, oldest first.
@@ -974,8 +1017,16 @@ impl State {
 
     /// Adds a record while loading persisted state or a snapshot. Call
     /// [`State::rebuild_indexes`] after the last one (or use [`State::from_records`]).
+    /// History records are not held in the state and are skipped; an older format loads
+    /// what it becomes ([`Record::migrated`]), so storage must persist the migration too.
     pub fn insert_record(&mut self, record: Record) {
-        self.load_row(record);
+        for record in record.migrated() {
+            match record.key().residence() {
+                Residence::State => self.load_row(record),
+                Residence::History => {}
+                Residence::Legacy => unreachable!("migrated records are current: {record:?}"),
+            }
+        }
     }
 
     /// Recomputes the lookups that join tables (each table keeps its own index as rows load).

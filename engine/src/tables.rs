@@ -68,7 +68,7 @@ named_rows! {
     Recall => Recall, |r| r.id.clone(), RecallIndex;
     Suppression => Suppression, |s| s.id.clone(), SuppressionIndex;
     Plan => Plan, |p| p.id.clone(), PlanIndex;
-    Activity => Activity, |a| a.entity.clone(), ();
+    Activity => ActivityHead, |a| a.entity.clone(), ();
     AuditEntry => Audit, |a| AuditEntry::key_name(a.index), ();
     Installation => Installation, |i| i.id.clone(), ();
     ChangeRequest => ChangeRequest, |c| c.id.clone(), ();
@@ -255,6 +255,9 @@ pub(crate) struct PlanIndex {
     pub(crate) by_entity: BTreeMap<String, BTreeSet<(u64, String)>>,
     /// entity -> its issued or running plan (at most one: see `State::check_invariants`).
     pub(crate) active: BTreeMap<String, String>,
+    /// (kind label, status) -> plans of that kind in that status, for metrics without a
+    /// walk over every plan. No zero counts.
+    pub(crate) counts: BTreeMap<(&'static str, &'static str), u64>,
 }
 
 impl Lookups<Plan> for PlanIndex {
@@ -264,6 +267,10 @@ impl Lookups<Plan> for PlanIndex {
             p.entity.clone(),
             (p.issued_index, p.id.clone()),
         );
+        *self
+            .counts
+            .entry((p.kind.label(), p.status.as_str()))
+            .or_default() += 1;
         if p.status.is_active() {
             let other = self.active.insert(p.entity.clone(), p.id.clone());
             debug_assert!(
@@ -282,6 +289,13 @@ impl Lookups<Plan> for PlanIndex {
             &(p.issued_index, p.id.clone()),
         );
         remove_if(&mut self.active, &p.entity, &p.id);
+        let key = (p.kind.label(), p.status.as_str());
+        if let Some(n) = self.counts.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.counts.remove(&key);
+            }
+        }
     }
 }
 
@@ -463,14 +477,19 @@ macro_rules! unbox {
     };
 }
 
-/// The tables, in record-tag order: `field: Variant`.
+/// The tables, in record-tag order: `field: Variant`; then the record variants that are
+/// not rows of the state (history and older formats: [`crate::Residence`]).
 macro_rules! state_tables {
-    ($($field:ident: $variant:ident $($boxed:ident)?),* $(,)?) => {
+    (
+        $($field:ident: $variant:ident $($boxed:ident)?),* $(,)?
+        ; not_in_state: $($other:ident),* $(,)?
+    ) => {
         impl State {
             /// The current record under `key`, if any.
             pub fn record(&self, key: &RecordKey) -> Option<Record> {
                 match key {
                     $(RecordKey::$variant(name) => self.$field.record_named(name),)*
+                    $(RecordKey::$other(_) => None,)*
                 }
             }
 
@@ -480,9 +499,14 @@ macro_rules! state_tables {
             }
 
             /// Adds a persisted row to its table and its index (no change recorded).
+            /// A record that is not a row of the state is a caller's bug
+            /// ([`State::insert_record`] sorts them out).
             pub(crate) fn load_row(&mut self, record: Record) {
                 match record {
                     $(Record::$variant(row) => self.$field.load(unbox!(row $($boxed)?)),)*
+                    $(Record::$other(_) => {
+                        unreachable!("{:?} is not a row of the state", record.key())
+                    })*
                 }
             }
         }
@@ -499,7 +523,6 @@ state_tables! {
     recalls: Recall,
     suppressions: Suppression,
     plans: Plan,
-    activity: Activity,
     audit: Audit,
     modules: Module,
     installations: Installation,
@@ -517,4 +540,6 @@ state_tables! {
     rollout_policies: RolloutPolicy,
     rollouts: Rollout,
     canary_judging: CanaryJudging,
+    activity: ActivityHead;
+    not_in_state: ActivityV1, ActivityLine,
 }

@@ -381,8 +381,7 @@ fn as_before_the_upgrade(hub: &Hub, e: &str) -> Vec<hub_engine::Record> {
         })
         .collect();
     assert!(!renames.is_empty());
-    hub.state
-        .records()
+    hub.stored_records()
         .filter(|r| !matches!(r, hub_engine::Record::ClusterKey(_)))
         .map(|r| {
             let mut json = serde_json::to_string(&r).unwrap();

@@ -801,7 +801,7 @@ fn a_state_rebuilt_mid_soak_keeps_the_committed_soak_end() {
     assert_eq!(soak_until(&hub, "eu-canary"), Some(soak_end));
     // Mid-soak, a new leader: a state rebuilt from the records (snapshot or store).
     hub.advance(10 * MINUTE);
-    let records: Vec<_> = hub.state.records().collect();
+    let records: Vec<_> = hub.stored_records().cloned().collect();
     let rebuilt = State::from_records(records.clone());
     assert!(rebuilt == hub.state);
     assert_eq!(rebuilt.digest(), hub.state.digest());

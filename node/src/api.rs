@@ -558,6 +558,7 @@ impl Hub for HubService {
         caller.may(&s.state, &query.need())?;
         let value = crate::query::answer(
             &s.state,
+            &self.node.sm.history(),
             &query,
             // The cluster's time where this node has read its voters' clocks (the leader),
             // else its own.
@@ -567,6 +568,7 @@ impl Hub for HubService {
         .map_err(|e| match e {
             crate::query::QueryError::Bad(m) => Status::invalid_argument(m),
             crate::query::QueryError::NotFound(m) => Status::not_found(m),
+            crate::query::QueryError::Internal(m) => Status::internal(m),
         })?;
         Ok(Response::new(QueryReply {
             json: value.to_string(),

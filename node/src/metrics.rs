@@ -568,20 +568,16 @@ impl NodeMetrics {
     fn read_state(&self, state: &hub_engine::State, leader: bool) {
         self.entry_clock_raised
             .set(i64::try_from(state.entry_clock().raised).unwrap_or(i64::MAX));
-        let mut plans: BTreeMap<(&str, &str), i64> = BTreeMap::new();
-        for p in state.plans() {
-            *plans
-                .entry((p.kind.label(), p.status.as_str()))
-                .or_default() += 1;
-        }
+        // Counts kept by the plan table as plans change: a scrape under the state's read
+        // lock costs the number of (kind, status) pairs, not of plans.
         self.plans.clear();
-        for ((kind, status), n) in plans {
+        for ((kind, status), n) in state.plan_counts() {
             self.plans
                 .get_or_create(&PlanLabels {
                     kind: kind.to_string(),
                     status: status.to_string(),
                 })
-                .set(n);
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
         self.canary_phase.clear();
         self.canary_weight.clear();

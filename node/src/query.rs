@@ -263,6 +263,9 @@ pub enum QueryError {
     /// What it names does not exist.
     #[error("{0}")]
     NotFound(String),
+    /// This node could not read what it stores (the details are in its log).
+    #[error("{0}")]
+    Internal(String),
 }
 
 /// Resolves an entity reference against the state.
@@ -371,11 +374,12 @@ pub fn plan_view(p: &Plan, full: bool) -> Value {
     v
 }
 
-/// Answers `query` from `state` at time `now`. `checker` supplies artifact observations for
+/// Answers `query` from `state` and its `history` at time `now`. `checker` supplies artifact observations for
 /// `explain` (what the leader would see; other nodes show "not checked yet").
 // Long: one short arm per query kind; the flat dispatch is the list of queries.
 pub fn answer(
     state: &State,
+    history: &raft_store::History,
     query: &Query,
     now: i64,
     checker: Option<&ArtifactChecker>,
@@ -428,16 +432,15 @@ pub fn answer(
         }
         Query::Activity { entity } => {
             let id = resolve_entity(state, entity)?;
-            let entries: Vec<Value> = state
-                .activity(&id)
-                .map(|a| {
-                    a.entries
-                        .iter()
-                        .rev()
-                        .map(|e| json!({"time": format_time(e.time_ms), "index": e.index, "kind": e.kind, "message": e.message}))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let entries: Vec<Value> = history
+                .activity_lines(&id, hub_engine::activity::ACTIVITY_KEPT)
+                .map_err(|e| {
+                    tracing::error!(entity = %id, error = %e, "reading stored activity");
+                    QueryError::Internal(format!("reading the activity of {id} failed on this node"))
+                })?
+                .iter()
+                .map(|e| json!({"time": format_time(e.time_ms), "index": e.index, "kind": e.kind, "message": e.message}))
+                .collect();
             json!({ "entity": id, "entries": entries })
         }
         Query::Plans {

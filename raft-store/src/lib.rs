@@ -5,7 +5,8 @@
 //! Layout (column families):
 //! - `log`: big-endian log index → entry
 //! - `meta`: vote, last purged log id, node identity
-//! - `sm`: [`hub_engine::RecordKey`] bytes → record
+//! - `sm`: [`hub_engine::RecordKey`] bytes → record: the state's rows and history
+//!   ([`hub_engine::Residence`]; read through [`History`])
 //! - `sm_meta`: last applied log id and membership (written in the same batch as `sm`)
 //!
 //! Snapshots live in `<dir>/snapshots/current.snap`, replaced atomically.
@@ -15,6 +16,7 @@ pub mod codec;
 mod db;
 mod error;
 mod flusher;
+mod history;
 mod log_store;
 pub mod private;
 mod snapshot;
@@ -24,6 +26,7 @@ mod types;
 
 pub use db::{open, NodeIdentity};
 pub use error::StoreError;
+pub use history::History;
 pub use log_store::LogStore;
 pub use snapshot::{read_current_meta, snapshot_data, snapshot_path};
 pub use state_machine::{

@@ -6,13 +6,14 @@ use std::io::{self, Cursor};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use futures::{Stream, StreamExt};
-use hub_engine::{CommandOutput, Record, State, Trigger};
+use hub_engine::{CommandOutput, HistoryWrite, Record, RecordKey, Residence, State, Trigger};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, RaftSnapshotBuilder};
 use rocksdb::{WriteBatch, WriteOptions};
 
 use crate::codec::{self, Limit};
 use crate::error::{io_err, StoreError};
+use crate::history::History;
 use crate::snapshot;
 use crate::store::Store;
 use crate::types::{
@@ -145,28 +146,62 @@ fn decode_meta<T: serde::de::DeserializeOwned + Default>(
 }
 
 impl StateMachine {
-    /// Loads the persisted state (every record, last applied, membership) and the snapshot
-    /// metadata.
+    /// Loads the persisted state (every row of the state, last applied, membership) and the
+    /// snapshot metadata. History is left in the store ([`Residence::History`]): its key
+    /// ranges are skipped without reading them. Records of an older format are migrated
+    /// ([`Record::migrated`]) in one synced batch before anything is served.
     pub(crate) fn open(store: Store) -> Result<Self, StoreError> {
         let rocks = |cause| store.rocks_error(cause);
         let db = &store.db;
         let (cf_sm, cf_meta) = store.sm_families();
         let mut applied = AppliedState::default();
-        for item in db.iterator_cf(cf_sm, rocksdb::IteratorMode::Start) {
-            let (key, value) = item.map_err(rocks)?;
+        let mut migration = WriteBatch::default();
+        let mut iter = db.raw_iterator_cf(cf_sm);
+        iter.seek_to_first();
+        while let Some(key) = iter.key() {
+            let stored_key = RecordKey::from_bytes(key).ok_or_else(|| StoreError::Corrupt {
+                what: "state record".to_string(),
+                cause: codec::CodecError::Malformed(format!("unknown record key {key:?}")),
+            })?;
+            if stored_key.residence() == Residence::History {
+                // Key bytes start with the table tag: the whole table is history.
+                match key[0].checked_add(1) {
+                    Some(next_table) => iter.seek([next_table]),
+                    None => break,
+                }
+                continue;
+            }
+            let value = iter.value().unwrap_or_default();
             let record: Record =
-                codec::decode_bounded(&value, Limit::Snapshot).map_err(corrupt("state record"))?;
-            if record.key().to_bytes() != key.as_ref() {
+                codec::decode_bounded(value, Limit::Snapshot).map_err(corrupt("state record"))?;
+            if record.key() != stored_key {
                 return Err(StoreError::Corrupt {
                     what: "state record".to_string(),
                     cause: codec::CodecError::Malformed(format!(
-                        "a record stored under key {:?} has key {:?}",
-                        key.as_ref(),
-                        record.key().to_bytes()
+                        "a record stored under key {stored_key:?} has key {:?}",
+                        record.key()
                     )),
                 });
             }
+            if stored_key.residence() == Residence::Legacy {
+                migration.delete_cf(cf_sm, key);
+                for current in record.clone().migrated() {
+                    migration.put_cf(cf_sm, current.key().to_bytes(), codec::encode(&current));
+                }
+            }
             applied.state.insert_record(record);
+            iter.next();
+        }
+        iter.status().map_err(rocks)?;
+        drop(iter);
+        if !migration.is_empty() {
+            tracing::info!(
+                writes = migration.len(),
+                "migrating stored records to this release's format"
+            );
+            let mut sync = WriteOptions::default();
+            sync.set_sync(true);
+            db.write_opt(migration, &sync).map_err(rocks)?;
         }
         applied.state.rebuild_indexes();
         applied.last_applied = decode_meta(
@@ -209,6 +244,12 @@ impl StateMachine {
             .map_err(io_err)?;
         *cached = Some(fresh.clone());
         Ok(fresh)
+    }
+
+    /// A read handle on the stored history (see [`History`] for when it agrees with the
+    /// state).
+    pub fn history(&self) -> History {
+        History::new(self.store.clone())
     }
 
     /// Snapshots built and installed so far.
@@ -260,6 +301,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut responders = Vec::new();
         let mut changed = BTreeSet::new();
         let mut triggers = Vec::new();
+        let mut history = Vec::new();
         let db = &self.store.db;
         let (cf_sm, cf_meta) = self.store.sm_families();
         let mut batch = WriteBatch::default();
@@ -285,6 +327,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         let out = applied.state.apply(req, index);
                         changed.extend(out.changed);
                         triggers.extend(out.triggers);
+                        history.extend(out.history);
                         out.result
                     }
                     EntryPayload::Membership(m) => {
@@ -308,15 +351,27 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     None => batch.delete_cf(cf_sm, key.to_bytes()),
                 }
             }
+            // History is not in the state: its writes are persisted as apply made them, in
+            // order, in the same batch (their keys are never in `changed`).
+            for write in &history {
+                match write {
+                    HistoryWrite::Put(record) => {
+                        batch.put_cf(cf_sm, record.key().to_bytes(), codec::encode(record))
+                    }
+                    HistoryWrite::Delete(key) => batch.delete_cf(cf_sm, key.to_bytes()),
+                }
+            }
             batch.put_cf(
                 cf_meta,
                 KEY_LAST_APPLIED,
                 codec::encode(&applied.last_applied),
             );
+            // Not synced: the log holds every applied entry durably, and one WAL orders this
+            // batch after them, so a crash loses at most a suffix that is re-applied on
+            // start. Written under the state's lock, so a reader of the state reads the
+            // history of the same entries ([`History`]).
+            db.write(batch).map_err(io_err)?;
         }
-        // Not synced: the log holds every applied entry durably, and one WAL orders this
-        // batch after them, so a crash loses at most a suffix that is re-applied on start.
-        db.write(batch).map_err(io_err)?;
         let (index, plan_environments) = {
             let s = self.shared.read();
             let mut envs: Vec<String> = changed
@@ -366,10 +421,22 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 batch.delete_range_cf(cf_sm, [0u8].as_slice(), [0xffu8].as_slice());
                 let mut value = Vec::new();
                 let (last_applied, membership) = snapshot::decode_each(&bytes, |record, body| {
-                    value.clear();
-                    value.push(codec::FORMAT_VERSION);
-                    value.extend_from_slice(body);
-                    batch.put_cf(cf_sm, record.key().to_bytes(), &value);
+                    match record.key().residence() {
+                        Residence::State | Residence::History => {
+                            value.clear();
+                            value.push(codec::FORMAT_VERSION);
+                            value.extend_from_slice(body);
+                            batch.put_cf(cf_sm, record.key().to_bytes(), &value);
+                        }
+                        // From a leader of an older release: stored as this release's
+                        // format, as a node's own store is migrated on open.
+                        Residence::Legacy => {
+                            for current in record.clone().migrated() {
+                                let key = current.key().to_bytes();
+                                batch.put_cf(cf_sm, key, codec::encode(&current));
+                            }
+                        }
+                    }
                     state.insert_record(record);
                 })?;
                 state.rebuild_indexes();

@@ -29,7 +29,7 @@ use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 
 use hub_engine::access::{Role, RoleBinding};
-use hub_engine::activity::{Activity, ActivityEntry};
+use hub_engine::activity::{Activity, ActivityEntryV1, ActivityLine, ActivityV1};
 use hub_engine::artifact::{
     ArtifactLocation, ArtifactRegistry, Availability, HubAccess, RegistryTls, TlsTrust,
 };
@@ -904,9 +904,9 @@ fn records() -> Vec<Record> {
                 failed_plan: s("p-39-0"),
             },
         )),
-        Record::Activity(Activity {
+        Record::ActivityV1(ActivityV1 {
             entity: s(ENTITY),
-            entries: VecDeque::from([ActivityEntry {
+            entries: VecDeque::from([ActivityEntryV1 {
                 time_ms: T0 + 14,
                 index: 41,
                 kind: s("blocked"),
@@ -1160,6 +1160,22 @@ fn records() -> Vec<Record> {
                     reason: s("p 0.0001"),
                 },
             ],
+        }),
+        Record::ActivityHead(Activity {
+            entity: s(ENTITY),
+            lines: 230,
+            last_decision: Some(s("at target")),
+            blocked_since_ms: Some(T0 + 24),
+            blocked_candidate: Some(s("1.3.0")),
+            last_recheck_ms: Some(T0 + 25),
+        }),
+        Record::ActivityLine(ActivityLine {
+            entity: s(ENTITY),
+            seq: 229,
+            time_ms: T0 + 26,
+            index: 231,
+            kind: s("recheck"),
+            message: s("re-checked after 4h blocked"),
         }),
     ]
 }

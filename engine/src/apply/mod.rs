@@ -55,7 +55,7 @@ use semver::Version;
 use crate::command::{Command, CommandOutput, Request, WindowSpec};
 use crate::error::CommandError;
 use crate::record::{AuditEntry, RecordKey, RequestRecord};
-use crate::state::{Applied, State, Trigger, REQUEST_TTL_MS};
+use crate::state::{Applied, HistoryWrite, State, Trigger, REQUEST_TTL_MS};
 use crate::suppression::Scope;
 use crate::window::MaintenanceWindow;
 use crate::TimestampMs;
@@ -74,6 +74,8 @@ pub(crate) struct Tx {
     pub(crate) changed: Vec<RecordKey>,
     /// What the leader must re-evaluate.
     pub(crate) triggers: Vec<Trigger>,
+    /// History written, in order (see [`Applied::history`]).
+    pub(crate) history: Vec<HistoryWrite>,
     /// Who the entry names as its actor (`Command::As`); `None` for a node's own entry.
     pub(crate) actor: Option<Identity>,
 }
@@ -85,6 +87,7 @@ impl Tx {
             index,
             changed: Vec::new(),
             triggers: Vec::new(),
+            history: Vec::new(),
             actor: None,
         }
     }
@@ -104,6 +107,7 @@ impl State {
                     result: prev.result.clone(),
                     changed: Vec::new(),
                     triggers: Vec::new(),
+                    history: Vec::new(),
                 };
             }
         }
@@ -159,10 +163,18 @@ impl State {
             self.entry_clock.put(clock, &mut tx.changed);
         }
         self.check_invariants(&tx.changed);
+        debug_assert!(
+            tx.history
+                .iter()
+                .all(|w| w.key().residence() == crate::Residence::History),
+            "a history write outside history: {:?}",
+            tx.history
+        );
         Applied {
             result,
             changed: tx.changed,
             triggers: tx.triggers,
+            history: tx.history,
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::activity::Activity;
+use crate::activity::{Activity, RECHECK};
 use crate::artifact::{ArtifactLocation, Availability};
 use crate::command::{CancelTarget, CommandOutput};
 use crate::error::CommandError;
@@ -145,6 +145,7 @@ impl State {
             Outcome::Issue => Some(self.plan_for(&id, eval.candidate.as_ref()?, seq, tx)?),
             _ => None,
         };
+        let history = &mut tx.history;
         self.activity.update(
             id.clone(),
             &mut tx.changed,
@@ -166,27 +167,24 @@ impl State {
                     } else if let Some(since) = activity.blocked_since_ms {
                         // SPEC P11: blocked for more than 4 hours is a trigger of its own;
                         // note it once per 4-hour period. The period of the newest re-check
-                        // entry decides (counting entries would note a skipped period twice,
-                        // and once per evaluation after the bounded Activity dropped old
-                        // re-checks).
+                        // since the block began decides (counting re-checks would note a
+                        // skipped period twice).
                         let periods = blocked_periods(since, now);
                         let noted = activity
-                            .entries
-                            .iter()
-                            .rev()
-                            .take_while(|e| e.time_ms >= since)
-                            .find(|e| e.kind == "recheck")
-                            .map_or(0, |e| blocked_periods(since, e.time_ms));
+                            .last_recheck_ms
+                            .filter(|t| *t >= since)
+                            .map_or(0, |t| blocked_periods(since, t));
                         if periods > noted {
                             activity.push(
                                 now,
                                 index,
-                                "recheck",
+                                RECHECK,
                                 format!(
                                     "re-checked after {}h blocked: {}",
                                     periods * 4,
                                     eval.summary()
                                 ),
+                                history,
                             );
                             touched = true;
                         }
@@ -206,7 +204,7 @@ impl State {
                                 candidate_key.as_deref().unwrap_or_default(),
                                 plan.reason
                             );
-                            activity.push(now, index, "plan", line);
+                            activity.push(now, index, "plan", line, history);
                         }
                         activity.blocked_since_ms = None;
                         activity.blocked_candidate = None;
@@ -218,14 +216,14 @@ impl State {
                         activity.blocked_since_ms = None;
                         activity.blocked_candidate = None;
                         activity.last_decision = Some(fingerprint.clone());
-                        activity.push(now, index, "canary", eval.summary());
+                        activity.push(now, index, "canary", eval.summary(), history);
                         touched = true;
                     }
                     Outcome::AtTarget { .. }
                     | Outcome::NothingExecutable { .. }
                     | Outcome::Blocked { .. } => {
                         if decision_changed(activity.last_decision.as_deref(), &fingerprint) {
-                            activity.push(now, index, "decision", eval.summary());
+                            activity.push(now, index, "decision", eval.summary(), history);
                             activity.last_decision = Some(fingerprint.clone());
                             touched = true;
                         }
@@ -365,7 +363,7 @@ impl State {
                     entity: entity.to_string(),
                     ..Activity::default()
                 });
-        activity.push(now, index, kind, message);
+        activity.push(now, index, kind, message, &mut tx.history);
         // A note breaks the "same decision" run, so the next decision is recorded again.
         activity.last_decision = None;
     }

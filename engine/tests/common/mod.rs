@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use hub_engine::activity::{ActivityLine, ACTIVITY_KEPT};
 use hub_engine::artifact::{ArtifactLocation, Availability};
 use hub_engine::command::{
     EntityReport, EntitySettingsPatch, EnvironmentSettingsPatch, WindowSpec,
@@ -13,6 +14,7 @@ use hub_engine::entity::Health;
 use hub_engine::evaluate::{evaluate, Evaluation};
 use hub_engine::plan::{FailureMetadata, Plan, PlanStatus, TaskReport, TaskState};
 use hub_engine::suppression::Scope;
+use hub_engine::HistoryWrite;
 use hub_engine::{
     Applied, Command, CommandError, CommandOutput, EntityId, EntityKind, Record, RecordKey,
     Request, State, TimestampMs,
@@ -69,7 +71,8 @@ pub struct Hub {
     pub state: State,
     /// The same log applied to a second state: every apply must give the same result.
     twin: State,
-    /// What storage would hold if it persisted exactly `Applied.changed`.
+    /// What storage would hold if it persisted exactly `Applied.changed` and
+    /// `Applied.history`.
     store: BTreeMap<RecordKey, Record>,
     pub index: u64,
     pub now: TimestampMs,
@@ -114,6 +117,11 @@ impl Hub {
         assert_eq!(applied, twin, "determinism: {req}");
         if applied.result.is_err() {
             assert!(
+                applied.history.is_empty(),
+                "refused {req} wrote history {:?}",
+                applied.history
+            );
+            assert!(
                 applied.changed.is_empty(),
                 "refused {req} changed {:?}",
                 applied.changed
@@ -129,6 +137,22 @@ impl Hub {
                 Some(r) => self.store.insert(key.clone(), r),
                 None => self.store.remove(key),
             };
+        }
+        for write in &applied.history {
+            match write {
+                HistoryWrite::Put(r) => self.store.insert(r.key(), (**r).clone()),
+                HistoryWrite::Delete(key) => self.store.remove(key),
+            };
+        }
+        for (entity, head) in self.state.activity_heads() {
+            let kept = self.activity_lines(entity);
+            let first = head.lines.saturating_sub(ACTIVITY_KEPT as u64);
+            let seqs: Vec<u64> = kept.iter().map(|l| l.seq).collect();
+            assert_eq!(
+                seqs,
+                (first..head.lines).collect::<Vec<_>>(),
+                "stored Activity lines of {entity} after {req}"
+            );
         }
         let rebuilt = State::from_records(self.store.values().cloned());
         assert!(
@@ -185,6 +209,11 @@ impl Hub {
 
     /// Replaces the state with one rebuilt from `records` (as a node that loads its store or
     /// a snapshot does), keeping the harness's twin and store consistent.
+    /// Every record storage holds: the state's rows and history.
+    pub fn stored_records(&self) -> impl Iterator<Item = &Record> {
+        self.store.values()
+    }
+
     pub fn load_records(&mut self, records: Vec<Record>) {
         self.state = State::from_records(records.iter().cloned());
         self.twin = State::from_records(records.iter().cloned());
@@ -442,30 +471,32 @@ impl Hub {
 
     // ---- reading ----
 
+    /// The stored Activity lines of an entity, oldest first.
+    pub fn activity_lines(&self, entity: &str) -> Vec<ActivityLine> {
+        let start = RecordKey::ActivityLine(ActivityLine::entity_prefix(entity));
+        self.store
+            .range(start..)
+            .map_while(|(_, r)| match r {
+                Record::ActivityLine(l) if l.entity == entity => Some(l.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The activity messages of an entity, oldest first, as `kind: message`.
     pub fn activity(&self, entity: &str) -> Vec<String> {
-        self.state
-            .activity(entity)
-            .map(|a| {
-                a.entries
-                    .iter()
-                    .map(|e| format!("{}: {}", e.kind, e.message))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.activity_lines(entity)
+            .into_iter()
+            .map(|e| format!("{}: {}", e.kind, e.message))
+            .collect()
     }
 
     pub fn activity_of_kind(&self, entity: &str, kind: &str) -> Vec<String> {
-        self.state
-            .activity(entity)
-            .map(|a| {
-                a.entries
-                    .iter()
-                    .filter(|e| e.kind == kind)
-                    .map(|e| e.message.clone())
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.activity_lines(entity)
+            .into_iter()
+            .filter(|e| e.kind == kind)
+            .map(|e| e.message)
+            .collect()
     }
 
     /// Replays the whole log into a fresh state: the same digest.

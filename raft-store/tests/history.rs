@@ -1,0 +1,301 @@
+//! History (Activity lines) lives in the store, not the state: apply persists it with the
+//! state's rows, a reopened store and a snapshot carry it, and the format before the split
+//! (one Activity record with its lines) is migrated on open and on install.
+
+use std::collections::VecDeque;
+use std::path::Path;
+
+use hub_engine::activity::{Activity, ActivityEntryV1, ActivityV1, ACTIVITY_KEPT};
+use hub_engine::command::EntityReport;
+use hub_engine::entity::Health;
+use hub_engine::{Command, EntityKind, Record, Request};
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+use openraft::vote::RaftLeaderId;
+use openraft::{Entry, EntryPayload, LogId};
+
+use raft_store::{NodeIdentity, StateMachine};
+
+const ENTITY: &str = "eid:prod:helmChart:web";
+
+fn identity() -> NodeIdentity {
+    NodeIdentity {
+        node_id: 1,
+        cluster_id: "history".into(),
+    }
+}
+
+fn log_id(index: u64) -> raft_store::LogId {
+    LogId::new(
+        openraft::vote::leader_id_adv::CommittedLeaderId::new(1, 1),
+        index,
+    )
+}
+
+async fn apply(sm: &mut StateMachine, index: u64, command: Command) {
+    let entry = Entry {
+        log_id: log_id(index),
+        payload: EntryPayload::Normal(Request {
+            command,
+            time_ms: 1_000 + index as i64,
+            request_id: None,
+        }),
+    };
+    sm.apply(futures::stream::iter([Ok((entry, None))]))
+        .await
+        .expect("apply");
+}
+
+/// An environment with one entity, then `reports` reports that flip its health, each of
+/// which notes one Activity line. Returns the last index.
+async fn entity_with_reports(sm: &mut StateMachine, reports: u64) -> u64 {
+    let setup = [
+        Command::CreateProduct {
+            product_id: "com.example:web".into(),
+            description: String::new(),
+        },
+        Command::CreateEnvironment {
+            name: "prod".into(),
+            description: String::new(),
+        },
+        Command::CreateEntity {
+            environment: "prod".into(),
+            kind: EntityKind::HelmChart,
+            name: "web".into(),
+            product_id: "com.example:web".into(),
+            k8s_namespace: Some("web".into()),
+            account_id: None,
+            release_channel: None,
+        },
+    ];
+    let mut index = 0;
+    for command in setup {
+        index += 1;
+        apply(sm, index, command).await;
+    }
+    for i in 0..reports {
+        index += 1;
+        let health = if i % 2 == 0 {
+            Health::Error
+        } else {
+            Health::Healthy
+        };
+        let report = EntityReport {
+            entity: ENTITY.into(),
+            version: None,
+            health,
+            config_sha256: None,
+            secrets_revision: None,
+            message: format!("report {i}"),
+        };
+        let command = Command::ReportEntityStates {
+            environment: "prod".into(),
+            states: vec![report],
+        };
+        apply(sm, index, command).await;
+    }
+    index
+}
+
+/// The seqs of the entity's stored lines, newest first.
+fn stored_seqs(sm: &StateMachine) -> Vec<u64> {
+    sm.history()
+        .activity_lines(ENTITY, usize::MAX)
+        .expect("read history")
+        .iter()
+        .map(|l| l.seq)
+        .collect()
+}
+
+fn head(sm: &StateMachine) -> Activity {
+    sm.shared()
+        .read()
+        .state
+        .activity(ENTITY)
+        .expect("an activity head")
+        .clone()
+}
+
+#[tokio::test]
+async fn lines_are_stored_apart_bounded_and_survive_a_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, log, mut sm) = raft_store::open(dir.path(), &identity()).expect("open");
+    entity_with_reports(&mut sm, 150).await;
+    assert_eq!(head(&sm).lines, 150);
+    let kept: Vec<u64> = (50..150).rev().collect();
+    assert_eq!(
+        stored_seqs(&sm),
+        kept,
+        "the newest {ACTIVITY_KEPT}, newest first"
+    );
+    let newest = sm.history().activity_lines(ENTITY, 3).expect("read");
+    assert_eq!(
+        newest
+            .iter()
+            .map(|l| l.message.as_str())
+            .collect::<Vec<_>>(),
+        [
+            "reported not installed healthy: report 149",
+            "reported not installed error: report 148",
+            "reported not installed healthy: report 147"
+        ],
+        "{newest:?}"
+    );
+    assert!(sm
+        .history()
+        .activity_lines("eid:prod:helmChart:we", usize::MAX)
+        .expect("read")
+        .is_empty());
+    let state = sm.shared().read().state.clone();
+    drop((store, log, sm));
+
+    let (_store, _log, sm) = raft_store::open(dir.path(), &identity()).expect("reopen");
+    assert!(sm.shared().read().state == state, "the state reopens equal");
+    assert_eq!(stored_seqs(&sm), kept, "history reopens equal");
+}
+
+#[tokio::test]
+async fn a_snapshot_carries_the_history_to_a_new_follower() {
+    let leader_dir = tempfile::tempdir().expect("tempdir");
+    let (_s, _l, mut leader) = raft_store::open(leader_dir.path(), &identity()).expect("open");
+    entity_with_reports(&mut leader, 120).await;
+    let snapshot = leader.build_snapshot().await.expect("build");
+
+    let follower_dir = tempfile::tempdir().expect("tempdir");
+    let (_s, _l, mut follower) =
+        raft_store::open(follower_dir.path(), &identity()).expect("open follower");
+    follower
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .expect("install");
+    assert_eq!(stored_seqs(&follower), stored_seqs(&leader));
+    assert_eq!(head(&follower), head(&leader));
+    assert_eq!(
+        follower.digest().await.expect("digest"),
+        leader.digest().await.expect("digest"),
+        "the stored digests, history included, agree"
+    );
+}
+
+/// An Activity record as a release before the split stored it: three lines, the newest a
+/// re-check.
+fn v1_record() -> Record {
+    let entry = |t: i64, kind: &str| ActivityEntryV1 {
+        time_ms: t,
+        index: t as u64,
+        kind: kind.into(),
+        message: format!("line at {t}"),
+    };
+    Record::ActivityV1(ActivityV1 {
+        entity: ENTITY.into(),
+        entries: VecDeque::from([
+            entry(10, "decision"),
+            entry(20, "plan"),
+            entry(30, "recheck"),
+        ]),
+        last_decision: None,
+        blocked_since_ms: Some(5),
+        blocked_candidate: Some("1.0.0".into()),
+    })
+}
+
+fn expect_migrated(sm: &StateMachine) {
+    let head = head(sm);
+    assert_eq!(
+        (head.lines, head.blocked_since_ms, head.last_recheck_ms),
+        (3, Some(5), Some(30))
+    );
+    let lines = sm.history().activity_lines(ENTITY, 10).expect("read");
+    assert_eq!(
+        lines
+            .iter()
+            .map(|l| (l.seq, l.time_ms, l.kind.as_str()))
+            .collect::<Vec<_>>(),
+        [(2, 30, "recheck"), (1, 20, "plan"), (0, 10, "decision")]
+    );
+}
+
+/// Writes `record` under its key straight into the store's RocksDB, as an older release did.
+fn write_raw(dir: &Path, record: &Record) {
+    let path = dir.join("db");
+    let families = rocksdb::DB::list_cf(&rocksdb::Options::default(), &path).expect("list cfs");
+    let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), &path, &families).expect("db");
+    let sm = db.cf_handle("sm").expect("the sm family");
+    db.put_cf(
+        sm,
+        record.key().to_bytes(),
+        raft_store::codec::encode(record),
+    )
+    .expect("put");
+}
+
+#[tokio::test]
+async fn an_older_activity_record_is_migrated_on_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, log, mut sm) = raft_store::open(dir.path(), &identity()).expect("open");
+    entity_with_reports(&mut sm, 0).await;
+    drop((store, log, sm));
+    write_raw(dir.path(), &v1_record());
+
+    let (store, log, sm) = raft_store::open(dir.path(), &identity()).expect("open migrates");
+    expect_migrated(&sm);
+    let (_, migrated_digest) = sm.digest().await.expect("digest");
+    drop((store, log, sm));
+    // The migration was written: the old key is gone, and opening again changes nothing.
+    let (_s, _l, sm) = raft_store::open(dir.path(), &identity()).expect("open again");
+    expect_migrated(&sm);
+    assert_eq!(sm.digest().await.expect("digest").1, migrated_digest);
+    let snapshot = sm.clone().build_snapshot().await.expect("build");
+    assert!(
+        !contains_record_v1(&snapshot.snapshot.into_inner()),
+        "no ActivityV1 record is left to snapshot"
+    );
+}
+
+/// Whether a snapshot file holds an `ActivityV1` record.
+fn contains_record_v1(bytes: &[u8]) -> bool {
+    let snapshot_records = decode_snapshot(bytes);
+    snapshot_records
+        .iter()
+        .any(|r| matches!(r, Record::ActivityV1(_)))
+}
+
+/// The records of a snapshot file.
+fn decode_snapshot(bytes: &[u8]) -> Vec<Record> {
+    type File = (
+        Option<raft_store::LogId>,
+        raft_store::StoredMembership,
+        Vec<Record>,
+    );
+    let (_, _, records): File =
+        raft_store::codec::decode_bounded(bytes, raft_store::codec::Limit::Snapshot)
+            .expect("a snapshot file");
+    records
+}
+
+#[tokio::test]
+async fn an_older_activity_record_in_a_snapshot_is_migrated_on_install() {
+    let meta = {
+        let nodes = std::collections::BTreeMap::from([(1u64, openraft::BasicNode::new("n1"))]);
+        let membership = openraft::Membership::new(vec![[1u64].into()], nodes).expect("membership");
+        raft_store::SnapshotMeta {
+            last_log_id: Some(log_id(7)),
+            last_membership: raft_store::StoredMembership::new(Some(log_id(7)), membership),
+        }
+    };
+    let records = vec![v1_record()];
+    let data = raft_store::snapshot_data(&meta, records.into_iter());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_s, _l, mut sm) = raft_store::open(dir.path(), &identity()).expect("open");
+    sm.install_snapshot(&meta, data).await.expect("install");
+    expect_migrated(&sm);
+    let rebuilt = sm.clone().build_snapshot().await.expect("build");
+    let records = decode_snapshot(&rebuilt.snapshot.into_inner());
+    assert!(!records.iter().any(|r| matches!(r, Record::ActivityV1(_))));
+    assert_eq!(
+        records
+            .iter()
+            .filter(|r| matches!(r, Record::ActivityLine(_)))
+            .count(),
+        3
+    );
+}
