@@ -59,6 +59,10 @@ enum Cmd {
         /// Seconds per run.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+        /// Entities to create first (in environments of 100, not timed as writes), so the
+        /// writes run against a hub that holds that many.
+        #[arg(long, default_value_t = 0)]
+        entities: usize,
     },
     /// Kill the leader N times; time from kill to the first committed write.
     Failover {
@@ -288,9 +292,71 @@ fn next_name(prefix: &str) -> String {
     )
 }
 
-async fn writes(dir: &Path, concurrency: &[usize], seconds: u64) -> anyhow::Result<()> {
+/// Creates `n` entities of a new product, in new environments of 100 each, 64 writes at a
+/// time on the leader at `addr`. Returns how long it took.
+async fn fill_entities(addr: &str, n: usize) -> anyhow::Result<Duration> {
+    const PER_ENVIRONMENT: usize = 100;
+    let started = Instant::now();
+    let run = next_name("fill");
+    let product = format!("com.bench:{run}");
+    let c = connect(addr).await?;
+    submit(
+        &mut c.clone(),
+        serde_json::json!({"CreateProduct": {"product_id": product, "description": ""}}),
+    )
+    .await?;
+    let envs: Vec<String> = (0..n.div_ceil(PER_ENVIRONMENT))
+        .map(|e| format!("{run}-{e}"))
+        .collect();
+    let environments = envs
+        .iter()
+        .map(|env| serde_json::json!({"CreateEnvironment": {"name": env, "description": ""}}));
+    submit_all(&c, environments.collect())
+        .await
+        .context("creating the fill's environments")?;
+    let entities = (0..n).map(|i| {
+        let mut command = entity(&envs[i / PER_ENVIRONMENT], &format!("svc-{i}"));
+        command["CreateEntity"]["product_id"] = serde_json::json!(product);
+        command
+    });
+    submit_all(&c, entities.collect())
+        .await
+        .context("creating the fill's entities")?;
+    Ok(started.elapsed())
+}
+
+/// Submits `commands`, 64 at a time over `c`'s connection; the first error, if any.
+async fn submit_all(
+    c: &HubClient<Channel>,
+    commands: Vec<serde_json::Value>,
+) -> anyhow::Result<()> {
+    futures::stream::iter(commands)
+        .map(|command| {
+            let mut c = c.clone();
+            async move { submit(&mut c, command).await }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<anyhow::Result<()>>>()
+        .await
+        .into_iter()
+        .collect()
+}
+
+async fn writes(
+    dir: &Path,
+    concurrency: &[usize],
+    seconds: u64,
+    entities: usize,
+) -> anyhow::Result<()> {
     let cluster = read_cluster(dir)?;
     let leader = leader(&cluster, None).await.context("no leader")?;
+    if entities > 0 {
+        let took = fill_entities(&leader.addr, entities).await?;
+        eprintln!(
+            "writes: created {entities} entities first in {:.1} s",
+            took.as_secs_f64()
+        );
+    }
     println!("| writers | writes | throughput (w/s) | p50 (ms) | p99 (ms) | errors |");
     println!("|---:|---:|---:|---:|---:|---:|");
     for &n in concurrency {
@@ -1004,7 +1070,8 @@ async fn main() -> anyhow::Result<()> {
             cluster,
             concurrency,
             seconds,
-        } => writes(&cluster, &concurrency, seconds).await,
+            entities,
+        } => writes(&cluster, &concurrency, seconds, entities).await,
         Cmd::Failover { cluster, kills } => failover(&cluster, kills).await,
         Cmd::Decide {
             cluster,
