@@ -25,7 +25,7 @@
 //! install; the transfer is not measured here.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context};
@@ -380,8 +380,11 @@ pub async fn build(shape: Shape, dir: &Path) -> anyhow::Result<BuildReport> {
     let tables = table_bytes(stored());
     let meta = seed_meta(log.index);
     let count = stored().count();
-    let data = raft_store::snapshot_data(&meta, ExactLen(stored(), count));
-    let snapshot_bytes = data.get_ref().len();
+    // Beside the store's directory, not in it: a new store wants an empty directory.
+    let seed = PathBuf::from(format!("{}.seed.snap", dir.display()));
+    let data = raft_store::snapshot_data(&seed, &meta, ExactLen(stored(), count))
+        .with_context(|| format!("writing {}", seed.display()))?;
+    let snapshot_bytes = data.len() as usize;
     // The store builds its own state from the snapshot: this one is no longer needed.
     let entries = log.index;
     drop(log);
@@ -393,6 +396,7 @@ pub async fn build(shape: Shape, dir: &Path) -> anyhow::Result<BuildReport> {
         .await
         .map(|()| started.elapsed().as_secs_f64())
         .map_err(|e| e.to_string());
+    std::fs::remove_file(&seed).with_context(|| format!("removing {}", seed.display()))?;
     Ok(BuildReport {
         entries,
         apply_seconds,
@@ -434,7 +438,7 @@ pub async fn load(dir: &Path) -> anyhow::Result<LoadReport> {
     let build = sm
         .build_snapshot()
         .await
-        .map(|s| (started.elapsed().as_secs_f64(), s.snapshot.get_ref().len()))
+        .map(|s| (started.elapsed().as_secs_f64(), s.snapshot.len() as usize))
         .map_err(|e| e.to_string());
     Ok(LoadReport {
         rss_before_kib,
@@ -451,12 +455,12 @@ pub async fn install(from: &Path, empty: &Path) -> anyhow::Result<InstallReport>
     let file = raft_store::snapshot_path(from);
     let meta = raft_store::read_current_meta(from)?
         .with_context(|| format!("{}: no snapshot", file.display()))?;
-    let bytes = std::fs::read(&file).with_context(|| file.display().to_string())?;
+    let data = raft_store::SnapshotData::open(&file).with_context(|| file.display().to_string())?;
     let (_store, _log_store, mut sm) = raft_store::open(empty, &identity())
         .with_context(|| format!("opening a store in {}", empty.display()))?;
     let started = Instant::now();
     let install = sm
-        .install_snapshot(&meta, std::io::Cursor::new(bytes))
+        .install_snapshot(&meta, data)
         .await
         .map(|()| started.elapsed().as_secs_f64())
         .map_err(|e| e.to_string());

@@ -16,8 +16,6 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::{Record, RecordKey};
-use crate::state::HistoryWrite;
 use crate::TimestampMs;
 
 /// Lines kept per entity; older ones are deleted.
@@ -79,36 +77,32 @@ pub struct Activity {
 }
 
 impl Activity {
-    /// Appends a line: writes it to `history`, and deletes the line that falls out of the
-    /// newest [`ACTIVITY_KEPT`].
+    /// Appends a line: returns it, with the key name ([`ActivityLine::key_name`]) of the
+    /// line that falls out of the newest [`ACTIVITY_KEPT`], which storage deletes.
     pub(crate) fn push(
         &mut self,
         time_ms: TimestampMs,
         index: u64,
         kind: &str,
         message: String,
-        history: &mut Vec<HistoryWrite>,
-    ) {
+    ) -> (ActivityLine, Option<String>) {
         let seq = self.lines;
         self.lines += 1;
         if kind == RECHECK {
             self.last_recheck_ms = Some(time_ms);
         }
-        history.push(HistoryWrite::Put(Box::new(Record::ActivityLine(
-            ActivityLine {
-                entity: self.entity.clone(),
-                seq,
-                time_ms,
-                index,
-                kind: kind.to_string(),
-                message,
-            },
-        ))));
-        if let Some(dropped) = seq.checked_sub(ACTIVITY_KEPT as u64) {
-            history.push(HistoryWrite::Delete(RecordKey::ActivityLine(
-                ActivityLine::key_name(&self.entity, dropped),
-            )));
-        }
+        let line = ActivityLine {
+            entity: self.entity.clone(),
+            seq,
+            time_ms,
+            index,
+            kind: kind.to_string(),
+            message,
+        };
+        let dropped = seq
+            .checked_sub(ACTIVITY_KEPT as u64)
+            .map(|old| ActivityLine::key_name(&self.entity, old));
+        (line, dropped)
     }
 }
 
@@ -184,51 +178,30 @@ impl ActivityV1 {
 mod tests {
     use super::*;
 
-    fn line_keys(history: &[HistoryWrite]) -> Vec<String> {
-        history
-            .iter()
-            .map(|w| match w {
-                HistoryWrite::Put(r) => format!("put {:?}", r.key()),
-                HistoryWrite::Delete(k) => format!("delete {k:?}"),
-            })
-            .collect()
-    }
-
     #[test]
-    fn push_writes_a_line_and_deletes_the_one_beyond_the_kept() {
+    fn push_returns_the_line_and_the_one_beyond_the_kept() {
         let mut a = Activity {
             entity: "eid:prod:helmChart:web".into(),
             ..Activity::default()
         };
-        let mut history = Vec::new();
         for i in 0..ACTIVITY_KEPT as u64 {
-            a.push(
-                i as TimestampMs,
-                i,
-                "decision",
-                format!("d{i}"),
-                &mut history,
+            let (line, dropped) = a.push(i as TimestampMs, i, "decision", format!("d{i}"));
+            assert_eq!(
+                (line.seq, dropped),
+                (i, None),
+                "none beyond while within the kept"
             );
         }
+        let (line, dropped) = a.push(500, 500, RECHECK, "r".into());
         assert_eq!(
-            history.len(),
-            ACTIVITY_KEPT,
-            "no delete while within the kept"
-        );
-        history.clear();
-        a.push(500, 500, RECHECK, "r".into(), &mut history);
-        assert_eq!(
-            line_keys(&history),
-            [
-                format!(
-                    "put ActivityLine({:?})",
-                    "eid:prod:helmChart:web/00000000000000000100"
-                ),
-                format!(
-                    "delete ActivityLine({:?})",
-                    "eid:prod:helmChart:web/00000000000000000000"
-                ),
-            ]
+            (
+                ActivityLine::key_name(&line.entity, line.seq),
+                dropped.as_deref()
+            ),
+            (
+                "eid:prod:helmChart:web/00000000000000000100".to_string(),
+                Some("eid:prod:helmChart:web/00000000000000000000")
+            )
         );
         assert_eq!((a.lines, a.last_recheck_ms), (101, Some(500)));
     }

@@ -281,24 +281,15 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
         let mut client = self.client().map_err(CallError::into_streaming)?;
         let header = codec::encode(&(vote, snapshot.meta.clone()));
-        let data = snapshot.snapshot.into_inner();
-        let total = data.len();
-        let mut chunks = Vec::with_capacity(total / SNAPSHOT_CHUNK_BYTES + 1);
-        let mut first = true;
-        let mut rest = data.as_slice();
-        while first || !rest.is_empty() {
-            let n = rest.len().min(SNAPSHOT_CHUNK_BYTES);
-            chunks.push(SnapshotChunk {
-                cluster_id: self.cluster_id.to_string(),
-                header: if first { header.clone() } else { Vec::new() },
-                data: rest[..n].to_vec(),
-                total_bytes: if first { total as u64 } else { 0 },
-            });
-            rest = &rest[n..];
-            first = false;
-        }
+        let total = snapshot.snapshot.len();
+        let file = snapshot
+            .snapshot
+            .into_file()
+            .map_err(|e| CallError::Network(format!("opening the snapshot file: {e}")))
+            .map_err(CallError::into_streaming)?;
+        let chunks = file_chunks(file, total, self.cluster_id.to_string(), header);
         let ttl = option.hard_ttl();
-        let mut req = tonic::Request::new(tokio_stream::iter(chunks));
+        let mut req = tonic::Request::new(chunks);
         req.set_timeout(ttl);
         #[cfg(feature = "chaos-faults")]
         crate::fault_layer::stamp(&mut req);
@@ -324,6 +315,61 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             }
         }
     }
+}
+
+/// Chunks left in flight between the file's reader and the stream being sent.
+const SNAPSHOT_CHUNKS_AHEAD: usize = 4;
+
+/// The snapshot file `file` (of `total` bytes) as a stream of chunks of at most
+/// [`SNAPSHOT_CHUNK_BYTES`], read on a blocking thread at most [`SNAPSHOT_CHUNKS_AHEAD`]
+/// chunks ahead of the network. The first chunk names the cluster and carries `header` and
+/// the total. A read that fails ends the stream early, which the receiver refuses as shorter
+/// than declared (the leader then retries).
+fn file_chunks(
+    mut file: std::fs::File,
+    total: u64,
+    cluster_id: String,
+    header: Vec<u8>,
+) -> tokio_stream::wrappers::ReceiverStream<SnapshotChunk> {
+    use std::io::Read;
+    let (tx, rx) = tokio::sync::mpsc::channel(SNAPSHOT_CHUNKS_AHEAD);
+    tokio::task::spawn_blocking(move || {
+        let mut first = Some(header);
+        let mut sent = 0u64;
+        loop {
+            let mut data = vec![0u8; SNAPSHOT_CHUNK_BYTES];
+            let mut filled = 0;
+            while filled < data.len() {
+                match file.read(&mut data[filled..]) {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, sent, "reading the snapshot file to send");
+                        return;
+                    }
+                }
+            }
+            data.truncate(filled);
+            let header = first.take();
+            let last = filled == 0 || sent + filled as u64 >= total;
+            if filled == 0 && header.is_none() {
+                return;
+            }
+            sent += filled as u64;
+            let chunk = SnapshotChunk {
+                cluster_id: cluster_id.clone(),
+                total_bytes: if header.is_some() { total } else { 0 },
+                header: header.unwrap_or_default(),
+                data,
+            };
+            // The request was dropped (sent, cancelled or timed out): stop reading.
+            if tx.blocking_send(chunk).is_err() || last {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 #[cfg(test)]
@@ -370,5 +416,38 @@ mod tests {
             timed_out().into_streaming(),
             StreamingError::Timeout(_)
         ));
+    }
+
+    /// The file goes out whole, in order, in chunks of at most the chunk size; only the
+    /// first names the header and the total.
+    #[tokio::test]
+    async fn a_snapshot_file_streams_in_chunks_with_the_header_first() {
+        use tokio_stream::StreamExt;
+        for len in [0, 1, SNAPSHOT_CHUNK_BYTES, 2 * SNAPSHOT_CHUNK_BYTES + 17] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("s.snap");
+            let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            std::fs::write(&path, &bytes).unwrap();
+            let file = std::fs::File::open(&path).unwrap();
+            let chunks: Vec<SnapshotChunk> =
+                file_chunks(file, len as u64, "c".into(), vec![1, 2, 3])
+                    .collect()
+                    .await;
+            assert_eq!(
+                chunks.len(),
+                len.div_ceil(SNAPSHOT_CHUNK_BYTES).max(1),
+                "{len}"
+            );
+            assert_eq!(chunks[0].header, vec![1, 2, 3]);
+            assert_eq!(chunks[0].total_bytes, len as u64);
+            for c in &chunks[1..] {
+                assert!(c.header.is_empty() && c.total_bytes == 0);
+            }
+            assert!(chunks
+                .iter()
+                .all(|c| c.cluster_id == "c" && c.data.len() <= SNAPSHOT_CHUNK_BYTES));
+            let sent: Vec<u8> = chunks.into_iter().flat_map(|c| c.data).collect();
+            assert_eq!(sent, bytes, "{len}");
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! The Raft transport, server side: hands peers' messages to the local openraft instance.
 
-use std::io::Cursor;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,14 +11,15 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest,
 };
 use raft_store::codec::{self, Limit};
-use raft_store::{Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
+use raft_store::{Raft, Snapshot, SnapshotData, SnapshotMeta, SnapshotReceiver, TypeConfig, Vote};
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::leader_contact::LeaderContact;
 
-/// Largest snapshot a node accepts.
-pub const MAX_SNAPSHOT_BYTES: usize = codec::MAX_SNAPSHOT_BYTES;
+/// Largest snapshot a node accepts. It is written to a file as it arrives, never buffered
+/// whole.
+pub const MAX_SNAPSHOT_BYTES: u64 = codec::MAX_SNAPSHOT_FILE_BYTES;
 
 /// Longest a whole `InstallSnapshot` stream may take to arrive. The sender gives up after
 /// 30 s (openraft's `install_snapshot_timeout`); a stream still open after this is a stalled
@@ -32,8 +33,11 @@ pub struct RaftService {
     /// Messages from another cluster are refused.
     pub cluster_id: Arc<str>,
     /// Held while a snapshot is received and installed: one at a time, so concurrent streams
-    /// cannot each buffer up to [`MAX_SNAPSHOT_BYTES`].
+    /// cannot each write up to [`MAX_SNAPSHOT_BYTES`], and the store's one incoming file
+    /// ([`raft_store::incoming_path`]) has one writer.
     receiving: tokio::sync::Mutex<()>,
+    /// The store's directory, where an arriving snapshot is written.
+    store_dir: PathBuf,
     /// See [`SNAPSHOT_RECEIVE_DEADLINE`].
     receive_deadline: Duration,
     /// Told of every AppendEntries and snapshot this node accepts from a leader.
@@ -42,23 +46,30 @@ pub struct RaftService {
 
 /// A snapshot stream read to its end.
 enum Received {
-    /// The whole snapshot.
+    /// The whole snapshot, in the store's incoming file.
     Snapshot {
         vote: Vote,
         meta: SnapshotMeta,
-        data: Vec<u8>,
+        data: SnapshotData,
     },
     /// Refused before Raft saw it (another cluster).
     Refused(RaftReply),
 }
 
 impl RaftService {
-    /// The service for `raft` in cluster `cluster_id`, recording leader contact in `contact`.
-    pub fn new(raft: Raft, cluster_id: Arc<str>, contact: Arc<LeaderContact>) -> Self {
+    /// The service for `raft` in cluster `cluster_id`, recording leader contact in `contact`;
+    /// snapshots arrive into the store in `store_dir`.
+    pub fn new(
+        raft: Raft,
+        cluster_id: Arc<str>,
+        contact: Arc<LeaderContact>,
+        store_dir: PathBuf,
+    ) -> Self {
         Self {
             raft,
             cluster_id,
             receiving: tokio::sync::Mutex::new(()),
+            store_dir,
             receive_deadline: SNAPSHOT_RECEIVE_DEADLINE,
             contact,
         }
@@ -126,10 +137,26 @@ fn too_large(bytes: impl std::fmt::Display) -> Status {
     ))
 }
 
+/// Runs `step` on the snapshot receiver off the async runtime (file I/O); a failure of the
+/// node's own disk is logged here and answered without its details.
+async fn off_runtime<T: Send + 'static>(
+    what: &'static str,
+    step: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(step)
+        .await
+        .map_err(|e| Status::internal(format!("snapshot writer: {e}")))?
+        .map_err(|e| {
+            tracing::error!(error = %e, "{what}");
+            Status::internal("this node could not write the snapshot to its store")
+        })
+}
+
 impl RaftService {
-    /// Reads a snapshot stream to its end: the first chunk names the cluster and carries the
-    /// header; no more than [`MAX_SNAPSHOT_BYTES`] (nor more than the declared size) is
-    /// buffered.
+    /// Reads a snapshot stream to its end into the store's incoming file: the first chunk
+    /// names the cluster and carries the header; no more than [`MAX_SNAPSHOT_BYTES`] (nor
+    /// more than the declared size) is written. Dropped before it ends (refused, timed out),
+    /// the file is removed.
     async fn receive(&self, mut stream: Streaming<SnapshotChunk>) -> Result<Received, Status> {
         let first = stream
             .next()
@@ -138,20 +165,21 @@ impl RaftService {
         if let Some(refused) = self.check_cluster(&first.cluster_id) {
             return Ok(Received::Refused(refused));
         }
-        let declared = match usize::try_from(first.total_bytes) {
-            Ok(0) => None,
-            Ok(n) if n <= MAX_SNAPSHOT_BYTES => Some(n),
-            _ => return Err(too_large(first.total_bytes)),
+        let declared = match first.total_bytes {
+            0 => None,
+            n if n <= MAX_SNAPSHOT_BYTES => Some(n),
+            n => return Err(too_large(n)),
         };
         let limit = declared.unwrap_or(MAX_SNAPSHOT_BYTES);
         let (vote, meta): (Vote, SnapshotMeta) = decode(&first.header, Limit::Command)?;
-        let mut data = first.data;
-        if data.len() > limit {
-            return Err(too_large(data.len()));
-        }
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk?;
-            let total = data.len() + chunk.data.len();
+        let dir = self.store_dir.clone();
+        let mut receiver = off_runtime("creating the file for a received snapshot", move || {
+            SnapshotReceiver::create(&dir)
+        })
+        .await?;
+        let mut next = Some(first.data);
+        while let Some(data) = next.take() {
+            let total = receiver.written() + data.len() as u64;
             if total > limit {
                 return Err(match declared {
                     Some(d) if total <= MAX_SNAPSHOT_BYTES => Status::invalid_argument(format!(
@@ -160,14 +188,39 @@ impl RaftService {
                     _ => too_large(format!("more than {total}")),
                 });
             }
-            data.extend_from_slice(&chunk.data);
+            if !data.is_empty() {
+                // Dropped with the task if it fails: the file is removed.
+                let mut r = receiver;
+                receiver = off_runtime("writing a received snapshot", move || {
+                    r.write(&data).map(|()| r)
+                })
+                .await?;
+            }
+            if let Some(chunk) = stream.next().await {
+                next = Some(chunk?.data);
+            }
         }
-        if let Some(d) = declared.filter(|d| *d != data.len()) {
+        let written = receiver.written();
+        if let Some(d) = declared.filter(|d| *d != written) {
             return Err(Status::invalid_argument(format!(
-                "snapshot stream ended after {} of its declared {d} bytes",
-                data.len()
+                "snapshot stream ended after {written} of its declared {d} bytes"
             )));
         }
+        let data = off_runtime("syncing a received snapshot", move || receiver.finish()).await?;
+        // Checked whole before Raft sees it: a snapshot that fails to install is a storage
+        // error, which stops the node. A refused file is removed.
+        let checked =
+            tokio::task::spawn_blocking(move || match raft_store::verify_snapshot(&data, &meta) {
+                Ok(()) => Ok((data, meta)),
+                Err(e) => {
+                    let _ = std::fs::remove_file(data.path());
+                    Err(e)
+                }
+            })
+            .await
+            .map_err(|e| Status::internal(format!("snapshot check: {e}")))?;
+        let (data, meta) =
+            checked.map_err(|e| Status::invalid_argument(format!("snapshot refused: {e}")))?;
         Ok(Received::Snapshot { vote, meta, data })
     }
 }
@@ -250,7 +303,7 @@ impl RaftRpc for RaftService {
         tracing::info!(bytes = data.len(), last_log_id = ?meta.last_log_id, "received snapshot");
         let snapshot = Snapshot {
             meta,
-            snapshot: Cursor::new(data),
+            snapshot: data,
         };
         let result = self.raft.install_full_snapshot(vote, snapshot).await;
         if result.is_ok() {

@@ -9,6 +9,7 @@ use hub_node::raft_service::RaftService;
 use hub_proto::raft_client::RaftClient;
 use hub_proto::raft_server::RaftServer;
 use hub_proto::SnapshotChunk;
+use openraft::async_runtime::watch::WatchReceiver;
 use raft_store::codec;
 use tonic::Code;
 
@@ -41,6 +42,7 @@ async fn start(dir: &std::path::Path, deadline: Duration) -> (String, std::sync:
         node.raft.clone(),
         node.cluster_id.clone(),
         node.leader_contact.clone(),
+        dir.join("node-1"),
     )
     .with_receive_deadline(deadline);
     tokio::spawn(
@@ -103,5 +105,47 @@ async fn a_stalled_snapshot_stream_is_cut_off_at_the_deadline_and_frees_the_slot
         Err(s) if s.code() == Code::InvalidArgument && s.message().contains("declared") => {}
         other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
     }
+    let _ = node.raft.shutdown().await;
+}
+
+/// A snapshot whose stream is whole but whose file does not decode is refused before Raft
+/// installs it (a failed install would be a storage error, which stops the node), and its
+/// file is removed.
+#[tokio::test]
+async fn a_whole_stream_of_a_bad_file_is_refused_and_the_node_stays_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (url, node) = start(tmp.path(), Duration::from_secs(30)).await;
+    let mut raft = RaftClient::connect(url).await.unwrap();
+    // A file header that promises one record, then bytes that are not one.
+    let mut data = codec::encode(&(
+        None::<raft_store::LogId>,
+        raft_store::StoredMembership::default(),
+        1u64,
+    ));
+    data.extend_from_slice(&[0xff; 64]);
+    let total_bytes = data.len() as u64;
+    let chunks: Vec<SnapshotChunk> = data
+        .chunks(16)
+        .enumerate()
+        .map(|(i, part)| SnapshotChunk {
+            cluster_id: "intake".into(),
+            header: if i == 0 { header() } else { Vec::new() },
+            data: part.to_vec(),
+            total_bytes: if i == 0 { total_bytes } else { 0 },
+        })
+        .collect();
+    let r = raft.install_snapshot(tokio_stream::iter(chunks)).await;
+    match r {
+        Err(s) if s.code() == Code::InvalidArgument && s.message().contains("snapshot refused") => {
+        }
+        other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+    }
+    assert!(
+        !raft_store::incoming_path(&tmp.path().join("node-1")).exists(),
+        "the refused file is removed"
+    );
+    // Raft never saw it: its core is still running.
+    let metrics = node.raft.metrics();
+    assert!(metrics.borrow_watched().running_state.is_ok());
     let _ = node.raft.shutdown().await;
 }

@@ -25,8 +25,13 @@ pub const FORMAT_VERSION: u8 = 1;
 pub const MAX_COMMAND_BYTES: usize = 256 << 10;
 /// Largest gRPC message a hub node accepts or sends (one Raft message, one API call).
 pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
-/// Largest snapshot a node builds, accepts or loads.
+/// Largest state record a node decodes (from its store, or from a snapshot file); before
+/// snapshots were streamed through files, also the largest snapshot.
 pub const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
+/// Largest snapshot file a node builds, sends or receives. The file stays on disk and is
+/// read one record at a time (each within [`Limit::Snapshot`]), so this bounds disk, not
+/// memory.
+pub const MAX_SNAPSHOT_FILE_BYTES: u64 = 64 << 30;
 
 /// How much bincode's budget exceeds the encoded size. bincode charges a decoded value's
 /// in-memory size: a `u64` costs 8 even when its varint took 1 byte, a string its length plus
@@ -43,7 +48,7 @@ pub enum Limit {
     Command,
     /// One Raft message or reply, or one stored log entry ([`MAX_MESSAGE_BYTES`]).
     Message,
-    /// A whole snapshot, or one state record ([`MAX_SNAPSHOT_BYTES`]).
+    /// One state record ([`MAX_SNAPSHOT_BYTES`]).
     Snapshot,
 }
 
@@ -88,6 +93,25 @@ fn decode_with_budget<T: DeserializeOwned>(
         };
     }
     // 64 KiB, 256 KiB, ... 16 GiB: covers the largest limit's budget (8 GiB).
+    ladder!(0, 2, 4, 6, 8, 10, 12, 14, 16, 18);
+    Err(bincode::error::DecodeError::LimitExceeded)
+}
+
+/// Decodes one value from `reader` with bincode's budget set as [`decode_with_budget`] does.
+fn decode_reader_with_budget<T: DeserializeOwned, R: std::io::Read>(
+    reader: &mut R,
+    budget: usize,
+) -> Result<T, bincode::error::DecodeError> {
+    macro_rules! ladder {
+        ($($shift:literal),*) => {
+            $(
+                if budget <= MIN_BUDGET << $shift {
+                    let config = bincode::config::standard().with_limit::<{ MIN_BUDGET << $shift }>();
+                    return bincode::serde::decode_from_std_read(reader, config);
+                }
+            )*
+        };
+    }
     ladder!(0, 2, 4, 6, 8, 10, 12, 14, 16, 18);
     Err(bincode::error::DecodeError::LimitExceeded)
 }
@@ -174,6 +198,26 @@ pub fn decode_body_prefix<T: DeserializeOwned>(body: &[u8]) -> Result<(T, usize)
     })
 }
 
+/// Decodes the value at the front of `reader` (bincode, no format byte: a part of a file
+/// whose format byte was checked), which holds at most `remaining` more bytes: the budget is
+/// that of `remaining` bytes, and never more than `limit`'s. The reader is left just after
+/// the value.
+pub fn decode_body_from_reader<T: DeserializeOwned, R: std::io::Read>(
+    reader: &mut R,
+    remaining: u64,
+    limit: Limit,
+) -> Result<T, CodecError> {
+    let len = usize::try_from(remaining)
+        .unwrap_or(usize::MAX)
+        .min(limit.max_bytes());
+    let budget = budget_for(len);
+    decode_reader_with_budget(reader, budget).map_err(|e| match e {
+        bincode::error::DecodeError::LimitExceeded => CodecError::LimitExceeded { budget },
+        bincode::error::DecodeError::OtherString(message) => CodecError::Malformed(message),
+        e => CodecError::Malformed(e.to_string()),
+    })
+}
+
 /// Decodes bytes produced by [`encode`] within `limit`; trailing bytes are an error.
 pub fn decode_bounded<T: DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result<T, CodecError> {
     match decode_start(bytes, limit)? {
@@ -189,7 +233,7 @@ pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result<
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;

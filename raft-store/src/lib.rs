@@ -9,7 +9,9 @@
 //!   ([`hub_engine::Residence`]; read through [`History`])
 //! - `sm_meta`: last applied log id and membership (written in the same batch as `sm`)
 //!
-//! Snapshots live in `<dir>/snapshots/current.snap`, replaced atomically.
+//! Snapshots live in `<dir>/snapshots/current.snap`, replaced atomically; one arriving from
+//! the leader is written to `<dir>/snapshots/incoming.snap` first. Neither is ever read whole
+//! into memory ([`SnapshotData`]).
 //! Every stored value begins with a format version byte ([`codec`]).
 
 pub mod codec;
@@ -20,6 +22,7 @@ mod history;
 mod log_store;
 pub mod private;
 mod snapshot;
+mod snapshot_data;
 mod state_machine;
 mod store;
 mod types;
@@ -28,7 +31,10 @@ pub use db::{open, NodeIdentity};
 pub use error::StoreError;
 pub use history::History;
 pub use log_store::LogStore;
-pub use snapshot::{read_current_meta, snapshot_data, snapshot_path};
+pub use snapshot::{
+    incoming_path, read_current_meta, snapshot_data, snapshot_path, verify as verify_snapshot,
+    SnapshotDecodeError, SnapshotReceiver,
+};
 pub use state_machine::{
     AppliedState, SharedState, SnapshotOp, SnapshotStats, StateEvent, StateMachine,
 };

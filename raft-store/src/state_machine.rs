@@ -2,7 +2,7 @@
 //! persists what changed together with `last_applied` in one RocksDB batch.
 
 use std::collections::BTreeSet;
-use std::io::{self, Cursor};
+use std::io;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use futures::{Stream, StreamExt};
@@ -283,6 +283,32 @@ impl StateMachine {
     }
 }
 
+/// Adds to `batch` what the applied entries wrote: every changed row as the state holds it
+/// now (or its deletion), then the history writes as apply made them, in order (their keys
+/// are never in `changed`: history is not in the state).
+fn stage_records(
+    state: &State,
+    changed: &BTreeSet<RecordKey>,
+    history: &[HistoryWrite],
+    batch: &mut WriteBatch,
+    cf_sm: &rocksdb::ColumnFamily,
+) {
+    for key in changed {
+        match state.record(key) {
+            Some(record) => batch.put_cf(cf_sm, key.to_bytes(), codec::encode(&record)),
+            None => batch.delete_cf(cf_sm, key.to_bytes()),
+        }
+    }
+    for write in history {
+        match write {
+            HistoryWrite::Put(record) => {
+                batch.put_cf(cf_sm, record.key().to_bytes(), codec::encode(record))
+            }
+            HistoryWrite::Delete(key) => batch.delete_cf(cf_sm, key.to_bytes()),
+        }
+    }
+}
+
 impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotData = SnapshotData;
     type SnapshotBuilder = Self;
@@ -345,22 +371,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     responders.push((r, Response { result }));
                 }
             }
-            for key in &changed {
-                match applied.state.record(key) {
-                    Some(record) => batch.put_cf(cf_sm, key.to_bytes(), codec::encode(&record)),
-                    None => batch.delete_cf(cf_sm, key.to_bytes()),
-                }
-            }
-            // History is not in the state: its writes are persisted as apply made them, in
-            // order, in the same batch (their keys are never in `changed`).
-            for write in &history {
-                match write {
-                    HistoryWrite::Put(record) => {
-                        batch.put_cf(cf_sm, record.key().to_bytes(), codec::encode(record))
-                    }
-                    HistoryWrite::Delete(key) => batch.delete_cf(cf_sm, key.to_bytes()),
-                }
-            }
+            stage_records(&applied.state, &changed, &history, &mut batch, cf_sm);
             batch.put_cf(
                 cf_meta,
                 KEY_LAST_APPLIED,
@@ -408,11 +419,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
         let started = std::time::Instant::now();
-        let bytes = snapshot.into_inner();
-        // Decoded record by record into the new state and the write batch, off the async
-        // runtime: a large state takes seconds, and one decoded copy of it is enough.
+        let bytes = snapshot.len();
+        // Decoded record by record from the file into the new state and the write batch, off
+        // the async runtime: a large state takes seconds, and neither the file nor a second
+        // decoded copy of the state is held in memory.
         let store = self.store.clone();
-        let (bytes, state, batch, last_applied, membership) =
+        let (snapshot, state, batch, last_applied, membership) =
             tokio::task::spawn_blocking(move || {
                 let (cf_sm, cf_meta) = store.sm_families();
                 let mut state = State::new();
@@ -420,29 +432,36 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 // Record keys start with a table tag below 0xff, so this range covers them all.
                 batch.delete_range_cf(cf_sm, [0u8].as_slice(), [0xffu8].as_slice());
                 let mut value = Vec::new();
-                let (last_applied, membership) = snapshot::decode_each(&bytes, |record, body| {
-                    match record.key().residence() {
-                        Residence::State | Residence::History => {
-                            value.clear();
-                            value.push(codec::FORMAT_VERSION);
-                            value.extend_from_slice(body);
-                            batch.put_cf(cf_sm, record.key().to_bytes(), &value);
-                        }
-                        // From a leader of an older release: stored as this release's
-                        // format, as a node's own store is migrated on open.
-                        Residence::Legacy => {
-                            for current in record.clone().migrated() {
-                                let key = current.key().to_bytes();
-                                batch.put_cf(cf_sm, key, codec::encode(&current));
+                let (last_applied, membership) =
+                    snapshot::decode_each(&snapshot, |record, body| {
+                        match record.key().residence() {
+                            Residence::State | Residence::History => {
+                                value.clear();
+                                value.push(codec::FORMAT_VERSION);
+                                value.extend_from_slice(body);
+                                batch.put_cf(cf_sm, record.key().to_bytes(), &value);
+                            }
+                            // From a leader of an older release: stored as this release's
+                            // format, as a node's own store is migrated on open.
+                            Residence::Legacy => {
+                                for current in record.clone().migrated() {
+                                    let key = current.key().to_bytes();
+                                    batch.put_cf(cf_sm, key, codec::encode(&current));
+                                }
                             }
                         }
-                    }
-                    state.insert_record(record);
-                })?;
+                        state.insert_record(record);
+                    })?;
                 state.rebuild_indexes();
                 batch.put_cf(cf_meta, KEY_LAST_APPLIED, codec::encode(&last_applied));
                 batch.put_cf(cf_meta, KEY_MEMBERSHIP, codec::encode(&membership));
-                Ok::<_, codec::CodecError>((bytes, state, batch, last_applied, membership))
+                Ok::<_, snapshot::SnapshotDecodeError>((
+                    snapshot,
+                    state,
+                    batch,
+                    last_applied,
+                    membership,
+                ))
             })
             .await
             .map_err(io_err)?
@@ -470,23 +489,27 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         // The state is durable first; then the file. A crash in between leaves an older
         // snapshot, which is harmless.
-        snapshot::write_atomically(&snapshot::snapshot_path(&self.store.dir), &bytes)
+        let dir = self.store.dir.clone();
+        tokio::task::spawn_blocking(move || snapshot::make_current(&dir, snapshot))
+            .await
+            .map_err(io_err)?
             .map_err(io_err)?;
         self.set_snapshot_meta(meta.clone());
         self.stats.record(SnapshotOp::Install, started);
-        tracing::info!(last_log_id = ?meta.last_log_id, bytes = bytes.len(), "installed snapshot");
+        tracing::info!(last_log_id = ?meta.last_log_id, bytes, "installed snapshot");
         let _ = self.events.send(StateEvent::Replaced);
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        let Some((file, bytes)) = snapshot::read_current(&self.store.dir).map_err(io_err)? else {
-            return Ok(None);
-        };
-        Ok(Some(Snapshot {
-            meta: file.meta(),
-            snapshot: Cursor::new(bytes),
-        }))
+        // The header alone: the file is streamed to the follower, whose install checks it
+        // record by record.
+        let dir = self.store.dir.clone();
+        let current = tokio::task::spawn_blocking(move || snapshot::open_current(&dir))
+            .await
+            .map_err(io_err)?
+            .map_err(io_err)?;
+        Ok(current.map(|(meta, snapshot)| Snapshot { meta, snapshot }))
     }
 }
 
@@ -524,7 +547,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let started = std::time::Instant::now();
         let store = self.store.clone();
-        let (meta, bytes, records) = tokio::task::spawn_blocking(move || {
+        let (meta, snapshot, records) = tokio::task::spawn_blocking(move || {
             let rocks = |cause| store.rocks_error(cause);
             let db = &store.db;
             let (cf_sm, cf_meta) = store.sm_families();
@@ -537,50 +560,62 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
                 view.get_cf(cf_meta, KEY_MEMBERSHIP).map_err(rocks)?,
                 "membership",
             )?;
-            let mut records = Vec::new();
-            for item in view.iterator_cf(cf_sm, rocksdb::IteratorMode::Start) {
-                records.push(item.map_err(rocks)?.1);
+            // Two passes over the same RocksDB snapshot: the file states the count first,
+            // and the records are streamed to it, never collected.
+            let mut count = 0u64;
+            let mut keys = view.raw_iterator_cf(cf_sm);
+            keys.seek_to_first();
+            while keys.valid() {
+                count += 1;
+                keys.next();
             }
-            let bytes = snapshot::encode_from_stored(&last_applied, &membership, &records)
-                .map_err(corrupt("state record"))?;
-            snapshot::write_atomically(&snapshot::snapshot_path(&store.dir), &bytes)?;
+            keys.status().map_err(rocks)?;
+            drop(keys);
+            let records = view
+                .iterator_cf(cf_sm, rocksdb::IteratorMode::Start)
+                .map(|item| item.map(|(_, value)| value).map_err(rocks));
+            let snapshot = snapshot::write_from_stored(
+                &snapshot::snapshot_path(&store.dir),
+                &last_applied,
+                &membership,
+                count,
+                records,
+            )?;
             let meta = SnapshotMeta {
                 last_log_id: last_applied,
                 last_membership: membership,
             };
-            Ok::<_, StoreError>((meta, bytes, records.len()))
+            Ok::<_, StoreError>((meta, snapshot, count))
         })
         .await
         .map_err(io_err)?
         .map_err(io_err)?;
         self.set_snapshot_meta(meta.clone());
         self.stats.record(SnapshotOp::Build, started);
-        // Every node refuses a larger snapshot (and reads one whole into memory): say so
-        // while there is still room, not when a follower first needs one.
-        let limit = codec::MAX_SNAPSHOT_BYTES;
-        if bytes.len() > limit {
+        // Every node refuses a larger snapshot file: say so while there is still room, not
+        // when a follower first needs one.
+        let bytes = snapshot.len();
+        let limit = codec::MAX_SNAPSHOT_FILE_BYTES;
+        if bytes > limit {
             tracing::error!(
-                bytes = bytes.len(),
+                bytes,
                 limit,
                 "snapshot is larger than a node accepts: a follower behind the log cannot catch up"
             );
-        } else if bytes.len() > limit / 10 * 8 {
+        } else if bytes > limit / 10 * 8 {
             tracing::warn!(
-                bytes = bytes.len(),
+                bytes,
                 limit,
                 "snapshot is over 80% of the largest a node accepts"
             );
         }
         tracing::info!(
             last_log_id = ?meta.last_log_id,
-            bytes = bytes.len(),
+            bytes,
             records,
             ms = started.elapsed().as_millis(),
             "built snapshot"
         );
-        Ok(Snapshot {
-            meta,
-            snapshot: Cursor::new(bytes),
-        })
+        Ok(Snapshot { meta, snapshot })
     }
 }

@@ -1,7 +1,5 @@
 //! The openraft type configuration shared by the store and the node.
 
-use std::io::Cursor;
-
 use hub_engine::{CommandError, CommandOutput, Request};
 use serde::{Deserialize, Serialize};
 
@@ -18,8 +16,7 @@ pub struct Response {
     pub result: Result<CommandOutput, CommandError>,
 }
 
-/// A snapshot's bytes: the whole encoded snapshot file.
-pub type SnapshotData = Cursor<Vec<u8>>;
+pub use crate::snapshot_data::SnapshotData;
 
 openraft::declare_raft_types!(
     /// The hub's Raft types.

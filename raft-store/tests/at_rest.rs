@@ -111,10 +111,8 @@ async fn an_installed_snapshot_with_a_length_bomb_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let (_store, _log, mut sm) = raft_store::open(&tmp.path().join("n"), &identity()).unwrap();
     let meta = raft_store::SnapshotMeta::default();
-    let err = sm
-        .install_snapshot(&meta, std::io::Cursor::new(bomb()))
-        .await
-        .expect_err("refused");
+    let data = raft_store::SnapshotData::create(&tmp.path().join("bomb.snap"), &bomb()).unwrap();
+    let err = sm.install_snapshot(&meta, data).await.expect_err("refused");
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
     // The state is untouched and still serves.
     let (applied, _) = sm.applied_state().await.unwrap();

@@ -246,7 +246,7 @@ async fn an_older_activity_record_is_migrated_on_open() {
     assert_eq!(sm.digest().await.expect("digest").1, migrated_digest);
     let snapshot = sm.clone().build_snapshot().await.expect("build");
     assert!(
-        !contains_record_v1(&snapshot.snapshot.into_inner()),
+        !contains_record_v1(&snapshot.snapshot.read_all().expect("read the snapshot")),
         "no ActivityV1 record is left to snapshot"
     );
 }
@@ -283,13 +283,15 @@ async fn an_older_activity_record_in_a_snapshot_is_migrated_on_install() {
         }
     };
     let records = vec![v1_record()];
-    let data = raft_store::snapshot_data(&meta, records.into_iter());
+    let seed = tempfile::tempdir().expect("tempdir");
+    let data = raft_store::snapshot_data(&seed.path().join("v1.snap"), &meta, records.into_iter())
+        .expect("write the snapshot");
     let dir = tempfile::tempdir().expect("tempdir");
     let (_s, _l, mut sm) = raft_store::open(dir.path(), &identity()).expect("open");
     sm.install_snapshot(&meta, data).await.expect("install");
     expect_migrated(&sm);
     let rebuilt = sm.clone().build_snapshot().await.expect("build");
-    let records = decode_snapshot(&rebuilt.snapshot.into_inner());
+    let records = decode_snapshot(&rebuilt.snapshot.read_all().expect("read the snapshot"));
     assert!(!records.iter().any(|r| matches!(r, Record::ActivityV1(_))));
     assert_eq!(
         records

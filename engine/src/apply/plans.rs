@@ -10,7 +10,8 @@ use crate::error::CommandError;
 use crate::evaluate::{evaluate, Candidate, Evaluation, Outcome};
 use crate::leader::{blocked_periods, decision_changed};
 use crate::plan::{Plan, PlanStatus, FINISHED_PLANS_KEPT};
-use crate::state::{State, Trigger};
+use crate::record::{Record, RecordKey};
+use crate::state::{HistoryWrite, State, Trigger};
 use crate::suppression::{Scope, Suppression, SuppressionSource};
 use crate::TimestampMs;
 
@@ -175,7 +176,8 @@ impl State {
                             .filter(|t| *t >= since)
                             .map_or(0, |t| blocked_periods(since, t));
                         if periods > noted {
-                            activity.push(
+                            push_line(
+                                activity,
                                 now,
                                 index,
                                 RECHECK,
@@ -204,7 +206,7 @@ impl State {
                                 candidate_key.as_deref().unwrap_or_default(),
                                 plan.reason
                             );
-                            activity.push(now, index, "plan", line, history);
+                            push_line(activity, now, index, "plan", line, history);
                         }
                         activity.blocked_since_ms = None;
                         activity.blocked_candidate = None;
@@ -216,14 +218,14 @@ impl State {
                         activity.blocked_since_ms = None;
                         activity.blocked_candidate = None;
                         activity.last_decision = Some(fingerprint.clone());
-                        activity.push(now, index, "canary", eval.summary(), history);
+                        push_line(activity, now, index, "canary", eval.summary(), history);
                         touched = true;
                     }
                     Outcome::AtTarget { .. }
                     | Outcome::NothingExecutable { .. }
                     | Outcome::Blocked { .. } => {
                         if decision_changed(activity.last_decision.as_deref(), &fingerprint) {
-                            activity.push(now, index, "decision", eval.summary(), history);
+                            push_line(activity, now, index, "decision", eval.summary(), history);
                             activity.last_decision = Some(fingerprint.clone());
                             touched = true;
                         }
@@ -363,7 +365,7 @@ impl State {
                     entity: entity.to_string(),
                     ..Activity::default()
                 });
-        activity.push(now, index, kind, message, &mut tx.history);
+        push_line(activity, now, index, kind, message, &mut tx.history);
         // A note breaks the "same decision" run, so the next decision is recorded again.
         activity.last_decision = None;
     }
@@ -375,5 +377,22 @@ impl State {
                 tx.triggers.push(Trigger::Environment(env.clone()));
             }
         }
+    }
+}
+
+/// Appends a line to an entity's Activity: the line, and the deletion of the one that falls
+/// out of the kept, go to `history` ([`crate::Residence::History`]).
+fn push_line(
+    activity: &mut Activity,
+    now: TimestampMs,
+    index: u64,
+    kind: &str,
+    message: String,
+    history: &mut Vec<HistoryWrite>,
+) {
+    let (line, dropped) = activity.push(now, index, kind, message);
+    history.push(HistoryWrite::Put(Box::new(Record::ActivityLine(line))));
+    if let Some(name) = dropped {
+        history.push(HistoryWrite::Delete(RecordKey::ActivityLine(name)));
     }
 }
