@@ -370,7 +370,7 @@ pub async fn build(shape: Shape, dir: &Path) -> anyhow::Result<BuildReport> {
     let apply_seconds = started.elapsed().as_secs_f64();
     let rss_after_kib = rss_kib();
     let state = &log.state;
-    let finished_plans = state.plans().filter(|p| !p.status.is_active()).count();
+    let finished_plans = state.plan_outcomes().count();
     let activity_lines = log
         .history
         .values()

@@ -124,6 +124,7 @@ pub mod leader;
 pub mod module;
 pub mod name;
 pub mod plan;
+pub mod plan_outcome;
 pub mod product;
 pub mod record;
 pub mod release;

@@ -26,6 +26,7 @@ use crate::entity::Entity;
 use crate::environment::Environment;
 use crate::error::CommandError;
 use crate::plan::Plan;
+use crate::plan_outcome::PlanOutcome;
 use crate::product::{Channel, Product, Recall, Release};
 use crate::suppression::Suppression;
 use crate::TimestampMs;
@@ -93,6 +94,10 @@ pub enum RecordKey {
     /// One line of an entity's activity (history, not in the state), by
     /// `<entity id>/<zero-padded seq>` ([`ActivityLine::key_name`]).
     ActivityLine(String),
+    /// What the state keeps of a finished plan ([`PlanOutcome`]), by plan id.
+    PlanOutcome(String),
+    /// A finished plan in full (history, not in the state), by plan id.
+    FinishedPlan(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -124,6 +129,8 @@ const TAG_ROLLOUT: u8 = 26;
 const TAG_CANARY_JUDGING: u8 = 27;
 const TAG_ACTIVITY_HEAD: u8 = 28;
 const TAG_ACTIVITY_LINE: u8 = 29;
+const TAG_PLAN_OUTCOME: u8 = 30;
+const TAG_FINISHED_PLAN: u8 = 31;
 
 /// Where the records under a key live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,7 +148,7 @@ impl RecordKey {
     /// Where records under this key live. Exhaustive, so a new table decides.
     pub fn residence(&self) -> Residence {
         match self {
-            RecordKey::ActivityLine(_) => Residence::History,
+            RecordKey::ActivityLine(_) | RecordKey::FinishedPlan(_) => Residence::History,
             RecordKey::ActivityV1(_) => Residence::Legacy,
             RecordKey::Environment(_)
             | RecordKey::Entity(_)
@@ -169,7 +176,8 @@ impl RecordKey {
             | RecordKey::RolloutPolicy(_)
             | RecordKey::Rollout(_)
             | RecordKey::CanaryJudging(_)
-            | RecordKey::ActivityHead(_) => Residence::State,
+            | RecordKey::ActivityHead(_)
+            | RecordKey::PlanOutcome(_) => Residence::State,
         }
     }
 
@@ -205,6 +213,8 @@ impl RecordKey {
             RecordKey::CanaryJudging(n) => (TAG_CANARY_JUDGING, n),
             RecordKey::ActivityHead(n) => (TAG_ACTIVITY_HEAD, n),
             RecordKey::ActivityLine(n) => (TAG_ACTIVITY_LINE, n),
+            RecordKey::PlanOutcome(n) => (TAG_PLAN_OUTCOME, n),
+            RecordKey::FinishedPlan(n) => (TAG_FINISHED_PLAN, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -246,6 +256,8 @@ impl RecordKey {
             TAG_CANARY_JUDGING => Some(RecordKey::CanaryJudging(name)),
             TAG_ACTIVITY_HEAD => Some(RecordKey::ActivityHead(name)),
             TAG_ACTIVITY_LINE => Some(RecordKey::ActivityLine(name)),
+            TAG_PLAN_OUTCOME => Some(RecordKey::PlanOutcome(name)),
+            TAG_FINISHED_PLAN => Some(RecordKey::FinishedPlan(name)),
             _ => None,
         }
     }
@@ -331,6 +343,10 @@ pub enum Record {
     ActivityHead(Activity),
     /// See [`ActivityLine`]: history, not in the state.
     ActivityLine(ActivityLine),
+    /// See [`PlanOutcome`].
+    PlanOutcome(PlanOutcome),
+    /// A finished [`Plan`] in full: history, not in the state (see [`crate::plan_outcome`]).
+    FinishedPlan(Plan),
 }
 
 wire_tags! {
@@ -364,6 +380,8 @@ wire_tags! {
         CanaryJudging = 26,
         ActivityHead = 27,
         ActivityLine = 28,
+        PlanOutcome = 29,
+        FinishedPlan = 30,
     }
     retired []
 }
@@ -393,10 +411,27 @@ impl AuditEntry {
 }
 
 impl Record {
-    /// The records a stored record becomes in this release's format: itself, or for an
-    /// [`ActivityV1`] its head and its lines (see [`ActivityV1::split`]).
+    /// Whether this stored record is of an older format and must be migrated
+    /// ([`Record::migrated`]): a record under a legacy key, or a finished plan stored as a
+    /// row of the state (before finished plans were history: [`crate::plan_outcome`]).
+    pub fn is_legacy(&self) -> bool {
+        match self {
+            Record::Plan(p) => !p.status.is_active(),
+            other => other.key().residence() == Residence::Legacy,
+        }
+    }
+
+    /// The records a stored record becomes in this release's format: itself; for an
+    /// [`ActivityV1`] its head and its lines (see [`ActivityV1::split`]); for a finished plan
+    /// stored as a row, its outcome and the plan as history.
     pub fn migrated(self) -> Vec<Record> {
         match self {
+            Record::Plan(p) if !p.status.is_active() => {
+                vec![
+                    Record::PlanOutcome(PlanOutcome::of(&p)),
+                    Record::FinishedPlan(p),
+                ]
+            }
             Record::ActivityV1(v1) => {
                 let (head, lines) = v1.split();
                 std::iter::once(Record::ActivityHead(head))
@@ -443,6 +478,8 @@ impl Record {
             Record::ActivityLine(l) => {
                 RecordKey::ActivityLine(ActivityLine::key_name(&l.entity, l.seq))
             }
+            Record::PlanOutcome(o) => RecordKey::PlanOutcome(o.id.clone()),
+            Record::FinishedPlan(p) => RecordKey::FinishedPlan(p.id.clone()),
         }
     }
 }
@@ -483,6 +520,8 @@ mod tests {
             RecordKey::CanaryJudging("prod/demo".into()),
             RecordKey::ActivityHead("eid:prod:helmChart:web".into()),
             RecordKey::ActivityLine(ActivityLine::key_name("eid:prod:helmChart:web", 7)),
+            RecordKey::PlanOutcome("p-9-0".into()),
+            RecordKey::FinishedPlan("p-9-0".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

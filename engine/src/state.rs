@@ -22,7 +22,8 @@ use crate::entity::{Entity, EntityId};
 use crate::environment::Environment;
 use crate::error::CommandError;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
-use crate::plan::{Plan, PlanKind, PlanStatus};
+use crate::plan::{Plan, PlanStatus, FINISHED_PLANS_KEPT};
+use crate::plan_outcome::{OutcomeKind, PlanOutcome};
 use crate::product::{Channel, Product, Recall, Release};
 use crate::record::Residence;
 use crate::record::{AuditEntry, Record, RecordKey, RequestRecord};
@@ -109,7 +110,10 @@ pub struct State {
     pub(crate) channels: Table<Channel>,
     pub(crate) recalls: Table<Recall>,
     pub(crate) suppressions: Table<Suppression>,
+    /// Issued and running plans only.
     pub(crate) plans: Table<Plan>,
+    /// What is kept of finished plans (the plans themselves are history).
+    pub(crate) plan_outcomes: Table<PlanOutcome>,
     pub(crate) activity: Table<Activity>,
     pub(crate) audit: Table<AuditEntry>,
     /// Published module versions by (name, version).
@@ -180,16 +184,22 @@ impl State {
             self.plans.len() as u64,
             "plan counts against the plans"
         );
-        // At most one active plan per entity, and the index agrees with the plans.
+        // The plan table holds active plans only, at most one per entity.
         assert_eq!(
             self.plans.index().active.len(),
-            self.plans.values().filter(|p| p.status.is_active()).count(),
+            self.plans.len(),
             "active plans against the active-plan index"
+        );
+        assert_eq!(
+            self.plan_outcomes.index().counts.values().sum::<u64>(),
+            self.plan_outcomes.len() as u64,
+            "outcome counts against the outcomes"
         );
         for key in changed {
             match key {
                 RecordKey::Entity(id) => self.check_entity(id),
                 RecordKey::Plan(id) => self.check_plan(id),
+                RecordKey::PlanOutcome(id) => self.check_plan_outcome(id),
                 RecordKey::Canary(id) => self.check_canary(id),
                 RecordKey::Installation(id) => self.check_installation(id),
                 RecordKey::Environment(_)
@@ -214,7 +224,9 @@ impl State {
                 RecordKey::Token(name) => self.check_token(name),
                 RecordKey::CanaryHistory(id) => self.check_canary_history(id),
                 RecordKey::CanaryJudging(id) => self.check_canary_judging(id),
-                RecordKey::ActivityV1(_) | RecordKey::ActivityLine(_) => {
+                RecordKey::ActivityV1(_)
+                | RecordKey::ActivityLine(_)
+                | RecordKey::FinishedPlan(_) => {
                     panic!("{key:?} is not a row of the state but is in `changed`")
                 }
             }
@@ -373,8 +385,8 @@ impl State {
         }
     }
 
-    /// A plan is in its entity's plan index, and in the active-plan index exactly while
-    /// it is active.
+    /// A plan in the table is active and is its entity's active plan; a finished plan is
+    /// not in the table (it has an outcome instead), and no index names a removed plan.
     fn check_plan(&self, id: &str) {
         let Some(p) = self.plans.get(id) else {
             assert!(
@@ -384,20 +396,42 @@ impl State {
             return;
         };
         assert!(
-            self.plans
-                .index()
-                .by_entity
-                .get(&p.entity)
-                .is_some_and(|s| s.contains(&(p.issued_index, id.to_string()))),
-            "plan {id}: not in the plan index of {}",
-            p.entity
-        );
-        let indexed = self.plans.index().active.get(&p.entity).map(String::as_str) == Some(id);
-        assert_eq!(
-            indexed,
             p.status.is_active(),
-            "plan {id} ({:?}): active-plan index disagrees",
+            "plan {id} is {} but still a row of the plan table",
             p.status
+        );
+        assert_eq!(
+            self.plans.index().active.get(&p.entity).map(String::as_str),
+            Some(id),
+            "plan {id}: active-plan index disagrees"
+        );
+        assert!(
+            !self.plan_outcomes.contains_key(id),
+            "plan {id}: active and finished at once"
+        );
+    }
+
+    /// An outcome is a finished plan's, in its entity's outcome index, and the entity keeps
+    /// at most [`FINISHED_PLANS_KEPT`] of them.
+    fn check_plan_outcome(&self, id: &str) {
+        let Some(o) = self.plan_outcomes.get(id) else {
+            return;
+        };
+        assert!(!o.status.is_active(), "outcome {id} is {}", o.status);
+        assert!(
+            !self.plans.contains_key(id),
+            "plan {id}: finished and still a row of the plan table"
+        );
+        let kept = self.plan_outcomes.index().by_entity.get(&o.entity);
+        assert!(
+            kept.is_some_and(|s| s.contains(&(o.issued_index, id.to_string()))),
+            "outcome {id}: not in the outcome index of {}",
+            o.entity
+        );
+        assert!(
+            kept.is_some_and(|s| s.len() <= FINISHED_PLANS_KEPT),
+            "entity {}: more than {FINISHED_PLANS_KEPT} finished plans kept",
+            o.entity
         );
     }
 
@@ -641,31 +675,58 @@ impl State {
         self.suppressions.values()
     }
 
-    /// A plan by id.
+    /// An issued or running plan, by id (a finished plan is history: [`State::plan_outcome`]
+    /// says how it ended).
     pub fn plan(&self, id: &str) -> Option<&Plan> {
         self.plans.get(id)
     }
 
-    /// All plans, by id.
+    /// All issued and running plans, by id.
     pub fn plans(&self) -> impl Iterator<Item = &Plan> {
         self.plans.values()
     }
 
-    /// How many plans there are of each (kind label, status), without zeros; kept as plans
-    /// change, so reading it costs the number of pairs, not of plans.
+    /// How many plans there are of each (kind label, status), the kept finished ones
+    /// included, without zeros; kept as plans change, so reading it costs the number of
+    /// pairs, not of plans.
     pub fn plan_counts(&self) -> impl Iterator<Item = ((&'static str, &'static str), u64)> + '_ {
-        self.plans.index().counts.iter().map(|(k, n)| (*k, *n))
+        let mut counts = self.plan_outcomes.index().counts.clone();
+        for (k, n) in &self.plans.index().counts {
+            *counts.entry(*k).or_default() += n;
+        }
+        counts.into_iter()
     }
 
-    /// An entity's plans, oldest first.
-    pub fn plans_of<'a>(&'a self, entity: &str) -> impl DoubleEndedIterator<Item = &'a Plan> + 'a {
-        self.plans
+    /// How a finished plan ended, by id, while its entity keeps it.
+    pub fn plan_outcome(&self, id: &str) -> Option<&PlanOutcome> {
+        self.plan_outcomes.get(id)
+    }
+
+    /// Every kept finished plan's outcome, by id.
+    pub fn plan_outcomes(&self) -> impl Iterator<Item = &PlanOutcome> {
+        self.plan_outcomes.values()
+    }
+
+    /// An entity's kept finished plans, oldest first.
+    pub fn outcomes_of<'a>(
+        &'a self,
+        entity: &str,
+    ) -> impl DoubleEndedIterator<Item = &'a PlanOutcome> + 'a {
+        self.plan_outcomes
             .index()
             .by_entity
             .get(entity)
             .into_iter()
             .flatten()
-            .filter_map(|(_, id)| self.plans.get(id))
+            .filter_map(|(_, id)| self.plan_outcomes.get(id))
+    }
+
+    /// The entity a plan, active or finished and kept, changes.
+    pub fn plan_entity(&self, id: &str) -> Option<&str> {
+        self.plans
+            .get(id)
+            .map(|p| p.entity.as_str())
+            .or_else(|| self.plan_outcomes.get(id).map(|o| o.entity.as_str()))
     }
 
     /// The entity's issued or running plan.
@@ -698,21 +759,18 @@ impl State {
     /// the old version running and confirms it (see docs/ARCHITECTURE.md, "The flow of a
     /// decision"). A plan that failed before touching the workload (fetch, verify) left the
     /// entity as it was and needs none.
-    pub fn rollback_needed(&self, entity: &Entity) -> Option<&Plan> {
-        let last = self
-            .plans_of(&entity.id.0)
-            .rev()
-            .find(|p| !p.status.is_active())?;
+    pub fn rollback_needed(&self, entity: &Entity) -> Option<&PlanOutcome> {
+        let last = self.outcomes_of(&entity.id.0).next_back()?;
         if last.status != PlanStatus::Failed
-            || !matches!(last.kind, PlanKind::VersionChange | PlanKind::RecallRollOff)
+            || !matches!(
+                last.kind,
+                OutcomeKind::VersionChange | OutcomeKind::RecallRollOff
+            )
         {
             return None;
         }
         last.from_version.as_ref()?;
-        last.failure
-            .as_ref()
-            .is_none_or(|f| f.touched_workload())
-            .then_some(last)
+        last.failure_touched_workload.then_some(last)
     }
 
     /// An entity's activity head (its lines are history: [`crate::activity`]).

@@ -24,6 +24,7 @@ use crate::environment::Environment;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::labels::EnvironmentLabels;
 use crate::plan::Plan;
+use crate::plan_outcome::PlanOutcome;
 use crate::product::{Channel, Product, Recall, Release};
 use crate::record::{AuditEntry, Record, RecordKey, RequestRecord};
 use crate::role::{Role, RoleBinding};
@@ -68,6 +69,7 @@ named_rows! {
     Recall => Recall, |r| r.id.clone(), RecallIndex;
     Suppression => Suppression, |s| s.id.clone(), SuppressionIndex;
     Plan => Plan, |p| p.id.clone(), PlanIndex;
+    PlanOutcome => PlanOutcome, |o| o.id.clone(), OutcomeIndex;
     Activity => ActivityHead, |a| a.entity.clone(), ();
     AuditEntry => Audit, |a| AuditEntry::key_name(a.index), ();
     Installation => Installation, |i| i.id.clone(), ();
@@ -88,6 +90,7 @@ lookups_index! {
     Recall => RecallIndex,
     Suppression => SuppressionIndex,
     Plan => PlanIndex,
+    PlanOutcome => OutcomeIndex,
     Canary => CanaryIndex,
     OperatorToken => TokenIndex,
     RolloutPolicy => RolloutPolicyIndex,
@@ -248,11 +251,10 @@ impl Lookups<Suppression> for SuppressionIndex {
     }
 }
 
-/// Lookups of the plan table.
+/// Lookups of the plan table, which holds issued and running plans only (a finished plan
+/// becomes a [`PlanOutcome`] and history).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct PlanIndex {
-    /// entity -> (issued index, plan id), oldest first.
-    pub(crate) by_entity: BTreeMap<String, BTreeSet<(u64, String)>>,
     /// entity -> its issued or running plan (at most one: see `State::check_invariants`).
     pub(crate) active: BTreeMap<String, String>,
     /// (kind label, status) -> plans of that kind in that status, for metrics without a
@@ -262,11 +264,6 @@ pub(crate) struct PlanIndex {
 
 impl Lookups<Plan> for PlanIndex {
     fn add(&mut self, p: &Plan) {
-        set_add(
-            &mut self.by_entity,
-            p.entity.clone(),
-            (p.issued_index, p.id.clone()),
-        );
         *self
             .counts
             .entry((p.kind.label(), p.status.as_str()))
@@ -283,18 +280,49 @@ impl Lookups<Plan> for PlanIndex {
     }
 
     fn remove(&mut self, p: &Plan) {
+        remove_if(&mut self.active, &p.entity, &p.id);
+        count_down(&mut self.counts, &(p.kind.label(), p.status.as_str()));
+    }
+}
+
+/// Lookups of the plan-outcome table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct OutcomeIndex {
+    /// entity -> (issued index, plan id) of its finished plans, oldest first.
+    pub(crate) by_entity: BTreeMap<String, BTreeSet<(u64, String)>>,
+    /// (kind label, status) -> finished plans of that kind in that status. No zero counts.
+    pub(crate) counts: BTreeMap<(&'static str, &'static str), u64>,
+}
+
+impl Lookups<PlanOutcome> for OutcomeIndex {
+    fn add(&mut self, o: &PlanOutcome) {
+        set_add(
+            &mut self.by_entity,
+            o.entity.clone(),
+            (o.issued_index, o.id.clone()),
+        );
+        *self
+            .counts
+            .entry((o.kind.label(), o.status.as_str()))
+            .or_default() += 1;
+    }
+
+    fn remove(&mut self, o: &PlanOutcome) {
         set_remove(
             &mut self.by_entity,
-            &p.entity,
-            &(p.issued_index, p.id.clone()),
+            &o.entity,
+            &(o.issued_index, o.id.clone()),
         );
-        remove_if(&mut self.active, &p.entity, &p.id);
-        let key = (p.kind.label(), p.status.as_str());
-        if let Some(n) = self.counts.get_mut(&key) {
-            *n -= 1;
-            if *n == 0 {
-                self.counts.remove(&key);
-            }
+        count_down(&mut self.counts, &(o.kind.label(), o.status.as_str()));
+    }
+}
+
+/// Lowers the count under `key` by one, and removes it at zero.
+fn count_down<K: Ord>(counts: &mut BTreeMap<K, u64>, key: &K) {
+    if let Some(n) = counts.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(key);
         }
     }
 }
@@ -523,6 +551,7 @@ state_tables! {
     recalls: Recall,
     suppressions: Suppression,
     plans: Plan,
+    plan_outcomes: PlanOutcome,
     audit: Audit,
     modules: Module,
     installations: Installation,
@@ -541,5 +570,5 @@ state_tables! {
     rollouts: Rollout,
     canary_judging: CanaryJudging,
     activity: ActivityHead;
-    not_in_state: ActivityV1, ActivityLine,
+    not_in_state: ActivityV1, ActivityLine, FinishedPlan,
 }

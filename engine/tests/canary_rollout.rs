@@ -190,8 +190,8 @@ fn a_release_is_analysed_by_the_canary_and_every_step_reaches_the_agent_in_order
     assert!(judged.iter().all(|(_, v)| *v == Some(99_500)), "{judged:?}");
     // No plan but canary steps since the install.
     assert!(hub
-        .state
         .plans_of(&e)
+        .iter()
         .all(|p| p.kind.is_canary_step() || p.kind == PlanKind::Install));
     // The agent now reports the primary at 1.1.0: at target, nothing to do.
     hub.report(&e, Some("1.1.0"), hub_engine::entity::Health::Healthy);

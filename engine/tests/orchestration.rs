@@ -159,7 +159,7 @@ fn p3_the_four_questions_are_answered_separately() {
         "every constraint is reported: {:?}",
         e.constraints
     );
-    assert!(hub.state.plans_of(&w).next().is_none());
+    assert!(hub.plans_of(&w).is_empty());
     // 3. issued once the window opens; 4. execution not finished yet.
     hub.set_time(SATURDAY);
     let p = hub.step_one(&w).unwrap();
@@ -175,7 +175,7 @@ fn p3_the_four_questions_are_answered_separately() {
     // 4. it succeeded.
     hub.succeed(&p.id);
     assert_eq!(
-        hub.state.plans_of(&w).last().unwrap().status,
+        hub.plans_of(&w).last().unwrap().status,
         PlanStatus::Succeeded
     );
     assert!(matches!(hub.eval(&w).outcome, Outcome::AtTarget { .. }));
@@ -210,7 +210,7 @@ fn p2_a_stale_or_duplicate_evaluate_issues_nothing() {
     };
     assert_eq!(issued.len(), 1);
     assert_eq!(hub.ok(twice), CommandOutput::Evaluated { issued: vec![] });
-    assert_eq!(hub.state.plans_of(&w).count(), 1);
+    assert_eq!(hub.plans_of(&w).len(), 1);
     // An entity that does not exist is skipped.
     assert_eq!(
         hub.ok(Command::Evaluate {
@@ -671,7 +671,7 @@ fn p6_p7_plan_record_fields_and_a_successful_run() {
     assert_eq!(p.status, PlanStatus::Issued);
     assert_eq!(p.output, "");
     assert!(p.failure.is_none() && p.cancel_reason.is_none());
-    assert_eq!(hub.state.plans_of(&w).count(), 1);
+    assert_eq!(hub.plans_of(&w).len(), 1);
 
     hub.advance(MINUTE);
     hub.task(&p.id, "fetch", 1, TaskState::Running, "fetching\n")

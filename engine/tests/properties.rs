@@ -738,20 +738,24 @@ fn check_step(hub: &Hub, before: &State, op: &Op) {
             }
         }
     }
-    // Finished plans stay finished; issued plans keep their identity.
+    // Issued plans keep their identity, active or finished; finished plans stay finished.
     for p in before.plans() {
         if let Some(q) = hub.state.plan(&p.id) {
             assert_eq!(
                 (&q.entity, &q.kind, q.issued_ms, &q.to_version),
                 (&p.entity, &p.kind, p.issued_ms, &p.to_version)
             );
-            if !p.status.is_active() {
-                assert_eq!(
-                    q.status, p.status,
-                    "{} left {} after {op:?}",
-                    p.id, p.status
-                );
-            }
+        } else if let Some(o) = hub.state.plan_outcome(&p.id) {
+            assert_eq!(
+                (&o.entity, o.kind.label(), o.issued_index, &o.to_version),
+                (&p.entity, p.kind.label(), p.issued_index, &p.to_version)
+            );
+        }
+    }
+    for o in before.plan_outcomes() {
+        assert!(hub.state.plan(&o.id).is_none(), "{} active again", o.id);
+        if let Some(q) = hub.state.plan_outcome(&o.id) {
+            assert_eq!(q, o, "{} changed after {op:?}", o.id);
         }
     }
     // Property 1: evaluate is a pure function of the state (Hub::eval evaluates twice).

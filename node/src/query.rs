@@ -374,6 +374,73 @@ pub fn plan_view(p: &Plan, full: bool) -> Value {
     v
 }
 
+/// A finished plan from history, by id; a storage failure is logged and answered as an
+/// internal error (its cause stays in this node's log).
+fn finished_plan(history: &raft_store::History, id: &str) -> Result<Option<Plan>, QueryError> {
+    history.finished_plan(id).map_err(|e| {
+        tracing::error!(plan = %id, error = %e, "reading a stored finished plan");
+        QueryError::Internal(format!("reading plan {id} failed on this node"))
+    })
+}
+
+/// `plans`: the newest `limit` plans, active and kept finished ones, of one entity, one
+/// environment or all, newest first. Finished plans are chosen from their outcomes in the
+/// state, and only the chosen ones are read from history.
+fn plans_view(
+    state: &State,
+    history: &raft_store::History,
+    environment: Option<&str>,
+    entity: Option<&str>,
+    active_only: bool,
+    limit: usize,
+) -> Result<Value, QueryError> {
+    let entity = entity.map(|r| resolve_entity(state, r)).transpose()?;
+    let env_prefix = environment.map(hub_engine::EntityId::environment_prefix);
+    let wanted = |e: &str| {
+        entity.as_deref().is_none_or(|id| id == e)
+            && env_prefix.as_deref().is_none_or(|p| e.starts_with(p))
+    };
+    // (issued index, id, the plan if active)
+    let mut rows: Vec<(u64, &str, Option<&Plan>)> = match &entity {
+        Some(id) => state.active_plan_of(id).into_iter().collect::<Vec<_>>(),
+        None => state.plans().filter(|p| wanted(&p.entity)).collect(),
+    }
+    .into_iter()
+    .map(|p| (p.issued_index, p.id.as_str(), Some(p)))
+    .collect();
+    if !active_only {
+        match &entity {
+            Some(id) => rows.extend(
+                state
+                    .outcomes_of(id)
+                    .map(|o| (o.issued_index, o.id.as_str(), None)),
+            ),
+            None => rows.extend(
+                state
+                    .plan_outcomes()
+                    .filter(|o| wanted(&o.entity))
+                    .map(|o| (o.issued_index, o.id.as_str(), None)),
+            ),
+        }
+    }
+    rows.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(a.1)));
+    rows.truncate(limit);
+    let mut out = Vec::with_capacity(rows.len());
+    for (_, id, active) in rows {
+        match active {
+            Some(p) => out.push(plan_view(p, false)),
+            None => {
+                let p = finished_plan(history, id)?.ok_or_else(|| {
+                    tracing::error!(plan = %id, "a kept finished plan is missing from history");
+                    QueryError::Internal(format!("plan {id} is missing on this node"))
+                })?;
+                out.push(plan_view(&p, false));
+            }
+        }
+    }
+    Ok(json!({ "plans": out }))
+}
+
 /// Answers `query` from `state` and its `history` at time `now`. `checker` supplies artifact observations for
 /// `explain` (what the leader would see; other nodes show "not checked yet").
 // Long: one short arm per query kind; the flat dispatch is the list of queries.
@@ -428,7 +495,7 @@ pub fn answer(
                 |l: &hub_engine::artifact::ArtifactLocation| checker.and_then(|c| c.status(l));
             let eval = evaluate(state, &id, now, &lookup)
                 .ok_or_else(|| QueryError::NotFound(format!("entity {id} not found")))?;
-            explain_view(state, &eval)
+            explain_view(state, history, &eval)?
         }
         Query::Activity { entity } => {
             let id = resolve_entity(state, entity)?;
@@ -450,26 +517,22 @@ pub fn answer(
             limit,
         } => {
             let limit = limit.unwrap_or(100).min(10_000);
-            let mut plans: Vec<&Plan> = match entity {
-                Some(r) => {
-                    let id = resolve_entity(state, r)?;
-                    state.plans_of(&id).collect()
-                }
-                None => state
-                    .plans()
-                    .filter(|p| environment.as_ref().is_none_or(|e| p.environment == *e))
-                    .collect(),
-            };
-            plans.retain(|p| !*active || p.status.is_active());
-            plans.sort_by(|a, b| b.issued_index.cmp(&a.issued_index).then(b.id.cmp(&a.id)));
-            plans.truncate(limit);
-            json!({ "plans": plans.iter().map(|p| plan_view(p, false)).collect::<Vec<_>>() })
+            plans_view(
+                state,
+                history,
+                environment.as_deref(),
+                entity.as_deref(),
+                *active,
+                limit,
+            )?
         }
         Query::Plan { id } => {
-            let p = state
-                .plan(id)
-                .ok_or_else(|| QueryError::NotFound(format!("plan {id:?} not found")))?;
-            plan_view(p, true)
+            let p = match state.plan(id) {
+                Some(p) => p.clone(),
+                None => finished_plan(history, id)?
+                    .ok_or_else(|| QueryError::NotFound(format!("plan {id:?} not found")))?,
+            };
+            plan_view(&p, true)
         }
         Query::Products => json!({ "products": state.products().map(|p| json!({
             "id": p.id, "description": p.description,
@@ -985,7 +1048,11 @@ fn insecure_registries(state: &State, environment: &str) -> Vec<Value> {
 }
 
 /// SPEC P3: the four questions, separately, and every constraint.
-fn explain_view(state: &State, eval: &hub_engine::Evaluation) -> Value {
+fn explain_view(
+    state: &State,
+    history: &raft_store::History,
+    eval: &hub_engine::Evaluation,
+) -> Result<Value, QueryError> {
     use hub_engine::evaluate::Outcome;
     let candidate = eval.candidate.as_ref().map(|c| {
         json!({
@@ -1004,19 +1071,23 @@ fn explain_view(state: &State, eval: &hub_engine::Evaluation) -> Value {
         Outcome::Blocked { .. } => (json!(false), json!(null)),
         _ => (json!(null), json!(null)),
     };
-    let last = state
-        .plans_of(&eval.entity)
-        .rev()
-        .find(|p| !p.status.is_active())
-        .map(|p| {
-            json!({"plan": p.id, "kind": p.kind.label(), "status": p.status.as_str(),
-            "failure": p.failure.as_ref().map(|f| format!("{}: {}", f.stage, f.message))})
-        });
+    let last = match state.outcomes_of(&eval.entity).next_back() {
+        Some(o) => {
+            let failure = finished_plan(history, &o.id)?
+                .and_then(|p| p.failure)
+                .map(|f| format!("{}: {}", f.stage, f.message));
+            Some(
+                json!({"plan": o.id, "kind": o.kind.label(), "status": o.status.as_str(),
+            "failure": failure}),
+            )
+        }
+        None => None,
+    };
     let may_clear = match &eval.outcome {
         Outcome::Blocked { may_clear_at_ms } => time(*may_clear_at_ms),
         _ => Value::Null,
     };
-    json!({
+    Ok(json!({
         "entity": eval.entity,
         "evaluated_at": format_time(eval.time_ms),
         "summary": eval.summary(),
@@ -1035,5 +1106,5 @@ fn explain_view(state: &State, eval: &hub_engine::Evaluation) -> Value {
             .entity(&eval.entity)
             .map(|e| insecure_registries(state, &e.environment))
             .unwrap_or_default(),
-    })
+    }))
 }

@@ -1,11 +1,12 @@
 //! Reading history: records storage keeps that the state does not hold
-//! ([`hub_engine::Residence::History`]), such as Activity lines.
+//! ([`hub_engine::Residence::History`]): Activity lines and finished plans.
 //!
 //! Apply writes history in the same RocksDB batch as the state's rows, while it holds the
 //! state's write lock, so a reader that holds the state's read guard
 //! ([`crate::SharedState::read`]) sees the history of exactly the state it reads.
 
 use hub_engine::activity::ActivityLine;
+use hub_engine::plan::Plan;
 use hub_engine::{Record, RecordKey};
 use rocksdb::{Direction, IteratorMode};
 
@@ -68,5 +69,31 @@ impl History {
             }
         }
         Ok(lines)
+    }
+
+    /// A finished plan in full, by id, while its entity keeps it (the state holds its
+    /// outcome: [`hub_engine::State::plan_outcome`]).
+    pub fn finished_plan(&self, id: &str) -> Result<Option<Plan>, StoreError> {
+        let key = RecordKey::FinishedPlan(id.to_string());
+        let (cf_sm, _) = self.store.sm_families();
+        let Some(value) = self
+            .store
+            .db
+            .get_pinned_cf(cf_sm, key.to_bytes())
+            .map_err(|e| self.store.rocks_error(e))?
+        else {
+            return Ok(None);
+        };
+        let corrupt = |cause| StoreError::Corrupt {
+            what: "finished plan".to_string(),
+            cause,
+        };
+        match codec::decode_bounded(&value, Limit::Snapshot).map_err(corrupt)? {
+            Record::FinishedPlan(plan) if plan.id == id => Ok(Some(plan)),
+            other => Err(corrupt(codec::CodecError::Malformed(format!(
+                "finished plan {id}'s key holds {:?}",
+                other.key()
+            )))),
+        }
     }
 }

@@ -183,7 +183,7 @@ impl StateMachine {
                     )),
                 });
             }
-            if stored_key.residence() == Residence::Legacy {
+            if record.is_legacy() {
                 migration.delete_cf(cf_sm, key);
                 for current in record.clone().migrated() {
                     migration.put_cf(cf_sm, current.key().to_bytes(), codec::encode(&current));
@@ -388,10 +388,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let mut envs: Vec<String> = changed
                 .iter()
                 .filter_map(|k| match k {
-                    hub_engine::RecordKey::Plan(id) => s.state.plan(id),
+                    // Issued, changed or finished in these entries.
+                    hub_engine::RecordKey::Plan(id) => s.state.plan_entity(id),
                     _ => None,
                 })
-                .map(|p| p.environment.clone())
+                .filter_map(|entity| s.state.entity(entity))
+                .map(|e| e.environment.clone())
                 .collect();
             envs.sort();
             envs.dedup();
@@ -434,21 +436,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 let mut value = Vec::new();
                 let (last_applied, membership) =
                     snapshot::decode_each(&snapshot, |record, body| {
-                        match record.key().residence() {
-                            Residence::State | Residence::History => {
-                                value.clear();
-                                value.push(codec::FORMAT_VERSION);
-                                value.extend_from_slice(body);
-                                batch.put_cf(cf_sm, record.key().to_bytes(), &value);
-                            }
+                        if record.is_legacy() {
                             // From a leader of an older release: stored as this release's
                             // format, as a node's own store is migrated on open.
-                            Residence::Legacy => {
-                                for current in record.clone().migrated() {
-                                    let key = current.key().to_bytes();
-                                    batch.put_cf(cf_sm, key, codec::encode(&current));
-                                }
+                            for current in record.clone().migrated() {
+                                let key = current.key().to_bytes();
+                                batch.put_cf(cf_sm, key, codec::encode(&current));
                             }
+                        } else {
+                            value.clear();
+                            value.push(codec::FORMAT_VERSION);
+                            value.extend_from_slice(body);
+                            batch.put_cf(cf_sm, record.key().to_bytes(), &value);
                         }
                         state.insert_record(record);
                     })?;

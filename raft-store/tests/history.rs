@@ -158,15 +158,8 @@ async fn a_snapshot_carries_the_history_to_a_new_follower() {
     let leader_dir = tempfile::tempdir().expect("tempdir");
     let (_s, _l, mut leader) = raft_store::open(leader_dir.path(), &identity()).expect("open");
     entity_with_reports(&mut leader, 120).await;
-    let snapshot = leader.build_snapshot().await.expect("build");
-
     let follower_dir = tempfile::tempdir().expect("tempdir");
-    let (_s, _l, mut follower) =
-        raft_store::open(follower_dir.path(), &identity()).expect("open follower");
-    follower
-        .install_snapshot(&snapshot.meta, snapshot.snapshot)
-        .await
-        .expect("install");
+    let follower = follower_of(&leader, follower_dir.path()).await;
     assert_eq!(stored_seqs(&follower), stored_seqs(&leader));
     assert_eq!(head(&follower), head(&leader));
     assert_eq!(
@@ -214,6 +207,27 @@ fn expect_migrated(sm: &StateMachine) {
     );
 }
 
+/// A new store in `dir` that installed a snapshot `leader` built.
+async fn follower_of(leader: &StateMachine, dir: &Path) -> StateMachine {
+    let snapshot = leader.clone().build_snapshot().await.expect("build");
+    let (_store, _log, mut follower) = raft_store::open(dir, &identity()).expect("open follower");
+    follower
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .expect("install");
+    follower
+}
+
+/// The metadata of a one-node cluster's snapshot at `index`.
+fn one_node_meta(index: u64) -> raft_store::SnapshotMeta {
+    let nodes = std::collections::BTreeMap::from([(1u64, openraft::BasicNode::new("n1"))]);
+    let membership = openraft::Membership::new(vec![[1u64].into()], nodes).expect("membership");
+    raft_store::SnapshotMeta {
+        last_log_id: Some(log_id(index)),
+        last_membership: raft_store::StoredMembership::new(Some(log_id(index)), membership),
+    }
+}
+
 /// Writes `record` under its key straight into the store's RocksDB, as an older release did.
 fn write_raw(dir: &Path, record: &Record) {
     let path = dir.join("db");
@@ -228,35 +242,40 @@ fn write_raw(dir: &Path, record: &Record) {
     .expect("put");
 }
 
+/// Writes `record` raw into a store with one entity, as an older release did, opens it
+/// (which migrates it), checks it with `expect`, and again after a second open (the
+/// migration was written: opening again changes nothing). Returns the records of a
+/// snapshot built after, and the store.
+async fn migrated_on_open(
+    dir: &Path,
+    record: &Record,
+    expect: fn(&StateMachine),
+) -> (Vec<Record>, StateMachine) {
+    let (store, log, mut sm) = raft_store::open(dir, &identity()).expect("open");
+    entity_with_reports(&mut sm, 0).await;
+    drop((store, log, sm));
+    write_raw(dir, record);
+
+    let (store, log, sm) = raft_store::open(dir, &identity()).expect("open migrates");
+    expect(&sm);
+    let (_, migrated_digest) = sm.digest().await.expect("digest");
+    drop((store, log, sm));
+    let (_s, _l, sm) = raft_store::open(dir, &identity()).expect("open again");
+    expect(&sm);
+    assert_eq!(sm.digest().await.expect("digest").1, migrated_digest);
+    let snapshot = sm.clone().build_snapshot().await.expect("build");
+    let records = decode_snapshot(&snapshot.snapshot.read_all().expect("read the snapshot"));
+    (records, sm)
+}
+
 #[tokio::test]
 async fn an_older_activity_record_is_migrated_on_open() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (store, log, mut sm) = raft_store::open(dir.path(), &identity()).expect("open");
-    entity_with_reports(&mut sm, 0).await;
-    drop((store, log, sm));
-    write_raw(dir.path(), &v1_record());
-
-    let (store, log, sm) = raft_store::open(dir.path(), &identity()).expect("open migrates");
-    expect_migrated(&sm);
-    let (_, migrated_digest) = sm.digest().await.expect("digest");
-    drop((store, log, sm));
-    // The migration was written: the old key is gone, and opening again changes nothing.
-    let (_s, _l, sm) = raft_store::open(dir.path(), &identity()).expect("open again");
-    expect_migrated(&sm);
-    assert_eq!(sm.digest().await.expect("digest").1, migrated_digest);
-    let snapshot = sm.clone().build_snapshot().await.expect("build");
+    let (records, _sm) = migrated_on_open(dir.path(), &v1_record(), expect_migrated).await;
     assert!(
-        !contains_record_v1(&snapshot.snapshot.read_all().expect("read the snapshot")),
+        !records.iter().any(|r| matches!(r, Record::ActivityV1(_))),
         "no ActivityV1 record is left to snapshot"
     );
-}
-
-/// Whether a snapshot file holds an `ActivityV1` record.
-fn contains_record_v1(bytes: &[u8]) -> bool {
-    let snapshot_records = decode_snapshot(bytes);
-    snapshot_records
-        .iter()
-        .any(|r| matches!(r, Record::ActivityV1(_)))
 }
 
 /// The records of a snapshot file.
@@ -274,14 +293,7 @@ fn decode_snapshot(bytes: &[u8]) -> Vec<Record> {
 
 #[tokio::test]
 async fn an_older_activity_record_in_a_snapshot_is_migrated_on_install() {
-    let meta = {
-        let nodes = std::collections::BTreeMap::from([(1u64, openraft::BasicNode::new("n1"))]);
-        let membership = openraft::Membership::new(vec![[1u64].into()], nodes).expect("membership");
-        raft_store::SnapshotMeta {
-            last_log_id: Some(log_id(7)),
-            last_membership: raft_store::StoredMembership::new(Some(log_id(7)), membership),
-        }
-    };
+    let meta = one_node_meta(7);
     let records = vec![v1_record()];
     let seed = tempfile::tempdir().expect("tempdir");
     let data = raft_store::snapshot_data(&seed.path().join("v1.snap"), &meta, records.into_iter())
@@ -300,4 +312,81 @@ async fn an_older_activity_record_in_a_snapshot_is_migrated_on_install() {
             .count(),
         3
     );
+}
+
+/// A finished plan as a release before finished plans were history stored it: a row of the
+/// state.
+fn finished_plan_row() -> hub_engine::plan::Plan {
+    use hub_engine::plan::{Plan, PlanKind, PlanStatus};
+    Plan {
+        id: "p-3-0".into(),
+        entity: ENTITY.into(),
+        environment: "prod".into(),
+        kind: PlanKind::Install,
+        from_version: None,
+        to_version: "1.0.0".parse().ok(),
+        from_config_sha256: None,
+        to_config: Some(String::new()),
+        secrets_revision: 0,
+        artifacts: Vec::new(),
+        reason: "newest release".into(),
+        tasks: Plan::tasks_for(&PlanKind::Install),
+        output: "installed\n".into(),
+        failure: None,
+        created_ms: 3,
+        issued_ms: 3,
+        started_ms: Some(4),
+        ended_ms: Some(5),
+        status: PlanStatus::Succeeded,
+        cancel_reason: None,
+        issued_index: 3,
+    }
+}
+
+fn expect_plan_migrated(sm: &StateMachine) {
+    let plan = finished_plan_row();
+    let state = sm.shared().read().state.clone();
+    assert!(state.plan(&plan.id).is_none(), "not a row of the state");
+    assert_eq!(
+        state.plan_outcome(&plan.id),
+        Some(&hub_engine::plan_outcome::PlanOutcome::of(&plan))
+    );
+    assert_eq!(
+        sm.history().finished_plan(&plan.id).expect("read"),
+        Some(plan)
+    );
+    assert_eq!(sm.history().finished_plan("p-9-9").expect("read"), None);
+}
+
+#[tokio::test]
+async fn a_finished_plan_stored_as_a_row_is_migrated_on_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let row = Record::Plan(finished_plan_row());
+    let (records, sm) = migrated_on_open(dir.path(), &row, expect_plan_migrated).await;
+    assert!(!records.iter().any(|r| matches!(r, Record::Plan(_))));
+    assert_eq!(
+        records
+            .iter()
+            .filter(|r| matches!(r, Record::FinishedPlan(_) | Record::PlanOutcome(_)))
+            .count(),
+        2
+    );
+
+    // A new follower gets the plan's history with the snapshot.
+    let follower_dir = tempfile::tempdir().expect("tempdir");
+    let follower = follower_of(&sm, follower_dir.path()).await;
+    expect_plan_migrated(&follower);
+}
+
+#[tokio::test]
+async fn a_finished_plan_row_in_an_older_snapshot_is_migrated_on_install() {
+    let meta = one_node_meta(7);
+    let records = vec![Record::Plan(finished_plan_row())];
+    let seed = tempfile::tempdir().expect("tempdir");
+    let data = raft_store::snapshot_data(&seed.path().join("old.snap"), &meta, records.into_iter())
+        .expect("write the snapshot");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_s, _l, mut sm) = raft_store::open(dir.path(), &identity()).expect("open");
+    sm.install_snapshot(&meta, data).await.expect("install");
+    expect_plan_migrated(&sm);
 }

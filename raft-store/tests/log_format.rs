@@ -66,6 +66,7 @@ use hub_engine::module::{
 use hub_engine::plan::{
     EmergencyCommand, FailureMetadata, Plan, PlanKind, PlanStatus, Task, TaskReport, TaskState,
 };
+use hub_engine::plan_outcome::{OutcomeKind, PlanOutcome};
 use hub_engine::product::{Channel, Product, Recall, Release};
 use hub_engine::record::{AuditEntry, RequestRecord};
 use hub_engine::release::{Artifact, ProductDependency, VersionBound};
@@ -1177,6 +1178,21 @@ fn records() -> Vec<Record> {
             kind: s("recheck"),
             message: s("re-checked after 4h blocked"),
         }),
+        Record::PlanOutcome(PlanOutcome {
+            id: s("p-42-0"),
+            entity: s(ENTITY),
+            issued_index: 42,
+            kind: OutcomeKind::CanaryStep {
+                canary: s("prod/web"),
+                step: 6,
+            },
+            status: PlanStatus::Cancelled,
+            from_version: Some(v("1.2.0")),
+            to_version: Some(v("1.3.0")),
+            failure_touched_workload: true,
+            ended_ms: Some(T0 + 27),
+        }),
+        Record::FinishedPlan(plan("p-43-0", PlanKind::VersionChange)),
     ]
 }
 
@@ -1899,6 +1915,21 @@ fn nested_goldens() -> Vec<Golden> {
             }],
             Limit::Snapshot,
         ),
+        // Issue 18: the kinds of a finished plan's outcome the record sample does not use.
+        golden(
+            s("nested-OutcomeKind.bin"),
+            vec![
+                OutcomeKind::Install,
+                OutcomeKind::ConfigChange,
+                OutcomeKind::VersionChange,
+                OutcomeKind::Uninstall,
+                OutcomeKind::SecretsChange,
+                OutcomeKind::Rollback,
+                OutcomeKind::RecallRollOff,
+                OutcomeKind::Command,
+            ],
+            Limit::Snapshot,
+        ),
         // Issue 20: variants appended to nested enums, in a fixture of their own so the
         // fixtures above keep their bytes.
         golden(
@@ -1955,6 +1986,7 @@ fn nested_enums() -> BTreeMap<&'static str, Vec<&'static str>> {
         ("Phase", declared_variants::<Phase>()),
         ("PlanKind", declared_variants::<PlanKind>()),
         ("PlanStatus", declared_variants::<PlanStatus>()),
+        ("OutcomeKind", declared_variants::<OutcomeKind>()),
         ("RegistryTls", declared_variants::<RegistryTls>()),
         ("Result", declared_variants::<Result<(), ()>>()),
         ("Role", declared_variants::<Role>()),

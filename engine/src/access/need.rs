@@ -152,8 +152,8 @@ pub fn need(state: &State, command: &Command) -> Need {
         Command::CancelPlans { target, .. } => operator(match target {
             CancelTarget::Environment(e) => env(e),
             CancelTarget::Entity(id) => entity_env(id),
-            CancelTarget::Plan(id) => match state.plans.get(id) {
-                Some(p) => env(&p.environment),
+            CancelTarget::Plan(id) => match state.plan_entity(id) {
+                Some(entity) => entity_env(entity),
                 None => Target::Unknown,
             },
         }),

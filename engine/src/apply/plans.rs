@@ -10,6 +10,7 @@ use crate::error::CommandError;
 use crate::evaluate::{evaluate, Candidate, Evaluation, Outcome};
 use crate::leader::{blocked_periods, decision_changed};
 use crate::plan::{Plan, PlanStatus, FINISHED_PLANS_KEPT};
+use crate::plan_outcome::PlanOutcome;
 use crate::record::{Record, RecordKey};
 use crate::state::{HistoryWrite, State, Trigger};
 use crate::suppression::{Scope, Suppression, SuppressionSource};
@@ -77,13 +78,13 @@ impl State {
                 (scope, plans)
             }
             CancelTarget::Plan(pid) => {
-                let p = self.plans.get(pid).ok_or_else(|| not_found("plan", pid))?;
-                if !p.status.is_active() {
+                if let Some(o) = self.plan_outcomes.get(pid) {
                     return Err(CommandError::FailedPrecondition(format!(
                         "plan {pid} is {} and cannot be cancelled",
-                        p.status
+                        o.status
                     )));
                 }
+                let p = self.plans.get(pid).ok_or_else(|| not_found("plan", pid))?;
                 (Scope::Entity(p.entity.clone()), vec![pid.clone()])
             }
         };
@@ -292,43 +293,46 @@ impl State {
         self.plans.put(plan, &mut tx.changed);
     }
 
-    /// Marks a plan finished (succeeded, failed, cancelled) and forgets old finished plans.
+    /// Marks a plan finished (succeeded, failed, cancelled): the plan leaves the state for
+    /// history, the state keeps its outcome, and the entity's finished plans beyond the
+    /// newest [`FINISHED_PLANS_KEPT`] are forgotten, outcome and history together.
     pub(super) fn finish_plan(&mut self, plan_id: &str, status: PlanStatus, tx: &mut Tx) {
-        let now = tx.now;
-        let Some(mut plan) = self.plans.get_mut(plan_id, &mut tx.changed) else {
+        assert!(!status.is_active(), "a plan cannot finish as {status}");
+        let Some(mut plan) = self.plans.remove(plan_id, &mut tx.changed) else {
             return;
         };
-        debug_assert!(plan.status.is_active());
+        assert!(plan.status.is_active(), "plan {plan_id} finished twice");
         plan.status = status;
-        plan.ended_ms = Some(now);
+        plan.ended_ms = Some(tx.now);
         let entity = plan.entity.clone();
-        drop(plan);
-        // Keep the newest FINISHED_PLANS_KEPT finished plans of the entity.
-        let finished: Vec<(u64, String)> = self
-            .plans
+        self.plan_outcomes
+            .put(PlanOutcome::of(&plan), &mut tx.changed);
+        tx.history
+            .push(HistoryWrite::Put(Box::new(Record::FinishedPlan(plan))));
+        let kept = self
+            .plan_outcomes
+            .index()
+            .by_entity
+            .get(&entity)
+            .map_or(0, |s| s.len());
+        let forgotten: Vec<String> = self
+            .plan_outcomes
             .index()
             .by_entity
             .get(&entity)
             .into_iter()
             .flatten()
-            .filter(|(_, id)| self.plans.get(id).is_some_and(|p| !p.status.is_active()))
-            .cloned()
+            .take(kept.saturating_sub(FINISHED_PLANS_KEPT))
+            .map(|(_, id)| id.clone())
             .collect();
-        if finished.len() > FINISHED_PLANS_KEPT {
-            for (_, id) in &finished[..finished.len() - FINISHED_PLANS_KEPT] {
-                self.plans.remove(id, &mut tx.changed);
-            }
+        for id in forgotten {
+            self.plan_outcomes.remove(&id, &mut tx.changed);
+            tx.history
+                .push(HistoryWrite::Delete(RecordKey::FinishedPlan(id)));
         }
     }
 
     pub(super) fn cancel_plan(&mut self, plan_id: &str, reason: &str, tx: &mut Tx) {
-        if !self
-            .plans
-            .get(plan_id)
-            .is_some_and(|p| p.status.is_active())
-        {
-            return;
-        }
         let Some(mut plan) = self.plans.get_mut(plan_id, &mut tx.changed) else {
             return;
         };

@@ -180,21 +180,37 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         let now = tx.now;
+        // A finished plan is known by its outcome; a report of it is checked like any
+        // other, then ignored (its tasks are history, so the task name is not checked).
+        let finished = self
+            .plan_outcomes
+            .get(&report.plan_id)
+            .filter(|o| {
+                o.entity
+                    .starts_with(&crate::EntityId::environment_prefix(environment))
+            })
+            .map(|o| o.status);
         let plan = self
             .plans
             .get(&report.plan_id)
-            .filter(|p| p.environment == environment)
-            .ok_or_else(|| {
-                not_found(
-                    "plan",
-                    &format!("{} in environment {environment}", report.plan_id),
-                )
-            })?;
-        let Some(task_index) = plan.tasks.iter().position(|t| t.name == report.task) else {
-            return Err(CommandError::invalid(
-                "task",
-                format!("plan {} has no task {:?}", report.plan_id, report.task),
+            .filter(|p| p.environment == environment);
+        if plan.is_none() && finished.is_none() {
+            return Err(not_found(
+                "plan",
+                &format!("{} in environment {environment}", report.plan_id),
             ));
+        }
+        let task_index = match plan {
+            Some(plan) => match plan.tasks.iter().position(|t| t.name == report.task) {
+                Some(i) => i,
+                None => {
+                    return Err(CommandError::invalid(
+                        "task",
+                        format!("plan {} has no task {:?}", report.plan_id, report.task),
+                    ))
+                }
+            },
+            None => 0,
         };
         if report.attempt == 0 {
             return Err(CommandError::invalid("attempt", "starts at 1"));
@@ -214,9 +230,12 @@ impl State {
                 summary: format!("report ignored: {why}"),
             })
         };
-        if !plan.status.is_active() {
-            return ignored(&format!("plan is {}", plan.status));
-        }
+        let plan = match (plan, finished) {
+            (Some(plan), _) => plan,
+            (None, Some(status)) => return ignored(&format!("plan is {status}")),
+            // Proven above: one of the two is there.
+            (None, None) => unreachable!("plan {} neither active nor finished", report.plan_id),
+        };
         let task = &plan.tasks[task_index];
         let newer = report.attempt > task.attempt
             || (report.attempt == task.attempt

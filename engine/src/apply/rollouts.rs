@@ -12,7 +12,8 @@ use crate::command::CommandOutput;
 use crate::error::CommandError;
 use crate::evaluate::{format_time, is_done, members, wave_index};
 use crate::labels::{validate_label_key, validate_label_value, EnvironmentLabels, MAX_LABELS};
-use crate::plan::{PlanKind, PlanStatus};
+use crate::plan::PlanStatus;
+use crate::plan_outcome::OutcomeKind;
 use crate::product::Recall;
 use crate::record::RecordKey;
 use crate::rollout::{HaltCause, Promotion, Rollout, RolloutHalt, WaveProgress};
@@ -469,8 +470,8 @@ impl State {
         let mut out = BTreeSet::new();
         for product in policy.group() {
             for e in self.entities_of_product_everywhere(product) {
-                for p in self.plans_of(&e.id.0) {
-                    if let Some(cause) = self.plan_failure(policy, &p.id) {
+                for o in self.outcomes_of(&e.id.0) {
+                    if let Some(cause) = self.plan_failure(policy, &o.id) {
                         if cause.0 == *version {
                             out.extend(cause.1.failure_key());
                         }
@@ -491,9 +492,9 @@ impl State {
     /// Plan `id` as a failure of a rollout under `policy`: a failed install or version
     /// change of an entity of the group, with its version.
     fn plan_failure(&self, policy: &RolloutPolicy, id: &str) -> Option<(Version, HaltCause)> {
-        let plan = self.plans.get(id)?;
+        let plan = self.plan_outcomes.get(id)?;
         if plan.status != PlanStatus::Failed
-            || !matches!(plan.kind, PlanKind::Install | PlanKind::VersionChange)
+            || !matches!(plan.kind, OutcomeKind::Install | OutcomeKind::VersionChange)
         {
             return None;
         }
@@ -582,18 +583,27 @@ impl State {
                     // A removed entity may leave a wave done.
                     None => touched.extend(all.iter().cloned()),
                 },
+                // A plan issued or running: it takes a place under `maxParallel`. One that
+                // finished in this entry has left the plan table and is its outcome below.
                 RecordKey::Plan(id) => {
                     let Some(plan) = self.plans.get(id) else {
                         continue;
                     };
-                    let Some(policy) = policy_of(self, &plan.entity) else {
+                    if let Some(policy) = policy_of(self, &plan.entity) {
+                        touched.insert(policy.product.clone());
+                    }
+                }
+                // A plan that finished in this entry (or an outcome forgotten, which is gone).
+                RecordKey::PlanOutcome(id) => {
+                    let Some(outcome) = self.plan_outcomes.get(id) else {
+                        continue;
+                    };
+                    let Some(policy) = policy_of(self, &outcome.entity) else {
                         continue;
                     };
                     touched.insert(policy.product.clone());
-                    if !plan.status.is_active() {
-                        // A finished plan frees a place under `maxParallel`.
-                        wake.insert(policy.product.clone());
-                    }
+                    // A finished plan frees a place under `maxParallel`.
+                    wake.insert(policy.product.clone());
                     if let Some((version, cause)) = self.plan_failure(&policy, id) {
                         failures.push(self.failure(&policy, version, cause));
                     }

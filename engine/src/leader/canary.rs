@@ -72,13 +72,10 @@ pub fn canary_step(
         return CanaryStep::WaitForPlan;
     }
     let last_step = state
-        .plans_of(&c.entity)
-        .filter_map(|p| {
-            p.kind
-                .canary_step()
-                .filter(|s| s.canary == c.id)
-                .map(|s| s.step)
-        })
+        .outcomes_of(&c.entity)
+        .filter_map(|o| o.canary_step())
+        .filter(|(canary, _)| *canary == c.id)
+        .map(|(_, step)| step)
         .max()
         .unwrap_or(0);
     let fresh = c

@@ -154,6 +154,31 @@ impl Hub {
                 "stored Activity lines of {entity} after {req}"
             );
         }
+        // Every kept outcome has its finished plan in history, and nothing else is kept.
+        let finished: Vec<&str> = self
+            .store
+            .values()
+            .filter_map(|r| match r {
+                Record::FinishedPlan(p) => Some(p.id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut outcomes: Vec<&str> = self.state.plan_outcomes().map(|o| o.id.as_str()).collect();
+        outcomes.sort_unstable();
+        let mut finished_sorted = finished.clone();
+        finished_sorted.sort_unstable();
+        assert_eq!(
+            finished_sorted, outcomes,
+            "finished plans in history after {req}"
+        );
+        for id in finished {
+            let plan = self.finished_plan(id).expect("listed");
+            assert_eq!(
+                Some(&hub_engine::plan_outcome::PlanOutcome::of(&plan)),
+                self.state.plan_outcome(id),
+                "outcome of {id} after {req}"
+            );
+        }
         let rebuilt = State::from_records(self.store.values().cloned());
         assert!(
             rebuilt == self.state,
@@ -385,11 +410,31 @@ impl Hub {
 
     // ---- the agent ----
 
+    /// A plan by id: active from the state, finished from history.
     pub fn plan(&self, id: &str) -> Plan {
         self.state
             .plan(id)
             .cloned()
+            .or_else(|| self.finished_plan(id))
             .unwrap_or_else(|| panic!("no plan {id}"))
+    }
+
+    /// A kept finished plan from history (the store), by id.
+    pub fn finished_plan(&self, id: &str) -> Option<Plan> {
+        match self.store.get(&RecordKey::FinishedPlan(id.to_string())) {
+            Some(Record::FinishedPlan(p)) => Some(p.clone()),
+            Some(other) => panic!("{id}: history holds {:?}", other.key()),
+            None => None,
+        }
+    }
+
+    /// An entity's plans, the kept finished ones (oldest first) then the active one.
+    pub fn plans_of(&self, entity: &str) -> Vec<Plan> {
+        self.state
+            .outcomes_of(entity)
+            .map(|o| self.finished_plan(&o.id).expect("a kept outcome's plan"))
+            .chain(self.state.active_plan_of(entity).cloned())
+            .collect()
     }
 
     pub fn active(&self, entity: &str) -> Option<Plan> {
