@@ -2,7 +2,6 @@
 
 use std::fs;
 use std::path::Path;
-use std::sync::Arc;
 
 use rocksdb::{ColumnFamilyDescriptor, Options, DB};
 use serde::{Deserialize, Serialize};
@@ -11,7 +10,7 @@ use crate::error::StoreError;
 use crate::flusher::Flusher;
 use crate::log_store::LogStore;
 use crate::state_machine::StateMachine;
-use crate::store::{Store, CF_LOG, CF_META, CF_SM, CF_SM_META};
+use crate::store::{Store, CF_LOG, CF_META, CF_SM, CF_SM_B, CF_SM_META};
 
 const IDENTITY_FILE: &str = "hub-node.json";
 /// `hub-node.json` is a few dozen bytes; anything much larger is not ours.
@@ -93,17 +92,14 @@ pub fn open(
     opts.set_keep_log_file_num(4);
     // Bound the WAL so a quiet state-machine column family does not pin old WAL files.
     opts.set_max_total_wal_size(64 << 20);
-    let cfs = [CF_LOG, CF_META, CF_SM, CF_SM_META]
+    let cfs = [CF_LOG, CF_META, CF_SM, CF_SM_B, CF_SM_META]
         .into_iter()
         .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
     let db = DB::open_cf_descriptors(&opts, &db_path, cfs).map_err(|cause| StoreError::Rocks {
         path: db_path.clone(),
         cause,
     })?;
-    let store = Store {
-        db: Arc::new(db),
-        dir: dir.to_path_buf(),
-    };
+    let store = Store::new(db, dir);
 
     if existing.is_none() {
         let bytes =

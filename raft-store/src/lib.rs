@@ -5,9 +5,11 @@
 //! Layout (column families):
 //! - `log`: big-endian log index → entry
 //! - `meta`: vote, last purged log id, node identity
-//! - `sm`: [`hub_engine::RecordKey`] bytes → record: the state's rows and history
-//!   ([`hub_engine::Residence`]; read through [`History`])
-//! - `sm_meta`: last applied log id and membership (written in the same batch as `sm`)
+//! - `sm` and `sm_b`: [`hub_engine::RecordKey`] bytes → record: the state's rows and history
+//!   ([`hub_engine::Residence`]; read through [`History`]). One of them is active; an install
+//!   stages a snapshot in the other, then switches (`install`)
+//! - `sm_meta`: last applied log id, membership and the active records family (written in
+//!   the same batch as the records)
 //!
 //! Snapshots live in `<dir>/snapshots/current.snap`, replaced atomically; one arriving from
 //! the leader is written to `<dir>/snapshots/incoming.snap` first. Neither is ever read whole
@@ -19,6 +21,7 @@ mod db;
 mod error;
 mod flusher;
 mod history;
+mod install;
 mod log_store;
 pub mod private;
 mod snapshot;

@@ -314,13 +314,14 @@ pub enum SnapshotDecodeError {
 
 /// Decodes the snapshot file `data` one record at a time, handing each to `each` with its
 /// bincode (the stored record's bytes after the format byte), so that installing a snapshot
-/// never holds the file, nor a second decoded copy of the state. Returns the file's last
+/// never holds the file, nor a second decoded copy of the state. An error of `each` stops
+/// the decoding and is returned. Returns the file's last
 /// applied log id and membership. The checks of decoding the file whole: its size
 /// ([`codec::MAX_SNAPSHOT_FILE_BYTES`]), its format version, each record within its bound
 /// ([`codec::Limit::Snapshot`]) and the bytes left, no bytes missing or left over.
 pub(crate) fn decode_each(
     data: &SnapshotData,
-    mut each: impl FnMut(Record, &[u8]),
+    mut each: impl FnMut(Record, &[u8]) -> io::Result<()>,
 ) -> Result<(Option<LogId>, StoredMembership), SnapshotDecodeError> {
     use codec::CodecError;
     let len = data.len();
@@ -353,7 +354,7 @@ pub(crate) fn decode_each(
         let left = len.saturating_sub(input.read);
         let record: Record =
             codec::decode_body_from_reader(&mut input, left, codec::Limit::Snapshot)?;
-        each(record, &input.seen);
+        each(record, &input.seen)?;
     }
     let at = input.read;
     let mut more = [0u8; 1];
@@ -368,7 +369,7 @@ pub(crate) fn decode_each(
 /// a node runs on a snapshot from the network before Raft installs it, since a failed
 /// install is a storage error that stops the node.
 pub fn verify(data: &SnapshotData, meta: &SnapshotMeta) -> Result<(), SnapshotDecodeError> {
-    let (last_applied, _) = decode_each(data, |_, _| ())?;
+    let (last_applied, _) = decode_each(data, |_, _| Ok(()))?;
     if last_applied != meta.last_log_id {
         return Err(codec::CodecError::Malformed(format!(
             "the file is at {last_applied:?} but its header says {:?}",
@@ -521,6 +522,7 @@ mod tests {
         let (last, members) = decode_each(&at("whole", &bytes), |r, body| {
             assert_eq!(body, codec::stored_body(&codec::encode(&r)).unwrap());
             seen.push(r);
+            Ok(())
         })
         .unwrap();
         assert_eq!(
@@ -533,20 +535,20 @@ mod tests {
         );
         for cut in [bytes.len() - 1, bytes.len() / 2, 5, 1, 0] {
             assert!(
-                decode_each(&at("cut", &bytes[..cut]), |_, _| ()).is_err(),
+                decode_each(&at("cut", &bytes[..cut]), |_, _| Ok(())).is_err(),
                 "cut at {cut}"
             );
         }
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(matches!(
-            decode_each(&at("longer", &longer), |_, _| ()),
+            decode_each(&at("longer", &longer), |_, _| Ok(())),
             Err(SnapshotDecodeError::Codec(codec::CodecError::Malformed(m))) if m == "1 trailing bytes"
         ));
         let mut version = bytes.clone();
         version[0] = codec::FORMAT_VERSION + 1;
         assert!(matches!(
-            decode_each(&at("version", &version), |_, _| ()),
+            decode_each(&at("version", &version), |_, _| Ok(())),
             Err(SnapshotDecodeError::Codec(
                 codec::CodecError::UnknownVersion(_)
             ))
@@ -554,7 +556,7 @@ mod tests {
         // Bytes that are not a record (the length bomb's) are refused.
         let mut bomb = codec::encode(&(file.last_applied, file.membership.clone(), 1u64));
         bomb.extend_from_slice(&codec::tests::length_bomb()[1..]);
-        assert!(decode_each(&at("bomb", &bomb), |_, _| ()).is_err());
+        assert!(decode_each(&at("bomb", &bomb), |_, _| Ok(())).is_err());
     }
 
     #[test]
@@ -576,7 +578,11 @@ mod tests {
         let data = receiver.finish().unwrap();
         assert_eq!(data.path(), incoming_path(dir.path()));
         let mut n = 0;
-        decode_each(&data, |_, _| n += 1).unwrap();
+        decode_each(&data, |_, _| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
         assert_eq!(n, file.records.len());
         make_current(dir.path(), data).unwrap();
         assert!(!incoming_path(dir.path()).exists());

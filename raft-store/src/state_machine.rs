@@ -14,14 +14,12 @@ use rocksdb::{WriteBatch, WriteOptions};
 use crate::codec::{self, Limit};
 use crate::error::{io_err, StoreError};
 use crate::history::History;
+use crate::install;
 use crate::snapshot;
-use crate::store::Store;
+use crate::store::{RecordSlot, Store, KEY_LAST_APPLIED, KEY_MEMBERSHIP, KEY_RECORD_SLOT};
 use crate::types::{
     LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
-
-const KEY_LAST_APPLIED: &[u8] = b"last_applied";
-const KEY_MEMBERSHIP: &[u8] = b"membership";
 
 /// The applied state with the log position it reflects.
 #[derive(Debug, Default)]
@@ -149,10 +147,21 @@ impl StateMachine {
     /// Loads the persisted state (every row of the state, last applied, membership) and the
     /// snapshot metadata. History is left in the store ([`Residence::History`]): its key
     /// ranges are skipped without reading them. Records of an older format are migrated
-    /// ([`Record::migrated`]) in one synced batch before anything is served.
+    /// ([`Record::migrated`]) in one synced batch before anything is served. Records an
+    /// interrupted install staged are deleted ([`install`]).
     pub(crate) fn open(store: Store) -> Result<Self, StoreError> {
         let rocks = |cause| store.rocks_error(cause);
         let db = &store.db;
+        let slot: RecordSlot = decode_meta(
+            db.get_cf(store.family(crate::store::CF_SM_META), KEY_RECORD_SLOT)
+                .map_err(rocks)?,
+            "record slot",
+        )?;
+        store.set_slot(slot);
+        if install::holds_records(&store, slot.other()).map_err(rocks)? {
+            tracing::info!("deleting the records of an interrupted snapshot install");
+            install::clear(&store, slot.other()).map_err(rocks)?;
+        }
         let (cf_sm, cf_meta) = store.sm_families();
         let mut applied = AppliedState::default();
         let mut migration = WriteBatch::default();
@@ -422,68 +431,33 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), io::Error> {
         let started = std::time::Instant::now();
         let bytes = snapshot.len();
-        // Decoded record by record from the file into the new state and the write batch, off
-        // the async runtime: a large state takes seconds, and neither the file nor a second
-        // decoded copy of the state is held in memory.
+        // Staged record by record from the file into the new state and the inactive records
+        // family, off the async runtime: a large state takes seconds, and neither the file
+        // nor a second copy of the state is held in memory ([`install`]).
         let store = self.store.clone();
-        let (snapshot, state, batch, last_applied, membership) =
-            tokio::task::spawn_blocking(move || {
-                let (cf_sm, cf_meta) = store.sm_families();
-                let mut state = State::new();
-                let mut batch = WriteBatch::default();
-                // Record keys start with a table tag below 0xff, so this range covers them all.
-                batch.delete_range_cf(cf_sm, [0u8].as_slice(), [0xffu8].as_slice());
-                let mut value = Vec::new();
-                let (last_applied, membership) =
-                    snapshot::decode_each(&snapshot, |record, body| {
-                        if record.is_legacy() {
-                            // From a leader of an older release: stored as this release's
-                            // format, as a node's own store is migrated on open.
-                            for current in record.clone().migrated() {
-                                let key = current.key().to_bytes();
-                                batch.put_cf(cf_sm, key, codec::encode(&current));
-                            }
-                        } else {
-                            value.clear();
-                            value.push(codec::FORMAT_VERSION);
-                            value.extend_from_slice(body);
-                            batch.put_cf(cf_sm, record.key().to_bytes(), &value);
-                        }
-                        state.insert_record(record);
-                    })?;
-                state.rebuild_indexes();
-                batch.put_cf(cf_meta, KEY_LAST_APPLIED, codec::encode(&last_applied));
-                batch.put_cf(cf_meta, KEY_MEMBERSHIP, codec::encode(&membership));
-                Ok::<_, snapshot::SnapshotDecodeError>((
-                    snapshot,
-                    state,
-                    batch,
-                    last_applied,
-                    membership,
-                ))
-            })
-            .await
-            .map_err(io_err)?
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        if last_applied != meta.last_log_id {
+        let (snapshot, staged) = tokio::task::spawn_blocking(move || {
+            install::stage(&store, &snapshot).map(|staged| (snapshot, staged))
+        })
+        .await
+        .map_err(io_err)?
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        if staged.last_applied != meta.last_log_id {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
                     "snapshot data is at {:?} but its meta says {:?}",
-                    last_applied, meta.last_log_id
+                    staged.last_applied, meta.last_log_id
                 ),
             ));
         }
-        let db = &self.store.db;
-        let mut sync = WriteOptions::default();
-        sync.set_sync(true);
+        let replaced = self.store.slot();
         {
             let mut guard = self.shared.write();
-            db.write_opt(batch, &sync).map_err(io_err)?;
+            install::switch(&self.store, &staged)?;
             *guard = AppliedState {
-                state,
-                last_applied,
-                membership,
+                state: staged.state,
+                last_applied: staged.last_applied,
+                membership: staged.membership,
             };
         }
         // The state is durable first; then the file. A crash in between leaves an older
@@ -494,8 +468,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .map_err(io_err)?
             .map_err(io_err)?;
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || flush_installed_state(&store))
+        tokio::task::spawn_blocking(move || install::clear(&store, replaced))
             .await
+            .map_err(io_err)?
             .map_err(io_err)?;
         self.set_snapshot_meta(meta.clone());
         self.stats.record(SnapshotOp::Install, started);
@@ -516,20 +491,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 }
 
-/// Flushes the state's column families after an install. The state's rows went into the
-/// WAL as one snapshot-sized batch and stay in a memtable until flushed: else the memtable's
-/// memory is held until RocksDB's own flush, and a restart before that replays the whole
-/// batch into memory again (at 10,000 entities with history, a restart peaked at 437 MiB
-/// instead of 195 MiB; docs/BENCHMARKS.md). The state is durable already, so a failed flush
-/// only costs that, and is logged.
-fn flush_installed_state(store: &Store) {
-    let (cf_sm, cf_meta) = store.sm_families();
-    if let Err(e) = store
-        .db
-        .flush_cfs_opt(&[cf_sm, cf_meta], &rocksdb::FlushOptions::default())
-    {
-        tracing::warn!(error = %e, "flushing the installed state to disk failed; it stays in the write-ahead log");
-    }
+/// The state machine's column families as RocksDB's snapshot `view` of `store` has them:
+/// the records family it names active, and the meta family.
+fn families_at<'a>(
+    store: &'a Store,
+    view: &rocksdb::SnapshotWithThreadMode<'_, rocksdb::DB>,
+) -> Result<(&'a rocksdb::ColumnFamily, &'a rocksdb::ColumnFamily), StoreError> {
+    let cf_meta = store.family(crate::store::CF_SM_META);
+    let slot: RecordSlot = decode_meta(
+        view.get_cf(cf_meta, KEY_RECORD_SLOT)
+            .map_err(|cause| store.rocks_error(cause))?,
+        "record slot",
+    )?;
+    Ok((store.family(slot.family_name()), cf_meta))
 }
 
 /// The applied index and state digest of what `store` holds, from one RocksDB snapshot (the
@@ -537,8 +511,8 @@ fn flush_installed_state(store: &Store) {
 /// its format byte and then its canonical encoding, hashed as it is.
 fn stored_digest(store: &Store) -> Result<(u64, String), StoreError> {
     let rocks = |cause| store.rocks_error(cause);
-    let (cf_sm, cf_meta) = store.sm_families();
     let view = store.db.snapshot();
+    let (cf_sm, cf_meta) = families_at(store, &view)?;
     let last_applied: Option<LogId> = decode_meta(
         view.get_cf(cf_meta, KEY_LAST_APPLIED).map_err(rocks)?,
         "last_applied",
@@ -569,8 +543,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         let (meta, snapshot, records) = tokio::task::spawn_blocking(move || {
             let rocks = |cause| store.rocks_error(cause);
             let db = &store.db;
-            let (cf_sm, cf_meta) = store.sm_families();
             let view = db.snapshot();
+            let (cf_sm, cf_meta) = families_at(&store, &view)?;
             let last_applied: Option<LogId> = decode_meta(
                 view.get_cf(cf_meta, KEY_LAST_APPLIED).map_err(rocks)?,
                 "last_applied",

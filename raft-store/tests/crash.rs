@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
+use openraft::vote::RaftLeaderId;
 use openraft::RaftLogReader;
 use raft_store::{NodeIdentity, Vote};
 
@@ -194,4 +195,213 @@ fn walk(d: &Path) -> Vec<(String, u64)> {
         }
     }
     out
+}
+
+const INSTALL_CHILD_ENV: &str = "RAFT_STORE_INSTALL_CHILD_DIR";
+/// Snapshots the install test writes, installed in order across its rounds.
+const SNAPSHOTS: u64 = 8;
+const ENTITY: &str = "eid:prod:helmChart:web";
+
+/// Snapshot `k`: at log index `10 k`, holding `lines_of(k)` Activity lines of one entity,
+/// each stamped with `k`. About 18 MB: the install writes it in more than one batch.
+fn snapshot_lines(k: u64) -> u64 {
+    6_000 + 37 * k
+}
+
+fn install_meta(k: u64) -> raft_store::SnapshotMeta {
+    let log_id = openraft::LogId::new(
+        openraft::vote::leader_id_adv::CommittedLeaderId::new(1, 1),
+        10 * k,
+    );
+    let nodes = std::collections::BTreeMap::from([(1u64, openraft::BasicNode::new("n1"))]);
+    let membership = openraft::Membership::new(vec![[1u64].into()], nodes).expect("membership");
+    raft_store::SnapshotMeta {
+        last_log_id: Some(log_id),
+        last_membership: raft_store::StoredMembership::new(Some(log_id), membership),
+    }
+}
+
+fn write_install_snapshot(dir: &Path, k: u64) {
+    let count = u32::try_from(snapshot_lines(k)).expect("a few thousand lines");
+    let lines = (0..count).map(u64::from).map(|seq| {
+        hub_engine::Record::ActivityLine(hub_engine::activity::ActivityLine {
+            entity: ENTITY.into(),
+            seq,
+            time_ms: seq as i64,
+            index: 10 * k,
+            kind: "report".into(),
+            message: format!("{k}:{seq}:{:0>3000}", 0),
+        })
+    });
+    let path = dir.join(format!("{k}.snap"));
+    raft_store::snapshot_data(&path, &install_meta(k), lines).expect("write a snapshot");
+}
+
+/// The install child: installs the snapshots after the one its store holds, in order,
+/// printing each before and after.
+async fn install_child(dir: &Path, snapshots: &Path) {
+    let (_store, _log, mut sm) = raft_store::open(dir, &identity()).expect("open");
+    let (applied, _) = sm.applied_state().await.expect("applied state");
+    let from = applied.map(|l| l.index / 10 + 1).unwrap_or(1);
+    for k in from..=SNAPSHOTS {
+        let data = raft_store::SnapshotData::open(&snapshots.join(format!("{k}.snap")))
+            .expect("open the snapshot");
+        println!("INSTALLING {k}");
+        sm.install_snapshot(&install_meta(k), data)
+            .await
+            .expect("install");
+        println!("INSTALLED {k}");
+    }
+    println!("DONE");
+}
+
+/// The number of the snapshot the store in `dir` holds (0 for none), checked whole: its
+/// last applied index, its history (every line of that snapshot, no other), and no records
+/// left in the family an install stages in.
+fn installed_snapshot(dir: &Path) -> u64 {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let k = rt.block_on(async {
+        let (_store, _log, mut sm) = raft_store::open(dir, &identity()).expect("reopen");
+        let (applied, _) = sm.applied_state().await.unwrap();
+        let index = applied.map(|l| l.index).unwrap_or(0);
+        assert_eq!(index % 10, 0, "applied {index}: not a snapshot's index");
+        let k = index / 10;
+        let lines = sm.history().activity_lines(ENTITY, usize::MAX).unwrap();
+        let expected = if k == 0 { 0 } else { snapshot_lines(k) };
+        assert_eq!(lines.len() as u64, expected, "snapshot {k}: history lines");
+        for line in &lines {
+            assert!(
+                line.message.starts_with(&format!("{k}:{}:", line.seq)),
+                "snapshot {k} holds a line of another: {}",
+                &line.message[..20]
+            );
+        }
+        k
+    });
+    // The store is closed: count the records in both families, as RocksDB holds them.
+    let path = dir.join("db");
+    let families = rocksdb::DB::list_cf(&rocksdb::Options::default(), &path).expect("list");
+    let db =
+        rocksdb::DB::open_cf_for_read_only(&rocksdb::Options::default(), &path, &families, false)
+            .expect("open read-only");
+    let mut counts: Vec<u64> = ["sm", "sm_b"]
+        .into_iter()
+        .map(|name| {
+            let family = db.cf_handle(name).expect("a records family");
+            db.iterator_cf(family, rocksdb::IteratorMode::Start).count() as u64
+        })
+        .collect();
+    counts.sort();
+    let expected = if k == 0 { 0 } else { snapshot_lines(k) };
+    assert_eq!(
+        counts,
+        vec![0, expected],
+        "snapshot {k}: records per family"
+    );
+    k
+}
+
+/// The table files of the store's RocksDB (a flush of the staged records writes one).
+fn sst_files(dir: &Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(dir.join("db"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".sst"))
+        .collect()
+}
+
+/// What follows `tag` in `line`.
+fn after<'a>(line: &'a str, tag: &str) -> Option<&'a str> {
+    line.find(tag).map(|at| &line[at + tag.len()..])
+}
+
+/// Where a round kills the installing child.
+#[derive(Debug, Clone, Copy)]
+enum KillAt {
+    /// As soon as it says an install began: clearing the staged family or staging.
+    Start,
+    /// Once the install wrote a RocksDB file: staging's flush or the switch.
+    FirstFile,
+    /// Once an install finished: clearing the replaced family, or the next install's start.
+    Installed,
+}
+
+#[test]
+fn an_install_killed_midway_leaves_the_old_state_or_the_new_one_whole() {
+    if let Ok(dir) = std::env::var(INSTALL_CHILD_ENV) {
+        let snapshots = std::env::var("INSTALL_SNAPSHOTS").unwrap();
+        tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(install_child(Path::new(&dir), Path::new(&snapshots)));
+        return;
+    }
+    let tmp = tempfile::TempDir::new().unwrap();
+    let dir = tmp.path().join("node");
+    let snapshots = tmp.path().join("snapshots");
+    std::fs::create_dir_all(&snapshots).unwrap();
+    for k in 1..=SNAPSHOTS {
+        write_install_snapshot(&snapshots, k);
+    }
+    let mut held = 0;
+    for kill_at in [
+        KillAt::Start,
+        KillAt::FirstFile,
+        KillAt::Installed,
+        KillAt::Start,
+        KillAt::FirstFile,
+    ] {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "an_install_killed_midway_leaves_the_old_state_or_the_new_one_whole",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(INSTALL_CHILD_ENV, &dir)
+            .env("INSTALL_SNAPSHOTS", &snapshots)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let (mut installing, mut installed) = (0, held);
+        loop {
+            assert!(Instant::now() < deadline, "child too slow");
+            let line = lines.next().expect("child exited early").unwrap();
+            // The harness prints the test's name on the child's first line, before its own.
+            if let Some(k) = after(&line, "INSTALLING ") {
+                installing = k.parse().unwrap();
+                if matches!(kill_at, KillAt::Start) {
+                    break;
+                }
+                if matches!(kill_at, KillAt::FirstFile) {
+                    // Polled, not slept: a file the install writes is the condition.
+                    let before = sst_files(&dir);
+                    while sst_files(&dir).is_subset(&before) {
+                        assert!(Instant::now() < deadline, "no file written");
+                        std::thread::yield_now();
+                    }
+                    break;
+                }
+            } else if let Some(k) = after(&line, "INSTALLED ") {
+                installed = k.parse().unwrap();
+                if matches!(kill_at, KillAt::Installed) {
+                    break;
+                }
+            }
+        }
+        // SIGKILL: no destructor, no flush, no clean RocksDB close.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(installing <= SNAPSHOTS, "the rounds ran out of snapshots");
+        let found = installed_snapshot(&dir);
+        eprintln!("{kill_at:?}: installing {installing}, installed {installed}, found {found}");
+        assert!(
+            found == installed || found == installed + 1 && installed < SNAPSHOTS,
+            "{kill_at:?}: installed {installed}, found {found}"
+        );
+        held = found;
+    }
+    assert!(held > 0, "no install survived");
 }
