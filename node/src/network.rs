@@ -36,6 +36,18 @@ use crate::peers::{PeerPool, MAX_MESSAGE_BYTES};
 /// Size of one snapshot chunk on the wire.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 
+/// The slowest a node is expected to move a snapshot through one step of a catch-up (the
+/// transfer, the receiver's check, the install): a deadline grows by a second per this many
+/// bytes, so a large state's snapshot can finish (2.8 GB at 100,000 entities with history;
+/// docs/BENCHMARKS.md) while a stalled one of a small state is still cut off soon.
+pub const SNAPSHOT_MIN_BYTES_PER_SEC: u64 = 16 << 20;
+
+/// The time one step of a catch-up may take for `bytes` of snapshot, beyond its fixed part
+/// ([`SNAPSHOT_MIN_BYTES_PER_SEC`]).
+pub fn snapshot_allowance(bytes: u64) -> Duration {
+    Duration::from_secs(bytes / SNAPSHOT_MIN_BYTES_PER_SEC)
+}
+
 /// Creates a [`PeerClient`] per target node.
 pub struct NetworkFactory {
     /// This node, which never dials itself.
@@ -288,7 +300,10 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             .map_err(|e| CallError::Network(format!("opening the snapshot file: {e}")))
             .map_err(CallError::into_streaming)?;
         let chunks = file_chunks(file, total, self.cluster_id.to_string(), header);
-        let ttl = option.hard_ttl();
+        // openraft's `install_snapshot_timeout`, plus the transfer, the receiver's check and
+        // its install, each at the slowest expected rate: a fixed timeout cut every catch-up
+        // of a large state off (and the leader then sent it again, forever).
+        let ttl = option.hard_ttl() + 3 * snapshot_allowance(total);
         let mut req = tonic::Request::new(chunks);
         req.set_timeout(ttl);
         #[cfg(feature = "chaos-faults")]

@@ -1,17 +1,21 @@
 //! The Raft transport, server side: hands peers' messages to the local openraft instance.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hub_proto::raft_server::Raft as RaftRpc;
 use hub_proto::{RaftReply, RaftRequest, SnapshotChunk};
+use openraft::errors::Fatal;
 use openraft::errors::RaftError;
+use openraft::raft::SnapshotResponse;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest,
 };
 use raft_store::codec::{self, Limit};
-use raft_store::{Raft, Snapshot, SnapshotData, SnapshotMeta, SnapshotReceiver, TypeConfig, Vote};
+use raft_store::{
+    Raft, Snapshot, SnapshotData, SnapshotMeta, SnapshotReceiver, StageError, StateMachine,
+    TypeConfig, Vote,
+};
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -21,9 +25,11 @@ use crate::leader_contact::LeaderContact;
 /// whole.
 pub const MAX_SNAPSHOT_BYTES: u64 = codec::MAX_SNAPSHOT_FILE_BYTES;
 
-/// Longest a whole `InstallSnapshot` stream may take to arrive. The sender gives up after
-/// 30 s (openraft's `install_snapshot_timeout`); a stream still open after this is a stalled
-/// or hostile peer holding the node's one snapshot slot.
+/// Longest a whole `InstallSnapshot` stream may take to arrive, before the allowance for its
+/// declared size ([`crate::network::snapshot_allowance`]); the first chunk must come within
+/// it. The sender gives up after 30 s (openraft's `install_snapshot_timeout`) plus its own
+/// allowances; a stream still open after this is a stalled or hostile peer holding the
+/// node's one snapshot slot.
 pub const SNAPSHOT_RECEIVE_DEADLINE: Duration = Duration::from_secs(60);
 
 /// gRPC service for Raft messages.
@@ -35,9 +41,10 @@ pub struct RaftService {
     /// Held while a snapshot is received and installed: one at a time, so concurrent streams
     /// cannot each write up to [`MAX_SNAPSHOT_BYTES`], and the store's one incoming file
     /// ([`raft_store::incoming_path`]) has one writer.
-    receiving: tokio::sync::Mutex<()>,
-    /// The store's directory, where an arriving snapshot is written.
-    store_dir: PathBuf,
+    receiving: Arc<tokio::sync::Mutex<()>>,
+    /// The state machine: an arriving snapshot is written into its store's directory and
+    /// staged in its store before Raft installs it.
+    sm: StateMachine,
     /// See [`SNAPSHOT_RECEIVE_DEADLINE`].
     receive_deadline: Duration,
     /// Told of every AppendEntries and snapshot this node accepts from a leader.
@@ -58,18 +65,18 @@ enum Received {
 
 impl RaftService {
     /// The service for `raft` in cluster `cluster_id`, recording leader contact in `contact`;
-    /// snapshots arrive into the store in `store_dir`.
+    /// snapshots arrive into the store of `sm`, Raft's state machine.
     pub fn new(
         raft: Raft,
         cluster_id: Arc<str>,
         contact: Arc<LeaderContact>,
-        store_dir: PathBuf,
+        sm: StateMachine,
     ) -> Self {
         Self {
             raft,
             cluster_id,
-            receiving: tokio::sync::Mutex::new(()),
-            store_dir,
+            receiving: Arc::default(),
+            sm,
             receive_deadline: SNAPSHOT_RECEIVE_DEADLINE,
             contact,
         }
@@ -131,6 +138,57 @@ fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], limit: Limit) -> Result<
         .map_err(|e| Status::invalid_argument(format!("bad raft payload: {e}")))
 }
 
+/// Stages the received snapshot `data` in the store, which checks the whole file
+/// ([`raft_store::StateMachine::stage_snapshot`]), then hands it to Raft, whose install only
+/// switches to it. A bad file is refused here, and removed: a snapshot that fails to install
+/// is a storage error, which stops the node. A staging Raft did not install (an older
+/// snapshot than the node holds) is discarded.
+async fn install_received(
+    raft: &Raft,
+    sm: &StateMachine,
+    vote: Vote,
+    meta: SnapshotMeta,
+    data: SnapshotData,
+) -> Result<Result<SnapshotResponse<TypeConfig>, Fatal<TypeConfig>>, Status> {
+    let path = data.path().to_path_buf();
+    let data = match sm.stage_snapshot(&meta, data).await {
+        Ok(data) => data,
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            return Err(match e {
+                StageError::Snapshot(e) => {
+                    Status::invalid_argument(format!("snapshot refused: {e}"))
+                }
+                StageError::Store(e) => {
+                    tracing::error!(error = %e, "staging a received snapshot");
+                    Status::internal("this node could not write the snapshot to its store")
+                }
+            });
+        }
+    };
+    let snapshot = Snapshot {
+        meta,
+        snapshot: data,
+    };
+    let result = raft.install_full_snapshot(vote, snapshot).await;
+    sm.discard_staged().await;
+    Ok(result)
+}
+
+/// The stream's next chunk, if it comes before `deadline` from `started`.
+async fn next_chunk(
+    stream: &mut Streaming<SnapshotChunk>,
+    started: tokio::time::Instant,
+    deadline: Duration,
+) -> Result<Option<SnapshotChunk>, Status> {
+    match tokio::time::timeout_at(started + deadline, stream.next()).await {
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "snapshot stream not complete within {deadline:?}"
+        ))),
+        Ok(chunk) => chunk.transpose(),
+    }
+}
+
 fn too_large(bytes: impl std::fmt::Display) -> Status {
     Status::resource_exhausted(format!(
         "snapshot of {bytes} bytes refused: at most {MAX_SNAPSHOT_BYTES} allowed"
@@ -155,13 +213,14 @@ async fn off_runtime<T: Send + 'static>(
 impl RaftService {
     /// Reads a snapshot stream to its end into the store's incoming file: the first chunk
     /// names the cluster and carries the header; no more than [`MAX_SNAPSHOT_BYTES`] (nor
-    /// more than the declared size) is written. Dropped before it ends (refused, timed out),
-    /// the file is removed.
+    /// more than the declared size) is written, and all of it arrives within the receive
+    /// deadline and the allowance for its declared size. Dropped before it ends (refused,
+    /// timed out), the file is removed.
     async fn receive(&self, mut stream: Streaming<SnapshotChunk>) -> Result<Received, Status> {
-        let first = stream
-            .next()
-            .await
-            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
+        let started = tokio::time::Instant::now();
+        let first = next_chunk(&mut stream, started, self.receive_deadline)
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
         if let Some(refused) = self.check_cluster(&first.cluster_id) {
             return Ok(Received::Refused(refused));
         }
@@ -171,8 +230,9 @@ impl RaftService {
             n => return Err(too_large(n)),
         };
         let limit = declared.unwrap_or(MAX_SNAPSHOT_BYTES);
+        let deadline = self.receive_deadline + crate::network::snapshot_allowance(limit);
         let (vote, meta): (Vote, SnapshotMeta) = decode(&first.header, Limit::Command)?;
-        let dir = self.store_dir.clone();
+        let dir = self.sm.store_dir().to_path_buf();
         let mut receiver = off_runtime("creating the file for a received snapshot", move || {
             SnapshotReceiver::create(&dir)
         })
@@ -196,8 +256,8 @@ impl RaftService {
                 })
                 .await?;
             }
-            if let Some(chunk) = stream.next().await {
-                next = Some(chunk?.data);
+            if let Some(chunk) = next_chunk(&mut stream, started, deadline).await? {
+                next = Some(chunk.data);
             }
         }
         let written = receiver.written();
@@ -207,20 +267,6 @@ impl RaftService {
             )));
         }
         let data = off_runtime("syncing a received snapshot", move || receiver.finish()).await?;
-        // Checked whole before Raft sees it: a snapshot that fails to install is a storage
-        // error, which stops the node. A refused file is removed.
-        let checked =
-            tokio::task::spawn_blocking(move || match raft_store::verify_snapshot(&data, &meta) {
-                Ok(()) => Ok((data, meta)),
-                Err(e) => {
-                    let _ = std::fs::remove_file(data.path());
-                    Err(e)
-                }
-            })
-            .await
-            .map_err(|e| Status::internal(format!("snapshot check: {e}")))?;
-        let (data, meta) =
-            checked.map_err(|e| Status::invalid_argument(format!("snapshot refused: {e}")))?;
         Ok(Received::Snapshot { vote, meta, data })
     }
 }
@@ -283,34 +329,31 @@ impl RaftRpc for RaftService {
         let reply_lost = crate::fault_layer::reply_lost(&req);
         // One snapshot at a time, received and installed: a second stream is refused at
         // once (the leader retries), not buffered beside the first.
-        let Ok(receiving) = self.receiving.try_lock() else {
+        let Ok(receiving) = self.receiving.clone().try_lock_owned() else {
             return Err(Status::resource_exhausted(
                 "this node is already receiving a snapshot: one at a time",
             ));
         };
-        let deadline = self.receive_deadline;
-        let received = tokio::time::timeout(deadline, self.receive(req.into_inner()))
-            .await
-            .map_err(|_| {
-                Status::deadline_exceeded(format!(
-                    "snapshot stream not complete within {deadline:?}"
-                ))
-            })??;
+        let received = self.receive(req.into_inner()).await?;
         let (vote, meta, data) = match received {
             Received::Refused(reply) => return Ok(Response::new(reply)),
             Received::Snapshot { vote, meta, data } => (vote, meta, data),
         };
         tracing::info!(bytes = data.len(), last_log_id = ?meta.last_log_id, "received snapshot");
-        let snapshot = Snapshot {
-            meta,
-            snapshot: data,
-        };
-        let result = self.raft.install_full_snapshot(vote, snapshot).await;
+        // Staged and installed in a task of its own that holds the slot until both end (a
+        // lost reply below must not hold it; a cancelled call must not free it while its
+        // staging goes on).
+        let (raft, sm) = (self.raft.clone(), self.sm.clone());
+        let result = tokio::spawn(async move {
+            let result = install_received(&raft, &sm, vote, meta, data).await;
+            drop(receiving);
+            result
+        })
+        .await
+        .map_err(|e| Status::internal(format!("snapshot install: {e}")))??;
         if result.is_ok() {
             self.contact.heard();
         }
-        // Installed: the next snapshot may come (a lost reply below must not hold the slot).
-        drop(receiving);
         #[cfg(feature = "chaos-faults")]
         if reply_lost {
             return Err(crate::fault_layer::lose(std::time::Duration::MAX).await);

@@ -42,7 +42,7 @@ async fn start(dir: &std::path::Path, deadline: Duration) -> (String, std::sync:
         node.raft.clone(),
         node.cluster_id.clone(),
         node.leader_contact.clone(),
-        dir.join("node-1"),
+        node.sm.clone(),
     )
     .with_receive_deadline(deadline);
     tokio::spawn(

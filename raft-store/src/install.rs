@@ -30,7 +30,7 @@ use crate::snapshot::{self, SnapshotDecodeError};
 use crate::store::{
     RecordSlot, Store, CF_SM_META, KEY_LAST_APPLIED, KEY_MEMBERSHIP, KEY_RECORD_SLOT,
 };
-use crate::types::{LogId, SnapshotData, StoredMembership};
+use crate::types::{LogId, SnapshotData, SnapshotMeta, StoredMembership};
 
 /// Bytes of records per write to the staged family: what an install holds beyond the new
 /// state and RocksDB's memtables.
@@ -51,30 +51,47 @@ pub(crate) struct Staged {
     pub(crate) last_applied: Option<LogId>,
     /// The membership it holds.
     pub(crate) membership: StoredMembership,
+    /// Which staging wrote it ([`Store::stagings`]).
+    staging: u64,
 }
 
-/// Steps 1 to 3: stages `snapshot`'s records in the inactive family and decodes its state.
-/// Blocking. Records of an older format are stored as this release's ([`hub_engine::Record::migrated`]),
-/// as a node's own store is migrated on open.
-pub(crate) fn stage(store: &Store, snapshot: &SnapshotData) -> Result<Staged, SnapshotDecodeError> {
+/// Why a snapshot could not be staged.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    /// The file is not a snapshot this node reads, or not the one its header names: refuse it.
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotDecodeError),
+    /// This node's store failed to write it.
+    #[error("writing the staged snapshot to the store: {0}")]
+    Store(#[from] rocksdb::Error),
+}
+
+/// Steps 1 to 3: stages `snapshot`'s records in the inactive family and decodes its state,
+/// checking the whole file on the way ([`snapshot::decode_each`]) and that it is at
+/// `meta`'s log id. Blocking. Records of an older format are stored as this release's
+/// ([`hub_engine::Record::migrated`]), as a node's own store is migrated on open.
+pub(crate) fn stage(
+    store: &Store,
+    meta: &SnapshotMeta,
+    snapshot: &SnapshotData,
+) -> Result<Staged, StageError> {
+    // One staging at a time: the inactive family has one writer.
+    let mut stagings = store.stagings.lock().unwrap_or_else(|p| p.into_inner());
+    *stagings += 1;
+    let staging = *stagings;
     let slot = store.slot().other();
     let family = store.family(slot.family_name());
     store
         .db
-        .delete_range_cf(family, RECORD_RANGE.0, RECORD_RANGE.1)
-        .map_err(io_err)?;
+        .delete_range_cf(family, RECORD_RANGE.0, RECORD_RANGE.1)?;
     let mut unlogged = WriteOptions::default();
     unlogged.disable_wal(true);
-    let write = |batch: &mut WriteBatch| -> io::Result<()> {
-        store
-            .db
-            .write_opt(std::mem::take(batch), &unlogged)
-            .map_err(io_err)
-    };
     let mut state = State::new();
     let mut batch = WriteBatch::default();
     let mut value = Vec::new();
-    let (last_applied, membership) = snapshot::decode_each(snapshot, |record, body| {
+    // A failed write of this node's store, told apart from a bad file.
+    let mut failed = None;
+    let decoded = snapshot::decode_each(snapshot, |record, body| {
         if record.is_legacy() {
             for current in record.clone().migrated() {
                 batch.put_cf(family, current.key().to_bytes(), codec::encode(&current));
@@ -87,25 +104,58 @@ pub(crate) fn stage(store: &Store, snapshot: &SnapshotData) -> Result<Staged, Sn
         }
         state.insert_record(record);
         if batch.size_in_bytes() >= STAGE_BATCH_BYTES {
-            write(&mut batch)?;
+            if let Err(e) = store.db.write_opt(std::mem::take(&mut batch), &unlogged) {
+                let text = e.to_string();
+                failed = Some(e);
+                return Err(io::Error::other(text));
+            }
         }
         Ok(())
-    })?;
-    write(&mut batch)?;
+    });
+    let (last_applied, membership) = match (decoded, failed) {
+        (_, Some(store_error)) => return Err(StageError::Store(store_error)),
+        (decoded, None) => decoded?,
+    };
+    if last_applied != meta.last_log_id {
+        return Err(
+            SnapshotDecodeError::from(codec::CodecError::Malformed(format!(
+                "the file is at {last_applied:?} but its header says {:?}",
+                meta.last_log_id
+            )))
+            .into(),
+        );
+    }
+    store.db.write_opt(batch, &unlogged)?;
     // Written without the write-ahead log: a flush writes and syncs the family's files.
-    store.db.flush_cf(family).map_err(io_err)?;
+    store.db.flush_cf(family)?;
     state.rebuild_indexes();
     Ok(Staged {
         state,
         slot,
         last_applied,
         membership,
+        staging,
     })
 }
 
 /// Step 4: one synced write names `staged`'s family active with its last applied log id and
 /// membership; then the store reads that family. The caller holds the state's write lock.
+///
+/// Refused if another staging began since `staged`'s (its records may be overwritten): the
+/// caller stages again.
 pub(crate) fn switch(store: &Store, staged: &Staged) -> io::Result<()> {
+    let stagings = store.stagings.lock().unwrap_or_else(|p| p.into_inner());
+    if *stagings != staged.staging {
+        return Err(io::Error::other(format!(
+            "staging {} was followed by staging {}: its records are not the staged family's",
+            staged.staging, *stagings
+        )));
+    }
+    assert_ne!(
+        staged.slot,
+        store.slot(),
+        "switching to the active records family"
+    );
     let meta = store.family(CF_SM_META);
     let mut batch = WriteBatch::default();
     batch.put_cf(meta, KEY_RECORD_SLOT, codec::encode(&staged.slot));
@@ -115,13 +165,18 @@ pub(crate) fn switch(store: &Store, staged: &Staged) -> io::Result<()> {
     sync.set_sync(true);
     store.db.write_opt(batch, &sync).map_err(io_err)?;
     store.set_slot(staged.slot);
+    drop(stagings);
     Ok(())
 }
 
 /// Step 5, and on open the leftovers of an interrupted install: deletes every record of
 /// `slot`'s family (which must not be the active one) and compacts it, so its disk space
 /// comes back. Blocking. A reader's RocksDB snapshot taken before keeps what it reads.
+///
+/// Counts as a staging ([`Store::stagings`]): a snapshot staged before can no longer switch.
 pub(crate) fn clear(store: &Store, slot: RecordSlot) -> Result<(), rocksdb::Error> {
+    let mut stagings = store.stagings.lock().unwrap_or_else(|p| p.into_inner());
+    *stagings += 1;
     assert_ne!(slot, store.slot(), "clearing the active records family");
     let family = store.family(slot.family_name());
     store
@@ -156,6 +211,15 @@ mod tests {
     use crate::types::SnapshotMeta;
 
     const ENTITY: &str = "eid:prod:helmChart:web";
+
+    /// The records `slot`'s family holds.
+    fn records_in(store: &Store, slot: RecordSlot) -> usize {
+        let family = store.family(slot.family_name());
+        store
+            .db
+            .iterator_cf(family, rocksdb::IteratorMode::Start)
+            .count()
+    }
 
     fn identity() -> NodeIdentity {
         NodeIdentity {
@@ -203,15 +267,7 @@ mod tests {
             .into_iter()
             .map(|line| line.message)
             .collect();
-        let count = |slot: RecordSlot| {
-            store
-                .db
-                .iterator_cf(
-                    store.family(slot.family_name()),
-                    rocksdb::IteratorMode::Start,
-                )
-                .count()
-        };
+        let count = |slot| records_in(&store, slot);
         let families = [count(store.slot()), count(store.slot().other())];
         (applied, stamps, families)
     }
@@ -220,10 +276,10 @@ mod tests {
     /// with `then` done after staging; the store is then closed as a crash leaves it.
     fn staged_then(dir: &Path, then: impl FnOnce(&Store, &Staged)) {
         let (store, _log, _sm) = crate::open(&dir.join("node"), &identity()).unwrap();
-        let (_meta, first) = snapshot(dir, 1, 300);
-        switch(&store, &stage(&store, &first).unwrap()).unwrap();
-        let (_meta, second) = snapshot(dir, 2, 200);
-        then(&store, &stage(&store, &second).unwrap());
+        let (meta, first) = snapshot(dir, 1, 300);
+        switch(&store, &stage(&store, &meta, &first).unwrap()).unwrap();
+        let (meta, second) = snapshot(dir, 2, 200);
+        then(&store, &stage(&store, &meta, &second).unwrap());
     }
 
     #[test]
@@ -246,6 +302,66 @@ mod tests {
         assert_eq!(families, [200, 0], "the replaced records are deleted");
         // And opened again: nothing changes.
         assert_eq!(reopened(&dir.path().join("node")), (2, stamps, [200, 0]));
+    }
+
+    #[test]
+    fn a_staging_overwritten_by_a_later_one_or_a_clear_cannot_switch() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _log, _sm) = crate::open(&dir.path().join("node"), &identity()).unwrap();
+        let (meta, first) = snapshot(dir.path(), 1, 30);
+        let (meta2, second) = snapshot(dir.path(), 2, 20);
+        let earlier = stage(&store, &meta, &first).unwrap();
+        let later = stage(&store, &meta2, &second).unwrap();
+        let err = switch(&store, &earlier).unwrap_err().to_string();
+        assert!(err.contains("was followed by staging"), "{err}");
+        assert_eq!(
+            store.slot(),
+            RecordSlot::Sm,
+            "a refused switch changes nothing"
+        );
+        clear(&store, later.slot).unwrap();
+        assert!(switch(&store, &later).is_err(), "its records were deleted");
+        let again = stage(&store, &meta2, &second).unwrap();
+        switch(&store, &again).unwrap();
+        assert_eq!(store.slot(), RecordSlot::SmB);
+    }
+
+    #[tokio::test]
+    async fn raft_installs_a_staged_snapshot_by_switching_and_a_discarded_one_is_deleted() {
+        use openraft::storage::RaftStateMachine;
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _log, mut sm) = crate::open(&dir.path().join("node"), &identity()).unwrap();
+        let (meta, data) = snapshot(dir.path(), 1, 40);
+        sm.stage_snapshot(&meta, data).await.unwrap();
+        // The install switches to what was staged: it does not read the file again (this
+        // one is not a snapshot at all), only renames it into place.
+        let garbage = SnapshotData::create(&dir.path().join("garbage"), b"not read").unwrap();
+        sm.install_snapshot(&meta, garbage).await.unwrap();
+        assert_eq!(sm.shared().read().applied_index(), 1);
+        assert_eq!(sm.history().activity_lines(ENTITY, 100).unwrap().len(), 40);
+        let count = |slot| records_in(&store, slot);
+        assert_eq!((count(store.slot()), count(store.slot().other())), (40, 0));
+
+        // Staged, then not installed: discarded, its records deleted, the state unchanged.
+        let (meta, data) = snapshot(dir.path(), 2, 25);
+        sm.stage_snapshot(&meta, data).await.unwrap();
+        assert_eq!(count(store.slot().other()), 25);
+        sm.discard_staged().await;
+        assert_eq!((count(store.slot()), count(store.slot().other())), (40, 0));
+        assert_eq!(sm.shared().read().applied_index(), 1);
+    }
+
+    #[test]
+    fn a_file_at_another_index_than_its_header_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _log, _sm) = crate::open(&dir.path().join("node"), &identity()).unwrap();
+        let (_, data) = snapshot(dir.path(), 1, 3);
+        let (other_meta, _) = snapshot(dir.path(), 2, 3);
+        let err = stage(&store, &other_meta, &data).err().unwrap();
+        assert!(
+            matches!(&err, StageError::Snapshot(_)) && err.to_string().contains("header says"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -273,16 +389,12 @@ mod tests {
             })
         });
         let data = snapshot::snapshot_data(&dir.path().join("big.snap"), &meta, records).unwrap();
-        let staged = stage(&store, &data).unwrap();
+        let staged = stage(&store, &meta, &data).unwrap();
         assert_eq!(staged.last_applied, Some(log_id));
         assert_eq!(staged.slot, RecordSlot::SmB);
         // Staged, not switched: the active family is still the empty one.
         assert_eq!(store.slot(), RecordSlot::Sm);
-        let written = store
-            .db
-            .iterator_cf(store.family(CF_SM_B), rocksdb::IteratorMode::Start)
-            .count();
-        assert_eq!(written, lines as usize);
+        assert_eq!(records_in(&store, RecordSlot::SmB), lines as usize);
         // Written without the log and flushed: nothing of it is in a memtable.
         let in_memory = store
             .db

@@ -33,10 +33,11 @@ mod types;
 pub use db::{open, NodeIdentity};
 pub use error::StoreError;
 pub use history::History;
+pub use install::StageError;
 pub use log_store::LogStore;
 pub use snapshot::{
-    incoming_path, read_current_meta, snapshot_data, snapshot_path, verify as verify_snapshot,
-    SnapshotDecodeError, SnapshotReceiver,
+    incoming_path, read_current_meta, snapshot_data, snapshot_path, SnapshotDecodeError,
+    SnapshotReceiver,
 };
 pub use state_machine::{
     AppliedState, SharedState, SnapshotOp, SnapshotStats, StateEvent, StateMachine,

@@ -365,21 +365,6 @@ pub(crate) fn decode_each(
     Ok((last_applied, membership))
 }
 
-/// Checks that `data` decodes whole as a snapshot at `meta`, without keeping anything: what
-/// a node runs on a snapshot from the network before Raft installs it, since a failed
-/// install is a storage error that stops the node.
-pub fn verify(data: &SnapshotData, meta: &SnapshotMeta) -> Result<(), SnapshotDecodeError> {
-    let (last_applied, _) = decode_each(data, |_, _| Ok(()))?;
-    if last_applied != meta.last_log_id {
-        return Err(codec::CodecError::Malformed(format!(
-            "the file is at {last_applied:?} but its header says {:?}",
-            meta.last_log_id
-        ))
-        .into());
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -87,6 +87,8 @@ pub struct StateMachine {
     /// The last digest computed and its applied index; held while one is computed, so
     /// concurrent callers share one computation.
     digest: Arc<tokio::sync::Mutex<Option<(u64, String)>>>,
+    /// A snapshot staged before Raft was asked to install it ([`StateMachine::stage_snapshot`]).
+    staged: Arc<std::sync::Mutex<Option<install::Staged>>>,
 }
 
 /// A snapshot operation of this node.
@@ -229,6 +231,7 @@ impl StateMachine {
             events: tokio::sync::broadcast::channel(EVENT_BUFFER).0,
             stats: Arc::default(),
             digest: Arc::default(),
+            staged: Arc::default(),
         })
     }
 
@@ -255,10 +258,59 @@ impl StateMachine {
         Ok(fresh)
     }
 
+    /// Stages the snapshot `data` (described by `meta`) before Raft installs it: its records
+    /// in the inactive records family, its state decoded, the whole file checked on the way
+    /// ([`install`]). What a node runs on a snapshot from the network before handing it to
+    /// Raft: a bad file is refused here, since a failed install is a storage error that
+    /// stops the node. The install of the same snapshot then only switches, so the file is
+    /// decoded once. Returns the file, for the install.
+    pub async fn stage_snapshot(
+        &self,
+        meta: &SnapshotMeta,
+        data: SnapshotData,
+    ) -> Result<SnapshotData, install::StageError> {
+        self.take_staged();
+        let store = self.store.clone();
+        let meta = meta.clone();
+        let (data, staged) = tokio::task::spawn_blocking(move || {
+            install::stage(&store, &meta, &data).map(|staged| (data, staged))
+        })
+        .await
+        .map_err(|e| {
+            install::StageError::Snapshot(snapshot::SnapshotDecodeError::Io(io_err(e)))
+        })??;
+        *self.staged.lock().unwrap_or_else(|p| p.into_inner()) = Some(staged);
+        Ok(data)
+    }
+
+    /// Drops a staged snapshot that Raft did not install (it was older than what this node
+    /// holds), and deletes its records.
+    pub async fn discard_staged(&self) {
+        let Some(staged) = self.take_staged() else {
+            return;
+        };
+        let slot = staged.slot;
+        drop(staged);
+        let store = self.store.clone();
+        let cleared = tokio::task::spawn_blocking(move || install::clear(&store, slot)).await;
+        if let Err(e) = cleared.map_err(io_err).and_then(|r| r.map_err(io_err)) {
+            tracing::warn!(error = %e, "deleting a staged snapshot's records failed; the next install or start deletes them");
+        }
+    }
+
+    fn take_staged(&self) -> Option<install::Staged> {
+        self.staged.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
     /// A read handle on the stored history (see [`History`] for when it agrees with the
     /// state).
     pub fn history(&self) -> History {
         History::new(self.store.clone())
+    }
+
+    /// The store's data directory.
+    pub fn store_dir(&self) -> &std::path::Path {
+        self.store.dir()
     }
 
     /// Snapshots built and installed so far.
@@ -427,29 +479,34 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: SnapshotData,
+        mut snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
         let started = std::time::Instant::now();
         let bytes = snapshot.len();
-        // Staged record by record from the file into the new state and the inactive records
-        // family, off the async runtime: a large state takes seconds, and neither the file
-        // nor a second copy of the state is held in memory ([`install`]).
-        let store = self.store.clone();
-        let (snapshot, staged) = tokio::task::spawn_blocking(move || {
-            install::stage(&store, &snapshot).map(|staged| (snapshot, staged))
-        })
-        .await
-        .map_err(io_err)?
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        if staged.last_applied != meta.last_log_id {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "snapshot data is at {:?} but its meta says {:?}",
-                    staged.last_applied, meta.last_log_id
-                ),
-            ));
-        }
+        // Staged before (the node's intake, [`StateMachine::stage_snapshot`]), or now: record
+        // by record from the file into the new state and the inactive records family, off
+        // the async runtime; neither the file nor a second copy of the state is held in
+        // memory ([`install`]).
+        let staged = match self.take_staged() {
+            Some(staged)
+                if staged.last_applied == meta.last_log_id
+                    && staged.membership == meta.last_membership =>
+            {
+                staged
+            }
+            _ => {
+                let store = self.store.clone();
+                let meta = meta.clone();
+                let (data, staged) = tokio::task::spawn_blocking(move || {
+                    install::stage(&store, &meta, &snapshot).map(|staged| (snapshot, staged))
+                })
+                .await
+                .map_err(io_err)?
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                snapshot = data;
+                staged
+            }
+        };
         let replaced = self.store.slot();
         {
             let mut guard = self.shared.write();

@@ -68,6 +68,10 @@ pub struct Store {
     /// state's write lock is held, right after the write that made it so is synced; so a
     /// reader holding the state's read guard reads the records family of that state.
     slot_b: Arc<AtomicBool>,
+    /// Held while an install stages a snapshot or switches to it (`crate::install`): the
+    /// number of stagings begun, so a switch can tell that its staged records were not
+    /// overwritten by a later staging.
+    pub(crate) stagings: Arc<std::sync::Mutex<u64>>,
 }
 
 impl Store {
@@ -78,6 +82,7 @@ impl Store {
             db: Arc::new(db),
             dir: dir.to_path_buf(),
             slot_b: Arc::default(),
+            stagings: Arc::default(),
         }
     }
 

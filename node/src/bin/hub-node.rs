@@ -273,7 +273,7 @@ async fn run() -> anyhow::Result<()> {
         node.raft.clone(),
         node.cluster_id.clone(),
         node.leader_contact.clone(),
-        cfg.data_dir.clone(),
+        node.sm.clone(),
     ))
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
