@@ -108,6 +108,40 @@ async fn a_stalled_snapshot_stream_is_cut_off_at_the_deadline_and_frees_the_slot
     let _ = node.raft.shutdown().await;
 }
 
+/// The deadline grows with the declared size: a large snapshot gets the time its bytes need
+/// (a fixed deadline cut off every catch-up of a large state), a stall is still cut off.
+#[tokio::test]
+async fn the_deadline_grows_with_the_declared_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = Duration::from_millis(500);
+    let (url, node) = start(tmp.path(), base).await;
+    let mut raft = RaftClient::connect(url).await.unwrap();
+    let declared = 4 * hub_node::network::SNAPSHOT_MIN_BYTES_PER_SEC;
+    let deadline = base + hub_node::network::snapshot_allowance(declared);
+    assert_eq!(deadline, Duration::from_millis(4_500));
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(SnapshotChunk {
+        cluster_id: "intake".into(),
+        header: header(),
+        data: vec![0],
+        total_bytes: declared,
+    })
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let r = raft
+        .install_snapshot(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await;
+    let took = started.elapsed();
+    match r {
+        Err(s) if s.code() == Code::DeadlineExceeded => {}
+        other => panic!("expected DEADLINE_EXCEEDED, got {other:?}"),
+    }
+    assert!(took >= deadline && took < deadline * 4, "{took:?}");
+    drop(tx);
+    let _ = node.raft.shutdown().await;
+}
+
 /// A snapshot whose stream is whole but whose file does not decode is refused before Raft
 /// installs it (a failed install would be a storage error, which stops the node), and its
 /// file is removed.
