@@ -21,7 +21,7 @@
 
 use std::io;
 
-use hub_engine::State;
+use hub_engine::{Residence, State};
 use rocksdb::{WriteBatch, WriteOptions};
 
 use crate::codec;
@@ -96,13 +96,19 @@ pub(crate) fn stage(
             for current in record.clone().migrated() {
                 batch.put_cf(family, current.key().to_bytes(), codec::encode(&current));
             }
+            state.insert_record(record);
         } else {
             value.clear();
             value.push(codec::FORMAT_VERSION);
             value.extend_from_slice(body);
-            batch.put_cf(family, record.key().to_bytes(), &value);
+            let key = record.key();
+            batch.put_cf(family, key.to_bytes(), &value);
+            // History stays in the store only, as on open: most of a large snapshot's
+            // records, so the state is not asked to look at them.
+            if key.residence() == Residence::State {
+                state.insert_record(record);
+            }
         }
-        state.insert_record(record);
         if batch.size_in_bytes() >= STAGE_BATCH_BYTES {
             if let Err(e) = store.db.write_opt(std::mem::take(&mut batch), &unlogged) {
                 let text = e.to_string();
