@@ -60,20 +60,19 @@ fn header() -> Vec<u8> {
     ))
 }
 
-#[tokio::test]
-async fn a_stalled_snapshot_stream_is_cut_off_at_the_deadline_and_frees_the_slot() {
-    let tmp = tempfile::tempdir().unwrap();
-    let deadline = Duration::from_millis(500);
-    let (url, node) = start(tmp.path(), deadline).await;
-    let mut raft = RaftClient::connect(url).await.unwrap();
-
-    // Declares 1,000 bytes, sends 1, then stalls (the sender stays open).
+/// Opens a snapshot stream that declares `declared` bytes, sends one, then stalls with the
+/// sender kept open; expects the node to cut it off with DEADLINE_EXCEEDED. Returns how long
+/// that took.
+async fn cut_off_after_one_byte(
+    raft: &mut RaftClient<tonic::transport::Channel>,
+    declared: u64,
+) -> Duration {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     tx.send(SnapshotChunk {
         cluster_id: "intake".into(),
         header: header(),
         data: vec![0],
-        total_bytes: 1_000,
+        total_bytes: declared,
     })
     .await
     .unwrap();
@@ -86,11 +85,23 @@ async fn a_stalled_snapshot_stream_is_cut_off_at_the_deadline_and_frees_the_slot
         Err(s) if s.code() == Code::DeadlineExceeded => {}
         other => panic!("expected DEADLINE_EXCEEDED, got {other:?}"),
     }
+    drop(tx);
+    took
+}
+
+#[tokio::test]
+async fn a_stalled_snapshot_stream_is_cut_off_at_the_deadline_and_frees_the_slot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let deadline = Duration::from_millis(500);
+    let (url, node) = start(tmp.path(), deadline).await;
+    let mut raft = RaftClient::connect(url).await.unwrap();
+
+    // Declares 1,000 bytes, sends 1, then stalls.
+    let took = cut_off_after_one_byte(&mut raft, 1_000).await;
     assert!(
         took >= deadline && took < Duration::from_secs(10),
         "{took:?}"
     );
-    drop(tx);
 
     // The slot is free: the next stream is read at once (and its short data refused).
     let r = raft
@@ -119,26 +130,8 @@ async fn the_deadline_grows_with_the_declared_size() {
     let declared = 4 * hub_node::network::SNAPSHOT_MIN_BYTES_PER_SEC;
     let deadline = base + hub_node::network::snapshot_allowance(declared);
     assert_eq!(deadline, Duration::from_millis(4_500));
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    tx.send(SnapshotChunk {
-        cluster_id: "intake".into(),
-        header: header(),
-        data: vec![0],
-        total_bytes: declared,
-    })
-    .await
-    .unwrap();
-    let started = Instant::now();
-    let r = raft
-        .install_snapshot(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await;
-    let took = started.elapsed();
-    match r {
-        Err(s) if s.code() == Code::DeadlineExceeded => {}
-        other => panic!("expected DEADLINE_EXCEEDED, got {other:?}"),
-    }
+    let took = cut_off_after_one_byte(&mut raft, declared).await;
     assert!(took >= deadline && took < deadline * 4, "{took:?}");
-    drop(tx);
     let _ = node.raft.shutdown().await;
 }
 
