@@ -2958,3 +2958,67 @@ fn batched_task_reports_apply_each_once() {
         .unwrap_err();
     assert!(err.to_string().contains("nowhere"), "{err}");
 }
+
+// SPEC P8/P9: one agent's batch can fail several plans in one entry; each failed plan's
+// entity gets its own automatic suppression (ids derived from the entry's index must not
+// collide), and the threshold counts them all.
+#[test]
+fn p8_two_plans_failed_in_one_entry_suppress_both_entities() {
+    let (mut hub, w1) = web_hub(&["1.0.0", "1.1.0"], Some("1.0.0"));
+    hub.env_settings(
+        "prod",
+        EnvironmentSettingsPatch {
+            autosuppression_threshold: Some(1),
+            auto_suppression_ms: Some(HOUR),
+            ..Default::default()
+        },
+    );
+    let w2 = hub.helm("prod", "web2", WEB);
+    hub.installed(&w2, "1.0.0");
+    assert_eq!(hub.step().len(), 2);
+    let (p1, p2) = (hub.active(&w1).unwrap().id, hub.active(&w2).unwrap().id);
+    let failed = |plan_id: &str| hub_engine::plan::TaskReport {
+        plan_id: plan_id.into(),
+        task: "fetch".into(),
+        attempt: 1,
+        state: TaskState::Failed,
+        output: "fetch failed\n".into(),
+        failure: Some(hub_engine::plan::FailureMetadata {
+            stage: "fetch".into(),
+            message: "fetch went wrong".into(),
+            not_ready: Vec::new(),
+            validation_errors: Vec::new(),
+        }),
+    };
+    hub.ok(Command::ReportTasks {
+        environment: "prod".into(),
+        reports: vec![failed(&p1), failed(&p2)],
+    });
+    for (entity, plan) in [(&w1, &p1), (&w2, &p2)] {
+        assert_eq!(hub.plan(plan).status, PlanStatus::Failed);
+        let sups: Vec<_> = hub
+            .state
+            .suppressions_in(&Scope::Entity(entity.clone()))
+            .cloned()
+            .collect();
+        assert_eq!(sups.len(), 1, "{entity}: {sups:?}");
+        assert_eq!(
+            sups[0].source,
+            SuppressionSource::FailedPlan {
+                plan_id: plan.clone()
+            }
+        );
+    }
+    assert_eq!(hub.state.autosuppressed_count("prod", hub.now), 2);
+    let env: Vec<_> = hub
+        .state
+        .suppressions_in(&Scope::Environment("prod".into()))
+        .cloned()
+        .collect();
+    assert_eq!(
+        env.len(),
+        1,
+        "2 auto-suppressed entities exceed threshold 1"
+    );
+    assert_eq!(hub.state.suppressions().count(), 3);
+}

@@ -102,7 +102,7 @@ impl State {
         }
         let mut suppression = None;
         if let Some(ms) = suppress_for_ms {
-            let id = format!("s-{index}");
+            let id = self.unused_suppression_id(format!("s-{index}"));
             suppression = Some(id.clone());
             self.add_suppression(
                 Suppression {

@@ -46,7 +46,7 @@ impl State {
             return Err(CommandError::invalid("end", "is in the past"));
         }
         self.require_scope(scope)?;
-        let id = format!("s-{index}");
+        let id = self.unused_suppression_id(format!("s-{index}"));
         self.add_suppression(
             Suppression {
                 id: id.clone(),
@@ -134,6 +134,21 @@ impl State {
         })
     }
 
+    /// `base` (an id derived from the entry's index) if no suppression has it, else the
+    /// first free `<base>-2`, `<base>-3`, …: one entry can create several suppressions (an
+    /// agent's batch of reports can fail several plans), and a second `put` under the same
+    /// id would replace the first.
+    pub(super) fn unused_suppression_id(&self, base: String) -> String {
+        if self.suppressions.get(&base).is_none() {
+            return base;
+        }
+        (2u64..)
+            .map(|n| format!("{base}-{n}"))
+            .find(|id| self.suppressions.get(id).is_none())
+            // Proven: the table is finite, so some suffix is free.
+            .unwrap_or_else(|| unreachable!("every suppression id is taken"))
+    }
+
     pub(super) fn add_suppression(&mut self, s: Suppression, tx: &mut Tx) {
         tx.triggers.push(match &s.scope {
             Scope::Environment(env) => Trigger::Environment(env.clone()),
@@ -170,7 +185,7 @@ impl State {
         if exceeds && existing.is_empty() {
             self.add_suppression(
                 Suppression {
-                    id: format!("s-{index}-env"),
+                    id: self.unused_suppression_id(format!("s-{index}-env")),
                     scope,
                     source: SuppressionSource::EnvironmentThreshold,
                     start_ms: now,
@@ -205,7 +220,7 @@ impl State {
         else {
             return;
         };
-        let id = format!("s-{index}");
+        let id = self.unused_suppression_id(format!("s-{index}"));
         self.add_suppression(
             Suppression {
                 id: id.clone(),
