@@ -14,7 +14,7 @@ use hub_agent::driver::process::ProcessDriver;
 use hub_agent::driver::sim::{SimConfig, SimDriver};
 use hub_agent::driver::Driver;
 use hub_agent::execlog::ExecLog;
-use hub_agent::executor::{Agent, AgentConfig};
+use hub_agent::executor::{Agent, AgentConfig, DEFAULT_REPORT_LINGER};
 use hub_agent::hub::HubConnection;
 use hub_agent::journal::JournalFile;
 use hub_agent::metrics::{self, Metrics};
@@ -53,6 +53,10 @@ struct Args {
     /// Plans run at once, for different entities (default 8).
     #[arg(long)]
     parallel_plans: Option<usize>,
+    /// How long a task report waits for the ones that follow it before they are sent in
+    /// one write, 0–1000 (default 20).
+    #[arg(long)]
+    report_linger_ms: Option<u64>,
     /// sim driver: time each task takes (default 50).
     #[arg(long)]
     sim_task_ms: Option<u64>,
@@ -92,6 +96,7 @@ struct ConfigFile {
     poll_wait_ms: Option<u64>,
     state_interval_ms: Option<u64>,
     parallel_plans: Option<usize>,
+    report_linger_ms: Option<u64>,
     sim_task_ms: Option<u64>,
     sim_failure_rate: Option<f64>,
     sim_seed: Option<u64>,
@@ -101,6 +106,9 @@ struct ConfigFile {
     key_file: Option<PathBuf>,
     insecure: Option<bool>,
 }
+
+/// Longest `report-linger-ms`: a report held longer would only be late.
+const MAX_REPORT_LINGER_MS: u64 = 1_000;
 
 /// Largest settings file read (a few hundred bytes in practice).
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -132,6 +140,7 @@ struct Settings {
     poll_wait_ms: u64,
     state_interval_ms: u64,
     parallel_plans: usize,
+    report_linger_ms: u64,
     sim_task_ms: u64,
     sim_failure_rate: f64,
     sim_seed: u64,
@@ -227,6 +236,16 @@ impl Settings {
                 origin("parallel-plans", args.parallel_plans.is_some())
             );
         }
+        let report_linger_ms = args
+            .report_linger_ms
+            .or(file.report_linger_ms)
+            .unwrap_or(DEFAULT_REPORT_LINGER.as_millis() as u64);
+        if report_linger_ms > MAX_REPORT_LINGER_MS {
+            anyhow::bail!(
+                "{}: {report_linger_ms} is more than {MAX_REPORT_LINGER_MS}",
+                origin("report-linger-ms", args.report_linger_ms.is_some())
+            );
+        }
         let insecure = args.insecure || file.insecure.unwrap_or(false);
         let ca = args.ca_file.clone().or(file.ca_file.clone());
         let cert = args.cert_file.clone().or(file.cert_file.clone());
@@ -254,6 +273,7 @@ impl Settings {
                 .or(file.state_interval_ms)
                 .unwrap_or(1_000),
             parallel_plans,
+            report_linger_ms,
             sim_task_ms: args.sim_task_ms.or(file.sim_task_ms).unwrap_or(50),
             sim_failure_rate,
             sim_seed: args.sim_seed.or(file.sim_seed).unwrap_or(1),
@@ -366,6 +386,7 @@ async fn main() -> anyhow::Result<()> {
             state_interval: Duration::from_millis(args.state_interval_ms.max(100)),
             state_refresh: Duration::from_secs(30),
             parallel_plans: args.parallel_plans,
+            report_linger: Duration::from_millis(args.report_linger_ms),
         },
         hub,
         driver,
@@ -417,6 +438,29 @@ mod tests {
         assert_eq!(settings.driver, "process", "the flag wins over the file");
         assert_eq!(settings.parallel_plans, 3);
         assert_eq!(settings.poll_wait_ms, 10_000, "defaults fill the rest");
+        assert_eq!(settings.report_linger_ms, 20);
+    }
+
+    #[test]
+    fn a_report_linger_past_its_bound_is_refused_naming_it() {
+        let (_dir, path) = write(
+            "environment = \"prod\"\nendpoints = [\"a:1\"]\ndata-dir = \"d\"\ninsecure = true\nreport-linger-ms = 1001\n",
+        );
+        let err = Settings::resolve(Args {
+            config: Some(path.clone()),
+            ..Args::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("report-linger-ms"), "{err}");
+        assert!(err.contains("1001"), "{err}");
+        let settings = Settings::resolve(Args {
+            config: Some(path),
+            report_linger_ms: Some(0),
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(settings.report_linger_ms, 0, "the flag wins");
     }
 
     #[test]

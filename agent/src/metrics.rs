@@ -25,6 +25,8 @@ pub struct Metrics {
     pub tasks_run: AtomicU64,
     /// Reports acknowledged by the hub.
     pub reports_sent: AtomicU64,
+    /// Writes of task reports acknowledged by the hub (each carries one or more reports).
+    pub report_writes: AtomicU64,
     /// Report attempts that had to be retried.
     pub report_retries: AtomicU64,
     /// Reports the hub refused.
@@ -87,7 +89,7 @@ impl Metrics {
     /// The Prometheus text exposition.
     // Long: the table of every metric the agent exposes.
     pub fn render(&self, environment: &str) -> String {
-        let rows: [(&str, &str, &AtomicU64, &str); 13] = [
+        let rows: [(&str, &str, &AtomicU64, &str); 14] = [
             (
                 "hub_agent_fetches_total",
                 "counter",
@@ -135,6 +137,12 @@ impl Metrics {
                 "counter",
                 &self.reports_sent,
                 "task reports acknowledged",
+            ),
+            (
+                "hub_agent_report_writes_total",
+                "counter",
+                &self.report_writes,
+                "writes of task reports acknowledged (each one or more reports)",
             ),
             (
                 "hub_agent_report_retries_total",

@@ -19,6 +19,9 @@ pub struct SimSettings {
     pub poll_wait: Duration,
     /// How often observed state is compared and reported when changed.
     pub state_interval: Duration,
+    /// How long a task report waits for the ones that follow it (the agent's
+    /// `--report-linger-ms`).
+    pub report_linger: Duration,
 }
 
 /// The running agents' journals: they live as long as this value (drop it after the run).
@@ -81,6 +84,7 @@ pub fn spawn(
                 state_interval: settings.state_interval,
                 state_refresh: Duration::from_secs(30),
                 parallel_plans: 1,
+                report_linger: settings.report_linger,
             },
             hub,
             driver,

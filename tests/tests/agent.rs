@@ -503,3 +503,80 @@ fn an_unchanged_state_report_is_answered_without_a_write() {
         .expect_err("unknown entity");
     assert!(err.contains("states[0].entity"), "{err}");
 }
+
+/// The value of metric `name` (with its labels) in a Prometheus text exposition.
+fn counter(metrics: &str, name: &str) -> Option<u64> {
+    metrics.lines().find_map(|l| {
+        let rest = l.strip_prefix(name)?;
+        let (labels, value) = rest.rsplit_once(' ')?;
+        (labels.is_empty() || labels.starts_with('{'))
+            .then(|| value.parse().ok())
+            .flatten()
+    })
+}
+
+#[test]
+fn a_fast_plans_task_reports_share_one_write() {
+    // hub-agent --report-linger-ms: a report that finds the outbox idle waits for the ones
+    // that follow it, so a plan whose tasks all end within the linger costs one write (with
+    // `--report-linger-ms 0` this plan took 6).
+    let c = Cluster::up(3, "");
+    c.submit(json!({"CreateEnvironment": {"name": "prod", "description": ""}}))
+        .expect("env");
+    c.submit(json!({"CreateProduct": {"product_id": "com.example:web", "description": ""}}))
+        .expect("product");
+    let out = c
+        .submit(
+            json!({"CreateEntity": {"environment": "prod", "kind": "HelmChart", "name": "web",
+            "product_id": "com.example:web", "k8s_namespace": "web", "account_id": null,
+            "release_channel": null}}),
+        )
+        .expect("entity");
+    let entity = out["EntityCreated"].as_str().expect("id").to_string();
+    let port = free_port();
+    let agent = c.start_hub_agent(
+        "prod",
+        &[
+            "--driver",
+            "sim",
+            "--sim-task-ms",
+            "1",
+            "--report-linger-ms",
+            "1000",
+            "--metrics-listen",
+            &format!("127.0.0.1:{port}"),
+        ],
+    );
+    c.submit(json!({"PublishRelease": {"manifest":
+        "product-group: com.example\nproduct-name: web\nproduct-version: 1.0.0\n"}}))
+        .expect("publish");
+    let plan = poll_until(CONVERGE_TIMEOUT, || {
+        let plans = c.query(json!({"query": "plans", "entity": entity})).ok()?;
+        plans["plans"]
+            .as_array()?
+            .iter()
+            .find(|p| p["status"] == "succeeded")
+            .cloned()
+    })
+    .unwrap_or_else(|| panic!("the plan succeeds; agent: {}", agent.log_tail(20)));
+    let plan = c
+        .query(json!({"query": "plan", "id": plan["id"]}))
+        .expect("plan");
+    let tasks = plan["tasks"].as_array().expect("tasks").len() as u64;
+    assert!(tasks >= 2, "{plan}");
+    let metrics = poll_until(CONVERGE_TIMEOUT, || {
+        let (_, body) = http_get(port, "/metrics")?;
+        (counter(&body, "hub_agent_outbox") == Some(0)).then_some(body)
+    })
+    .expect("the agent's metrics, outbox drained");
+    assert_eq!(
+        counter(&metrics, "hub_agent_reports_sent_total"),
+        Some(2 * tasks),
+        "each task reported running and succeeded:\n{metrics}"
+    );
+    assert_eq!(
+        counter(&metrics, "hub_agent_report_writes_total"),
+        Some(1),
+        "one write for the whole plan:\n{metrics}"
+    );
+}

@@ -95,6 +95,10 @@ enum Cmd {
         /// `--state-interval-ms`; its default).
         #[arg(long, default_value_t = 1_000)]
         state_interval_ms: u64,
+        /// How long a task report waits for the ones that follow it (the agent's
+        /// `--report-linger-ms`; its default).
+        #[arg(long, default_value_t = 20)]
+        report_linger_ms: u64,
     },
     /// The hub against etcd 3.4 on this machine, in one run: writes at each client count
     /// with and without TLS (alternating, each round on fresh clusters), then leader-kill
@@ -710,6 +714,7 @@ async fn trigger_bench(dir: &Path, idle: usize, rounds: usize) -> anyhow::Result
     let settings = hub_chaos::sim_agents::SimSettings {
         poll_wait: Duration::from_secs(10),
         state_interval: Duration::from_secs(1),
+        report_linger: hub_agent::executor::DEFAULT_REPORT_LINGER,
     };
     let idle_metrics = Arc::new(Metrics::default());
     let _idle =
@@ -894,6 +899,18 @@ async fn agents_bench(
         _ => f64::NAN,
     };
     eprintln!("load generator CPU: {own_cpu:.2} cores");
+    {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (reports, writes) = (
+            metrics.reports_sent.load(Relaxed),
+            metrics.report_writes.load(Relaxed),
+        );
+        let plans = metrics.plans_succeeded.load(Relaxed).max(1);
+        eprintln!(
+            "task reports: {reports} in {writes} writes ({:.2} writes per succeeded plan)",
+            writes as f64 / plans as f64
+        );
+    }
     let all = metrics.delivery.samples();
     marks.push(all.len());
     for (i, w) in marks.windows(2).enumerate() {
@@ -1095,11 +1112,13 @@ async fn main() -> anyhow::Result<()> {
             release_every,
             poll_wait_ms,
             state_interval_ms,
+            report_linger_ms,
         } => {
             // The agent's own bounds (`hub-agent` clamps the same way).
             let settings = hub_chaos::sim_agents::SimSettings {
                 poll_wait: Duration::from_millis(poll_wait_ms.clamp(100, 30_000)),
                 state_interval: Duration::from_millis(state_interval_ms.max(100)),
+                report_linger: Duration::from_millis(report_linger_ms.min(1_000)),
             };
             agents_bench(&cluster, agents, seconds, release_every, &settings).await
         }
