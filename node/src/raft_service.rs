@@ -163,6 +163,10 @@ async fn install_received(
                     tracing::error!(error = %e, "staging a received snapshot");
                     Status::internal("this node could not write the snapshot to its store")
                 }
+                StageError::Interrupted(e) => {
+                    tracing::error!(error = %e, "staging a received snapshot");
+                    Status::internal("this node could not stage the snapshot")
+                }
             });
         }
     };

@@ -64,6 +64,10 @@ pub enum StageError {
     /// This node's store failed to write it.
     #[error("writing the staged snapshot to the store: {0}")]
     Store(#[from] rocksdb::Error),
+    /// The staging thread did not finish (it panicked or the runtime shut down): a fault of
+    /// this node, not of the file.
+    #[error("the staging thread did not finish: {0}")]
+    Interrupted(String),
 }
 
 /// Steps 1 to 3: stages `snapshot`'s records in the inactive family and decodes its state,

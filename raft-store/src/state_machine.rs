@@ -276,9 +276,7 @@ impl StateMachine {
             install::stage(&store, &meta, &data).map(|staged| (data, staged))
         })
         .await
-        .map_err(|e| {
-            install::StageError::Snapshot(snapshot::SnapshotDecodeError::Io(io_err(e)))
-        })??;
+        .map_err(|e| install::StageError::Interrupted(e.to_string()))??;
         *self.staged.lock().unwrap_or_else(|p| p.into_inner()) = Some(staged);
         Ok(data)
     }
