@@ -76,6 +76,51 @@ pub struct Agent {
     /// entity -> (plan id, cancel flag) of the plan running for it.
     running: std::sync::Mutex<HashMap<String, (String, Arc<AtomicBool>)>>,
     permits: Arc<Semaphore>,
+    /// What the latest plan fetch listed; `None` before the first reply.
+    listed: std::sync::Mutex<Option<Listed>>,
+}
+
+/// What one plan fetch listed: the hub's applied index at that reply, and per entity the
+/// plan it listed (id, issued index). A state sample says from it which plans it reflects.
+#[derive(Debug, Clone)]
+struct Listed {
+    applied_index: u64,
+    plans: HashMap<String, (String, u64)>,
+}
+
+/// Which plans a state sample taken now reflects, per entity: every plan issued at or below
+/// the latest reply's applied index (each one listed there has finished here, or the rest
+/// had ended before it), except that an entity whose listed plan has not finished here
+/// reflects only the plans issued before that one.
+#[derive(Debug)]
+struct Reflected {
+    applied_index: u64,
+    unfinished: HashMap<String, u64>,
+}
+
+impl Reflected {
+    /// What a sample reflects after the fetch that listed `listed`, with `finished` saying
+    /// which plans have finished here.
+    fn of(listed: Listed, finished: impl Fn(&str) -> bool) -> Self {
+        let unfinished = listed
+            .plans
+            .into_iter()
+            .filter(|(_, (id, _))| !finished(id))
+            .map(|(entity, (_, issued))| (entity, issued.saturating_sub(1)))
+            .collect();
+        Reflected {
+            applied_index: listed.applied_index,
+            unfinished,
+        }
+    }
+
+    /// The highest issued index of `entity`'s plans the sample reflects.
+    fn through(&self, entity: &str) -> u64 {
+        self.unfinished
+            .get(entity)
+            .copied()
+            .unwrap_or(self.applied_index)
+    }
 }
 
 impl Agent {
@@ -121,6 +166,7 @@ impl Agent {
             outbox: Notify::new(),
             running: std::sync::Mutex::new(HashMap::new()),
             permits,
+            listed: std::sync::Mutex::new(None),
         })
     }
 
@@ -160,6 +206,16 @@ impl Agent {
                 }
             };
             fingerprint = reply.fingerprint.clone();
+            // Before any listed plan starts, so a state sample never counts a plan as ended
+            // that it cannot reflect.
+            *self.listed.lock().unwrap_or_else(|p| p.into_inner()) = Some(Listed {
+                applied_index: reply.applied_index,
+                plans: reply
+                    .plans
+                    .iter()
+                    .map(|p| (p.entity.clone(), (p.id.clone(), p.issued_index)))
+                    .collect(),
+            });
             let registries = wire::registries(&reply);
             // Every plan listed counts as listed, even one this agent cannot read (so a
             // running plan is not taken for cancelled); an unreadable one is not run.
@@ -415,6 +471,18 @@ impl Agent {
         }
     }
 
+    /// Which plans a state sample taken now reflects ([`Reflected`]); `None` before the
+    /// first plan fetch.
+    async fn reflected(&self) -> Option<Reflected> {
+        let listed = self
+            .listed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        let journal = self.journal.lock().await;
+        Some(Reflected::of(listed, |id| journal.is_finished(id)))
+    }
+
     /// Reports what the driver observes when it changes (and every `state_refresh`).
     async fn report_states(self: Arc<Self>) {
         let mut last: Vec<Observed> = Vec::new();
@@ -423,6 +491,9 @@ impl Agent {
         let boot = format!("{}-{}", std::process::id(), rand::random::<u32>());
         loop {
             tokio::time::sleep(self.cfg.state_interval).await;
+            // What the sample reflects is read before the sample: a plan that ends in between
+            // counts as not reflected (its end, once recorded, makes the hub skip the sample).
+            let reflected = self.reflected().await;
             let observed = self.canary.overlay(self.driver.observe().await);
             if observed.is_empty()
                 || (observed == last && last_sent.elapsed() < self.cfg.state_refresh)
@@ -431,7 +502,10 @@ impl Agent {
             }
             seq += 1;
             let request_id = format!("states:{}:{boot}:{seq}", self.cfg.environment);
-            let states: Vec<EntityState> = observed.iter().map(wire::entity_state).collect();
+            let states: Vec<EntityState> = observed
+                .iter()
+                .map(|o| wire::entity_state(o, reflected.as_ref().map(|r| r.through(&o.entity))))
+                .collect();
             let mut failures = 0u32;
             loop {
                 match self
@@ -564,6 +638,21 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_sample_reflects_the_fetched_index_except_below_an_unfinished_plan() {
+        let listed = Listed {
+            applied_index: 50,
+            plans: HashMap::from([
+                ("done".to_string(), ("p-40-0".to_string(), 40)),
+                ("running".to_string(), ("p-45-0".to_string(), 45)),
+            ]),
+        };
+        let r = Reflected::of(listed, |id| id == "p-40-0");
+        assert_eq!(r.through("done"), 50, "its listed plan finished here");
+        assert_eq!(r.through("running"), 44, "not the plan still running");
+        assert_eq!(r.through("idle"), 50, "no plan listed");
     }
 
     #[test]

@@ -257,7 +257,7 @@ fn canary_spec(c: &wire::CanaryStep) -> CanaryStepSpec {
 }
 
 /// What the driver observes of one entity, on the wire.
-pub fn entity_state(o: &Observed) -> EntityState {
+pub fn entity_state(o: &Observed, reflects_through: Option<u64>) -> EntityState {
     EntityState {
         entity: o.entity.clone(),
         version: o.version.clone().unwrap_or_default(),
@@ -265,6 +265,7 @@ pub fn entity_state(o: &Observed) -> EntityState {
         config_sha256: o.config_sha256.clone().unwrap_or_default(),
         secrets_revision: o.secrets_revision,
         message: o.message.clone(),
+        reflects_through,
     }
 }
 

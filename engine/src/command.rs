@@ -435,6 +435,15 @@ pub enum Command {
         /// The reports.
         states: Vec<EntityReport>,
     },
+    /// [`Command::ReportEntityStates`] whose samples say which of their entities' plans they
+    /// reflect: a sample taken before a plan ended that the hub has recorded since is stale
+    /// and skipped, so it cannot undo what the plan's end recorded.
+    ReportSampledEntityStates {
+        /// The agent's environment: every entity must be in it.
+        environment: String,
+        /// The samples.
+        states: Vec<SampledEntityReport>,
+    },
     /// Several task reports in one entry (an agent's outbox drained at once). Each report is
     /// applied on its own, as `ReportTask` would; a refused one is skipped and named in the
     /// output, the others still apply.
@@ -649,6 +658,7 @@ wire_tags! {
         ResumeRollout = 53,
         CanaryJudgedTick = 54,
         ReportCanariesWithSamples = 55,
+        ReportSampledEntityStates = 56,
     }
     retired []
 }
@@ -679,6 +689,20 @@ pub struct EntityReport {
     pub secrets_revision: Option<u64>,
     /// Free text (why unhealthy).
     pub message: String,
+}
+
+/// One entity's state as an agent sampled it, with the plans it reflects
+/// ([`Command::ReportSampledEntityStates`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampledEntityReport {
+    /// The state.
+    pub report: EntityReport,
+    /// The sample reflects every plan of its entity issued at or below this log index:
+    /// taken after each such plan that ran on the agent had ended there. The agent derives
+    /// it, before sampling, from its latest plan fetch: that reply's applied index, or just
+    /// below the issued index of the entity's plan it listed and the agent has not finished.
+    /// `None` (the agent has fetched nothing yet, or is older than this field): skips nothing.
+    pub reflects_through: Option<u64>,
 }
 
 impl EntityReport {
@@ -741,6 +765,7 @@ impl Command {
             Command::Evaluate { .. } => "evaluate",
             Command::ExpireSuppressions => "expire_suppressions",
             Command::ReportEntityStates { .. } => "report_entity_states",
+            Command::ReportSampledEntityStates { .. } => "report_sampled_entity_states",
             Command::ReportTask { .. } => "report_task",
             Command::ReportTasks { .. } => "report_tasks",
             Command::ReportCanaries { .. } => "report_canaries",
@@ -811,6 +836,7 @@ impl Command {
             | Command::Evaluate { .. }
             | Command::ExpireSuppressions
             | Command::ReportEntityStates { .. }
+            | Command::ReportSampledEntityStates { .. }
             | Command::ReportTask { .. }
             | Command::ReportTasks { .. }
             | Command::ReportCanaries { .. }

@@ -3022,3 +3022,69 @@ fn p8_two_plans_failed_in_one_entry_suppress_both_entities() {
     );
     assert_eq!(hub.state.suppressions().count(), 3);
 }
+
+// SPEC C10 with P4: an agent's state sample taken before a plan ended, applied after the
+// hub recorded that end, must not undo it (the entity would look behind and be planned
+// again); a sample that reflects the plan, or says nothing of what it reflects, applies.
+#[test]
+fn c10_a_state_sample_older_than_a_recorded_plan_end_is_skipped() {
+    use hub_engine::command::{EntityReport, SampledEntityReport};
+    let (mut hub, w) = web_hub(&["1.0.0", "1.1.0"], Some("1.0.0"));
+    let plan = hub.step_one(&w).expect("an upgrade");
+    assert_eq!(plan.to_version, Some(v("1.1.0")));
+    let sample =
+        |version: &str, health: Health, reflects_through: Option<u64>| SampledEntityReport {
+            report: EntityReport {
+                entity: w.clone(),
+                version: Some(v(version)),
+                health,
+                config_sha256: None,
+                secrets_revision: None,
+                message: String::new(),
+            },
+            reflects_through,
+        };
+    let report = |states: Vec<SampledEntityReport>| Command::ReportSampledEntityStates {
+        environment: "prod".into(),
+        states,
+    };
+    // Sampled (1.0.0, from before the plan) while the plan was listed and not finished.
+    let stale = sample("1.0.0", Health::Healthy, Some(plan.issued_index - 1));
+    hub.succeed(&plan.id);
+    let recorded = hub.state.entity(&w).expect("entity").reported.clone();
+    assert_eq!(recorded.version, Some(v("1.1.0")));
+    let out = hub.ok(report(vec![stale.clone()]));
+    assert!(
+        out.summary()
+            .contains("1 samples older than a recorded plan end skipped"),
+        "{}",
+        out.summary()
+    );
+    assert_eq!(
+        hub.state.entity(&w).expect("entity").reported,
+        recorded,
+        "the stale sample changed nothing"
+    );
+    assert!(hub.step_one(&w).is_none(), "no second plan for 1.1.0");
+    // A sample that reflects the plan applies (the entity turned unhealthy after it).
+    hub.ok(report(vec![sample(
+        "1.1.0",
+        Health::Error,
+        Some(plan.issued_index),
+    )]));
+    assert_eq!(
+        hub.state.entity(&w).expect("entity").reported.health,
+        Health::Error
+    );
+    // One that does not say what it reflects applies as a plain report does.
+    hub.ok(report(vec![sample("1.1.0", Health::Healthy, None)]));
+    assert_eq!(
+        hub.state.entity(&w).expect("entity").reported.health,
+        Health::Healthy
+    );
+    // A sample of another environment's entity is refused as a whole, stale or not.
+    let mut foreign = stale;
+    foreign.report.entity = "eid:nope".into();
+    let err = hub.apply(report(vec![foreign])).result.unwrap_err();
+    assert!(err.to_string().contains("states[0].entity"), "{err}");
+}

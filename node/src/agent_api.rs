@@ -15,7 +15,7 @@ use hub_engine::canary::{
     Bin, CanaryObservation as EngineObservation, CanaryRevision, CanaryStepSpec, Histogram,
     MetricWindow, SampleWindow, WorkloadSamples, MAX_SAMPLE_WINDOWS,
 };
-use hub_engine::command::EntityReport;
+use hub_engine::command::{EntityReport, SampledEntityReport};
 use hub_engine::entity::config_sha256;
 use hub_engine::plan::{FailureMetadata, TaskReport};
 use hub_engine::{Command, CommandOutput, State};
@@ -437,6 +437,7 @@ fn build_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, Vec<Registr
                     .collect(),
                 reason: p.reason.clone(),
                 issued_ms: p.issued_ms,
+                issued_index: p.issued_index,
                 canary: p
                     .kind
                     .canary_step()
@@ -474,7 +475,9 @@ impl Agent for AgentService {
         caller.require_environment(&r.environment)?;
         self.node.metrics.agent_seen(&r.environment);
         let mut states = Vec::with_capacity(r.states.len());
+        let mut reflects = Vec::with_capacity(r.states.len());
         for (i, s) in r.states.into_iter().enumerate() {
+            reflects.push(s.reflects_through);
             let version = if s.version.is_empty() {
                 None
             } else {
@@ -515,16 +518,29 @@ impl Agent for AgentService {
                 refused: Vec::new(),
             }));
         }
+        // An agent that says which plans its samples reflect gets its stale samples skipped
+        // (an older agent's report applies as before).
+        let command = if reflects.iter().any(Option::is_some) {
+            Command::ReportSampledEntityStates {
+                environment: r.environment,
+                states: states
+                    .into_iter()
+                    .zip(reflects)
+                    .map(|(report, reflects_through)| SampledEntityReport {
+                        report,
+                        reflects_through,
+                    })
+                    .collect(),
+            }
+        } else {
+            Command::ReportEntityStates {
+                environment: r.environment,
+                states,
+            }
+        };
         let w = self
             .node
-            .propose(
-                Command::ReportEntityStates {
-                    environment: r.environment,
-                    states,
-                },
-                Some(r.request_id),
-                &caller,
-            )
+            .propose(command, Some(r.request_id), &caller)
             .await?;
         Ok(Response::new(self.reply(w, Vec::new())))
     }

@@ -50,6 +50,7 @@ pub fn parse_submitted(json: &str) -> Result<Command, Status> {
             "evaluations, canary ticks and cluster keys are proposed by the leader only, recorded refusals by the hub's nodes",
         )),
         Command::ReportEntityStates { .. }
+        | Command::ReportSampledEntityStates { .. }
         | Command::ReportTask { .. }
         | Command::ReportTasks { .. }
         | Command::ReportCanaries { .. }

@@ -51,7 +51,7 @@ use hub_engine::cluster_key::{ClusterKey, SecretKey, CANARY_REVISION_KEY};
 use hub_engine::cluster_members::ClusterMembers;
 use hub_engine::command::{
     CancelTarget, CommandOutput, EntityReport, EntitySettingsPatch, EnvironmentSettingsPatch,
-    TokenRole, WindowChange, WindowSpec,
+    SampledEntityReport, TokenRole, WindowChange, WindowSpec,
 };
 use hub_engine::entity::{Health, ReportedState, SecretValue};
 use hub_engine::entry_clock::EntryClock;
@@ -500,6 +500,33 @@ fn commands() -> Vec<Command> {
             environment: s("prod"),
             observations: vec![(s("prod/web"), observation())],
             samples: vec![(s("prod/web"), vec![sample_window()])],
+        },
+        Command::ReportSampledEntityStates {
+            environment: s("prod"),
+            states: vec![
+                SampledEntityReport {
+                    report: EntityReport {
+                        entity: s(ENTITY),
+                        version: Some(v("1.3.0")),
+                        health: Health::Error,
+                        config_sha256: None,
+                        secrets_revision: None,
+                        message: s("slow"),
+                    },
+                    reflects_through: Some(41),
+                },
+                SampledEntityReport {
+                    report: EntityReport {
+                        entity: s("eid:prod:helmChart:api"),
+                        version: None,
+                        health: Health::Unknown,
+                        config_sha256: Some(s("beef")),
+                        secrets_revision: Some(4),
+                        message: s(""),
+                    },
+                    reflects_through: None,
+                },
+            ],
         },
     ]
 }

@@ -164,6 +164,7 @@ pub fn need(state: &State, command: &Command) -> Need {
         | Command::SetClusterKey { .. }
         | Command::RecordRefusal { .. } => Need::Node,
         Command::ReportEntityStates { environment, .. }
+        | Command::ReportSampledEntityStates { environment, .. }
         | Command::ReportTasks { environment, .. }
         | Command::ReportCanaries { environment, .. }
         | Command::ReportCanariesWithSamples { environment, .. }

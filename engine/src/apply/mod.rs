@@ -368,6 +368,10 @@ impl State {
                 environment,
                 states,
             } => self.report_entity_states(environment, states, tx),
+            Command::ReportSampledEntityStates {
+                environment,
+                states,
+            } => self.report_sampled_entity_states(environment, states, tx),
             Command::ReportTasks {
                 environment,
                 reports,

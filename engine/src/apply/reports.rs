@@ -1,6 +1,6 @@
 //! Agent reports: entity states and task progress.
 
-use crate::command::{CommandOutput, EntityReport, RefusedTaskReport};
+use crate::command::{CommandOutput, EntityReport, RefusedTaskReport, SampledEntityReport};
 use crate::entity::{config_sha256, Health};
 use crate::error::CommandError;
 use crate::plan::{EmergencyCommand, PlanKind, PlanStatus, TaskReport, TaskState};
@@ -106,6 +106,59 @@ impl State {
                     .get(&r.entity)
                     .is_some_and(|e| !r.changes(&e.reported))
             })
+    }
+
+    /// `ReportSampledEntityStates`: checked whole as `ReportEntityStates` is, then applied
+    /// without the stale samples ([`State::sampled_before_a_recorded_end`]).
+    pub(super) fn report_sampled_entity_states(
+        &mut self,
+        environment: &str,
+        states: &[SampledEntityReport],
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let all: Vec<EntityReport> = states.iter().map(|s| s.report.clone()).collect();
+        self.check_entity_reports(environment, &all)?;
+        let fresh: Vec<EntityReport> = states
+            .iter()
+            .filter(|s| !self.sampled_before_a_recorded_end(s))
+            .map(|s| s.report.clone())
+            .collect();
+        let stale = states.len() - fresh.len();
+        let out = self.report_entity_states(environment, &fresh, tx)?;
+        Ok(match out {
+            CommandOutput::Changed { id, summary } if stale > 0 => CommandOutput::Changed {
+                id,
+                summary: format!(
+                    "{summary}; {stale} samples older than a recorded plan end skipped"
+                ),
+            },
+            other => other,
+        })
+    }
+
+    /// Whether `sample` was taken before the end of one of its entity's plans that the state
+    /// records: a plan that ran on the agent (it succeeded or failed there, not cancelled by
+    /// the hub) issued after every plan the sample reflects. Applied after that end, the
+    /// sample would record the state from before it (an old version after an upgrade's
+    /// success), and the entity would be planned again.
+    pub(crate) fn sampled_before_a_recorded_end(&self, sample: &SampledEntityReport) -> bool {
+        let Some(through) = sample.reflects_through else {
+            return false;
+        };
+        let Some(finished) = self
+            .plan_outcomes
+            .index()
+            .by_entity
+            .get(&sample.report.entity)
+        else {
+            return false;
+        };
+        finished
+            .iter()
+            .rev()
+            .take_while(|(issued, _)| *issued > through)
+            .filter_map(|(_, id)| self.plan_outcomes.get(id))
+            .any(|o| matches!(o.status, PlanStatus::Succeeded | PlanStatus::Failed))
     }
 
     pub(super) fn report_entity_states(
