@@ -502,6 +502,21 @@ fn an_unchanged_state_report_is_answered_without_a_write() {
         .agent_report_state(0, "prod", "eid:prod:helm:nope", "1.0.0", "healthy")
         .expect_err("unknown entity");
     assert!(err.contains("states[0].entity"), "{err}");
+    // An operator cannot send an agent's sampled report through Submit, and it changes nothing.
+    let err = cluster
+        .submit(
+            json!({"ReportSampledEntityStates": {"environment": "prod", "states": [
+            {"report": {"entity": entity, "version": "9.9.9", "health": "Healthy",
+             "config_sha256": null, "secrets_revision": null, "message": ""},
+             "reflects_through": null}]}}),
+        )
+        .expect_err("agents only");
+    assert!(err.contains("Agent API"), "{err}");
+    let e = cluster
+        .query(json!({"query": "entity", "entity": entity}))
+        .expect("entity");
+    assert_eq!(e["reported"]["health"], "error", "{e}");
+    assert_eq!(e["reported"]["version"], "1.0.0", "{e}");
 }
 
 /// The value of metric `name` (with its labels) in a Prometheus text exposition.

@@ -279,6 +279,17 @@ fn the_leaders_and_agents_commands_need_their_own_identities() {
         "agent/stage may not ReportEntityStates: needs the agent of prod"
     );
     assert!(h.by(&Identity::Agent("prod".into()), report).is_ok());
+    // The sampled state report has the same rule.
+    let sampled = Command::ReportSampledEntityStates {
+        environment: "prod".into(),
+        states: Vec::new(),
+    };
+    let m = denied(h.by(&Identity::Agent("stage".into()), sampled.clone()));
+    assert_eq!(
+        m,
+        "agent/stage may not ReportSampledEntityStates: needs the agent of prod"
+    );
+    assert!(h.by(&Identity::Agent("prod".into()), sampled).is_ok());
 }
 
 #[test]
