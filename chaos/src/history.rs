@@ -307,7 +307,13 @@ pub fn rss_kib() -> u64 {
 
 /// A size line of `/proc/self/status` (`VmRSS:`, `VmHWM:`), KiB.
 fn status_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+    process_status_kib("self", field)
+}
+
+/// A size line of `/proc/PROCESS/status` (`PROCESS` a pid or `self`), KiB; 0 if the process
+/// or the line is gone.
+pub fn process_status_kib(process: &str, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{process}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
@@ -320,21 +326,45 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// The identity of the benchmark's stores.
-fn identity() -> raft_store::NodeIdentity {
-    raft_store::NodeIdentity {
-        node_id: 1,
-        cluster_id: "hub-bench-history".into(),
+/// Whose store [`build`] seeds: node 1 of a one-node cluster.
+#[derive(Debug, Clone)]
+pub struct Seat {
+    /// The cluster's id (the store refuses to open for another).
+    pub cluster_id: String,
+    /// Node 1's Raft address, as its membership records it.
+    pub node_addr: String,
+}
+
+impl Default for Seat {
+    /// The benchmark's own stores, which no node serves.
+    fn default() -> Self {
+        Seat {
+            cluster_id: "hub-bench-history".into(),
+            node_addr: "127.0.0.1:7401".into(),
+        }
     }
 }
 
-/// A one-node membership and the log id of the seeded state.
-fn seed_meta(last_index: u64) -> raft_store::SnapshotMeta {
+/// The identity of the benchmark's stores.
+fn identity() -> raft_store::NodeIdentity {
+    seat_identity(&Seat::default())
+}
+
+/// Node 1's identity in `seat`'s cluster.
+fn seat_identity(seat: &Seat) -> raft_store::NodeIdentity {
+    raft_store::NodeIdentity {
+        node_id: 1,
+        cluster_id: seat.cluster_id.clone(),
+    }
+}
+
+/// A one-node membership (node 1 at `node_addr`) and the log id of the seeded state.
+fn seed_meta(last_index: u64, node_addr: &str) -> raft_store::SnapshotMeta {
     let log_id = openraft::LogId::new(
         openraft::vote::leader_id_adv::CommittedLeaderId::new(1, 1),
         last_index,
     );
-    let nodes = BTreeMap::from([(1u64, openraft::BasicNode::new("127.0.0.1:7401"))]);
+    let nodes = BTreeMap::from([(1u64, openraft::BasicNode::new(node_addr))]);
     // A membership of one voter that is also its one node cannot be refused.
     let membership = openraft::Membership::new(vec![[1u64].into()], nodes)
         .expect("one voter, present in the nodes");
@@ -351,8 +381,10 @@ fn decode(bytes: &[u8]) -> Record {
         .expect("the bench's own encoding decodes")
 }
 
-/// Phase 1: generate the history and seed a store in `dir` with it.
-pub async fn build(shape: Shape, dir: &Path) -> anyhow::Result<BuildReport> {
+/// Phase 1: generate the history and seed a store in `dir` with it, as node 1 of `seat`'s
+/// one-node cluster (a `hub-node` started on `dir` with that id, cluster id and address
+/// serves it).
+pub async fn build(shape: Shape, dir: &Path, seat: &Seat) -> anyhow::Result<BuildReport> {
     if shape.per_environment == 0 || shape.entities == 0 {
         bail!("--entities and --per-environment must be at least 1");
     }
@@ -394,7 +426,7 @@ pub async fn build(shape: Shape, dir: &Path) -> anyhow::Result<BuildReport> {
             .chain(history.values().map(|bytes| decode(bytes)))
     };
     let tables = table_bytes(stored());
-    let meta = seed_meta(log.index);
+    let meta = seed_meta(log.index, &seat.node_addr);
     let count = stored().count();
     // Beside the store's directory, not in it: a new store wants an empty directory.
     let seed = PathBuf::from(format!("{}.seed.snap", dir.display()));
@@ -404,7 +436,7 @@ pub async fn build(shape: Shape, dir: &Path) -> anyhow::Result<BuildReport> {
     // The store builds its own state from the snapshot: this one is no longer needed.
     let entries = log.index;
     drop(log);
-    let (_store, _log_store, mut sm) = raft_store::open(dir, &identity())
+    let (_store, _log_store, mut sm) = raft_store::open(dir, &seat_identity(seat))
         .with_context(|| format!("opening a store in {}", dir.display()))?;
     let started = Instant::now();
     let install = sm

@@ -2,6 +2,8 @@
 //!
 //! - [`runner`]: `chaos run`: a hub of real `hub-node` processes under a register workload,
 //!   killed, paused and restarted on a seeded schedule, then healed and checked.
+//! - [`catch_up`]: `hub-bench catch-up`, a new follower's catch-up by snapshot when every
+//!   entity carries its history, in real processes.
 //! - [`check`]: the pure checkers of a recorded history (linearizability, durability, plans at
 //!   most once, canary weights, rollouts terminal, convergence).
 //! - [`compare`]: `hub-bench compare-etcd`, the hub and etcd 3.4 side by side in one run.
@@ -13,6 +15,7 @@
 //! - [`stats`]: latency percentiles for `hub-bench`, the load generator (concurrent writers,
 //!   leader-kill failover timing, agents at scale).
 
+pub mod catch_up;
 pub mod check;
 pub mod compare;
 pub mod history;

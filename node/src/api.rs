@@ -321,7 +321,7 @@ impl Hub for HubService {
     ) -> Result<Response<ClusterStatusReply>, Status> {
         let node = self.node.clone();
         let mine = self
-            .node_status(Request::new(NodeStatusRequest { with_digest: true }))
+            .node_status(Request::new(NodeStatusRequest { with_digest: false }))
             .await?
             .into_inner();
         let probes = mine.members.iter().map(|m| {
@@ -330,47 +330,40 @@ impl Hub for HubService {
             let mine = mine.clone();
             async move {
                 if m.id == node.id {
-                    return MemberStatus {
-                        id: m.id,
-                        addr: m.addr,
-                        role: mine.role,
-                        last_applied: mine.last_applied,
-                        digest: mine.digest,
-                        term: mine.term,
-                        error: String::new(),
-                    };
+                    // The own digest under the same bound as a peer's: a large state takes
+                    // seconds to hash (the computation goes on and is cached for the next
+                    // call at the same index).
+                    let digest =
+                        tokio::time::timeout(MEMBER_PROBE_TIMEOUT, node.state_digest()).await;
+                    let mut row = member_row(&m, Ok(mine));
+                    match digest {
+                        Ok(Ok((applied, digest))) => {
+                            row.last_applied = applied;
+                            row.digest = digest;
+                        }
+                        Ok(Err(e)) => row.error = format!("digest: {}", e.message()),
+                        Err(_) => row.error = DIGEST_NOT_READY.to_string(),
+                    }
+                    return row;
                 }
-                let result = async {
-                    let channel = node.peers.channel(&m.addr).map_err(|e| e.to_string())?;
-                    let mut client = HubClient::new(channel);
-                    let mut req = Request::new(NodeStatusRequest { with_digest: true });
-                    req.set_timeout(Duration::from_secs(1));
-                    tokio::time::timeout(Duration::from_secs(1), client.node_status(req))
-                        .await
-                        .map_err(|_| "timed out after 1s".to_string())?
-                        .map(|r| r.into_inner())
-                        .map_err(|s| s.message().to_string())
-                }
-                .await;
-                match result {
-                    Ok(s) => MemberStatus {
-                        id: m.id,
-                        addr: m.addr,
-                        role: s.role,
-                        last_applied: s.last_applied,
-                        digest: s.digest,
-                        term: s.term,
-                        error: String::new(),
-                    },
-                    Err(error) => MemberStatus {
-                        id: m.id,
-                        addr: m.addr,
-                        role: "unreachable".into(),
-                        last_applied: 0,
-                        digest: String::new(),
-                        term: 0,
-                        error,
-                    },
+                // Asked twice at once: a member that answers but cannot hash its state within
+                // the bound is shown with its role and index, not as unreachable.
+                let (plain, hashed) = futures::join!(
+                    probe_member(&node, &m.addr, false),
+                    probe_member(&node, &m.addr, true)
+                );
+                match (plain, hashed) {
+                    (_, Ok(s)) => member_row(&m, Ok(s)),
+                    (Ok(s), Err(e)) => {
+                        let mut row = member_row(&m, Ok(s));
+                        row.error = if e == PROBE_TIMED_OUT {
+                            DIGEST_NOT_READY.to_string()
+                        } else {
+                            format!("digest: {e}")
+                        };
+                        row
+                    }
+                    (Err(e), Err(_)) => member_row(&m, Err(e)),
                 }
             }
         });
@@ -590,5 +583,56 @@ impl Hub for HubService {
             return Err(crate::fault_layer::lose(std::time::Duration::MAX).await);
         }
         Ok(Response::new(ReadIndexReply { index: index? }))
+    }
+}
+
+/// How long `ClusterStatus` waits for each member's answer, and for each digest.
+const MEMBER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A member's probe that ran out of time.
+const PROBE_TIMED_OUT: &str = "timed out after 1s";
+
+/// A member that answered but whose digest was not ready in time.
+const DIGEST_NOT_READY: &str =
+    "digest not ready within 1s (a large state takes seconds to hash; ask again)";
+
+/// One member's `NodeStatus`, bounded by [`MEMBER_PROBE_TIMEOUT`].
+async fn probe_member(
+    node: &HubNode,
+    addr: &str,
+    with_digest: bool,
+) -> Result<NodeStatusReply, String> {
+    let channel = node.peers.channel(addr).map_err(|e| e.to_string())?;
+    let mut client = HubClient::new(channel);
+    let mut req = Request::new(NodeStatusRequest { with_digest });
+    req.set_timeout(MEMBER_PROBE_TIMEOUT);
+    tokio::time::timeout(MEMBER_PROBE_TIMEOUT, client.node_status(req))
+        .await
+        .map_err(|_| PROBE_TIMED_OUT.to_string())?
+        .map(|r| r.into_inner())
+        .map_err(|s| s.message().to_string())
+}
+
+/// Member `m`'s row from its status, or unreachable with why.
+fn member_row(m: &Member, status: Result<NodeStatusReply, String>) -> MemberStatus {
+    match status {
+        Ok(s) => MemberStatus {
+            id: m.id,
+            addr: m.addr.clone(),
+            role: s.role,
+            last_applied: s.last_applied,
+            digest: s.digest,
+            term: s.term,
+            error: String::new(),
+        },
+        Err(error) => MemberStatus {
+            id: m.id,
+            addr: m.addr.clone(),
+            role: "unreachable".into(),
+            last_applied: 0,
+            digest: String::new(),
+            term: 0,
+            error,
+        },
     }
 }

@@ -241,21 +241,32 @@ impl StateMachine {
     /// write of the cluster, for as long as the hash took (about 250 ms at 70,000 records,
     /// on every `NodeStatus` call; docs/BENCHMARKS.md). Computed once per applied index;
     /// concurrent callers wait for one computation.
+    ///
+    /// The computation runs in its own task and fills the cache even when its caller stops
+    /// waiting: at 100,000 entities with history it takes about 12 s, longer than a status
+    /// probe waits, and a computation dropped with its caller would start over on every call
+    /// and never finish.
     pub async fn digest(&self) -> io::Result<(u64, String)> {
-        let mut cached = self.digest.lock().await;
-        let applied = self.shared.read().applied_index();
-        if let Some((index, digest)) = &*cached {
-            if *index == applied {
-                return Ok((*index, digest.clone()));
-            }
-        }
+        let cache = self.digest.clone();
+        let shared = self.shared.clone();
         let store = self.store.clone();
-        let fresh = tokio::task::spawn_blocking(move || stored_digest(&store))
-            .await
-            .map_err(io_err)?
-            .map_err(io_err)?;
-        *cached = Some(fresh.clone());
-        Ok(fresh)
+        tokio::spawn(async move {
+            let mut cached = cache.lock().await;
+            let applied = shared.read().applied_index();
+            if let Some((index, digest)) = &*cached {
+                if *index == applied {
+                    return Ok((*index, digest.clone()));
+                }
+            }
+            let fresh = tokio::task::spawn_blocking(move || stored_digest(&store))
+                .await
+                .map_err(io_err)?
+                .map_err(io_err)?;
+            *cached = Some(fresh.clone());
+            Ok(fresh)
+        })
+        .await
+        .map_err(io_err)?
     }
 
     /// Stages the snapshot `data` (described by `meta`) before Raft installs it: its records
@@ -665,5 +676,41 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             "built snapshot"
         );
         Ok(Snapshot { meta, snapshot })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::NodeIdentity;
+
+    #[tokio::test]
+    async fn a_digest_whose_caller_stopped_waiting_is_still_cached() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let identity = NodeIdentity {
+            node_id: 1,
+            cluster_id: "digest".into(),
+        };
+        let (_store, _log, sm) = crate::open(dir.path(), &identity).expect("open");
+        let expected = sm.shared.read().state.digest();
+        // The caller gives up after one poll: the hash runs on another thread (and this
+        // runtime has not run the task it was handed to), so it cannot be done yet.
+        let gave_up = futures::FutureExt::now_or_never(sm.digest());
+        assert!(gave_up.is_none(), "the first poll finished the digest");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(cached) = sm.digest.try_lock() {
+                if let Some((index, digest)) = &*cached {
+                    assert_eq!((*index, digest.as_str()), (0, expected.as_str()));
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the computation was dropped with its caller: nothing cached after 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }

@@ -18,6 +18,9 @@
 //!   snapshot build and install when every entity carries its finished plans and Activity
 //!   (in process, no cluster), `hub_chaos::history`
 //!
+//! - `hub-bench catch-up --entities 100000`: a new follower's catch-up by snapshot with that
+//!   history, end to end in real processes, `hub_chaos::catch_up`
+//!
 //! `DIR` is a `hubctl dev up` directory (its `cluster.json` gives addresses and pids).
 
 use std::path::{Path, PathBuf};
@@ -179,6 +182,23 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// A new follower's catch-up by snapshot at that size, end to end: node 1 started on a
+    /// store seeded with the history, then two nodes added (real processes, mutual TLS).
+    CatchUp {
+        /// Entities.
+        #[arg(long, default_value_t = 10000)]
+        entities: usize,
+        /// Entities per environment.
+        #[arg(long, default_value_t = 100)]
+        per_environment: usize,
+        /// Release rounds: finished plans and Activity lines per entity.
+        #[arg(long, default_value_t = 50)]
+        rounds: usize,
+        /// Where the cluster goes, kept with its logs (default: a temporary directory,
+        /// removed).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// `history`'s first phase for one size (its own process): prints a JSON report.
     #[command(hide = true)]
     HistoryBuild {
@@ -190,6 +210,12 @@ enum Cmd {
         rounds: usize,
         #[arg(long)]
         dir: PathBuf,
+        /// Seed the store as node 1 of this cluster (default: the benchmark's own id).
+        #[arg(long)]
+        cluster_id: Option<String>,
+        /// Node 1's Raft address in the seeded membership.
+        #[arg(long)]
+        node_addr: Option<String>,
     },
     /// `history`'s second phase for one size (its own process): prints a JSON report.
     #[command(hide = true)]
@@ -1066,6 +1092,58 @@ fn history(
     Ok(())
 }
 
+/// `hub-bench catch-up`: one size, then one table.
+fn catch_up(
+    entities: usize,
+    per_environment: usize,
+    rounds: usize,
+    dir: Option<&Path>,
+) -> anyhow::Result<()> {
+    if entities == 0 || per_environment == 0 || rounds == 0 {
+        bail!("--entities, --per-environment and --rounds: at least 1");
+    }
+    let tmp = tempfile::Builder::new().prefix("catch-up").tempdir()?;
+    let dir = dir.unwrap_or(tmp.path());
+    let exe = std::env::current_exe()?;
+    let shape = hub_chaos::history::Shape {
+        entities,
+        per_environment,
+        rounds,
+    };
+    let r = hub_chaos::catch_up::run(&exe.with_file_name("hubctl"), &exe, shape, dir)?;
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let secs = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{s:.1} s"));
+    println!(
+        "{entities} entities, {} finished plans, {} Activity lines; node 1 started on the seeded store in {:.1} s, RSS {:.0} MiB\n",
+        r.built.finished_plans,
+        r.built.activity_lines,
+        r.leader_start_seconds,
+        mib(r.leader_rss_kib)
+    );
+    println!("| node added | snapshot | add-node (start to voter) | transfer | staging and install | new node's peak RSS | leader's peak RSS |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for a in &r.added {
+        println!(
+            "| {} | {} | {:.1} s | {} | {} | {:.0} MiB | {:.0} MiB |",
+            a.id,
+            a.snapshot_bytes.map_or("-".to_string(), |b| format!(
+                "{:.0} MiB",
+                b as f64 / 1048576.0
+            )),
+            a.add_seconds,
+            secs(a.transfer_seconds),
+            secs(a.install_seconds),
+            mib(a.peak_kib),
+            mib(a.leader_peak_kib),
+        );
+    }
+    println!(
+        "\nevery member's state digest equal at applied index {}",
+        r.agreed_at
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cmd = Args::parse().cmd;
@@ -1078,6 +1156,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::CompareEtcd { .. }
         | Cmd::RollingRestart { .. }
         | Cmd::History { .. }
+        | Cmd::CatchUp { .. }
         | Cmd::HistoryBuild { .. }
         | Cmd::HistoryLoad { .. }
         | Cmd::HistoryInstall { .. } => {}
@@ -1188,18 +1267,33 @@ async fn main() -> anyhow::Result<()> {
             rounds,
             dir,
         } => history(&entities, per_environment, rounds, dir.as_deref()),
+        Cmd::CatchUp {
+            entities,
+            per_environment,
+            rounds,
+            dir,
+        } => catch_up(entities, per_environment, rounds, dir.as_deref()),
         Cmd::HistoryBuild {
             entities,
             per_environment,
             rounds,
             dir,
+            cluster_id,
+            node_addr,
         } => {
             let shape = hub_chaos::history::Shape {
                 entities,
                 per_environment,
                 rounds,
             };
-            let report = hub_chaos::history::build(shape, &dir).await?;
+            let mut seat = hub_chaos::history::Seat::default();
+            if let Some(id) = cluster_id {
+                seat.cluster_id = id;
+            }
+            if let Some(addr) = node_addr {
+                seat.node_addr = addr;
+            }
+            let report = hub_chaos::history::build(shape, &dir, &seat).await?;
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }

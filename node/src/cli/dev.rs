@@ -178,7 +178,8 @@ pub fn read_cluster_file(dir: &Path) -> anyhow::Result<ClusterFile> {
         .with_context(|| format!("{}: not a cluster file", path.display()))
 }
 
-pub(crate) fn write_cluster_file(dir: &Path, file: &ClusterFile) -> anyhow::Result<()> {
+/// Writes `DIR/cluster.json` (through a temporary file and a rename).
+pub fn write_cluster_file(dir: &Path, file: &ClusterFile) -> anyhow::Result<()> {
     let path = dir.join("cluster.json");
     let tmp = dir.join("cluster.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(file)?)

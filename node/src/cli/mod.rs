@@ -557,7 +557,11 @@ async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyho
             });
             if fmt.is_table() {
                 println!("leader: {}  term: {}", v["leader"], s.term);
-                return output::table(&members, &["id", "addr", "role", "last_applied", "digest"]);
+                let mut columns = vec!["id", "addr", "role", "last_applied", "digest"];
+                if s.members.iter().any(|m| !m.error.is_empty()) {
+                    columns.push("error");
+                }
+                return output::table(&members, &columns);
             }
             print(fmt, &v, &[])
         }
