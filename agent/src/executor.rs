@@ -123,6 +123,71 @@ impl Reflected {
     }
 }
 
+/// The last state report sent, and whether a new sample is due.
+///
+/// A sample is due when it differs from the last one sent, when `state_refresh` has passed,
+/// or when an entity that was sent while a plan of its had not finished here now reflects
+/// more: the hub skips a sample older than a plan end it recorded, so without this an
+/// unchanged entity whose sample was skipped would wait for the refresh.
+#[derive(Debug)]
+struct SentStates {
+    last: Vec<Observed>,
+    at: Instant,
+    /// Entities last sent below the fetched index (a plan of theirs unfinished), with what
+    /// their samples said they reflect.
+    held: HashMap<String, u64>,
+}
+
+impl SentStates {
+    fn new(now: Instant) -> Self {
+        SentStates {
+            last: Vec::new(),
+            at: now,
+            held: HashMap::new(),
+        }
+    }
+
+    /// Whether `observed`, reflecting `reflected`, is to be sent at `now`.
+    fn due(
+        &self,
+        observed: &[Observed],
+        reflected: &Reflected,
+        now: Instant,
+        refresh: Duration,
+    ) -> bool {
+        if observed.is_empty() {
+            return false;
+        }
+        observed != self.last.as_slice()
+            || now.duration_since(self.at) >= refresh
+            || self
+                .held
+                .iter()
+                .any(|(entity, through)| reflected.through(entity) != *through)
+    }
+
+    /// Records `observed`, reflecting `reflected`, as sent (or refused) at `now`.
+    fn sent(&mut self, observed: Vec<Observed>, reflected: &Reflected, now: Instant) {
+        self.held = observed
+            .iter()
+            .filter_map(|o| {
+                let through = *reflected.unfinished.get(&o.entity)?;
+                Some((o.entity.clone(), through))
+            })
+            .collect();
+        self.last = observed;
+        self.at = now;
+    }
+
+    /// Records `observed` as refused at `now`: not sent again before it changes or the
+    /// refresh.
+    fn refused(&mut self, observed: Vec<Observed>, now: Instant) {
+        self.held.clear();
+        self.last = observed;
+        self.at = now;
+    }
+}
+
 impl Agent {
     /// An agent over an opened journal, without an execution log; its canaries' state lives
     /// beside the journal (`DATA/canary/`).
@@ -483,28 +548,34 @@ impl Agent {
         Some(Reflected::of(listed, |id| journal.is_finished(id)))
     }
 
-    /// Reports what the driver observes when it changes (and every `state_refresh`).
+    /// Reports what the driver observes when it changes (and every `state_refresh`), once
+    /// the first plan fetch has answered: a sample always says which plans it reflects, so
+    /// the hub can skip a stale one ([`SentStates`]).
     async fn report_states(self: Arc<Self>) {
-        let mut last: Vec<Observed> = Vec::new();
-        let mut last_sent = Instant::now();
+        let mut sent = SentStates::new(Instant::now());
         let mut seq = 0u64;
         let boot = format!("{}-{}", std::process::id(), rand::random::<u32>());
         loop {
             tokio::time::sleep(self.cfg.state_interval).await;
             // What the sample reflects is read before the sample: a plan that ends in between
             // counts as not reflected (its end, once recorded, makes the hub skip the sample).
-            let reflected = self.reflected().await;
+            let Some(reflected) = self.reflected().await else {
+                continue;
+            };
             let observed = self.canary.overlay(self.driver.observe().await);
-            if observed.is_empty()
-                || (observed == last && last_sent.elapsed() < self.cfg.state_refresh)
-            {
+            if !sent.due(
+                &observed,
+                &reflected,
+                Instant::now(),
+                self.cfg.state_refresh,
+            ) {
                 continue;
             }
             seq += 1;
             let request_id = format!("states:{}:{boot}:{seq}", self.cfg.environment);
             let states: Vec<EntityState> = observed
                 .iter()
-                .map(|o| wire::entity_state(o, reflected.as_ref().map(|r| r.through(&o.entity))))
+                .map(|o| wire::entity_state(o, Some(reflected.through(&o.entity))))
                 .collect();
             let mut failures = 0u32;
             loop {
@@ -515,14 +586,12 @@ impl Agent {
                 {
                     Ok(()) => {
                         self.metrics.inc(&self.metrics.state_reports);
-                        last = observed;
-                        last_sent = Instant::now();
+                        sent.sent(observed, &reflected, Instant::now());
                         break;
                     }
                     Err(CallError::Refused(reason)) => {
                         tracing::warn!(%reason, "state report refused");
-                        last = observed;
-                        last_sent = Instant::now();
+                        sent.refused(observed, Instant::now());
                         break;
                     }
                     Err(CallError::Retry(_)) => {
@@ -653,6 +722,50 @@ mod tests {
         assert_eq!(r.through("done"), 50, "its listed plan finished here");
         assert_eq!(r.through("running"), 44, "not the plan still running");
         assert_eq!(r.through("idle"), 50, "no plan listed");
+    }
+
+    #[test]
+    fn a_sample_sent_below_an_unfinished_plan_is_sent_again_once_the_plan_finished() {
+        let observed = |version: &str| {
+            vec![Observed {
+                entity: "web".into(),
+                version: Some(version.into()),
+                health: crate::plan::Health::Healthy,
+                config_sha256: None,
+                secrets_revision: None,
+                message: String::new(),
+            }]
+        };
+        let listed = || Listed {
+            applied_index: 50,
+            plans: HashMap::from([("web".to_string(), ("p-45-0".to_string(), 45))]),
+        };
+        let refresh = Duration::from_secs(30);
+        let t0 = Instant::now();
+        let mut sent = SentStates::new(t0);
+        let running = Reflected::of(listed(), |_| false);
+        assert!(
+            sent.due(&observed("2"), &running, t0, refresh),
+            "first sample"
+        );
+        sent.sent(observed("2"), &running, t0);
+        // The same sample while the plan runs: not due.
+        assert!(!sent.due(&observed("2"), &running, t0, refresh));
+        // The plan finished here: the same sample now reflects it, and is due once.
+        let finished = Reflected::of(listed(), |_| true);
+        assert!(sent.due(&observed("2"), &finished, t0, refresh));
+        sent.sent(observed("2"), &finished, t0);
+        assert!(!sent.due(&observed("2"), &finished, t0, refresh));
+        // A change, and the refresh, are due as before; an empty sample never is.
+        assert!(sent.due(&observed("3"), &finished, t0, refresh));
+        assert!(sent.due(&observed("2"), &finished, t0 + refresh, refresh));
+        assert!(!sent.due(&[], &finished, t0 + refresh, refresh));
+        // A refused report is not sent again for the plan's end.
+        sent.refused(observed("2"), t0);
+        assert!(!sent.due(&observed("2"), &finished, t0, refresh));
+        let mut refused = SentStates::new(t0);
+        refused.refused(observed("2"), t0);
+        assert!(!refused.due(&observed("2"), &finished, t0, refresh));
     }
 
     #[test]
