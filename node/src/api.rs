@@ -415,10 +415,20 @@ impl Hub for HubService {
                 r.addr
             )));
         }
+        let catch_up = match r.catch_up_timeout_ms {
+            0 => crate::node::DEFAULT_CATCH_UP,
+            ms if ms > crate::node::MAX_CATCH_UP.as_millis() as u64 => {
+                return Err(Status::invalid_argument(format!(
+                    "catch_up_timeout_ms: {ms} ms, at most {} (one hour)",
+                    crate::node::MAX_CATCH_UP.as_millis()
+                )))
+            }
+            ms => Duration::from_millis(ms),
+        };
         let proxied = r.clone();
         let index = self
             .on_leader(
-                |node| async move { node.add_node(r.id, r.addr, r.learner_only).await },
+                |node| async move { node.add_node(r.id, r.addr, r.learner_only, catch_up).await },
                 |mut c| async move { c.add_node(proxied).await.map(|r| r.into_inner().index) },
             )
             .await?;

@@ -30,6 +30,12 @@ pub const MAX_COMMAND_BYTES: usize = raft_store::codec::MAX_COMMAND_BYTES;
 /// Longest request id (idempotency key) a caller may send.
 pub const MAX_REQUEST_ID_BYTES: usize = 128;
 
+/// How long `add_node` waits for a new node's catch-up when the request names no bound.
+pub const DEFAULT_CATCH_UP: Duration = Duration::from_secs(60);
+
+/// The longest catch-up wait a request may ask of `add_node`.
+pub const MAX_CATCH_UP: Duration = Duration::from_secs(3_600);
+
 /// Everything a node needs to start.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -844,14 +850,21 @@ impl HubNode {
     /// The new node must answer as node `id` of this cluster before it is added, and it is
     /// promoted only after it has acknowledged the log up to the commit index seen when it was
     /// added: an unreachable address never becomes a voter (which would cost the cluster its
-    /// fault tolerance, or its quorum). Idempotent: re-adding a member with the same address
-    /// finishes a promotion that was interrupted and otherwise changes nothing.
+    /// fault tolerance, or its quorum). The wait for that is at most `catch_up`; a node still
+    /// catching up then stays a learner and keeps catching up. Idempotent: re-adding a member
+    /// with the same address finishes a promotion that was interrupted and otherwise changes
+    /// nothing.
     pub async fn add_node(
         &self,
         id: NodeId,
         addr: String,
         learner_only: bool,
+        catch_up: Duration,
     ) -> Result<u64, Status> {
+        assert!(
+            catch_up <= MAX_CATCH_UP,
+            "catch-up bound checked by the caller"
+        );
         if let Some((_, known_addr, voter)) = self.members().into_iter().find(|(m, _, _)| *m == id)
         {
             if known_addr != addr {
@@ -882,8 +895,7 @@ impl HubNode {
             .cluster_committed
             .map(|l| l.index)
             .unwrap_or(0);
-        self.wait_replicated(id, target, Duration::from_secs(60))
-            .await?;
+        self.wait_replicated(id, target, catch_up).await?;
         if learner_only {
             return Ok(target);
         }

@@ -22,8 +22,13 @@ use super::dev::{
 use super::output::{print, Format};
 use crate::client::FailoverClient;
 
-/// How long one membership call may take (a new node's catch-up included).
+/// How long one membership call may take, beyond a new node's catch-up.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long `dev add-node` waits for the new node's catch-up: a bounded fault in a chaos run
+/// (a node added across a partition fails after it, as before); `hubctl cluster add-node
+/// --catch-up-timeout-ms` waits longer.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where a new node runs: on loopback, or at `host` (inside `netns`).
 #[derive(Debug, Default, Clone)]
@@ -112,7 +117,9 @@ pub async fn add_node(dir: &Path, place: &NewNodePlace, fmt: Format) -> anyhow::
             Instant::now() + CALL_TIMEOUT,
         )
         .await?;
-        client(dir, &cluster, id)?
+        let mut waiting = client(dir, &cluster, id)?;
+        waiting.timeout += CATCH_UP_TIMEOUT;
+        waiting
             .call(|mut c| {
                 let addr = addr.clone();
                 async move {
@@ -120,6 +127,7 @@ pub async fn add_node(dir: &Path, place: &NewNodePlace, fmt: Format) -> anyhow::
                         id,
                         addr,
                         learner_only: false,
+                        catch_up_timeout_ms: CATCH_UP_TIMEOUT.as_millis() as u64,
                     })
                     .await
                 }

@@ -311,6 +311,12 @@ enum ClusterCmd {
         /// Add as a non-voting learner only.
         #[arg(long)]
         learner: bool,
+        /// How long to wait for the new node to catch up (a large state arrives as a
+        /// snapshot) before it becomes a voter; at most one hour. A node still catching up
+        /// then stays a learner and keeps catching up: run add-node again to promote it.
+        #[arg(long, default_value_t = 600_000,
+              value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
+        catch_up_timeout_ms: u64,
     },
     /// Remove a node from the cluster.
     RemoveNode {
@@ -600,8 +606,16 @@ async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyho
                 &["initialized", "members", "admin"],
             )
         }
-        ClusterCmd::AddNode { id, addr, learner } => {
-            let r = client
+        ClusterCmd::AddNode {
+            id,
+            addr,
+            learner,
+            catch_up_timeout_ms,
+        } => {
+            // The call lasts as long as the catch-up may, plus the usual per-call time.
+            let mut waiting = client.clone();
+            waiting.timeout = Duration::from_millis(catch_up_timeout_ms) + client.timeout;
+            let r = waiting
                 .call(|mut c| {
                     let addr = addr.clone();
                     async move {
@@ -609,6 +623,7 @@ async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyho
                             id,
                             addr,
                             learner_only: learner,
+                            catch_up_timeout_ms,
                         })
                         .await
                     }
