@@ -15,6 +15,7 @@ use crate::node::HubNode;
 use crate::peers::MAX_MESSAGE_BYTES;
 use crate::status::command_status;
 use openraft::async_runtime::watch::WatchReceiver;
+use raft_store::DigestFreshness;
 
 /// How long `TransferLeader` waits for the target to lead: a few rounds of votes.
 pub const TRANSFER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -98,6 +99,7 @@ impl HubService {
     }
 
     /// Runs a membership change on the leader, proxying the call if this node is not it.
+    /// While no leader is known it waits for one (up to the request timeout).
     async fn on_leader<T, F, Fut, P, PFut>(&self, local: F, proxy: P) -> Result<T, Status>
     where
         F: FnOnce(Arc<HubNode>) -> Fut,
@@ -105,9 +107,9 @@ impl HubService {
         P: FnOnce(HubClient<tonic::transport::Channel>) -> PFut,
         PFut: std::future::Future<Output = Result<T, Status>>,
     {
-        match self.node.leader() {
-            Some((id, _)) if id == self.node.id => local(self.node.clone()).await,
-            Some((_, addr)) => {
+        match self.node.leader_within_request_timeout().await? {
+            (id, _) if id == self.node.id => local(self.node.clone()).await,
+            (_, addr) => {
                 let channel = self
                     .node
                     .peers
@@ -115,9 +117,6 @@ impl HubService {
                     .map_err(|e| Status::internal(format!("bad leader address {addr}: {e}")))?;
                 proxy(HubClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES)).await
             }
-            None => Err(Status::unavailable(
-                "no leader: try again once a leader is elected",
-            )),
         }
     }
 
@@ -263,7 +262,12 @@ impl Hub for HubService {
         // Health, like NodeStatus and ClusterStatus: any authenticated caller (a node that
         // is joining holds no bindings yet, and the digest says nothing about the state).
         self.node.read_barrier(req.into_inner().stale).await?;
-        let (applied_index, digest) = self.node.state_digest().await?;
+        // At least what the barrier saw applied: a digest that began earlier is not this read's.
+        let barrier = self.node.state.read().applied_index();
+        let (applied_index, digest) = self
+            .node
+            .state_digest(DigestFreshness::AtLeast(barrier))
+            .await?;
         Ok(Response::new(Digest {
             applied_index,
             digest,
@@ -290,7 +294,7 @@ impl Hub for HubService {
         // The digest hashes the whole state: only on request (a health probe polled under
         // load must not cost a core).
         let (last_applied, digest) = if with_digest {
-            node.state_digest().await?
+            node.state_digest(DigestFreshness::Probe).await?
         } else {
             (node.state.read().applied_index(), String::new())
         };
@@ -333,8 +337,11 @@ impl Hub for HubService {
                     // The own digest under the same bound as a peer's: a large state takes
                     // seconds to hash (the computation goes on and is cached for the next
                     // call at the same index).
-                    let digest =
-                        tokio::time::timeout(MEMBER_PROBE_TIMEOUT, node.state_digest()).await;
+                    let digest = tokio::time::timeout(
+                        MEMBER_PROBE_TIMEOUT,
+                        node.state_digest(DigestFreshness::Probe),
+                    )
+                    .await;
                     let mut row = member_row(&m, Ok(mine));
                     match digest {
                         Ok(Ok((applied, digest))) => {

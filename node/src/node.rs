@@ -308,11 +308,35 @@ impl HubNode {
         Some((id, addr))
     }
 
-    /// The applied index and the state digest at it (computed off the state lock, so apply
-    /// never waits for it; see [`raft_store::StateMachine::digest`]).
-    pub async fn state_digest(&self) -> Result<(u64, String), Status> {
+    /// The leader this node knows; when it knows none (an election is under way), waits up
+    /// to the request timeout for one, as a write does, so a membership call made in the
+    /// middle of an election waits for its outcome instead of failing at once.
+    /// A node cut off from the leader says so at once (its refusal names the other members).
+    pub async fn leader_within_request_timeout(&self) -> Result<(NodeId, String), Status> {
+        let deadline = Instant::now() + self.request_timeout;
+        loop {
+            if let Some(leader) = self.leader() {
+                return Ok(leader);
+            }
+            if let Some(refusal) = self.cut_off() {
+                return Err(refusal);
+            }
+            if Instant::now() >= deadline {
+                return Err(no_leader(self.request_timeout));
+            }
+            self.wait_for_leader_change(None, deadline).await;
+        }
+    }
+
+    /// An applied index and the state digest at it, as recent as `freshness` asks (computed
+    /// off the state lock, so apply never waits for it, and at most one at a time; see
+    /// [`raft_store::StateMachine::digest`]).
+    pub async fn state_digest(
+        &self,
+        freshness: raft_store::DigestFreshness,
+    ) -> Result<(u64, String), Status> {
         self.sm
-            .digest()
+            .digest(freshness)
             .await
             .map_err(|e| Status::internal(format!("state digest: {e}")))
     }

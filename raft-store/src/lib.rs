@@ -18,6 +18,7 @@
 
 pub mod codec;
 mod db;
+mod digest;
 mod error;
 mod flusher;
 mod history;
@@ -31,6 +32,7 @@ mod store;
 mod types;
 
 pub use db::{open, NodeIdentity};
+pub use digest::DigestFreshness;
 pub use error::StoreError;
 pub use history::History;
 pub use install::StageError;

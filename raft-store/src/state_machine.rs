@@ -12,6 +12,7 @@ use openraft::{EntryPayload, RaftSnapshotBuilder};
 use rocksdb::{WriteBatch, WriteOptions};
 
 use crate::codec::{self, Limit};
+use crate::digest::{DigestCache, DigestFreshness};
 use crate::error::{io_err, StoreError};
 use crate::history::History;
 use crate::install;
@@ -84,9 +85,8 @@ pub struct StateMachine {
     current_snapshot: Arc<RwLock<Option<SnapshotMeta>>>,
     events: tokio::sync::broadcast::Sender<StateEvent>,
     stats: Arc<SnapshotStats>,
-    /// The last digest computed and its applied index; held while one is computed, so
-    /// concurrent callers share one computation.
-    digest: Arc<tokio::sync::Mutex<Option<(u64, String)>>>,
+    /// The last digest computed and the computation under way ([`DigestCache`]).
+    digest: DigestCache,
     /// A snapshot staged before Raft was asked to install it ([`StateMachine::stage_snapshot`]).
     staged: Arc<std::sync::Mutex<Option<install::Staged>>>,
 }
@@ -230,43 +230,30 @@ impl StateMachine {
             current_snapshot: Arc::new(RwLock::new(current)),
             events: tokio::sync::broadcast::channel(EVENT_BUFFER).0,
             stats: Arc::default(),
-            digest: Arc::default(),
+            digest: DigestCache::default(),
             staged: Arc::default(),
         })
     }
 
-    /// The applied index and the state digest at that index ([`State::digest`]), computed
-    /// from a RocksDB snapshot of the stored records on a blocking thread. It never takes
-    /// the state's lock: hashing the whole state under it held up apply, and with it every
-    /// write of the cluster, for as long as the hash took (about 250 ms at 70,000 records,
-    /// on every `NodeStatus` call; docs/BENCHMARKS.md). Computed once per applied index;
-    /// concurrent callers wait for one computation.
+    /// An applied index and the state digest at it ([`State::digest`]), as recent as
+    /// `freshness` asks, computed from a RocksDB snapshot of the stored records on a blocking
+    /// thread. It never takes the state's lock: hashing the whole state under it held up
+    /// apply, and with it every write of the cluster, for as long as the hash took (about
+    /// 250 ms at 70,000 records, on every `NodeStatus` call; docs/BENCHMARKS.md).
     ///
-    /// The computation runs in its own task and fills the cache even when its caller stops
-    /// waiting: at 100,000 entities with history it takes about 12 s, longer than a status
-    /// probe waits, and a computation dropped with its caller would start over on every call
-    /// and never finish.
-    pub async fn digest(&self) -> io::Result<(u64, String)> {
-        let cache = self.digest.clone();
-        let shared = self.shared.clone();
+    /// At most one computation runs at a time, and it finishes and is cached when its
+    /// callers stop waiting ([`crate::digest`]): at 100,000 entities with history it takes
+    /// about 12 s, longer than a status probe waits, and under writes every probe sees a
+    /// newer index than the last digest.
+    pub async fn digest(&self, freshness: DigestFreshness) -> io::Result<(u64, String)> {
+        let applied = self.shared.read().applied_index();
         let store = self.store.clone();
-        tokio::spawn(async move {
-            let mut cached = cache.lock().await;
-            let applied = shared.read().applied_index();
-            if let Some((index, digest)) = &*cached {
-                if *index == applied {
-                    return Ok((*index, digest.clone()));
-                }
-            }
-            let fresh = tokio::task::spawn_blocking(move || stored_digest(&store))
-                .await
-                .map_err(io_err)?
-                .map_err(io_err)?;
-            *cached = Some(fresh.clone());
-            Ok(fresh)
-        })
-        .await
-        .map_err(io_err)?
+        self.digest
+            .get(applied, freshness, move || {
+                stored_digest(&store).map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(io::Error::other)
     }
 
     /// Stages the snapshot `data` (described by `meta`) before Raft installs it: its records
@@ -683,7 +670,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use crate::NodeIdentity;
+    use crate::{DigestFreshness, NodeIdentity};
 
     #[tokio::test]
     async fn a_digest_whose_caller_stopped_waiting_is_still_cached() {
@@ -696,21 +683,17 @@ mod tests {
         let expected = sm.shared.read().state.digest();
         // The caller gives up after one poll: the hash runs on another thread (and this
         // runtime has not run the task it was handed to), so it cannot be done yet.
-        let gave_up = futures::FutureExt::now_or_never(sm.digest());
+        let gave_up = futures::FutureExt::now_or_never(sm.digest(DigestFreshness::Probe));
         assert!(gave_up.is_none(), "the first poll finished the digest");
         let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(cached) = sm.digest.try_lock() {
-                if let Some((index, digest)) = &*cached {
-                    assert_eq!((*index, digest.as_str()), (0, expected.as_str()));
-                    break;
-                }
-            }
+        while sm.digest.done().is_none() {
             assert!(
                 Instant::now() < deadline,
                 "the computation was dropped with its caller: nothing cached after 30 s"
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        assert_eq!(sm.digest.done(), Some((0, expected)));
+        assert_eq!(sm.digest.started(), 1);
     }
 }

@@ -5,6 +5,7 @@ use hub_engine::{Command as HubCommand, Request};
 use openraft::storage::RaftStateMachine;
 use openraft::vote::RaftLeaderId;
 use openraft::{Entry, EntryPayload, LogId};
+use raft_store::DigestFreshness;
 use raft_store::NodeIdentity;
 
 fn entry(index: u64, command: HubCommand, request_id: Option<&str>) -> raft_store::Entry {
@@ -70,13 +71,18 @@ async fn the_stored_digest_equals_the_states_at_every_applied_index() {
         ))]))
         .await
         .expect("apply");
-        let (at, digest) = sm.digest().await.expect("digest");
+        let (at, digest) = sm
+            .digest(DigestFreshness::AtLeast(index))
+            .await
+            .expect("digest");
         let expected = sm.shared().read().state.digest();
         assert_eq!(at, index, "the digest's index is the applied one");
         assert_eq!(digest, expected, "after entry {index}");
         // Cached for the same index, and a new one after every change.
         assert_eq!(
-            sm.digest().await.expect("digest again"),
+            sm.digest(DigestFreshness::Probe)
+                .await
+                .expect("digest again"),
             (at, digest.clone())
         );
         assert!(seen.insert(digest), "entry {index} changed the digest");

@@ -2,6 +2,7 @@
 //! state's rows, a reopened store and a snapshot carry it, and the format before the split
 //! (one Activity record with its lines) is migrated on open and on install.
 
+use raft_store::DigestFreshness;
 use std::collections::VecDeque;
 use std::path::Path;
 
@@ -163,8 +164,11 @@ async fn a_snapshot_carries_the_history_to_a_new_follower() {
     assert_eq!(stored_seqs(&follower), stored_seqs(&leader));
     assert_eq!(head(&follower), head(&leader));
     assert_eq!(
-        follower.digest().await.expect("digest"),
-        leader.digest().await.expect("digest"),
+        follower
+            .digest(DigestFreshness::Probe)
+            .await
+            .expect("digest"),
+        leader.digest(DigestFreshness::Probe).await.expect("digest"),
         "the stored digests, history included, agree"
     );
 }
@@ -258,11 +262,14 @@ async fn migrated_on_open(
 
     let (store, log, sm) = raft_store::open(dir, &identity()).expect("open migrates");
     expect(&sm);
-    let (_, migrated_digest) = sm.digest().await.expect("digest");
+    let (_, migrated_digest) = sm.digest(DigestFreshness::Probe).await.expect("digest");
     drop((store, log, sm));
     let (_s, _l, sm) = raft_store::open(dir, &identity()).expect("open again");
     expect(&sm);
-    assert_eq!(sm.digest().await.expect("digest").1, migrated_digest);
+    assert_eq!(
+        sm.digest(DigestFreshness::Probe).await.expect("digest").1,
+        migrated_digest
+    );
     let snapshot = sm.clone().build_snapshot().await.expect("build");
     let records = decode_snapshot(&snapshot.snapshot.read_all().expect("read the snapshot"));
     (records, sm)

@@ -145,11 +145,13 @@ async fn wait_leader(cluster: &Cluster, not: Option<u64>) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// What a node answers a membership change when it knows no leader: nothing was proposed.
-const NO_LEADER: &str = "no leader: try again once a leader is elected";
+/// How a node's answer to a membership change begins when it knew no leader for the whole
+/// request timeout: nothing was proposed.
+const NO_LEADER: &str = "no leader: ";
 
-/// Removes node `id`, again while the node `hubctl` reached knew no leader (under load a
-/// follower may not have heard from a leader the runner just saw), within [`ELECTION_WAIT`].
+/// Removes node `id`, again while the node `hubctl` reached knew no leader within its request
+/// timeout (it waits for an election's outcome, but a whole-cluster restart may take longer),
+/// within [`ELECTION_WAIT`].
 async fn remove_when_led(cluster: &mut Cluster, id: u64, keep_running: bool) -> anyhow::Result<()> {
     let deadline = Instant::now() + ELECTION_WAIT;
     loop {
