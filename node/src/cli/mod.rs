@@ -540,37 +540,7 @@ fn write_json(r: &WriteReply) -> Value {
 
 async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyhow::Result<()> {
     match cmd {
-        ClusterCmd::Status { .. } => {
-            let s = client
-                .call(|mut c| async move { c.cluster_status(ClusterStatusRequest {}).await })
-                .await?;
-            let members: Vec<Value> = s
-                .members
-                .iter()
-                .map(|m| {
-                    let mut v = json!({"id": m.id, "addr": m.addr, "role": m.role,
-                        "last_applied": m.last_applied, "digest": m.digest});
-                    if !m.error.is_empty() {
-                        v["error"] = json!(m.error);
-                    }
-                    v
-                })
-                .collect();
-            let v = json!({
-                "leader": if s.has_leader { json!(s.leader) } else { Value::Null },
-                "term": s.term,
-                "members": members,
-            });
-            if fmt.is_table() {
-                println!("leader: {}  term: {}", v["leader"], s.term);
-                let mut columns = vec!["id", "addr", "role", "last_applied", "digest"];
-                if s.members.iter().any(|m| !m.error.is_empty()) {
-                    columns.push("error");
-                }
-                return output::table(&members, &columns);
-            }
-            print(fmt, &v, &[])
-        }
+        ClusterCmd::Status { .. } => cluster_status(client, fmt).await,
         ClusterCmd::Init { members } => {
             let first = &client.endpoints()[0];
             let mut c = client
@@ -639,6 +609,39 @@ async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyho
             print_members(fmt, &r)
         }
     }
+}
+
+/// `hubctl cluster status`: the leader, the term and every member's row.
+async fn cluster_status(client: &FailoverClient, fmt: Format) -> anyhow::Result<()> {
+    let s = client
+        .call(|mut c| async move { c.cluster_status(ClusterStatusRequest {}).await })
+        .await?;
+    let members: Vec<Value> = s
+        .members
+        .iter()
+        .map(|m| {
+            let mut v = json!({"id": m.id, "addr": m.addr, "role": m.role,
+                "last_applied": m.last_applied, "digest": m.digest});
+            if !m.error.is_empty() {
+                v["error"] = json!(m.error);
+            }
+            v
+        })
+        .collect();
+    let v = json!({
+        "leader": if s.has_leader { json!(s.leader) } else { Value::Null },
+        "term": s.term,
+        "members": members,
+    });
+    if fmt.is_table() {
+        println!("leader: {}  term: {}", v["leader"], s.term);
+        let mut columns = vec!["id", "addr", "role", "last_applied", "digest"];
+        if s.members.iter().any(|m| !m.error.is_empty()) {
+            columns.push("error");
+        }
+        return output::table(&members, &columns);
+    }
+    print(fmt, &v, &[])
 }
 
 /// `hubctl cluster transfer-leader [--to ID]`.
