@@ -63,10 +63,8 @@ enum Step {
     Done(Outcome),
     /// Waits until the next computation may start, then looks again.
     RestUntil(Instant),
-    /// Waits for the computation under way.
-    Join(Waiting),
-    /// Starts a computation.
-    Start,
+    /// Waits for the computation under way (joined, or just started).
+    Wait(Waiting),
 }
 
 struct Running {
@@ -100,21 +98,14 @@ impl DigestCache {
             DigestFreshness::AtLeast(index) => index,
         };
         loop {
-            let (generation, from, mut outcome) = match self.next_step(need, freshness) {
+            let step = self.next_step(need, freshness, || (applied.max(need), compute.clone()));
+            let (generation, from, mut outcome) = match step {
                 Step::Done(outcome) => return outcome,
                 Step::RestUntil(at) => {
                     tokio::time::sleep_until(at).await;
                     continue;
                 }
-                Step::Join(running) => running,
-                Step::Start => {
-                    let mut inner = self.lock();
-                    match &inner.running {
-                        // Another caller started one since.
-                        Some(r) => (r.generation, r.from, r.outcome.clone()),
-                        None => self.start(&mut inner, applied.max(need), compute.clone()),
-                    }
-                }
+                Step::Wait(waiting) => waiting,
             };
             let waited = outcome.wait_for(Option::is_some).await.map(|o| o.clone());
             let result = match waited {
@@ -141,8 +132,18 @@ impl DigestCache {
         }
     }
 
-    /// What a caller that needs index `need` does next.
-    fn next_step(&self, need: u64, freshness: DigestFreshness) -> Step {
+    /// What a caller that needs index `need` does next: decided, and a computation started
+    /// if one is due (`start` gives its lower index bound and function), under one hold of
+    /// the lock.
+    fn next_step<F>(
+        &self,
+        need: u64,
+        freshness: DigestFreshness,
+        start: impl FnOnce() -> (u64, F),
+    ) -> Step
+    where
+        F: Fn() -> Outcome + Send + 'static,
+    {
         let mut inner = self.lock();
         if let Some((index, digest)) = &inner.done {
             if *index >= need {
@@ -154,11 +155,14 @@ impl DigestCache {
         match (running, resting, &*done, freshness) {
             (Some(r), _, _, _) => {
                 r.joined += 1;
-                Step::Join((r.generation, r.from, r.outcome.clone()))
+                Step::Wait((r.generation, r.from, r.outcome.clone()))
             }
             (None, Some(_), Some(done), DigestFreshness::Probe) => Step::Done(Ok(done.clone())),
             (None, Some(at), _, _) => Step::RestUntil(at),
-            (None, None, _, _) => Step::Start,
+            (None, None, _, _) => {
+                let (from, compute) = start();
+                Step::Wait(self.start(&mut inner, from, compute))
+            }
         }
     }
 
