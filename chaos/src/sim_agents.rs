@@ -22,6 +22,8 @@ pub struct SimSettings {
     /// How long a task report waits for the ones that follow it (the agent's
     /// `--report-linger-ms`).
     pub report_linger: Duration,
+    /// How long each simulated task takes (the `sim` driver's latency).
+    pub task_latency: Duration,
 }
 
 /// The running agents' journals: they live as long as this value (drop it after the run).
@@ -73,7 +75,7 @@ pub fn spawn(
             hub_tls::client::Connector::new(mode, Duration::from_millis(500)),
         ));
         let driver = Arc::new(SimDriver::new(SimConfig {
-            task_latency: Duration::from_millis(1),
+            task_latency: settings.task_latency,
             failure_rate: 0.0,
             seed: 1,
         }));

@@ -882,17 +882,7 @@ fn signal_spawned(node: &hub_tests::Node, signal: i32) {
 /// `add-node --learner` of the existing learner or voter 4 at `addr4` answers with (for a
 /// member, a call that changes nothing).
 fn voter(cluster: &Cluster, addr4: &str, id: u64) -> Option<bool> {
-    let out = cluster.hubctl(&[
-        "cluster",
-        "add-node",
-        "--id",
-        "4",
-        "--addr",
-        addr4,
-        "--learner",
-        "-o",
-        "json",
-    ]);
+    let out = add_learner_4(cluster, addr4);
     assert!(out.success(), "member list: {}", out.describe());
     out.json()["members"]
         .as_array()
@@ -900,6 +890,21 @@ fn voter(cluster: &Cluster, addr4: &str, id: u64) -> Option<bool> {
         .iter()
         .find(|m| m["id"] == id)
         .map(|m| m["voter"] == true)
+}
+
+/// `hubctl cluster add-node --id 4 --addr ADDR --learner -o json`.
+fn add_learner_4(cluster: &Cluster, addr: &str) -> hub_tests::CmdOutput {
+    cluster.hubctl(&[
+        "cluster",
+        "add-node",
+        "--id",
+        "4",
+        "--addr",
+        addr,
+        "--learner",
+        "-o",
+        "json",
+    ])
 }
 
 /// `hubctl --timeout-ms TIMEOUT cluster add-node --id 4 --addr ADDR --catch-up-timeout-ms
@@ -933,15 +938,7 @@ fn promote_4(cluster: &Cluster, addr: &str, timeout: &str, catch_up: &str) -> hu
 fn add_node_waits_for_a_catch_up_longer_than_one_call() {
     let cluster = Cluster::up(3, "");
     let new = cluster.spawn_node(4, &[]);
-    let out = cluster.hubctl(&[
-        "cluster",
-        "add-node",
-        "--id",
-        "4",
-        "--addr",
-        &new.addr,
-        "--learner",
-    ]);
+    let out = add_learner_4(&cluster, &new.addr);
     assert!(out.success(), "add-node --learner: {}", out.describe());
     // Paused, the learner falls behind the writes that follow; its promotion has to wait.
     signal_spawned(&new, libc::SIGSTOP);

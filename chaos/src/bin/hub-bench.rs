@@ -102,6 +102,9 @@ enum Cmd {
         /// `--report-linger-ms`; its default).
         #[arg(long, default_value_t = 20)]
         report_linger_ms: u64,
+        /// How long each simulated task takes (at most 60,000).
+        #[arg(long, default_value_t = 1)]
+        task_ms: u64,
     },
     /// The hub against etcd 3.4 on this machine, in one run: writes at each client count
     /// with and without TLS (alternating, each round on fresh clusters), then leader-kill
@@ -741,6 +744,7 @@ async fn trigger_bench(dir: &Path, idle: usize, rounds: usize) -> anyhow::Result
         poll_wait: Duration::from_secs(10),
         state_interval: Duration::from_secs(1),
         report_linger: hub_agent::executor::DEFAULT_REPORT_LINGER,
+        task_latency: Duration::from_millis(1),
     };
     let idle_metrics = Arc::new(Metrics::default());
     let _idle =
@@ -935,6 +939,17 @@ async fn agents_bench(
         eprintln!(
             "task reports: {reports} in {writes} writes ({:.2} writes per succeeded plan)",
             writes as f64 / plans as f64
+        );
+        // The calls an agent makes besides its task reports: every plan fetch that returned
+        // (a plan set changed, or a long poll's wait ran out) and every state report.
+        let (fetches, states) = (
+            metrics.fetches.load(Relaxed),
+            metrics.state_reports.load(Relaxed),
+        );
+        eprintln!(
+            "plan fetches: {fetches} ({:.2} per succeeded plan); state reports: {states} ({:.2} per succeeded plan)",
+            fetches as f64 / plans as f64,
+            states as f64 / plans as f64
         );
     }
     let all = metrics.delivery.samples();
@@ -1192,12 +1207,14 @@ async fn main() -> anyhow::Result<()> {
             poll_wait_ms,
             state_interval_ms,
             report_linger_ms,
+            task_ms,
         } => {
             // The agent's own bounds (`hub-agent` clamps the same way).
             let settings = hub_chaos::sim_agents::SimSettings {
                 poll_wait: Duration::from_millis(poll_wait_ms.clamp(100, 30_000)),
                 state_interval: Duration::from_millis(state_interval_ms.max(100)),
                 report_linger: Duration::from_millis(report_linger_ms.min(1_000)),
+                task_latency: Duration::from_millis(task_ms.min(60_000)),
             };
             agents_bench(&cluster, agents, seconds, release_every, &settings).await
         }
