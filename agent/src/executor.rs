@@ -53,14 +53,15 @@ pub struct AgentConfig {
     pub state_refresh: Duration,
     /// Plans run at once (for different entities).
     pub parallel_plans: usize,
-    /// How long a report that finds the outbox idle waits for the reports that follow it
-    /// before the write goes out (zero: at once). Fast tasks then cost one write per plan
-    /// rather than one per report; each report reaches the hub at most this much later.
+    /// How long a report that finds the outbox idle waits, while a plan is running, for the
+    /// reports that follow it (zero: at once; [`crate::linger`]). The wait ends when no plan
+    /// runs any more, so a plan that ends within it costs one write, sent at its end; each
+    /// report reaches the hub at most this much later.
     pub report_linger: Duration,
 }
 
 /// The agent's default [`AgentConfig::report_linger`].
-pub const DEFAULT_REPORT_LINGER: Duration = Duration::from_millis(20);
+pub const DEFAULT_REPORT_LINGER: Duration = Duration::from_millis(500);
 
 /// A running agent.
 pub struct Agent {
@@ -75,6 +76,8 @@ pub struct Agent {
     outbox: Notify,
     /// entity -> (plan id, cancel flag) of the plan running for it.
     running: std::sync::Mutex<HashMap<String, (String, Arc<AtomicBool>)>>,
+    /// Notified (all waiters) after a plan's entry left `running`.
+    plan_ended: Notify,
     permits: Arc<Semaphore>,
     /// What the latest plan fetch listed; `None` before the first reply.
     listed: std::sync::Mutex<Option<Listed>>,
@@ -230,6 +233,7 @@ impl Agent {
             metrics,
             outbox: Notify::new(),
             running: std::sync::Mutex::new(HashMap::new()),
+            plan_ended: Notify::new(),
             permits,
             listed: std::sync::Mutex::new(None),
         })
@@ -335,6 +339,8 @@ impl Agent {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .remove(&entity);
+                    // The plan's last reports are journaled: a report lingering for them goes.
+                    agent.plan_ended.notify_waiters();
                 });
             }
         }
@@ -476,16 +482,25 @@ impl Agent {
     }
 
     /// Sends queued reports in order, as many as are queued (up to [`REPORT_BATCH`]) in one
-    /// write, until the hub acknowledges them. A report that finds the outbox idle waits
-    /// [`AgentConfig::report_linger`] for the ones that follow it; while writes are in flight
-    /// the reports queued meanwhile go out together anyway.
+    /// write, until the hub acknowledges them. A report that finds the outbox idle waits,
+    /// while a plan runs, up to [`AgentConfig::report_linger`] for the ones that follow it
+    /// ([`crate::linger`]); while writes are in flight the reports queued meanwhile go out
+    /// together anyway.
     async fn send_reports(self: Arc<Self>) {
         let mut failures = 0u32;
         loop {
             let batch = self.journal.lock().await.next_reports(REPORT_BATCH);
             if batch.is_empty() {
                 self.outbox.notified().await;
-                tokio::time::sleep(self.cfg.report_linger).await;
+                let running = || {
+                    !self
+                        .running
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .is_empty()
+                };
+                crate::linger::while_plans_run(running, &self.plan_ended, self.cfg.report_linger)
+                    .await;
                 continue;
             }
             match self.hub.report_tasks(&self.cfg.environment, &batch).await {

@@ -7,6 +7,7 @@
 //! - [`executor`]: the loops: fetch plans, run them task by task, report.
 //! - [`hub`]: the hub connection: endpoint failover, back-off, safe retries.
 //! - [`journal`]: the local, durable record that makes execution exactly-once across restarts.
+//! - [`linger`]: how long a report waits for the ones after it (while a plan runs).
 //! - [`metrics`]: Prometheus counters on `/metrics`.
 //! - [`plan`]: the plan as the agent sees it (kind, tasks, canary step), and task outcomes.
 //! - [`proxy`]: the canary proxy (weighted and A/B routing, per-workload metrics).
@@ -18,6 +19,7 @@ pub mod execlog;
 pub mod executor;
 pub mod hub;
 pub mod journal;
+pub mod linger;
 pub mod metrics;
 pub mod plan;
 pub mod proxy;

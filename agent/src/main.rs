@@ -53,8 +53,8 @@ struct Args {
     /// Plans run at once, for different entities (default 8).
     #[arg(long)]
     parallel_plans: Option<usize>,
-    /// How long a task report waits for the ones that follow it before they are sent in
-    /// one write, 0–1000 (default 20).
+    /// How long a task report waits, while a plan runs, for the ones that follow it before
+    /// they are sent in one write; a plan's end sends them at once. 0–1000 (default 500).
     #[arg(long)]
     report_linger_ms: Option<u64>,
     /// sim driver: time each task takes (default 50).
@@ -438,7 +438,10 @@ mod tests {
         assert_eq!(settings.driver, "process", "the flag wins over the file");
         assert_eq!(settings.parallel_plans, 3);
         assert_eq!(settings.poll_wait_ms, 10_000, "defaults fill the rest");
-        assert_eq!(settings.report_linger_ms, 20);
+        assert_eq!(
+            settings.report_linger_ms,
+            DEFAULT_REPORT_LINGER.as_millis() as u64
+        );
     }
 
     #[test]

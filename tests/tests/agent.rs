@@ -535,6 +535,41 @@ fn a_fast_plans_task_reports_share_one_write() {
     // hub-agent --report-linger-ms: a report that finds the outbox idle waits for the ones
     // that follow it, so a plan whose tasks all end within the linger costs one write (with
     // `--report-linger-ms 0` this plan took 6).
+    let (tasks, metrics) = one_plan(&["--sim-task-ms", "1", "--report-linger-ms", "1000"]);
+    assert_eq!(
+        counter(&metrics, "hub_agent_reports_sent_total"),
+        Some(2 * tasks),
+        "each task reported running and succeeded:\n{metrics}"
+    );
+    assert_eq!(
+        counter(&metrics, "hub_agent_report_writes_total"),
+        Some(1),
+        "one write for the whole plan:\n{metrics}"
+    );
+}
+
+#[test]
+fn a_plans_reports_wait_for_its_end_not_only_for_the_next_report() {
+    // The default linger (500 ms) while a plan runs, ended by the plan's end: five 50 ms tasks
+    // cost one write (two if the machine stalls the plan past the linger). Before, a report
+    // waited 20 ms for the next one, and tasks 50 ms apart cost a write each (5 or 6).
+    let (tasks, metrics) = one_plan(&["--sim-task-ms", "50"]);
+    assert_eq!(
+        counter(&metrics, "hub_agent_reports_sent_total"),
+        Some(2 * tasks),
+        "each task reported running and succeeded:\n{metrics}"
+    );
+    let writes = counter(&metrics, "hub_agent_report_writes_total").expect("report writes");
+    assert!(
+        (1..=2).contains(&writes),
+        "{writes} writes for a plan of {tasks} tasks of 50 ms:\n{metrics}"
+    );
+}
+
+/// Runs one plan (an upgrade of one entity) through a `hub-agent` with the `sim` driver and
+/// `agent_args`; returns the plan's task count and the agent's metrics once its outbox is
+/// drained.
+fn one_plan(agent_args: &[&str]) -> (u64, String) {
     let c = Cluster::up(3, "");
     c.submit(json!({"CreateEnvironment": {"name": "prod", "description": ""}}))
         .expect("env");
@@ -549,19 +584,10 @@ fn a_fast_plans_task_reports_share_one_write() {
         .expect("entity");
     let entity = out["EntityCreated"].as_str().expect("id").to_string();
     let port = free_port();
-    let agent = c.start_hub_agent(
-        "prod",
-        &[
-            "--driver",
-            "sim",
-            "--sim-task-ms",
-            "1",
-            "--report-linger-ms",
-            "1000",
-            "--metrics-listen",
-            &format!("127.0.0.1:{port}"),
-        ],
-    );
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = vec!["--driver", "sim", "--metrics-listen", &listen];
+    args.extend_from_slice(agent_args);
+    let agent = c.start_hub_agent("prod", &args);
     c.submit(json!({"PublishRelease": {"manifest":
         "product-group: com.example\nproduct-name: web\nproduct-version: 1.0.0\n"}}))
         .expect("publish");
@@ -584,14 +610,5 @@ fn a_fast_plans_task_reports_share_one_write() {
         (counter(&body, "hub_agent_outbox") == Some(0)).then_some(body)
     })
     .expect("the agent's metrics, outbox drained");
-    assert_eq!(
-        counter(&metrics, "hub_agent_reports_sent_total"),
-        Some(2 * tasks),
-        "each task reported running and succeeded:\n{metrics}"
-    );
-    assert_eq!(
-        counter(&metrics, "hub_agent_report_writes_total"),
-        Some(1),
-        "one write for the whole plan:\n{metrics}"
-    );
+    (tasks, metrics)
 }

@@ -100,7 +100,7 @@ enum Cmd {
         state_interval_ms: u64,
         /// How long a task report waits for the ones that follow it (the agent's
         /// `--report-linger-ms`; its default).
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = hub_agent::executor::DEFAULT_REPORT_LINGER.as_millis() as u64)]
         report_linger_ms: u64,
         /// How long each simulated task takes (at most 60,000).
         #[arg(long, default_value_t = 1)]
