@@ -15,6 +15,12 @@ use hub_proto::hub_server::HubServer;
 use hub_proto::raft_server::RaftServer;
 use tokio::net::TcpListener;
 
+/// jemalloc, not glibc's malloc: a node allocates and frees many small buffers per call and
+/// per applied entry from several threads, and glibc's arenas spent a fifth of the nodes' CPU
+/// on it in a 5,000-agent burst (docs/BENCHMARKS.md, "The allocator").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// How long a leader that received SIGTERM waits for another voter to take the leadership
 /// before it stops anyway (the others then elect a leader after their election timeout).
 const SHUTDOWN_TRANSFER_TIMEOUT: Duration = Duration::from_secs(2);
