@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building the hub needs on Debian, if missing: a C++ toolchain and libclang
-# (bindgen, for RocksDB), the system's CA certificates (ca-certificates: the roots https
+# (bindgen, for RocksDB), make (jemalloc), the system's CA certificates (ca-certificates: the roots https
 # registries, webhooks and Prometheus are verified against), for the chaos runner's
 # partitions iproute2 and nftables, for its disk faults e2fsprogs, for the dashboard's browser test (tests/dashboard.rs)
 # Chromium with a font, and protoc for building the etcd client of hub-bench.
@@ -9,6 +9,8 @@ set -euo pipefail
 
 need=()
 command -v g++ >/dev/null 2>&1 || need+=(g++)
+# make, for jemalloc's build (tikv-jemalloc-sys, hub-node's allocator).
+command -v make >/dev/null 2>&1 || need+=(make)
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 [ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
