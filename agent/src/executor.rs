@@ -45,7 +45,8 @@ pub const CANARY_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 pub struct AgentConfig {
     /// The environment it serves.
     pub environment: String,
-    /// How long one plan fetch waits for a change.
+    /// How long one plan fetch waits for a change at most (each waits a random 15/16 to all
+    /// of it: [`poll_wait`]).
     pub poll_wait: Duration,
     /// How often observed state is compared and, when changed, reported.
     pub state_interval: Duration,
@@ -62,6 +63,31 @@ pub struct AgentConfig {
 
 /// The agent's default [`AgentConfig::report_linger`].
 pub const DEFAULT_REPORT_LINGER: Duration = Duration::from_millis(500);
+
+/// One poll's wait: `longest` less a random part of up to a sixteenth of it (as Nomad
+/// jitters its blocking queries). The replies of a rollout's burst start thousands of
+/// agents' polls together; equal waits would keep their timeouts in step for good, each
+/// round of them landing at once. A small share keeps the polls nearly as long, so idle
+/// agents cost the hub hardly more polls.
+pub fn poll_wait(longest: Duration) -> Duration {
+    longest.saturating_sub((longest / 16).mul_f64(rand::random::<f64>()))
+}
+
+/// The ids a poll names as known after `reply` (what its fingerprint covers), or none when
+/// the hub would refuse them as too many or too long (the poll is then answered by every
+/// change of the set, as before the ids existed).
+fn known_plan_ids(reply: &hub_proto::FetchPlansReply) -> Vec<String> {
+    let fits = reply.plans.len() <= hub_proto::MAX_KNOWN_PLAN_IDS
+        && reply.plans.iter().all(|p| p.id.len() <= MAX_PLAN_ID_BYTES);
+    if !fits {
+        return Vec::new();
+    }
+    reply.plans.iter().map(|p| p.id.clone()).collect()
+}
+
+/// Longest plan id a poll names as known (the hub refuses longer ones; its own are far
+/// shorter).
+const MAX_PLAN_ID_BYTES: usize = 128;
 
 /// A running agent.
 pub struct Agent {
@@ -254,13 +280,22 @@ impl Agent {
         self.fetch_loop().await;
     }
 
+    /// Polls for plans and starts each new one. Each poll names the plans it knows, so the
+    /// end of one this agent ran does not answer it (the agent knows; the hub would only send
+    /// the smaller set).
     async fn fetch_loop(self: Arc<Self>) {
         let mut fingerprint = String::new();
+        let mut known_ids: Vec<String> = Vec::new();
         let mut failures = 0u32;
         loop {
             let reply = match self
                 .hub
-                .fetch(&self.cfg.environment, &fingerprint, self.cfg.poll_wait)
+                .fetch(
+                    &self.cfg.environment,
+                    &fingerprint,
+                    &known_ids,
+                    poll_wait(self.cfg.poll_wait),
+                )
                 .await
             {
                 Ok(r) => {
@@ -275,6 +310,7 @@ impl Agent {
                 }
             };
             fingerprint = reply.fingerprint.clone();
+            known_ids = known_plan_ids(&reply);
             // Before any listed plan starts, so a state sample never counts a plan as ended
             // that it cannot reflect.
             *self.listed.lock().unwrap_or_else(|p| p.into_inner()) = Some(Listed {
@@ -677,6 +713,42 @@ mod tests {
     /// What the fetch loop runs of a fetched plan.
     fn to_spec(p: &AgentPlan, registries: &[crate::plan::Registry]) -> PlanSpec {
         wire::plan(p, registries, "plans[0]").unwrap().spec
+    }
+
+    #[test]
+    fn poll_waits_are_spread_over_the_last_sixteenth() {
+        let longest = Duration::from_secs(10);
+        let waits: std::collections::BTreeSet<Duration> =
+            (0..100).map(|_| poll_wait(longest)).collect();
+        assert!(
+            waits
+                .iter()
+                .all(|w| (Duration::from_millis(9_375)..=longest).contains(w)),
+            "{waits:?}"
+        );
+        assert!(waits.len() > 50, "{} distinct waits of 100", waits.len());
+        assert_eq!(poll_wait(Duration::ZERO), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_poll_names_the_last_replys_plans_unless_the_hub_would_refuse_them() {
+        let plan = |id: String| AgentPlan {
+            id,
+            ..Default::default()
+        };
+        let mut reply = hub_proto::FetchPlansReply {
+            plans: vec![plan("p-7-0".into()), plan("p-9-1".into())],
+            ..Default::default()
+        };
+        assert_eq!(known_plan_ids(&reply), ["p-7-0", "p-9-1"]);
+        reply.plans.push(plan("p".repeat(MAX_PLAN_ID_BYTES + 1)));
+        assert!(known_plan_ids(&reply).is_empty());
+        reply.plans = (0..=hub_proto::MAX_KNOWN_PLAN_IDS)
+            .map(|i| plan(format!("p-{i}-0")))
+            .collect();
+        assert!(known_plan_ids(&reply).is_empty());
+        reply.plans.pop();
+        assert_eq!(known_plan_ids(&reply).len(), hub_proto::MAX_KNOWN_PLAN_IDS);
     }
 
     /// A canary-step plan as `FetchPlans` sends it.

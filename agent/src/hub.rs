@@ -166,12 +166,14 @@ impl HubConnection {
         }
     }
 
-    /// One long-poll for the environment's plans (waits up to `wait` for a change of
-    /// `fingerprint`).
+    /// One long-poll for the environment's plans: waits up to `wait` for a change of
+    /// `fingerprint`, the fingerprint of `known_ids` (a change that only ends some of those
+    /// as succeeded or failed, which this agent did itself, does not answer it).
     pub async fn fetch(
         &self,
         environment: &str,
         fingerprint: &str,
+        known_ids: &[String],
         wait: Duration,
     ) -> Result<FetchPlansReply, CallError> {
         let (addr, mut c) = self.client()?;
@@ -179,6 +181,7 @@ impl HubConnection {
             environment: environment.to_string(),
             known_fingerprint: fingerprint.to_string(),
             wait_ms: wait.as_millis() as u32,
+            known_plan_ids: known_ids.to_vec(),
         });
         req.set_timeout(wait + Duration::from_secs(10));
         self.metrics.inc(&self.metrics.fetches);

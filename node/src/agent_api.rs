@@ -16,7 +16,7 @@ use hub_engine::canary::{
     MetricWindow, SampleWindow, WorkloadSamples, MAX_SAMPLE_WINDOWS,
 };
 use hub_engine::command::{EntityReport, SampledEntityReport};
-use hub_engine::entity::config_sha256;
+use hub_engine::entity::{config_sha256, EntityId};
 use hub_engine::plan::{FailureMetadata, TaskReport};
 use hub_engine::{Command, CommandOutput, State};
 use hub_proto::agent_server::Agent;
@@ -29,6 +29,32 @@ use tonic::{Request, Response, Status};
 
 use crate::agent_wire;
 use crate::node::HubNode;
+
+/// Longest plan id a poll may list in `known_plan_ids` (the hub's are far shorter).
+pub const MAX_PLAN_ID_BYTES: usize = 128;
+
+/// Refuses a poll's `known_plan_ids` beyond [`hub_proto::MAX_KNOWN_PLAN_IDS`] ids or
+/// [`MAX_PLAN_ID_BYTES`] bytes per id, naming the field.
+fn check_known_plan_ids(ids: &[String]) -> Result<(), Status> {
+    if ids.len() > hub_proto::MAX_KNOWN_PLAN_IDS {
+        return Err(Status::invalid_argument(format!(
+            "known_plan_ids: {} ids, at most {} allowed",
+            ids.len(),
+            hub_proto::MAX_KNOWN_PLAN_IDS
+        )));
+    }
+    if let Some((i, id)) = ids
+        .iter()
+        .enumerate()
+        .find(|(_, id)| id.len() > MAX_PLAN_ID_BYTES)
+    {
+        return Err(Status::invalid_argument(format!(
+            "known_plan_ids[{i}]: {} bytes, at most {MAX_PLAN_ID_BYTES} allowed",
+            id.len()
+        )));
+    }
+    Ok(())
+}
 
 /// Plan polls share read barriers younger than this (see `HubNode::shared_read_barrier`).
 pub const SHARED_BARRIER_AGE: Duration = Duration::from_millis(200);
@@ -335,14 +361,52 @@ fn canary_observation(
 /// waking every poll for it would send each plan twice in a rollout's burst. Cheap: it builds
 /// and clones no plan.
 pub fn plan_set_fingerprint(state: &State, environment: &str) -> String {
+    fingerprint_of(state.active_plans_in(environment).map(|p| p.id.as_str()))
+}
+
+/// The fingerprint of a set of plan ids, whatever their order: the first 16 hex digits of the
+/// SHA-256 of the sorted ids, each followed by `;`.
+fn fingerprint_of<'a>(ids: impl Iterator<Item = &'a str>) -> String {
+    let mut ids: Vec<&str> = ids.collect();
+    ids.sort_unstable();
+    ids.dedup();
     let mut fp = String::new();
-    for p in state.active_plans_in(environment) {
-        fp.push_str(&p.id);
+    for id in ids {
+        fp.push_str(id);
         fp.push(';');
     }
     let mut hex = config_sha256(&fp);
     hex.truncate(16);
     hex
+}
+
+/// Whether the agent's known set (`known`, the fingerprint of `known_ids`) differs from the
+/// environment's active plans only by plans of `known_ids` that have since succeeded or
+/// failed. Those ends come from the environment's agent's own task reports, so it knows
+/// them already: waking its poll would only send it the smaller set, one round trip per plan
+/// in a rollout's burst. A plan issued or cancelled (or one whose outcome is no longer kept)
+/// still tells it something.
+fn only_own_ends(state: &State, environment: &str, known: &str, known_ids: &[String]) -> bool {
+    if known_ids.is_empty() {
+        return false;
+    }
+    let prefix = EntityId::environment_prefix(environment);
+    let ended_here = known_ids.iter().filter(|id| {
+        state.plan(id).is_none()
+            && state.plan_outcome(id).is_some_and(|o| {
+                o.entity.starts_with(&prefix)
+                    && matches!(
+                        o.status,
+                        hub_engine::plan::PlanStatus::Succeeded
+                            | hub_engine::plan::PlanStatus::Failed
+                    )
+            })
+    });
+    let seen = state
+        .active_plans_in(environment)
+        .map(|p| p.id.as_str())
+        .chain(ended_here.map(String::as_str));
+    fingerprint_of(seen) == known
 }
 
 /// What a plan fetch returns: the environment's active plans as the agent sees them
@@ -357,13 +421,21 @@ pub struct PlanSet {
     pub registries: Vec<Registry>,
 }
 
-/// One look at the state for a long-poll whose agent knows `known`: `None` when that is the
-/// current fingerprint and the poll may wait on (`timed_out` false), else the reply's plan
-/// set. The plans are built only then: a wake that changed nothing the agent sees costs a
+/// One look at the state for a long-poll whose agent knows `known` (the fingerprint of
+/// `known_ids`, when the agent sends them): `None` when the agent would learn nothing new and
+/// the poll may wait on (`timed_out` false), else the reply's plan set. Nothing new: the same
+/// fingerprint, or a set smaller only by the agent's own plan ends ([`only_own_ends`]). The
+/// plans are built only for a reply: a wake that changed nothing the agent sees costs a
 /// fingerprint, not a copy of every plan and secret.
-pub fn look(state: &State, environment: &str, known: &str, timed_out: bool) -> Option<PlanSet> {
+pub fn look(
+    state: &State,
+    environment: &str,
+    known: &str,
+    known_ids: &[String],
+    timed_out: bool,
+) -> Option<PlanSet> {
     let fingerprint = plan_set_fingerprint(state, environment);
-    if fingerprint == known && !timed_out {
+    if !timed_out && (fingerprint == known || only_own_ends(state, environment, known, known_ids)) {
         return None;
     }
     let (plans, registries) = build_plans(state, environment);
@@ -658,6 +730,7 @@ impl Agent for AgentService {
         let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
         caller.require_environment(&r.environment)?;
+        check_known_plan_ids(&r.known_plan_ids)?;
         self.node.metrics.agent_seen(&r.environment);
         let wait = Duration::from_millis(r.wait_ms as u64).min(MAX_WAIT);
         let deadline = Instant::now() + wait;
@@ -687,8 +760,14 @@ impl Agent for AgentService {
                 if s.state.environment(&r.environment).is_none() {
                     return Err(unknown_environment(&r.environment));
                 }
-                look(&s.state, &r.environment, &r.known_fingerprint, timed_out)
-                    .map(|set| (set, s.applied_index()))
+                look(
+                    &s.state,
+                    &r.environment,
+                    &r.known_fingerprint,
+                    &r.known_plan_ids,
+                    timed_out,
+                )
+                .map(|set| (set, s.applied_index()))
             };
             if let Some((set, index)) = looked {
                 let delivered: Vec<(i64, &str)> = set
@@ -828,6 +907,10 @@ mod fetch_tests {
     }
 
     fn report(hub: &mut Hub, entity: &str, task: &str) {
+        report_as(hub, entity, task, hub_engine::plan::TaskState::Running);
+    }
+
+    fn report_as(hub: &mut Hub, entity: &str, task: &str, state: hub_engine::plan::TaskState) {
         let plan_id = hub
             .state
             .active_plans_in("prod")
@@ -841,8 +924,8 @@ mod fetch_tests {
                 plan_id,
                 task: task.into(),
                 attempt: 1,
-                state: hub_engine::plan::TaskState::Running,
-                output: format!("{task} started\n"),
+                state,
+                output: format!("{task} {state:?}\n"),
                 failure: None,
             },
         });
@@ -861,34 +944,87 @@ mod fetch_tests {
             p.entity == "eid:prod:helmChart:web"
                 && p.status == hub_engine::plan::PlanStatus::Running
         }));
-        assert_eq!(look(&hub.state, "prod", &issued, false), None);
+        assert_eq!(look(&hub.state, "prod", &issued, &[], false), None);
         report(&mut hub, "eid:prod:helmChart:web", "remove");
-        assert_eq!(look(&hub.state, "prod", &issued, false), None);
+        assert_eq!(look(&hub.state, "prod", &issued, &[], false), None);
         hub.entity("db");
-        assert_eq!(look(&hub.state, "prod", &issued, false), None);
+        assert_eq!(look(&hub.state, "prod", &issued, &[], false), None);
         assert_eq!(
             builds(),
             before,
             "plans were built for an unchanged fingerprint"
         );
         // A stale fingerprint, or a poll that timed out, gets the plans.
-        let set = look(&hub.state, "prod", "stale", false).expect("the plans changed");
+        let set = look(&hub.state, "prod", "stale", &[], false).expect("the plans changed");
         assert_eq!(builds(), before + 1);
         assert_eq!(set.plans.len(), 2);
         assert_eq!(set.fingerprint, issued);
-        let timed_out = look(&hub.state, "prod", &issued, true).expect("timed out");
+        let timed_out = look(&hub.state, "prod", &issued, &[], true).expect("timed out");
         assert_eq!(timed_out, set);
         assert_eq!(builds(), before + 2);
     }
 
     #[test]
+    fn a_poll_naming_its_plans_is_not_answered_by_their_own_ends() {
+        use hub_engine::plan::TaskState::{Running, Succeeded};
+        let mut hub = hub();
+        let set = look(&hub.state, "prod", "", &[], false).expect("plans");
+        let ids: Vec<String> = set.plans.iter().map(|p| p.id.clone()).collect();
+        let known = set.fingerprint.clone();
+        // The web plan succeeds (the agent's own reports): news only to a poll without ids.
+        for task in ["stop", "remove"] {
+            report_as(&mut hub, "eid:prod:helmChart:web", task, Running);
+            report_as(&mut hub, "eid:prod:helmChart:web", task, Succeeded);
+        }
+        assert_eq!(hub.state.active_plans_in("prod").count(), 1);
+        assert_eq!(look(&hub.state, "prod", &known, &ids, false), None);
+        let without_ids = look(&hub.state, "prod", &known, &[], false).expect("changed");
+        assert_eq!(without_ids.plans.len(), 1);
+        // An id of no plan the hub kept adds nothing to what the poll compares.
+        let mut odd = ids.clone();
+        odd.push("p-999-0".into());
+        assert_eq!(look(&hub.state, "prod", &known, &odd, false), None);
+        // A timed-out poll is answered with the smaller set.
+        let timed_out = look(&hub.state, "prod", &known, &ids, true).expect("timed out");
+        assert_eq!(timed_out, without_ids);
+        // A cancelled plan answers it: the agent must stop it.
+        hub.apply(Command::CancelPlans {
+            target: hub_engine::command::CancelTarget::Entity("eid:prod:helmChart:api".into()),
+            reason: "test".into(),
+            suppress_for_ms: None,
+            actor: "admin".into(),
+        });
+        let cancelled = look(&hub.state, "prod", &known, &ids, false).expect("cancelled");
+        assert!(cancelled.plans.is_empty());
+        // So does a plan issued.
+        let mut hub = hub_with_one_done(&ids);
+        hub.uninstall("eid:prod:helmChart:web");
+        assert!(look(&hub.state, "prod", &known, &ids, false).is_some());
+    }
+
+    /// [`hub`] with the web plan (of `ids`, the plans the agent knows) succeeded.
+    fn hub_with_one_done(ids: &[String]) -> Hub {
+        use hub_engine::plan::TaskState::{Running, Succeeded};
+        let mut hub = hub();
+        for task in ["stop", "remove"] {
+            report_as(&mut hub, "eid:prod:helmChart:web", task, Running);
+            report_as(&mut hub, "eid:prod:helmChart:web", task, Succeeded);
+        }
+        let known = fingerprint_of(ids.iter().map(String::as_str));
+        assert_eq!(look(&hub.state, "prod", &known, ids, false), None);
+        hub
+    }
+
+    #[test]
     fn the_reply_carries_what_it_did_before() {
         let hub = hub();
-        let set = look(&hub.state, "prod", "", false).expect("plans");
-        // The fingerprint is the plan ids of what is sent.
+        let set = look(&hub.state, "prod", "", &[], false).expect("plans");
+        // The fingerprint is the sorted plan ids of what is sent.
+        let mut ids: Vec<&str> = set.plans.iter().map(|p| p.id.as_str()).collect();
+        ids.sort();
         let mut fp = String::new();
-        for p in &set.plans {
-            fp.push_str(&format!("{};", p.id));
+        for id in ids {
+            fp.push_str(&format!("{id};"));
         }
         assert_eq!(set.fingerprint, config_sha256(&fp)[..16]);
         let web = &set.plans[1];

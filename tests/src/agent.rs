@@ -298,11 +298,13 @@ impl Cluster {
             self.endpoints(),
             "--data-dir".into(),
             data_dir.display().to_string(),
-            "--poll-wait-ms".into(),
-            "2000".into(),
             "--state-interval-ms".into(),
             "300".into(),
         ];
+        // Short polls, unless the test sets its own.
+        if !extra.contains(&"--poll-wait-ms") {
+            args.extend(["--poll-wait-ms".into(), "2000".into()]);
+        }
         args.extend(
             self.tls_args(&hub_tls::Identity::Agent(environment.to_string()))
                 .into_iter()

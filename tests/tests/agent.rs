@@ -3,6 +3,7 @@
 //! agent killed mid-plan (SPEC P2, P6, P8, P10, R3, R4, C9, C10).
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use hub_tests::agent::http_get;
 use hub_tests::{free_port, poll_until, Cluster, CONVERGE_TIMEOUT};
@@ -566,10 +567,40 @@ fn a_plans_reports_wait_for_its_end_not_only_for_the_next_report() {
     );
 }
 
+#[test]
+fn the_end_of_an_agents_own_plan_does_not_answer_its_poll() {
+    // Two plans in turn, polls of up to 30 s: the first fetch is answered at once (the agent
+    // knows no set yet), the second by the first plan, the third by the second plan, and the
+    // fourth waits. Before, each plan's end answered a poll too (5 or 6 fetches).
+    let (_, metrics, ran) = plans_in_turn(&["--poll-wait-ms", "30000"], &["1.0.0", "2.0.0"]);
+    assert_eq!(
+        counter(&metrics, "hub_agent_plans_succeeded_total"),
+        Some(2),
+        "{metrics}"
+    );
+    // A poll waits at least 28.1 s (30 s less up to a sixteenth): one that timed out on a
+    // slow machine is no wake.
+    let timeouts = (ran.as_millis() / 28_125) as u64;
+    let fetches = counter(&metrics, "hub_agent_fetches_total").expect("fetches");
+    assert!(
+        (4..=4 + timeouts).contains(&fetches),
+        "{fetches} fetches in {ran:?}:\n{metrics}"
+    );
+}
+
 /// Runs one plan (an upgrade of one entity) through a `hub-agent` with the `sim` driver and
 /// `agent_args`; returns the plan's task count and the agent's metrics once its outbox is
 /// drained.
 fn one_plan(agent_args: &[&str]) -> (u64, String) {
+    let (tasks, metrics, _) = plans_in_turn(agent_args, &["1.0.0"]);
+    (tasks, metrics)
+}
+
+/// Publishes `versions` one after the other, each once the plan of the one before has
+/// succeeded, to one entity served by a `hub-agent` with the `sim` driver and `agent_args`;
+/// returns the last plan's task count, the agent's metrics once its outbox is drained, and
+/// how long the agent had run by then.
+fn plans_in_turn(agent_args: &[&str], versions: &[&str]) -> (u64, String, Duration) {
     let c = Cluster::up(3, "");
     c.submit(json!({"CreateEnvironment": {"name": "prod", "description": ""}}))
         .expect("env");
@@ -587,19 +618,37 @@ fn one_plan(agent_args: &[&str]) -> (u64, String) {
     let listen = format!("127.0.0.1:{port}");
     let mut args = vec!["--driver", "sim", "--metrics-listen", &listen];
     args.extend_from_slice(agent_args);
+    let started = Instant::now();
     let agent = c.start_hub_agent("prod", &args);
-    c.submit(json!({"PublishRelease": {"manifest":
-        "product-group: com.example\nproduct-name: web\nproduct-version: 1.0.0\n"}}))
-        .expect("publish");
-    let plan = poll_until(CONVERGE_TIMEOUT, || {
-        let plans = c.query(json!({"query": "plans", "entity": entity})).ok()?;
-        plans["plans"]
-            .as_array()?
-            .iter()
-            .find(|p| p["status"] == "succeeded")
-            .cloned()
+    // The first poll (the agent knows no plan set yet) is answered before any plan exists.
+    poll_until(CONVERGE_TIMEOUT, || {
+        let (_, body) = http_get(port, "/metrics")?;
+        (counter(&body, "hub_agent_fetches_total")? >= 2).then_some(())
     })
-    .unwrap_or_else(|| panic!("the plan succeeds; agent: {}", agent.log_tail(20)));
+    .unwrap_or_else(|| panic!("the agent polls again; agent: {}", agent.log_tail(20)));
+    let mut plan = json!(null);
+    for (n, version) in versions.iter().enumerate() {
+        let manifest =
+            format!("product-group: com.example\nproduct-name: web\nproduct-version: {version}\n");
+        c.submit(json!({"PublishRelease": {"manifest": manifest}}))
+            .expect("publish");
+        plan = poll_until(CONVERGE_TIMEOUT, || {
+            let plans = c.query(json!({"query": "plans", "entity": entity})).ok()?;
+            let succeeded: Vec<Value> = plans["plans"]
+                .as_array()?
+                .iter()
+                .filter(|p| p["status"] == "succeeded")
+                .cloned()
+                .collect();
+            (succeeded.len() > n).then(|| succeeded.last().cloned())?
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "the plan to {version} succeeds; agent: {}",
+                agent.log_tail(20)
+            )
+        });
+    }
     let plan = c
         .query(json!({"query": "plan", "id": plan["id"]}))
         .expect("plan");
@@ -610,5 +659,5 @@ fn one_plan(agent_args: &[&str]) -> (u64, String) {
         (counter(&body, "hub_agent_outbox") == Some(0)).then_some(body)
     })
     .expect("the agent's metrics, outbox drained");
-    (tasks, metrics)
+    (tasks, metrics, started.elapsed())
 }

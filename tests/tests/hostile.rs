@@ -245,6 +245,30 @@ fn the_length_bomb_and_hostile_snapshots_get_errors_and_every_node_stays_up() {
                 })
                 .await;
             expect_code("Agent.FetchPlans", r, Code::NotFound);
+            // Known plan ids beyond their bounds are refused, naming the field.
+            for (what, ids, field) in [
+                (
+                    "1,025 ids",
+                    vec!["p-1-0".to_string(); 1_025],
+                    "known_plan_ids:",
+                ),
+                ("a 129-byte id", vec!["p".repeat(129)], "known_plan_ids[0]:"),
+            ] {
+                let r = agent
+                    .fetch_plans(FetchPlansRequest {
+                        environment: "no-such-env".into(),
+                        wait_ms: 10_000,
+                        known_plan_ids: ids,
+                        ..Default::default()
+                    })
+                    .await;
+                match r {
+                    Err(s) if s.code() == Code::InvalidArgument => {
+                        assert!(s.message().starts_with(field), "{what}: {s:?}")
+                    }
+                    other => panic!("Agent.FetchPlans with {what}: {other:?}"),
+                }
+            }
         });
         assert!(cluster.is_running(node.id), "node {} died", node.id);
     }

@@ -122,6 +122,7 @@ fn fetch_plans(
                 environment: environment.into(),
                 known_fingerprint: String::new(),
                 wait_ms: 0,
+                known_plan_ids: Vec::new(),
             })
             .await
     })

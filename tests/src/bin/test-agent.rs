@@ -195,6 +195,7 @@ async fn main() {
             environment: args.environment.clone(),
             known_fingerprint: fingerprint.clone(),
             wait_ms: 2_000,
+            known_plan_ids: Vec::new(),
         });
         req.set_timeout(Duration::from_secs(10));
         let reply = match c.fetch_plans(req).await {
