@@ -78,16 +78,15 @@ pub fn poll_wait(longest: Duration) -> Duration {
 /// change of the set, as before the ids existed).
 fn known_plan_ids(reply: &hub_proto::FetchPlansReply) -> Vec<String> {
     let fits = reply.plans.len() <= hub_proto::MAX_KNOWN_PLAN_IDS
-        && reply.plans.iter().all(|p| p.id.len() <= MAX_PLAN_ID_BYTES);
+        && reply
+            .plans
+            .iter()
+            .all(|p| p.id.len() <= hub_proto::MAX_KNOWN_PLAN_ID_BYTES);
     if !fits {
         return Vec::new();
     }
     reply.plans.iter().map(|p| p.id.clone()).collect()
 }
-
-/// Longest plan id a poll names as known (the hub refuses longer ones; its own are far
-/// shorter).
-const MAX_PLAN_ID_BYTES: usize = 128;
 
 /// A running agent.
 pub struct Agent {
@@ -741,7 +740,9 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(known_plan_ids(&reply), ["p-7-0", "p-9-1"]);
-        reply.plans.push(plan("p".repeat(MAX_PLAN_ID_BYTES + 1)));
+        reply
+            .plans
+            .push(plan("p".repeat(hub_proto::MAX_KNOWN_PLAN_ID_BYTES + 1)));
         assert!(known_plan_ids(&reply).is_empty());
         reply.plans = (0..=hub_proto::MAX_KNOWN_PLAN_IDS)
             .map(|i| plan(format!("p-{i}-0")))

@@ -30,11 +30,8 @@ use tonic::{Request, Response, Status};
 use crate::agent_wire;
 use crate::node::HubNode;
 
-/// Longest plan id a poll may list in `known_plan_ids` (the hub's are far shorter).
-pub const MAX_PLAN_ID_BYTES: usize = 128;
-
 /// Refuses a poll's `known_plan_ids` beyond [`hub_proto::MAX_KNOWN_PLAN_IDS`] ids or
-/// [`MAX_PLAN_ID_BYTES`] bytes per id, naming the field.
+/// [`hub_proto::MAX_KNOWN_PLAN_ID_BYTES`] bytes per id, naming the field.
 fn check_known_plan_ids(ids: &[String]) -> Result<(), Status> {
     if ids.len() > hub_proto::MAX_KNOWN_PLAN_IDS {
         return Err(Status::invalid_argument(format!(
@@ -46,11 +43,12 @@ fn check_known_plan_ids(ids: &[String]) -> Result<(), Status> {
     if let Some((i, id)) = ids
         .iter()
         .enumerate()
-        .find(|(_, id)| id.len() > MAX_PLAN_ID_BYTES)
+        .find(|(_, id)| id.len() > hub_proto::MAX_KNOWN_PLAN_ID_BYTES)
     {
         return Err(Status::invalid_argument(format!(
-            "known_plan_ids[{i}]: {} bytes, at most {MAX_PLAN_ID_BYTES} allowed",
-            id.len()
+            "known_plan_ids[{i}]: {} bytes, at most {} allowed",
+            id.len(),
+            hub_proto::MAX_KNOWN_PLAN_ID_BYTES
         )));
     }
     Ok(())

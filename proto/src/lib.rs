@@ -15,3 +15,6 @@ pub use v1::*;
 /// Most plan ids a plan poll may list in `FetchPlansRequest.known_plan_ids`: an agent whose
 /// last reply held more sends none (and is woken by every change of its plan set).
 pub const MAX_KNOWN_PLAN_IDS: usize = 1024;
+
+/// Longest id `FetchPlansRequest.known_plan_ids` may hold (the hub's plan ids are far shorter).
+pub const MAX_KNOWN_PLAN_ID_BYTES: usize = 128;
