@@ -20,6 +20,11 @@ use hub_agent::journal::JournalFile;
 use hub_agent::metrics::{self, Metrics};
 use serde::Deserialize;
 
+/// jemalloc, as hub-node: an agent allocates and frees many small buffers per call (TLS,
+/// HTTP/2, protobuf) and per journal write.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// The agent of one environment. Every setting can also come from `--config agent.toml`
 /// (the same names, kebab-case); a flag given on the command line wins over the file.
 #[derive(Parser, Debug, Default)]

@@ -1159,6 +1159,12 @@ fn catch_up(
     Ok(())
 }
 
+/// jemalloc, as hub-node: `hub-bench agents` runs thousands of real agents (TLS, HTTP/2,
+/// journals) in this process, on the cores of the nodes it measures; with glibc's malloc the
+/// load generator took 13 % more CPU for the same run (docs/BENCHMARKS.md, "The allocator").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cmd = Args::parse().cmd;
