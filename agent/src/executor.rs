@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hub_engine::entity::ReportedState;
 use hub_proto::EntityState;
 use tokio::sync::{Mutex, Notify, Semaphore};
 
@@ -106,6 +107,8 @@ pub struct Agent {
     permits: Arc<Semaphore>,
     /// What the latest plan fetch listed; `None` before the first reply.
     listed: std::sync::Mutex<Option<Listed>>,
+    /// The last state report sent, and what the hub records since.
+    sent: std::sync::Mutex<SentStates>,
 }
 
 /// What one plan fetch listed: the hub's applied index at that reply, and per entity the
@@ -153,10 +156,15 @@ impl Reflected {
 
 /// The last state report sent, and whether a new sample is due.
 ///
-/// A sample is due when it differs from the last one sent, when `state_refresh` has passed,
-/// or when an entity that was sent while a plan of its had not finished here now reflects
-/// more: the hub skips a sample older than a plan end it recorded, so without this an
+/// A sample is due when it differs from what the hub records, when `state_refresh` has
+/// passed, or when an entity that was sent while a plan of its had not finished here now
+/// reflects more: the hub skips a sample older than a plan end it recorded, so without this an
 /// unchanged entity whose sample was skipped would wait for the refresh.
+///
+/// What the hub records of an entity is the last sample sent, unless a `ReportTasks` reply
+/// said more recently what it records ([`SentStates::recorded`]): a plan's success sets its
+/// target as the entity's state, so the sample after it usually changes nothing there and is
+/// not sent.
 #[derive(Debug)]
 struct SentStates {
     last: Vec<Observed>,
@@ -164,6 +172,10 @@ struct SentStates {
     /// Entities last sent below the fetched index (a plan of theirs unfinished), with what
     /// their samples said they reflect.
     held: HashMap<String, u64>,
+    /// The hub's log index the last sample was applied (or read) at.
+    acked_index: u64,
+    /// Per entity, what the hub records as of a log index at or after `acked_index`.
+    recorded: HashMap<String, (ReportedState, u64)>,
 }
 
 impl SentStates {
@@ -172,6 +184,8 @@ impl SentStates {
             last: Vec::new(),
             at: now,
             held: HashMap::new(),
+            acked_index: 0,
+            recorded: HashMap::new(),
         }
     }
 
@@ -186,7 +200,7 @@ impl SentStates {
         if observed.is_empty() {
             return false;
         }
-        observed != self.last.as_slice()
+        !self.hub_has(observed)
             || now.duration_since(self.at) >= refresh
             || self
                 .held
@@ -194,8 +208,23 @@ impl SentStates {
                 .any(|(entity, through)| reflected.through(entity) != *through)
     }
 
-    /// Records `observed`, reflecting `reflected`, as sent (or refused) at `now`.
-    fn sent(&mut self, observed: Vec<Observed>, reflected: &Reflected, now: Instant) {
+    /// Whether sending `observed` would change nothing the hub records: each entity changes
+    /// nothing of what a reply said the hub records since the last sample, or else is as it
+    /// was sent (without such a reply: the whole sample is the one sent).
+    fn hub_has(&self, observed: &[Observed]) -> bool {
+        if self.recorded.is_empty() {
+            return observed == self.last.as_slice();
+        }
+        // An entity no longer observed is not reported either way: the hub keeps its record.
+        observed.iter().all(|o| match self.recorded.get(&o.entity) {
+            Some((recorded, _)) => !wire::changes_recorded(o, recorded),
+            None => self.last.contains(o),
+        })
+    }
+
+    /// Records `observed`, reflecting `reflected`, as sent at `now` and applied (or read) at
+    /// the hub's log index `index`.
+    fn sent(&mut self, observed: Vec<Observed>, reflected: &Reflected, now: Instant, index: u64) {
         self.held = observed
             .iter()
             .filter_map(|o| {
@@ -205,6 +234,9 @@ impl SentStates {
             .collect();
         self.last = observed;
         self.at = now;
+        self.acked_index = self.acked_index.max(index);
+        // A record read before the sample applied is older than it.
+        self.recorded.retain(|_, (_, at)| *at >= index);
     }
 
     /// Records `observed` as refused at `now`: not sent again before it changes or the
@@ -213,6 +245,21 @@ impl SentStates {
         self.held.clear();
         self.last = observed;
         self.at = now;
+        self.recorded.clear();
+    }
+
+    /// Takes what the hub records of some entities as of log index `index` (a `ReportTasks`
+    /// reply). A record older than the last sample's application is ignored: that sample may
+    /// have changed it. A newer one also settles a held entity: the hub has applied (or
+    /// skipped) its sample and recorded the plan's end since.
+    fn recorded(&mut self, states: Vec<(String, ReportedState)>, index: u64) {
+        if index < self.acked_index {
+            return;
+        }
+        for (entity, state) in states {
+            self.held.remove(&entity);
+            self.recorded.insert(entity, (state, index));
+        }
     }
 }
 
@@ -261,6 +308,7 @@ impl Agent {
             plan_ended: Notify::new(),
             permits,
             listed: std::sync::Mutex::new(None),
+            sent: std::sync::Mutex::new(SentStates::new(Instant::now())),
         })
     }
 
@@ -539,7 +587,12 @@ impl Agent {
                 continue;
             }
             match self.hub.report_tasks(&self.cfg.environment, &batch).await {
-                Ok(refused) => {
+                Ok(ack) => {
+                    let refused = ack.refused;
+                    self.sent
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .recorded(ack.recorded, ack.recorded_index);
                     failures = 0;
                     self.metrics
                         .reports_sent
@@ -602,7 +655,6 @@ impl Agent {
     /// the first plan fetch has answered: a sample always says which plans it reflects, so
     /// the hub can skip a stale one ([`SentStates`]).
     async fn report_states(self: Arc<Self>) {
-        let mut sent = SentStates::new(Instant::now());
         let mut seq = 0u64;
         let boot = format!("{}-{}", std::process::id(), rand::random::<u32>());
         loop {
@@ -613,12 +665,14 @@ impl Agent {
                 continue;
             };
             let observed = self.canary.overlay(self.driver.observe().await);
-            if !sent.due(
+            self.metrics.inc(&self.metrics.state_samples);
+            let due = self.sent.lock().unwrap_or_else(|p| p.into_inner()).due(
                 &observed,
                 &reflected,
                 Instant::now(),
                 self.cfg.state_refresh,
-            ) {
+            );
+            if !due {
                 continue;
             }
             seq += 1;
@@ -634,14 +688,22 @@ impl Agent {
                     .report_states(&self.cfg.environment, states.clone(), &request_id)
                     .await
                 {
-                    Ok(()) => {
+                    Ok(index) => {
                         self.metrics.inc(&self.metrics.state_reports);
-                        sent.sent(observed, &reflected, Instant::now());
+                        self.sent.lock().unwrap_or_else(|p| p.into_inner()).sent(
+                            observed,
+                            &reflected,
+                            Instant::now(),
+                            index,
+                        );
                         break;
                     }
                     Err(CallError::Refused(reason)) => {
                         tracing::warn!(%reason, "state report refused");
-                        sent.refused(observed, Instant::now());
+                        self.sent
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .refused(observed, Instant::now());
                         break;
                     }
                     Err(CallError::Retry(_)) => {
@@ -836,13 +898,13 @@ mod tests {
             sent.due(&observed("2"), &running, t0, refresh),
             "first sample"
         );
-        sent.sent(observed("2"), &running, t0);
+        sent.sent(observed("2"), &running, t0, 51);
         // The same sample while the plan runs: not due.
         assert!(!sent.due(&observed("2"), &running, t0, refresh));
         // The plan finished here: the same sample now reflects it, and is due once.
         let finished = Reflected::of(listed(), |_| true);
         assert!(sent.due(&observed("2"), &finished, t0, refresh));
-        sent.sent(observed("2"), &finished, t0);
+        sent.sent(observed("2"), &finished, t0, 52);
         assert!(!sent.due(&observed("2"), &finished, t0, refresh));
         // A change, and the refresh, are due as before; an empty sample never is.
         assert!(sent.due(&observed("3"), &finished, t0, refresh));
@@ -854,6 +916,131 @@ mod tests {
         let mut refused = SentStates::new(t0);
         refused.refused(observed("2"), t0);
         assert!(!refused.due(&observed("2"), &finished, t0, refresh));
+    }
+
+    #[test]
+    fn a_sample_the_hub_already_records_after_a_plan_is_not_sent() {
+        let observed = |version: &str, health: crate::plan::Health| {
+            vec![Observed {
+                entity: "web".into(),
+                version: Some(version.into()),
+                health,
+                config_sha256: Some("c2".into()),
+                secrets_revision: None,
+                message: String::new(),
+            }]
+        };
+        let healthy = crate::plan::Health::Healthy;
+        let recorded = |version: &str| {
+            vec![(
+                "web".to_string(),
+                ReportedState {
+                    version: Some(semver::Version::parse(version).unwrap()),
+                    health: healthy,
+                    config_sha256: Some("c2".into()),
+                    secrets_revision: 3,
+                    message: String::new(),
+                    reported_at_ms: None,
+                },
+            )]
+        };
+        let idle = Reflected::of(
+            Listed {
+                applied_index: 50,
+                plans: HashMap::new(),
+            },
+            |_| true,
+        );
+        let refresh = Duration::from_secs(30);
+        let t0 = Instant::now();
+        let mut sent = SentStates::new(t0);
+        sent.sent(observed("1.0.0", healthy), &idle, t0, 40);
+        // The upgrade's success: the hub records 2.0.0 as of index 60.
+        assert!(sent.due(&observed("2.0.0", healthy), &idle, t0, refresh));
+        sent.recorded(recorded("2.0.0"), 60);
+        assert!(
+            !sent.due(&observed("2.0.0", healthy), &idle, t0, refresh),
+            "the hub records it already"
+        );
+        assert!(
+            sent.due(
+                &observed("2.0.0", crate::plan::Health::Error),
+                &idle,
+                t0,
+                refresh
+            ),
+            "what the hub does not record is sent"
+        );
+        assert!(
+            sent.due(&observed("1.0.0", healthy), &idle, t0, refresh),
+            "the last sample sent is no longer what the hub records"
+        );
+        assert!(
+            sent.due(&observed("2.0.0", healthy), &idle, t0 + refresh, refresh),
+            "the refresh still goes"
+        );
+        // A sample applied after the record replaces it; an older record then changes nothing.
+        sent.sent(observed("2.0.0", crate::plan::Health::Error), &idle, t0, 70);
+        assert!(sent.due(&observed("2.0.0", healthy), &idle, t0, refresh));
+        sent.recorded(recorded("2.0.0"), 65);
+        assert!(
+            sent.due(&observed("2.0.0", healthy), &idle, t0, refresh),
+            "a record read before the last sample applied is ignored"
+        );
+        sent.recorded(recorded("2.0.0"), 75);
+        assert!(!sent.due(&observed("2.0.0", healthy), &idle, t0, refresh));
+        // An agent that had sent nothing yet (its first plan installed the entity).
+        let mut fresh = SentStates::new(t0);
+        assert!(fresh.due(&observed("2.0.0", healthy), &idle, t0, refresh));
+        fresh.recorded(recorded("2.0.0"), 10);
+        assert!(!fresh.due(&observed("2.0.0", healthy), &idle, t0, refresh));
+    }
+
+    #[test]
+    fn a_record_settles_an_entity_held_below_its_plan() {
+        let observed = vec![Observed {
+            entity: "web".into(),
+            version: Some("2.0.0".into()),
+            health: crate::plan::Health::Healthy,
+            config_sha256: None,
+            secrets_revision: None,
+            message: String::new(),
+        }];
+        let listed = || Listed {
+            applied_index: 50,
+            plans: HashMap::from([("web".to_string(), ("p-45-0".to_string(), 45))]),
+        };
+        let refresh = Duration::from_secs(30);
+        let t0 = Instant::now();
+        let mut sent = SentStates::new(t0);
+        // Sampled while the plan ran here: held below it.
+        sent.sent(
+            observed.clone(),
+            &Reflected::of(listed(), |_| false),
+            t0,
+            51,
+        );
+        let finished = Reflected::of(listed(), |_| true);
+        assert!(
+            sent.due(&observed, &finished, t0, refresh),
+            "held: sent again"
+        );
+        // The plan's end, recorded after that sample: nothing is due.
+        sent.recorded(
+            vec![(
+                "web".to_string(),
+                ReportedState {
+                    version: Some(semver::Version::new(2, 0, 0)),
+                    health: crate::plan::Health::Healthy,
+                    config_sha256: None,
+                    secrets_revision: 0,
+                    message: String::new(),
+                    reported_at_ms: None,
+                },
+            )],
+            53,
+        );
+        assert!(!sent.due(&observed, &finished, t0, refresh));
     }
 
     #[test]

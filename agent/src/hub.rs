@@ -22,6 +22,18 @@ use crate::wire::{self, RefusedReport, WireError};
 /// Largest gRPC message the agent accepts (plans carry configs and secrets).
 const MAX_MESSAGE_BYTES: usize = 32 << 20;
 
+/// What the hub answered a `ReportTasks` write.
+#[derive(Debug, Default)]
+pub struct TasksAck {
+    /// The reports it refused (it applied the others).
+    pub refused: Vec<Result<RefusedReport, WireError>>,
+    /// What it records, as of `recorded_index`, for the entities whose plans the batch names
+    /// and which are no longer active ([`wire::recorded`]).
+    pub recorded: Vec<(String, hub_engine::entity::ReportedState)>,
+    /// The log index `recorded` is read at (0 with none).
+    pub recorded_index: u64,
+}
+
 /// How a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
@@ -196,16 +208,16 @@ impl HubConnection {
 
     /// Sends several task reports in one write (each idempotent on its own; the batch's key
     /// is its first report's key and its length). Returns the reports the hub refused (it
-    /// applied the others).
+    /// applied the others) and what it records for the entities whose plans ended.
     pub async fn report_tasks(
         &self,
         environment: &str,
         reports: &[PendingReport],
-    ) -> Result<Vec<Result<RefusedReport, WireError>>, CallError> {
+    ) -> Result<TasksAck, CallError> {
         let (addr, mut c) = self.client()?;
         let request_id = match reports.first() {
             Some(r) => format!("tasks:{}:{}", r.request_id(), reports.len()),
-            None => return Ok(Vec::new()),
+            None => return Ok(TasksAck::default()),
         };
         let mut req = tonic::Request::new(ReportTasksRequest {
             environment: environment.to_string(),
@@ -220,7 +232,11 @@ impl HubConnection {
         if let Ok(reply) = &r {
             self.refresh(&reply.endpoints, &reply.leader);
         }
-        r.map(|reply| wire::refused(&reply))
+        r.map(|reply| TasksAck {
+            refused: wire::refused(&reply),
+            recorded: wire::recorded(&reply),
+            recorded_index: reply.recorded_index,
+        })
     }
 
     /// Sends one task report (idempotent by its request id).
@@ -239,13 +255,14 @@ impl HubConnection {
         r.map(|_| ())
     }
 
-    /// Sends the entities' observed state (idempotent by `request_id`).
+    /// Sends the entities' observed state (idempotent by `request_id`). Returns the hub's log
+    /// index the report is applied at (or, when it changed nothing, was read at).
     pub async fn report_states(
         &self,
         environment: &str,
         states: Vec<EntityState>,
         request_id: &str,
-    ) -> Result<(), CallError> {
+    ) -> Result<u64, CallError> {
         let (addr, mut c) = self.client()?;
         let mut req = tonic::Request::new(ReportStatesRequest {
             environment: environment.to_string(),
@@ -257,7 +274,7 @@ impl HubConnection {
         if let Ok(reply) = &r {
             self.refresh(&reply.endpoints, &reply.leader);
         }
-        r.map(|_| ())
+        r.map(|reply| reply.index)
     }
 
     /// Sends what the agent observes of its canaries (idempotent by `request_id`).

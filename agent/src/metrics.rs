@@ -35,6 +35,8 @@ pub struct Metrics {
     pub outbox: AtomicU64,
     /// State reports acknowledged.
     pub state_reports: AtomicU64,
+    /// Entity state samples taken (once a plan fetch has answered), sent or not.
+    pub state_samples: AtomicU64,
     /// Time from a plan's commit (its `issued_ms`) to the agent receiving it, in ms: a
     /// histogram, and the newest raw samples for benchmarks.
     pub delivery: Delivery,
@@ -89,7 +91,7 @@ impl Metrics {
     /// The Prometheus text exposition.
     // Long: the table of every metric the agent exposes.
     pub fn render(&self, environment: &str) -> String {
-        let rows: [(&str, &str, &AtomicU64, &str); 14] = [
+        let rows: [(&str, &str, &AtomicU64, &str); 15] = [
             (
                 "hub_agent_fetches_total",
                 "counter",
@@ -167,6 +169,12 @@ impl Metrics {
                 "counter",
                 &self.state_reports,
                 "entity state reports acknowledged",
+            ),
+            (
+                "hub_agent_state_samples_total",
+                "counter",
+                &self.state_samples,
+                "entity state samples taken, sent or not (a sample the hub records already is not sent)",
             ),
             (
                 "hub_agent_proxy_connections_refused_total",

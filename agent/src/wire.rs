@@ -6,6 +6,8 @@
 //! values it does not know): an unknown value, or `UNSPECIFIED` where a value is required,
 //! is a [`WireError`] naming the field, never a panic or a guess.
 
+use hub_engine::command::EntityReport;
+use hub_engine::entity::ReportedState;
 use hub_engine::plan::{PlanStatus, TaskState};
 use hub_proto as wire;
 use hub_proto::{AgentPlan, EntityState, FetchPlansReply, PlanArtifact, ReportTaskRequest};
@@ -267,6 +269,62 @@ pub fn entity_state(o: &Observed, reflects_through: Option<u64>) -> EntityState 
         message: o.message.clone(),
         reflects_through,
     }
+}
+
+/// What the hub records for the entities a `ReportTasks` reply names (`recorded`), as the
+/// engine holds it. An entry that does not read (a version that is no semver, an unknown
+/// health) is left out: the agent then samples that entity as if nothing were recorded.
+pub fn recorded(reply: &wire::AgentReply) -> Vec<(String, ReportedState)> {
+    reply
+        .recorded
+        .iter()
+        .filter_map(|r| {
+            let version = if r.version.is_empty() {
+                None
+            } else {
+                Some(semver::Version::parse(&r.version).ok()?)
+            };
+            let health = match wire::Health::try_from(r.health).ok()? {
+                wire::Health::Unknown => Health::Unknown,
+                wire::Health::Healthy => Health::Healthy,
+                wire::Health::Error => Health::Error,
+                wire::Health::Unspecified => return None,
+            };
+            Some((
+                r.entity.clone(),
+                ReportedState {
+                    version,
+                    health,
+                    config_sha256: (!r.config_sha256.is_empty()).then(|| r.config_sha256.clone()),
+                    secrets_revision: r.secrets_revision.unwrap_or(0),
+                    message: r.message.clone(),
+                    reported_at_ms: None,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Whether a sample of one entity, `o`, would change what the hub records of it, `recorded`
+/// (the engine's own rule, [`EntityReport::changes`]); a version that is no semver counts as
+/// a change, so it is sent and the hub names the field.
+pub fn changes_recorded(o: &Observed, recorded: &ReportedState) -> bool {
+    let version = match &o.version {
+        None => None,
+        Some(v) => match semver::Version::parse(v) {
+            Ok(v) => Some(v),
+            Err(_) => return true,
+        },
+    };
+    EntityReport {
+        entity: o.entity.clone(),
+        version,
+        health: o.health,
+        config_sha256: o.config_sha256.clone(),
+        secrets_revision: o.secrets_revision,
+        message: o.message.clone(),
+    }
+    .changes(recorded)
 }
 
 /// A journaled report on the wire.

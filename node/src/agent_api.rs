@@ -30,6 +30,10 @@ use tonic::{Request, Response, Status};
 use crate::agent_wire;
 use crate::node::HubNode;
 
+/// How long a `ReportTasks` reply waits for this node to apply the batch's write before it
+/// goes without the entities' recorded states.
+const RECORDED_WAIT: Duration = Duration::from_millis(100);
+
 /// Refuses a poll's `known_plan_ids` beyond [`hub_proto::MAX_KNOWN_PLAN_IDS`] ids or
 /// [`hub_proto::MAX_KNOWN_PLAN_ID_BYTES`] bytes per id, naming the field.
 fn check_known_plan_ids(ids: &[String]) -> Result<(), Status> {
@@ -164,6 +168,8 @@ impl AgentService {
             endpoints,
             leader,
             refused,
+            recorded: Vec::new(),
+            recorded_index: 0,
         }
     }
 
@@ -407,6 +413,44 @@ fn only_own_ends(state: &State, environment: &str, known: &str, known_ids: &[Str
     fingerprint_of(seen) == known
 }
 
+/// The states the hub records for the entities of `environment` whose plans `reports` name and
+/// which are no longer active, each entity once, in entity order: what a `ReportTasks` reply
+/// tells the agent (`AgentReply.recorded`). A plan of another environment, or one whose
+/// outcome is no longer kept, contributes nothing.
+pub fn recorded_states(
+    state: &State,
+    environment: &str,
+    reports: &[TaskReport],
+) -> Vec<EntityState> {
+    let prefix = EntityId::environment_prefix(environment);
+    let entities: std::collections::BTreeSet<&str> = reports
+        .iter()
+        .filter(|r| state.plan(&r.plan_id).is_none())
+        .filter_map(|r| state.plan_outcome(&r.plan_id))
+        .filter(|o| o.entity.starts_with(&prefix))
+        .map(|o| o.entity.as_str())
+        .collect();
+    entities
+        .into_iter()
+        .filter_map(|id| Some((id, state.entity(id)?)))
+        .filter(|(_, e)| e.environment == environment)
+        .map(|(id, e)| EntityState {
+            entity: id.to_string(),
+            version: e
+                .reported
+                .version
+                .as_ref()
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            health: agent_wire::health(e.reported.health) as i32,
+            config_sha256: e.reported.config_sha256.clone().unwrap_or_default(),
+            secrets_revision: Some(e.reported.secrets_revision),
+            message: e.reported.message.clone(),
+            reflects_through: None,
+        })
+        .collect()
+}
+
 /// What a plan fetch returns: the environment's active plans as the agent sees them
 /// (secrets included), their fingerprint and the environment's registries.
 #[derive(Debug, Clone, PartialEq)]
@@ -587,6 +631,8 @@ impl Agent for AgentService {
                 endpoints,
                 leader,
                 refused: Vec::new(),
+                recorded: Vec::new(),
+                recorded_index: 0,
             }));
         }
         // An agent that says which plans its samples reflect gets its stale samples skipped
@@ -684,7 +730,18 @@ impl Agent for AgentService {
         let output: CommandOutput = serde_json::from_str(&w.output_json)
             .map_err(|e| Status::internal(format!("the write's output did not decode: {e}")))?;
         let refused = agent_wire::refused_reports(&output, &reports);
-        Ok(Response::new(self.reply(w, refused)))
+        // What the hub now records for the entities whose plans ended: the agent need not
+        // send a state sample that would change none of it. Read once this node has applied
+        // the write (a forwarded write is applied here shortly after the leader answers);
+        // without it in time the reply goes without, and the agent samples as before.
+        let index = w.index;
+        let mut reply = self.reply(w, refused);
+        if self.node.wait_applied(index, RECORDED_WAIT).await {
+            let s = self.node.state.read();
+            reply.recorded = recorded_states(&s.state, &r.environment, &reports);
+            reply.recorded_index = s.applied_index();
+        }
+        Ok(Response::new(reply))
     }
 
     async fn report_canaries(
@@ -998,6 +1055,58 @@ mod fetch_tests {
         let mut hub = hub_with_one_done(&ids);
         hub.uninstall("eid:prod:helmChart:web");
         assert!(look(&hub.state, "prod", &known, &ids, false).is_some());
+    }
+
+    #[test]
+    fn a_task_batch_reply_names_what_the_hub_records_for_ended_plans() {
+        use hub_engine::plan::TaskState::{Running, Succeeded};
+        let mut hub = hub();
+        let plan_of = |hub: &Hub, entity: &str| {
+            hub.state
+                .active_plans_in("prod")
+                .find(|p| p.entity == entity)
+                .expect("a plan")
+                .id
+                .clone()
+        };
+        let web = plan_of(&hub, "eid:prod:helmChart:web");
+        let api = plan_of(&hub, "eid:prod:helmChart:api");
+        let done = |plan: &str| TaskReport {
+            plan_id: plan.into(),
+            task: "remove".into(),
+            attempt: 1,
+            state: Succeeded,
+            output: String::new(),
+            failure: None,
+        };
+        let batch = [done(&web), done(&web), done(&api)];
+        assert!(
+            recorded_states(&hub.state, "prod", &batch).is_empty(),
+            "both plans are active"
+        );
+        for task in ["stop", "remove"] {
+            report_as(&mut hub, "eid:prod:helmChart:web", task, Running);
+            report_as(&mut hub, "eid:prod:helmChart:web", task, Succeeded);
+        }
+        let recorded = recorded_states(&hub.state, "prod", &batch);
+        let entity = hub.state.entity("eid:prod:helmChart:web").expect("web");
+        assert_eq!(
+            recorded,
+            vec![EntityState {
+                entity: "eid:prod:helmChart:web".into(),
+                version: String::new(),
+                health: agent_wire::health(entity.reported.health) as i32,
+                config_sha256: String::new(),
+                secrets_revision: Some(entity.reported.secrets_revision),
+                message: entity.reported.message.clone(),
+                reflects_through: None,
+            }],
+            "once, for the ended plan only, as recorded (uninstalled)"
+        );
+        assert!(
+            recorded_states(&hub.state, "staging", &batch).is_empty(),
+            "another environment's agent learns nothing of prod"
+        );
     }
 
     /// [`hub`] with the web plan (of `ids`, the plans the agent knows) succeeded.

@@ -772,6 +772,15 @@ impl HubNode {
         }
     }
 
+    /// Whether this node has applied `index`, waiting at most `timeout` for it.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> bool {
+        self.raft
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "a write's reply")
+            .await
+            .is_ok()
+    }
+
     /// On the leader: the index a follower must have applied to serve a linearizable read.
     pub async fn read_index(&self) -> Result<u64, Status> {
         let timeout = self.request_timeout;

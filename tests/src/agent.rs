@@ -298,10 +298,11 @@ impl Cluster {
             self.endpoints(),
             "--data-dir".into(),
             data_dir.display().to_string(),
-            "--state-interval-ms".into(),
-            "300".into(),
         ];
-        // Short polls, unless the test sets its own.
+        // Frequent samples and short polls, unless the test sets its own.
+        if !extra.contains(&"--state-interval-ms") {
+            args.extend(["--state-interval-ms".into(), "300".into()]);
+        }
         if !extra.contains(&"--poll-wait-ms") {
             args.extend(["--poll-wait-ms".into(), "2000".into()]);
         }

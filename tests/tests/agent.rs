@@ -588,6 +588,29 @@ fn the_end_of_an_agents_own_plan_does_not_answer_its_poll() {
     );
 }
 
+#[test]
+fn a_state_the_hub_recorded_at_a_plans_end_is_not_reported_again() {
+    // Three upgrades in turn. Each success sets the plan's target as the entity's state at the
+    // hub, and the report batch's reply says so: the samples after it (the same version,
+    // healthy) are not sent. Before, each plan was followed by one state report. A sample
+    // taken between the last task and the reply still goes (a few ms of each second).
+    let (_, metrics, _) = plans_in_turn_then(
+        &["--state-interval-ms", "1000"],
+        &["1.0.0", "2.0.0", "3.0.0"],
+        2,
+    );
+    assert_eq!(
+        counter(&metrics, "hub_agent_plans_succeeded_total"),
+        Some(3),
+        "{metrics}"
+    );
+    let reports = counter(&metrics, "hub_agent_state_reports_total").expect("state reports");
+    assert!(
+        reports < 3,
+        "{reports} state reports for three plans:\n{metrics}"
+    );
+}
+
 /// Runs one plan (an upgrade of one entity) through a `hub-agent` with the `sim` driver and
 /// `agent_args`; returns the plan's task count and the agent's metrics once its outbox is
 /// drained.
@@ -601,6 +624,16 @@ fn one_plan(agent_args: &[&str]) -> (u64, String) {
 /// returns the last plan's task count, the agent's metrics once its outbox is drained, and
 /// how long the agent had run by then.
 fn plans_in_turn(agent_args: &[&str], versions: &[&str]) -> (u64, String, Duration) {
+    plans_in_turn_then(agent_args, versions, 0)
+}
+
+/// [`plans_in_turn`], where the agent takes `samples` more state samples after each plan's
+/// success before the next release.
+fn plans_in_turn_then(
+    agent_args: &[&str],
+    versions: &[&str],
+    samples: u64,
+) -> (u64, String, Duration) {
     let c = Cluster::up(3, "");
     c.submit(json!({"CreateEnvironment": {"name": "prod", "description": ""}}))
         .expect("env");
@@ -648,6 +681,22 @@ fn plans_in_turn(agent_args: &[&str], versions: &[&str]) -> (u64, String, Durati
                 agent.log_tail(20)
             )
         });
+        if samples > 0 {
+            let samples_now = || {
+                let (_, body) = http_get(port, "/metrics")?;
+                counter(&body, "hub_agent_state_samples_total")
+            };
+            let before = poll_until(CONVERGE_TIMEOUT, samples_now).expect("samples");
+            poll_until(CONVERGE_TIMEOUT, || {
+                (samples_now()? >= before + samples).then_some(())
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "{samples} more state samples; agent: {}",
+                    agent.log_tail(20)
+                )
+            });
+        }
     }
     let plan = c
         .query(json!({"query": "plan", "id": plan["id"]}))
