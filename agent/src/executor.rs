@@ -157,14 +157,15 @@ impl Reflected {
 /// The last state report sent, and whether a new sample is due.
 ///
 /// A sample is due when it differs from what the hub records, when `state_refresh` has
-/// passed, or when an entity that was sent while a plan of its had not finished here now
+/// passed since the hub last confirmed what it records of some entity, or when an entity that was sent while a plan of its had not finished here now
 /// reflects more: the hub skips a sample older than a plan end it recorded, so without this an
 /// unchanged entity whose sample was skipped would wait for the refresh.
 ///
 /// What the hub records of an entity is the last sample sent, unless a `ReportTasks` reply
 /// said more recently what it records ([`SentStates::recorded`]): a plan's success sets its
 /// target as the entity's state, so the sample after it usually changes nothing there and is
-/// not sent.
+/// not sent. Such a reply confirms the entity's record as a sent sample does: the refresh is
+/// counted from the later of the two, per entity.
 #[derive(Debug)]
 struct SentStates {
     last: Vec<Observed>,
@@ -174,8 +175,9 @@ struct SentStates {
     held: HashMap<String, u64>,
     /// The hub's log index the last sample was applied (or read) at.
     acked_index: u64,
-    /// Per entity, what the hub records as of a log index at or after `acked_index`.
-    recorded: HashMap<String, (ReportedState, u64)>,
+    /// Per entity, what the hub records as of a log index at or after `acked_index`, and when
+    /// the reply said so.
+    recorded: HashMap<String, (ReportedState, u64, Instant)>,
 }
 
 impl SentStates {
@@ -201,7 +203,7 @@ impl SentStates {
             return false;
         }
         !self.hub_has(observed)
-            || now.duration_since(self.at) >= refresh
+            || now.duration_since(self.confirmed(observed)) >= refresh
             || self
                 .held
                 .iter()
@@ -217,7 +219,7 @@ impl SentStates {
         }
         // An entity no longer observed is not reported either way: the hub keeps its record.
         observed.iter().all(|o| match self.recorded.get(&o.entity) {
-            Some((recorded, _)) => !wire::changes_recorded(o, recorded),
+            Some((recorded, _, _)) => !wire::changes_recorded(o, recorded),
             None => self.last.contains(o),
         })
     }
@@ -236,7 +238,7 @@ impl SentStates {
         self.at = now;
         self.acked_index = self.acked_index.max(index);
         // A record read before the sample applied is older than it.
-        self.recorded.retain(|_, (_, at)| *at >= index);
+        self.recorded.retain(|_, (_, at, _)| *at >= index);
     }
 
     /// Records `observed` as refused at `now`: not sent again before it changes or the
@@ -252,14 +254,27 @@ impl SentStates {
     /// reply). A record older than the last sample's application is ignored: that sample may
     /// have changed it. A newer one also settles a held entity: the hub has applied (or
     /// skipped) its sample and recorded the plan's end since.
-    fn recorded(&mut self, states: Vec<(String, ReportedState)>, index: u64) {
+    fn recorded(&mut self, states: Vec<(String, ReportedState)>, index: u64, now: Instant) {
         if index < self.acked_index {
             return;
         }
         for (entity, state) in states {
             self.held.remove(&entity);
-            self.recorded.insert(entity, (state, index));
+            self.recorded.insert(entity, (state, index, now));
         }
+    }
+
+    /// When the hub's record of every entity of `observed` was last confirmed: by the last
+    /// sample sent, or later by a reply that said what it records.
+    fn confirmed(&self, observed: &[Observed]) -> Instant {
+        observed
+            .iter()
+            .map(|o| match self.recorded.get(&o.entity) {
+                Some((_, _, when)) => (*when).max(self.at),
+                None => self.at,
+            })
+            .min()
+            .unwrap_or(self.at)
     }
 }
 
@@ -592,7 +607,7 @@ impl Agent {
                     self.sent
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .recorded(ack.recorded, ack.recorded_index);
+                        .recorded(ack.recorded, ack.recorded_index, Instant::now());
                     failures = 0;
                     self.metrics
                         .reports_sent
@@ -957,7 +972,7 @@ mod tests {
         sent.sent(observed("1.0.0", healthy), &idle, t0, 40);
         // The upgrade's success: the hub records 2.0.0 as of index 60.
         assert!(sent.due(&observed("2.0.0", healthy), &idle, t0, refresh));
-        sent.recorded(recorded("2.0.0"), 60);
+        sent.recorded(recorded("2.0.0"), 60, t0);
         assert!(
             !sent.due(&observed("2.0.0", healthy), &idle, t0, refresh),
             "the hub records it already"
@@ -982,18 +997,37 @@ mod tests {
         // A sample applied after the record replaces it; an older record then changes nothing.
         sent.sent(observed("2.0.0", crate::plan::Health::Error), &idle, t0, 70);
         assert!(sent.due(&observed("2.0.0", healthy), &idle, t0, refresh));
-        sent.recorded(recorded("2.0.0"), 65);
+        sent.recorded(recorded("2.0.0"), 65, t0);
         assert!(
             sent.due(&observed("2.0.0", healthy), &idle, t0, refresh),
             "a record read before the last sample applied is ignored"
         );
-        sent.recorded(recorded("2.0.0"), 75);
+        sent.recorded(recorded("2.0.0"), 75, t0);
         assert!(!sent.due(&observed("2.0.0", healthy), &idle, t0, refresh));
         // An agent that had sent nothing yet (its first plan installed the entity).
         let mut fresh = SentStates::new(t0);
         assert!(fresh.due(&observed("2.0.0", healthy), &idle, t0, refresh));
-        fresh.recorded(recorded("2.0.0"), 10);
+        fresh.recorded(recorded("2.0.0"), 10, t0);
         assert!(!fresh.due(&observed("2.0.0", healthy), &idle, t0, refresh));
+        // A record confirms like a sample: the refresh counts from it.
+        let later = t0 + refresh / 2;
+        fresh.recorded(recorded("2.0.0"), 11, later);
+        assert!(!fresh.due(&observed("2.0.0", healthy), &idle, t0 + refresh, refresh));
+        assert!(fresh.due(&observed("2.0.0", healthy), &idle, later + refresh, refresh));
+        // Per entity: one whose record is older still brings the refresh.
+        let two = [
+            observed("2.0.0", healthy),
+            vec![Observed {
+                entity: "db".into(),
+                ..observed("2.0.0", healthy)[0].clone()
+            }],
+        ]
+        .concat();
+        let mut db = recorded("2.0.0");
+        db[0].0 = "db".into();
+        fresh.recorded(db, 12, t0);
+        assert!(fresh.due(&two, &idle, t0 + refresh, refresh));
+        assert!(!fresh.due(&two, &idle, t0 + refresh / 4, refresh));
     }
 
     #[test]
@@ -1039,6 +1073,7 @@ mod tests {
                 },
             )],
             53,
+            t0,
         );
         assert!(!sent.due(&observed, &finished, t0, refresh));
     }
