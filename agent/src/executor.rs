@@ -38,6 +38,9 @@ use crate::wire;
 /// Most reports sent in one write.
 pub const REPORT_BATCH: usize = 64;
 
+/// Longest a state sample waits for the task reports in the outbox to be acknowledged.
+pub const STATE_DEFER_LIMIT: Duration = Duration::from_secs(5);
+
 /// How often the canaries' observations are sent.
 pub const CANARY_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -672,6 +675,7 @@ impl Agent {
     async fn report_states(self: Arc<Self>) {
         let mut seq = 0u64;
         let boot = format!("{}-{}", std::process::id(), rand::random::<u32>());
+        let mut deferred_since: Option<Instant> = None;
         loop {
             tokio::time::sleep(self.cfg.state_interval).await;
             // What the sample reflects is read before the sample: a plan that ends in between
@@ -679,6 +683,18 @@ impl Agent {
             let Some(reflected) = self.reflected().await else {
                 continue;
             };
+            // Task reports not yet acknowledged may end a plan, and their acknowledgement says
+            // what the hub then records: a sample now would mostly tell it what the plan's
+            // success will. It waits for a later tick, for at most STATE_DEFER_LIMIT (a hub that
+            // keeps failing the reports does not silence the samples).
+            if self.journal.lock().await.journal.outbox.is_empty() {
+                deferred_since = None;
+            } else {
+                let since = *deferred_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < STATE_DEFER_LIMIT {
+                    continue;
+                }
+            }
             let observed = self.canary.overlay(self.driver.observe().await);
             self.metrics.inc(&self.metrics.state_samples);
             let due = self.sent.lock().unwrap_or_else(|p| p.into_inner()).due(
