@@ -159,8 +159,9 @@ impl Reflected {
 
 /// The last state report sent, and whether a new sample is due.
 ///
-/// A sample is due when it differs from what the hub records, when `state_refresh` has
-/// passed since the hub last confirmed what it records of some entity, or when an entity that was sent while a plan of its had not finished here now
+/// A sample is due when it differs from what the hub records, when `state_refresh` (less up to
+/// a sixteenth of it, at random) has passed since the hub last confirmed what it records of
+/// some entity, or when an entity that was sent while a plan of its had not finished here now
 /// reflects more: the hub skips a sample older than a plan end it recorded, so without this an
 /// unchanged entity whose sample was skipped would wait for the refresh.
 ///
@@ -178,6 +179,10 @@ struct SentStates {
     held: HashMap<String, u64>,
     /// The hub's log index the last sample was applied (or read) at.
     acked_index: u64,
+    /// The share of a sixteenth of the refresh period the next refresh comes early by (drawn
+    /// at every send, as [`poll_wait`] jitters polls): agents started together do not refresh
+    /// in step for good.
+    early: f64,
     /// Per entity, what the hub records as of a log index at or after `acked_index`, and when
     /// the reply said so.
     recorded: HashMap<String, (ReportedState, u64, Instant)>,
@@ -190,6 +195,7 @@ impl SentStates {
             at: now,
             held: HashMap::new(),
             acked_index: 0,
+            early: rand::random::<f64>(),
             recorded: HashMap::new(),
         }
     }
@@ -206,7 +212,8 @@ impl SentStates {
             return false;
         }
         !self.hub_has(observed)
-            || now.duration_since(self.confirmed(observed)) >= refresh
+            || now.duration_since(self.confirmed(observed))
+                >= refresh.saturating_sub((refresh / 16).mul_f64(self.early))
             || self
                 .held
                 .iter()
@@ -239,6 +246,7 @@ impl SentStates {
             .collect();
         self.last = observed;
         self.at = now;
+        self.early = rand::random::<f64>();
         self.acked_index = self.acked_index.max(index);
         // A record read before the sample applied is older than it.
         self.recorded.retain(|_, (_, at, _)| *at >= index);
@@ -1044,6 +1052,49 @@ mod tests {
         fresh.recorded(db, 12, t0);
         assert!(fresh.due(&two, &idle, t0 + refresh, refresh));
         assert!(!fresh.due(&two, &idle, t0 + refresh / 4, refresh));
+    }
+
+    #[test]
+    fn refreshes_are_spread_over_the_last_sixteenth() {
+        let observed = vec![Observed {
+            entity: "web".into(),
+            version: Some("1.0.0".into()),
+            health: crate::plan::Health::Healthy,
+            config_sha256: None,
+            secrets_revision: None,
+            message: String::new(),
+        }];
+        let idle = Reflected::of(
+            Listed {
+                applied_index: 50,
+                plans: HashMap::new(),
+            },
+            |_| true,
+        );
+        let refresh = Duration::from_secs(32);
+        let t0 = Instant::now();
+        let mut sent = SentStates::new(t0);
+        let mut earliest = refresh;
+        for i in 0..200 {
+            sent.sent(observed.clone(), &idle, t0, i);
+            assert!(!sent.due(
+                &observed,
+                &idle,
+                t0 + refresh * 15 / 16 - Duration::from_millis(1),
+                refresh
+            ));
+            assert!(sent.due(&observed, &idle, t0 + refresh, refresh));
+            // The first moment it is due, to the 10 ms.
+            let due_at = (0..=200)
+                .map(|k| refresh * 15 / 16 + Duration::from_millis(10 * k))
+                .find(|d| sent.due(&observed, &idle, t0 + *d, refresh))
+                .expect("due by the full period");
+            earliest = earliest.min(due_at);
+        }
+        assert!(
+            earliest < refresh * 31 / 32,
+            "some refreshes come early: {earliest:?}"
+        );
     }
 
     #[test]
