@@ -913,18 +913,32 @@ mod tests {
         assert_eq!(r.through("idle"), 50, "no plan listed");
     }
 
+    /// The entity `web` at `version`, healthy, nothing else known.
+    fn web(version: &str) -> Observed {
+        Observed {
+            entity: "web".into(),
+            version: Some(version.into()),
+            health: crate::plan::Health::Healthy,
+            config_sha256: None,
+            secrets_revision: None,
+            message: String::new(),
+        }
+    }
+
+    /// What a sample reflects when the latest fetch (at index 50) listed no plan.
+    fn idle() -> Reflected {
+        Reflected::of(
+            Listed {
+                applied_index: 50,
+                plans: HashMap::new(),
+            },
+            |_| true,
+        )
+    }
+
     #[test]
     fn a_sample_sent_below_an_unfinished_plan_is_sent_again_once_the_plan_finished() {
-        let observed = |version: &str| {
-            vec![Observed {
-                entity: "web".into(),
-                version: Some(version.into()),
-                health: crate::plan::Health::Healthy,
-                config_sha256: None,
-                secrets_revision: None,
-                message: String::new(),
-            }]
-        };
+        let observed = |version: &str| vec![web(version)];
         let listed = || Listed {
             applied_index: 50,
             plans: HashMap::from([("web".to_string(), ("p-45-0".to_string(), 45))]),
@@ -961,12 +975,9 @@ mod tests {
     fn a_sample_the_hub_already_records_after_a_plan_is_not_sent() {
         let observed = |version: &str, health: crate::plan::Health| {
             vec![Observed {
-                entity: "web".into(),
-                version: Some(version.into()),
                 health,
                 config_sha256: Some("c2".into()),
-                secrets_revision: None,
-                message: String::new(),
+                ..web(version)
             }]
         };
         let healthy = crate::plan::Health::Healthy;
@@ -983,13 +994,7 @@ mod tests {
                 },
             )]
         };
-        let idle = Reflected::of(
-            Listed {
-                applied_index: 50,
-                plans: HashMap::new(),
-            },
-            |_| true,
-        );
+        let idle = idle();
         let refresh = Duration::from_secs(30);
         let t0 = Instant::now();
         let mut sent = SentStates::new(t0);
@@ -1056,21 +1061,8 @@ mod tests {
 
     #[test]
     fn refreshes_are_spread_over_the_last_sixteenth() {
-        let observed = vec![Observed {
-            entity: "web".into(),
-            version: Some("1.0.0".into()),
-            health: crate::plan::Health::Healthy,
-            config_sha256: None,
-            secrets_revision: None,
-            message: String::new(),
-        }];
-        let idle = Reflected::of(
-            Listed {
-                applied_index: 50,
-                plans: HashMap::new(),
-            },
-            |_| true,
-        );
+        let observed = vec![web("1.0.0")];
+        let idle = idle();
         let refresh = Duration::from_secs(32);
         let t0 = Instant::now();
         let mut sent = SentStates::new(t0);
@@ -1099,14 +1091,7 @@ mod tests {
 
     #[test]
     fn a_record_settles_an_entity_held_below_its_plan() {
-        let observed = vec![Observed {
-            entity: "web".into(),
-            version: Some("2.0.0".into()),
-            health: crate::plan::Health::Healthy,
-            config_sha256: None,
-            secrets_revision: None,
-            message: String::new(),
-        }];
+        let observed = vec![web("2.0.0")];
         let listed = || Listed {
             applied_index: 50,
             plans: HashMap::from([("web".to_string(), ("p-45-0".to_string(), 45))]),
