@@ -303,7 +303,7 @@ mod tests {
         // Restart: the journal survived, the log is reconciled with it.
         let journal = JournalFile::open(dir.path(), "prod").unwrap();
         let mut log = ExecLog::open(dir.path()).unwrap();
-        assert_eq!(log.reconcile(&journal.journal).unwrap(), 1);
+        assert_eq!(log.reconcile(journal.journal()).unwrap(), 1);
         let lines = read_lines(log.path()).unwrap();
         let last = lines.last().unwrap();
         assert_eq!(
@@ -320,7 +320,7 @@ mod tests {
             "from the started line"
         );
         // Every succeeded record has exactly one succeeded line; a second reconcile adds none.
-        assert_eq!(log.reconcile(&journal.journal).unwrap(), 0);
+        assert_eq!(log.reconcile(journal.journal()).unwrap(), 0);
         let succeeded = |task: &str| {
             read_lines(log.path())
                 .unwrap()

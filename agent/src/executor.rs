@@ -320,7 +320,7 @@ impl Agent {
         ));
         metrics
             .outbox
-            .store(journal.journal.outbox.len() as u64, Ordering::Relaxed);
+            .store(journal.journal().outbox.len() as u64, Ordering::Relaxed);
         Arc::new(Self {
             cfg,
             hub,
@@ -351,6 +351,12 @@ impl Agent {
         tokio::spawn(self.clone().report_states());
         tokio::spawn(self.clone().report_canaries());
         self.fetch_loop().await;
+    }
+
+    /// Folds the journal's log into its checkpoint ([`JournalFile::save`]): a clean stop
+    /// leaves the whole journal in `journal.json`.
+    pub async fn fold_journal(&self) -> Result<(), crate::journal::JournalError> {
+        self.journal.lock().await.save()
     }
 
     /// Polls for plans and starts each new one. Each poll names the plans it knows, so the
@@ -695,7 +701,7 @@ impl Agent {
             // what the hub then records: a sample now would mostly tell it what the plan's
             // success will. It waits for a later tick, for at most STATE_DEFER_LIMIT (a hub that
             // keeps failing the reports does not silence the samples).
-            if self.journal.lock().await.journal.outbox.is_empty() {
+            if self.journal.lock().await.journal().outbox.is_empty() {
                 deferred_since = None;
             } else {
                 let since = *deferred_since.get_or_insert_with(Instant::now);

@@ -348,7 +348,7 @@ async fn main() -> anyhow::Result<()> {
     let mut exec_log = ExecLog::open(&args.data_dir)
         .with_context(|| format!("--data-dir {}", args.data_dir.display()))?;
     let reconciled = exec_log
-        .reconcile(&journal.journal)
+        .reconcile(journal.journal())
         .with_context(|| format!("--data-dir {}", args.data_dir.display()))?;
     if reconciled > 0 {
         tracing::info!(
@@ -400,9 +400,17 @@ async fn main() -> anyhow::Result<()> {
         metrics,
     );
     tracing::info!(environment = %args.environment, driver = %args.driver, "hub-agent started");
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
     tokio::select! {
-        _ = agent.run() => {}
+        _ = agent.clone().run() => {}
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
+        _ = terminate.recv() => tracing::info!("terminated"),
+    }
+    // A clean stop leaves the whole journal in its checkpoint (what a release from before
+    // the journal's log reads).
+    if let Err(e) = agent.fold_journal().await {
+        tracing::warn!(error = %e, "journal: cannot fold the log into the checkpoint");
     }
     Ok(())
 }

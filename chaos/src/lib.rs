@@ -9,6 +9,7 @@
 //! - [`compare`]: `hub-bench compare-etcd`, the hub and etcd 3.4 side by side in one run.
 //! - [`history`]: `hub-bench history`, memory, store and snapshot sizes and times when every
 //!   entity carries its history.
+//! - [`journal_bench`]: `hub-bench journal`, what journaling a task step costs an agent.
 //! - [`rolling_restart`]: `hub-bench rolling-restart`, the longest write stall while every node
 //!   is restarted in turn.
 //! - [`sim_agents`]: many real agents with the `sim` driver in one process, for `hub-bench`.
@@ -19,6 +20,7 @@ pub mod catch_up;
 pub mod check;
 pub mod compare;
 pub mod history;
+pub mod journal_bench;
 pub mod rolling_restart;
 pub mod runner;
 pub mod sim_agents;

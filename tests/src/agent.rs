@@ -201,6 +201,11 @@ impl HubAgent {
         assert_eq!(rc, 0, "kill({}, {signal}) failed", self.child.id());
     }
 
+    /// Waits up to `timeout` for the agent to exit on its own: its exit status, or `None`.
+    pub fn wait_exit(&mut self, timeout: std::time::Duration) -> Option<std::process::ExitStatus> {
+        crate::poll_until(timeout, || self.child.try_wait().ok().flatten())
+    }
+
     /// SIGKILLs the agent (its services keep running: they are in their own sessions).
     pub fn kill9(&mut self) {
         let _ = self.child.kill();

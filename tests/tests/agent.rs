@@ -297,9 +297,13 @@ fn an_agent_sees_only_its_environment() {
     let _a = d.cluster.start_hub_agent("prod", &[]);
     d.publish("1.0.0");
     d.wait_plan("install", |p| has(p, "install", "1.0.0", "succeeded"));
-    // The staging agent's journal never saw a prod plan.
-    let journal = std::fs::read_to_string(b.data_dir.join("journal.json")).expect("journal");
-    assert!(!journal.contains("p-"), "{journal}");
+    // The staging agent's journal (its checkpoint and its log) never saw a prod plan.
+    let journal = journal_files(&b.data_dir);
+    assert!(
+        !String::from_utf8_lossy(&journal).contains("p-"),
+        "{}",
+        String::from_utf8_lossy(&journal)
+    );
     // And a report about prod's plan from a staging agent is refused, changing nothing.
     let plan_id = d.plans().expect("plans")[0]["id"]
         .as_str()
@@ -320,7 +324,7 @@ fn an_agent_sees_only_its_environment() {
     // staging's data directory, hub-agent refuses at start-up, names both, and leaves the
     // journal untouched (issue 4, bad input).
     b.kill9();
-    let before = std::fs::read(b.data_dir.join("journal.json")).expect("journal");
+    let before = journal_files(&b.data_dir);
     let config = d.cluster.dir().join("agent-prod-on-staging.toml");
     let prod_tls = d
         .cluster
@@ -358,8 +362,47 @@ fn an_agent_sees_only_its_environment() {
         stderr.contains(&b.data_dir.display().to_string()),
         "{stderr}"
     );
-    let after = std::fs::read(b.data_dir.join("journal.json")).expect("journal");
+    let after = journal_files(&b.data_dir);
     assert_eq!(before, after, "the refused start changed the journal");
+}
+
+/// An agent data directory's journal: its checkpoint, then its log.
+fn journal_files(data_dir: &std::path::Path) -> Vec<u8> {
+    let mut bytes = std::fs::read(data_dir.join("journal.json")).expect("journal checkpoint");
+    bytes.extend(std::fs::read(data_dir.join("journal.wal")).expect("journal log"));
+    bytes
+}
+
+#[test]
+fn a_clean_stop_leaves_the_whole_journal_in_its_checkpoint() {
+    // The journal's changes are appended to its log (journal.wal); SIGTERM folds the log into
+    // the checkpoint (journal.json) before the agent exits, which is what a release from
+    // before the log reads.
+    let d = demo(0);
+    let mut a = d.cluster.start_hub_agent("prod", &[]);
+    d.publish("1.0.0");
+    let plans = d.wait_plan("install", |p| has(p, "install", "1.0.0", "succeeded"));
+    let plan = plans[0]["id"].as_str().expect("id").to_string();
+    // The plan's end is journaled before its last reports go; the hub recorded them.
+    let log = std::fs::read_to_string(a.data_dir.join("journal.wal")).expect("journal log");
+    assert!(log.contains(&plan), "{log}");
+    a.signal(libc::SIGTERM);
+    let status = a
+        .wait_exit(CONVERGE_TIMEOUT)
+        .unwrap_or_else(|| panic!("no exit after SIGTERM\n{}", a.log_tail(30)));
+    assert!(status.success(), "{status}\n{}", a.log_tail(30));
+    let log = std::fs::read(a.data_dir.join("journal.wal")).expect("journal log");
+    assert!(log.is_empty(), "{}", String::from_utf8_lossy(&log));
+    let checkpoint: Value = serde_json::from_slice(
+        &std::fs::read(a.data_dir.join("journal.json")).expect("journal checkpoint"),
+    )
+    .expect("journal JSON");
+    assert!(
+        checkpoint["finished"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|p| p == plan.as_str())),
+        "{checkpoint}"
+    );
 }
 
 #[test]

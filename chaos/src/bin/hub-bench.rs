@@ -202,6 +202,20 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// What journaling a task step costs an agent on DIR's file system: the journal's log
+    /// against rewriting the whole journal per change (the design before the log), with
+    /// journals remembering each number of finished plans.
+    Journal {
+        /// Where the journals go (default: the current directory).
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// Task steps per measurement (each a record and an acknowledgement).
+        #[arg(long, default_value_t = 500)]
+        steps: usize,
+        /// Finished plans the journal remembers (the agent keeps up to 10,000).
+        #[arg(long, value_delimiter = ',', default_value = "0,10000")]
+        finished: Vec<usize>,
+    },
     /// `history`'s first phase for one size (its own process): prints a JSON report.
     #[command(hide = true)]
     HistoryBuild {
@@ -1180,7 +1194,8 @@ async fn main() -> anyhow::Result<()> {
         | Cmd::CatchUp { .. }
         | Cmd::HistoryBuild { .. }
         | Cmd::HistoryLoad { .. }
-        | Cmd::HistoryInstall { .. } => {}
+        | Cmd::HistoryInstall { .. }
+        | Cmd::Journal { .. } => {}
     }
     match cmd {
         Cmd::Writes {
@@ -1318,6 +1333,28 @@ async fn main() -> anyhow::Result<()> {
             }
             let report = hub_chaos::history::build(shape, &dir, &seat).await?;
             println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
+        Cmd::Journal {
+            dir,
+            steps,
+            finished,
+        } => {
+            if steps == 0 {
+                bail!("--steps: at least 1");
+            }
+            println!("| design | finished plans held | changes | µs per change | changes/s |");
+            println!("|---|---:|---:|---:|---:|");
+            for r in hub_chaos::journal_bench::run(&dir, steps, &finished)? {
+                println!(
+                    "| {} | {} | {} | {:.0} | {:.0} |",
+                    r.design,
+                    r.finished,
+                    r.changes,
+                    r.per_change.as_secs_f64() * 1e6,
+                    1.0 / r.per_change.as_secs_f64().max(1e-9)
+                );
+            }
             Ok(())
         }
         Cmd::HistoryLoad { dir } => {
