@@ -54,7 +54,8 @@ pub struct AgentConfig {
     pub poll_wait: Duration,
     /// How often observed state is compared and, when changed, reported.
     pub state_interval: Duration,
-    /// Unchanged state is still reported this often.
+    /// Unchanged state is reported again this long (and up to half as long again, at random)
+    /// after the hub last confirmed it.
     pub state_refresh: Duration,
     /// Plans run at once (for different entities).
     pub parallel_plans: usize,
@@ -159,8 +160,8 @@ impl Reflected {
 
 /// The last state report sent, and whether a new sample is due.
 ///
-/// A sample is due when it differs from what the hub records, when `state_refresh` (less up to
-/// a sixteenth of it, at random) has passed since the hub last confirmed what it records of
+/// A sample is due when it differs from what the hub records, when `state_refresh` (and up to
+/// half of it again, at random) has passed since the hub last confirmed what it records of
 /// some entity, or when an entity that was sent while a plan of its had not finished here now
 /// reflects more: the hub skips a sample older than a plan end it recorded, so without this an
 /// unchanged entity whose sample was skipped would wait for the refresh.
@@ -179,10 +180,10 @@ struct SentStates {
     held: HashMap<String, u64>,
     /// The hub's log index the last sample was applied (or read) at.
     acked_index: u64,
-    /// The share of a sixteenth of the refresh period the next refresh comes early by (drawn
-    /// at every send, as [`poll_wait`] jitters polls): agents started together do not refresh
-    /// in step for good.
-    early: f64,
+    /// The share of half the refresh period the next refresh comes late by (drawn at every
+    /// send and every record): a rollout confirms a whole fleet's entities at once, and the
+    /// refreshes after it spread over half a period instead of landing together.
+    late: f64,
     /// Per entity, what the hub records as of a log index at or after `acked_index`, and when
     /// the reply said so.
     recorded: HashMap<String, (ReportedState, u64, Instant)>,
@@ -195,7 +196,7 @@ impl SentStates {
             at: now,
             held: HashMap::new(),
             acked_index: 0,
-            early: rand::random::<f64>(),
+            late: rand::random::<f64>(),
             recorded: HashMap::new(),
         }
     }
@@ -213,7 +214,7 @@ impl SentStates {
         }
         !self.hub_has(observed)
             || now.duration_since(self.confirmed(observed))
-                >= refresh.saturating_sub((refresh / 16).mul_f64(self.early))
+                >= refresh + (refresh / 2).mul_f64(self.late)
             || self
                 .held
                 .iter()
@@ -246,7 +247,7 @@ impl SentStates {
             .collect();
         self.last = observed;
         self.at = now;
-        self.early = rand::random::<f64>();
+        self.late = rand::random::<f64>();
         self.acked_index = self.acked_index.max(index);
         // A record read before the sample applied is older than it.
         self.recorded.retain(|_, (_, at, _)| *at >= index);
@@ -272,6 +273,7 @@ impl SentStates {
         for (entity, state) in states {
             self.held.remove(&entity);
             self.recorded.insert(entity, (state, index, now));
+            self.late = rand::random::<f64>();
         }
     }
 
@@ -967,8 +969,8 @@ mod tests {
         assert!(!sent.due(&observed("2"), &finished, t0, refresh));
         // A change, and the refresh, are due as before; an empty sample never is.
         assert!(sent.due(&observed("3"), &finished, t0, refresh));
-        assert!(sent.due(&observed("2"), &finished, t0 + refresh, refresh));
-        assert!(!sent.due(&[], &finished, t0 + refresh, refresh));
+        assert!(sent.due(&observed("2"), &finished, t0 + refresh * 3 / 2, refresh));
+        assert!(!sent.due(&[], &finished, t0 + refresh * 3 / 2, refresh));
         // A refused report is not sent again for the plan's end.
         sent.refused(observed("2"), t0);
         assert!(!sent.due(&observed("2"), &finished, t0, refresh));
@@ -1026,7 +1028,12 @@ mod tests {
             "the last sample sent is no longer what the hub records"
         );
         assert!(
-            sent.due(&observed("2.0.0", healthy), &idle, t0 + refresh, refresh),
+            sent.due(
+                &observed("2.0.0", healthy),
+                &idle,
+                t0 + refresh * 3 / 2,
+                refresh
+            ),
             "the refresh still goes"
         );
         // A sample applied after the record replaces it; an older record then changes nothing.
@@ -1048,7 +1055,12 @@ mod tests {
         let later = t0 + refresh / 2;
         fresh.recorded(recorded("2.0.0"), 11, later);
         assert!(!fresh.due(&observed("2.0.0", healthy), &idle, t0 + refresh, refresh));
-        assert!(fresh.due(&observed("2.0.0", healthy), &idle, later + refresh, refresh));
+        assert!(fresh.due(
+            &observed("2.0.0", healthy),
+            &idle,
+            later + refresh * 3 / 2,
+            refresh
+        ));
         // Per entity: one whose record is older still brings the refresh.
         let two = [
             observed("2.0.0", healthy),
@@ -1061,37 +1073,64 @@ mod tests {
         let mut db = recorded("2.0.0");
         db[0].0 = "db".into();
         fresh.recorded(db, 12, t0);
-        assert!(fresh.due(&two, &idle, t0 + refresh, refresh));
+        assert!(fresh.due(&two, &idle, t0 + refresh * 3 / 2, refresh));
         assert!(!fresh.due(&two, &idle, t0 + refresh / 4, refresh));
     }
 
     #[test]
-    fn refreshes_are_spread_over_the_last_sixteenth() {
+    fn refreshes_are_spread_over_half_a_period_after_the_hubs_confirmation() {
         let observed = vec![web("1.0.0")];
         let idle = idle();
         let refresh = Duration::from_secs(32);
         let t0 = Instant::now();
-        let mut sent = SentStates::new(t0);
-        let mut earliest = refresh;
-        for i in 0..200 {
-            sent.sent(observed.clone(), &idle, t0, i);
+        // The first moment a refresh is due, to the 10 ms (never before the period, always by
+        // half of it again).
+        let due_at = |sent: &SentStates, from: Instant| {
             assert!(!sent.due(
                 &observed,
                 &idle,
-                t0 + refresh * 15 / 16 - Duration::from_millis(1),
+                from + refresh - Duration::from_millis(1),
                 refresh
             ));
-            assert!(sent.due(&observed, &idle, t0 + refresh, refresh));
-            // The first moment it is due, to the 10 ms.
-            let due_at = (0..=200)
-                .map(|k| refresh * 15 / 16 + Duration::from_millis(10 * k))
-                .find(|d| sent.due(&observed, &idle, t0 + *d, refresh))
-                .expect("due by the full period");
-            earliest = earliest.min(due_at);
+            assert!(sent.due(&observed, &idle, from + refresh * 3 / 2, refresh));
+            (0..=1_600)
+                .map(|k| refresh + Duration::from_millis(10 * k))
+                .find(|d| sent.due(&observed, &idle, from + *d, refresh))
+                .expect("due by half a period late")
+        };
+        let mut sent = SentStates::new(t0);
+        let (mut earliest, mut latest) = (refresh * 2, Duration::ZERO);
+        for i in 0..200 {
+            sent.sent(observed.clone(), &idle, t0, i);
+            let at = due_at(&sent, t0);
+            (earliest, latest) = (earliest.min(at), latest.max(at));
         }
         assert!(
-            earliest < refresh * 31 / 32,
-            "some refreshes come early: {earliest:?}"
+            earliest < refresh * 9 / 8 && latest > refresh * 11 / 8,
+            "spread over the half period: {earliest:?} to {latest:?}"
+        );
+        // A record confirms the entity, and draws its own spread.
+        let later = t0 + Duration::from_secs(20);
+        let (mut earliest, mut latest) = (refresh * 2, Duration::ZERO);
+        for i in 0..200 {
+            sent.recorded(
+                vec![(
+                    "web".to_string(),
+                    ReportedState {
+                        version: Some(semver::Version::new(1, 0, 0)),
+                        health: crate::plan::Health::Healthy,
+                        ..ReportedState::default()
+                    },
+                )],
+                1_000 + i,
+                later,
+            );
+            let at = due_at(&sent, later);
+            (earliest, latest) = (earliest.min(at), latest.max(at));
+        }
+        assert!(
+            earliest < refresh * 9 / 8 && latest > refresh * 11 / 8,
+            "records spread too: {earliest:?} to {latest:?}"
         );
     }
 
