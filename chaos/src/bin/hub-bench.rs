@@ -965,6 +965,14 @@ async fn agents_bench(
             fetches as f64 / plans as f64,
             states as f64 / plans as f64
         );
+        // Calls that failed and were retried (after a backoff, or on another node): a delivery
+        // that waited for one shows in the tail.
+        eprintln!(
+            "failed plan fetches: {}; endpoint failovers: {}; report retries: {}",
+            metrics.fetch_errors.load(Relaxed),
+            metrics.endpoint_failovers.load(Relaxed),
+            metrics.report_retries.load(Relaxed)
+        );
     }
     let all = metrics.delivery.samples();
     marks.push(all.len());
