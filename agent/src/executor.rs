@@ -270,11 +270,14 @@ impl SentStates {
         if index < self.acked_index {
             return;
         }
+        if states.is_empty() {
+            return;
+        }
         for (entity, state) in states {
             self.held.remove(&entity);
             self.recorded.insert(entity, (state, index, now));
-            self.late = rand::random::<f64>();
         }
+        self.late = rand::random::<f64>();
     }
 
     /// When the hub's record of every entity of `observed` was last confirmed: by the last

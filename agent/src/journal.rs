@@ -25,7 +25,7 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -412,26 +412,16 @@ impl JournalFile {
             },
             Err(e) => return Err(io(&path)(e)),
         };
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .create(true)
-            .read(true)
             .append(true)
             .mode(0o600)
             .open(&wal_path)
             .map_err(io(&wal_path))?;
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
             .map_err(io(&wal_path))?;
-        let mut bytes = Vec::new();
-        (&mut file)
-            .take(MAX_JOURNAL_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(io(&wal_path))?;
-        if bytes.len() as u64 > MAX_JOURNAL_BYTES {
-            return Err(corrupt(
-                &wal_path,
-                format!("larger than {MAX_JOURNAL_BYTES} bytes"),
-            ));
-        }
+        // Bounded as the checkpoint is: a larger file is refused before it is buffered.
+        let bytes = read_limited(&wal_path, MAX_JOURNAL_BYTES).map_err(io(&wal_path))?;
         let (records, intact) = read_lines(&bytes).map_err(|r| corrupt(&wal_path, r))?;
         let mut finished: HashSet<String> = journal.finished.iter().cloned().collect();
         for record in records {
