@@ -17,10 +17,15 @@
 //! line before it marks the plan finished (which drops the plan's task records), so after
 //! reconciliation the log has a `succeeded` line exactly for the tasks the journal recorded
 //! as succeeded. A torn last line (a crash mid-write) is cut off when the log is opened.
+//!
+//! The log grows by a line per task event for as long as the agent runs, so nothing reads it
+//! whole: opening looks for the last newline from the end, and reconciliation streams the
+//! lines, one at a time and at most [`MAX_LINE_BYTES`] each, keeping only those of the plans
+//! the journal holds.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::io::{BufRead, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +34,13 @@ use crate::journal::{Journal, TaskRecord};
 
 /// The log's file name in the data directory.
 pub const EXEC_LOG_FILE: &str = "executions.jsonl";
+
+/// The longest line a reader of the log takes (newline excluded); a longer one is skipped.
+/// The agent's own lines are far shorter: the hub bounds plan ids, entity ids and task names.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// How much of the file's end is read at a time when looking for its last newline.
+const TAIL_CHUNK_BYTES: usize = 64 * 1024;
 
 /// Why the execution log could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -111,11 +123,10 @@ impl ExecLog {
         // A log an older release created under a loose umask is tightened too.
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
             .map_err(io)?;
-        let mut text = Vec::new();
-        file.read_to_end(&mut text).map_err(io)?;
-        let keep = text.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-        if keep < text.len() {
-            file.set_len(keep as u64).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let keep = whole_lines_len(&file, len).map_err(io)?;
+        if keep < len {
+            file.set_len(keep).map_err(io)?;
             file.sync_data().map_err(io)?;
         }
         file.seek(SeekFrom::End(0)).map_err(io)?;
@@ -143,8 +154,17 @@ impl ExecLog {
     /// Appends the finish line of every task `journal` records as succeeded or failed whose
     /// line is missing (an agent killed between the journal write and the log write); returns
     /// how many were appended. The entity comes from the attempt's `started` line.
+    /// Only the lines of the plans `journal` holds are kept while the log is read.
     pub fn reconcile(&mut self, journal: &Journal) -> Result<usize, ExecLogError> {
-        let lines = read_lines(&self.path).map_err(|source| ExecLogError::Io {
+        let mut lines = Vec::new();
+        let read = std::fs::File::open(&self.path).and_then(|file| {
+            for_each_line(std::io::BufReader::new(file), |line| {
+                if journal.plans.contains_key(line.plan.as_str()) {
+                    lines.push(line);
+                }
+            })
+        });
+        read.map_err(|source| ExecLogError::Io {
             path: self.path.clone(),
             source,
         })?;
@@ -189,19 +209,79 @@ impl ExecLog {
     }
 }
 
-/// Every complete, well-formed line of the log at `path` (a missing file has none; a torn or
-/// foreign line is skipped).
+/// Every complete, well-formed line of the log at `path` (a missing file has none; a torn,
+/// foreign or overlong line is skipped). For audits of a whole run: the result holds every
+/// line, so it is as large as the file.
 pub fn read_lines(path: &Path) -> std::io::Result<Vec<ExecLine>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    Ok(text
-        .split_inclusive('\n')
-        .filter(|l| l.ends_with('\n'))
-        .filter_map(|l| serde_json::from_str(l.trim_end()).ok())
-        .collect())
+    let mut lines = Vec::new();
+    for_each_line(std::io::BufReader::new(file), |line| lines.push(line))?;
+    Ok(lines)
+}
+
+/// Calls `each` with every complete, well-formed line `reader` yields, in order, holding one
+/// line of at most [`MAX_LINE_BYTES`] at a time. A longer line is skipped (read past, not
+/// held), as is a line that is not an [`ExecLine`] and a last line without its newline.
+fn for_each_line(mut reader: impl BufRead, mut each: impl FnMut(ExecLine)) -> std::io::Result<()> {
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        let limit = MAX_LINE_BYTES as u64 + 1;
+        let n = (&mut reader).take(limit).read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Ok(());
+        }
+        if let Some((b'\n', text)) = line.split_last() {
+            if let Ok(parsed) = serde_json::from_slice(text) {
+                each(parsed);
+            }
+            continue;
+        }
+        if n <= MAX_LINE_BYTES {
+            // The end of the file came first: a torn last line.
+            return Ok(());
+        }
+        // Overlong: skip to the byte after its newline.
+        loop {
+            let buf = reader.fill_buf()?;
+            if buf.is_empty() {
+                return Ok(());
+            }
+            match buf.iter().position(|b| *b == b'\n') {
+                Some(i) => {
+                    reader.consume(i + 1);
+                    break;
+                }
+                None => {
+                    let all = buf.len();
+                    reader.consume(all);
+                }
+            }
+        }
+    }
+}
+
+/// The length of `file`'s first `len` bytes up to and including their last newline (0 when
+/// there is none): what is left once a torn last line is cut. Reads backwards from the end,
+/// [`TAIL_CHUNK_BYTES`] at a time.
+fn whole_lines_len(file: &std::fs::File, len: u64) -> std::io::Result<u64> {
+    let mut chunk = vec![0u8; TAIL_CHUNK_BYTES];
+    let mut end = len;
+    while end > 0 {
+        let start = end.saturating_sub(TAIL_CHUNK_BYTES as u64);
+        // `end - start` is at most TAIL_CHUNK_BYTES, so the cast cannot truncate.
+        let part = &mut chunk[..(end - start) as usize];
+        file.read_exact_at(part, start)?;
+        if let Some(i) = part.iter().rposition(|b| *b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
 }
 
 #[cfg(test)]
@@ -256,6 +336,67 @@ mod tests {
         let b = line("p-1-0", "fetch", 1, ExecState::Succeeded);
         log.append(&b).unwrap();
         assert_eq!(read_lines(&path).unwrap(), vec![a, b]);
+    }
+
+    #[test]
+    fn a_torn_tail_longer_than_a_read_chunk_is_cut_off_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = ExecLog::open(dir.path()).unwrap();
+        let a = line("p-1-0", "fetch", 1, ExecState::Started);
+        log.append(&a).unwrap();
+        drop(log);
+        let path = dir.path().join(EXEC_LOG_FILE);
+        let whole = std::fs::metadata(&path).unwrap().len();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(&vec![b'x'; 3 * TAIL_CHUNK_BYTES + 17]).unwrap();
+        drop(f);
+        let mut log = ExecLog::open(dir.path()).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
+        let b = line("p-1-0", "fetch", 1, ExecState::Succeeded);
+        log.append(&b).unwrap();
+        assert_eq!(read_lines(&path).unwrap(), vec![a, b]);
+
+        // A file that is one torn line is emptied.
+        std::fs::write(&path, vec![b'y'; TAIL_CHUNK_BYTES + 1]).unwrap();
+        drop(ExecLog::open(dir.path()).unwrap());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn a_line_over_the_bound_is_skipped_and_the_lines_after_it_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(EXEC_LOG_FILE);
+        let a = line("p-1-0", "fetch", 1, ExecState::Started);
+        // A well-formed line of exactly the bound is read; one byte more is not.
+        let sized = |bytes: usize| {
+            let mut l = line("p-1-0", "big", 1, ExecState::Started);
+            l.entity.clear();
+            let bare = serde_json::to_vec(&l).unwrap().len();
+            l.entity = "e".repeat(bytes - bare);
+            let text = serde_json::to_vec(&l).unwrap();
+            assert_eq!(text.len(), bytes);
+            (l, text)
+        };
+        let (at_bound, at_bound_text) = sized(MAX_LINE_BYTES);
+        let (_, over_text) = sized(MAX_LINE_BYTES + 1);
+        let b = line("p-1-0", "fetch", 1, ExecState::Succeeded);
+        let mut bytes = Vec::new();
+        for text in [
+            serde_json::to_vec(&a).unwrap(),
+            at_bound_text,
+            over_text,
+            vec![b'z'; 5 * MAX_LINE_BYTES],
+            b"not json".to_vec(),
+            serde_json::to_vec(&b).unwrap(),
+        ] {
+            bytes.extend(text);
+            bytes.push(b'\n');
+        }
+        std::fs::write(&path, bytes).unwrap();
+        assert_eq!(read_lines(&path).unwrap(), vec![a, at_bound, b]);
     }
 
     #[test]
