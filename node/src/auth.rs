@@ -142,6 +142,7 @@ pub enum Rule {
 pub fn rule(path: &str) -> Option<Rule> {
     Some(match path {
         "/hub.v1.Raft/AppendEntries"
+        | "/hub.v1.Raft/StreamAppend"
         | "/hub.v1.Raft/Vote"
         | "/hub.v1.Raft/PreVote"
         | "/hub.v1.Raft/InstallSnapshot"
@@ -627,6 +628,15 @@ mod tests {
         assert!(p
             .check("/hub.v1.Raft/AppendEntries", Some(&node), None)
             .is_ok());
+        // The replication stream: members only, like the call it pipelines.
+        assert!(p
+            .check("/hub.v1.Raft/StreamAppend", Some(&node), None)
+            .is_ok());
+        for who in [&op, &agent, &stranger] {
+            assert!(p
+                .check("/hub.v1.Raft/StreamAppend", Some(who), None)
+                .is_err());
+        }
         let e = p
             .check("/hub.v1.Raft/Vote", Some(&stranger), None)
             .unwrap_err();

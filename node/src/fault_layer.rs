@@ -10,6 +10,10 @@
 //! - Calls from them are processed but the reply is withheld (a reply is a message to them);
 //!   the caller times out. The sender is named by the [`FROM_HEADER`] every node-to-node call
 //!   carries in a chaos build.
+//! - On the replication stream (`Raft.StreamAppend`) the same holds per message: a request
+//!   sent while the peer is cut is lost with every one after it (the stream stalls and the
+//!   leader's reply deadline fails it), and a reply to a cut sender is withheld with every one
+//!   after it.
 //! - Calls without that header (clients, agents, hubctl) are never affected.
 //!
 //! The file is read every [`POLL`]; a missing file cuts nothing, a malformed one is logged and
@@ -213,6 +217,28 @@ pub fn reply_lost<T>(req: &tonic::Request<T>) -> bool {
 pub async fn lose(limit: Duration) -> tonic::Status {
     tokio::time::sleep(limit.min(LOST_FOR)).await;
     tonic::Status::unavailable("message lost (chaos fault layer)")
+}
+
+/// `replies` to a streaming call from `sender`, with every reply from the first one sent
+/// while `sender` is cut off withheld: the stream stalls there (at most 10 s) and ends with
+/// the error its caller would see. Replies go in order, so one lost reply loses the rest.
+pub fn withhold_replies_to_cut<S, T>(
+    sender: Option<NodeId>,
+    replies: S,
+) -> impl futures::Stream<Item = Result<T, tonic::Status>> + Send + 'static
+where
+    S: futures::Stream<Item = Result<T, tonic::Status>> + Send + 'static,
+    T: Send + 'static,
+{
+    use futures::StreamExt;
+    futures::stream::unfold(Some(Box::pin(replies)), move |state| async move {
+        let mut replies = state?;
+        let reply = replies.next().await?;
+        if sender.is_some_and(is_cut) {
+            return Some((Err(lose(Duration::MAX).await), None));
+        }
+        Some((reply, Some(replies)))
+    })
 }
 
 #[cfg(test)]

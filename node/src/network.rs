@@ -74,6 +74,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             peers: self.peers.clone(),
             clock: self.clock.clone(),
             append_ttl_floor: self.append_ttl_floor,
+            unary_only: false,
         }
     }
 }
@@ -87,9 +88,12 @@ pub struct PeerClient {
     peers: Arc<PeerPool>,
     clock: Arc<ClusterClock>,
     append_ttl_floor: Duration,
+    /// The peer has no `StreamAppend` (an older release): replicate with `AppendEntries`.
+    unary_only: bool,
 }
 
 /// Transport failures, before they are mapped to openraft's error kinds.
+#[derive(Clone)]
 enum CallError {
     /// The peer could not be reached (connection refused or reset, bad address): back off.
     Unreachable(String),
@@ -98,6 +102,9 @@ enum CallError {
     TimedOut(Timeout<TypeConfig>),
     /// Anything else on the wire: retry.
     Network(String),
+    /// The peer does not serve the call (an older release: unknown to its router, or to its
+    /// authorization rules): use another.
+    Unsupported(String),
 }
 
 impl CallError {
@@ -105,7 +112,9 @@ impl CallError {
         match self {
             CallError::Unreachable(m) => RPCError::Unreachable(Unreachable::from_string(m)),
             CallError::TimedOut(t) => RPCError::Timeout(t),
-            CallError::Network(m) => RPCError::Network(NetworkError::from_string(m)),
+            CallError::Network(m) | CallError::Unsupported(m) => {
+                RPCError::Network(NetworkError::from_string(m))
+            }
         }
     }
 
@@ -113,7 +122,9 @@ impl CallError {
         match self {
             CallError::Unreachable(m) => StreamingError::Unreachable(Unreachable::from_string(m)),
             CallError::TimedOut(t) => StreamingError::Timeout(t),
-            CallError::Network(m) => StreamingError::Network(NetworkError::from_string(m)),
+            CallError::Network(m) | CallError::Unsupported(m) => {
+                StreamingError::Network(NetworkError::from_string(m))
+            }
         }
     }
 }
@@ -221,8 +232,196 @@ impl PeerClient {
     }
 }
 
+/// The send times of the requests of a replication stream that have no reply yet, oldest
+/// first (replies come in order).
+type Unanswered = Arc<std::sync::Mutex<std::collections::VecDeque<std::time::Instant>>>;
+
+impl PeerClient {
+    /// Opens a `StreamAppend` call carrying `input` and returns its replies as openraft's
+    /// stream results. `ttl` bounds the call's opening and each request's wait for its reply;
+    /// an idle stream (every request answered) has no deadline.
+    async fn open_stream<S>(&self, input: S, ttl: Duration) -> Result<StreamReplies, CallError>
+    where
+        S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+    {
+        use futures::StreamExt;
+        let mut client = self.client()?;
+        #[cfg(feature = "chaos-faults")]
+        if crate::fault_layer::is_cut(self.target) {
+            crate::fault_layer::lose(ttl).await;
+            return Err(self.timed_out(RPCTypes::AppendEntries, ttl));
+        }
+        let unanswered: Unanswered = Arc::default();
+        let outbound = {
+            let unanswered = unanswered.clone();
+            let cluster_id = self.cluster_id.to_string();
+            #[cfg(feature = "chaos-faults")]
+            let target = self.target;
+            input.then(move |rpc| {
+                let unanswered = unanswered.clone();
+                let msg = RaftRequest {
+                    cluster_id: cluster_id.clone(),
+                    payload: codec::encode(&rpc),
+                };
+                async move {
+                    unanswered
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push_back(std::time::Instant::now());
+                    // A request to a peer cut off from this node is lost, and so is every
+                    // one after it: the stream stalls, and this request's reply deadline
+                    // (counted from now) fails it; the next session finds the cut at once.
+                    #[cfg(feature = "chaos-faults")]
+                    if crate::fault_layer::is_cut(target) {
+                        futures::future::pending::<()>().await;
+                    }
+                    msg
+                }
+            })
+        };
+        #[allow(unused_mut)]
+        let mut req = tonic::Request::new(outbound);
+        #[cfg(feature = "chaos-faults")]
+        crate::fault_layer::stamp(&mut req);
+        let replies = tokio::time::timeout(ttl, client.stream_append(req))
+            .await
+            .map_err(|_| self.timed_out(RPCTypes::AppendEntries, ttl))?
+            .map_err(|s| match s.code() {
+                tonic::Code::Unimplemented | tonic::Code::PermissionDenied => {
+                    CallError::Unsupported(format!("{}: {}", s.code(), s.message()))
+                }
+                _ => status_error(s, || self.timed_out(RPCTypes::AppendEntries, ttl)),
+            })?
+            .into_inner();
+        let reader = ReplyReader {
+            replies,
+            unanswered,
+            ttl,
+            target: self.target,
+            timeout: self.timed_out(RPCTypes::AppendEntries, ttl),
+            clock: self.clock.clone(),
+        };
+        Ok(futures::stream::unfold(Some(reader), |state| async move {
+            let mut reader = state?;
+            let item = reader.next().await?;
+            // The stream ends after an error or a refused request, as openraft expects.
+            let more = matches!(item, Ok(Ok(_)));
+            Some((item.map_err(CallError::into_rpc), more.then_some(reader)))
+        })
+        .boxed())
+    }
+}
+
+/// The replies of a replication stream, as openraft takes them.
+type StreamReplies = openraft::base::BoxStream<
+    'static,
+    Result<openraft::raft::StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>,
+>;
+
+/// Reads a replication stream's replies in order, with a deadline for each request.
+struct ReplyReader {
+    replies: tonic::Streaming<RaftReply>,
+    unanswered: Unanswered,
+    ttl: Duration,
+    target: NodeId,
+    timeout: CallError,
+    clock: Arc<ClusterClock>,
+}
+
+impl ReplyReader {
+    /// The next request's result; `None` when the follower ended the stream.
+    async fn next(
+        &mut self,
+    ) -> Option<Result<openraft::raft::StreamAppendResult<TypeConfig>, CallError>> {
+        loop {
+            let oldest = self
+                .unanswered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .front()
+                .copied();
+            // With nothing unanswered there is nothing to time out: look again after a
+            // while, since a request may have gone out meanwhile.
+            let deadline = oldest.unwrap_or_else(std::time::Instant::now) + self.ttl;
+            let reply = match tokio::time::timeout_at(deadline.into(), self.replies.message()).await
+            {
+                Err(_) if oldest.is_some() => return Some(Err(self.timeout.clone())),
+                Err(_) => continue,
+                Ok(Err(status)) => return Some(Err(status_error(status, || self.timeout.clone()))),
+                Ok(Ok(None)) => return None,
+                Ok(Ok(Some(reply))) => reply,
+            };
+            let sent = self
+                .unanswered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front();
+            if !reply.refused.is_empty() {
+                return Some(Err(CallError::Unreachable(format!(
+                    "node {} refused: {}",
+                    self.target, reply.refused
+                ))));
+            }
+            if let Some(sent) = sent {
+                self.clock
+                    .observe(self.target, reply.clock_ms, sent, std::time::Instant::now());
+            }
+            return Some(
+                codec::decode_bounded(&reply.payload, codec::Limit::Message).map_err(|e| {
+                    CallError::Network(format!("bad reply from node {}: {e}", self.target))
+                }),
+            );
+        }
+    }
+}
+
 impl RaftNetworkV2<TypeConfig> for PeerClient {
     type SnapshotData = SnapshotData;
+
+    /// Replication pipelined on one `StreamAppend` call: a request goes out as soon as
+    /// openraft has it, without waiting for the reply to the one before (the follower appends
+    /// them in order and answers each once flushed). A peer from before the call (it answers
+    /// `Unimplemented`) is sent one `AppendEntries` call at a time instead, from then on.
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> openraft::base::BoxFuture<
+        's,
+        Result<
+            openraft::base::BoxStream<
+                's,
+                Result<openraft::raft::StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>,
+            >,
+            RPCError<TypeConfig>,
+        >,
+    >
+    where
+        S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>>
+            + openraft::OptionalSend
+            + Unpin
+            + 'static,
+    {
+        Box::pin(async move {
+            if self.unary_only {
+                return openraft::network::stream_append_sequential(self, input, option).await;
+            }
+            // One heartbeat interval is too little for a batch of entries to a peer that is
+            // busy (catching up a restarted node, a burst of agents): give it the floor.
+            let ttl = option.soft_ttl().max(self.append_ttl_floor);
+            match self.open_stream(input, ttl).await {
+                Ok(replies) => Ok(replies),
+                Err(CallError::Unsupported(m)) => {
+                    tracing::info!(peer = self.target, reason = %m, "the peer does not take StreamAppend; replicating to it one AppendEntries call at a time");
+                    // This session's requests went with the failed call; openraft opens
+                    // the next session at once, and that one goes by AppendEntries.
+                    self.unary_only = true;
+                    Err(CallError::Unsupported(m).into_rpc())
+                }
+                Err(e) => Err(e.into_rpc()),
+            }
+        })
+    }
 
     async fn append_entries(
         &mut self,
@@ -464,5 +663,255 @@ mod tests {
             let sent: Vec<u8> = chunks.into_iter().flat_map(|c| c.data).collect();
             assert_eq!(sent, bytes, "{len}");
         }
+    }
+
+    /// What a fake follower does with a `StreamAppend` call.
+    #[derive(Clone, Copy)]
+    enum Follower {
+        /// Answers every request in order with its position (1, 2, …) as the flushed index,
+        /// the first only once the second has arrived.
+        Answers,
+        /// Reads the requests and never answers.
+        Silent,
+        /// Does not serve the call (an older release).
+        Unimplemented,
+        /// Refuses the first request as another cluster's.
+        OtherCluster,
+    }
+
+    /// A follower speaking the Raft service over plaintext loopback, counting the
+    /// `AppendEntries` calls it gets.
+    struct FakeFollower {
+        mode: Follower,
+        unary_calls: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    fn flushed(index: u64) -> openraft::raft::StreamAppendResult<TypeConfig> {
+        use openraft::vote::RaftLeaderId;
+        Ok(Some(openraft::LogId::new(
+            openraft::vote::leader_id_adv::CommittedLeaderId::new(1, 1),
+            index,
+        )))
+    }
+
+    #[tonic::async_trait]
+    impl hub_proto::raft_server::Raft for FakeFollower {
+        type StreamAppendStream = crate::raft_service::StreamAppendReplies;
+
+        async fn stream_append(
+            &self,
+            req: tonic::Request<tonic::Streaming<RaftRequest>>,
+        ) -> Result<tonic::Response<Self::StreamAppendStream>, tonic::Status> {
+            use futures::StreamExt;
+            let mode = self.mode;
+            if let Follower::Unimplemented = mode {
+                return Err(tonic::Status::unimplemented("no StreamAppend here"));
+            }
+            let mut seen = 0u64;
+            let replies = req.into_inner().flat_map(move |msg| {
+                seen += 1;
+                let answer = |i| {
+                    Ok(RaftReply {
+                        payload: codec::encode(&flushed(i)),
+                        refused: String::new(),
+                        clock_ms: crate::cluster_clock::local_ms(),
+                    })
+                };
+                let replies = match (mode, msg) {
+                    (_, Err(s)) => vec![Err(s)],
+                    // The first reply waits for the second request: a leader that waits
+                    // for each reply before its next request would never get it.
+                    (Follower::Answers, Ok(_)) if seen == 1 => vec![],
+                    (Follower::Answers, Ok(_)) if seen == 2 => vec![answer(1), answer(2)],
+                    (Follower::Answers, Ok(_)) => vec![answer(seen)],
+                    (Follower::OtherCluster, Ok(m)) => vec![Ok(RaftReply {
+                        payload: Vec::new(),
+                        refused: format!("not {:?}", m.cluster_id),
+                        clock_ms: 0,
+                    })],
+                    (Follower::Silent | Follower::Unimplemented, Ok(_)) => vec![],
+                };
+                futures::stream::iter(replies)
+            });
+            Ok(tonic::Response::new(Box::pin(replies)))
+        }
+
+        async fn append_entries(
+            &self,
+            _req: tonic::Request<RaftRequest>,
+        ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
+            self.unary_calls
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let result: Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>> =
+                Ok(AppendEntriesResponse::Success);
+            Ok(tonic::Response::new(RaftReply {
+                payload: codec::encode(&result),
+                refused: String::new(),
+                clock_ms: crate::cluster_clock::local_ms(),
+            }))
+        }
+
+        async fn vote(
+            &self,
+            _req: tonic::Request<RaftRequest>,
+        ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
+            Err(tonic::Status::unimplemented("test"))
+        }
+
+        async fn pre_vote(
+            &self,
+            _req: tonic::Request<RaftRequest>,
+        ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
+            Err(tonic::Status::unimplemented("test"))
+        }
+
+        async fn install_snapshot(
+            &self,
+            _req: tonic::Request<tonic::Streaming<SnapshotChunk>>,
+        ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
+            Err(tonic::Status::unimplemented("test"))
+        }
+
+        async fn transfer_leader(
+            &self,
+            _req: tonic::Request<RaftRequest>,
+        ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
+            Err(tonic::Status::unimplemented("test"))
+        }
+    }
+
+    /// The reply deadline of the tests' streams.
+    const TTL: Duration = Duration::from_millis(200);
+
+    /// Starts a fake follower in `mode` and returns a leader's client of it and the
+    /// follower's count of `AppendEntries` calls.
+    async fn fake_follower(mode: Follower) -> (PeerClient, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let unary_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let service = hub_proto::raft_server::RaftServer::new(FakeFollower {
+            mode,
+            unary_calls: unary_calls.clone(),
+        });
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let mut factory = NetworkFactory {
+            self_id: 1,
+            cluster_id: "c".into(),
+            peers: Arc::new(PeerPool::new(hub_tls::client::Connector::new(
+                hub_tls::client::ClientMode::Plaintext,
+                Duration::from_secs(1),
+            ))),
+            clock: Arc::new(ClusterClock::new(1, Duration::from_secs(5))),
+            append_ttl_floor: TTL,
+        };
+        let client = factory.new_client(2, &Node::new(addr.to_string())).await;
+        (client, unary_calls)
+    }
+
+    fn heartbeat() -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: Vote::new(1, 1),
+            prev_log_id: None,
+            leader_commit: None,
+            entries: Vec::new(),
+        }
+    }
+
+    fn option() -> RPCOption {
+        RPCOption::new(Duration::from_millis(10))
+    }
+
+    /// Requests go out as they come, without waiting for replies; the replies come back in
+    /// order; a stream with every request answered waits any time for the next one; the
+    /// stream ends when the leader ends its requests.
+    #[tokio::test]
+    async fn a_replication_stream_answers_in_order_and_waits_idle_without_a_deadline() {
+        use futures::StreamExt;
+        let (mut client, unary_calls) = fake_follower(Follower::Answers).await;
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        for _ in 0..3 {
+            tx.unbounded_send(heartbeat()).unwrap();
+        }
+        let mut replies = client.stream_append(rx, option()).await.unwrap();
+        for i in 1..=3 {
+            assert_eq!(replies.next().await.unwrap().unwrap(), flushed(i));
+        }
+        // Idle for several deadlines: no error.
+        let idle = tokio::time::timeout(4 * TTL, replies.next()).await;
+        assert!(idle.is_err(), "an idle stream ended or failed: {idle:?}");
+        tx.unbounded_send(heartbeat()).unwrap();
+        assert_eq!(replies.next().await.unwrap().unwrap(), flushed(4));
+        drop(tx);
+        assert!(replies.next().await.is_none());
+        assert_eq!(
+            unary_calls.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "everything went on the stream"
+        );
+    }
+
+    /// A request left unanswered past its deadline fails the stream as a timeout (openraft
+    /// retries at once), and the stream ends there.
+    #[tokio::test]
+    async fn an_unanswered_request_fails_the_stream_after_its_deadline() {
+        use futures::StreamExt;
+        let (mut client, _) = fake_follower(Follower::Silent).await;
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        tx.unbounded_send(heartbeat()).unwrap();
+        let started = std::time::Instant::now();
+        let mut replies = client.stream_append(rx, option()).await.unwrap();
+        let first = tokio::time::timeout(10 * TTL, replies.next())
+            .await
+            .expect("the deadline fires");
+        assert!(
+            matches!(first, Some(Err(RPCError::Timeout(ref t))) if t.target == 2),
+            "{first:?}"
+        );
+        assert!(started.elapsed() >= TTL, "{:?}", started.elapsed());
+        assert!(replies.next().await.is_none());
+    }
+
+    /// A request refused as another cluster's fails the stream as an unreachable peer.
+    #[tokio::test]
+    async fn a_refused_request_fails_the_stream_as_unreachable() {
+        use futures::StreamExt;
+        let (mut client, _) = fake_follower(Follower::OtherCluster).await;
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        tx.unbounded_send(heartbeat()).unwrap();
+        let mut replies = client.stream_append(rx, option()).await.unwrap();
+        let first = replies.next().await;
+        assert!(
+            matches!(first, Some(Err(RPCError::Unreachable(_)))),
+            "{first:?}"
+        );
+        assert!(replies.next().await.is_none());
+    }
+
+    /// A peer of an older release, without the call: the first session fails, and from
+    /// then on every request goes as its own `AppendEntries` call.
+    #[tokio::test]
+    async fn a_peer_without_the_stream_gets_one_call_per_request() {
+        use futures::StreamExt;
+        let (mut client, unary_calls) = fake_follower(Follower::Unimplemented).await;
+        let first = client
+            .stream_append(futures::stream::iter([heartbeat()]), option())
+            .await
+            .map(|_| ());
+        assert!(matches!(first, Err(RPCError::Network(_))), "{first:?}");
+        let mut replies = client
+            .stream_append(futures::stream::iter([heartbeat(), heartbeat()]), option())
+            .await
+            .unwrap();
+        let mut answered = 0;
+        while let Some(r) = replies.next().await {
+            r.unwrap().unwrap();
+            answered += 1;
+        }
+        assert_eq!(answered, 2);
+        assert_eq!(unary_calls.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }

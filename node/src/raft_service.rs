@@ -9,7 +9,8 @@ use openraft::errors::Fatal;
 use openraft::errors::RaftError;
 use openraft::raft::SnapshotResponse;
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest,
+    AppendEntriesRequest, AppendEntriesResponse, StreamAppendError, TransferLeaderRequest,
+    VoteRequest,
 };
 use raft_store::codec::{self, Limit};
 use raft_store::{
@@ -89,14 +90,7 @@ impl RaftService {
     }
 
     fn check_cluster(&self, cluster_id: &str) -> Option<RaftReply> {
-        (cluster_id != &*self.cluster_id).then(|| RaftReply {
-            payload: Vec::new(),
-            refused: format!(
-                "this node belongs to cluster {:?}, not {cluster_id:?}",
-                self.cluster_id
-            ),
-            clock_ms: 0,
-        })
+        refuse_other_cluster(&self.cluster_id, cluster_id)
     }
 }
 
@@ -275,8 +269,87 @@ impl RaftService {
     }
 }
 
+/// The refusal of a message from cluster `theirs` by a node of cluster `ours`, if they differ.
+fn refuse_other_cluster(ours: &str, theirs: &str) -> Option<RaftReply> {
+    (theirs != ours).then(|| RaftReply {
+        payload: Vec::new(),
+        refused: format!("this node belongs to cluster {ours:?}, not {theirs:?}"),
+        clock_ms: 0,
+    })
+}
+
+/// The reply stream of a `StreamAppend` call.
+pub type StreamAppendReplies =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<RaftReply, Status>> + Send + 'static>>;
+
+/// Why a `StreamAppend` call's requests stopped before the leader ended them: told to the
+/// leader after the replies to the requests before it.
+type InputStop = Arc<std::sync::Mutex<Option<Result<RaftReply, Status>>>>;
+
 #[tonic::async_trait]
 impl RaftRpc for RaftService {
+    type StreamAppendStream = StreamAppendReplies;
+
+    /// The leader's replication stream: every request is checked (cluster) and decoded as it
+    /// arrives and handed to openraft's pipelined `stream_append`, which appends them in order
+    /// and answers each once its entries are flushed; the replies go back in the same order.
+    /// A request from another cluster, one that does not decode, or a broken connection ends
+    /// the input; the replies to what came before it still go out, then the reason.
+    async fn stream_append(
+        &self,
+        req: Request<Streaming<RaftRequest>>,
+    ) -> Result<Response<Self::StreamAppendStream>, Status> {
+        #[cfg(feature = "chaos-faults")]
+        let sender = crate::fault_layer::sender(&req);
+        let inbound = req.into_inner();
+        let stop: InputStop = Arc::default();
+        let input = {
+            let stop = stop.clone();
+            let cluster_id = self.cluster_id.clone();
+            inbound.map_while(move |item| {
+                let refused = match item {
+                    Err(status) => Err(status),
+                    Ok(msg) => match refuse_other_cluster(&cluster_id, &msg.cluster_id) {
+                        Some(refusal) => Ok(refusal),
+                        None => match decode::<AppendEntriesRequest<TypeConfig>>(
+                            &msg.payload,
+                            Limit::Message,
+                        ) {
+                            Ok(rpc) => return Some(rpc),
+                            Err(status) => Err(status),
+                        },
+                    },
+                };
+                *stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(refused);
+                None
+            })
+        };
+        let contact = self.contact.clone();
+        let replies = self.raft.stream_append(input).map(move |item| match item {
+            Ok(result) => {
+                // Anything but a higher vote means the sender is this term's leader.
+                if !matches!(result, Err(StreamAppendError::HigherVote(_))) {
+                    contact.heard();
+                }
+                Ok(RaftReply {
+                    payload: codec::encode(&result),
+                    refused: String::new(),
+                    clock_ms: crate::cluster_clock::local_ms(),
+                })
+            }
+            Err(fatal) => Err(Status::unavailable(format!("raft stopped: {fatal}"))),
+        });
+        let stopped =
+            futures::stream::once(
+                async move { stop.lock().unwrap_or_else(|p| p.into_inner()).take() },
+            )
+            .filter_map(|why| why);
+        let replies = replies.chain(stopped);
+        #[cfg(feature = "chaos-faults")]
+        let replies = crate::fault_layer::withhold_replies_to_cut(sender, replies);
+        Ok(Response::new(Box::pin(replies)))
+    }
+
     async fn append_entries(
         &self,
         req: Request<RaftRequest>,

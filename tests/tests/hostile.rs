@@ -176,7 +176,7 @@ fn the_length_bomb_and_hostile_snapshots_get_errors_and_every_node_stays_up() {
                 })
                 .await;
             expect_code("Hub.Forward as an operator", r, Code::PermissionDenied);
-            let r = RaftClient::new(operator)
+            let r = RaftClient::new(operator.clone())
                 .append_entries(RaftRequest {
                     cluster_id: cluster_id.clone(),
                     payload: append.clone(),
@@ -184,6 +184,17 @@ fn the_length_bomb_and_hostile_snapshots_get_errors_and_every_node_stays_up() {
                 .await;
             expect_code(
                 "Raft.AppendEntries as an operator",
+                r,
+                Code::PermissionDenied,
+            );
+            let r = RaftClient::new(operator)
+                .stream_append(tokio_stream::iter(vec![RaftRequest {
+                    cluster_id: cluster_id.clone(),
+                    payload: append.clone(),
+                }]))
+                .await;
+            expect_code(
+                "Raft.StreamAppend as an operator",
                 r,
                 Code::PermissionDenied,
             );
@@ -198,6 +209,32 @@ fn the_length_bomb_and_hostile_snapshots_get_errors_and_every_node_stays_up() {
                 raft.append_entries(request(&append)).await,
                 Code::InvalidArgument,
             );
+            // On the replication stream the bomb ends the stream with the same error.
+            let mut replies = raft
+                .stream_append(tokio_stream::iter(vec![request(&append)]))
+                .await
+                .expect("Raft.StreamAppend opens")
+                .into_inner();
+            expect_code(
+                "Raft.StreamAppend",
+                replies.message().await,
+                Code::InvalidArgument,
+            );
+            // Another cluster's request is refused before Raft sees it, and ends the stream.
+            let mut replies = raft
+                .stream_append(tokio_stream::iter(vec![RaftRequest {
+                    cluster_id: "another-cluster".into(),
+                    payload: append.clone(),
+                }]))
+                .await
+                .expect("Raft.StreamAppend opens")
+                .into_inner();
+            let refused = replies.message().await.expect("a reply").expect("a reply");
+            assert!(
+                refused.refused.contains("another-cluster") && refused.payload.is_empty(),
+                "{refused:?}"
+            );
+            assert!(replies.message().await.expect("the end").is_none());
             // A vote is a few integers: the forwarded bomb is simply not one.
             expect_code(
                 "Raft.Vote",
