@@ -678,7 +678,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated);
         assert!(p.check("/hub.v1.Hub/Nope", Some(&op), None).is_err());
-        assert_eq!(p.stats.denied.load(Ordering::Relaxed), 8);
+        assert_eq!(p.stats.denied.load(Ordering::Relaxed), 11);
         assert_eq!(p.stats.unauthenticated.load(Ordering::Relaxed), 2);
     }
 
