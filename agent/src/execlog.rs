@@ -300,6 +300,12 @@ mod tests {
         }
     }
 
+    /// Appends `bytes` to the file at `path` as they are (a crash's torn write, or garbage).
+    fn append_raw(path: &Path, bytes: &[u8]) {
+        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        f.write_all(bytes).unwrap();
+    }
+
     #[test]
     fn lines_round_trip_in_the_documented_format() {
         let dir = tempfile::tempdir().unwrap();
@@ -326,12 +332,7 @@ mod tests {
         log.append(&a).unwrap();
         drop(log);
         let path = dir.path().join(EXEC_LOG_FILE);
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap();
-        f.write_all(br#"{"plan":"p-1-0","ent"#).unwrap();
-        drop(f);
+        append_raw(&path, br#"{"plan":"p-1-0","ent"#);
         let mut log = ExecLog::open(dir.path()).unwrap();
         let b = line("p-1-0", "fetch", 1, ExecState::Succeeded);
         log.append(&b).unwrap();
@@ -347,12 +348,7 @@ mod tests {
         drop(log);
         let path = dir.path().join(EXEC_LOG_FILE);
         let whole = std::fs::metadata(&path).unwrap().len();
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap();
-        f.write_all(&vec![b'x'; 3 * TAIL_CHUNK_BYTES + 17]).unwrap();
-        drop(f);
+        append_raw(&path, &vec![b'x'; 3 * TAIL_CHUNK_BYTES + 17]);
         let mut log = ExecLog::open(dir.path()).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
         let b = line("p-1-0", "fetch", 1, ExecState::Succeeded);

@@ -129,6 +129,22 @@ impl CallError {
     }
 }
 
+/// The payload of `reply` from node `target`, or why there is none: the peer refused the
+/// message (another cluster), or the bytes do not decode.
+fn decode_reply<T: serde::de::DeserializeOwned>(
+    target: NodeId,
+    reply: &RaftReply,
+) -> Result<T, CallError> {
+    if !reply.refused.is_empty() {
+        return Err(CallError::Unreachable(format!(
+            "node {target} refused: {}",
+            reply.refused
+        )));
+    }
+    codec::decode_bounded(&reply.payload, codec::Limit::Message)
+        .map_err(|e| CallError::Network(format!("bad reply from node {target}: {e}")))
+}
+
 /// What a failed call's status says about the peer; `timed_out` builds the timeout error.
 fn status_error(s: tonic::Status, timed_out: impl FnOnce() -> CallError) -> CallError {
     use tonic::Code;
@@ -183,16 +199,7 @@ impl PeerClient {
         &self,
         reply: RaftReply,
     ) -> Result<Resp, CallError> {
-        if !reply.refused.is_empty() {
-            return Err(CallError::Unreachable(format!(
-                "node {} refused: {}",
-                self.target, reply.refused
-            )));
-        }
-        let result: Result<Resp, RaftError<TypeConfig>> =
-            codec::decode_bounded(&reply.payload, codec::Limit::Message).map_err(|e| {
-                CallError::Network(format!("bad reply from node {}: {e}", self.target))
-            })?;
+        let result: Result<Resp, RaftError<TypeConfig>> = decode_reply(self.target, &reply)?;
         // The only remote RaftError here is Fatal: that node is shutting down or broken.
         result.map_err(|e| CallError::Unreachable(format!("node {}: {e}", self.target)))
     }
@@ -356,21 +363,11 @@ impl ReplyReader {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .pop_front();
-            if !reply.refused.is_empty() {
-                return Some(Err(CallError::Unreachable(format!(
-                    "node {} refused: {}",
-                    self.target, reply.refused
-                ))));
-            }
-            if let Some(sent) = sent {
+            if let (Some(sent), true) = (sent, reply.refused.is_empty()) {
                 self.clock
                     .observe(self.target, reply.clock_ms, sent, std::time::Instant::now());
             }
-            return Some(
-                codec::decode_bounded(&reply.payload, codec::Limit::Message).map_err(|e| {
-                    CallError::Network(format!("bad reply from node {}: {e}", self.target))
-                }),
-            );
+            return Some(decode_reply(self.target, &reply));
         }
     }
 }
