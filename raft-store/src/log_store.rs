@@ -3,7 +3,7 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogStorage};
@@ -20,11 +20,15 @@ const KEY_VOTE: &[u8] = b"vote";
 const KEY_LAST_PURGED: &[u8] = b"last_purged";
 const KEY_COMMITTED: &[u8] = b"committed";
 
-/// The log store. Cheap to clone; clones share the database and the flusher.
+/// The log store. Cheap to clone; clones share the database, the flusher and the committed
+/// log id not yet written.
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
     flusher: Flusher,
+    /// The committed log id openraft last saved, when it is newer than the stored one: it is
+    /// written with the next append's batch ([`RaftLogStorage::save_committed`] below).
+    unwritten_committed: Arc<Mutex<Option<Option<LogId>>>>,
 }
 
 fn index_key(index: u64) -> [u8; 8] {
@@ -39,7 +43,20 @@ fn synced() -> WriteOptions {
 
 impl LogStore {
     pub(crate) fn new(db: Arc<DB>, flusher: Flusher) -> Self {
-        Self { db, flusher }
+        Self {
+            db,
+            flusher,
+            unwritten_committed: Arc::default(),
+        }
+    }
+
+    /// The committed log id waiting for the next append, taken out. A poisoned lock still
+    /// holds a whole `Option`: nothing is written to it but by assignment.
+    fn take_unwritten_committed(&self) -> Option<Option<LogId>> {
+        self.unwritten_committed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     fn cf(&self, name: &str) -> &ColumnFamily {
@@ -143,16 +160,29 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
-        // Not synced: after a crash an older committed index only means less is re-applied
-        // before the leader confirms the rest. It lets a restarted node re-apply its committed
-        // entries at once, without waiting for a leader.
-        self.db
-            .put_cf(self.cf(CF_META), KEY_COMMITTED, codec::encode(&committed))
-            .map_err(io_err)
+        // Kept, and written with the next append's batch rather than now: openraft calls this
+        // between a commit and its apply, so a write of its own would delay every reply by a
+        // RocksDB write on the leader. The stored id may then lag by the entries committed
+        // since the last append, which after a restart only means less is re-applied before
+        // a leader confirms the rest (openraft takes an id older than the applied one as the
+        // applied one). It lets a restarted node re-apply its committed entries at once,
+        // without waiting for a leader; the state machine's applied id covers the rest.
+        *self
+            .unwritten_committed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(committed);
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
-        Ok(self.get_meta::<Option<LogId>>(KEY_COMMITTED)?.flatten())
+        let unwritten = *self
+            .unwritten_committed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match unwritten {
+            Some(committed) => Ok(committed),
+            None => Ok(self.get_meta::<Option<LogId>>(KEY_COMMITTED)?.flatten()),
+        }
     }
 
     async fn append<I>(
@@ -165,6 +195,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut batch = WriteBatch::default();
+        if let Some(committed) = self.take_unwritten_committed() {
+            batch.put_cf(self.cf(CF_META), KEY_COMMITTED, codec::encode(&committed));
+        }
         for entry in entries {
             batch.put_cf(
                 self.cf(CF_LOG),
