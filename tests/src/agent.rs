@@ -11,6 +11,9 @@ use serde_json::Value;
 
 use crate::{bin_dir, Cluster};
 
+/// How long [`Cluster::submit`] keeps trying while no node can take the write.
+const SUBMIT_DEADLINE: Duration = Duration::from_secs(30);
+
 /// A running `test-agent` process; SIGKILLed on drop.
 pub struct TestAgent {
     child: Child,
@@ -130,14 +133,21 @@ impl Cluster {
     }
 
     /// [`Cluster::submit`] with a given idempotency key (what a client retrying one request
-    /// across a failover sends); only live nodes are tried.
+    /// across a failover sends); only live nodes are tried. While every node answers
+    /// "unavailable" (an election under way, a node cut off from its leader) it tries them
+    /// all again until [`SUBMIT_DEADLINE`]: on a loaded machine an election can outlast a
+    /// few quick rounds. Any other refusal is returned at once.
     pub fn submit_with_id(&self, command: Value, request_id: &str) -> Result<Value, String> {
         let endpoints: Vec<String> = self.endpoints().split(',').map(String::from).collect();
         let request_id = request_id.to_string();
         let admin = hub_tls::Identity::Operator(crate::tls::ADMIN.into());
         block_on(async move {
+            let deadline = tokio::time::Instant::now() + SUBMIT_DEADLINE;
             let mut last = String::from("no endpoint");
-            for _round in 0..3 {
+            loop {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(last);
+                }
                 for addr in &endpoints {
                     let Ok(Ok(ch)) =
                         tokio::time::timeout(Duration::from_secs(2), self.channel_as(&admin, addr))
@@ -163,8 +173,9 @@ impl Cluster {
                         Err(_) => last = format!("{addr}: timed out"),
                     }
                 }
+                // Every node said no for now: give an election a moment before the next round.
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err(last)
         })
     }
 }
