@@ -843,9 +843,16 @@ impl Agent for AgentService {
                     applied_index: index,
                 }));
             }
-            match tokio::time::timeout_at(deadline, changes.changed()).await {
-                Err(_) | Ok(Ok(())) => continue,
-                Ok(Err(_)) => return Err(Status::unavailable("node shutting down")),
+            // A stopping node answers at once, so the poll does not hold its listener's
+            // drain open; the agent asks another member.
+            tokio::select! {
+                waited = tokio::time::timeout_at(deadline, changes.changed()) => match waited {
+                    Err(_) | Ok(Ok(())) => continue,
+                    Ok(Err(_)) => return Err(Status::unavailable("node shutting down")),
+                },
+                () = self.node.stopping.begun() => {
+                    return Err(Status::unavailable(crate::stopping::STOPPING_MESSAGE))
+                }
             }
         }
     }

@@ -23,6 +23,8 @@
 //! - [`query`]: read-only JSON views of the orchestration state.
 //! - [`crash_stop`]: the node exits when its store fails, rather than serve on after a
 //!   failed sync.
+//! - [`stopping`]: the node's stop on SIGTERM, which ends its long-lived calls so the
+//!   listener's drain is bounded.
 //! - [`peers`]: reusable gRPC channels to other nodes.
 //! - [`port_probe`]: whether anything listens at a peer's address (a crashed process's port
 //!   refuses connections).
@@ -66,6 +68,7 @@ pub mod propose;
 pub mod query;
 pub mod raft_service;
 pub mod status;
+pub mod stopping;
 pub mod term;
 pub mod transport;
 pub mod webhooks;

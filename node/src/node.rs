@@ -109,6 +109,8 @@ pub struct HubNode {
     cut_off_after: Duration,
     /// The peers' clock readings and the cluster time (see [`crate::cluster_clock`]).
     pub clock: Arc<crate::cluster_clock::ClusterClock>,
+    /// Raised when the node begins to stop (see [`crate::stopping`]).
+    pub stopping: crate::stopping::Stopping,
 }
 
 /// The CA bundles of the replicated registries, by SHA-256, for the artifact checker.
@@ -236,6 +238,7 @@ impl HubNode {
             leader_contact: Arc::default(),
             cut_off_after: Duration::from_millis(cfg.election_max_ms),
             clock,
+            stopping: Default::default(),
         }))
     }
 

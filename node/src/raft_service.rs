@@ -21,6 +21,7 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::leader_contact::LeaderContact;
+use crate::stopping::Stopping;
 
 /// Largest snapshot a node accepts. It is written to a file as it arrives, never buffered
 /// whole.
@@ -50,6 +51,9 @@ pub struct RaftService {
     receive_deadline: Duration,
     /// Told of every AppendEntries and snapshot this node accepts from a leader.
     contact: Arc<LeaderContact>,
+    /// Raised when this node begins to stop: replication streams end (see
+    /// [`crate::stopping`]).
+    stopping: Stopping,
 }
 
 /// A snapshot stream read to its end.
@@ -66,12 +70,14 @@ enum Received {
 
 impl RaftService {
     /// The service for `raft` in cluster `cluster_id`, recording leader contact in `contact`;
-    /// snapshots arrive into the store of `sm`, Raft's state machine.
+    /// snapshots arrive into the store of `sm`, Raft's state machine; replication streams
+    /// end once `stopping` is raised.
     pub fn new(
         raft: Raft,
         cluster_id: Arc<str>,
         contact: Arc<LeaderContact>,
         sm: StateMachine,
+        stopping: Stopping,
     ) -> Self {
         Self {
             raft,
@@ -80,6 +86,7 @@ impl RaftService {
             sm,
             receive_deadline: SNAPSHOT_RECEIVE_DEADLINE,
             contact,
+            stopping,
         }
     }
 
@@ -286,6 +293,14 @@ pub type StreamAppendReplies =
 /// leader after the replies to the requests before it.
 type InputStop = Arc<std::sync::Mutex<Option<Result<RaftReply, Status>>>>;
 
+/// What a `StreamAppend` call reads: the leader's next request, the end of its requests, or
+/// this node's stop.
+enum Inbound {
+    Request(Result<RaftRequest, Status>),
+    End,
+    Stopping,
+}
+
 #[tonic::async_trait]
 impl RaftRpc for RaftService {
     type StreamAppendStream = StreamAppendReplies;
@@ -293,32 +308,49 @@ impl RaftRpc for RaftService {
     /// The leader's replication stream: every request is checked (cluster) and decoded as it
     /// arrives and handed to openraft's pipelined `stream_append`, which appends them in order
     /// and answers each once its entries are flushed; the replies go back in the same order.
-    /// A request from another cluster, one that does not decode, or a broken connection ends
-    /// the input; the replies to what came before it still go out, then the reason.
+    /// A request from another cluster, one that does not decode, a broken connection or this
+    /// node's stop ends the input; the replies to what came before it still go out, then the
+    /// reason (for the stop, UNAVAILABLE: the leader backs off, and the stream no longer
+    /// holds the stopping node's listener open).
     async fn stream_append(
         &self,
         req: Request<Streaming<RaftRequest>>,
     ) -> Result<Response<Self::StreamAppendStream>, Status> {
         #[cfg(feature = "chaos-faults")]
         let sender = crate::fault_layer::sender(&req);
-        let inbound = req.into_inner();
+        let stopping = self.stopping.clone();
+        let inbound = req
+            .into_inner()
+            .map(Inbound::Request)
+            .chain(futures::stream::once(async { Inbound::End }))
+            .merge(
+                futures::stream::once(async move { stopping.begun().await })
+                    .map(|()| Inbound::Stopping),
+            );
         let stop: InputStop = Arc::default();
         let input = {
             let stop = stop.clone();
             let cluster_id = self.cluster_id.clone();
             inbound.map_while(move |item| {
                 let refused = match item {
-                    Err(status) => Err(status),
-                    Ok(msg) => match refuse_other_cluster(&cluster_id, &msg.cluster_id) {
-                        Some(refusal) => Ok(refusal),
-                        None => match decode::<AppendEntriesRequest<TypeConfig>>(
-                            &msg.payload,
-                            Limit::Message,
-                        ) {
-                            Ok(rpc) => return Some(rpc),
-                            Err(status) => Err(status),
-                        },
-                    },
+                    // The leader ended its requests: the replies go out, and the call ends.
+                    Inbound::End => return None,
+                    Inbound::Stopping => {
+                        Err(Status::unavailable(crate::stopping::STOPPING_MESSAGE))
+                    }
+                    Inbound::Request(Err(status)) => Err(status),
+                    Inbound::Request(Ok(msg)) => {
+                        match refuse_other_cluster(&cluster_id, &msg.cluster_id) {
+                            Some(refusal) => Ok(refusal),
+                            None => match decode::<AppendEntriesRequest<TypeConfig>>(
+                                &msg.payload,
+                                Limit::Message,
+                            ) {
+                                Ok(rpc) => return Some(rpc),
+                                Err(status) => Err(status),
+                            },
+                        }
+                    }
                 };
                 *stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(refused);
                 None

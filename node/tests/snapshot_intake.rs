@@ -43,6 +43,7 @@ async fn start(dir: &std::path::Path, deadline: Duration) -> (String, std::sync:
         node.cluster_id.clone(),
         node.leader_contact.clone(),
         node.sm.clone(),
+        node.stopping.clone(),
     )
     .with_receive_deadline(deadline);
     tokio::spawn(

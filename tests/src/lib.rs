@@ -24,6 +24,7 @@ use serde_json::Value;
 pub mod agent;
 pub mod canary;
 pub mod https;
+pub mod metrics;
 pub mod tls;
 pub use agent::{Execution, TestAgent};
 

@@ -1280,6 +1280,95 @@ fn leadership_is_handed_over_on_request_and_on_sigterm() {
     assert!(out.success(), "{}", out.describe());
 }
 
+/// A follower stopped with SIGTERM ends the calls that would hold its listener open, and
+/// exits without cutting any at the drain's grace: the leader's replication stream to it
+/// (which the leader keeps open while idle) and an agent's plan long-poll on it, which is told
+/// to try another member. The cluster writes on without it and it rejoins.
+#[test]
+fn a_stopping_follower_ends_the_replication_stream_and_long_polls() {
+    let mut cluster = Cluster::up(3, "--metrics-listen 127.0.0.1:0");
+    let metrics = cluster.logged_addrs("metrics at /metrics");
+    let leader = cluster.leader_id();
+    let follower = (1..=3).find(|&id| id != leader).expect("a follower");
+    let addr = cluster.node(follower).addr;
+    let metrics_addr = metrics
+        .iter()
+        .find(|(id, _)| *id == follower)
+        .map(|(_, a)| a.clone())
+        .expect("the follower's metrics address");
+    // The entries open the leader's replication stream to each follower; it stays open.
+    let out = cluster.create_env(0, "prod");
+    assert!(out.success(), "{}", out.describe());
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let agent = hub_tls::Identity::Agent("prod".into());
+    let fetch = |wait_ms: u32, fingerprint: String| {
+        let ch = rt
+            .block_on(cluster.channel_as(&agent, &addr))
+            .expect("connect as prod's agent");
+        let mut c = hub_proto::agent_client::AgentClient::new(ch);
+        let mut req = tonic::Request::new(hub_proto::FetchPlansRequest {
+            environment: "prod".into(),
+            known_fingerprint: fingerprint,
+            wait_ms,
+            known_plan_ids: Vec::new(),
+        });
+        req.set_timeout(Duration::from_secs(60));
+        async move { c.fetch_plans(req).await.map(|r| r.into_inner()) }
+    };
+    let now = rt
+        .block_on(fetch(0, String::new()))
+        .expect("a fetch that does not wait");
+    // A poll that knows the plans waits for a change, up to 30 s.
+    let poll = rt.spawn(fetch(30_000, now.fingerprint));
+    let admin = hub_tls::Identity::Operator(hub_tests::tls::ADMIN.into());
+    let polls = "hub_agent_polls_in_flight{environment=\"prod\"}";
+    poll_until(CONVERGE_TIMEOUT, || {
+        let ch = rt
+            .block_on(cluster.channel_as(&admin, &metrics_addr))
+            .ok()?;
+        let (_, _, body) = rt.block_on(hub_tests::metrics::get(ch, &metrics_addr, None));
+        (hub_tests::metrics::sample(&body, polls) == Some(1.0)).then_some(())
+    })
+    .expect("the long poll open on the follower");
+
+    cluster.signal(follower, libc::SIGTERM);
+    let answer = rt
+        .block_on(poll)
+        .expect("the poll's task did not panic")
+        .expect_err("a stopping node does not keep the poll for its 30 s");
+    assert_eq!(answer.code(), tonic::Code::Unavailable, "{answer:?}");
+    assert!(
+        answer.message().contains("this node is stopping"),
+        "{answer:?}"
+    );
+    poll_until(CONVERGE_TIMEOUT, || {
+        (!cluster.is_running(follower)).then_some(())
+    })
+    .unwrap_or_else(|| panic!("node {follower} still running after SIGTERM"));
+    let log_path = cluster.dir().join(format!("node-{follower}.log"));
+    let log = std::fs::read_to_string(&log_path).expect("the stopped follower's log");
+    assert!(
+        log.contains("shutting down"),
+        "{}",
+        hub_tests::tail(&log_path, 20)
+    );
+    assert!(
+        !log.contains("still open after the drain's grace"),
+        "a call held the drain open until its grace:\n{}",
+        hub_tests::tail(&log_path, 20)
+    );
+
+    let out = cluster.hubctl_at(
+        &cluster.endpoints_except(follower),
+        &["env", "create", "without-the-follower"],
+    );
+    assert!(out.success(), "{}", out.describe());
+    cluster.restart(follower);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+}
+
 /// What a follower logs when its leader's port refuses connections (`dead_leader.rs`).
 const DEAD_LEADER_LINE: &str = "its process is gone";
 

@@ -280,6 +280,7 @@ async fn run() -> anyhow::Result<()> {
         node.cluster_id.clone(),
         node.leader_contact.clone(),
         node.sm.clone(),
+        node.stopping.clone(),
     ))
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -316,6 +317,9 @@ async fn run() -> anyhow::Result<()> {
                     Err(e) => tracing::warn!(error = %e.message(), "leadership not handed over"),
                 }
             }
+            // Ends the replication streams and the agents' long-polls, which would hold the
+            // listener's drain open (`hub_node::stopping`).
+            node.stopping.begin();
             tracing::info!("shutting down");
         }
     };
@@ -371,7 +375,7 @@ async fn run() -> anyhow::Result<()> {
             ..Default::default()
         },
     );
-    tonic::transport::Server::builder()
+    let serve = tonic::transport::Server::builder()
         // Bounds per connection and per request, so one client cannot exhaust the node.
         .concurrency_limit_per_connection(256)
         .max_concurrent_streams(1024)
@@ -387,9 +391,23 @@ async fn run() -> anyhow::Result<()> {
         .add_service(raft_svc)
         .add_service(hub_svc)
         .add_service(agent_svc)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
-        .context("serve")?;
+        .serve_with_incoming_shutdown(incoming, shutdown);
+    // The drain after the stop is bounded: a call still open after the grace is cut (its
+    // client retries elsewhere) rather than keep the process from exiting.
+    let grace_over = {
+        let stopping = node.stopping.clone();
+        async move {
+            stopping.begun().await;
+            tokio::time::sleep(hub_node::stopping::DRAIN_GRACE).await;
+        }
+    };
+    tokio::select! {
+        served = serve => served.context("serve")?,
+        () = grace_over => tracing::warn!(
+            grace_ms = hub_node::stopping::DRAIN_GRACE.as_millis() as u64,
+            "calls still open after the drain's grace: closing them"
+        ),
+    }
     let _ = node.raft.shutdown().await;
     Ok(())
 }
