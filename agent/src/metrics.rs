@@ -1,10 +1,17 @@
-//! Prometheus metrics of the agent, served as text on `/metrics` by a minimal HTTP
-//! responder (one request per connection).
+//! Prometheus metrics of the agent, served as text on `/metrics` over HTTP/1.1 ([`serve`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use http_body_util::Full;
+use hub_tls::budget::PerSource;
+use hyper::body::{Bytes, Incoming};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 /// Counters and gauges.
 #[derive(Debug, Default)]
@@ -206,36 +213,140 @@ impl Metrics {
     }
 }
 
-/// Serves `/metrics` on `listener` forever.
-pub async fn serve(listener: TcpListener, metrics: std::sync::Arc<Metrics>, environment: String) {
+/// Connections the metrics listener serves at once (a scraper holds one).
+const MAX_CONNECTIONS: usize = 64;
+/// Connections one source address may hold at once.
+const MAX_CONNECTIONS_PER_SOURCE: usize = 8;
+/// How long a client may take to send a request's head (also a kept-alive connection's idle
+/// time before its next request).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a connection is kept.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+
+/// Serves `/metrics` on `listener` forever, over HTTP/1.1, bounded like the node's listeners:
+/// [`MAX_CONNECTIONS`] in all, [`MAX_CONNECTIONS_PER_SOURCE`] per source, a request head within
+/// [`HEADER_READ_TIMEOUT`], a connection at most [`CONNECTION_LIFETIME`]. A connection over a
+/// limit is closed at once.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, environment: String) {
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let per_source = PerSource::new(MAX_CONNECTIONS_PER_SOURCE);
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
+        let (stream, remote) = match listener.accept().await {
+            Ok(s) => s,
+            Err(_) => {
+                // EMFILE and the like: back off instead of spinning.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Some(of_source) = per_source.try_enter(remote.ip()) else {
             continue;
         };
-        let metrics = metrics.clone();
-        let environment = environment.clone();
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            continue;
+        };
+        let (metrics, environment) = (metrics.clone(), environment.clone());
         tokio::spawn(async move {
-            let mut buf = [0u8; 2048];
-            let n = match tokio::time::timeout(
-                std::time::Duration::from_secs(5),
-                stream.read(&mut buf),
-            )
-            .await
-            {
-                Ok(Ok(n)) => n,
-                _ => return,
-            };
-            let request = String::from_utf8_lossy(&buf[..n]);
-            let (status, body) = if request.starts_with("GET /metrics") {
-                ("200 OK", metrics.render(&environment))
-            } else {
-                ("404 Not Found", "not found\n".to_string())
-            };
-            let response = format!(
-                "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
+            let _held = (of_source, permit);
+            let service = service_fn(move |req: Request<Incoming>| {
+                let answer = answer(&metrics, &environment, &req);
+                async move { Ok::<_, std::convert::Infallible>(answer) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .max_buf_size(8 << 10)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
         });
+    }
+}
+
+/// `GET /metrics`: the text format; anything else: 404.
+fn answer(metrics: &Metrics, environment: &str, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let (status, content_type, body) =
+        if req.method() == Method::GET && req.uri().path() == "/metrics" {
+            (
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                metrics.render(environment),
+            )
+        } else {
+            (
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                "not found\n".to_string(),
+            )
+        };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    async fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from((from, 0))).unwrap();
+        socket.connect(to).await.unwrap()
+    }
+
+    /// What the listener answers `request` with, from `from` (empty: closed unanswered).
+    async fn ask(from: [u8; 4], to: SocketAddr, request: &[u8]) -> String {
+        let mut s = connect_from(from, to).await;
+        let _ = s.write_all(request).await;
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn slow_clients_hold_a_few_slots_of_their_own_source_for_seconds_only() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, Arc::default(), "prod".into()));
+        let get = b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
+        // One source's slow clients take its share of the slots...
+        let mut slow = Vec::new();
+        for _ in 0..MAX_CONNECTIONS_PER_SOURCE {
+            let mut s = connect_from([127, 0, 0, 2], addr).await;
+            s.write_all(b"GET /metrics HTTP/1.1\r\nhost").await.unwrap();
+            slow.push(s);
+        }
+        // ...so one more from it is closed unanswered (polled: the accept loop may lag)...
+        let refused = tokio::time::timeout(Duration::from_secs(10), async {
+            while !ask([127, 0, 0, 2], addr, get).await.is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        assert!(refused.await.is_ok(), "a source took more than its share");
+        // ...while another source is served.
+        let answer = ask([127, 0, 0, 3], addr, get).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("hub_agent_fetches_total"), "{answer}");
+        // The slow ones are closed at the header deadline.
+        let started = std::time::Instant::now();
+        for s in &mut slow {
+            let mut buf = [0u8; 256];
+            let closed = tokio::time::timeout(Duration::from_secs(15), async {
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                }
+            });
+            assert!(closed.await.is_ok(), "a slow client was kept");
+        }
+        assert!(started.elapsed() < HEADER_READ_TIMEOUT + Duration::from_secs(5));
     }
 }

@@ -401,9 +401,19 @@ impl Policy {
                 "both a client certificate and a token: present one of them".into(),
             )),
             (Authenticated::Identity(id), None) => Ok(id.clone()),
-            (Authenticated::NoCertificate, Some(header)) => self
-                .token_caller(header)
-                .map_err(|reason| self.refuse_unauthenticated(path, &remote, reason)),
+            (Authenticated::NoCertificate, Some(header)) => {
+                let id = self
+                    .token_caller(header)
+                    .map_err(|reason| self.refuse_unauthenticated(path, &remote, reason))?;
+                // The token admits its connection: it leaves the budget of connections that
+                // have not proved who they are, and their deadline (hub_tls::budget).
+                if let Some(info) = info {
+                    info.admission.admit().map_err(|e| {
+                        Status::resource_exhausted(format!("{e}: try again later or another node"))
+                    })?;
+                }
+                Ok(id)
+            }
             (Authenticated::Plaintext | Authenticated::NoCertificate, _) => {
                 Err(self.refuse_unauthenticated(
                     path,
@@ -606,7 +616,11 @@ mod tests {
     }
 
     fn conn(auth: Authenticated) -> ConnInfo {
-        ConnInfo { remote: None, auth }
+        ConnInfo {
+            remote: None,
+            auth,
+            admission: hub_tls::budget::Admission::granted(),
+        }
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! The connection loop of the node's HTTP listeners (metrics, dashboard): HTTPS with the
 //! node's certificate speaking HTTP/1.1 or HTTP/2 by ALPN, or plain HTTP on an insecure
-//! (loopback) node. Each connection is bounded: a small header block, a few streams at once,
-//! the listener's connection cap and handshake deadline, and a lifetime after which it is shut
-//! down gracefully (a request in flight may finish within the grace period; the client
-//! reconnects for the next).
+//! (loopback) node. Each connection is bounded: the listener's connection budgets and
+//! handshake deadline (`hub_tls::budget`: a connection that presents neither a certificate
+//! nor a valid token within 10 s is closed, and one source holds at most a few such
+//! connections), a request head read within [`HEADER_READ_TIMEOUT`], a small header block, a
+//! few streams at once, and a lifetime after which it is shut down gracefully (a request in
+//! flight may finish within the grace period; the client reconnects for the next).
 
 use std::future::Future;
 use std::time::Duration;
@@ -11,7 +13,7 @@ use std::time::Duration;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
@@ -21,8 +23,8 @@ use hub_tls::server::{ConnInfo, ListenerMode};
 /// The bounds of one listener.
 #[derive(Debug, Clone, Copy)]
 pub struct HttpLimits {
-    /// Most connections open at once; more are closed at once.
-    pub max_connections: usize,
+    /// The connection budgets (the handshake and admission deadlines are the defaults').
+    pub connections: ConnectionLimits,
     /// Longest time one connection is kept.
     pub lifetime: Duration,
     /// How long a request in flight at the end of a connection's lifetime may still take.
@@ -31,8 +33,25 @@ pub struct HttpLimits {
     pub max_streams: u32,
 }
 
+/// How many connections of each kind a listener keeps (see `hub_tls::budget`).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// Connections of identified callers.
+    pub admitted: usize,
+    /// Connections that have not proved who is calling yet, in all.
+    pub unadmitted: usize,
+    /// Such connections from one source.
+    pub unadmitted_per_source: usize,
+}
+
 /// The largest request header block, either protocol.
 const MAX_HEADER_BYTES: usize = 16 << 10;
+
+/// How long an HTTP/1.1 client may take to send a request's head.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a handler may take to read a request's body.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `handler` on `listener` until the process ends: one task per connection.
 pub async fn serve<H, Fut>(
@@ -48,7 +67,11 @@ pub async fn serve<H, Fut>(
         listener,
         mode,
         hub_tls::server::Limits {
-            max_connections: limits.max_connections,
+            max_connections: limits.connections.admitted,
+            // Nodes call no HTTP listener; a scraping node is an ordinary caller.
+            max_peer_connections: limits.connections.admitted,
+            max_unadmitted: limits.connections.unadmitted,
+            max_unadmitted_per_source: limits.connections.unadmitted_per_source,
             ..Default::default()
         },
     );
@@ -62,7 +85,11 @@ pub async fn serve<H, Fut>(
                 async move { Ok::<_, std::convert::Infallible>(answer.await) }
             });
             let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder.http1().max_buf_size(MAX_HEADER_BYTES);
+            builder
+                .http1()
+                .max_buf_size(MAX_HEADER_BYTES)
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
             builder
                 .http2()
                 .max_header_list_size(MAX_HEADER_BYTES as u32)

@@ -375,7 +375,7 @@ impl NodeMetrics {
         );
         api.register(
             "refused",
-            "Calls and connections refused, by reason (authentication, authorization, role, connection_limit, handshake, handshake_timeout, certificate)",
+            "Calls and connections refused, by reason (authentication, authorization, role, connection_limit, peer_connection_limit, evicted_unadmitted, admission_timeout, handshake, handshake_timeout, certificate)",
             self.refused.clone(),
         );
     }
@@ -645,7 +645,10 @@ impl NodeMetrics {
         ];
         if let Some(l) = &s.listener {
             rows.extend([
-                ("connection_limit", load(&l.connections_over_cap)),
+                ("connection_limit", load(&l.budget.over_cap)),
+                ("peer_connection_limit", load(&l.budget.peers_over_cap)),
+                ("evicted_unadmitted", load(&l.budget.evicted)),
+                ("admission_timeout", load(&l.budget.admission_timeouts)),
                 ("handshake", load(&l.handshakes_refused)),
                 ("handshake_timeout", load(&l.handshakes_timed_out)),
                 ("certificate", load(&l.certificates_refused)),

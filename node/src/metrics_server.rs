@@ -15,7 +15,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
-use crate::http_serve::HttpLimits;
+use crate::http_serve::{ConnectionLimits, HttpLimits};
 
 use crate::auth::{Caller, Policy};
 use crate::node::HubNode;
@@ -25,7 +25,11 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 
 /// Scrapes are short: a client holding connections open cannot keep the few slots for long.
 const LIMITS: HttpLimits = HttpLimits {
-    max_connections: 64,
+    connections: ConnectionLimits {
+        admitted: 64,
+        unadmitted: 32,
+        unadmitted_per_source: 8,
+    },
     lifetime: Duration::from_secs(60),
     grace: Duration::from_secs(10),
     max_streams: 4,

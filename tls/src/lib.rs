@@ -7,15 +7,20 @@
 //! - [`pki`]: the cluster CA and certificate issuance (`hubctl pki`), with rcgen.
 //! - [`material`]: PEM files to checked material: the key matches, the CA signed it, it is
 //!   valid now, it names one identity. Every error names the file.
-//! - [`server`]: the listener: TLS handshakes off the accept loop, a connection cap, and
+//! - [`server`]: the listener: TLS handshakes off the accept loop under a deadline, and
 //!   connections that carry the verified peer ([`server::Authenticated`]) to the gRPC layer.
+//! - [`budget`]: what each kind of party may hold of a listener's connections (peers,
+//!   identified parties, and connections that have not proved who they are yet).
+//! - [`log_gate`]: one log line per period for what a flood would repeat.
 //! - [`client`]: the connector tonic channels dial through; it checks the server is a node of
 //!   the same cluster.
 //! - [`reload`]: certificates, keys and CA re-read on SIGHUP; open connections are kept.
 //!
 //! rustls with the `ring` provider is the only TLS stack; only TLS 1.3 is offered.
 
+pub mod budget;
 pub mod client;
+pub mod log_gate;
 pub mod material;
 pub mod pki;
 pub mod reload;

@@ -1,6 +1,8 @@
 //! The listener side: TLS 1.3 handshakes with optional client certificates, off the accept
-//! loop and under a deadline, at most [`Limits::max_connections`] connections at once, and
-//! connections that tell the gRPC layer who is calling ([`ConnInfo`]).
+//! loop and under a deadline, connections held to the budgets of their class
+//! ([`crate::budget`]: peers, identified parties, and connections that have not proved who
+//! they are, which are closed when they do not in time), and connections that tell the gRPC
+//! layer who is calling ([`ConnInfo`]).
 //!
 //! A client certificate is verified against the cluster CA during the handshake: one signed
 //! by another CA, expired or not yet valid ends the handshake (logged with the identity it
@@ -8,6 +10,7 @@
 //! [`Authenticated::NoCertificate`]: the gRPC layer answers UNAUTHENTICATED with a message,
 //! which a refused handshake cannot carry. The identity is read once per connection.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -23,10 +26,12 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
+use crate::budget::{Admission, Budget, BudgetStats, Class, Slot};
 use crate::identity::Identity;
+use crate::log_gate::LogGate;
 use crate::material::{certificate_identity, format_time, Material, TlsFiles};
 use crate::stream::MaybeTls;
 use crate::{arc_provider, TlsError, ALPN_H2, ALPN_HTTP1, PROTOCOLS};
@@ -53,25 +58,12 @@ pub struct ConnInfo {
     pub remote: Option<SocketAddr>,
     /// Who the peer is.
     pub auth: Authenticated,
+    /// Whether the connection proved who is calling: a request carrying a valid operator
+    /// token admits a connection without a certificate ([`Admission::admit`]).
+    pub admission: Arc<Admission>,
 }
 
-/// Listener limits.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Open connections at most; further ones are closed at once.
-    pub max_connections: usize,
-    /// Deadline of one TLS handshake.
-    pub handshake_timeout: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_connections: 4_096,
-            handshake_timeout: Duration::from_secs(10),
-        }
-    }
-}
+pub use crate::budget::Limits;
 
 /// Counts of what the listener refused.
 #[derive(Debug, Default)]
@@ -80,10 +72,10 @@ pub struct ListenerStats {
     pub handshakes_refused: AtomicU64,
     /// Handshakes that did not finish in time.
     pub handshakes_timed_out: AtomicU64,
-    /// Connections closed because the cap was reached.
-    pub connections_over_cap: AtomicU64,
     /// Client certificates refused by the verifier.
     pub certificates_refused: AtomicU64,
+    /// What the connection budgets closed ([`crate::budget`]).
+    pub budget: Arc<BudgetStats>,
 }
 
 /// A client verifier that logs and counts what it refuses, naming the identity and dates.
@@ -330,7 +322,59 @@ pub enum ListenerMode {
 pub struct Conn {
     io: ConnIo,
     info: ConnInfo,
-    _permit: OwnedSemaphorePermit,
+    guard: Guard,
+}
+
+/// What closes a connection that its budget no longer holds: it was closed to make room for
+/// a newer one, or it is still unadmitted at its deadline.
+struct Guard {
+    slot: Slot,
+    admission: Arc<Admission>,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    stats: Arc<BudgetStats>,
+}
+
+/// One line per 10 s for each kind of closed connection (a flood would repeat them).
+static EVICTED_LOG: LogGate = LogGate::new(Duration::from_secs(10));
+static DEADLINE_LOG: LogGate = LogGate::new(Duration::from_secs(10));
+static OVER_CAP_LOG: LogGate = LogGate::new(Duration::from_secs(10));
+static HANDSHAKE_LOG: LogGate = LogGate::new(Duration::from_secs(10));
+
+impl Guard {
+    /// An error once the connection must close; registers the task to be woken for it.
+    fn check(&mut self, cx: &mut Context<'_>, remote: Option<SocketAddr>) -> io::Result<()> {
+        if self.deadline.is_none() {
+            return Ok(());
+        }
+        if self.admission.is_admitted() {
+            self.deadline = None;
+            return Ok(());
+        }
+        if self.slot.poll_evicted(cx).is_ready() {
+            if let Some(held) = EVICTED_LOG.pass() {
+                warn!(remote = ?remote, held_back = held, "unadmitted connection closed to make room for a newer one");
+            }
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "closed to make room for a newer connection",
+            ));
+        }
+        if let Some(d) = &mut self.deadline {
+            if d.as_mut().poll(cx).is_ready() {
+                self.stats
+                    .admission_timeouts
+                    .fetch_add(1, Ordering::Relaxed);
+                if let Some(held) = DEADLINE_LOG.pass() {
+                    warn!(remote = ?remote, held_back = held, "connection closed: no certificate and no valid token in time");
+                }
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no certificate and no valid token in time",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 type ConnIo = MaybeTls<tokio_rustls::server::TlsStream<TcpStream>>;
@@ -356,7 +400,9 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+        let this = self.get_mut();
+        this.guard.check(cx, this.info.remote)?;
+        Pin::new(&mut this.io).poll_read(cx, buf)
     }
 }
 
@@ -366,7 +412,9 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        this.guard.check(cx, this.info.remote)?;
+        Pin::new(&mut this.io).poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -382,7 +430,9 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        this.guard.check(cx, this.info.remote)?;
+        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -405,20 +455,21 @@ fn authenticate(tls: &tokio_rustls::server::TlsStream<TcpStream>, cluster: &str)
     }
 }
 
-/// The connections of `listener`, handshaken in `mode`, for tonic's
-/// `serve_with_incoming_shutdown`. Handshakes run in their own tasks, so a slow or silent
-/// client never holds up the next one; a failed handshake is logged and dropped.
+/// The connections of `listener`, handshaken in `mode` and held to the budgets of `limits`
+/// ([`crate::budget`]), for tonic's `serve_with_incoming_shutdown`. Handshakes run in their
+/// own tasks, so a slow or silent client never holds up the next one; a failed handshake is
+/// logged (one line per 10 s) and dropped.
 pub fn incoming(
     listener: TcpListener,
     mode: ListenerMode,
     limits: Limits,
 ) -> tokio_stream::wrappers::ReceiverStream<Result<Conn, io::Error>> {
     let (tx, rx) = mpsc::channel(256);
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
     let stats = match &mode {
         ListenerMode::Tls { tls, .. } => tls.stats().clone(),
         ListenerMode::Plaintext => Arc::new(ListenerStats::default()),
     };
+    let budget = Budget::new(limits, stats.budget.clone());
     tokio::spawn(async move {
         loop {
             let (stream, remote) = match listener.accept().await {
@@ -433,60 +484,108 @@ pub fn incoming(
             if tx.is_closed() {
                 return;
             }
-            let Ok(permit) = permits.clone().try_acquire_owned() else {
-                stats.connections_over_cap.fetch_add(1, Ordering::Relaxed);
-                warn!(%remote, max = limits.max_connections, "connection refused: too many open connections");
-                drop(stream);
-                continue;
-            };
+            let slot = budget.enter(remote.ip());
             if let Err(e) = stream.set_nodelay(true) {
                 debug!(error = %e, "cannot set TCP_NODELAY");
             }
-            let (tx, mode, stats) = (tx.clone(), mode.clone(), stats.clone());
-            tokio::spawn(async move {
-                let conn = match mode {
-                    ListenerMode::Plaintext => Conn {
-                        io: MaybeTls::Plain(stream),
-                        info: ConnInfo {
-                            remote: Some(remote),
-                            auth: Authenticated::Plaintext,
-                        },
-                        _permit: permit,
-                    },
-                    ListenerMode::Tls { tls, cluster } => {
-                        let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
-                        let tls_stream = match tokio::time::timeout(
-                            limits.handshake_timeout,
-                            acceptor.accept(stream),
-                        )
-                        .await
-                        {
-                            Ok(Ok(s)) => s,
-                            Ok(Err(e)) => {
-                                stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
-                                warn!(%remote, error = %e, "TLS handshake refused");
-                                return;
-                            }
-                            Err(_) => {
-                                stats.handshakes_timed_out.fetch_add(1, Ordering::Relaxed);
-                                warn!(%remote, timeout = ?limits.handshake_timeout, "TLS handshake timed out");
-                                return;
-                            }
-                        };
-                        let auth = authenticate(&tls_stream, &cluster);
-                        Conn {
-                            io: MaybeTls::Tls(Box::new(tls_stream)),
-                            info: ConnInfo {
-                                remote: Some(remote),
-                                auth,
-                            },
-                            _permit: permit,
-                        }
-                    }
-                };
-                let _ = tx.send(Ok(conn)).await;
-            });
+            let opening = Opening {
+                remote,
+                slot,
+                limits,
+                stats: stats.clone(),
+            };
+            tokio::spawn(opening.open(stream, mode.clone(), tx.clone()));
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// A connection between its accept and its handshake's end.
+struct Opening {
+    remote: SocketAddr,
+    slot: Slot,
+    limits: Limits,
+    stats: Arc<ListenerStats>,
+}
+
+impl Opening {
+    /// Handshakes, places the connection in its budget class and hands it to `tx`.
+    async fn open(
+        mut self,
+        stream: TcpStream,
+        mode: ListenerMode,
+        tx: mpsc::Sender<Result<Conn, io::Error>>,
+    ) {
+        let remote = self.remote;
+        let (io, auth) = match mode {
+            ListenerMode::Plaintext => (MaybeTls::Plain(stream), Authenticated::Plaintext),
+            ListenerMode::Tls { tls, cluster } => {
+                let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+                let handshake =
+                    tokio::time::timeout(self.limits.handshake_timeout, acceptor.accept(stream));
+                let slot = &mut self.slot;
+                let evicted = std::future::poll_fn(|cx| slot.poll_evicted(cx));
+                let tls_stream = tokio::select! {
+                    done = handshake => match done {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+                            if let Some(held) = HANDSHAKE_LOG.pass() {
+                                warn!(%remote, error = %e, held_back = held, "TLS handshake refused");
+                            }
+                            return;
+                        }
+                        Err(_) => {
+                            self.stats.handshakes_timed_out.fetch_add(1, Ordering::Relaxed);
+                            if let Some(held) = HANDSHAKE_LOG.pass() {
+                                warn!(%remote, timeout = ?self.limits.handshake_timeout, held_back = held, "TLS handshake timed out");
+                            }
+                            return;
+                        }
+                    },
+                    () = evicted => {
+                        if let Some(held) = EVICTED_LOG.pass() {
+                            warn!(%remote, held_back = held, "handshake abandoned to make room for a newer connection");
+                        }
+                        return;
+                    }
+                };
+                self.slot.handshaken();
+                let auth = authenticate(&tls_stream, &cluster);
+                (MaybeTls::Tls(Box::new(tls_stream)), auth)
+            }
+        };
+        let admission = self.slot.admission();
+        let class = match &auth {
+            Authenticated::Plaintext => Some(Class::Admitted),
+            Authenticated::Identity(Identity::Node(_)) => Some(Class::Peer),
+            Authenticated::Identity(_) => Some(Class::Admitted),
+            Authenticated::NoCertificate | Authenticated::Unusable(_) => None,
+        };
+        if let Some(class) = class {
+            if let Err(e) = admission.admit_as(class) {
+                if let Some(held) = OVER_CAP_LOG.pass() {
+                    warn!(%remote, caller = ?auth, error = %e, held_back = held, "connection refused");
+                }
+                return;
+            }
+        }
+        let deadline = (!admission.is_admitted())
+            .then(|| Box::pin(tokio::time::sleep(self.limits.admission_timeout)));
+        let conn = Conn {
+            io,
+            info: ConnInfo {
+                remote: Some(remote),
+                auth,
+                admission: admission.clone(),
+            },
+            guard: Guard {
+                slot: self.slot,
+                admission,
+                deadline,
+                stats: self.stats.budget.clone(),
+            },
+        };
+        let _ = tx.send(Ok(conn)).await;
+    }
 }

@@ -9,10 +9,13 @@
 //!
 //! The listeners face the service's clients, so they are bounded ([`ProxyLimits`]): a client
 //! must send a request's headers within [`HEADER_READ_TIMEOUT`] (slow-header clients cannot
-//! pin connections), and at most [`MAX_CONNECTIONS`] connections are served at once across
-//! the three listeners; a connection beyond that is closed at once and counted (per proxy, and
-//! in all in [`CONNECTIONS_REFUSED`], served as `hub_agent_proxy_connections_refused_total`).
+//! pin connections) and keep a request body flowing ([`BODY_IDLE_TIMEOUT`] between frames),
+//! one source address holds at most [`MAX_CONNECTIONS_PER_SOURCE`] connections, and at most
+//! [`MAX_CONNECTIONS`] connections are served at once across the three listeners; a
+//! connection beyond either is closed at once and counted (per proxy, and in all in
+//! [`CONNECTIONS_REFUSED`], served as `hub_agent_proxy_connections_refused_total`).
 
+mod idle_body;
 pub mod route;
 pub mod stats;
 
@@ -34,6 +37,8 @@ use tokio::task::JoinHandle;
 pub use route::{HeaderMatch, Routing, Workload};
 pub use stats::WindowStats;
 
+use hub_tls::budget::PerSource;
+use idle_body::IdleTimeoutBody;
 use route::Selector;
 use stats::WorkloadStats;
 
@@ -44,8 +49,14 @@ pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 /// connection before its next request).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a request body may send nothing before the proxy gives up on it.
+pub const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Connections served at once by one proxy (all three listeners together).
 pub const MAX_CONNECTIONS: usize = 1024;
+
+/// Connections one source address may hold at once on one proxy (an IPv6 /64 counts as one).
+pub const MAX_CONNECTIONS_PER_SOURCE: usize = 256;
 
 /// Connections any proxy of this process closed at once because all its permits were taken.
 pub static CONNECTIONS_REFUSED: AtomicU64 = AtomicU64::new(0);
@@ -55,15 +66,21 @@ pub static CONNECTIONS_REFUSED: AtomicU64 = AtomicU64::new(0);
 pub struct ProxyLimits {
     /// See [`HEADER_READ_TIMEOUT`].
     pub header_read_timeout: Duration,
+    /// See [`BODY_IDLE_TIMEOUT`].
+    pub body_idle_timeout: Duration,
     /// See [`MAX_CONNECTIONS`].
     pub max_connections: usize,
+    /// See [`MAX_CONNECTIONS_PER_SOURCE`].
+    pub max_connections_per_source: usize,
 }
 
 impl Default for ProxyLimits {
     fn default() -> Self {
         Self {
             header_read_timeout: HEADER_READ_TIMEOUT,
+            body_idle_timeout: BODY_IDLE_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
+            max_connections_per_source: MAX_CONNECTIONS_PER_SOURCE,
         }
     }
 }
@@ -114,6 +131,8 @@ pub struct CanaryProxy {
     limits: ProxyLimits,
     /// One permit per connection being served.
     connections: Arc<Semaphore>,
+    /// Connections per source address.
+    per_source: PerSource,
     /// Connections closed at once because every permit was taken.
     refused: AtomicU64,
 }
@@ -161,6 +180,7 @@ impl CanaryProxy {
             tasks: Mutex::new(Vec::new()),
             limits,
             connections: Arc::new(Semaphore::new(limits.max_connections)),
+            per_source: PerSource::new(limits.max_connections_per_source),
             refused: AtomicU64::new(0),
         });
         let mut tasks = Vec::new();
@@ -215,7 +235,8 @@ impl CanaryProxy {
             .unwrap_or_default()
     }
 
-    /// Connections closed at once because [`ProxyLimits::max_connections`] were open.
+    /// Connections closed at once because [`ProxyLimits::max_connections`] were open, or
+    /// their source held [`ProxyLimits::max_connections_per_source`].
     pub fn refused_connections(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
     }
@@ -296,7 +317,12 @@ impl CanaryProxy {
                     workload.as_str()
                 ),
             ),
-            Some(addr) => match tokio::time::timeout(UPSTREAM_TIMEOUT, forward(addr, req)).await {
+            Some(addr) => match tokio::time::timeout(
+                UPSTREAM_TIMEOUT,
+                forward(addr, req, self.limits.body_idle_timeout),
+            )
+            .await
+            {
                 Ok(Ok(r)) => r,
                 Ok(Err(e)) => text(
                     StatusCode::BAD_GATEWAY,
@@ -319,8 +345,8 @@ impl CanaryProxy {
 
 async fn accept_loop(proxy: Arc<CanaryProxy>, listener: TcpListener, entry: Entry) {
     loop {
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
+        let (stream, remote) = match listener.accept().await {
+            Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "canary proxy accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -329,7 +355,14 @@ async fn accept_loop(proxy: Arc<CanaryProxy>, listener: TcpListener, entry: Entr
         };
         // At capacity the connection is closed at once (dropped): waiting clients would
         // only queue behind connections that may be hostile.
-        let Ok(permit) = proxy.connections.clone().try_acquire_owned() else {
+        let admitted = proxy
+            .per_source
+            .try_enter(remote.ip())
+            .and_then(|of_source| {
+                let permit = proxy.connections.clone().try_acquire_owned().ok()?;
+                Some((of_source, permit))
+            });
+        let Some(permit) = admitted else {
             proxy.refused.fetch_add(1, Ordering::Relaxed);
             CONNECTIONS_REFUSED.fetch_add(1, Ordering::Relaxed);
             continue;
@@ -352,8 +385,14 @@ async fn accept_loop(proxy: Arc<CanaryProxy>, listener: TcpListener, entry: Entr
     }
 }
 
-/// Sends `req` to the workload at `addr` over a fresh connection.
-async fn forward(addr: SocketAddr, req: Request<Incoming>) -> Result<Response<ProxyBody>, String> {
+/// Sends `req` to the workload at `addr` over a fresh connection; its body fails when the
+/// client sends nothing for `body_idle`.
+async fn forward(
+    addr: SocketAddr,
+    req: Request<Incoming>,
+    body_idle: Duration,
+) -> Result<Response<ProxyBody>, String> {
+    let req = req.map(|b| IdleTimeoutBody::new(b, body_idle));
     let stream = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
@@ -476,11 +515,115 @@ mod tests {
         }
     }
 
+    /// An upstream that answers only once it has read a request's whole body (ten bytes when
+    /// its head says so, else none).
+    async fn whole_body_upstream() -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut got = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    loop {
+                        let head_end = got.windows(4).position(|w| w == b"\r\n\r\n");
+                        if let Some(h) = head_end {
+                            let head = String::from_utf8_lossy(&got[..h]).to_lowercase();
+                            let body = if head.contains("content-length: 10") {
+                                10
+                            } else {
+                                0
+                            };
+                            if got.len() >= h + 4 + body {
+                                break;
+                            }
+                        }
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 X\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                });
+            }
+        });
+        addr
+    }
+
+    /// A client connection to `to` from the loopback address `from`.
+    async fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::from((from, 0)))
+            .expect("bind a loopback source address");
+        socket.connect(to).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn one_source_cannot_take_every_connection_nor_trickle_a_body() {
+        let limits = ProxyLimits {
+            max_connections_per_source: 2,
+            body_idle_timeout: Duration::from_secs(2),
+            ..ProxyLimits::default()
+        };
+        let proxy = CanaryProxy::start_with_limits("demo", local(), limits)
+            .await
+            .unwrap();
+        proxy.set_upstreams(Upstreams {
+            primary: Some(whole_body_upstream().await),
+            ..Upstreams::default()
+        });
+        // Two connections from 127.0.0.2 whose bodies stall after one byte of ten.
+        let mut trickling = Vec::new();
+        for _ in 0..2 {
+            let mut s = connect_from([127, 0, 0, 2], proxy.addrs().primary).await;
+            s.write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\na")
+                .await
+                .unwrap();
+            trickling.push(s);
+        }
+        // A third from that source is closed at once; another source is served.
+        let refused = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let mut s = connect_from([127, 0, 0, 2], proxy.addrs().main).await;
+                let _ = s
+                    .write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                    .await;
+                let mut out = Vec::new();
+                let _ = s.read_to_end(&mut out).await;
+                if out.is_empty() && proxy.refused_connections() >= 1 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        assert!(
+            refused.await.is_ok(),
+            "a third connection of one source was served"
+        );
+        let mut other = connect_from([127, 0, 0, 3], proxy.addrs().primary).await;
+        other
+            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        let _ = other.read_to_string(&mut out).await;
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        // The stalled bodies are given up on, which closes their connections.
+        for s in &mut trickling {
+            assert!(closed_within(s, Duration::from_secs(10)).await);
+        }
+        proxy.shutdown();
+    }
+
     #[tokio::test]
     async fn slow_headers_time_out_and_excess_connections_are_refused() {
         let limits = ProxyLimits {
             header_read_timeout: Duration::from_millis(300),
             max_connections: 2,
+            ..ProxyLimits::default()
         };
         let proxy = CanaryProxy::start_with_limits("demo", local(), limits)
             .await

@@ -112,9 +112,22 @@ struct Args {
     /// advertise addresses are loopback. Anyone who can reach the port may do anything.
     #[arg(long, conflicts_with_all = ["ca_file", "cert_file", "key_file"])]
     insecure: bool,
-    /// Most open client and peer connections; more are closed at once.
+    /// Most open connections of identified parties (agents, operators, token holders) on
+    /// the gRPC listener; more are closed at once. Nodes and unidentified connections have
+    /// budgets of their own (docs/SECURITY.md "Budgets").
     #[arg(long, default_value_t = 4096)]
     max_connections: usize,
+    /// Most open connections of this cluster's nodes on the gRPC listener.
+    #[arg(long, default_value_t = 64)]
+    max_peer_connections: usize,
+    /// Most open connections that have not proved who they are yet (in their TLS handshake,
+    /// or without a certificate and no valid token so far); a new one closes the oldest.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    max_unadmitted: u32,
+    /// Most such connections from one source address (an IPv6 /64 counts as one); a new one
+    /// closes that source's oldest.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    max_unadmitted_per_source: u32,
     /// Serve Prometheus metrics at https://ADDR/metrics, with this node's certificate, to a
     /// caller with a cluster certificate or an operator token holding any role (plain HTTP
     /// on loopback with --insecure).
@@ -372,6 +385,9 @@ async fn run() -> anyhow::Result<()> {
         transport.listener.clone(),
         hub_tls::server::Limits {
             max_connections: args.max_connections,
+            max_peer_connections: args.max_peer_connections,
+            max_unadmitted: args.max_unadmitted as usize,
+            max_unadmitted_per_source: args.max_unadmitted_per_source as usize,
             ..Default::default()
         },
     );

@@ -298,7 +298,8 @@ async fn wait(d: &Dashboard, caller: &Caller, after: u64) -> Result<Value, Statu
     }
 }
 
-/// The request's body as UTF-8 JSON, at most [`MAX_BODY_BYTES`]; or the answer refusing it.
+/// The request's body as UTF-8 JSON, at most [`MAX_BODY_BYTES`], read within
+/// [`crate::http_serve::BODY_READ_TIMEOUT`]; or the answer refusing it.
 async fn body(req: Request<Incoming>) -> Result<String, Response<Full<Bytes>>> {
     let json = req
         .headers()
@@ -311,10 +312,20 @@ async fn body(req: Request<Incoming>) -> Result<String, Response<Full<Bytes>>> {
             "content-type: must be application/json",
         ));
     }
-    let bytes = match Limited::new(req.into_body(), MAX_BODY_BYTES)
-        .collect()
-        .await
-    {
+    let read = tokio::time::timeout(
+        crate::http_serve::BODY_READ_TIMEOUT,
+        Limited::new(req.into_body(), MAX_BODY_BYTES).collect(),
+    );
+    let Ok(read) = read.await else {
+        return Err(error(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!(
+                "body: not received within {} s",
+                crate::http_serve::BODY_READ_TIMEOUT.as_secs()
+            ),
+        ));
+    };
+    let bytes = match read {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return Err(error(

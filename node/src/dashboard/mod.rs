@@ -27,7 +27,7 @@ use hub_tls::Identity;
 
 use crate::api::HubService;
 use crate::auth::{Caller, Policy};
-use crate::http_serve::HttpLimits;
+use crate::http_serve::{ConnectionLimits, HttpLimits};
 use crate::node::HubNode;
 
 /// The page.
@@ -43,7 +43,11 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 
 /// A browser opens a few connections and holds one long poll ([`api::WAIT`]) on one of them.
 const LIMITS: HttpLimits = HttpLimits {
-    max_connections: 256,
+    connections: ConnectionLimits {
+        admitted: 256,
+        unadmitted: 64,
+        unadmitted_per_source: 16,
+    },
     lifetime: Duration::from_secs(120),
     grace: Duration::from_secs(30),
     max_streams: 32,
