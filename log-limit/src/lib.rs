@@ -199,9 +199,9 @@ impl<K: Eq + Hash + Clone, S: PartialEq + Clone> LogLimiter<K, S> {
             track.logged = Some(state.clone());
             return Some(track.line(Change::Began, state, now));
         }
-        let reminded = track.last_line.is_some_and(|t| {
-            now.saturating_duration_since(t) >= limits.remind_every
-        });
+        let reminded = track
+            .last_line
+            .is_some_and(|t| now.saturating_duration_since(t) >= limits.remind_every);
         reminded.then(|| track.line(Change::Still, state, now))
     }
 
@@ -316,7 +316,10 @@ mod tests {
     /// A failure every millisecond for two minutes: the beginning and one reminder per 30 s.
     #[test]
     fn a_condition_in_a_busy_loop_is_logged_once_then_reminded_every_period() {
-        let got = lines(Limits::DEFAULT, (0..120_000).map(|ms| (ms, Some("refused"))));
+        let got = lines(
+            Limits::DEFAULT,
+            (0..120_000).map(|ms| (ms, Some("refused"))),
+        );
         assert_eq!(
             got,
             vec![
@@ -346,7 +349,10 @@ mod tests {
         assert!(!l.is_failing(&1));
         assert!(l.succeeded(&1, at(t0, 2_001)).is_none());
         let again = l.failed(&1, "refused", at(t0, 5_000)).unwrap();
-        assert_eq!((again.change, again.lasted), (Change::Began, Duration::ZERO));
+        assert_eq!(
+            (again.change, again.lasted),
+            (Change::Began, Duration::ZERO)
+        );
     }
 
     /// A change of kind is a change of state: logged, but never two lines within the gap.
@@ -402,7 +408,10 @@ mod tests {
         );
         assert_eq!(
             held,
-            vec![(1_200, Change::Began, "t", 3), (2_400, Change::Ended, "t", 0)]
+            vec![
+                (1_200, Change::Began, "t", 3),
+                (2_400, Change::Ended, "t", 0)
+            ]
         );
     }
 
