@@ -377,7 +377,7 @@ impl Agent {
         // A plan this agent cannot read is logged once, not at every fetch that lists it.
         let mut unreadable: LogLimiter<String, ()> = LogLimiter::new(Limits::DEFAULT);
         loop {
-            let reply = match self
+            let fetched = self
                 .hub
                 .fetch(
                     &self.cfg.environment,
@@ -385,39 +385,14 @@ impl Agent {
                     &known_ids,
                     poll_wait(self.cfg.poll_wait),
                 )
-                .await
-            {
-                Ok(r) => {
-                    failures = 0;
-                    if let Some(n) = quiet.succeeded(&(), Instant::now()) {
-                        tracing::info!(
-                            after_ms = n.lasted.as_millis() as u64,
-                            "plan fetches work again"
-                        );
-                    }
-                    r
-                }
-                Err(e) => {
-                    let kind = match e {
-                        CallError::Retry(_) => "failed",
-                        CallError::Refused(_) => "refused",
-                    };
-                    if let Some(n) = quiet.failed(&(), kind, Instant::now()) {
-                        let for_ms = n.lasted.as_millis() as u64;
-                        match n.change {
-                            Change::Began => {
-                                tracing::warn!(error = %e, "plan fetch {kind}; retrying with back-off")
-                            }
-                            _ => {
-                                tracing::warn!(error = %e, for_ms, attempts = n.repeats, "plan fetches still {kind}")
-                            }
-                        }
-                    }
-                    tokio::time::sleep(backoff(failures)).await;
-                    failures = failures.saturating_add(1);
-                    continue;
-                }
+                .await;
+            log_fetch(&mut quiet, &fetched);
+            let Ok(reply) = fetched else {
+                tokio::time::sleep(backoff(failures)).await;
+                failures = failures.saturating_add(1);
+                continue;
             };
+            failures = 0;
             fingerprint = reply.fingerprint.clone();
             known_ids = known_plan_ids(&reply);
             // Before any listed plan starts, so a state sample never counts a plan as ended
@@ -847,6 +822,34 @@ impl Agent {
                 }
             }
         }
+    }
+}
+
+/// Logs how a plan fetch went through `quiet`: a failure when it begins or changes kind
+/// (failing or refused), then at most every 30 s; the first success after.
+fn log_fetch<T>(quiet: &mut LogLimiter<(), &'static str>, fetched: &Result<T, CallError>) {
+    let now = Instant::now();
+    let e = match fetched {
+        Ok(_) => {
+            if let Some(n) = quiet.succeeded(&(), now) {
+                let after_ms = n.lasted.as_millis() as u64;
+                tracing::info!(after_ms, "plan fetches work again");
+            }
+            return;
+        }
+        Err(e) => e,
+    };
+    let kind = match e {
+        CallError::Retry(_) => "failed",
+        CallError::Refused(_) => "refused",
+    };
+    let Some(n) = quiet.failed(&(), kind, now) else {
+        return;
+    };
+    let for_ms = n.lasted.as_millis() as u64;
+    match n.change {
+        Change::Began => tracing::warn!(error = %e, "plan fetch {kind}; retrying with back-off"),
+        _ => tracing::warn!(error = %e, for_ms, attempts = n.repeats, "plan fetches still {kind}"),
     }
 }
 
