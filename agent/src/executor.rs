@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hub_engine::entity::ReportedState;
+use hub_log_limit::{Change, Limits, LogLimiter};
 use hub_proto::EntityState;
 use tokio::sync::{Mutex, Notify, Semaphore};
 
@@ -371,8 +372,12 @@ impl Agent {
         let mut fingerprint = String::new();
         let mut known_ids: Vec<String> = Vec::new();
         let mut failures = 0u32;
+        // A hub that stays away is logged once, then every 30 s, and once when it is back.
+        let mut quiet: LogLimiter<(), &'static str> = LogLimiter::new(Limits::DEFAULT);
+        // A plan this agent cannot read is logged once, not at every fetch that lists it.
+        let mut unreadable: LogLimiter<String, ()> = LogLimiter::new(Limits::DEFAULT);
         loop {
-            let reply = match self
+            let fetched = self
                 .hub
                 .fetch(
                     &self.cfg.environment,
@@ -380,19 +385,14 @@ impl Agent {
                     &known_ids,
                     poll_wait(self.cfg.poll_wait),
                 )
-                .await
-            {
-                Ok(r) => {
-                    failures = 0;
-                    r
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "plan fetch failed");
-                    tokio::time::sleep(backoff(failures)).await;
-                    failures = failures.saturating_add(1);
-                    continue;
-                }
+                .await;
+            log_fetch(&mut quiet, &fetched);
+            let Ok(reply) = fetched else {
+                tokio::time::sleep(backoff(failures)).await;
+                failures = failures.saturating_add(1);
+                continue;
             };
+            failures = 0;
             fingerprint = reply.fingerprint.clone();
             known_ids = known_plan_ids(&reply);
             // Before any listed plan starts, so a state sample never counts a plan as ended
@@ -419,11 +419,14 @@ impl Agent {
                     }
                 }
             }
+            unreadable.retain(|id| listed.contains_key(id.as_str()));
             for (i, plan) in reply.plans.iter().enumerate() {
                 let plan = match wire::plan(plan, &registries, &format!("plans[{i}]")) {
                     Ok(p) => p,
                     Err(e) => {
-                        tracing::warn!(plan = %plan.id, error = %e, "plan refused: not run");
+                        if let Some(n) = unreadable.failed(&plan.id, (), Instant::now()) {
+                            tracing::warn!(plan = %plan.id, error = %e, listed = n.repeats, "plan refused: not run");
+                        }
                         continue;
                     }
                 };
@@ -608,6 +611,7 @@ impl Agent {
     /// together anyway.
     async fn send_reports(self: Arc<Self>) {
         let mut failures = 0u32;
+        let mut refusals: LogLimiter<(), ()> = LogLimiter::new(Limits::DEFAULT);
         loop {
             let batch = self.journal.lock().await.next_reports(REPORT_BATCH);
             if batch.is_empty() {
@@ -625,6 +629,7 @@ impl Agent {
             }
             match self.hub.report_tasks(&self.cfg.environment, &batch).await {
                 Ok(ack) => {
+                    refusals.succeeded(&(), Instant::now());
                     let refused = ack.refused;
                     self.sent
                         .lock()
@@ -654,7 +659,11 @@ impl Agent {
                     }
                 }
                 Err(CallError::Refused(reason)) => {
-                    tracing::warn!(%reason, reports = batch.len(), "reports refused");
+                    // Each batch is refused once, but a hub that refuses this agent refuses
+                    // every batch: said once, then every 30 s.
+                    if let Some(n) = refusals.failed(&(), (), Instant::now()) {
+                        tracing::warn!(%reason, reports = batch.len(), batches = n.repeats, "reports refused");
+                    }
                     self.metrics.inc(&self.metrics.reports_refused);
                 }
                 Err(CallError::Retry(reason)) => {
@@ -695,6 +704,7 @@ impl Agent {
         let mut seq = 0u64;
         let boot = format!("{}-{}", std::process::id(), rand::random::<u32>());
         let mut deferred_since: Option<Instant> = None;
+        let mut refusals: LogLimiter<(), ()> = LogLimiter::new(Limits::DEFAULT);
         loop {
             tokio::time::sleep(self.cfg.state_interval).await;
             // What the sample reflects is read before the sample: a plan that ends in between
@@ -739,6 +749,7 @@ impl Agent {
                     .await
                 {
                     Ok(index) => {
+                        refusals.succeeded(&(), Instant::now());
                         self.metrics.inc(&self.metrics.state_reports);
                         self.sent.lock().unwrap_or_else(|p| p.into_inner()).sent(
                             observed,
@@ -749,7 +760,9 @@ impl Agent {
                         break;
                     }
                     Err(CallError::Refused(reason)) => {
-                        tracing::warn!(%reason, "state report refused");
+                        if let Some(n) = refusals.failed(&(), (), Instant::now()) {
+                            tracing::warn!(%reason, reports = n.repeats, "state report refused");
+                        }
                         self.sent
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
@@ -771,7 +784,7 @@ impl Agent {
     async fn report_canaries(self: Arc<Self>) {
         let mut seq = 0u64;
         let boot = format!("{}-{}", std::process::id(), rand::random::<u32>());
-        let mut last_refusal = String::new();
+        let mut refusals: LogLimiter<(), ()> = LogLimiter::new(Limits::DEFAULT);
         loop {
             tokio::time::sleep(CANARY_REPORT_INTERVAL).await;
             let observations = self.canary.observations().await;
@@ -789,13 +802,12 @@ impl Agent {
                     .await
                 {
                     Ok(()) => {
-                        last_refusal.clear();
+                        refusals.succeeded(&(), Instant::now());
                         break;
                     }
                     Err(CallError::Refused(reason)) => {
-                        if reason != last_refusal {
-                            tracing::warn!(%reason, canaries = observations.len(), "canary report refused");
-                            last_refusal = reason;
+                        if let Some(n) = refusals.failed(&(), (), Instant::now()) {
+                            tracing::warn!(%reason, canaries = observations.len(), reports = n.repeats, "canary report refused");
                         }
                         break;
                     }
@@ -810,6 +822,34 @@ impl Agent {
                 }
             }
         }
+    }
+}
+
+/// Logs how a plan fetch went through `quiet`: a failure when it begins or changes kind
+/// (failing or refused), then at most every 30 s; the first success after.
+fn log_fetch<T>(quiet: &mut LogLimiter<(), &'static str>, fetched: &Result<T, CallError>) {
+    let now = Instant::now();
+    let e = match fetched {
+        Ok(_) => {
+            if let Some(n) = quiet.succeeded(&(), now) {
+                let after_ms = n.lasted.as_millis() as u64;
+                tracing::info!(after_ms, "plan fetches work again");
+            }
+            return;
+        }
+        Err(e) => e,
+    };
+    let kind = match e {
+        CallError::Retry(_) => "failed",
+        CallError::Refused(_) => "refused",
+    };
+    let Some(n) = quiet.failed(&(), kind, now) else {
+        return;
+    };
+    let for_ms = n.lasted.as_millis() as u64;
+    match n.change {
+        Change::Began => tracing::warn!(error = %e, "plan fetch {kind}; retrying with back-off"),
+        _ => tracing::warn!(error = %e, for_ms, attempts = n.repeats, "plan fetches still {kind}"),
     }
 }
 

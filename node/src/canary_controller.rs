@@ -35,6 +35,7 @@ use hub_engine::canary_record::Canary;
 use hub_engine::leader::{canary_step, CanaryStep};
 use hub_engine::Command;
 use hub_http::{Body, HttpClient, Method};
+use hub_log_limit::SharedLogLimiter;
 use raft_store::StateEvent;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::broadcast::Receiver;
@@ -55,6 +56,25 @@ const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
 /// Timeout of one alert POST.
 const ALERT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A canary's conditions that repeat at every tick (a metric query failing, an agent not
+/// reporting, a tick refused), by (canary, what): logged once, then every 30 s.
+type Quiet = SharedLogLimiter<(String, String), &'static str>;
+
+/// Tells `quiet` how a tick's `what` went for `canary`; returns the line to log, if any.
+fn observe(
+    quiet: &Quiet,
+    canary: &str,
+    what: &str,
+    failure: Option<&'static str>,
+) -> Option<hub_log_limit::Notice<&'static str>> {
+    let key = (canary.to_string(), what.to_string());
+    let now = std::time::Instant::now();
+    match failure {
+        Some(kind) => quiet.failed(&key, kind, now),
+        None => quiet.succeeded(&key, now),
+    }
+}
+
 /// Runs the controller for one term of leadership (the caller stops it when the term ends).
 pub(crate) async fn run(term: &Term, events: Receiver<StateEvent>) -> Result<(), String> {
     Controller::new(term.clone()).run(events).await
@@ -71,6 +91,8 @@ struct Controller {
     notified: HashMap<String, u64>,
     /// Canary → (step, since when) a due tick has waited for a fresh observation.
     waiting: HashMap<String, (u64, i64)>,
+    /// What the log has said of the canaries' repeated conditions.
+    quiet: Arc<Quiet>,
 }
 
 /// A tick to prepare.
@@ -89,6 +111,7 @@ impl Controller {
             tick_ended: Arc::new(Notify::new()),
             notified: HashMap::new(),
             waiting: HashMap::new(),
+            quiet: Arc::default(),
         }
     }
 
@@ -158,10 +181,13 @@ impl Controller {
                         samples,
                         stale,
                     } => {
-                        if stale {
-                            tracing::warn!(canary = %c.id, step = plan.step,
+                        let seen =
+                            observe(&self.quiet, &c.id, "observation", stale.then_some("stale"));
+                        if let Some(n) = seen.filter(|n| n.change != hub_log_limit::Change::Ended) {
+                            tracing::warn!(canary = %c.id, step = plan.step, ticks = n.repeats,
                                 "no fresh observation from the agent; ticking with workloads not ready");
-                        } else {
+                        }
+                        if !stale {
                             self.waiting.remove(&c.id);
                         }
                         due.push(Due {
@@ -187,9 +213,10 @@ impl Controller {
             let term = self.term.clone();
             let in_flight = self.in_flight.clone();
             let ended = self.tick_ended.clone();
+            let quiet = self.quiet.clone();
             tokio::spawn(async move {
                 let id = d.id.clone();
-                run_tick(&term, d).await;
+                run_tick(&term, d, &quiet).await;
                 in_flight
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -242,7 +269,7 @@ impl Controller {
 }
 
 /// Calls the webhooks and queries the metrics of a due tick, then proposes it.
-async fn run_tick(term: &Term, mut d: Due) {
+async fn run_tick(term: &Term, mut d: Due, quiet: &Quiet) {
     let client = term.node.outbound.calls();
     let metrics = &term.node.metrics;
     let calls = d
@@ -255,7 +282,7 @@ async fn run_tick(term: &Term, mut d: Due) {
         d.input.webhooks.insert(call.name.clone(), answer);
     }
     for m in &d.plan.metrics {
-        if let Some(v) = query_prometheus(client, metrics, m).await {
+        if let Some(v) = query_prometheus(client, metrics, m, (quiet, &d.id)).await {
             d.input.metrics.insert(m.name.clone(), v);
         }
     }
@@ -275,9 +302,14 @@ async fn run_tick(term: &Term, mut d: Due) {
     metrics.canary_ticks.inc();
     match term.propose(command).await {
         Ok(Ok(out)) => {
+            observe(quiet, &d.id, "tick", None);
             tracing::info!(canary = %d.id, step = d.plan.step, summary = %out.summary(), "canary tick")
         }
-        Ok(Err(e)) => tracing::warn!(canary = %d.id, error = %e, "canary tick refused"),
+        Ok(Err(e)) => {
+            if let Some(n) = observe(quiet, &d.id, "tick", Some("refused")) {
+                tracing::warn!(canary = %d.id, error = %e, ticks = n.repeats, "canary tick refused")
+            }
+        }
         Err(e) => tracing::info!(canary = %d.id, error = %e, "canary tick not committed"),
     }
 }
@@ -302,11 +334,13 @@ async fn call_webhook(
 }
 
 /// The value of a Prometheus metric in thousandths (`Some(None)`: no data or the query
-/// failed, which fails the check); `None` for proxy metrics.
+/// failed, which fails the check); `None` for proxy metrics. A failure is logged through
+/// `quiet` as the canary's.
 async fn query_prometheus(
     client: &HttpClient,
     metrics: &NodeMetrics,
     m: &MetricQuery,
+    (quiet, canary): (&Quiet, &str),
 ) -> Option<Option<i64>> {
     let MetricSource::Prometheus { address, query } = &m.source else {
         return None;
@@ -318,11 +352,20 @@ async fn query_prometheus(
         .metric_queries
         .get_or_create(&outcome(answer.is_ok()))
         .inc();
+    let what = format!("metric {}", m.name);
     Some(match answer {
-        Ok(Some(v)) if v.is_finite() => Some((v * MILLI as f64).round() as i64),
-        Ok(_) => None,
+        Ok(Some(v)) if v.is_finite() => {
+            observe(quiet, canary, &what, None);
+            Some((v * MILLI as f64).round() as i64)
+        }
+        Ok(_) => {
+            observe(quiet, canary, &what, None);
+            None
+        }
         Err(e) => {
-            tracing::warn!(metric = %m.name, error = %e, "prometheus query failed");
+            if let Some(n) = observe(quiet, canary, &what, Some("failed")) {
+                tracing::warn!(%canary, metric = %m.name, error = %e, queries = n.repeats, "prometheus query failed");
+            }
             None
         }
     })

@@ -1,7 +1,10 @@
 //! The hub node (`hub-node`) and the operator CLI (`hubctl`).
 //!
 //! - [`node`]: one node — Raft on the RocksDB store, propose / read / membership operations.
-//! - [`network`] and [`raft_service`]: the Raft transport over tonic, client and server.
+//! - [`network`] and [`raft_service`]: the Raft transport over tonic, client and server;
+//!   [`peer_health`]: what the node logs of its peers' reachability (once per change of
+//!   state, then a reminder), and [`raft_log_filter`]: openraft's line per failed call, which
+//!   that replaces, kept out of the log.
 //! - [`api`]: the client API any node serves; followers forward writes to the leader.
 //! - [`agent_api`]: the API agents use: reports, and long-polled plan fetches.
 //! - [`agent_wire`]: the agent API's typed contract: engine enums to proto enums and back,
@@ -61,11 +64,13 @@ pub mod network;
 pub mod node;
 pub mod orchestrator;
 pub mod outbound;
+pub mod peer_health;
 pub mod peers;
 pub mod port_probe;
 pub mod prometheus;
 pub mod propose;
 pub mod query;
+pub mod raft_log_filter;
 pub mod raft_service;
 pub mod status;
 pub mod stopping;

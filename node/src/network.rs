@@ -9,6 +9,14 @@
 //! peer as gone paused its replication stream for a whole backoff interval, and when that
 //! peer was the one the quorum needed, every write waited with it (the rolling-restart
 //! stalls of 300–400 ms in docs/BENCHMARKS.md).
+//!
+//! openraft waits out its back-off when it is asked for the next request of a session, so a
+//! session takes its first request before it dials: a peer whose port refuses connections
+//! fails the call before tonic asks for any request, and without this the next session
+//! dialled again at once (a leader with a dead follower spun at 25,000 sessions a second).
+//! The back-off ([`retry_delays`]) doubles from [`BACKOFF_FIRST`] to [`BACKOFF_CAP`] and starts
+//! over after an answer. Every call's outcome goes to [`PeerHealth`], which logs a peer's
+//! trouble once per change of state.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -31,6 +39,7 @@ use raft_store::{Node, NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 use tonic::transport::Channel;
 
 use crate::cluster_clock::ClusterClock;
+use crate::peer_health::{PeerHealth, Trouble};
 use crate::peers::{PeerPool, MAX_MESSAGE_BYTES};
 
 /// Size of one snapshot chunk on the wire.
@@ -48,6 +57,19 @@ pub fn snapshot_allowance(bytes: u64) -> Duration {
     Duration::from_secs(bytes / SNAPSHOT_MIN_BYTES_PER_SEC)
 }
 
+/// The first wait before calling a peer again after it failed.
+pub const BACKOFF_FIRST: Duration = Duration::from_millis(50);
+
+/// The longest wait between calls to a peer that keeps failing: a restarted follower is
+/// caught up at most this long after it listens again.
+pub const BACKOFF_CAP: Duration = Duration::from_secs(1);
+
+/// The waits between calls to a peer that keeps failing: [`BACKOFF_FIRST`], doubling, capped
+/// at [`BACKOFF_CAP`] (openraft starts a new sequence after an answer).
+pub fn retry_delays() -> impl Iterator<Item = Duration> + Send + 'static {
+    std::iter::successors(Some(BACKOFF_FIRST), |d| Some((*d * 2).min(BACKOFF_CAP)))
+}
+
 /// Creates a [`PeerClient`] per target node.
 pub struct NetworkFactory {
     /// This node, which never dials itself.
@@ -60,6 +82,8 @@ pub struct NetworkFactory {
     pub clock: Arc<ClusterClock>,
     /// The least time an `AppendEntries` call gets (openraft offers one heartbeat interval).
     pub append_ttl_floor: Duration,
+    /// Where every call's outcome goes (and the log learns of a peer's trouble).
+    pub health: Arc<PeerHealth>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -74,6 +98,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             peers: self.peers.clone(),
             clock: self.clock.clone(),
             append_ttl_floor: self.append_ttl_floor,
+            health: self.health.clone(),
             unary_only: false,
         }
     }
@@ -88,6 +113,7 @@ pub struct PeerClient {
     peers: Arc<PeerPool>,
     clock: Arc<ClusterClock>,
     append_ttl_floor: Duration,
+    health: Arc<PeerHealth>,
     /// The peer has no `StreamAppend` (an older release): replicate with `AppendEntries`.
     unary_only: bool,
 }
@@ -115,6 +141,26 @@ impl CallError {
             CallError::Network(m) | CallError::Unsupported(m) => {
                 RPCError::Network(NetworkError::from_string(m))
             }
+        }
+    }
+
+    /// What the failure says about the peer (`None`: nothing, it is an older release).
+    fn trouble(&self) -> Option<Trouble> {
+        match self {
+            CallError::Unreachable(_) => Some(Trouble::Unreachable),
+            CallError::TimedOut(_) => Some(Trouble::Silent),
+            CallError::Network(_) => Some(Trouble::Erring),
+            CallError::Unsupported(_) => None,
+        }
+    }
+
+    /// The failure in words, for the log.
+    fn message(&self) -> String {
+        match self {
+            CallError::Unreachable(m) | CallError::Network(m) | CallError::Unsupported(m) => {
+                m.clone()
+            }
+            CallError::TimedOut(t) => t.to_string(),
         }
     }
 
@@ -159,7 +205,24 @@ fn status_error(s: tonic::Status, timed_out: impl FnOnce() -> CallError) -> Call
     }
 }
 
+/// Tells `health` how a call to `peer` at `addr` ended.
+fn report<T>(health: &PeerHealth, peer: NodeId, addr: &str, outcome: &Result<T, CallError>) {
+    match outcome {
+        Ok(_) => health.answered(peer, addr),
+        Err(e) => {
+            if let Some(trouble) = e.trouble() {
+                health.failed(peer, addr, trouble, &e.message());
+            }
+        }
+    }
+}
+
 impl PeerClient {
+    /// Tells the peers' health how a call to this peer ended.
+    fn report<T>(&self, outcome: &Result<T, CallError>) {
+        report(&self.health, self.target, &self.addr, outcome);
+    }
+
     /// The timeout error for an `action` call to this peer that got `ttl`.
     fn timed_out(&self, action: RPCTypes, ttl: Duration) -> CallError {
         CallError::TimedOut(Timeout {
@@ -217,25 +280,30 @@ impl PeerClient {
         F: FnOnce(RaftClient<Channel>, tonic::Request<RaftRequest>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<RaftReply>, tonic::Status>>,
     {
-        let client = self.client()?;
-        #[cfg(feature = "chaos-faults")]
-        if crate::fault_layer::is_cut(self.target) {
-            // A lost message is a call that never gets its answer.
-            crate::fault_layer::lose(ttl).await;
-            return Err(self.timed_out(action, ttl));
+        let outcome = async {
+            let client = self.client()?;
+            #[cfg(feature = "chaos-faults")]
+            if crate::fault_layer::is_cut(self.target) {
+                // A lost message is a call that never gets its answer.
+                crate::fault_layer::lose(ttl).await;
+                return Err(self.timed_out(action, ttl));
+            }
+            let req = self.request(body, ttl);
+            let sent = std::time::Instant::now();
+            let reply = tokio::time::timeout(ttl, f(client, req))
+                .await
+                .map_err(|_| self.timed_out(action, ttl))?
+                .map_err(|s| status_error(s, || self.timed_out(action, ttl)))?
+                .into_inner();
+            if reply.refused.is_empty() {
+                self.clock
+                    .observe(self.target, reply.clock_ms, sent, std::time::Instant::now());
+            }
+            self.decode(reply)
         }
-        let req = self.request(body, ttl);
-        let sent = std::time::Instant::now();
-        let reply = tokio::time::timeout(ttl, f(client, req))
-            .await
-            .map_err(|_| self.timed_out(action, ttl))?
-            .map_err(|s| status_error(s, || self.timed_out(action, ttl)))?
-            .into_inner();
-        if reply.refused.is_empty() {
-            self.clock
-                .observe(self.target, reply.clock_ms, sent, std::time::Instant::now());
-        }
-        self.decode(reply)
+        .await;
+        self.report(&outcome);
+        outcome
     }
 }
 
@@ -307,10 +375,13 @@ impl PeerClient {
             target: self.target,
             timeout: self.timed_out(RPCTypes::AppendEntries, ttl),
             clock: self.clock.clone(),
+            health: self.health.clone(),
+            addr: self.addr.clone(),
         };
         Ok(futures::stream::unfold(Some(reader), |state| async move {
             let mut reader = state?;
             let item = reader.next().await?;
+            report(&reader.health, reader.target, &reader.addr, &item);
             // The stream ends after an error or a refused request, as openraft expects.
             let more = matches!(item, Ok(Ok(_)));
             Some((item.map_err(CallError::into_rpc), more.then_some(reader)))
@@ -333,6 +404,8 @@ struct ReplyReader {
     target: NodeId,
     timeout: CallError,
     clock: Arc<ClusterClock>,
+    health: Arc<PeerHealth>,
+    addr: String,
 }
 
 impl ReplyReader {
@@ -400,13 +473,30 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             + 'static,
     {
         Box::pin(async move {
+            use futures::StreamExt;
+            let mut input = input;
+            // openraft waits out its back-off when asked for a request: take the first before
+            // dialling, or a peer that refuses at once is dialled again at once.
+            let Some(first) = input.next().await else {
+                return Ok(futures::stream::empty().boxed());
+            };
+            let input = futures::stream::once(std::future::ready(first)).chain(input);
             if self.unary_only {
                 return openraft::network::stream_append_sequential(self, input, option).await;
             }
             // One heartbeat interval is too little for a batch of entries to a peer that is
             // busy (catching up a restarted node, a burst of agents): give it the floor.
             let ttl = option.soft_ttl().max(self.append_ttl_floor);
-            match self.open_stream(input, ttl).await {
+            let opened = self.open_stream(input, ttl).await;
+            if let Err(e) = &opened {
+                report(
+                    &self.health,
+                    self.target,
+                    &self.addr,
+                    &Err::<(), _>(e.clone()),
+                );
+            }
+            match opened {
                 Ok(replies) => Ok(replies),
                 Err(CallError::Unsupported(m)) => {
                     tracing::info!(peer = self.target, reason = %m, "the peer does not take StreamAppend; replicating to it one AppendEntries call at a time");
@@ -418,6 +508,11 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 Err(e) => Err(e.into_rpc()),
             }
         })
+    }
+
+    /// After a failure, openraft waits these between a peer's sessions ([`retry_delays`]).
+    fn backoff(&self) -> Option<openraft::network::Backoff> {
+        Some(openraft::network::Backoff::new(retry_delays()))
     }
 
     async fn append_entries(
@@ -521,8 +616,9 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         tokio::select! {
             closed = cancel => Err(StreamingError::Closed(closed)),
             reply = send => {
-                let reply = reply.map_err(CallError::into_streaming)?;
-                self.decode(reply.into_inner()).map_err(CallError::into_streaming)
+                let outcome = reply.and_then(|r| self.decode(r.into_inner()));
+                self.report(&outcome);
+                outcome.map_err(CallError::into_streaming)
             }
         }
     }
@@ -795,6 +891,13 @@ mod tests {
                 .add_service(service)
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
         );
+        let (client, _) = client_of(&addr.to_string()).await;
+        (client, unary_calls)
+    }
+
+    /// A leader's (node 1's) client of node 2 at `addr`, and the peers' health it reports to.
+    async fn client_of(addr: &str) -> (PeerClient, Arc<PeerHealth>) {
+        let health = Arc::new(PeerHealth::default());
         let mut factory = NetworkFactory {
             self_id: 1,
             cluster_id: "c".into(),
@@ -804,9 +907,82 @@ mod tests {
             ))),
             clock: Arc::new(ClusterClock::new(1, Duration::from_secs(5))),
             append_ttl_floor: TTL,
+            health: health.clone(),
         };
-        let client = factory.new_client(2, &Node::new(addr.to_string())).await;
-        (client, unary_calls)
+        (
+            factory.new_client(2, &Node::new(addr.to_string())).await,
+            health,
+        )
+    }
+
+    /// The waits between tries double from the first to the cap and stay there.
+    #[test]
+    fn retry_delays_double_up_to_the_cap() {
+        let d: Vec<u64> = retry_delays()
+            .take(8)
+            .map(|d| d.as_millis() as u64)
+            .collect();
+        assert_eq!(d, [50, 100, 200, 400, 800, 1000, 1000, 1000]);
+    }
+
+    /// A session dials only once openraft hands it a request (openraft waits out its
+    /// back-off there): with none yet, nothing reaches the peer.
+    #[tokio::test]
+    async fn a_session_dials_only_once_it_has_a_request() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (mut client, _) = client_of(&listener.local_addr().unwrap().to_string()).await;
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let session =
+            tokio::spawn(async move { client.stream_append(rx, option()).await.map(|_| ()) });
+        let early = tokio::time::timeout(4 * TTL, listener.accept()).await;
+        assert!(early.is_err(), "dialled before any request: {early:?}");
+        tx.unbounded_send(heartbeat()).unwrap();
+        let dialled = tokio::time::timeout(10 * TTL, listener.accept()).await;
+        assert!(dialled.is_ok(), "never dialled once a request came");
+        session.abort();
+    }
+
+    /// A session whose request stream ends before its first request returns no replies
+    /// and dials nothing.
+    #[tokio::test]
+    async fn a_session_without_requests_ends_at_once() {
+        use futures::StreamExt;
+        let (mut client, health) = client_of("127.0.0.1:1").await;
+        let none = futures::stream::empty::<AppendEntriesRequest<TypeConfig>>();
+        let mut replies = client.stream_append(none, option()).await.unwrap();
+        assert!(replies.next().await.is_none());
+        assert!(!health.is_failing(2));
+    }
+
+    /// A refused call counts against the peer's health; an answer clears it.
+    #[tokio::test]
+    async fn failures_and_answers_reach_the_peers_health() {
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        let (mut client, health) = client_of(&addr).await;
+        let refused = client
+            .stream_append(futures::stream::iter([heartbeat()]), option())
+            .await
+            .map(|_| ());
+        assert!(
+            matches!(refused, Err(RPCError::Unreachable(_))),
+            "{refused:?}"
+        );
+        assert!(health.is_failing(2));
+        // The same health, now of a peer that answers.
+        let (answering, _) = fake_follower(Follower::Answers).await;
+        let mut client = PeerClient {
+            health: health.clone(),
+            ..answering
+        };
+        use futures::StreamExt;
+        let mut replies = client
+            .stream_append(futures::stream::iter([heartbeat(), heartbeat()]), option())
+            .await
+            .unwrap();
+        assert!(replies.next().await.unwrap().is_ok());
+        assert!(!health.is_failing(2));
     }
 
     fn heartbeat() -> AppendEntriesRequest<TypeConfig> {

@@ -111,6 +111,11 @@ pub struct HubNode {
     pub clock: Arc<crate::cluster_clock::ClusterClock>,
     /// Raised when the node begins to stop (see [`crate::stopping`]).
     pub stopping: crate::stopping::Stopping,
+    /// The peers' reachability as the log shows it (see [`crate::peer_health`]).
+    pub health: Arc<crate::peer_health::PeerHealth>,
+    /// Leaders that refuse this node as a non-member, as the log shows them: once, then every
+    /// 30 s, however many client calls meet the refusal.
+    not_a_member_log: hub_log_limit::SharedLogLimiter<NodeId, ()>,
 }
 
 /// The CA bundles of the replicated registries, by SHA-256, for the artifact checker.
@@ -199,6 +204,7 @@ impl HubNode {
             cfg.id,
             Duration::from_millis(2 * cfg.election_max_ms),
         ));
+        let health = Arc::new(crate::peer_health::PeerHealth::default());
         let network = NetworkFactory {
             self_id: cfg.id,
             cluster_id: cluster_id.clone(),
@@ -207,6 +213,7 @@ impl HubNode {
             // An append may take as long as followers wait for a heartbeat before they stand
             // for election: later than that, the peer is lagging whatever the transport says.
             append_ttl_floor: Duration::from_millis(cfg.election_min_ms),
+            health: health.clone(),
         };
         let state = sm.shared();
         let outbound = Arc::new(
@@ -239,6 +246,8 @@ impl HubNode {
             cut_off_after: Duration::from_millis(cfg.election_max_ms),
             clock,
             stopping: Default::default(),
+            health,
+            not_a_member_log: Default::default(),
         }))
     }
 
@@ -582,10 +591,16 @@ impl HubNode {
     /// non-member (it was removed, or never joined): UNAVAILABLE, so the client moves on to
     /// another node, since the refusal is about this node and not the client's request.
     fn not_a_member(&self, leader: NodeId) -> Status {
-        tracing::warn!(
-            leader,
-            "the leader refuses this node's calls: it is not a member of the cluster"
-        );
+        if let Some(n) = self
+            .not_a_member_log
+            .failed(&leader, (), std::time::Instant::now())
+        {
+            tracing::warn!(
+                leader,
+                calls = n.repeats,
+                "the leader refuses this node's calls: it is not a member of the cluster"
+            );
+        }
         Status::unavailable(format!(
             "node {} is not a member of the cluster (the leader, node {leader}, refuses its \
              calls): use another node",

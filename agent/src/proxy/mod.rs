@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hub_log_limit::{Limits, LogLimiter};
 use hyper::body::{Bytes, Incoming};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -344,11 +345,23 @@ impl CanaryProxy {
 }
 
 async fn accept_loop(proxy: Arc<CanaryProxy>, listener: TcpListener, entry: Entry) {
+    // Out of descriptors, accept fails at every try: said once, then every 30 s.
+    let mut failing: LogLimiter<(), std::io::ErrorKind> = LogLimiter::new(Limits::DEFAULT);
     loop {
         let (stream, remote) = match listener.accept().await {
-            Ok(s) => s,
+            Ok(s) => {
+                if let Some(n) = failing.succeeded(&(), Instant::now()) {
+                    tracing::info!(
+                        after_ms = n.lasted.as_millis() as u64,
+                        "canary proxy accepts again"
+                    );
+                }
+                s
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "canary proxy accept failed");
+                if let Some(n) = failing.failed(&(), e.kind(), Instant::now()) {
+                    tracing::warn!(error = %e, failures = n.repeats, "canary proxy accept failed");
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }

@@ -132,6 +132,32 @@ fn parse_duration(s: &str) -> anyhow::Result<Duration> {
     })
 }
 
+/// The resource figures: per node, then per fault kind.
+fn print_budgets(b: &hub_chaos::check::BudgetReport) {
+    let cores = |m: Option<i64>| m.map_or("-".to_string(), |m| format!("{:.3}", m as f64 / 1000.0));
+    for n in &b.nodes {
+        println!(
+            "  node {:<3} pre-fault CPU {} cores; busiest 10 s of log {} lines; log {} B/s; peak RSS {} MiB; peak fds {}",
+            n.node,
+            cores(n.baseline_millicores),
+            n.max_log_lines_10s,
+            n.log_bytes_per_s,
+            n.max_rss_kib / 1024,
+            n.max_fds
+        );
+    }
+    for f in &b.faults {
+        println!(
+            "  budget {:<15}{} faults; spared nodes' CPU at most {} cores above pre-fault ({} judged); at most {} log lines in 10 s from a fault",
+            f.fault,
+            f.windows,
+            cores(f.max_excess_millicores),
+            f.judged,
+            f.max_log_lines_10s
+        );
+    }
+}
+
 fn print(report: &Report) {
     println!(
         "\nchaos report (seed {}, {} nodes)",
@@ -227,6 +253,7 @@ fn print(report: &Report) {
             println!("    note: {n}");
         }
     }
+    print_budgets(&report.check.budgets);
     println!(
         "  verdict               {}",
         if report.check.ok { "OK" } else { "VIOLATIONS" }

@@ -51,6 +51,62 @@ pub struct History {
     /// The fleet workload: releases rolled out in waves, their committed progress and plans.
     #[serde(default)]
     pub fleet: FleetHistory,
+    /// The nodes' processes and logs as the runner sampled them, and where faults held.
+    #[serde(default)]
+    pub resources: ResourceHistory,
+}
+
+/// What the resource budgets are judged on: samples of every member's process and log, the
+/// workload-only period before the first fault, and the windows where faults held.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ResourceHistory {
+    /// Every sample, in the order taken.
+    pub samples: Vec<ResourceSample>,
+    /// The workload ran and no fault held in `[from, to)` (ns): each node's CPU there is its
+    /// pre-fault level. `None` when the run had no such period.
+    pub baseline_ns: Option<(u64, u64)>,
+    /// Where each fault held.
+    pub windows: Vec<FaultWindow>,
+}
+
+/// One reading of a node's process and log.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ResourceSample {
+    /// The node.
+    pub node: u64,
+    /// When it was taken.
+    pub at_ns: u64,
+    /// The node's process (`None`: none was running).
+    pub pid: Option<u32>,
+    /// CPU time that process has used, user and system, in ms.
+    pub cpu_ms: u64,
+    /// Its resident memory, in KiB.
+    pub rss_kib: u64,
+    /// Its open file descriptors.
+    pub fds: u64,
+    /// Bytes in the node's log so far (every process of the node appends to it).
+    pub log_bytes: u64,
+    /// Lines in the node's log so far.
+    pub log_lines: u64,
+}
+
+/// Where one fault held.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FaultWindow {
+    /// The fault's name (`kill-leader`, …).
+    pub fault: String,
+    /// When it took effect (ns).
+    pub from_ns: u64,
+    /// When it was healed (ns).
+    pub to_ns: u64,
+    /// The nodes it killed, paused, restarted or stopped the disk of: not judged on CPU.
+    pub struck: Vec<u64>,
+    /// Whether the other nodes' CPU is judged (not for a membership change, whose catch-up
+    /// of a new node is work the fault asks for).
+    pub cpu_judged: bool,
 }
 
 /// What the fleet workload recorded: the releases of its product, each release's committed

@@ -16,10 +16,13 @@
 //! - [`membership_respected`]: a removed node is never again leader or followed, and the
 //!   healed members agree on the voters;
 //! - [`fleet_waves`]: no plan of a later wave before an earlier wave's committed soak end, no
-//!   wave opened twice, every fleet release rolled out or halted with a cause.
+//!   wave opened twice, every fleet release rolled out or halted with a cause;
+//! - [`resource_budgets`]: no node writes more than 100 log lines in any 10 s, and no node a
+//!   fault spared uses more than 0.2 cores above its pre-fault CPU over the whole fault.
 //!
 //! No I/O and no clock: the same history always gives the same report.
 
+mod budgets;
 mod canary;
 mod cas;
 mod cluster;
@@ -39,6 +42,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use budgets::{
+    resource_budgets, BudgetReport, BudgetViolation, FaultFigures, NodeFigures, CPU_SPAN_NS,
+    LOG_WINDOW_NS, MAX_CPU_EXCESS_MILLICORES, MAX_LOG_LINES,
+};
 pub use canary::{canary_weights, CanaryReport, CanaryViolation};
 pub use cluster::{
     converged, rollouts_terminal, ConvergenceReport, ConvergenceViolation, RolloutReport,
@@ -52,9 +59,10 @@ pub use durable::{
 pub use entry_times::{entry_times_true, EntryTimeReport, EntryTimeViolation, ENTRY_TIME_BOUND_MS};
 pub use fleet::{fleet_waves, FleetReport, FleetViolation};
 pub use history::{
-    AckedWrite, AddOutcome, CanaryRun, DiskFault, DiskStrike, FleetHistory, FleetPlan,
+    AckedWrite, AddOutcome, CanaryRun, DiskFault, DiskStrike, FaultWindow, FleetHistory, FleetPlan,
     FleetRelease, FleetWave, History, HubPlan, MemberSample, MembershipChange, NodeDigest, OpKind,
-    Outcome, RegisterOp, Rollout, SetAdd, TaskExecution, TaskState,
+    Outcome, RegisterOp, ResourceHistory, ResourceSample, Rollout, SetAdd, TaskExecution,
+    TaskState,
 };
 pub use jepsen::{parse_jepsen_log, JepsenError};
 pub use linear::{
@@ -111,6 +119,9 @@ pub struct CheckReport {
     /// Fleet waves: soak ends held, no wave opened twice, nothing stuck.
     #[serde(default)]
     pub fleet: FleetReport,
+    /// Resource budgets: log lines per 10 s, CPU of the nodes a fault spared.
+    #[serde(default)]
+    pub budgets: BudgetReport,
     /// Every violation as one human-readable line, prefixed by its checker.
     pub messages: Vec<String>,
 }
@@ -134,6 +145,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
     let membership =
         membership_respected(&h.initial_members, &h.membership_changes, &h.member_samples);
     let fleet = fleet_waves(&h.fleet);
+    let budgets = resource_budgets(&h.resources);
 
     let mut messages = Vec::new();
     let mut add = |checker: &str, lines: Vec<String>| {
@@ -150,6 +162,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
     add("disks", strings(&disks.violations));
     add("membership", strings(&membership.violations));
     add("fleet", strings(&fleet.violations));
+    add("budgets", strings(&budgets.violations));
 
     let summary = Summary {
         operations: h.register_ops.len() + h.set_adds.len(),
@@ -169,7 +182,8 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
             && convergence.ok
             && disks.ok
             && membership.ok
-            && fleet.ok,
+            && fleet.ok
+            && budgets.ok,
         summary,
         linearizability,
         durability,
@@ -182,6 +196,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
         disks,
         membership,
         fleet,
+        budgets,
         messages,
     }
 }
@@ -342,6 +357,7 @@ mod tests {
             membership_changes: Vec::new(),
             member_samples: Vec::new(),
             fleet: FleetHistory::default(),
+            resources: ResourceHistory::default(),
         }
     }
 
@@ -498,6 +514,23 @@ mod tests {
             rep.messages
                 .iter()
                 .any(|m| m.starts_with("fleet: plan p-7-0 of b to 1.0.1 (wave two)")),
+            "{rep}"
+        );
+        // A node that floods its log.
+        h.resources.samples = (0..3u64)
+            .map(|i| ResourceSample {
+                node: 1,
+                at_ns: i * 4_000_000_000,
+                log_lines: i * 60,
+                ..ResourceSample::default()
+            })
+            .collect();
+        let rep = check_all(&h);
+        assert!(!rep.budgets.ok, "{rep}");
+        assert!(
+            rep.messages
+                .iter()
+                .any(|m| m.starts_with("budgets: node 1 wrote 120 log lines")),
             "{rep}"
         );
         // The report itself serializes.

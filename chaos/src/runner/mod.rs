@@ -9,6 +9,8 @@
 //! - [`membership`]: nodes added, removed and replaced under load.
 //! - [`net`]: nodes on their own hosts (network namespaces) and partitions between them.
 //! - [`relay`]: the delaying relay between agents and the hub.
+//! - [`resources`]: the nodes' CPU, memory, descriptors and log growth, sampled through the
+//!   run for the resource budgets.
 //! - [`rollouts`]: agents executing continuous rollouts (releases, module updates, canary
 //!   revisions); their logs and the hub's records feed the plan, canary and rollout checkers.
 //!
@@ -24,6 +26,7 @@ pub mod membership;
 pub mod net;
 pub mod register;
 pub mod relay;
+pub mod resources;
 pub mod rollouts;
 
 use std::path::PathBuf;
@@ -38,6 +41,14 @@ use faults::{Fault, Rng, Scheduled};
 
 /// How long the healed cluster may take to converge.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long the workloads run, once started, before the fault schedule's clock starts: with
+/// the schedule's own 3 s before its first fault, the nodes' pre-fault CPU is measured over
+/// about 7 s of workload (from [`BASELINE_SETTLE`] on).
+const BASELINE: Duration = Duration::from_secs(5);
+
+/// The start of the workloads left out of the pre-fault CPU (connections, first plans).
+const BASELINE_SETTLE: Duration = Duration::from_secs(1);
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -350,6 +361,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     register::create_keys(&endpoints, cfg.keys).await?;
 
     let epoch = Instant::now();
+    let sampler = resources::Sampler::start(&hub_dir, epoch);
     // The true wall time of the epoch: the runner's clock is the machine's, which no fault
     // skews (a clock fault moves a node's own readings only).
     let epoch_wall_ms = std::time::SystemTime::now()
@@ -378,13 +390,17 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     } else {
         None
     };
+    // The workloads run alone for a while: each node's pre-fault CPU.
+    let ready = epoch.elapsed();
+    let schedule_start = ready + BASELINE;
+    let mut windows: Vec<crate::check::FaultWindow> = Vec::new();
     let mut injected = Vec::new();
     let mut disk_strikes = Vec::new();
     let mut membership_changes = Vec::new();
     let mut member_samples = Vec::new();
     let mut rng = Rng::new(cfg.seed ^ 0xFA17);
     for s in &schedule {
-        let at = Duration::from_millis(s.at_ms);
+        let at = schedule_start + Duration::from_millis(s.at_ms);
         if let Some(wait) = at.checked_sub(epoch.elapsed()) {
             tokio::time::sleep(wait).await;
         }
@@ -561,6 +577,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                 (_, None) => "all nodes".to_string(),
             }
         );
+        windows.push(fault_window(s, node, &nodes, hit_ns, epoch));
         injected.push(Injected {
             scheduled: s.clone(),
             node,
@@ -571,7 +588,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             answers: None,
         });
     }
-    if let Some(rest) = cfg.duration.checked_sub(epoch.elapsed()) {
+    if let Some(rest) = (schedule_start + cfg.duration).checked_sub(epoch.elapsed()) {
         tokio::time::sleep(rest).await;
     }
     let (ops, answers) = workload.stop().await;
@@ -601,6 +618,17 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             Some(r.finish(shared_endpoints.clone()).await?)
         }
         None => None,
+    };
+    let resources = crate::check::ResourceHistory {
+        samples: sampler.stop(),
+        baseline_ns: {
+            let from = (ready + BASELINE_SETTLE).as_nanos() as u64;
+            let to = windows
+                .first()
+                .map_or(epoch.elapsed().as_nanos() as u64, |w| w.from_ns);
+            (to > from).then_some((from, to))
+        },
+        windows,
     };
 
     // Failover: from a fault that cut off the leader to the first acknowledgement of a write
@@ -671,6 +699,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         },
         membership_changes,
         member_samples,
+        resources,
         ..History::default()
     };
     let rollout_summary = rollout_history.map(|r| {
@@ -737,6 +766,48 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     drop(disks);
     drop(network);
     Ok(report)
+}
+
+/// Where fault `s` held: from `hit_ns` for its hold (three times it for the faults held
+/// longer), with the nodes it struck itself (of `nodes`, the members when it fired) and
+/// whether the others' CPU is judged. A membership change lasts as long as the change took.
+fn fault_window(
+    s: &Scheduled,
+    node: Option<u64>,
+    nodes: &[u64],
+    hit_ns: u64,
+    epoch: Instant,
+) -> crate::check::FaultWindow {
+    let held = match s.fault {
+        Fault::ClockSkew | Fault::DiskFull => 3 * s.hold_ms,
+        _ => s.hold_ms,
+    };
+    let struck = match s.fault {
+        Fault::KillLeader
+        | Fault::KillAny
+        | Fault::Pause
+        | Fault::DiskFull
+        | Fault::FsyncError
+        | Fault::Membership => node.into_iter().collect(),
+        Fault::RestartAll => nodes.to_vec(),
+        Fault::Partition
+        | Fault::Latency
+        | Fault::KillAgent
+        | Fault::PauseAgent
+        | Fault::ClockSkew => Vec::new(),
+    };
+    let to_ns = if s.fault == Fault::Membership {
+        epoch.elapsed().as_nanos() as u64
+    } else {
+        hit_ns + held * 1_000_000
+    };
+    crate::check::FaultWindow {
+        fault: s.fault.as_str().to_string(),
+        from_ns: hit_ns,
+        to_ns,
+        struck,
+        cpu_judged: s.fault != Fault::Membership,
+    }
 }
 
 /// Cuts the network for a `partition` fault; `pick` chooses the shape. Returns what was cut

@@ -148,15 +148,19 @@ fn init_tracing(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new("info,openraft=warn,h2=warn,tower=warn")
     });
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     // Colours only on a terminal: a log file or journal gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
+    // openraft's line per failed call to a peer is left out: `peer_health` says it once.
+    let filter = hub_node::raft_log_filter::RaftLogFilter;
     if format == "json" {
-        builder.json().init();
+        builder.json().finish().with(filter).init();
     } else {
-        builder.init();
+        builder.finish().with(filter).init();
     }
 }
 

@@ -4,3 +4,4 @@
 //! committing and the nodes' digests equal.
 
 mod connections;
+mod dead_follower;
