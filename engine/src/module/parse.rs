@@ -16,7 +16,7 @@ use super::definition::{
     SyncMode, Uninstall,
 };
 use super::error::{quote, DefinitionError, DefinitionErrors};
-use super::placeholder::{self, Kind};
+use super::placeholder::{self, Kind, Placeholder};
 use super::position::{PositionIndex, Root};
 use super::raw::{
     RawConstraint, RawDefinition, RawEntity, RawEntityOverride, RawOptionsVariable, RawSecret,
@@ -28,6 +28,7 @@ use super::variable::{
 use crate::entity::EntityKind;
 use crate::error::CommandError;
 use crate::name::{validate_name, validate_product_id};
+use crate::yaml_budget::{self, Document, Overrun, YamlRefusal};
 
 /// Largest definition text accepted, in bytes; a larger one is refused before parsing.
 pub const MAX_DEFINITION_BYTES: usize = 256 * 1024;
@@ -60,7 +61,18 @@ pub(crate) fn parse_indexed(
             ),
         )));
     }
+    let checked = match yaml_budget::check(Document::ModuleDefinition, yaml) {
+        Ok(checked) => Ok(checked),
+        Err(YamlRefusal::Budget(e)) if !matches!(e.overrun, Overrun::Unreadable(_)) => {
+            return Err(DefinitionErrors::single(
+                YamlRefusal::Budget(e).to_yaml_error(),
+            ))
+        }
+        // Text saphyr cannot read: the position index (saphyr too) says why, as it always has.
+        Err(refusal) => Err(refusal),
+    };
     let index = PositionIndex::build(yaml).map_err(to_errors)?;
+    let checked = checked.map_err(|e| DefinitionErrors::single(e.to_yaml_error()))?;
     match index.root {
         Root::Mapping => {}
         Root::Empty => {
@@ -82,7 +94,7 @@ pub(crate) fn parse_indexed(
             ))
         }
     }
-    let raw: RawDefinition = serde_yaml_ng::from_str(yaml).map_err(|e| {
+    let raw: RawDefinition = checked.parse().map_err(|e| {
         let mut err = serde_error(&e);
         index.locate_error(&mut err);
         DefinitionErrors::single(err)
@@ -258,7 +270,10 @@ impl Validator<'_> {
         if malformed {
             return;
         }
-        let sampled = placeholder::substitute(text, &found, |n| ctx.sample(n));
+        let sampled = match placeholder::substitute(text, &found, |n| ctx.sample(n)) {
+            Ok(sampled) => sampled,
+            Err(e) => return self.err(path, format!("with sample values: {e}")),
+        };
         match parse_document(&sampled) {
             Err(errs) => {
                 for e in errs {
@@ -278,8 +293,15 @@ impl Validator<'_> {
                 }
             }
         }
+        self.value_trials(path, text, &found, ctx);
+    }
+
+    /// Checks that each known value of every variable `text` names (the others at their
+    /// samples) still gives a valid document: at most [`MAX_VALUE_TRIALS`] of them, the first
+    /// failure of each variable reported.
+    fn value_trials(&mut self, path: &str, text: &str, found: &[Placeholder<'_>], ctx: &Ctx) {
         let mut budget = MAX_VALUE_TRIALS;
-        for name in placeholder::variables(&found) {
+        for name in placeholder::variables(found) {
             let Some(var) = ctx.variables.get(name) else {
                 continue;
             };
@@ -291,26 +313,30 @@ impl Validator<'_> {
                     return;
                 }
                 budget -= 1;
-                let text = placeholder::substitute(text, &found, |n| {
+                let text = placeholder::substitute(text, found, |n| {
                     if n == name {
                         value
                     } else {
                         ctx.sample(n)
                     }
                 });
-                if let Err(errs) = parse_document(&text) {
-                    if let Some(first) = errs.first() {
-                        self.err_in_text(
-                            path,
-                            format!(
-                                "with {name} = {} (one of its allowed values) this is not a \
-                                 valid config overrides document: {}",
-                                quote(value),
-                                first.message
-                            ),
-                            first.line.zip(first.column),
-                        );
-                    }
+                let failed = match text {
+                    Ok(text) => parse_document(&text).err().and_then(|errs| {
+                        let first = errs.into_iter().next()?;
+                        Some((first.message, first.line.zip(first.column)))
+                    }),
+                    Err(e) => Some((e.to_string(), None)),
+                };
+                if let Some((why, at)) = failed {
+                    self.err_in_text(
+                        path,
+                        format!(
+                            "with {name} = {} (one of its allowed values) this is not a valid \
+                             config overrides document: {why}",
+                            quote(value),
+                        ),
+                        at,
+                    );
                     break;
                 }
             }

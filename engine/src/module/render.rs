@@ -374,9 +374,8 @@ fn fill(text: &str, values: &BTreeMap<String, String>) -> Result<String, Unfille
             }
         }
     }
-    Ok(placeholder::substitute(text, &found, |n| {
-        values.get(n).map_or("", String::as_str)
-    }))
+    placeholder::substitute(text, &found, |n| values.get(n).map_or("", String::as_str))
+        .map_err(|e| Unfilled::Invalid(e.to_string()))
 }
 
 /// An entity being rendered: config maps stay raw (unset values in) until overrides from the
@@ -579,7 +578,8 @@ fn config_document(
         ));
     }
     let value = |n: &str| r.values.get(n).map_or("", String::as_str);
-    let full = placeholder::substitute(text, &found, value);
+    let full =
+        placeholder::substitute(text, &found, value).map_err(|e| fail(None, e.to_string()))?;
     match parse_document(&full) {
         Ok(doc) => Ok(doc),
         Err(errs) => {
@@ -593,7 +593,7 @@ fn config_document(
                         sample(n)
                     }
                 });
-                parse_document(&alone).is_err()
+                alone.map_or(true, |alone| parse_document(&alone).is_err())
             });
             let why = errs
                 .first()
