@@ -349,3 +349,116 @@ fn large_valid_documents_are_cheap() {
     });
     assert_eq!(out, None);
 }
+
+/// Apply `command` at index `index`; its error, if refused (the state unchanged then).
+fn apply(s: &mut State, command: Command, index: u64) -> Result<(), String> {
+    let before = s.digest();
+    let out = s.apply(
+        &Request {
+            command,
+            time_ms: 2,
+            request_id: None,
+        },
+        index,
+    );
+    out.result.map(drop).map_err(|e| {
+        assert_eq!(s.digest(), before, "a refused command changed the state");
+        e.to_string()
+    })
+}
+
+/// A definition `m` whose variable `v` is `variable` (YAML of its block, indented 4), then as
+/// many entities as fit, each with a small config text naming `v`.
+fn many_texts(variable: &str) -> String {
+    let mut def = format!("name: m\nvariables:\n  v:\n{variable}entities:\n");
+    for n in 0.. {
+        let entity = format!(
+            "  - type: helmChart\n    helmChart:\n      productId: g:p{n}\n      \
+             k8sNamespace: ns\n      configOverrides: '\"1.0.0\": {{overrides: \
+             {{a: \"{{{{ moduleVariable.v }}}}\"}}}}'\n"
+        );
+        if def.len() + entity.len() > MAX_DEFINITION_BYTES {
+            break;
+        }
+        def.push_str(&entity);
+    }
+    def
+}
+
+/// Module variables repeat wherever a placeholder names them: what validation and rendering
+/// fill in is budgeted, not what the definition holds.
+#[test]
+fn module_variables() {
+    let publish = |s: &State, t: &str| {
+        s.prepare_module_publish(None, t)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
+    let state = State::new();
+    // A 100 KB default named by a thousand small texts: 100 MB with sample values in.
+    let long_default = format!(
+        "    type: string\n    string:\n      defaultValue: {}\n",
+        "x".repeat(100_000)
+    );
+    let err = bounded("long default", &many_texts(&long_default), |t| {
+        publish(&state, t)
+    })
+    .expect("refused");
+    assert!(
+        err.contains("config texts with sample values in come to more than 1048576 bytes"),
+        "{err:.300}"
+    );
+    // A short default and 63 other values of 2 KB: the trials of each text stop at the budget.
+    let values: Vec<String> = std::iter::once("a".to_string())
+        .chain((1..64).map(|i| format!("v{i}{}", "y".repeat(2_000))))
+        .collect();
+    let options = format!(
+        "    type: options\n    options:\n      values: [{}]\n      defaultValue: a\n",
+        values.join(", ")
+    );
+    let out = bounded("many values", &many_texts(&options), |t| publish(&state, t));
+    assert!(out.is_none(), "{:.300}", out.unwrap_or_default());
+    // Installed with a 4 KiB value, placeholders repeated in many texts: the render stops.
+    let placeholders = "{{ moduleVariable.v }}".repeat(60);
+    let mut def = String::from(
+        "name: m\nvariables:\n  v:\n    type: string\n    string:\n      description: v\n\
+         entities:\n",
+    );
+    for n in 0.. {
+        let entity = format!(
+            "  - type: helmChart\n    helmChart:\n      productId: g:p{n}\n      \
+             k8sNamespace: ns\n      configOverrides: '\"1.0.0\": {{overrides: \
+             {{a: \"{placeholders}\"}}}}'\n"
+        );
+        if def.len() + entity.len() > MAX_DEFINITION_BYTES {
+            break;
+        }
+        def.push_str(&entity);
+    }
+    let mut s = State::new();
+    let env = Command::CreateEnvironment {
+        name: "prod".into(),
+        description: String::new(),
+    };
+    apply(&mut s, env, 1).unwrap();
+    let publish_module = Command::PublishModule {
+        file_name: None,
+        yaml: def.clone(),
+    };
+    assert_eq!(
+        bounded("publish", &def, |_| apply(&mut s, publish_module, 2)),
+        None
+    );
+    let install = Command::InstallModule {
+        environment: "prod".into(),
+        module: "m".into(),
+        version: None,
+        variables: [("v".to_string(), "z".repeat(4_096))].into(),
+        actor: "operator/admin".into(),
+    };
+    let err = bounded("install", &def, |_| apply(&mut s, install, 3)).expect("refused");
+    assert!(
+        err.contains("config texts of this installation, filled in, come to more than"),
+        "{err:.300}"
+    );
+}

@@ -37,6 +37,13 @@ pub const MAX_DEFINITION_BYTES: usize = 256 * 1024;
 /// variables still gives a valid document.
 const MAX_VALUE_TRIALS: usize = 64;
 
+/// Most bytes of config text, placeholders filled in, one definition's validation parses: for
+/// the sample values (a definition whose texts come to more is refused), and again for the
+/// trials of other known values (which stop there, as they stop after [`MAX_VALUE_TRIALS`] per
+/// text). A value repeats wherever a placeholder names it, so without it a 256 KiB definition
+/// had its validation parse 100 MB.
+pub const MAX_FILLED_BYTES: usize = 1 << 20;
+
 /// Parses and validates one module definition. `file_name`, when given (a bare name or a
 /// path), must be `<name>.yml` or `<name>.yaml`. Every problem is reported, each with its
 /// YAML path and line; cross-module checks are [`super::validate_against`]'s.
@@ -102,6 +109,8 @@ pub(crate) fn parse_indexed(
     let mut v = Validator {
         index: &index,
         errors: Vec::new(),
+        sampled_left: Some(MAX_FILLED_BYTES),
+        trials_left: MAX_FILLED_BYTES,
     };
     let def = v.definition(raw, file_name);
     match DefinitionErrors::from_vec(v.errors) {
@@ -143,6 +152,11 @@ impl Ctx<'_> {
 struct Validator<'a> {
     index: &'a PositionIndex,
     errors: Vec<DefinitionError>,
+    /// What the config texts with sample values may still add up to ([`MAX_FILLED_BYTES`]);
+    /// `None` once they passed it.
+    sampled_left: Option<usize>,
+    /// What the trials of other values may still parse ([`MAX_FILLED_BYTES`]).
+    trials_left: usize,
 }
 
 impl Validator<'_> {
@@ -274,6 +288,20 @@ impl Validator<'_> {
             Ok(sampled) => sampled,
             Err(e) => return self.err(path, format!("with sample values: {e}")),
         };
+        // Past the budget, said once (at the first text past it); later texts are not read.
+        let Some(left) = self.sampled_left else {
+            return;
+        };
+        self.sampled_left = left.checked_sub(sampled.len());
+        if self.sampled_left.is_none() {
+            return self.err(
+                path,
+                format!(
+                    "module definition: its config texts with sample values in come to more \
+                     than {MAX_FILLED_BYTES} bytes"
+                ),
+            );
+        }
         match parse_document(&sampled) {
             Err(errs) => {
                 for e in errs {
@@ -297,8 +325,9 @@ impl Validator<'_> {
     }
 
     /// Checks that each known value of every variable `text` names (the others at their
-    /// samples) still gives a valid document: at most [`MAX_VALUE_TRIALS`] of them, the first
-    /// failure of each variable reported.
+    /// samples) still gives a valid document: at most [`MAX_VALUE_TRIALS`] of them, and none
+    /// once the definition's trials parsed [`MAX_FILLED_BYTES`]; the first failure of each
+    /// variable reported.
     fn value_trials(&mut self, path: &str, text: &str, found: &[Placeholder<'_>], ctx: &Ctx) {
         let mut budget = MAX_VALUE_TRIALS;
         for name in placeholder::variables(found) {
@@ -320,6 +349,13 @@ impl Validator<'_> {
                         ctx.sample(n)
                     }
                 });
+                // Past the budget, no more trials (like past `MAX_VALUE_TRIALS`).
+                if let Ok(text) = &text {
+                    match self.trials_left.checked_sub(text.len()) {
+                        Some(left) => self.trials_left = left,
+                        None => return,
+                    }
+                }
                 let failed = match text {
                     Ok(text) => parse_document(&text).err().and_then(|errs| {
                         let first = errs.into_iter().next()?;
