@@ -1,6 +1,7 @@
 //! Parse budgets (issue 51, item 2), on a real 3-node cluster: a viewer's `module_dry_run`
 //! query and a module editor's `PublishModule` with an alias bomb in a module's
-//! `configOverrides`, and a product editor's release manifest nested 100,000 deep. Each is
+//! `configOverrides`, a product editor's release manifest nested 100,000 deep, and a viewer's
+//! 8 MiB of command JSON that serde_json would read into 100 MiB of strings. Each is
 //! refused quickly with the limit it passed, and: no node's peak memory jumps, all three nodes
 //! stay up, the leader and its term stay (no election), a write commits while the document is
 //! refused and after it, and the nodes' digests agree.
@@ -11,6 +12,8 @@
 
 use std::time::{Duration, Instant};
 
+use hub_proto::hub_client::HubClient;
+use hub_proto::SubmitRequest;
 use hub_tests::{run_with_limit, Cluster, CmdOutput, CONVERGE_TIMEOUT, HUBCTL_LIMIT};
 use hub_tls::Identity;
 
@@ -48,8 +51,13 @@ fn deep_manifest() -> String {
     )
 }
 
-/// `hubctl --endpoints ADDR ARGS` as `identity`.
-fn hubctl_as_at(c: &Cluster, identity: &Identity, addr: &str, args: &[&str]) -> CmdOutput {
+/// `hubctl --endpoints ADDR ARGS` as `identity`: its output, or its failure.
+fn hubctl_as_at(
+    c: &Cluster,
+    identity: &Identity,
+    addr: &str,
+    args: &[&str],
+) -> Result<String, String> {
     let f = c.tls_files(identity);
     let mut cmd = std::process::Command::new(hub_tests::hubctl_bin());
     cmd.env("HUBCTL_CA_FILE", &f.ca)
@@ -57,7 +65,42 @@ fn hubctl_as_at(c: &Cluster, identity: &Identity, addr: &str, args: &[&str]) -> 
         .env("HUBCTL_KEY_FILE", &f.key)
         .args(["--endpoints", addr])
         .args(args);
-    run_with_limit(&mut cmd, HUBCTL_LIMIT)
+    let out: CmdOutput = run_with_limit(&mut cmd, HUBCTL_LIMIT);
+    if out.success() {
+        Ok(out.stdout)
+    } else {
+        Err(out.describe())
+    }
+}
+
+/// 8 MiB of command JSON that serde_json reads into 2.8 million strings (about 100 MiB),
+/// submitted to `addr` as `identity`: the answer, or the refusal.
+fn submit_json_bomb(c: &Cluster, identity: &Identity, addr: &str) -> Result<String, String> {
+    let n = (8 << 20) / 3;
+    let json = format!(
+        "{{\"Evaluate\":{{\"entities\":[{}],\"artifacts\":[]}}}}",
+        vec!["\"\""; n].join(",")
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    rt.block_on(async {
+        let channel = c
+            .connector(identity)
+            .channel(addr, |e| e.timeout(ANSWER_WITHIN))
+            .await
+            .map_err(|e| format!("connect to {addr}: {e}"))?;
+        HubClient::new(channel)
+            .max_encoding_message_size(16 << 20)
+            .submit(SubmitRequest {
+                command_json: json,
+                request_id: String::new(),
+            })
+            .await
+            .map(|r| format!("{:?}", r.into_inner()))
+            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+    })
 }
 
 /// The peak resident memory (`VmHWM`) of process `pid`, in bytes.
@@ -107,7 +150,7 @@ fn refused_harmlessly(
     what: &str,
     write_addr: &str,
     want: &str,
-    hostile: impl FnOnce() -> CmdOutput + Send,
+    hostile: impl FnOnce() -> Result<String, String> + Send,
 ) -> Vec<String> {
     let before = leader_and_term(c);
     let peaks: Vec<(u64, u32, u64)> = c
@@ -126,8 +169,10 @@ fn refused_harmlessly(
         (out, took, during)
     });
     let mut problems = Vec::from_iter(during);
-    if out.success() || !out.stderr.contains(want) {
-        problems.push(format!("not refused with {want:?}: {}", out.describe()));
+    match out {
+        Err(refusal) if refusal.contains(want) => {}
+        Err(refusal) => problems.push(format!("not refused with {want:?}: {refusal:.2000}")),
+        Ok(answer) => problems.push(format!("accepted: {answer:.2000}")),
     }
     if took > ANSWER_WITHIN {
         problems.push(format!("refused after {took:?}"));
@@ -239,6 +284,15 @@ fn hostile_documents_are_refused_within_their_budget() {
                 &["release", "publish", "--file", manifest],
             )
         },
+    ));
+    // Command JSON is refused before serde_json reads it.
+    let too_long = "at most 1048576 allowed";
+    problems.extend(refused_harmlessly(
+        &c,
+        "command-json",
+        &follower.addr,
+        too_long,
+        || submit_json_bomb(&c, &viewer, &leader.addr),
     ));
     // Nothing was published.
     let modules = c
