@@ -19,7 +19,8 @@
 //!    [`labels`] (environment labels), [`rollout_policy`] (a product's waves, parsed from
 //!    YAML) and [`rollout`] (the committed progress of a release's rollout: soak ends,
 //!    promotions, halts; see `docs/FLEET.md`),
-//!    [`artifact`], [`name`] and [`yaml_error`] (validation). The wire and log types:
+//!    [`artifact`], [`name`], [`yaml_error`] and [`yaml_budget`] (validation; every YAML
+//!    text is checked against its parse budget before it is parsed). The wire and log types:
 //!    [`command`] (what can be proposed), [`record`] (what is stored), [`error`].
 //! 2. **Tables**: [`state`] holds the tables and the one lookup that joins them, with read
 //!    accessors; `table` (private) is a table whose writes record the changed keys and keep
@@ -138,6 +139,7 @@ mod table;
 mod tables;
 pub mod token;
 pub mod window;
+pub mod yaml_budget;
 pub mod yaml_error;
 
 pub use command::{Command, CommandOutput, Request};

@@ -16,6 +16,8 @@ use std::str::FromStr;
 use semver::Version;
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::yaml_budget::{self, BudgetError, CheckedYaml, Document, YamlRefusal};
+
 /// Largest manifest document accepted, in bytes; a larger one is refused before parsing.
 pub const MAX_MANIFEST_BYTES: usize = 256 * 1024;
 /// Most artifacts one release may list.
@@ -61,6 +63,9 @@ pub enum ManifestError {
         /// The field path recovered from the message, when it names one.
         path: Option<String>,
     },
+    /// The document passed a parse budget (nesting, alias expansion); it was not parsed.
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
     /// A field is well-typed but its value is unacceptable.
     #[error("{path}: {reason}")]
     Invalid {
@@ -589,19 +594,22 @@ pub fn parse_manifest(yaml: &str) -> Result<ReleaseManifest, ManifestError> {
             max: MAX_MANIFEST_BYTES,
         });
     }
-    match serde_yaml_ng::from_str::<RawManifest>(yaml) {
+    let checked = match yaml_budget::check(Document::ReleaseManifest, yaml) {
+        Ok(checked) => checked,
+        Err(YamlRefusal::Budget(e)) => return Err(ManifestError::Budget(e)),
+        Err(YamlRefusal::Syntax(e)) => return Err(ManifestError::yaml(&e)),
+    };
+    match checked.parse::<RawManifest>() {
         Ok(raw) => raw.validate(),
-        Err(err) => Err(classify_yaml_error(yaml, &err)),
+        Err(err) => Err(classify_yaml_error(checked, &err)),
     }
 }
 
 /// Turns an empty or non-mapping document into a clear error; anything else keeps the
 /// library's message, preferring a document-level one.
-fn classify_yaml_error(yaml: &str, err: &serde_yaml_ng::Error) -> ManifestError {
-    use crate::yaml_error::{yaml_shape, YamlShape};
-    // The shape, not a `Value`: aliases in a hostile manifest could expand a `Value` to
-    // hundreds of megabytes on every node that applies it.
-    let found = match yaml_shape(yaml) {
+fn classify_yaml_error(yaml: CheckedYaml<'_>, err: &serde_yaml_ng::Error) -> ManifestError {
+    use crate::yaml_error::YamlShape;
+    let found = match yaml.shape() {
         Ok(YamlShape::Null) => return ManifestError::Empty,
         Ok(YamlShape::Mapping) => return ManifestError::yaml(err),
         Ok(shape) => shape.describe(),
@@ -923,8 +931,12 @@ extensions:
         let want = "mapping values are not allowed in this context at line 1";
         refused("product-group: g: h\n", None, want);
         let yaml = format!("x: {}", "[".repeat(10_000));
-        refused(&yaml, None, "recursion limit exceeded");
-        // Alias expansion ("billion laughs") is bounded: the shape walk's node budget.
+        refused(
+            &yaml,
+            None,
+            "release manifest: nesting deeper than 128 at line 1",
+        );
+        // Alias expansion ("billion laughs") is bounded: the parse budget's node count.
         let mut bomb = String::from("a: &a [1,2,3,4,5,6,7,8,9]\n");
         for (prev, name) in ["a", "b", "c", "d", "e", "f", "g"]
             .iter()
@@ -935,11 +947,10 @@ extensions:
                 format!("*{prev},").repeat(9)
             ));
         }
-        // (The path is where the walk ran out of budget.)
         refused(
             &bomb,
-            Some("e[0][7][4][3]"),
-            "too many values (aliases repeat too much)",
+            None,
+            "release manifest: more than 10556 values once aliases are expanded",
         );
         let want = "more than one document is not supported";
         refused("--- {product-group: a}\n--- b\n", None, want);

@@ -220,8 +220,9 @@ impl YamlShape {
 ///
 /// Aliases still cost time as the library replays them, so the walk stops after
 /// [`MAX_NODES_PER_BYTE`] nodes per input byte (plus a small allowance): a document that
-/// expands further is refused as an alias bomb.
-pub fn yaml_shape(text: &str) -> Result<YamlShape, serde_yaml_ng::Error> {
+/// expands further is refused as an alias bomb. Texts reach it only through
+/// [`crate::yaml_budget::CheckedYaml::shape`], after their budget was checked.
+pub(crate) fn yaml_shape(text: &str) -> Result<YamlShape, serde_yaml_ng::Error> {
     use serde::de::Deserializer;
     let budget = (text.len() as u64)
         .saturating_mul(MAX_NODES_PER_BYTE)

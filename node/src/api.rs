@@ -26,9 +26,21 @@ pub struct HubService {
     pub node: Arc<HubNode>,
 }
 
+/// Longest command JSON parsed (docs/SECURITY.md "Budgets"): four times the longest command
+/// ([`crate::node::MAX_COMMAND_BYTES`], checked on its encoding after parsing), room for JSON's
+/// escapes. serde_json allocates up to about twelve times its input (a list of empty strings),
+/// so a message of 32 MiB is refused before it is read.
+pub const MAX_COMMAND_JSON_BYTES: usize = 4 * crate::node::MAX_COMMAND_BYTES;
+
 /// Parses a submitted command. Agent reports and leader-only decisions are refused here:
 /// they have their own API ([`crate::agent_api`]) or are the leader's alone.
 pub fn parse_submitted(json: &str) -> Result<Command, Status> {
+    if json.len() > MAX_COMMAND_JSON_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "command: {} bytes of JSON, at most {MAX_COMMAND_JSON_BYTES} allowed",
+            json.len()
+        )));
+    }
     let command: Command = serde_json::from_str(json).map_err(|e| {
         // serde quotes offending values; a malformed secret must not be echoed back.
         if json.contains("\"SetSecret\"") {

@@ -106,11 +106,18 @@ impl WorkloadIds {
 /// becomes `port: N`. `what` names the config in errors (e.g. `primary workload config of
 /// revision 1a2b…`).
 pub fn config_with_port(what: &str, config: &str, port: u16) -> Result<String, CanaryError> {
+    use hub_engine::yaml_budget::{check, Document, YamlRefusal};
     use serde_yaml_ng::{Mapping, Value};
-    let value: Value = serde_yaml_ng::from_str(config).map_err(|e| CanaryError::Config {
+    let refused = |why: String| CanaryError::Config {
         what: what.to_string(),
-        why: format!("invalid YAML: {e}"),
-    })?;
+        why,
+    };
+    let value: Value = match check(Document::ConfigOverrides, config) {
+        Ok(checked) => checked.parse(),
+        Err(YamlRefusal::Syntax(e)) => Err(e),
+        Err(YamlRefusal::Budget(e)) => return Err(refused(e.to_string())),
+    }
+    .map_err(|e| refused(format!("invalid YAML: {e}")))?;
     let mut map = match value {
         Value::Null => Mapping::new(),
         Value::Mapping(m) => m,
@@ -205,6 +212,10 @@ mod tests {
             ("just text", "got a string"),
             ("42", "got a number"),
             ("a: [", "invalid YAML"),
+            (
+                &*format!("a: {}", "[".repeat(10_000)),
+                "nesting deeper than 128",
+            ),
         ] {
             let e = config_with_port("primary workload config of revision abc", bad, 7)
                 .unwrap_err()

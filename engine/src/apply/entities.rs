@@ -291,14 +291,24 @@ fn validate_config_yaml(text: &str) -> Result<(), CommandError> {
     if text.trim().is_empty() {
         return Ok(());
     }
-    // The shape only: a `Value` of hostile aliases could take hundreds of megabytes.
-    match crate::yaml_error::yaml_shape(text) {
+    let checked = crate::yaml_budget::check(crate::yaml_budget::Document::ConfigOverrides, text)
+        .map_err(|e| CommandError::invalid("config", refusal_reason(&e)))?;
+    // The shape only: no `Value` is built.
+    match checked.shape() {
         Ok(YamlShape::Mapping) | Ok(YamlShape::Null) => Ok(()),
         Ok(_) => Err(CommandError::invalid("config", "must be a YAML mapping")),
         Err(e) => Err(CommandError::invalid(
             "config",
             format!("not valid YAML: {e}"),
         )),
+    }
+}
+
+/// What a refused config text is told: a budget refusal as it is, a syntax error as before.
+fn refusal_reason(refusal: &crate::yaml_budget::YamlRefusal) -> String {
+    match refusal {
+        crate::yaml_budget::YamlRefusal::Budget(e) => e.to_string(),
+        crate::yaml_budget::YamlRefusal::Syntax(e) => format!("not valid YAML: {e}"),
     }
 }
 

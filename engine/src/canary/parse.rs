@@ -29,6 +29,7 @@ use super::spec::{
 use crate::entity::EntityKind;
 use crate::error::CommandError;
 use crate::name::validate_name;
+use crate::yaml_budget::{self, Document};
 
 /// Largest resource text accepted, in bytes; a larger one is refused before parsing.
 pub const MAX_CANARY_BYTES: usize = 64 * 1024;
@@ -89,11 +90,13 @@ pub fn parse_canary_with_policy(
             ),
         )));
     }
+    let yaml = yaml_budget::check(Document::CanaryResource, yaml)
+        .map_err(|e| CanaryErrors::single(e.to_yaml_error()))?;
     // Syntax and duplicate keys first: the struct parse reports some syntax errors as type
     // errors.
-    // The shape only: a `Value` of hostile aliases could take hundreds of megabytes.
-    let shape =
-        crate::yaml_error::yaml_shape(yaml).map_err(|e| CanaryErrors::single(from_serde(&e)))?;
+    let shape = yaml
+        .shape()
+        .map_err(|e| CanaryErrors::single(from_serde(&e)))?;
     match shape {
         crate::yaml_error::YamlShape::Mapping => {}
         crate::yaml_error::YamlShape::Null => {
@@ -109,8 +112,9 @@ pub fn parse_canary_with_policy(
             )))
         }
     }
-    let raw: RawCanary =
-        serde_yaml_ng::from_str(yaml).map_err(|e| CanaryErrors::single(from_serde(&e)))?;
+    let raw: RawCanary = yaml
+        .parse()
+        .map_err(|e| CanaryErrors::single(from_serde(&e)))?;
     let ignored = ignored_fields(&raw);
     let mut v = Validator {
         errors: Vec::new(),

@@ -15,6 +15,7 @@ use serde_yaml_ng::{Mapping, Value};
 
 use super::error::quote;
 use super::placeholder::is_unset;
+use crate::yaml_budget::{self, Document, YamlRefusal};
 
 /// A path of mapping keys inside an overrides mapping, displayed joined by `.`
 /// (`conf.key1`).
@@ -112,10 +113,24 @@ fn yaml_error(err: &serde_yaml_ng::Error) -> DocError {
     }
 }
 
+/// A refusal of [`yaml_budget::check`] as a [`DocError`].
+fn refusal_error(refusal: &YamlRefusal) -> DocError {
+    match refusal {
+        YamlRefusal::Syntax(e) => yaml_error(e),
+        YamlRefusal::Budget(e) => DocError {
+            message: e.reason(),
+            line: Some(e.line),
+            column: Some(e.column),
+        },
+    }
+}
+
 /// Parses a config overrides document into version → overrides mapping (with any
 /// `{{ unset }}` values still in). Every structural problem is reported.
 pub(crate) fn parse_document(text: &str) -> Result<BTreeMap<Version, Mapping>, Vec<DocError>> {
-    let doc: Value = serde_yaml_ng::from_str(text).map_err(|e| vec![yaml_error(&e)])?;
+    let checked =
+        yaml_budget::check(Document::ConfigOverrides, text).map_err(|e| vec![refusal_error(&e)])?;
+    let doc: Value = checked.parse().map_err(|e| vec![yaml_error(&e)])?;
     let top = match doc {
         Value::Mapping(m) if !m.is_empty() => m,
         Value::Mapping(_) | Value::Null => {
@@ -273,7 +288,8 @@ pub(crate) fn finalize(module: &str, raw: Mapping) -> Result<ModuleConfig, Strin
 /// Parses an entity's overrides text (one version's mapping): empty text or null is an
 /// empty mapping.
 pub(crate) fn parse_mapping(text: &str) -> Result<Mapping, String> {
-    match serde_yaml_ng::from_str::<Value>(text) {
+    let checked = yaml_budget::check(Document::ConfigOverrides, text).map_err(|e| e.to_string())?;
+    match checked.parse::<Value>() {
         Ok(Value::Mapping(m)) => Ok(m),
         Ok(Value::Null) => Ok(Mapping::new()),
         Ok(other) => Err(format!("expected a mapping, got {}", describe(&other))),

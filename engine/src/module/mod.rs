@@ -31,8 +31,8 @@ pub use definition::{
     SyncMode, Uninstall,
 };
 pub use error::{DefinitionError, DefinitionErrors};
-pub use parse::{parse_definition, MAX_DEFINITION_BYTES};
+pub use parse::{parse_definition, MAX_DEFINITION_BYTES, MAX_FILLED_BYTES};
 pub use placeholder::VARIABLE_NAMESPACE;
-pub use render::{render, RenderError, RenderedEntity};
+pub use render::{render, RenderError, RenderedEntity, MAX_RENDERED_BYTES};
 pub use sync::{check_user_edit, sync_config, ConfigSyncError};
 pub use variable::{is_variable_name, Constraint, Variable, MAX_VARIABLE_NAME_LEN};

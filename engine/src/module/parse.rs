@@ -16,7 +16,7 @@ use super::definition::{
     SyncMode, Uninstall,
 };
 use super::error::{quote, DefinitionError, DefinitionErrors};
-use super::placeholder::{self, Kind};
+use super::placeholder::{self, Kind, Placeholder};
 use super::position::{PositionIndex, Root};
 use super::raw::{
     RawConstraint, RawDefinition, RawEntity, RawEntityOverride, RawOptionsVariable, RawSecret,
@@ -28,6 +28,7 @@ use super::variable::{
 use crate::entity::EntityKind;
 use crate::error::CommandError;
 use crate::name::{validate_name, validate_product_id};
+use crate::yaml_budget::{self, Document, Overrun, YamlRefusal};
 
 /// Largest definition text accepted, in bytes; a larger one is refused before parsing.
 pub const MAX_DEFINITION_BYTES: usize = 256 * 1024;
@@ -35,6 +36,13 @@ pub const MAX_DEFINITION_BYTES: usize = 256 * 1024;
 /// Most substitutions tried per config text when checking that every known value of its
 /// variables still gives a valid document.
 const MAX_VALUE_TRIALS: usize = 64;
+
+/// Most bytes of config text, placeholders filled in, one definition's validation parses: for
+/// the sample values (a definition whose texts come to more is refused), and again for the
+/// trials of other known values (which stop there, as they stop after [`MAX_VALUE_TRIALS`] per
+/// text). A value repeats wherever a placeholder names it, so without it a 256 KiB definition
+/// had its validation parse 100 MB.
+pub const MAX_FILLED_BYTES: usize = 1 << 20;
 
 /// Parses and validates one module definition. `file_name`, when given (a bare name or a
 /// path), must be `<name>.yml` or `<name>.yaml`. Every problem is reported, each with its
@@ -60,7 +68,18 @@ pub(crate) fn parse_indexed(
             ),
         )));
     }
+    let checked = match yaml_budget::check(Document::ModuleDefinition, yaml) {
+        Ok(checked) => Ok(checked),
+        Err(YamlRefusal::Budget(e)) if !matches!(e.overrun, Overrun::Unreadable(_)) => {
+            return Err(DefinitionErrors::single(
+                YamlRefusal::Budget(e).to_yaml_error(),
+            ))
+        }
+        // Text saphyr cannot read: the position index (saphyr too) says why, as it always has.
+        Err(refusal) => Err(refusal),
+    };
     let index = PositionIndex::build(yaml).map_err(to_errors)?;
+    let checked = checked.map_err(|e| DefinitionErrors::single(e.to_yaml_error()))?;
     match index.root {
         Root::Mapping => {}
         Root::Empty => {
@@ -82,7 +101,7 @@ pub(crate) fn parse_indexed(
             ))
         }
     }
-    let raw: RawDefinition = serde_yaml_ng::from_str(yaml).map_err(|e| {
+    let raw: RawDefinition = checked.parse().map_err(|e| {
         let mut err = serde_error(&e);
         index.locate_error(&mut err);
         DefinitionErrors::single(err)
@@ -90,6 +109,8 @@ pub(crate) fn parse_indexed(
     let mut v = Validator {
         index: &index,
         errors: Vec::new(),
+        sampled_left: Some(MAX_FILLED_BYTES),
+        trials_left: MAX_FILLED_BYTES,
     };
     let def = v.definition(raw, file_name);
     match DefinitionErrors::from_vec(v.errors) {
@@ -131,6 +152,11 @@ impl Ctx<'_> {
 struct Validator<'a> {
     index: &'a PositionIndex,
     errors: Vec<DefinitionError>,
+    /// What the config texts with sample values may still add up to ([`MAX_FILLED_BYTES`]);
+    /// `None` once they passed it.
+    sampled_left: Option<usize>,
+    /// What the trials of other values may still parse ([`MAX_FILLED_BYTES`]).
+    trials_left: usize,
 }
 
 impl Validator<'_> {
@@ -258,7 +284,24 @@ impl Validator<'_> {
         if malformed {
             return;
         }
-        let sampled = placeholder::substitute(text, &found, |n| ctx.sample(n));
+        let sampled = match placeholder::substitute(text, &found, |n| ctx.sample(n)) {
+            Ok(sampled) => sampled,
+            Err(e) => return self.err(path, format!("with sample values: {e}")),
+        };
+        // Past the budget, said once (at the first text past it); later texts are not read.
+        let Some(left) = self.sampled_left else {
+            return;
+        };
+        self.sampled_left = left.checked_sub(sampled.len());
+        if self.sampled_left.is_none() {
+            return self.err(
+                path,
+                format!(
+                    "module definition: its config texts with sample values in come to more \
+                     than {MAX_FILLED_BYTES} bytes"
+                ),
+            );
+        }
         match parse_document(&sampled) {
             Err(errs) => {
                 for e in errs {
@@ -278,8 +321,16 @@ impl Validator<'_> {
                 }
             }
         }
+        self.value_trials(path, text, &found, ctx);
+    }
+
+    /// Checks that each known value of every variable `text` names (the others at their
+    /// samples) still gives a valid document: at most [`MAX_VALUE_TRIALS`] of them, and none
+    /// once the definition's trials parsed [`MAX_FILLED_BYTES`]; the first failure of each
+    /// variable reported.
+    fn value_trials(&mut self, path: &str, text: &str, found: &[Placeholder<'_>], ctx: &Ctx) {
         let mut budget = MAX_VALUE_TRIALS;
-        for name in placeholder::variables(&found) {
+        for name in placeholder::variables(found) {
             let Some(var) = ctx.variables.get(name) else {
                 continue;
             };
@@ -291,26 +342,37 @@ impl Validator<'_> {
                     return;
                 }
                 budget -= 1;
-                let text = placeholder::substitute(text, &found, |n| {
+                let text = placeholder::substitute(text, found, |n| {
                     if n == name {
                         value
                     } else {
                         ctx.sample(n)
                     }
                 });
-                if let Err(errs) = parse_document(&text) {
-                    if let Some(first) = errs.first() {
-                        self.err_in_text(
-                            path,
-                            format!(
-                                "with {name} = {} (one of its allowed values) this is not a \
-                                 valid config overrides document: {}",
-                                quote(value),
-                                first.message
-                            ),
-                            first.line.zip(first.column),
-                        );
+                // Past the budget, no more trials (like past `MAX_VALUE_TRIALS`).
+                if let Ok(text) = &text {
+                    match self.trials_left.checked_sub(text.len()) {
+                        Some(left) => self.trials_left = left,
+                        None => return,
                     }
+                }
+                let failed = match text {
+                    Ok(text) => parse_document(&text).err().and_then(|errs| {
+                        let first = errs.into_iter().next()?;
+                        Some((first.message, first.line.zip(first.column)))
+                    }),
+                    Err(e) => Some((e.to_string(), None)),
+                };
+                if let Some((why, at)) = failed {
+                    self.err_in_text(
+                        path,
+                        format!(
+                            "with {name} = {} (one of its allowed values) this is not a valid \
+                             config overrides document: {why}",
+                            quote(value),
+                        ),
+                        at,
+                    );
                     break;
                 }
             }

@@ -92,14 +92,43 @@ pub(crate) fn variables<'a>(placeholders: &[Placeholder<'a>]) -> BTreeSet<&'a st
         .collect()
 }
 
+/// The longest text a substitution may produce: no longer than the largest document a party
+/// may send ([`super::MAX_DEFINITION_BYTES`]). Values repeat at every placeholder that names
+/// them, so without it a short template and a long value multiply.
+pub const MAX_SUBSTITUTED_BYTES: usize = 256 * 1024;
+
+/// A substitution refused because its text would be longer than [`MAX_SUBSTITUTED_BYTES`];
+/// nothing was built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "with its placeholders filled in, the text would be {bytes} bytes, at most \
+     {MAX_SUBSTITUTED_BYTES} bytes allowed"
+)]
+pub(crate) struct TooLong {
+    /// How long it would have been.
+    pub bytes: usize,
+}
+
 /// `text` with each variable placeholder replaced by `value(name)`; `{{ unset }}` and text
-/// outside placeholders are kept as they are.
+/// outside placeholders are kept as they are. Its length is known before it is built: a
+/// result over [`MAX_SUBSTITUTED_BYTES`] is refused.
 pub(crate) fn substitute<'v>(
     text: &str,
     placeholders: &[Placeholder<'_>],
     mut value: impl FnMut(&str) -> &'v str,
-) -> String {
-    let mut out = String::with_capacity(text.len());
+) -> Result<String, TooLong> {
+    let mut bytes = text.len();
+    for p in placeholders {
+        if let Kind::Variable(name) = p.kind {
+            bytes = bytes
+                .saturating_sub(p.end - p.start)
+                .saturating_add(value(name).len());
+        }
+    }
+    if bytes > MAX_SUBSTITUTED_BYTES {
+        return Err(TooLong { bytes });
+    }
+    let mut out = String::with_capacity(bytes);
     let mut at = 0;
     for p in placeholders {
         if let Kind::Variable(name) = p.kind {
@@ -109,7 +138,7 @@ pub(crate) fn substitute<'v>(
         }
     }
     out.push_str(&text[at..]);
-    out
+    Ok(out)
 }
 
 /// Whether `value` is exactly one `{{ unset }}` (spaces inside the braces allowed).
@@ -139,7 +168,14 @@ mod tests {
             ["ns", "suffix"]
         );
         let out = substitute(text, &found, |name| if name == "ns" { "prod" } else { "a" });
-        assert_eq!(out, "ns: prod-a k: \"{{ unset }}\"");
+        assert_eq!(out.unwrap(), "ns: prod-a k: \"{{ unset }}\"");
+        // A value repeated at many placeholders: refused before it is built.
+        let many = "{{ moduleVariable.v }}".repeat(1_000);
+        let (found, _) = scan(&many);
+        let long = "x".repeat(1_000);
+        let err = substitute(&many, &found, |_| &long).unwrap_err();
+        assert_eq!(err.bytes, 1_000_000);
+        assert!(err.to_string().contains("at most 262144 bytes"), "{err}");
         assert!(is_unset("{{ unset }}") && is_unset("{{unset}}"));
         assert!(!is_unset("x {{ unset }}") && !is_unset("{{ unset }} "));
     }

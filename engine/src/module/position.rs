@@ -76,13 +76,145 @@ fn to_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// Index bytes a definition of `len` bytes may take: the lengths of the paths of its nodes,
+/// summed (each node's path is charged twice: as a key, then as its value). A path repeats its
+/// parents' keys, so long keys over many nodes would grow the index with the square of the
+/// text (twelve 1,000-character keys over 8,000 nodes: 100 MB); the definitions of the test
+/// corpus take at most 1.2 bytes of index per byte of text.
+pub(crate) fn max_path_bytes(len: usize) -> usize {
+    MIN_PATH_BYTES.saturating_add(PATH_BYTES_PER_BYTE.saturating_mul(len))
+}
+
+/// Index bytes any definition may take.
+pub(crate) const MIN_PATH_BYTES: usize = 1 << 20;
+
+/// Index bytes a definition may take per byte of its text, on top of [`MIN_PATH_BYTES`].
+pub(crate) const PATH_BYTES_PER_BYTE: usize = 8;
+
+/// The state of [`PositionIndex::build`]'s walk.
+struct IndexWalk {
+    nodes: HashMap<String, Node>,
+    stack: Vec<Frame>,
+    errors: Vec<DefinitionError>,
+    root: Root,
+    /// The budget of the paths, [`max_path_bytes`].
+    max_path_bytes: usize,
+    /// What the paths indexed so far may still add up to.
+    path_bytes_left: usize,
+}
+
+impl IndexWalk {
+    /// Indexes the node `event` starts, if any; an error once the paths pass their budget.
+    fn event(&mut self, event: Event<'_>, span: Span) -> Result<(), Vec<DefinitionError>> {
+        let path = match event {
+            Event::Scalar(text, style, _, _) => {
+                if self.stack.is_empty() {
+                    let null = style == ScalarStyle::Plain
+                        && matches!(text.as_ref(), "" | "~" | "null" | "Null" | "NULL");
+                    self.root = if null {
+                        Root::Empty
+                    } else {
+                        Root::Other("a scalar")
+                    };
+                }
+                let literal = style == ScalarStyle::Literal;
+                self.node(span, Some(text.as_ref()), literal)
+            }
+            Event::Alias(_) => self.node(span, None, false),
+            Event::MappingStart(..) | Event::SequenceStart(..) => {
+                let mapping = matches!(event, Event::MappingStart(..));
+                if self.stack.is_empty() {
+                    self.root = if mapping {
+                        Root::Mapping
+                    } else {
+                        Root::Other("a sequence")
+                    };
+                }
+                let path = self.node(span, None, false);
+                self.stack.push(if mapping {
+                    Frame::Map {
+                        path: path.clone(),
+                        keys: HashMap::new(),
+                        pending: None,
+                        complex_key: false,
+                    }
+                } else {
+                    Frame::Seq {
+                        path: path.clone(),
+                        next: 0,
+                    }
+                });
+                path
+            }
+            Event::MappingEnd | Event::SequenceEnd => {
+                self.end();
+                return Ok(());
+            }
+            _ => return Ok(()),
+        };
+        self.spend(path.len(), span)
+    }
+
+    fn node(&mut self, span: Span, scalar: Option<&str>, literal: bool) -> String {
+        PositionIndex::node(
+            &mut self.stack,
+            &mut self.nodes,
+            &mut self.errors,
+            span,
+            scalar,
+            literal,
+        )
+    }
+
+    /// Ends the innermost collection.
+    fn end(&mut self) {
+        self.stack.pop();
+        // A collection that served as a key: its value comes next.
+        if let Some(Frame::Map {
+            pending,
+            complex_key,
+            ..
+        }) = self.stack.last_mut()
+        {
+            if *complex_key {
+                *complex_key = false;
+                *pending = Some(("?".to_string(), 0, 0));
+            }
+        }
+    }
+
+    /// Charges `bytes` of path to the budget; the refusal once it is spent.
+    fn spend(&mut self, bytes: usize, span: Span) -> Result<(), Vec<DefinitionError>> {
+        match self.path_bytes_left.checked_sub(bytes) {
+            Some(left) => {
+                self.path_bytes_left = left;
+                Ok(())
+            }
+            None => Err(vec![DefinitionError::new(
+                "",
+                format!(
+                    "module definition: the paths of its nodes take more than {} bytes (keys \
+                     too long for how deep and how often they repeat)",
+                    self.max_path_bytes
+                ),
+            )
+            .at(to_u32(span.start.line()), to_u32(span.start.col() + 1))]),
+        }
+    }
+}
+
 impl PositionIndex {
-    /// Walks `yaml`; the errors are syntax errors (one, located) or duplicate keys (all).
+    /// Walks `yaml`; the errors are syntax errors (one, located), duplicate keys (all), or
+    /// paths too long to index (one, located: see [`max_path_bytes`]).
     pub(crate) fn build(yaml: &str) -> Result<PositionIndex, Vec<DefinitionError>> {
-        let mut nodes = HashMap::new();
-        let mut stack: Vec<Frame> = Vec::new();
-        let mut errors = Vec::new();
-        let mut root = Root::Empty;
+        let mut walk = IndexWalk {
+            nodes: HashMap::new(),
+            stack: Vec::new(),
+            errors: Vec::new(),
+            root: Root::Empty,
+            max_path_bytes: max_path_bytes(yaml.len()),
+            path_bytes_left: max_path_bytes(yaml.len()),
+        };
         let mut documents = 0usize;
         let mut parser = Parser::new_from_str(yaml);
         while let Some(next) = parser.next_event() {
@@ -95,83 +227,26 @@ impl PositionIndex {
                     return Err(vec![err]);
                 }
             };
-            match event {
-                Event::DocumentStart(_) => {
-                    documents += 1;
-                    if documents > 1 {
-                        let err = DefinitionError::new(
-                            "",
-                            "a definition is one YAML document; more than one is not supported",
-                        )
-                        .at(to_u32(span.start.line()), to_u32(span.start.col() + 1));
-                        return Err(vec![err]);
-                    }
+            if let Event::DocumentStart(_) = event {
+                documents += 1;
+                if documents > 1 {
+                    let err = DefinitionError::new(
+                        "",
+                        "a definition is one YAML document; more than one is not supported",
+                    )
+                    .at(to_u32(span.start.line()), to_u32(span.start.col() + 1));
+                    return Err(vec![err]);
                 }
-                Event::Scalar(text, style, _, _) => {
-                    if stack.is_empty() {
-                        let null = style == ScalarStyle::Plain
-                            && matches!(text.as_ref(), "" | "~" | "null" | "Null" | "NULL");
-                        root = if null {
-                            Root::Empty
-                        } else {
-                            Root::Other("a scalar")
-                        };
-                    }
-                    Self::node(
-                        &mut stack,
-                        &mut nodes,
-                        &mut errors,
-                        span,
-                        Some(text.as_ref()),
-                        style == ScalarStyle::Literal,
-                    );
-                }
-                Event::Alias(_) => {
-                    Self::node(&mut stack, &mut nodes, &mut errors, span, None, false);
-                }
-                Event::MappingStart(..) | Event::SequenceStart(..) => {
-                    let mapping = matches!(event, Event::MappingStart(..));
-                    if stack.is_empty() {
-                        root = if mapping {
-                            Root::Mapping
-                        } else {
-                            Root::Other("a sequence")
-                        };
-                    }
-                    let path = Self::node(&mut stack, &mut nodes, &mut errors, span, None, false);
-                    stack.push(if mapping {
-                        Frame::Map {
-                            path,
-                            keys: HashMap::new(),
-                            pending: None,
-                            complex_key: false,
-                        }
-                    } else {
-                        Frame::Seq { path, next: 0 }
-                    });
-                }
-                Event::MappingEnd | Event::SequenceEnd => {
-                    stack.pop();
-                    // A collection that served as a key: its value comes next.
-                    if let Some(Frame::Map {
-                        pending,
-                        complex_key,
-                        ..
-                    }) = stack.last_mut()
-                    {
-                        if *complex_key {
-                            *complex_key = false;
-                            *pending = Some(("?".to_string(), 0, 0));
-                        }
-                    }
-                }
-                Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {}
             }
+            walk.event(event, span)?;
         }
-        if errors.is_empty() {
-            Ok(PositionIndex { nodes, root })
+        if walk.errors.is_empty() {
+            Ok(PositionIndex {
+                nodes: walk.nodes,
+                root: walk.root,
+            })
         } else {
-            Err(errors)
+            Err(walk.errors)
         }
     }
 

@@ -6,6 +6,7 @@
 //! not override is given as `<submodule>.<variable>` (`a.b.c` two levels down). Every
 //! required variable without a value is reported at once ([`RenderError::MissingVariables`]).
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use semver::Version;
@@ -157,7 +158,14 @@ struct Resolved<'a> {
     /// Every variable with a value, presets included.
     values: BTreeMap<String, String>,
     subs: Vec<(&'a SubmoduleRef, Resolved<'a>)>,
+    /// What the render's config texts may still add up to ([`MAX_RENDERED_BYTES`]).
+    filled_left: &'a Cell<usize>,
 }
+
+/// Most bytes of config text, placeholders filled in, one render produces (a module with its
+/// submodules, for one installation): a value repeats wherever a placeholder names it, and
+/// what a render produces is stored in the state. A render past it is refused.
+pub const MAX_RENDERED_BYTES: usize = 4 << 20;
 
 /// Renders `def` with installer `values` (see the module docs for how they are named).
 pub fn render(
@@ -165,10 +173,12 @@ pub fn render(
     catalog: &dyn ModuleCatalog,
     values: &BTreeMap<String, String>,
 ) -> Result<Vec<RenderedEntity>, RenderError> {
+    let filled_left = Cell::new(MAX_RENDERED_BYTES);
     let mut walk = Walk {
         catalog,
         chain: vec![def.name.clone()],
         missing: Vec::new(),
+        filled_left: &filled_left,
     };
     let at = Place {
         prefix: String::new(),
@@ -202,6 +212,8 @@ struct Walk<'a> {
     chain: Vec<String>,
     /// Every variable without a value, by full name.
     missing: Vec<String>,
+    /// What the render's config texts may still add up to.
+    filled_left: &'a Cell<usize>,
 }
 
 /// Where in the walk a module is.
@@ -344,6 +356,7 @@ fn resolve<'a>(
         source,
         values,
         subs,
+        filled_left: walk.filled_left,
     })
 }
 
@@ -374,9 +387,8 @@ fn fill(text: &str, values: &BTreeMap<String, String>) -> Result<String, Unfille
             }
         }
     }
-    Ok(placeholder::substitute(text, &found, |n| {
-        values.get(n).map_or("", String::as_str)
-    }))
+    placeholder::substitute(text, &found, |n| values.get(n).map_or("", String::as_str))
+        .map_err(|e| Unfilled::Invalid(e.to_string()))
 }
 
 /// An entity being rendered: config maps stay raw (unset values in) until overrides from the
@@ -579,7 +591,20 @@ fn config_document(
         ));
     }
     let value = |n: &str| r.values.get(n).map_or("", String::as_str);
-    let full = placeholder::substitute(text, &found, value);
+    let full =
+        placeholder::substitute(text, &found, value).map_err(|e| fail(None, e.to_string()))?;
+    match r.filled_left.get().checked_sub(full.len()) {
+        Some(left) => r.filled_left.set(left),
+        None => {
+            return Err(fail(
+                None,
+                format!(
+                    "the config texts of this installation, filled in, come to more than \
+                     {MAX_RENDERED_BYTES} bytes"
+                ),
+            ))
+        }
+    }
     match parse_document(&full) {
         Ok(doc) => Ok(doc),
         Err(errs) => {
@@ -593,7 +618,7 @@ fn config_document(
                         sample(n)
                     }
                 });
-                parse_document(&alone).is_err()
+                alone.map_or(true, |alone| parse_document(&alone).is_err())
             });
             let why = errs
                 .first()

@@ -10,7 +10,8 @@ use crate::canary::parse_duration;
 use crate::error::CommandError;
 use crate::labels::{validate_label_key, validate_label_value, MAX_LABELS};
 use crate::name::{validate_name, validate_product_id};
-use crate::yaml_error::{from_serde, yaml_shape, YamlError, YamlErrors, YamlShape};
+use crate::yaml_budget::{self, Document};
+use crate::yaml_error::{from_serde, YamlError, YamlErrors, YamlShape};
 use crate::TimestampMs;
 
 use super::raw::{RawPolicy, RawSelector, RawWave};
@@ -53,8 +54,12 @@ pub fn parse_rollout_policy(yaml: &str) -> Result<RolloutPolicySpec, YamlErrors>
             ),
         )));
     }
-    // The shape only first: a `Value` of hostile aliases could take hundreds of megabytes.
-    match yaml_shape(yaml).map_err(|e| YamlErrors::single(from_serde(&e)))? {
+    let yaml = yaml_budget::check(Document::RolloutPolicy, yaml)
+        .map_err(|e| YamlErrors::single(e.to_yaml_error()))?;
+    match yaml
+        .shape()
+        .map_err(|e| YamlErrors::single(from_serde(&e)))?
+    {
         YamlShape::Mapping => {}
         YamlShape::Null => {
             return Err(YamlErrors::single(YamlError::new(
@@ -72,8 +77,9 @@ pub fn parse_rollout_policy(yaml: &str) -> Result<RolloutPolicySpec, YamlErrors>
             )))
         }
     }
-    let raw: RawPolicy =
-        serde_yaml_ng::from_str(yaml).map_err(|e| YamlErrors::single(from_serde(&e)))?;
+    let raw: RawPolicy = yaml
+        .parse()
+        .map_err(|e| YamlErrors::single(from_serde(&e)))?;
     let mut v = Validator { errors: Vec::new() };
     let spec = v.policy(raw);
     match (spec, YamlErrors::from_vec(v.errors)) {

@@ -5,3 +5,4 @@
 
 mod connections;
 mod dead_follower;
+mod parse;

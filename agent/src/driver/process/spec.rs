@@ -205,8 +205,13 @@ pub fn substitute(s: &str, vars: &Vars) -> String {
 /// Validates the plan's config text (a YAML mapping; empty text is an empty mapping) and
 /// returns its top-level integer `port`, if any. Errors are validation errors.
 pub fn parse_config(text: &str) -> Result<Option<u16>, Vec<String>> {
-    let value: serde_yaml_ng::Value =
-        serde_yaml_ng::from_str(text).map_err(|e| vec![format!("config: invalid YAML: {e}")])?;
+    use hub_engine::yaml_budget::{check, Document, YamlRefusal};
+    let value: serde_yaml_ng::Value = match check(Document::ConfigOverrides, text) {
+        Ok(checked) => checked.parse(),
+        Err(YamlRefusal::Syntax(e)) => Err(e),
+        Err(YamlRefusal::Budget(e)) => return Err(vec![format!("config: {e}")]),
+    }
+    .map_err(|e| vec![format!("config: invalid YAML: {e}")])?;
     let map = match value {
         serde_yaml_ng::Value::Null => return Ok(None),
         serde_yaml_ng::Value::Mapping(m) => m,
@@ -306,6 +311,15 @@ mod tests {
             ("port: 70000", "port"),
             ("port: web", "port"),
             ("a: [", "invalid YAML"),
+            (
+                &*format!("a: {}", "[".repeat(10_000)),
+                "nesting deeper than 128",
+            ),
+            (
+                "a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n\
+                 c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n",
+                "values once aliases are expanded",
+            ),
         ] {
             let e = parse_config(bad).unwrap_err();
             assert!(e[0].contains(want), "{bad}: {e:?}");
