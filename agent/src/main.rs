@@ -87,6 +87,17 @@ struct Args {
     /// Plaintext to a hub run with --insecure (development only).
     #[arg(long)]
     insecure: bool,
+    /// Address ranges (CIDR, comma-separated) artifact downloads never connect to, as
+    /// `hub-node --outbound-deny`; the default is the hub's: loopback, private, shared and
+    /// link-local ranges, their IPv6 equivalents and the cloud metadata addresses. `''`
+    /// denies nothing.
+    #[arg(long)]
+    outbound_deny: Option<String>,
+    /// An address range (CIDR) opened inside the `--outbound-deny` ranges, e.g. a registry's
+    /// network; repeat the flag or separate ranges with commas. The most specific range
+    /// decides. In the file: `outbound-allow = ["10.20.0.0/16"]`; flags replace the file's.
+    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
+    outbound_allow: Option<Vec<String>>,
 }
 
 /// The settings file: the flags' names in kebab-case; unknown keys are refused.
@@ -110,6 +121,8 @@ struct ConfigFile {
     cert_file: Option<PathBuf>,
     key_file: Option<PathBuf>,
     insecure: Option<bool>,
+    outbound_deny: Option<String>,
+    outbound_allow: Option<Vec<String>>,
 }
 
 /// Longest `report-linger-ms`: a report held longer would only be late.
@@ -152,6 +165,8 @@ struct Settings {
     log_format: String,
     /// `None`: plaintext (`insecure`).
     tls: Option<hub_tls::TlsFiles>,
+    /// Addresses artifact downloads never connect to.
+    outbound: hub_http::DenyList,
 }
 
 impl Settings {
@@ -265,8 +280,10 @@ impl Settings {
                 "--ca-file, --cert-file and --key-file (or `ca-file`, `cert-file`, `key-file` in --config) are required; --insecure only for a hub run with --insecure"
             ),
         };
+        let outbound = outbound_of(&args, &file, &origin)?;
         Ok(Settings {
             tls,
+            outbound,
             environment,
             endpoints,
             data_dir,
@@ -285,6 +302,40 @@ impl Settings {
             log_format,
         })
     }
+}
+
+/// The download deny list: `outbound-deny` (default [`hub_http::DenyList::DEFAULT`]) less the
+/// ranges of `outbound-allow`, each from the flag or else the file; errors name where the
+/// value came from.
+fn outbound_of(
+    args: &Args,
+    file: &ConfigFile,
+    origin: &dyn Fn(&str, bool) -> String,
+) -> anyhow::Result<hub_http::DenyList> {
+    let deny = args
+        .outbound_deny
+        .as_deref()
+        .or(file.outbound_deny.as_deref())
+        .unwrap_or(hub_http::DenyList::DEFAULT);
+    let deny = hub_http::DenyList::parse(deny).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: {e}",
+            origin("outbound-deny", args.outbound_deny.is_some())
+        )
+    })?;
+    let allow = args
+        .outbound_allow
+        .as_ref()
+        .or(file.outbound_allow.as_ref())
+        .map(|ranges| ranges.join(","))
+        .unwrap_or_default();
+    let allow = hub_http::parse_ranges(&allow).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: {e}",
+            origin("outbound-allow", args.outbound_allow.is_some())
+        )
+    })?;
+    Ok(deny.allowing(allow))
 }
 
 fn init_tracing(format: &str) {
@@ -364,8 +415,12 @@ async fn main() -> anyhow::Result<()> {
             seed: args.sim_seed,
         })),
         _ => Arc::new(
-            ProcessDriver::new(args.data_dir.clone(), args.environment.clone())
-                .with_context(|| format!("--data-dir {}", args.data_dir.display()))?,
+            ProcessDriver::new(
+                args.data_dir.clone(),
+                args.environment.clone(),
+                args.outbound.clone(),
+            )
+            .with_context(|| format!("--data-dir {}", args.data_dir.display()))?,
         ),
     };
     if let Some(addr) = args.metrics_listen {
@@ -399,7 +454,8 @@ async fn main() -> anyhow::Result<()> {
         Some(exec_log),
         metrics,
     );
-    tracing::info!(environment = %args.environment, driver = %args.driver, "hub-agent started");
+    tracing::info!(environment = %args.environment, driver = %args.driver,
+        outbound_deny = %args.outbound, "hub-agent started");
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     tokio::select! {
@@ -455,6 +511,48 @@ mod tests {
             settings.report_linger_ms,
             DEFAULT_REPORT_LINGER.as_millis() as u64
         );
+    }
+
+    #[test]
+    fn downloads_deny_the_hubs_default_unless_a_range_is_opened() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let base =
+            "environment = \"prod\"\nendpoints = [\"a:1\"]\ndata-dir = \"d\"\ninsecure = true\n";
+        let (_dir, path) = write(base);
+        let settings = Settings::resolve(Args {
+            config: Some(path),
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(settings.outbound.to_string(), hub_http::DenyList::DEFAULT);
+        assert!(settings.outbound.denies(ip("127.0.0.1")).is_some());
+        let (_dir, path) = write(&format!("{base}outbound-allow = [\"10.20.0.0/16\"]\n"));
+        let from_file = Settings::resolve(Args {
+            config: Some(path.clone()),
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(from_file.outbound.denies(ip("10.20.1.1")), None);
+        assert!(from_file.outbound.denies(ip("127.0.0.1")).is_some());
+        let flags = Settings::resolve(Args {
+            config: Some(path.clone()),
+            outbound_allow: Some(vec!["127.0.0.0/8".into()]),
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!(flags.outbound.denies(ip("127.0.0.1")), None);
+        assert!(
+            flags.outbound.denies(ip("10.20.1.1")).is_some(),
+            "the flag wins"
+        );
+        let err = Settings::resolve(Args {
+            config: Some(path),
+            outbound_allow: Some(vec!["10.0.0.1/8".into()]),
+            ..Args::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("--outbound-allow: \"10.0.0.1/8\""), "{err}");
     }
 
     #[test]

@@ -1,5 +1,15 @@
-//! Addresses a client never connects to (`hub-node --outbound-deny`), and the resolver that
-//! enforces the list on resolved addresses.
+//! Addresses a client never connects to (`--outbound-deny`, less the ranges `--outbound-allow`
+//! opens; the same flags on `hub-node` and `hub-agent`), and the resolver that enforces the
+//! list on resolved addresses.
+//!
+//! The default denies loopback, private, shared (CGNAT), link-local and "this network"
+//! addresses, IPv4 and IPv6, and the cloud metadata addresses by name (so that opening the
+//! range around one does not open it). An address is denied when the most specific range that
+//! contains it, denied or allowed, is a denied one (an allowed range of the same length
+//! wins): `--outbound-allow 127.0.0.0/8` opens loopback, `--outbound-allow 169.254.0.0/16`
+//! opens link-local but not `169.254.169.254/32`. An IPv4-mapped IPv6 address
+//! (`::ffff:a.b.c.d`) and a NAT64 address of the well-known prefix (`64:ff9b::a.b.c.d`) are
+//! also judged as the IPv4 address they carry.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -26,6 +36,11 @@ pub struct InvalidCidr {
 }
 
 impl Cidr {
+    /// The prefix length.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
     /// Whether `address` is inside the range. IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`)
     /// are compared as the IPv4 address they carry.
     pub fn contains(&self, address: IpAddr) -> bool {
@@ -98,18 +113,52 @@ impl fmt::Display for Cidr {
     }
 }
 
-/// Address ranges a client never connects to.
+/// Address ranges a client never connects to, and the ranges opened inside them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DenyList {
     ranges: Vec<Cidr>,
+    allowed: Vec<Cidr>,
+}
+
+/// The well-known NAT64 prefix, `64:ff9b::/96` (RFC 6052): its addresses carry an IPv4
+/// address in their last 32 bits, which a NAT64 gateway connects to.
+const NAT64_PREFIX: u128 = 0x0064_ff9b_u128 << 96;
+
+/// `address` and, for a NAT64 address, the IPv4 address it reaches.
+fn forms(address: IpAddr) -> [Option<IpAddr>; 2] {
+    let address = address.to_canonical();
+    let nat64 = match address {
+        IpAddr::V6(a) if u128::from(a) >> 32 == NAT64_PREFIX >> 32 => {
+            // The low 32 bits: the cast keeps exactly them.
+            Some(IpAddr::V4(Ipv4Addr::from(u128::from(a) as u32)))
+        }
+        _ => None,
+    };
+    [Some(address), nat64]
+}
+
+/// The most specific range of `ranges` that contains `address`.
+fn most_specific(ranges: &[Cidr], address: IpAddr) -> Option<Cidr> {
+    ranges
+        .iter()
+        .copied()
+        .filter(|r| r.contains(address))
+        .max_by_key(|r| r.prefix)
 }
 
 impl DenyList {
-    /// `hub-node`'s default: link-local addresses (where cloud metadata services answer,
-    /// e.g. 169.254.169.254) and the metadata addresses outside them (Alibaba Cloud's
-    /// 100.100.100.200, AWS's IPv6 fd00:ec2::254).
-    pub const DEFAULT: &'static str =
-        "169.254.0.0/16,fe80::/10,100.100.100.200/32,fd00:ec2::254/128";
+    /// The default of `hub-node` and `hub-agent`: "this network" (`0.0.0.0/8`, which reaches
+    /// the host itself), private (`10.0.0.0/8`, `172.16.0.0/12`, `192.168.0.0/16`), shared
+    /// (`100.64.0.0/10`), loopback (`127.0.0.0/8`), link-local (`169.254.0.0/16`), their IPv6
+    /// equivalents (`::/128`, `::1/128`, unique-local `fc00::/7`, link-local `fe80::/10`),
+    /// and the cloud metadata addresses 169.254.169.254, Alibaba Cloud's 100.100.100.200 and
+    /// AWS's fd00:ec2::254 by name.
+    pub const DEFAULT: &'static str = "0.0.0.0/8,10.0.0.0/8,100.64.0.0/10,127.0.0.0/8,\
+        169.254.0.0/16,172.16.0.0/12,192.168.0.0/16,::/128,::1/128,fc00::/7,fe80::/10,\
+        169.254.169.254/32,100.100.100.200/32,fd00:ec2::254/128";
+
+    /// What `hubctl dev up` and `hubctl demo` open: loopback, IPv4 and IPv6.
+    pub const LOOPBACK: &'static str = "127.0.0.0/8,::1/128";
 
     /// Nothing denied.
     pub fn none() -> Self {
@@ -119,23 +168,42 @@ impl DenyList {
     /// Parses comma-separated ranges (spaces around them are ignored); an empty text denies
     /// nothing.
     pub fn parse(list: &str) -> Result<Self, InvalidCidr> {
-        let ranges = list
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(Cidr::from_str)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { ranges })
+        Ok(Self {
+            ranges: parse_ranges(list)?,
+            allowed: Vec::new(),
+        })
     }
 
-    /// The range that denies `address`, if any.
+    /// The list with `ranges` opened (`--outbound-allow`), added to those already open.
+    pub fn allowing(mut self, ranges: impl IntoIterator<Item = Cidr>) -> Self {
+        for range in ranges {
+            if !self.allowed.contains(&range) {
+                self.allowed.push(range);
+            }
+        }
+        self
+    }
+
+    /// The range that denies `address`, if any: the most specific denied range containing it,
+    /// unless an allowed range at least as specific contains it too.
     pub fn denies(&self, address: IpAddr) -> Option<Cidr> {
-        self.ranges.iter().copied().find(|r| r.contains(address))
+        forms(address).into_iter().flatten().find_map(|form| {
+            let denied = most_specific(&self.ranges, form)?;
+            match most_specific(&self.allowed, form) {
+                Some(open) if open.prefix >= denied.prefix => None,
+                _ => Some(denied),
+            }
+        })
     }
 
-    /// The ranges.
+    /// The denied ranges.
     pub fn ranges(&self) -> &[Cidr] {
         &self.ranges
+    }
+
+    /// The ranges opened inside them.
+    pub fn allowed(&self) -> &[Cidr] {
+        &self.allowed
     }
 
     /// Refuses `address` (an IP literal or a resolved address of `host`) if denied.
@@ -151,13 +219,32 @@ impl DenyList {
     }
 }
 
+/// Comma-separated ranges (spaces around them ignored; empty entries skipped).
+pub fn parse_ranges(list: &str) -> Result<Vec<Cidr>, InvalidCidr> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(Cidr::from_str)
+        .collect()
+}
+
+fn write_ranges(f: &mut fmt::Formatter<'_>, ranges: &[Cidr]) -> fmt::Result {
+    for (i, range) in ranges.iter().enumerate() {
+        if i > 0 {
+            f.write_str(",")?;
+        }
+        write!(f, "{range}")?;
+    }
+    Ok(())
+}
+
 impl fmt::Display for DenyList {
+    /// The denied ranges, comma-separated, then `; allowed: …` when some are opened.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, range) in self.ranges.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            write!(f, "{range}")?;
+        write_ranges(f, &self.ranges)?;
+        if !self.allowed.is_empty() {
+            f.write_str("; allowed: ")?;
+            write_ranges(f, &self.allowed)?;
         }
         Ok(())
     }

@@ -31,11 +31,14 @@ pub enum ErrorKind {
     /// The URL does not parse.
     #[error("malformed URL: {0}")]
     MalformedUrl(String),
+    /// An address with a `?` or `#`, to which the caller would add a path or a query.
+    #[error("'{0}' is not allowed in an outbound address")]
+    QueryOrFragment(char),
     /// Neither http nor https.
     #[error("unsupported URL scheme {0:?} (only http and https)")]
     UnsupportedScheme(String),
     /// The deny list refused the address; no connection was made.
-    #[error("refused without connecting: {0} (hub-node --outbound-deny)")]
+    #[error("refused without connecting: {0} (--outbound-deny; --outbound-allow opens a range)")]
     Denied(DeniedAddress),
     /// The server's certificate did not verify.
     #[error("TLS certificate not trusted: {0}")]

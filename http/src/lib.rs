@@ -16,11 +16,15 @@
 //!   port (reqwest's rule, tested here).
 //! - **Proxies** ([`Proxies`]): `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY` (and
 //!   their lower-case forms) from the environment, or none.
-//! - **Deny list** ([`DenyList`]): addresses never connected to. Host names are checked on the
-//!   addresses they resolve to (a resolver that drops denied addresses), IP literals before
-//!   the request and on every redirect hop, so DNS rebinding cannot get round it. Through a
-//!   proxy only IP-literal targets (and a proxy named by host name) can be checked: the
-//!   proxy resolves the target's name.
+//! - **Deny list** ([`DenyList`]): addresses never connected to (by default loopback, private
+//!   and link-local ranges and cloud metadata; an operator opens ranges explicitly). Host
+//!   names are checked on the addresses they resolve to (a resolver that drops denied
+//!   addresses), IP literals before the request and on every redirect hop, so DNS rebinding
+//!   cannot get round it. Through a proxy only IP-literal targets (and a proxy named by host
+//!   name) can be checked: the proxy resolves the target's name.
+//! - **Addresses** ([`endpoint`]): a path or query the caller adds to an operator's address
+//!   is set on the parsed URL (the `url` crate), never appended as text; an address with a
+//!   `?` or `#` is refused.
 //! - **Credentials**: `user:password@` in a URL is removed from the URL and sent as HTTP Basic
 //!   authentication (a sensitive header); errors, `Debug` and logs show URLs without it.
 //! - **Bounds**: callers give a whole-request timeout ([`HttpClient::call`]) or time each step
@@ -34,6 +38,7 @@
 
 mod client;
 mod deny;
+mod endpoint;
 mod error;
 pub mod local;
 mod pool;
@@ -42,7 +47,8 @@ mod target;
 mod tls;
 
 pub use client::{Answer, Body, ClientSettings, HttpClient, Proxies, Redirects, Response};
-pub use deny::{Cidr, DeniedAddress, DenyList, InvalidCidr};
+pub use deny::{parse_ranges, Cidr, DeniedAddress, DenyList, InvalidCidr};
+pub use endpoint::endpoint;
 pub use error::RedirectRefused;
 pub use error::{ErrorKind, HttpError};
 pub use pool::ClientPool;

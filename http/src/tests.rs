@@ -292,7 +292,7 @@ async fn denied_addresses_are_refused_before_connecting() {
         err.to_string(),
         format!(
             "{target_url}: refused without connecting: 127.0.0.2 is 127.0.0.2, in the denied \
-             range 127.0.0.2/32 (hub-node --outbound-deny)"
+             range 127.0.0.2/32 (--outbound-deny; --outbound-allow opens a range)"
         )
     );
 
@@ -405,11 +405,14 @@ async fn a_pool_keeps_one_client_per_trust() {
     assert!(matches!(err, ErrorKind::InvalidCaBundle(_)), "{err:?}");
 }
 
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
 #[test]
 fn deny_lists_parse_and_match() {
     let default = DenyList::parse(DenyList::DEFAULT).unwrap();
     assert_eq!(default.to_string(), DenyList::DEFAULT);
-    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
     for denied in [
         "169.254.169.254",
         "169.254.0.1",
@@ -417,16 +420,35 @@ fn deny_lists_parse_and_match() {
         "fe80::1",
         "100.100.100.200",
         "fd00:ec2::254",
+        "127.0.0.1",
+        "127.255.255.254",
+        "0.0.0.0",
+        "10.0.0.1",
+        "172.16.0.1",
+        "172.31.255.255",
+        "192.168.1.1",
+        "100.64.0.1",
+        "::1",
+        "::",
+        "fc00::1",
+        "fd12:3456::1",
+        "::ffff:127.0.0.1",
+        "::ffff:10.1.2.3",
+        "64:ff9b::7f00:1",
+        "64:ff9b::a9fe:a9fe",
     ] {
         assert!(default.denies(ip(denied)).is_some(), "{denied}");
     }
     for allowed in [
-        "127.0.0.1",
-        "10.0.0.1",
+        "8.8.8.8",
         "169.255.0.1",
-        "::1",
-        "fd00:ec2::253",
-        "100.100.100.201",
+        "172.32.0.1",
+        "192.169.0.1",
+        "100.128.0.1",
+        "2001:db8::1",
+        "2606:4700::1111",
+        "64:ff9b::808:808",
+        "::ffff:8.8.8.8",
     ] {
         assert_eq!(default.denies(ip(allowed)), None, "{allowed}");
     }
@@ -442,6 +464,55 @@ fn deny_lists_parse_and_match() {
     for bad in ["nonsense", "10.0.0.0/33", "::/129", "10.0.0.0/x", "/8"] {
         assert!(DenyList::parse(bad).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn allowed_ranges_open_what_they_cover_and_no_more() {
+    let open = |ranges: &str| {
+        DenyList::parse(DenyList::DEFAULT)
+            .unwrap()
+            .allowing(parse_ranges(ranges).unwrap())
+    };
+    let loopback = open(DenyList::LOOPBACK);
+    for allowed in [
+        "127.0.0.1",
+        "127.0.0.2",
+        "::1",
+        "::ffff:127.0.0.1",
+        "64:ff9b::7f00:1",
+    ] {
+        assert_eq!(loopback.denies(ip(allowed)), None, "{allowed}");
+    }
+    for denied in ["10.0.0.1", "169.254.169.254", "fc00::1", "192.168.0.1"] {
+        assert!(loopback.denies(ip(denied)).is_some(), "{denied}");
+    }
+    assert_eq!(
+        loopback.to_string(),
+        format!("{}; allowed: {}", DenyList::DEFAULT, DenyList::LOOPBACK)
+    );
+    // Opening link-local leaves the metadata address, denied by name, denied.
+    let link_local = open("169.254.0.0/16");
+    assert_eq!(link_local.denies(ip("169.254.1.1")), None);
+    assert_eq!(
+        link_local
+            .denies(ip("169.254.169.254"))
+            .map(|r| r.to_string()),
+        Some("169.254.169.254/32".into())
+    );
+    assert_eq!(
+        open("169.254.169.254/32").denies(ip("169.254.169.254")),
+        None
+    );
+    // A wider opening does not undo a narrower denial; an exact one does.
+    let everything = open("0.0.0.0/0,::/0");
+    assert!(everything.denies(ip("10.0.0.1")).is_some());
+    assert_eq!(open("10.0.0.0/8").denies(ip("10.0.0.1")), None);
+    let inside = DenyList::parse("10.0.0.0/8,10.1.0.0/16")
+        .unwrap()
+        .allowing(parse_ranges("10.0.0.0/12").unwrap());
+    assert_eq!(inside.denies(ip("10.2.0.1")), None);
+    assert!(inside.denies(ip("10.1.0.1")).is_some());
+    assert!(inside.denies(ip("10.16.0.1")).is_some());
 }
 
 #[test]

@@ -67,7 +67,8 @@ pub struct NodeConfig {
     pub artifact_timeout: Duration,
     /// How this node dials its peers (its own certificate over TLS, or plaintext).
     pub connector: hub_tls::client::Connector,
-    /// Addresses outbound HTTP calls never connect to (`--outbound-deny`).
+    /// Addresses outbound HTTP calls never connect to (`--outbound-deny`, less the ranges of
+    /// `--outbound-allow`).
     pub outbound_deny: hub_http::DenyList,
     /// CA certificates (PEM) webhooks, alerts and Prometheus queries trust besides the
     /// system's roots (`--outbound-ca-file`).

@@ -10,8 +10,11 @@
 //!   followed up to [`MAX_REDIRECTS`] hops.
 //!
 //! Both honour `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY` and refuse the addresses of
-//! `hub-node --outbound-deny` (default [`DenyList::DEFAULT`]), checked on the resolved
-//! address of every connection and on the IP literal of every URL and redirect hop.
+//! `hub-node --outbound-deny` (default [`DenyList::DEFAULT`]: loopback, private and
+//! link-local ranges and cloud metadata) less those `--outbound-allow` opens, checked on the
+//! resolved address of every connection and on the IP literal of every URL and redirect hop.
+//! Addresses the hub appends a path to (Prometheus) are built with the `url` crate
+//! ([`endpoint`]), never by appending text.
 //! The add-node check is gRPC (`NodeStatus`), not HTTP: it is not covered here.
 
 use std::sync::Arc;

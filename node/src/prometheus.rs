@@ -1,6 +1,7 @@
 //! The Prometheus metric provider of canary analysis (SPEC K6, issue 6): an instant query
-//! (`GET <address>/api/v1/query?query=…`, http or https, through the hub's outbound client)
-//! whose first sample is the metric's value. An empty result is "no values found", which
+//! (`GET <address>/api/v1/query?query=…`, http or https, through the hub's outbound client;
+//! the path and query are set on the parsed address by [`hub_http::endpoint`], and an
+//! address with a `?` or `#` is refused) whose first sample is the metric's value. An empty result is "no values found", which
 //! fails the check like missing proxy data. Errors keep at most a short excerpt of what
 //! Prometheus said.
 
@@ -10,20 +11,6 @@ use hub_http::{excerpt, HttpClient, Method};
 
 use crate::outbound::MAX_ANSWER_BYTES;
 
-/// Percent-encodes `s` for a URL query value (RFC 3986 unreserved characters stay).
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 /// Runs `query` through `client` against the Prometheus at `address`
 /// (`http(s)://host:port`); `Ok(None)` when it returned no sample.
 pub async fn query(
@@ -32,11 +19,8 @@ pub async fn query(
     query: &str,
     timeout: Duration,
 ) -> Result<Option<f64>, String> {
-    let url = format!(
-        "{}/api/v1/query?query={}",
-        address.trim_end_matches('/'),
-        encode(query)
-    );
+    let url = hub_http::endpoint(address, &["api", "v1", "query"], &[("query", query)])
+        .map_err(|e| e.to_string())?;
     let answer = client
         .call(Method::GET, &url, None, timeout, MAX_ANSWER_BYTES)
         .await
@@ -97,10 +81,6 @@ mod tests {
         let err = br#"{"status":"error","error":"parse error"}"#;
         assert!(parse_answer(err).unwrap_err().contains("parse error"));
         assert!(parse_answer(b"nope").is_err());
-        assert_eq!(
-            encode("rate(x{a=\"b\"}[1m])"),
-            "rate%28x%7Ba%3D%22b%22%7D%5B1m%5D%29"
-        );
     }
 
     #[tokio::test]
@@ -110,7 +90,12 @@ mod tests {
         use hub_http::local::{LocalCa, LocalServer, Reply};
 
         let ca = LocalCa::generate("prometheus CA").unwrap();
-        let handler: hub_http::local::Handler = Arc::new(|r: hub_http::local::Request| {
+        let elsewhere = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = elsewhere.clone();
+        let handler: hub_http::local::Handler = Arc::new(move |r: hub_http::local::Request| {
+            if !r.path.starts_with("/api/v1/query?") {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
             if r.path.starts_with("/api/v1/query?query=up") {
                 Reply::text(
                     200,
@@ -131,5 +116,14 @@ mod tests {
             "{err}"
         );
         assert!(err.len() < 300, "{}", err.len());
+        // The review's address: the '#' would have made the query a fragment and sent the
+        // GET to /internal/secret. It is refused before any connection.
+        let secret = format!("https://{}/internal/secret#", server.addr());
+        let err = query(&client, &secret, "up", t).await.unwrap_err();
+        assert!(
+            err.ends_with("'#' is not allowed in an outbound address"),
+            "{err}"
+        );
+        assert_eq!(elsewhere.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 }

@@ -322,6 +322,13 @@ impl Cluster {
         if !extra.contains(&"--poll-wait-ms") {
             args.extend(["--poll-wait-ms".into(), "2000".into()]);
         }
+        // The tests' registries listen on loopback, which an agent denies by default.
+        if !extra.contains(&"--outbound-allow") && !extra.contains(&"--outbound-deny") {
+            args.extend([
+                "--outbound-allow".into(),
+                hub_http::DenyList::LOOPBACK.into(),
+            ]);
+        }
         args.extend(
             self.tls_args(&hub_tls::Identity::Agent(environment.to_string()))
                 .into_iter()

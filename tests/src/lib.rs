@@ -380,6 +380,19 @@ impl Cluster {
     /// [`Cluster::up`] with environment variables for `hubctl dev up`, which every node
     /// inherits (e.g. `HTTPS_PROXY`).
     pub fn up_with_env(nodes: usize, extra_node_args: &str, env: &[(&str, &str)]) -> Cluster {
+        Self::up_with_dev_args(nodes, extra_node_args, env, &[])
+    }
+
+    /// [`Cluster::up_with_env`] with more `hubctl dev up` arguments, e.g.
+    /// `["--outbound-allow", ""]` for nodes that deny loopback as production nodes do (by
+    /// default `dev up` opens loopback, where the tests' webhooks, Prometheus and registries
+    /// listen).
+    pub fn up_with_dev_args(
+        nodes: usize,
+        extra_node_args: &str,
+        env: &[(&str, &str)],
+        dev_args: &[&str],
+    ) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("hub-test-")
             .tempdir()
@@ -407,6 +420,7 @@ impl Cluster {
             args.push("--node-args".into());
             args.push(extra_node_args.into());
         }
+        args.extend(dev_args.iter().map(|a| a.to_string()));
         let out = run_with_limit(
             Command::new(hubctl_bin())
                 .args(&args)
@@ -760,6 +774,37 @@ impl Cluster {
             is_alive(pid),
             "node {id} (pid {pid}) is not running after restart"
         );
+    }
+
+    /// Adds `args` to the `node_args` of `cluster.json` (what `dev restart-node` starts a node
+    /// with), as an operator changing the nodes' flags would, then restarts every node, the
+    /// leader last, waiting for the cluster to converge after each.
+    #[track_caller]
+    pub fn restart_all_with(&mut self, args: &[&str]) {
+        let path = self.dir().join("cluster.json");
+        let mut file: Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("read cluster.json"))
+                .expect("cluster.json is JSON");
+        let node_args = file["node_args"]
+            .as_array_mut()
+            .expect("cluster.json has node_args");
+        node_args.extend(args.iter().map(|a| Value::from(*a)));
+        std::fs::write(&path, serde_json::to_vec_pretty(&file).expect("JSON"))
+            .expect("write cluster.json");
+        self.reload();
+        let leader = self.leader_id();
+        let mut order: Vec<u64> = self
+            .nodes()
+            .iter()
+            .map(|n| n.id)
+            .filter(|id| *id != leader)
+            .collect();
+        order.push(leader);
+        for id in order {
+            self.kill9(id);
+            self.restart(id);
+            self.wait_converged(CONVERGE_TIMEOUT);
+        }
     }
 
     /// True if node `id`'s process is running.

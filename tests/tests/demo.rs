@@ -33,6 +33,7 @@ fn the_demo_promotes_the_healthy_release_and_rolls_back_the_faulty_one() {
         "the service now serves 1.1.0",
         "Progressing",
         "failed checks",
+        "may reach loopback (127.0.0.0/8, ::1/128",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }

@@ -5,8 +5,8 @@
 //!
 //! | task | does | fails with stage |
 //! |---|---|---|
-//! | `fetch` | download every artifact to `downloads/<sha256>.tar.gz` (skipped if present and intact) | `fetch`: URI (no credentials) and why |
-//! | `verify` | SHA-256 of each download equals the manifest's; a bad one is deleted | `verify`: expected and actual |
+//! | `fetch` | download every artifact to `downloads/<sha256>.tar.gz` (skipped if present and intact); never from a denied address (`--outbound-deny`/`--outbound-allow`), and a `file://` artifact only from under a `file://` registry | `fetch`: URI (no credentials) and why |
+//! | `verify` | SHA-256 of each download equals the manifest's; a bad one is deleted | `verify`: the expected digest (never the digest of what was read) |
 //! | `configure` | unpack into `versions/<v>/` (once), check `service.json`, check the config is a YAML mapping, write it and the secrets | `configure`: `corrupt artifact: …`, or validation errors |
 //! | `start` | stop what runs (SIGTERM, `stop_timeout_ms`, SIGKILL) and start the target in its own session — or adopt it if it already runs with the same version, config and secrets | `start`: exit status and log tail |
 //! | `readiness` | poll the `service.json` probe every 100 ms up to `ready_timeout_ms`; then prune old versions | `readiness`: `not_ready` names the probe and its last result |
@@ -121,23 +121,31 @@ struct Inner {
     /// `DATA/process` (absolute).
     root: PathBuf,
     environment: String,
+    /// The download clients (one per registry trust), refusing denied addresses.
+    downloads: hub_http::ClientPool,
     /// Entities by id.
     entities: Mutex<BTreeMap<String, Arc<Entity>>>,
     start_grace: Duration,
 }
 
 impl ProcessDriver {
-    /// A driver for `environment` keeping its files under `data_dir/process/`. Adopts the
-    /// services recorded there that still run (and hands those that died while the agent was
-    /// down to the supervisor), then starts the supervisor task. Must be called inside a
-    /// tokio runtime.
-    pub fn new(data_dir: PathBuf, environment: String) -> Result<Self, DriverError> {
-        Self::with_start_grace(data_dir, environment, START_GRACE)
+    /// A driver for `environment` keeping its files under `data_dir/process/` and
+    /// downloading artifacts from any address `deny` does not deny. Adopts the services
+    /// recorded there that still run (and hands those that died while the agent was down to
+    /// the supervisor), then starts the supervisor task. Must be called inside a tokio
+    /// runtime.
+    pub fn new(
+        data_dir: PathBuf,
+        environment: String,
+        deny: hub_http::DenyList,
+    ) -> Result<Self, DriverError> {
+        Self::with_start_grace(data_dir, environment, deny, START_GRACE)
     }
 
     fn with_start_grace(
         data_dir: PathBuf,
         environment: String,
+        deny: hub_http::DenyList,
         start_grace: Duration,
     ) -> Result<Self, DriverError> {
         names::check_label(&environment).map_err(|why| DriverError::InvalidEnvironment {
@@ -185,6 +193,7 @@ impl ProcessDriver {
         let inner = Arc::new(Inner {
             root,
             environment,
+            downloads: http::downloads(deny),
             entities: Mutex::new(entities),
             start_grace,
         });
@@ -361,7 +370,7 @@ impl Inner {
             let source =
                 fetch::resolve(&artifact.uri, &plan.registries).map_err(|e| fail("fetch", e))?;
             let shown = source.shown();
-            let size = fetch::download(&source, &dest)
+            let size = fetch::download(&self.downloads, &source, &dest)
                 .await
                 .map_err(|e| fail("fetch", format!("{shown}: {e}")))?;
             info!(entity = %entity.id, source = %shown, size, "artifact downloaded");
@@ -396,9 +405,11 @@ impl Inner {
                     Ok(()) => "the download was deleted".to_string(),
                     Err(e) => format!("deleting the download failed: {e}"),
                 };
+                // Never the digest of what was read: the failure is shown to every viewer, and
+                // a digest of a file the artifact was not meant to be tells something about it.
                 return Err(fail(
                     "verify",
-                    format!("{uri}: sha256 mismatch: expected {expected}, got {actual}; {deleted}"),
+                    format!("{uri}: sha256 mismatch: expected {expected}; {deleted}"),
                 ));
             }
             lines.push(format!("{uri}: sha256 {actual} ok"));

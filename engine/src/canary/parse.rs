@@ -190,17 +190,26 @@ fn reason(e: CommandError) -> String {
     }
 }
 
-/// Whether `url` is an absolute `http://` or `https://` URL with a host.
-fn is_http_url(url: &str) -> bool {
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"));
-    match rest {
-        Some(rest) => {
-            let host = rest.split(['/', '?', '#']).next().unwrap_or("");
-            !host.is_empty() && !url.chars().any(char::is_whitespace)
-        }
-        None => false,
+/// Checks an address the leader calls (a webhook, an alert destination, a Prometheus server):
+/// an absolute `http://` or `https://` URL with a host, without whitespace, and without `?`
+/// or `#` — the hub appends paths and queries to some addresses, and a `#` or `?` in the
+/// address would turn what it appends into a fragment or a query (SSRF to an arbitrary path).
+/// The reason names the problem, not the field.
+fn check_outbound_address(address: &str) -> Result<(), String> {
+    if let Some(c) = address.chars().find(|c| matches!(c, '#' | '?')) {
+        return Err(format!("'{c}' is not allowed in an outbound address"));
+    }
+    let parsed = url::Url::parse(address).ok().filter(|u| {
+        matches!(u.scheme(), "http" | "https")
+            && u.host_str().is_some_and(|h| !h.is_empty())
+            && !address.chars().any(|c| c.is_whitespace() || c.is_control())
+    });
+    match parsed {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "{} is not an http:// or https:// URL with a host",
+            quote(address)
+        )),
     }
 }
 
@@ -320,17 +329,13 @@ impl Validator {
                 self.err(path, "required");
                 None
             }
-            Some(u) if is_http_url(&u) => Some(u),
-            Some(u) => {
-                self.err(
-                    path,
-                    format!(
-                        "{} is not an http:// or https:// URL with a host",
-                        quote(&u)
-                    ),
-                );
-                None
-            }
+            Some(u) => match check_outbound_address(&u) {
+                Ok(()) => Some(u),
+                Err(reason) => {
+                    self.err(path, reason);
+                    None
+                }
+            },
         }
     }
 
@@ -1338,12 +1343,64 @@ spec:
     }
 
     #[test]
-    fn urls_need_scheme_and_host() {
-        assert!(is_http_url("http://loadtester.test/"));
-        assert!(is_http_url("https://a:8080/x?y"));
-        assert!(!is_http_url("ftp://a"));
-        assert!(!is_http_url("http://"));
-        assert!(!is_http_url("http:// a"));
+    fn outbound_addresses_need_scheme_and_host_and_no_query_or_fragment() {
+        for good in [
+            "http://loadtester.test/",
+            "https://a:8080/x",
+            "http://127.0.0.1:9090",
+            "https://u:p@prometheus.example/prefix/",
+            "http://[::1]:80/hook",
+        ] {
+            assert_eq!(check_outbound_address(good), Ok(()), "{good}");
+        }
+        for (bad, why) in [
+            ("ftp://a", "is not an http"),
+            ("http://", "is not an http"),
+            ("http:// a", "is not an http"),
+            ("http://a/\tb", "is not an http"),
+            ("http://a:99999/", "is not an http"),
+            ("loadtester/", "is not an http"),
+            (
+                "https://a:8080/x?y",
+                "'?' is not allowed in an outbound address",
+            ),
+            ("http://127.0.0.1:1/internal/secret#", "'#' is not allowed"),
+            ("http://p/#/x?y", "'#' is not allowed"),
+        ] {
+            let err = check_outbound_address(bad).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_query_or_fragment_in_an_outbound_address_is_refused_naming_the_field() {
+        let yaml = "apiVersion: flagger.app/v1beta1
+kind: Canary
+metadata: {name: web, namespace: prod}
+spec:
+  targetRef: {kind: helmChart, name: web}
+  service: {port: 8080}
+  analysis:
+    metrics:
+      - name: budget
+        provider: {type: prometheus, address: 'http://127.0.0.1:9/internal/secret#'}
+        query: up
+        thresholdRange: {min: 1}
+    webhooks:
+      - {name: ok, url: 'http://hooks.example/ok'}
+      - {name: gate, url: 'http://hooks.example/gate?x=1'}
+    alerts:
+      - {name: on-call, url: 'http://alerts.example/#'}
+";
+        let errs = parse_canary(yaml).unwrap_err().to_string();
+        for want in [
+            "spec.analysis.metrics[0].provider.address: '#' is not allowed in an outbound address",
+            "spec.analysis.webhooks[1].url: '?' is not allowed in an outbound address",
+            "spec.analysis.alerts[0].url: '#' is not allowed in an outbound address",
+        ] {
+            assert!(errs.contains(want), "{want} missing from\n{errs}");
+        }
+        assert!(!errs.contains("webhooks[0]"), "{errs}");
     }
 
     #[test]

@@ -84,12 +84,26 @@ struct Args {
     /// Address ranges (CIDR, comma-separated) that outbound HTTP calls — webhooks, alerts,
     /// Prometheus queries, registry checks — never connect to. Host names are checked on the
     /// addresses they resolve to, IP literals on every URL and redirect hop. The default
-    /// denies link-local addresses (cloud metadata services such as 169.254.169.254) and the
-    /// metadata addresses 100.100.100.200 and fd00:ec2::254. The list replaces the default:
-    /// `--outbound-deny 169.254.0.0/16,10.0.0.0/8` adds a range, `--outbound-deny ''` denies
-    /// nothing.
+    /// denies loopback, private (10/8, 172.16/12, 192.168/16), shared (100.64/10), link-local
+    /// and 0.0.0.0/8 addresses and their IPv6 equivalents (::1, fc00::/7, fe80::/10), and the
+    /// cloud metadata addresses 169.254.169.254, 100.100.100.200 and fd00:ec2::254 by name.
+    /// The list replaces the default (`--outbound-deny ''` denies nothing); to reach a
+    /// Prometheus or a registry on a private network, keep it and open that range with
+    /// `--outbound-allow`.
     #[arg(long, default_value = hub_http::DenyList::DEFAULT)]
     outbound_deny: String,
+    /// An address range (CIDR) opened inside the `--outbound-deny` ranges, e.g.
+    /// `--outbound-allow 10.20.0.0/16` for a registry on that network; repeat the flag or
+    /// separate ranges with commas. The most specific range decides: opening 169.254.0.0/16
+    /// leaves 169.254.169.254/32 denied. `hubctl dev up` and `hubctl demo` open loopback
+    /// (127.0.0.0/8, ::1/128).
+    #[arg(
+        long,
+        value_name = "CIDR",
+        value_delimiter = ',',
+        env = "HUB_OUTBOUND_ALLOW"
+    )]
+    outbound_allow: Vec<String>,
     /// PEM file of CA certificates that canary webhooks, alerts and Prometheus queries trust
     /// besides the system's roots (registries have their own: `hubctl env registry set
     /// --ca-file`).
@@ -194,7 +208,11 @@ async fn run() -> anyhow::Result<()> {
         anyhow::bail!("--artifact-ttl-ms and --artifact-timeout-ms: must be at least 1");
     }
     let outbound_deny = hub_http::DenyList::parse(&args.outbound_deny)
-        .map_err(|e| anyhow::anyhow!("--outbound-deny: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("--outbound-deny: {e}"))?
+        .allowing(
+            hub_http::parse_ranges(&args.outbound_allow.join(","))
+                .map_err(|e| anyhow::anyhow!("--outbound-allow: {e}"))?,
+        );
     let outbound_ca_pem = args
         .outbound_ca_file
         .as_deref()

@@ -134,11 +134,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         keep: args.keep,
     };
     say("starting a 3-node hub");
+    let node_args = super::dev::opening_outbound(hub_http::DenyList::LOOPBACK, "")?;
     let (cluster, leader) = super::dev::start_cluster(
         Some(3),
         &running.hub_dir,
         0,
-        "",
+        &node_args,
         &super::dev::Placement::default(),
     )
     .await?;
@@ -146,6 +147,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     say(&format!(
         "hub up ({}), leader node {leader}",
         endpoints.join(", ")
+    ));
+    say(&format!(
+        "the hub's outbound calls and the agent's downloads may reach loopback ({}: \
+         --outbound-allow); a production hub and agent deny loopback and private addresses \
+         unless an operator opens them",
+        super::dev::opened_ranges(&cluster.node_args).join(", ")
     ));
     let client = FailoverClient::new(
         endpoints.clone(),
@@ -210,6 +217,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             .arg("--data-dir")
             .arg(&running.agent_dir)
             .args(["--driver", "process", "--state-interval-ms", "300"])
+            .args(["--outbound-allow", hub_http::DenyList::LOOPBACK])
             .arg("--ca-file")
             .arg(&agent_tls.ca)
             .arg("--cert-file")

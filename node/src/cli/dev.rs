@@ -340,6 +340,52 @@ pub(crate) struct Placement {
     pub insecure: bool,
 }
 
+/// `node_args` after `--outbound-allow RANGES` (nothing added for an empty list): what `dev
+/// up --outbound-allow` and the demo give every node. The ranges are checked here, naming the
+/// flag.
+pub(crate) fn opening_outbound(ranges: &str, node_args: &str) -> anyhow::Result<String> {
+    let ranges =
+        hub_http::parse_ranges(ranges).map_err(|e| anyhow::anyhow!("--outbound-allow: {e}"))?;
+    if ranges.is_empty() {
+        return Ok(node_args.to_string());
+    }
+    let list: Vec<String> = ranges.iter().map(ToString::to_string).collect();
+    Ok(format!("--outbound-allow {} {node_args}", list.join(",")))
+}
+
+/// The ranges a cluster's nodes open with `--outbound-allow` (from its `node_args`).
+pub(crate) fn opened_ranges(node_args: &[String]) -> Vec<String> {
+    node_args
+        .windows(2)
+        .filter(|pair| pair[0] == "--outbound-allow")
+        .flat_map(|pair| pair[1].split(','))
+        .map(str::to_string)
+        .chain(
+            node_args
+                .iter()
+                .filter_map(|a| a.strip_prefix("--outbound-allow="))
+                .flat_map(|list| list.split(','))
+                .map(str::to_string),
+        )
+        .collect()
+}
+
+/// The line `dev up` and the demo print about outbound calls: which ranges the nodes open,
+/// and what a production node does instead.
+pub(crate) fn outbound_notice(opened: &[String]) -> String {
+    if opened.is_empty() {
+        return "outbound calls (webhooks, alerts, Prometheus, registries) deny loopback and \
+                private addresses, as on a production node"
+            .to_string();
+    }
+    format!(
+        "outbound calls (webhooks, alerts, Prometheus, registries) may reach {} \
+         (hub-node --outbound-allow); a production node denies loopback and private \
+         addresses unless an operator opens them",
+        opened.join(", ")
+    )
+}
+
 pub(crate) async fn up(
     nodes: Option<u64>,
     dir: &Path,
@@ -349,9 +395,12 @@ pub(crate) async fn up(
     fmt: Format,
 ) -> anyhow::Result<()> {
     let (cluster, leader) = start_cluster(nodes, dir, base_port, node_args, placement).await?;
-    let v = json!({"cluster_id": cluster.cluster_id, "leader": leader, "nodes": cluster.nodes});
+    let opened = opened_ranges(&cluster.node_args);
+    let v = json!({"cluster_id": cluster.cluster_id, "leader": leader, "nodes": cluster.nodes,
+        "outbound_allow": opened});
     if fmt.is_table() {
         println!("cluster {} up, leader {leader}", cluster.cluster_id);
+        println!("{}", outbound_notice(&opened));
         let rows: Vec<_> = cluster
             .nodes
             .iter()
@@ -664,5 +713,26 @@ mod tests {
                 "{ports:?} not in 10000..{ephemeral}"
             );
         }
+    }
+
+    #[test]
+    fn dev_clusters_open_loopback_and_say_so() {
+        let args = opening_outbound(hub_http::DenyList::LOOPBACK, "--snapshot-logs 100").unwrap();
+        assert_eq!(
+            args,
+            "--outbound-allow 127.0.0.0/8,::1/128 --snapshot-logs 100"
+        );
+        let split: Vec<String> = args.split_whitespace().map(String::from).collect();
+        assert_eq!(opened_ranges(&split), ["127.0.0.0/8", "::1/128"]);
+        assert!(outbound_notice(&opened_ranges(&split)).contains("may reach 127.0.0.0/8, ::1/128"));
+        assert_eq!(opening_outbound("", "--x").unwrap(), "--x");
+        assert!(outbound_notice(&[]).contains("as on a production node"));
+        let also = ["--outbound-allow=10.0.0.0/8".to_string()];
+        assert_eq!(opened_ranges(&also), ["10.0.0.0/8"]);
+        let err = opening_outbound("127.0.0.1/8", "").unwrap_err().to_string();
+        assert!(
+            err.starts_with("--outbound-allow: \"127.0.0.1/8\""),
+            "{err}"
+        );
     }
 }

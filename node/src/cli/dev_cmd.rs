@@ -37,6 +37,12 @@ pub enum DevCmd {
         /// Plaintext nodes with no authentication (`hub-node --insecure`; loopback only).
         #[arg(long)]
         insecure: bool,
+        /// Address ranges (CIDR, comma-separated) every node may call although its default
+        /// `--outbound-deny` denies them (`hub-node --outbound-allow`): loopback by default,
+        /// so webhooks, Prometheus and registries on this machine answer. `''` opens
+        /// nothing, as on a production node. Kept with the cluster.
+        #[arg(long, value_name = "CIDRS", default_value = hub_http::DenyList::LOOPBACK)]
+        outbound_allow: String,
     },
     /// Stop every node of the cluster (data is kept).
     Down {
@@ -97,12 +103,14 @@ pub async fn run(cmd: DevCmd, fmt: Format) -> anyhow::Result<()> {
             hosts,
             netns,
             insecure,
+            outbound_allow,
         } => {
             let placement = dev::Placement {
                 hosts,
                 netns,
                 insecure,
             };
+            let node_args = dev::opening_outbound(&outbound_allow, &node_args)?;
             dev::up(nodes, &data_dir, base_port, &node_args, &placement, fmt).await
         }
         DevCmd::Down { data_dir } => dev::down(&data_dir, fmt),

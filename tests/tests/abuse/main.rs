@@ -6,3 +6,4 @@
 mod connections;
 mod dead_follower;
 mod parse;
+mod ssrf;

@@ -1,16 +1,17 @@
 //! Artifact sources: resolving a manifest URI against the environment's registries,
-//! downloading it (`http://` and `https://` through the agent's download clients, `file://`
-//! by copy) crash-safely, and hashing it.
+//! downloading it (`http://` and `https://` through the agent's download clients, which
+//! refuse denied addresses; `file://` by copy, and only from under a `file://` registry of
+//! the environment) crash-safely, and hashing it.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hub_http::{Method, Trust};
+use hub_http::{ClientPool, Method, Trust};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use super::http::{self, redact};
+use super::http::redact;
 use super::layout::{sync_parent, temp_sibling};
 use crate::plan::Registry;
 
@@ -56,7 +57,9 @@ impl Source {
 
 /// Resolves an artifact URI: absolute (`http(s)://…`, `file:///…`; a URI under a
 /// registry's URL gets that registry's credentials and TLS setting) or relative to the
-/// **first** registry, joined with one `/`.
+/// **first** registry, joined with one `/`. A `file://` artifact is refused unless it lies
+/// under a `file://` registry of the environment: a manifest cannot make the agent read
+/// `/etc/shadow` (and report its digest).
 pub fn resolve(uri: &str, registries: &[Registry]) -> Result<Source, String> {
     let (full, registry) = if has_scheme(uri) {
         match registry_of(uri, registries) {
@@ -90,6 +93,13 @@ pub fn resolve(uri: &str, registries: &[Registry]) -> Result<Source, String> {
 fn source_of(url: &str, registry: Option<&Registry>) -> Result<Source, String> {
     let shown = redact(url);
     if let Some(path) = url.strip_prefix("file://") {
+        // `url` starts with the registry's own url when one matched: a file:// registry.
+        if registry.is_none() {
+            return Err(format!(
+                "{shown}: refused: a file:// artifact is read only from under a file:// \
+                 registry of this environment, and none contains it"
+            ));
+        }
         if !path.starts_with('/') || path.split('/').any(|s| s == "..") {
             return Err(format!(
                 "{shown}: a file URL must be absolute (file:///…) without '..'"
@@ -138,13 +148,13 @@ fn registry_of<'a>(
     best
 }
 
-/// Downloads `source` into `dest` (temp file, fsync, rename): at most
+/// Downloads `source` into `dest` (temp file, fsync, rename) through `clients`: at most
 /// [`MAX_ARTIFACT_BYTES`]. Returns the size. Errors do not name credentials; nothing is left
 /// behind on failure.
-pub async fn download(source: &Source, dest: &Path) -> Result<u64, String> {
+pub async fn download(clients: &ClientPool, source: &Source, dest: &Path) -> Result<u64, String> {
     let tmp = temp_sibling(dest);
     let result = match source {
-        Source::Http { url, trust } => download_http(url, trust, &tmp).await,
+        Source::Http { url, trust } => download_http(clients, url, trust, &tmp).await,
         Source::File(path) => copy_file(path, &tmp).await,
     };
     let result = match result {
@@ -166,8 +176,13 @@ fn reason(e: hub_http::HttpError) -> String {
     e.kind.to_string()
 }
 
-async fn download_http(url: &str, trust: &Trust, tmp: &Path) -> Result<u64, String> {
-    let client = http::downloads().client(trust).map_err(|e| e.to_string())?;
+async fn download_http(
+    clients: &ClientPool,
+    url: &str,
+    trust: &Trust,
+    tmp: &Path,
+) -> Result<u64, String> {
+    let client = clients.client(trust).map_err(|e| e.to_string())?;
     let mut response =
         match tokio::time::timeout(HTTP_TIMEOUT, client.send(Method::GET, url, None)).await {
             Err(_) => return Err(format!("no response within {} s", HTTP_TIMEOUT.as_secs())),
@@ -315,9 +330,19 @@ mod tests {
             Ok(Source::File("/srv/r/x.tar.gz".into()))
         );
         assert_eq!(
-            resolve("file:///a/b.tar.gz", &[]),
-            Ok(Source::File("/a/b.tar.gz".into()))
+            resolve("file:///srv/r/b.tar.gz", &regs),
+            Ok(Source::File("/srv/r/b.tar.gz".into()))
         );
+        // A file outside every file:// registry is refused, with or without registries.
+        for registries in [&regs[..], &[], &[reg("https://r.example/base")]] {
+            let refused = resolve("file:///etc/shadow", registries).unwrap_err();
+            assert!(
+                refused.starts_with("file:///etc/shadow: refused: a file:// artifact"),
+                "{refused}"
+            );
+        }
+        assert!(resolve("file:///srv/rx/b.tar.gz", &regs).is_err());
+        assert!(resolve("file:///srv/r/../../etc/shadow", &regs).is_err());
         // https: the registry's trust comes along, relative or absolute.
         let tls = [
             Registry {

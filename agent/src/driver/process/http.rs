@@ -4,9 +4,13 @@
 //! - [`downloads`]: artifact downloads, one client per registry trust setting (system roots,
 //!   the registry's CA bundle, or explicitly no verification), redirects followed up to
 //!   [`MAX_REDIRECTS`] hops (never in a loop, never https → http, `Authorization` never
-//!   sent to another host), `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY` honoured.
-//! - [`probes`]: readiness probes of local services: plain HTTP, always direct (no proxy),
-//!   redirects not followed.
+//!   sent to another host), `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY` honoured, and the
+//!   addresses of `hub-agent --outbound-deny` (the hub's default: loopback, private and
+//!   link-local ranges and cloud metadata) refused unless `--outbound-allow` opens them. The
+//!   driver builds the pool once and keeps it.
+//! - [`probes`]: readiness probes of the agent's own services on `127.0.0.1`: plain HTTP,
+//!   always direct (no proxy), redirects not followed, nothing denied (the host is fixed;
+//!   only the port and path come from the service).
 //!
 //! Credentials in a URL (`user:password@`) are sent as Basic authentication and never
 //! appear in errors, logs or `Debug`.
@@ -26,25 +30,22 @@ pub const USER_AGENT: &str = concat!("hub-agent/", env!("CARGO_PKG_VERSION"));
 /// Most redirect hops followed by a download.
 pub const MAX_REDIRECTS: usize = 5;
 
-fn settings(redirects: Redirects, proxies: Proxies) -> ClientSettings {
+fn settings(redirects: Redirects, proxies: Proxies, deny: DenyList) -> ClientSettings {
     ClientSettings {
         user_agent: USER_AGENT.to_string(),
         redirects,
         proxies,
-        // The agent runs next to what it deploys: it may fetch from anywhere it is told to.
-        deny: std::sync::Arc::new(DenyList::none()),
+        deny: std::sync::Arc::new(deny),
     }
 }
 
-/// The download clients, by trust.
-pub fn downloads() -> &'static ClientPool {
-    static POOL: OnceLock<ClientPool> = OnceLock::new();
-    POOL.get_or_init(|| {
-        ClientPool::new(settings(
-            Redirects::Follow { max: MAX_REDIRECTS },
-            Proxies::FromEnvironment,
-        ))
-    })
+/// The download clients, by trust, refusing the addresses `deny` denies.
+pub fn downloads(deny: DenyList) -> ClientPool {
+    ClientPool::new(settings(
+        Redirects::Follow { max: MAX_REDIRECTS },
+        Proxies::FromEnvironment,
+        deny,
+    ))
 }
 
 /// The readiness-probe client.
@@ -53,7 +54,7 @@ pub fn probes() -> Result<&'static HttpClient, ErrorKind> {
     CLIENT
         .get_or_init(|| {
             HttpClient::new(
-                &settings(Redirects::Refuse, Proxies::None),
+                &settings(Redirects::Refuse, Proxies::None, DenyList::none()),
                 &Trust::SystemRoots,
             )
         })

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hub_http::DenyList;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -217,7 +218,9 @@ impl Fixture {
         let data = tmp.join("data");
         let registry = tmp.join("registry");
         std::fs::create_dir_all(registry.join("demo")).unwrap();
-        let driver = ProcessDriver::with_start_grace(data.clone(), ENV.into(), grace).unwrap();
+        let driver =
+            ProcessDriver::with_start_grace(data.clone(), ENV.into(), DenyList::none(), grace)
+                .unwrap();
         Self {
             tmp,
             _dir: dir,
@@ -234,7 +237,8 @@ impl Fixture {
     /// Drops the driver (as a killed agent would) and creates a new one on the same data.
     fn recreate_driver(&mut self) {
         drop(self.driver.take());
-        self.driver = Some(ProcessDriver::new(self.data.clone(), ENV.into()).unwrap());
+        self.driver =
+            Some(ProcessDriver::new(self.data.clone(), ENV.into(), DenyList::none()).unwrap());
     }
 
     fn registries(&self) -> Vec<Registry> {
@@ -710,10 +714,12 @@ async fn checksum_mismatch_fails_verify_and_deletes_download() {
     assert_eq!(f.stage, "verify");
     assert!(
         f.message
-            .contains(&format!("expected {expected}, got {actual}")),
+            .contains(&format!("sha256 mismatch: expected {expected};")),
         "{}",
         f.message
     );
+    // What was read is never shown (issue 51: a viewer could learn a file's digest).
+    assert!(!f.message.contains(&actual), "{}", f.message);
     assert!(f.message.contains("download was deleted"), "{}", f.message);
     assert!(!download.exists());
     assert!(fx.driver().observe().await.is_empty());
@@ -864,6 +870,56 @@ async fn fetch_failure(fx: &Fixture, id: &str, artifact: &Artifact, url: String)
     let f = run(fx.driver(), &p).await.unwrap_err();
     assert_eq!(f.stage, "fetch", "{f:?}");
     f.message
+}
+
+#[tokio::test]
+async fn downloads_from_denied_addresses_are_refused_unless_opened() {
+    use hub_http::local::{Handler, LocalServer, Reply};
+
+    let fx = Fixture::new();
+    let bytes = b"an artifact on loopback".to_vec();
+    let served = bytes.clone();
+    let handler: Handler = Arc::new(move |_| Reply {
+        status: 200,
+        headers: vec![],
+        body: served.clone().into(),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = LocalServer::start(listener, None, handler).unwrap();
+    let registries = vec![Registry {
+        name: "r".into(),
+        url: format!("http://{}/", server.addr()),
+        ..Registry::default()
+    }];
+    let artifact = Artifact {
+        uri: "demo/x.tar.gz".into(),
+        sha256: sha(&bytes),
+    };
+    let p = plan(
+        "p-1",
+        PlanKind::Install,
+        "1.0.0",
+        &config(80),
+        vec![artifact],
+        registries,
+        &["fetch"],
+    );
+    let default = DenyList::parse(DenyList::DEFAULT).unwrap();
+    let denying = ProcessDriver::new(fx.tmp.join("denying"), ENV.into(), default.clone()).unwrap();
+    let f = denying.run_task(&p, "fetch").await.unwrap_err();
+    assert_eq!(
+        f.message,
+        format!(
+            "http://{}/demo/x.tar.gz: refused without connecting: 127.0.0.1 is 127.0.0.1, in \
+             the denied range 127.0.0.0/8 (--outbound-deny; --outbound-allow opens a range)",
+            server.addr()
+        )
+    );
+    assert_eq!(server.connections(), 0);
+    let opened = default.allowing(hub_http::parse_ranges("127.0.0.0/8").unwrap());
+    let opening = ProcessDriver::new(fx.tmp.join("opening"), ENV.into(), opened).unwrap();
+    let done = opening.run_task(&p, "fetch").await.unwrap();
+    assert!(done.output.contains("fetched http://"), "{}", done.output);
 }
 
 #[tokio::test]
@@ -1280,7 +1336,7 @@ async fn refuses_foreign_entities_and_unknown_tasks() {
     let f = fx.driver().run_task(&p, "configure").await.unwrap_err();
     assert_eq!(f.stage, "configure");
     assert!(!fx.data.join("process").join("1").exists());
-    assert!(ProcessDriver::new(fx.data.clone(), "Bad Env".into()).is_err());
+    assert!(ProcessDriver::new(fx.data.clone(), "Bad Env".into(), DenyList::none()).is_err());
 }
 
 /// Plan `n` of canary `test/web` bringing it to `primary`, `canary` and `weight`.
@@ -1398,7 +1454,7 @@ async fn a_canary_runs_its_workloads_as_processes_behind_the_proxy() {
     drop(runner);
     drop(driver);
     let driver: Arc<dyn Driver> =
-        Arc::new(ProcessDriver::new(fx.data.clone(), ENV.into()).unwrap());
+        Arc::new(ProcessDriver::new(fx.data.clone(), ENV.into(), DenyList::none()).unwrap());
     let runner = CanaryRunner::new(&fx.data, ENV, driver.clone());
     runner.resume().await;
     let seen = versions_served(port, 10).await;
