@@ -250,9 +250,17 @@ fn five_nodes_survive_two_failures_and_fail_cleanly_without_quorum() {
 fn new_node_catches_up_by_snapshot_after_log_purge() {
     let started = Instant::now();
     let cluster = Cluster::up(3, "--snapshot-logs 50 --keep-logs 5");
+    // `dev up` opens loopback for outbound calls first (docs/SECURITY.md "Outbound addresses").
     assert_eq!(
         cluster.node_args,
-        ["--snapshot-logs", "50", "--keep-logs", "5"]
+        [
+            "--outbound-allow",
+            "127.0.0.0/8,::1/128",
+            "--snapshot-logs",
+            "50",
+            "--keep-logs",
+            "5"
+        ]
     );
     let (acked, failed) = cluster.create_envs_parallel(&names("s", 0..300), 6);
     assert!(
