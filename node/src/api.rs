@@ -11,9 +11,11 @@ use hub_proto::hub_server::Hub;
 use hub_proto::*;
 use tonic::{Request, Response, Status};
 
+use crate::auth::Caller;
 use crate::node::HubNode;
 use crate::peers::MAX_MESSAGE_BYTES;
 use crate::status::command_status;
+use hub_tls::Identity;
 use openraft::async_runtime::watch::WatchReceiver;
 use raft_store::DigestFreshness;
 
@@ -387,6 +389,24 @@ impl Hub for HubService {
         &self,
         req: Request<InitClusterRequest>,
     ) -> Result<Response<InitClusterReply>, Status> {
+        // Only an admin, and never another node: a node that holds no cluster has no admin,
+        // so no caller can make it a cluster of its own (and then bind itself its admin). A
+        // new cluster's founding nodes initialise it at start (`crate::founding`).
+        let caller = crate::auth::caller(&req)?;
+        let refused = || {
+            Status::permission_denied(format!(
+                "{} may not initialize the cluster: needs admin. A new cluster is initialised \
+                 by its founding nodes at start (hub-node --initial-members \
+                 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT)",
+                caller.actor().unwrap_or_default()
+            ))
+        };
+        if matches!(caller, Caller::Verified(Identity::Node(_))) {
+            return Err(refused());
+        }
+        caller
+            .require_admin(&self.node.state.read().state, "initialize the cluster")
+            .map_err(|_| refused())?;
         let r = req.into_inner();
         let mut members = BTreeMap::new();
         for m in r.members {

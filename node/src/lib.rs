@@ -6,6 +6,8 @@
 //! - [`agent_api`]: the API agents use: reports, and long-polled plan fetches.
 //! - [`agent_wire`]: the agent API's typed contract: engine enums to proto enums and back,
 //!   refused reports as data.
+//! - [`founding`]: a new cluster's founding nodes initialise it at start
+//!   (`--initial-members`).
 //! - [`propose`]: the one way into the log: stamps the time and calls `client_write`.
 //! - [`leader_contact`]: whether this node is cut off from the leader (or, as leader, from a
 //!   majority), so it refuses writes and linearizable reads at once.
@@ -52,6 +54,7 @@ pub mod dashboard;
 pub mod dead_leader;
 #[cfg(any(test, feature = "chaos-faults"))]
 pub mod fault_layer;
+pub mod founding;
 pub mod http_serve;
 pub mod leader;
 pub mod leader_contact;
