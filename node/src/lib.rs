@@ -22,7 +22,8 @@
 //!   registries) and their deny list.
 //! - [`webhooks`] and [`prometheus`]: the canary controller's webhook calls and metric
 //!   queries over those clients.
-//! - [`query`]: read-only JSON views of the orchestration state.
+//! - [`query`]: read-only JSON views of the orchestration state; [`query_pool`]: where the
+//!   costly ones run (off the runtime's workers, bounded, and per caller).
 //! - [`crash_stop`]: the node exits when its store fails, rather than serve on after a
 //!   failed sync.
 //! - [`stopping`]: the node's stop on SIGTERM, which ends its long-lived calls so the
@@ -34,6 +35,7 @@
 //! - [`auth`]: who may call which method, from the TLS-verified identity.
 //! - [`transport`]: the node's TLS material from flags (or `--insecure` on loopback).
 //! - [`status`]: the gRPC status of a refused command.
+//! - [`text`]: text from the cluster shown to people, control characters escaped.
 //! - [`cli`]: `hubctl`'s commands.
 //! - [`metrics`], [`metrics_server`] and [`dashboard`]: the node's Prometheus metrics and its
 //!   web dashboard, on HTTPS listeners sharing [`http_serve`]'s connection loop.
@@ -69,9 +71,11 @@ pub mod port_probe;
 pub mod prometheus;
 pub mod propose;
 pub mod query;
+pub mod query_pool;
 pub mod raft_service;
 pub mod status;
 pub mod stopping;
 pub mod term;
+pub mod text;
 pub mod transport;
 pub mod webhooks;

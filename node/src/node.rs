@@ -111,6 +111,8 @@ pub struct HubNode {
     pub clock: Arc<crate::cluster_clock::ClusterClock>,
     /// Raised when the node begins to stop (see [`crate::stopping`]).
     pub stopping: crate::stopping::Stopping,
+    /// Where reads that cost more than a lookup run (see [`crate::query_pool`]).
+    pub queries: crate::query_pool::QueryPool,
 }
 
 /// The CA bundles of the replicated registries, by SHA-256, for the artifact checker.
@@ -239,6 +241,11 @@ impl HubNode {
             cut_off_after: Duration::from_millis(cfg.election_max_ms),
             clock,
             stopping: Default::default(),
+            queries: crate::query_pool::QueryPool::new(
+                crate::query_pool::query_threads(),
+                crate::query_pool::PER_CALLER_QUERIES,
+            )
+            .map_err(|e| anyhow::anyhow!("the query pool's threads: {e}"))?,
         }))
     }
 

@@ -2,3 +2,6 @@
 //! query, a product editor's document, a dead follower, an outbound address that points
 //! inward. Each module is one weakness; every case ends with all nodes alive, a write
 //! committing and the nodes' digests equal.
+
+mod queries;
+mod small;
