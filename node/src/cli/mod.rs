@@ -296,7 +296,7 @@ enum ClusterCmd {
     },
     /// Claim a new cluster: bind yourself (your certificate's operator) as its first admin.
     /// The cluster's founding nodes initialised it at start (hub-node --initial-members);
-    /// this succeeds only while the cluster has no admin.
+    /// once the cluster has an admin, only an admin may bind one.
     Init,
     /// Add a node (start its hub-node first); it catches up, then becomes a voter.
     AddNode {
