@@ -227,19 +227,23 @@ impl Hub for HubService {
     ) -> Result<Response<Environment>, Status> {
         let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
-        self.node.read_barrier(stale(&r.read)).await?;
-        let s = self.node.state.read();
-        caller.may_read(&s.state)?;
-        let env = s
-            .state
-            .environment(&r.name)
-            .ok_or_else(|| Status::not_found(format!("environment {:?} not found", r.name)))?;
-        Ok(Response::new(Environment {
-            name: env.name.clone(),
-            description: env.description.clone(),
-            entity_count: s.state.entities_of(&env.name).count() as u64,
-            created_at_ms: env.created_at_ms,
-        }))
+        let name = r.name;
+        // A scan: it counts the environment's entities.
+        let environment = self
+            .scan(&caller, stale(&r.read), move |s| {
+                let env = s
+                    .state
+                    .environment(&name)
+                    .ok_or_else(|| Status::not_found(format!("environment {name:?} not found")))?;
+                Ok(Environment {
+                    name: env.name.clone(),
+                    description: env.description.clone(),
+                    entity_count: s.state.entities_of(&env.name).count() as u64,
+                    created_at_ms: env.created_at_ms,
+                })
+            })
+            .await?;
+        Ok(Response::new(environment))
     }
 
     async fn list_environments(

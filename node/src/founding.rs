@@ -1,8 +1,10 @@
 //! How a new cluster comes to be: its founding nodes are started with the same
-//! `--initial-members 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`, and each initialises itself at
-//! start while its data directory holds no cluster yet (openraft admits identical
-//! initialisations on several nodes; the vote elects one leader). Once the directory holds a
-//! cluster, the flag is ignored.
+//! `--initial-members 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`. The one with the lowest id
+//! initialises the cluster at start while its data directory holds none; the others start
+//! empty and take the founder's log when it reaches them, as any node being added does.
+//! Once the directory holds a cluster, the flag is ignored. (openraft admits several nodes
+//! initialised alike, but each writes its own first entry: their logs then differ at index
+//! 0, and a follower that missed entries needed extra rounds to catch up.)
 //!
 //! This is the only way a cluster is initialised. The `InitCluster` call needs an admin, and
 //! a node that holds no cluster has none: before, any operator's certificate could make a
@@ -51,14 +53,22 @@ pub fn parse_initial_members(s: &str, me: NodeId) -> Result<BTreeMap<NodeId, Str
     Ok(members)
 }
 
-/// Initialises a new cluster of `members` on `node`, unless its store already holds one.
-/// Returns whether it did.
+/// Initialises a new cluster of `members` on `node` if it is the founder (the lowest id) and
+/// its store holds no cluster yet. Returns whether it did.
 pub async fn initialize_at_start(
     node: &HubNode,
     members: BTreeMap<NodeId, String>,
 ) -> anyhow::Result<bool> {
     if node.raft.is_initialized().await? {
         tracing::info!("--initial-members ignored: the data directory holds a cluster");
+        return Ok(false);
+    }
+    let founder = founder(&members);
+    if founder != Some(node.id) {
+        tracing::info!(
+            founder,
+            "--initial-members: the founder initialises the cluster; this node joins when it is reached"
+        );
         return Ok(false);
     }
     node.initialize(members)
@@ -68,15 +78,21 @@ pub async fn initialize_at_start(
     Ok(true)
 }
 
+/// The founding member that initialises the cluster: the lowest id.
+pub fn founder(members: &BTreeMap<NodeId, String>) -> Option<NodeId> {
+    members.keys().next().copied()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn initial_members_name_each_node_once_and_this_one() {
-        let m = parse_initial_members("1=a:1, 2=b:2,3=c:3", 2).expect("valid");
+        let m = parse_initial_members("3=c:3, 2=b:2,1=a:1", 2).expect("valid");
         assert_eq!(m.len(), 3);
         assert_eq!(m[&2], "b:2");
+        assert_eq!(founder(&m), Some(1), "the lowest id, whatever the order");
         for (bad, needle) in [
             ("1=a:1,1=b:2", "listed twice"),
             ("1=a:1,2=b:2", "this node (3) is not listed"),

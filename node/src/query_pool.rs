@@ -1,6 +1,6 @@
 //! Where reads that cost more than a lookup run: off the runtime's workers, which carry Raft,
-//! apply and every call, at most [`query_threads`] at a time, and at most
-//! [`PER_CALLER_QUERIES`] in flight (running or waiting) per verified identity.
+//! apply and every call, at most [`query_threads`] scans and as many parses at a time, and at
+//! most [`PER_CALLER_QUERIES`] in flight (running or waiting) per verified identity.
 //!
 //! A read that parses operator-supplied text (`module_dry_run`) or lists a table of a large
 //! state costs milliseconds to seconds. Answered on a runtime worker it stalled that worker
@@ -29,10 +29,12 @@ use tonic::Status;
 
 use crate::auth::Caller;
 
-/// Reads that run at once on one node: half its cores, at least one; more wait, in arrival
-/// order. The query pool must leave Raft and apply a core even when every place is busy: on
-/// two cores, two places doubled the writes' p99 under a storm of dry runs, one place kept it
-/// within twice the idle p99 (`tests/tests/abuse/queries.rs`).
+/// Scans that run at once on one node, and parses apart: half its cores each, at least one;
+/// more wait, in arrival order. Parses must leave Raft and apply a core even when every place
+/// is busy: on two cores, two parse places doubled the writes' p99 under a storm of dry runs,
+/// one kept it within twice the idle p99 (`tests/tests/abuse/queries.rs`). Scans are short
+/// and hold the state's lock; their own places keep a storm of parses from holding up a
+/// list.
 pub fn query_threads() -> usize {
     std::thread::available_parallelism()
         .map_or(1, |n| n.get() / 2)
@@ -50,7 +52,10 @@ pub const PARSE_NICENESS: i32 = 10;
 /// The pool of one node.
 #[derive(Debug)]
 pub struct QueryPool {
+    /// Places for work at the node's priority (scans, checks under the lock).
     running: Arc<Semaphore>,
+    /// Places for parses, apart: a storm of dry runs does not hold up a list.
+    parsing: Arc<Semaphore>,
     in_flight: Arc<Mutex<HashMap<Option<Identity>, usize>>>,
     per_caller: usize,
     parsers: Parsers,
@@ -122,8 +127,8 @@ fn failed(e: tokio::task::JoinError) -> Status {
 }
 
 impl QueryPool {
-    /// A pool running `threads` reads at once, `per_caller` in flight per caller. Fails if
-    /// the parse threads' runtime cannot be built.
+    /// A pool running `threads` scans and `threads` parses at once, `per_caller` in flight
+    /// per caller. Fails if the parse threads' runtime cannot be built.
     pub fn new(threads: usize, per_caller: usize) -> std::io::Result<Self> {
         let threads = threads.max(1);
         let parsers = tokio::runtime::Builder::new_multi_thread()
@@ -134,6 +139,7 @@ impl QueryPool {
             .build()?;
         Ok(QueryPool {
             running: Arc::new(Semaphore::new(threads)),
+            parsing: Arc::new(Semaphore::new(threads)),
             in_flight: Arc::default(),
             per_caller: per_caller.max(1),
             parsers: Parsers(Some(parsers)),
@@ -170,8 +176,9 @@ impl QueryPool {
         })
     }
 
-    async fn place(&self) -> Result<OwnedSemaphorePermit, Status> {
-        self.running
+    /// One of `places`, waited for in arrival order.
+    async fn place(places: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit, Status> {
+        places
             .clone()
             .acquire_owned()
             .await
@@ -187,7 +194,7 @@ impl QueryPool {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        let held: Held = (slot, self.place().await?);
+        let held: Held = (slot, Self::place(&self.running).await?);
         tokio::task::spawn_blocking(move || {
             let _held = held;
             work()
@@ -205,7 +212,7 @@ impl QueryPool {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        let (slot, place) = (slot, self.place().await?);
+        let (slot, place) = (slot, Self::place(&self.parsing).await?);
         let parsers = self
             .parsers
             .0
@@ -286,6 +293,29 @@ mod tests {
         let then = pool.run(slot, nice).await.expect("ran");
         assert_eq!((parse, then), ((node + PARSE_NICENESS).min(19), node));
         assert_eq!(pool.in_flight(&op("alice")), 0);
+    }
+
+    #[tokio::test]
+    async fn a_parse_that_runs_long_holds_up_no_scan() {
+        let pool = Arc::new(QueryPool::new(1, 4).expect("pool"));
+        let (finish_tx, finish_rx) = std::sync::mpsc::channel::<()>();
+        let p = pool.clone();
+        let slot = pool.admit(&op("alice")).expect("admitted");
+        let parse = tokio::spawn(async move {
+            p.parse(slot, move || finish_rx.recv().ok())
+                .await
+                .map(|(_, slot)| drop(slot))
+        });
+        let slot = pool.admit(&op("bob")).expect("admitted");
+        let scan = tokio::time::timeout(Duration::from_secs(10), pool.run(slot, || 7));
+        assert_eq!(
+            scan.await
+                .expect("the scan waited for the parse")
+                .expect("ran"),
+            7
+        );
+        finish_tx.send(()).expect("send");
+        parse.await.expect("joined").expect("parsed");
     }
 
     #[tokio::test]

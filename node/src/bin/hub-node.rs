@@ -45,9 +45,10 @@ struct Args {
     #[arg(long)]
     cluster_id: String,
     /// Found a new cluster with these voters (ID=HOST:PORT, comma-separated, this node
-    /// among them): give every founding node the same list. The node initialises the
-    /// cluster at start while its data directory holds none, and ignores the flag once it
-    /// does. A node to be added to a running cluster is started without it.
+    /// among them): give every founding node the same list. The one with the lowest id
+    /// initialises the cluster at start while its data directory holds none, the others
+    /// take its log when it reaches them; the flag is ignored once the data directory holds
+    /// the cluster. A node to be added to a running cluster is started without it.
     #[arg(long, value_name = "ID=HOST:PORT,...", env = "HUB_INITIAL_MEMBERS")]
     initial_members: Option<String>,
     /// Leader heartbeat period.
