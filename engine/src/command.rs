@@ -182,8 +182,23 @@ pub enum Command {
         /// YAML text.
         config: Option<String>,
     },
-    /// Set (or, with `None`, remove) a secret.
+    /// Set (or, with `None`, remove) a secret, as releases before issue 51 applied it: a value
+    /// equal to the stored one answered "unchanged" and kept the revision, which confirmed a
+    /// guess of a write-only value. Entries of it apply so still (the log replays as it was
+    /// applied); what clients submit as `SetSecret`, a leader proposes as
+    /// [`Command::PutSecret`] ([`Command::current_form`]).
     SetSecret {
+        /// The entity id.
+        entity: String,
+        /// The secret's name.
+        name: String,
+        /// Its value.
+        value: Option<SecretValue>,
+    },
+    /// Set (or, with `None`, remove) a secret. Every put bumps the secrets revision and
+    /// answers the same whether the value was equal to the stored one or not: a caller who
+    /// may write a secret but not read it learns nothing of its value.
+    PutSecret {
         /// The entity id.
         entity: String,
         /// The secret's name.
@@ -659,6 +674,7 @@ wire_tags! {
         CanaryJudgedTick = 54,
         ReportCanariesWithSamples = 55,
         ReportSampledEntityStates = 56,
+        PutSecret = 57,
     }
     retired []
 }
@@ -724,6 +740,29 @@ impl EntityReport {
 }
 
 impl Command {
+    /// The form a leader proposes this command in. A command whose meaning changed is
+    /// proposed as its successor, while entries of the old form in the log apply as they
+    /// did, so a node replaying them (or an older node beside a newer one) reaches the same
+    /// state. Now: [`Command::SetSecret`] becomes [`Command::PutSecret`].
+    pub fn current_form(self) -> Command {
+        match self {
+            Command::SetSecret {
+                entity,
+                name,
+                value,
+            } => Command::PutSecret {
+                entity,
+                name,
+                value,
+            },
+            Command::As { actor, command } => Command::As {
+                actor,
+                command: Box::new(command.current_form()),
+            },
+            other => other,
+        }
+    }
+
     /// A short name for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -736,6 +775,7 @@ impl Command {
             Command::SetEntitySettings { .. } => "set_entity_settings",
             Command::SetConfigOverrides { .. } => "set_config_overrides",
             Command::SetSecret { .. } => "set_secret",
+            Command::PutSecret { .. } => "put_secret",
             Command::CreateProduct { .. } => "create_product",
             Command::SetProductWindow { .. } => "set_product_window",
             Command::PublishRelease { .. } => "publish_release",
@@ -818,6 +858,7 @@ impl Command {
             | Command::SetEntitySettings { .. }
             | Command::SetConfigOverrides { .. }
             | Command::SetSecret { .. }
+            | Command::PutSecret { .. }
             | Command::CreateProduct { .. }
             | Command::SetProductWindow { .. }
             | Command::PublishRelease { .. }

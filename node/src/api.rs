@@ -11,11 +11,21 @@ use hub_proto::hub_server::Hub;
 use hub_proto::*;
 use tonic::{Request, Response, Status};
 
+use crate::auth::Caller;
 use crate::node::HubNode;
 use crate::peers::MAX_MESSAGE_BYTES;
 use crate::status::command_status;
+use hub_tls::Identity;
 use openraft::async_runtime::watch::WatchReceiver;
 use raft_store::DigestFreshness;
+
+/// Largest `query_json` accepted: a dry run of the largest module definition (256 KiB) with
+/// room for JSON's escapes; a longer one is refused before it is parsed.
+pub const MAX_QUERY_BYTES: usize = 1 << 20;
+
+/// Longest query answered without a place in the query pool (see [`crate::query_pool`]):
+/// lookups are short; a longer query is counted against its caller before it is parsed.
+const MAX_LOOKUP_QUERY_BYTES: usize = 4 << 10;
 
 /// How long `TransferLeader` waits for the target to lead: a few rounds of votes.
 pub const TRANSFER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -43,7 +53,7 @@ pub fn parse_submitted(json: &str) -> Result<Command, Status> {
     }
     let command: Command = serde_json::from_str(json).map_err(|e| {
         // serde quotes offending values; a malformed secret must not be echoed back.
-        if json.contains("\"SetSecret\"") {
+        if json.contains("\"SetSecret\"") || json.contains("\"PutSecret\"") {
             Status::invalid_argument(format!(
                 "bad SetSecret command at line {} column {} (details withheld: they may contain the secret)",
                 e.line(),
@@ -132,6 +142,28 @@ impl HubService {
         }
     }
 
+    /// A read that walks the state (see [`crate::query_pool`]): admitted for `caller`, after
+    /// the read barrier (none when `stale`), answered by `read` on the query pool under the
+    /// state's lock once the caller is found to hold a role.
+    async fn scan<T, F>(&self, caller: &Caller, stale: bool, read: F) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        F: FnOnce(&raft_store::AppliedState) -> Result<T, Status> + Send + 'static,
+    {
+        let slot = self.node.queries.admit(caller)?;
+        self.node.read_barrier(stale).await?;
+        let node = self.node.clone();
+        let caller = caller.clone();
+        self.node
+            .queries
+            .run(slot, move || {
+                let s = node.state.read();
+                caller.may_read(&s.state)?;
+                read(&s)
+            })
+            .await?
+    }
+
     fn membership_reply(&self, index: u64) -> MembershipReply {
         MembershipReply {
             members: self
@@ -207,19 +239,23 @@ impl Hub for HubService {
     ) -> Result<Response<Environment>, Status> {
         let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
-        self.node.read_barrier(stale(&r.read)).await?;
-        let s = self.node.state.read();
-        caller.may_read(&s.state)?;
-        let env = s
-            .state
-            .environment(&r.name)
-            .ok_or_else(|| Status::not_found(format!("environment {:?} not found", r.name)))?;
-        Ok(Response::new(Environment {
-            name: env.name.clone(),
-            description: env.description.clone(),
-            entity_count: s.state.entities_of(&env.name).count() as u64,
-            created_at_ms: env.created_at_ms,
-        }))
+        let name = r.name;
+        // A scan: it counts the environment's entities.
+        let environment = self
+            .scan(&caller, stale(&r.read), move |s| {
+                let env = s
+                    .state
+                    .environment(&name)
+                    .ok_or_else(|| Status::not_found(format!("environment {name:?} not found")))?;
+                Ok(Environment {
+                    name: env.name.clone(),
+                    description: env.description.clone(),
+                    entity_count: s.state.entities_of(&env.name).count() as u64,
+                    created_at_ms: env.created_at_ms,
+                })
+            })
+            .await?;
+        Ok(Response::new(environment))
     }
 
     async fn list_environments(
@@ -228,19 +264,21 @@ impl Hub for HubService {
     ) -> Result<Response<EnvironmentList>, Status> {
         let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
-        self.node.read_barrier(stale(&r.read)).await?;
-        let s = self.node.state.read();
-        caller.may_read(&s.state)?;
-        let environments = s
-            .state
-            .environments()
-            .map(|env| Environment {
-                name: env.name.clone(),
-                description: env.description.clone(),
-                entity_count: s.state.entities_of(&env.name).count() as u64,
-                created_at_ms: env.created_at_ms,
+        let environments = self
+            .scan(&caller, stale(&r.read), |s| {
+                let environments = s
+                    .state
+                    .environments()
+                    .map(|env| Environment {
+                        name: env.name.clone(),
+                        description: env.description.clone(),
+                        entity_count: s.state.entities_of(&env.name).count() as u64,
+                        created_at_ms: env.created_at_ms,
+                    })
+                    .collect();
+                Ok(environments)
             })
-            .collect();
+            .await?;
         Ok(Response::new(EnvironmentList { environments }))
     }
 
@@ -250,23 +288,23 @@ impl Hub for HubService {
     ) -> Result<Response<EntityList>, Status> {
         let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
-        self.node.read_barrier(stale(&r.read)).await?;
-        let s = self.node.state.read();
-        caller.may_read(&s.state)?;
-        let entities = if r.environment.is_empty() {
-            s.state.entities().map(entity_proto).collect()
-        } else {
-            if s.state.environment(&r.environment).is_none() {
-                return Err(Status::not_found(format!(
-                    "environment {:?} not found",
-                    r.environment
-                )));
-            }
-            s.state
-                .entities_of(&r.environment)
-                .map(entity_proto)
-                .collect()
-        };
+        let environment = r.environment;
+        let entities = self
+            .scan(&caller, stale(&r.read), move |s| {
+                if environment.is_empty() {
+                    return Ok(s.state.entities().map(entity_proto).collect());
+                }
+                if s.state.environment(&environment).is_none() {
+                    return Err(Status::not_found(format!(
+                        "environment {environment:?} not found"
+                    )));
+                }
+                Ok(s.state
+                    .entities_of(&environment)
+                    .map(entity_proto)
+                    .collect())
+            })
+            .await?;
         Ok(Response::new(EntityList { entities }))
     }
 
@@ -399,6 +437,24 @@ impl Hub for HubService {
         &self,
         req: Request<InitClusterRequest>,
     ) -> Result<Response<InitClusterReply>, Status> {
+        // Only an admin, and never another node: a node that holds no cluster has no admin,
+        // so no caller can make it a cluster of its own (and then bind itself its admin). A
+        // new cluster's founding nodes initialise it at start (`crate::founding`).
+        let caller = crate::auth::caller(&req)?;
+        let refused = || {
+            Status::permission_denied(format!(
+                "{} may not initialize the cluster: needs admin. A new cluster is initialised \
+                 by its founding nodes at start (hub-node --initial-members \
+                 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT)",
+                caller.actor().unwrap_or_default()
+            ))
+        };
+        if matches!(caller, Caller::Verified(Identity::Node(_))) {
+            return Err(refused());
+        }
+        caller
+            .require_admin(&self.node.state.read().state, "initialize the cluster")
+            .map_err(|_| refused())?;
         let r = req.into_inner();
         let mut members = BTreeMap::new();
         for m in r.members {
@@ -550,12 +606,35 @@ impl Hub for HubService {
     }
 
     async fn query(&self, req: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
+        use crate::query::{Cost, Parsed, Query};
         let caller = crate::auth::caller(&req)?;
         let r = req.into_inner();
-        let query: crate::query::Query = serde_json::from_str(&r.query_json)
-            .map_err(|e| Status::invalid_argument(format!("bad query: {e}")))?;
+        if r.query_json.len() > MAX_QUERY_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "query_json: {} bytes, at most {MAX_QUERY_BYTES}",
+                r.query_json.len()
+            )));
+        }
+        let pool = &self.node.queries;
+        let bad = |e: serde_json::Error| Status::invalid_argument(format!("bad query: {e}"));
+        // Counted before it costs anything: a caller over its budget is refused at once, and
+        // a long query (a dry run's text) before it is even parsed, which it is on the query
+        // pool's parse threads.
+        let (query, slot): (Query, _) = if r.query_json.len() > MAX_LOOKUP_QUERY_BYTES {
+            let json = r.query_json.clone();
+            let parse = move || serde_json::from_str(&json);
+            let (query, slot) = pool.parse(pool.admit(&caller)?, parse).await?;
+            (query.map_err(bad)?, Some(slot))
+        } else {
+            let query: Query = serde_json::from_str(&r.query_json).map_err(bad)?;
+            let slot = match query.cost() {
+                Cost::Lookup => None,
+                Cost::Scan | Cost::Parse => Some(pool.admit(&caller)?),
+            };
+            (query, slot)
+        };
         // `explain` shows the leader's view: only the leader checks artifacts (SPEC C9).
-        if matches!(query, crate::query::Query::Explain { .. }) && !stale(&r.read) {
+        if matches!(query, Query::Explain { .. }) && !stale(&r.read) {
             if let Some((leader, addr)) = self.node.leader() {
                 if leader != self.node.id {
                     // The leader sees this node as the caller: check the operator here.
@@ -577,25 +656,46 @@ impl Hub for HubService {
             }
         }
         self.node.read_barrier(stale(&r.read)).await?;
-        let s = self.node.state.read();
-        caller.may(&s.state, &query.need())?;
-        let value = crate::query::answer(
-            &s.state,
-            &self.node.sm.history(),
-            &query,
-            // The cluster's time where this node has read its voters' clocks (the leader),
-            // else its own.
-            self.node.cluster_now_ms(),
-            Some(&self.node.artifacts),
-        )
+        caller.may(&self.node.state.read().state, &query.need())?;
+        // The cluster's time where this node has read its voters' clocks (the leader), else
+        // its own.
+        let now = self.node.cluster_now_ms();
+        let node = self.node.clone();
+        // Serialised where it was built, after the lock is released.
+        let answer = move |(query, parsed): (Query, Parsed)| {
+            crate::query::answer_shared(
+                &node.state,
+                &node.sm.history(),
+                &query,
+                parsed,
+                now,
+                Some(&node.artifacts),
+            )
+            .map(|(value, index)| (value.to_string(), index))
+        };
+        let (json, applied_index) = match slot {
+            None => answer((query, Parsed::Nothing)),
+            Some(slot) if query.cost() == Cost::Parse => {
+                let parse = move || {
+                    let parsed = crate::query::parse(&query);
+                    (query, parsed)
+                };
+                let (parsed, slot) = pool.parse(slot, parse).await?;
+                pool.run(slot, move || answer(parsed)).await?
+            }
+            Some(slot) => {
+                pool.run(slot, move || answer((query, Parsed::Nothing)))
+                    .await?
+            }
+        }
         .map_err(|e| match e {
             crate::query::QueryError::Bad(m) => Status::invalid_argument(m),
             crate::query::QueryError::NotFound(m) => Status::not_found(m),
             crate::query::QueryError::Internal(m) => Status::internal(m),
         })?;
         Ok(Response::new(QueryReply {
-            json: value.to_string(),
-            applied_index: s.applied_index(),
+            json,
+            applied_index,
         }))
     }
 

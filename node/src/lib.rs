@@ -9,6 +9,8 @@
 //! - [`agent_api`]: the API agents use: reports, and long-polled plan fetches.
 //! - [`agent_wire`]: the agent API's typed contract: engine enums to proto enums and back,
 //!   refused reports as data.
+//! - [`founding`]: a new cluster's founding nodes initialise it at start
+//!   (`--initial-members`).
 //! - [`propose`]: the one way into the log: stamps the time and calls `client_write`.
 //! - [`leader_contact`]: whether this node is cut off from the leader (or, as leader, from a
 //!   majority), so it refuses writes and linearizable reads at once.
@@ -23,7 +25,8 @@
 //!   registries) and their deny list.
 //! - [`webhooks`] and [`prometheus`]: the canary controller's webhook calls and metric
 //!   queries over those clients.
-//! - [`query`]: read-only JSON views of the orchestration state.
+//! - [`query`]: read-only JSON views of the orchestration state; [`query_pool`]: where the
+//!   costly ones run (off the runtime's workers, bounded, and per caller).
 //! - [`crash_stop`]: the node exits when its store fails, rather than serve on after a
 //!   failed sync.
 //! - [`stopping`]: the node's stop on SIGTERM, which ends its long-lived calls so the
@@ -35,6 +38,7 @@
 //! - [`auth`]: who may call which method, from the TLS-verified identity.
 //! - [`transport`]: the node's TLS material from flags (or `--insecure` on loopback).
 //! - [`status`]: the gRPC status of a refused command.
+//! - [`text`]: text from the cluster shown to people, control characters escaped.
 //! - [`cli`]: `hubctl`'s commands.
 //! - [`metrics`], [`metrics_server`] and [`dashboard`]: the node's Prometheus metrics and its
 //!   web dashboard, on HTTPS listeners sharing [`http_serve`]'s connection loop.
@@ -55,6 +59,7 @@ pub mod dashboard;
 pub mod dead_leader;
 #[cfg(any(test, feature = "chaos-faults"))]
 pub mod fault_layer;
+pub mod founding;
 pub mod http_serve;
 pub mod leader;
 pub mod leader_contact;
@@ -70,10 +75,12 @@ pub mod port_probe;
 pub mod prometheus;
 pub mod propose;
 pub mod query;
+pub mod query_pool;
 pub mod raft_log_filter;
 pub mod raft_service;
 pub mod status;
 pub mod stopping;
 pub mod term;
+pub mod text;
 pub mod transport;
 pub mod webhooks;

@@ -117,6 +117,8 @@ pub struct HubNode {
     /// Leaders that refuse this node as a non-member, as the log shows them: once, then every
     /// 30 s, however many client calls meet the refusal.
     not_a_member_log: hub_log_limit::SharedLogLimiter<NodeId, ()>,
+    /// Where reads that cost more than a lookup run (see [`crate::query_pool`]).
+    pub queries: crate::query_pool::QueryPool,
 }
 
 /// The CA bundles of the replicated registries, by SHA-256, for the artifact checker.
@@ -249,6 +251,11 @@ impl HubNode {
             stopping: Default::default(),
             health,
             not_a_member_log: Default::default(),
+            queries: crate::query_pool::QueryPool::new(
+                crate::query_pool::query_threads(),
+                crate::query_pool::PER_CALLER_QUERIES,
+            )
+            .map_err(|e| anyhow::anyhow!("the query pool's threads: {e}"))?,
         }))
     }
 

@@ -46,8 +46,8 @@ pub enum Proposal {
     Failed(String),
 }
 
-/// Stamps `command` with the cluster's time as `clock` estimates it and proposes it, waiting
-/// until `deadline`; counts it and its latency in `metrics`.
+/// Stamps `command` (in its current form) with the cluster's time as `clock` estimates it and
+/// proposes it, waiting until `deadline`; counts it and its latency in `metrics`.
 pub async fn propose(
     raft: &Raft,
     metrics: &crate::metrics::NodeMetrics,
@@ -58,6 +58,10 @@ pub async fn propose(
 ) -> Proposal {
     let started = Instant::now();
     let time_ms = clock.now_ms(voters(raft));
+    // A command whose meaning changed is proposed as its successor here, on the leader, so a
+    // follower upgraded before its leader forwards what the leader understands (`SetSecret`
+    // becomes `PutSecret`: see `Command::current_form`).
+    let command = command.current_form();
     let proposal = propose_once(raft, command, time_ms, request_id, deadline).await;
     let outcome = match &proposal {
         Proposal::Applied { result: Ok(_), .. } => "applied",

@@ -90,7 +90,7 @@ pub enum Query {
         /// Only writes whose target is this environment.
         #[serde(default)]
         environment: Option<String>,
-        /// Only this command (`SetSecret`) or legacy action (`suppression`).
+        /// Only this command (`PutSecret`) or legacy action (`suppression`).
         #[serde(default)]
         kind: Option<String>,
         /// Only entries at or after this time (milliseconds since the epoch).
@@ -217,40 +217,165 @@ impl Query {
     }
 }
 
+/// What answering a query costs, which decides where it is answered (see
+/// [`crate::query_pool`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cost {
+    /// Lookups by key and an answer of bounded size: on the call's task, under the state's
+    /// lock.
+    Lookup,
+    /// A walk over a table, or a computation over many rows, growing with the state: on the
+    /// query pool, under the state's lock.
+    Scan,
+    /// Parses text the caller sent: on the query pool, parsing before the state's lock is
+    /// taken.
+    Parse,
+}
+
+impl Query {
+    /// Where this query is answered: one arm per query kind, no fallback, so a new query
+    /// does not compile without its cost.
+    pub fn cost(&self) -> Cost {
+        match self {
+            Query::ResolveEntity { .. }
+            | Query::Entity { .. }
+            | Query::Plan { .. }
+            | Query::EnvironmentSettings { .. }
+            | Query::Module { .. }
+            | Query::ModuleInstallation { .. }
+            | Query::ChangeRequest { .. }
+            | Query::Canary { .. }
+            | Query::RolloutPolicy { .. } => Cost::Lookup,
+            Query::Explain { .. }
+            | Query::Activity { .. }
+            | Query::Plans { .. }
+            | Query::Products
+            | Query::Releases { .. }
+            | Query::Channels
+            | Query::Recalls
+            | Query::Suppressions { .. }
+            | Query::Audit { .. }
+            | Query::Modules
+            | Query::ModuleInstallations { .. }
+            | Query::ChangeRequests { .. }
+            | Query::Canaries { .. }
+            | Query::EnvironmentLabels
+            | Query::RolloutPolicies
+            | Query::RolloutStatus { .. }
+            | Query::RoleBindings
+            | Query::Tokens => Cost::Scan,
+            Query::ModuleDryRun { .. } => Cost::Parse,
+        }
+    }
+}
+
+/// One audit row: a write of the write audit, the entry a command wrote itself, or both (the
+/// same log index).
+struct AuditRow<'a> {
+    index: u64,
+    write: Option<&'a hub_engine::audit::WriteAudit>,
+    entry: Option<&'a hub_engine::record::AuditEntry>,
+}
+
+impl AuditRow<'_> {
+    fn actor(&self) -> Option<String> {
+        self.write
+            .map(|w| w.actor.to_string())
+            .or(self.entry.map(|l| l.actor.clone()))
+    }
+
+    /// The entry's action, else the write's command.
+    fn action(&self) -> Option<&str> {
+        self.entry
+            .map(|l| l.action.as_str())
+            .or(self.write.map(|w| w.command.as_str()))
+    }
+
+    fn target(&self) -> Option<&str> {
+        self.entry
+            .map(|l| l.target.as_str())
+            .or(self.write.map(|w| w.target.as_str()))
+    }
+
+    fn time_ms(&self) -> i64 {
+        self.write
+            .map(|w| w.time_ms)
+            .or(self.entry.map(|l| l.time_ms))
+            .unwrap_or(0)
+    }
+
+    /// Whether the row passes the `audit` query's filters.
+    fn wanted(
+        &self,
+        actor: Option<&str>,
+        environment: Option<&str>,
+        kind: Option<&str>,
+        since_ms: Option<i64>,
+    ) -> bool {
+        actor.is_none_or(|a| self.actor().as_deref() == Some(a))
+            && environment.is_none_or(|e| {
+                self.target().is_some_and(|t| {
+                    t.strip_prefix("environment ") == Some(e)
+                        || t == e
+                        || t.strip_prefix("eid:")
+                            .and_then(|t| t.strip_prefix(e))
+                            .is_some_and(|t| t.starts_with(':'))
+                })
+            })
+            && kind.is_none_or(|k| {
+                self.write.is_some_and(|w| w.command == k) || self.action() == Some(k)
+            })
+            && since_ms.is_none_or(|s| self.time_ms() >= s)
+    }
+
+    /// The row as the `audit` query shows it. Every text is shown with its control
+    /// characters escaped ([`crate::text::escape_controls`]): a refused write's target is
+    /// whatever the caller wrote, and a newline in it must not print as a second row.
+    fn view(&self) -> Value {
+        use crate::text::escape_controls as esc;
+        use hub_engine::audit::WriteOutcome;
+        let (w, l) = (self.write, self.entry);
+        let (outcome, error) = match w.map(|w| &w.outcome) {
+            Some(WriteOutcome::Refused(e)) => ("refused", esc(&e.to_string()).into_owned()),
+            Some(WriteOutcome::Applied) | None => ("applied", String::new()),
+        };
+        let time_ms = self.time_ms();
+        json!({
+            "index": self.index,
+            "time": format_time(time_ms),
+            "time_ms": time_ms,
+            "actor": self.actor().map(|a| esc(&a).into_owned()),
+            "method": w.map(|w| match w.method {
+                hub_engine::audit::AuthMethod::Certificate => "certificate",
+                hub_engine::audit::AuthMethod::Token => "token",
+            }),
+            "command": w.map(|w| esc(&w.command)),
+            "action": self.action().map(esc),
+            "target": self.target().map(esc),
+            "outcome": outcome,
+            "error": error,
+            "reason": l.map(|l| esc(&l.reason)).unwrap_or_default(),
+        })
+    }
+}
+
 /// Every audit row, newest first: the write audit (every write of an identified caller, with
 /// its outcome) merged by log index with the entries commands write themselves (suppressions,
 /// overrides, cancels, break-glass commands, module changes: their action, target and reason).
-fn audit_rows(state: &State) -> impl Iterator<Item = Value> + '_ {
-    use hub_engine::audit::WriteOutcome;
+/// Rows are filtered before they are shown, so a filter that passes few of the retained rows
+/// (100,000 by default) builds only those.
+fn audit_rows(state: &State) -> impl Iterator<Item = AuditRow<'_>> + '_ {
     let mut writes = state.write_audit().rev().peekable();
     let mut legacy = state.audit().rev().peekable();
     std::iter::from_fn(move || {
         let w_index = writes.peek().map(|w| w.index);
         let l_index = legacy.peek().map(|l| l.index);
         let index = w_index.max(l_index)?;
-        let w = (w_index == Some(index)).then(|| writes.next()).flatten();
-        let l = (l_index == Some(index)).then(|| legacy.next()).flatten();
-        let (outcome, error) = match w.map(|w| &w.outcome) {
-            Some(WriteOutcome::Refused(e)) => ("refused", e.to_string()),
-            Some(WriteOutcome::Applied) | None => ("applied", String::new()),
-        };
-        let time_ms = w.map(|w| w.time_ms).or(l.map(|l| l.time_ms)).unwrap_or(0);
-        Some(json!({
-            "index": index,
-            "time": format_time(time_ms),
-            "time_ms": time_ms,
-            "actor": w.map(|w| w.actor.to_string()).or(l.map(|l| l.actor.clone())),
-            "method": w.map(|w| match w.method {
-                hub_engine::audit::AuthMethod::Certificate => "certificate",
-                hub_engine::audit::AuthMethod::Token => "token",
-            }),
-            "command": w.map(|w| w.command.clone()),
-            "action": l.map(|l| l.action.clone()).or(w.map(|w| w.command.clone())),
-            "target": l.map(|l| l.target.clone()).or(w.map(|w| w.target.clone())),
-            "outcome": outcome,
-            "error": error,
-            "reason": l.map(|l| l.reason.clone()).unwrap_or_default(),
-        }))
+        Some(AuditRow {
+            index,
+            write: (w_index == Some(index)).then(|| writes.next()).flatten(),
+            entry: (l_index == Some(index)).then(|| legacy.next()).flatten(),
+        })
     })
 }
 
@@ -627,21 +752,16 @@ pub fn answer(
         } => {
             let log = state.audit_log();
             let rows: Vec<Value> = audit_rows(state)
-                .filter(|r| actor.as_ref().is_none_or(|a| r["actor"] == a.as_str()))
                 .filter(|r| {
-                    environment.as_ref().is_none_or(|e| {
-                        r["target"] == format!("environment {e}").as_str()
-                            || r["target"].as_str().is_some_and(|t| {
-                                t == e.as_str() || t.starts_with(&format!("eid:{e}:"))
-                            })
-                    })
+                    r.wanted(
+                        actor.as_deref(),
+                        environment.as_deref(),
+                        kind.as_deref(),
+                        *since_ms,
+                    )
                 })
-                .filter(|r| {
-                    kind.as_ref()
-                        .is_none_or(|k| r["command"] == k.as_str() || r["action"] == k.as_str())
-                })
-                .filter(|r| since_ms.is_none_or(|s| r["time_ms"].as_i64().unwrap_or(0) >= s))
                 .take(limit.unwrap_or(100).min(10_000))
+                .map(|r| r.view())
                 .collect();
             json!({ "audit": rows, "retention": log.retention, "dropped": log.dropped })
         }
@@ -705,13 +825,7 @@ pub fn answer(
             })
         }
         Query::ModuleDryRun { file_name, yaml } => {
-            match state.prepare_module_publish(file_name.as_deref(), yaml) {
-                Ok((def, version)) => json!({
-                    "valid": true, "name": def.name, "version": version.to_string(),
-                    "entities": def.entities.len(), "variables": def.variables.len(),
-                }),
-                Err(e) => return Err(QueryError::Bad(e.to_string())),
-            }
+            dry_run_view(state.prepare_module_publish(file_name.as_deref(), yaml))?
         }
         Query::ModuleInstallations {
             environment,
@@ -789,6 +903,65 @@ pub fn answer(
                 .ok_or_else(|| QueryError::NotFound(format!("change request {id:?} not found")))?,
         ),
     })
+}
+
+/// What a query takes from the caller's text before the state is read: a dry run's parsed
+/// definition (see [`parse`]).
+#[derive(Debug)]
+pub enum Parsed {
+    /// Nothing: the query parses nothing.
+    Nothing,
+    /// A dry run's definition, parsed and checked on its own, or why it is refused.
+    Module(Box<Result<hub_engine::module::ParsedDefinition, hub_engine::CommandError>>),
+}
+
+/// The part of `query`'s answer that needs no state: a dry run's parse of the definition (a
+/// [`Cost::Parse`] query), done without the state's lock.
+pub fn parse(query: &Query) -> Parsed {
+    match query {
+        Query::ModuleDryRun { file_name, yaml } => {
+            Parsed::Module(Box::new(State::parse_module(file_name.as_deref(), yaml)))
+        }
+        _ => Parsed::Nothing,
+    }
+}
+
+/// Answers `query` from the applied state `shared` and its `history` (see [`answer`]),
+/// holding the state's lock only while the answer reads the state; a dry run whose definition
+/// was [`parse`]d only checks it against the published modules under the lock. Returns the
+/// answer and the applied index it reflects.
+pub fn answer_shared(
+    shared: &raft_store::SharedState,
+    history: &raft_store::History,
+    query: &Query,
+    parsed: Parsed,
+    now: i64,
+    checker: Option<&ArtifactChecker>,
+) -> Result<(Value, u64), QueryError> {
+    let s = shared.read();
+    let value = match (query, parsed) {
+        (Query::ModuleDryRun { file_name, .. }, Parsed::Module(parsed)) => {
+            dry_run_view(parsed.and_then(|p| s.state.check_parsed_module(p, file_name.as_deref())))?
+        }
+        (query, _) => answer(&s.state, history, query, now, checker)?,
+    };
+    Ok((value, s.applied_index()))
+}
+
+/// A dry run's answer: what publishing would create, or why it would be refused.
+fn dry_run_view(
+    checked: Result<
+        (hub_engine::module::ModuleDefinition, semver::Version),
+        hub_engine::CommandError,
+    >,
+) -> Result<Value, QueryError> {
+    match checked {
+        Ok((def, version)) => Ok(json!({
+            "valid": true, "name": def.name, "version": version.to_string(),
+            "entities": def.entities.len(), "variables": def.variables.len(),
+        })),
+        Err(e) => Err(QueryError::Bad(e.to_string())),
+    }
 }
 
 /// The replicated judging state of a judged canary (issue 20): the judges, the inconclusive
@@ -1107,4 +1280,62 @@ fn explain_view(
             .map(|e| insecure_registries(state, &e.environment))
             .unwrap_or_default(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hub_engine::{Command, Request};
+    use hub_tls::Identity;
+
+    /// A refused write whose environment name holds a newline and an escape sequence: the
+    /// `audit` view shows them as escapes, and the filters still match the raw name.
+    #[test]
+    fn audit_rows_show_control_characters_as_escapes_and_filter_on_the_raw_text() {
+        let mut state = State::new();
+        let env = "x\n9999 operator/admin DeleteEnvironment\u{1b}[2K";
+        let vic = Identity::Operator("vic".into());
+        let applied = state.apply(
+            &Request {
+                command: Command::As {
+                    actor: vic,
+                    command: Box::new(Command::CreateEntity {
+                        environment: env.into(),
+                        kind: hub_engine::EntityKind::HelmChart,
+                        name: "web".into(),
+                        product_id: "com.example:web".into(),
+                        k8s_namespace: Some("web".into()),
+                        account_id: None,
+                        release_channel: None,
+                    }),
+                },
+                time_ms: 1_700_000_000_000,
+                request_id: None,
+            },
+            1,
+        );
+        assert!(applied.result.is_err(), "{:?}", applied.result);
+        let rows: Vec<Value> = audit_rows(&state)
+            .filter(|r| r.wanted(Some("operator/vic"), Some(env), Some("CreateEntity"), None))
+            .map(|r| r.view())
+            .collect();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        let shown = rows[0].to_string();
+        for text in [&rows[0]["target"], &rows[0]["error"]] {
+            let text = text.as_str().expect("text");
+            assert!(!text.contains(|c: char| c.is_control()), "{text:?}");
+        }
+        assert!(
+            rows[0]["target"]
+                .as_str()
+                .is_some_and(|t| t.contains("x\\n9999") && t.contains("\\u{1b}[2K")),
+            "{shown}"
+        );
+        assert_eq!(
+            audit_rows(&state)
+                .filter(|r| r.wanted(Some("operator/bob"), None, None, None))
+                .count(),
+            0
+        );
+    }
 }

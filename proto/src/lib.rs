@@ -5,6 +5,8 @@
 
 #![allow(clippy::all, missing_docs)]
 
+pub mod codec;
+
 /// Version 1 of the hub protocol.
 pub mod v1 {
     tonic::include_proto!("hub.v1");

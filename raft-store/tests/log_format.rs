@@ -528,6 +528,11 @@ fn commands() -> Vec<Command> {
                 },
             ],
         },
+        Command::PutSecret {
+            entity: s(ENTITY),
+            name: s("api-token"),
+            value: Some(SecretValue(s("t0ken"))),
+        },
     ]
 }
 

@@ -196,9 +196,9 @@ impl Drop for Procs {
     }
 }
 
-/// `hubctl cluster init` bootstraps hub-node processes started by hand (as systemd would),
-/// after `hubctl pki` made the cluster's CA and certificates: the production bootstrap of
-/// docs/SECURITY.md, step by step.
+/// hub-node processes started by hand (as systemd would) with the same `--initial-members`
+/// found a cluster, which `hubctl cluster init` claims, after `hubctl pki` made the cluster's
+/// CA and certificates: the production bootstrap of docs/SECURITY.md, step by step.
 #[test]
 fn cluster_init_bootstraps_hand_started_nodes() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -223,11 +223,18 @@ fn cluster_init_bootstraps_hand_started_nodes() {
         ])
         .expect_ok("pki issue node");
     }
-    hub_tests::hubctl_raw(&[
-        "pki", "issue", "operator", "--dir", &pki_s, "--name", "alice",
-    ])
-    .expect_ok("pki issue operator");
+    for name in ["alice", "bob"] {
+        hub_tests::hubctl_raw(&["pki", "issue", "operator", "--dir", &pki_s, "--name", name])
+            .expect_ok("pki issue operator");
+    }
     let mut procs = Procs(Vec::new());
+    // The founding members, the same on every node: each initialises the cluster at start.
+    let initial: Vec<String> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect();
+    let initial = initial.join(",");
     for (i, addr) in addrs.iter().enumerate() {
         let id = i + 1;
         let log = std::fs::File::create(tmp.path().join(format!("node-{id}.log"))).unwrap();
@@ -239,6 +246,8 @@ fn cluster_init_bootstraps_hand_started_nodes() {
                 addr,
                 "--cluster-id",
                 "by-hand",
+                "--initial-members",
+                &initial,
             ])
             .arg("--data-dir")
             .arg(tmp.path().join(format!("node-{id}")))
@@ -254,33 +263,28 @@ fn cluster_init_bootstraps_hand_started_nodes() {
             .expect("start hub-node");
         procs.0.push(child);
     }
-    let alice = |args: &[&str]| {
+    let operator = |name: &str, args: &[&str]| {
         hub_tests::run_with_limit(
             std::process::Command::new(hub_tests::hubctl_bin())
                 .env("HUBCTL_CA_FILE", pki.join("ca.pem"))
-                .env("HUBCTL_CERT_FILE", pki.join("operator-alice.pem"))
-                .env("HUBCTL_KEY_FILE", pki.join("operator-alice-key.pem"))
+                .env("HUBCTL_CERT_FILE", pki.join(format!("operator-{name}.pem")))
+                .env(
+                    "HUBCTL_KEY_FILE",
+                    pki.join(format!("operator-{name}-key.pem")),
+                )
                 .args(args),
             hub_tests::HUBCTL_LIMIT,
         )
     };
+    let alice = |args: &[&str]| operator("alice", args);
     let endpoints = addrs.join(",");
-    let members: Vec<String> = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| format!("--member={}={a}", i + 1))
-        .collect();
-    let mut args = vec!["cluster", "init"];
-    args.extend(members.iter().map(String::as_str));
     // Without a certificate (TLS that verifies the node, but no identity) the nodes refuse
     // the caller.
-    let mut full = vec!["--endpoints", addrs[0].as_str()];
-    full.extend(args.iter().copied());
     let anonymous = hub_tests::poll_until(std::time::Duration::from_secs(30), || {
         let out = hub_tests::run_with_limit(
             std::process::Command::new(hub_tests::hubctl_bin())
                 .env("HUBCTL_CA_FILE", pki.join("ca.pem"))
-                .args(&full),
+                .args(["--endpoints", addrs[0].as_str(), "env", "list"]),
             hub_tests::HUBCTL_LIMIT,
         );
         out.stderr.contains("no client certificate").then_some(out)
@@ -289,15 +293,16 @@ fn cluster_init_bootstraps_hand_started_nodes() {
         anonymous.is_some(),
         "a caller without a certificate was not refused"
     );
-    // The nodes may still be binding their ports: retry init until one answers.
+    // Alice claims the cluster the nodes founded: she becomes its first admin. The nodes may
+    // still be binding their ports or electing: retry until one answers.
     let init = hub_tests::poll_until(std::time::Duration::from_secs(30), || {
-        let out = alice(&full);
+        let out = alice(&["--endpoints", &endpoints, "cluster", "init"]);
         out.success().then_some(out)
     });
     assert!(init.is_some(), "cluster init never succeeded");
-    // A second init is refused: the cluster exists.
-    let out = alice(&full);
-    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    // Another operator's claim is refused: the cluster has its admin.
+    operator("bob", &["--endpoints", &endpoints, "cluster", "init"])
+        .expect_err(1, "operator/bob may not BindRole");
 
     let created = hub_tests::poll_until(std::time::Duration::from_secs(30), || {
         alice(&["--endpoints", &endpoints, "env", "create", "bootstrapped"])
@@ -311,16 +316,23 @@ fn cluster_init_bootstraps_hand_started_nodes() {
     assert_eq!(status["members"].as_array().unwrap().len(), 3, "{status}");
     assert!(status["leader"].as_u64().is_some(), "{status}");
 
-    // Bad member syntax is refused by the CLI.
-    let out = hub_tests::hubctl_raw(&[
-        "--endpoints",
-        &endpoints,
-        "cluster",
-        "init",
-        "--member",
-        "x=1",
-    ]);
-    out.expect_err(2, "--member");
+    // A bad founding list is refused by the node at start, naming the flag.
+    let out = hub_tests::run_with_limit(
+        std::process::Command::new(hub_tests::hub_node_bin())
+            .args([
+                "--id",
+                "4",
+                "--listen",
+                "127.0.0.1:0",
+                "--cluster-id",
+                "by-hand",
+            ])
+            .arg("--data-dir")
+            .arg(tmp.path().join("node-4"))
+            .args(["--insecure", "--initial-members", "1=127.0.0.1:1"]),
+        hub_tests::HUBCTL_LIMIT,
+    );
+    out.expect_err(1, "--initial-members: this node (4) is not listed");
 }
 
 /// The subcommands listed under `Commands:` in a help text.

@@ -425,7 +425,7 @@ fn bad_input_is_refused_with_the_field_named_and_changes_nothing() {
         .filter(|r| r["outcome"] == "refused")
         .collect();
     assert!(
-        refused.iter().any(|r| r["command"] == "SetSecret"
+        refused.iter().any(|r| r["command"] == "PutSecret"
             && r["actor"] == "operator/admin"
             && r["error"]
                 .as_str()

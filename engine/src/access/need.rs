@@ -99,6 +99,7 @@ pub fn need(state: &State, command: &Command) -> Need {
         Command::SetEntitySettings { entity, .. }
         | Command::SetConfigOverrides { entity, .. }
         | Command::SetSecret { entity, .. }
+        | Command::PutSecret { entity, .. }
         | Command::IssueCommand { entity, .. } => operator(entity_env(entity)),
         Command::CreateProduct { product_id, .. }
         | Command::SetProductWindow { product_id, .. }

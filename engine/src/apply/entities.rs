@@ -219,12 +219,14 @@ impl State {
         ))
     }
 
-    /// `SetSecret`: sets or removes one secret; every change bumps the secrets revision.
+    /// `SetSecret` and `PutSecret`: sets or removes one secret; every change bumps the
+    /// secrets revision, and under `write` so does a set to the value already stored.
     pub(super) fn set_secret(
         &mut self,
         entity: &str,
         name: &str,
         value: &Option<SecretValue>,
+        write: SecretWrite,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         if name.is_empty()
@@ -255,7 +257,7 @@ impl State {
                         format!("at most {MAX_SECRETS} secrets"),
                     ));
                 }
-                if e.secrets.get(name) == Some(v) {
+                if write == SecretWrite::UnchangedIfEqual && e.secrets.get(name) == Some(v) {
                     return Ok(changed(
                         entity.to_string(),
                         format!("secret {name} unchanged"),
@@ -284,6 +286,15 @@ impl State {
             format!("secret {name} set (revision {rev})"),
         ))
     }
+}
+
+/// What setting a secret to the value it already has does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SecretWrite {
+    /// Nothing, answered "unchanged" (`SetSecret`, as older releases applied it).
+    UnchangedIfEqual,
+    /// What any other value does: a new revision, the same answer (`PutSecret`).
+    AlwaysNewRevision,
 }
 
 /// Config overrides must be a YAML mapping (or empty).

@@ -49,6 +49,8 @@ mod tests;
 mod tokens;
 mod windows;
 
+use entities::SecretWrite;
+
 use hub_identity::Identity;
 use semver::Version;
 
@@ -242,7 +244,12 @@ impl State {
                 entity,
                 name,
                 value,
-            } => self.set_secret(entity, name, value, tx),
+            } => self.set_secret(entity, name, value, SecretWrite::UnchangedIfEqual, tx),
+            Command::PutSecret {
+                entity,
+                name,
+                value,
+            } => self.set_secret(entity, name, value, SecretWrite::AlwaysNewRevision, tx),
             Command::CreateProduct {
                 product_id,
                 description,

@@ -19,8 +19,8 @@ use crate::installation::{
     FIRST_MODULE_VERSION,
 };
 use crate::module::{
-    check_user_edit, parse_and_validate, render, sync_config, ModuleCatalog, ModuleDefinition,
-    RenderError, RenderedEntity, SyncMode,
+    check_user_edit, render, sync_config, DefinitionErrors, ModuleCatalog, ModuleDefinition,
+    ParsedDefinition, RenderError, RenderedEntity, SyncMode,
 };
 use crate::name::{validate_name, validate_product_id};
 use crate::state::{State, Trigger};
@@ -39,6 +39,14 @@ impl ModuleCatalog for State {
             .get(&(name.to_string(), version.clone()))
             .map(|m| &m.definition)
     }
+}
+
+/// A definition's errors as the command error `PublishModule` answers with.
+fn definition_error(file_name: Option<&str>, errors: &DefinitionErrors) -> CommandError {
+    CommandError::invalid(
+        file_name.unwrap_or("module definition"),
+        format!("\n{errors}"),
+    )
 }
 
 /// What applying a module version to an installation changes, computed before any mutation.
@@ -142,18 +150,36 @@ impl State {
     }
 
     /// Validates `yaml` as `PublishModule` would and returns the definition with the version
-    /// it would be published as; `hubctl module create --dry-run` calls this on a read.
+    /// it would be published as: [`State::parse_module`] then [`State::check_parsed_module`].
     pub fn prepare_module_publish(
         &self,
         file_name: Option<&str>,
         yaml: &str,
     ) -> Result<(ModuleDefinition, Version), CommandError> {
-        let def = parse_and_validate(file_name, yaml, self).map_err(|errors| {
-            CommandError::invalid(
-                file_name.unwrap_or("module definition"),
-                format!("\n{errors}"),
-            )
-        })?;
+        self.check_parsed_module(State::parse_module(file_name, yaml)?, file_name)
+    }
+
+    /// The half of [`State::prepare_module_publish`] that needs no state: `yaml` parsed and
+    /// checked on its own (the costly half, see [`ParsedDefinition`]).
+    pub fn parse_module(
+        file_name: Option<&str>,
+        yaml: &str,
+    ) -> Result<ParsedDefinition, CommandError> {
+        ParsedDefinition::parse(file_name, yaml)
+            .map_err(|errors| definition_error(file_name, &errors))
+    }
+
+    /// The half of [`State::prepare_module_publish`] that needs the state: `parsed` against
+    /// the published modules, and the version it would be published as. `hubctl module create
+    /// --dry-run` parses without the state's lock and calls this under it.
+    pub fn check_parsed_module(
+        &self,
+        parsed: ParsedDefinition,
+        file_name: Option<&str>,
+    ) -> Result<(ModuleDefinition, Version), CommandError> {
+        let def = parsed
+            .validate_against(self)
+            .map_err(|errors| definition_error(file_name, &errors))?;
         let version = match self.latest_module(&def.name) {
             Some(m) => Version::new(m.version.major, m.version.minor + 1, 0),
             None => FIRST_MODULE_VERSION,

@@ -315,3 +315,76 @@ fn membership_entries_record_removed_nodes_and_survive_a_rebuild() {
     assert_eq!(rebuilt.cluster_members(), s.cluster_members());
     assert_eq!(rebuilt.digest(), s.digest());
 }
+
+/// Issue 51: `PutSecret` makes a new revision and answers the same whether the value equals
+/// the stored one or not, so a right guess of a write-only value is not confirmed; a logged
+/// `SetSecret` still applies as it did (an equal value is "unchanged"), so replaying an old
+/// log, or applying it beside an older node, reaches the same state.
+#[test]
+fn a_put_secret_answers_alike_for_a_right_and_a_wrong_guess_and_set_secret_replays_as_before() {
+    use crate::entity::SecretValue;
+    let id = "eid:prod:helmChart:web".to_string();
+    let secret = |put: bool, value: &str| {
+        let (entity, name, value) = (
+            id.clone(),
+            "pw".to_string(),
+            Some(SecretValue(value.into())),
+        );
+        if put {
+            Command::PutSecret {
+                entity,
+                name,
+                value,
+            }
+        } else {
+            Command::SetSecret {
+                entity,
+                name,
+                value,
+            }
+        }
+    };
+    let summary = |a: &Applied| match &a.result {
+        Ok(CommandOutput::Changed { summary, .. }) => summary.clone(),
+        other => panic!("{other:?}"),
+    };
+    let mut s = State::new();
+    s.apply(&req(create_env("prod"), 10), 1);
+    s.apply(&req(create_helm("prod", "web"), 11), 2);
+    let revision = |s: &State| s.entity(&id).expect("entity").secrets_revision;
+
+    assert_eq!(
+        summary(&s.apply(&req(secret(true, "hunter2"), 12), 3)),
+        "secret pw set (revision 1)"
+    );
+    let right = s.apply(&req(secret(true, "hunter2"), 13), 4);
+    assert_eq!(summary(&right), "secret pw set (revision 2)");
+    assert!(right.changed.contains(&RecordKey::Entity(id.clone())));
+    let wrong = s.apply(&req(secret(true, "hunter3"), 14), 5);
+    assert_eq!(summary(&wrong), "secret pw set (revision 3)");
+    assert_eq!(revision(&s), 3);
+
+    // The old command: an equal value changes nothing and says so.
+    let old = s.apply(&req(secret(false, "hunter3"), 15), 6);
+    assert_eq!(summary(&old), "secret pw unchanged");
+    assert_eq!(revision(&s), 3);
+    assert_eq!(
+        summary(&s.apply(&req(secret(false, "x"), 16), 7)),
+        "secret pw set (revision 4)"
+    );
+
+    // What a leader proposes for a submitted SetSecret, also inside `As`.
+    let actor = hub_identity::Identity::Operator("alice".into());
+    let wrapped = Command::As {
+        actor: actor.clone(),
+        command: Box::new(secret(false, "v")),
+    };
+    assert_eq!(
+        wrapped.current_form(),
+        Command::As {
+            actor,
+            command: Box::new(secret(true, "v")),
+        }
+    );
+    assert_eq!(create_env("x").current_form(), create_env("x"));
+}

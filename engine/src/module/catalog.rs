@@ -8,6 +8,7 @@ use semver::Version;
 use super::definition::ModuleDefinition;
 use super::error::{quote, DefinitionError, DefinitionErrors};
 use super::parse::parse_indexed;
+use super::position::PositionIndex;
 use super::variable::{list, Variable};
 
 /// Deepest chain of submodules followed (a module, its submodule, theirs, ...).
@@ -161,6 +162,43 @@ fn find_cycle(
     Ok(None)
 }
 
+/// A definition that passed every check of its own file, with the index that locates later
+/// errors in its text: the first half of [`parse_and_validate`], which needs no catalog.
+/// Parsing is the costly half, so a reader can run it without holding the state the catalog
+/// lives in, and take the state only for [`ParsedDefinition::validate_against`].
+#[derive(Debug)]
+pub struct ParsedDefinition {
+    def: ModuleDefinition,
+    index: PositionIndex,
+}
+
+impl ParsedDefinition {
+    /// [`parse_definition`](super::parse_definition), keeping the position index.
+    pub fn parse(file_name: Option<&str>, yaml: &str) -> Result<Self, DefinitionErrors> {
+        let (def, index) = parse_indexed(file_name, yaml)?;
+        Ok(ParsedDefinition { def, index })
+    }
+
+    /// The module's name, as the file declares it.
+    pub fn name(&self) -> &str {
+        &self.def.name
+    }
+
+    /// [`validate_against`] `catalog`, with every error located in the parsed text.
+    pub fn validate_against(
+        self,
+        catalog: &dyn ModuleCatalog,
+    ) -> Result<ModuleDefinition, DefinitionErrors> {
+        if let Err(mut errors) = validate_against(&self.def, catalog) {
+            for e in errors.iter_mut() {
+                self.index.locate_error(e);
+            }
+            return Err(errors);
+        }
+        Ok(self.def)
+    }
+}
+
 /// [`parse_definition`](super::parse_definition) then [`validate_against`], with every error
 /// located in `yaml`: what publishing a module version runs.
 pub fn parse_and_validate(
@@ -168,12 +206,5 @@ pub fn parse_and_validate(
     yaml: &str,
     catalog: &dyn ModuleCatalog,
 ) -> Result<ModuleDefinition, DefinitionErrors> {
-    let (def, index) = parse_indexed(file_name, yaml)?;
-    if let Err(mut errors) = validate_against(&def, catalog) {
-        for e in errors.iter_mut() {
-            index.locate_error(e);
-        }
-        return Err(errors);
-    }
-    Ok(def)
+    ParsedDefinition::parse(file_name, yaml)?.validate_against(catalog)
 }

@@ -4,7 +4,8 @@
 //! - [`parse_definition`] reads and validates one definition file (everything checkable
 //!   within it), reporting every problem with its YAML path and line ([`DefinitionErrors`]);
 //!   [`validate_against`] checks its submodules against a [`ModuleCatalog`], and
-//!   [`parse_and_validate`] does both.
+//!   [`parse_and_validate`] does both ([`ParsedDefinition`]: the two halves apart, so the
+//!   parse needs no catalog at hand).
 //! - [`render`] turns a definition and installer values into [`RenderedEntity`]s.
 //! - [`sync_config`] and [`check_user_edit`] decide how module config overrides meet an
 //!   entity's (`syncConfigOverrides`).
@@ -24,7 +25,9 @@ mod render;
 mod sync;
 mod variable;
 
-pub use catalog::{parse_and_validate, validate_against, ModuleCatalog, MAX_SUBMODULE_DEPTH};
+pub use catalog::{
+    parse_and_validate, validate_against, ModuleCatalog, ParsedDefinition, MAX_SUBMODULE_DEPTH,
+};
 pub use config::{KeyPath, ModuleConfig};
 pub use definition::{
     EntityOverride, EntityTemplate, ModuleDefinition, MultikeySecret, Restrictions, SubmoduleRef,

@@ -44,6 +44,13 @@ struct Args {
     /// Cluster id; a node refuses data and peers of another cluster.
     #[arg(long)]
     cluster_id: String,
+    /// Found a new cluster with these voters (ID=HOST:PORT, comma-separated, this node
+    /// among them): give every founding node the same list. The one with the lowest id
+    /// initialises the cluster at start while its data directory holds none, the others
+    /// take its log when it reaches them; the flag is ignored once the data directory holds
+    /// the cluster. A node to be added to a running cluster is started without it.
+    #[arg(long, value_name = "ID=HOST:PORT,...", env = "HUB_INITIAL_MEMBERS")]
+    initial_members: Option<String>,
     /// Leader heartbeat period.
     #[arg(long, default_value_t = 100)]
     heartbeat_ms: u64,
@@ -207,6 +214,12 @@ async fn run() -> anyhow::Result<()> {
     if args.artifact_ttl_ms == 0 || args.artifact_timeout_ms == 0 {
         anyhow::bail!("--artifact-ttl-ms and --artifact-timeout-ms: must be at least 1");
     }
+    let initial_members = args
+        .initial_members
+        .as_deref()
+        .map(|m| hub_node::founding::parse_initial_members(m, args.id))
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--initial-members: {e}"))?;
     let outbound_deny = hub_http::DenyList::parse(&args.outbound_deny)
         .map_err(|e| anyhow::anyhow!("--outbound-deny: {e}"))?
         .allowing(
@@ -307,6 +320,9 @@ async fn run() -> anyhow::Result<()> {
     }
     // From here on a failed write or sync of the store stops the process (crash-stop).
     hub_node::crash_stop::watch(&node.raft);
+    if let Some(members) = initial_members {
+        hub_node::founding::initialize_at_start(&node, members).await?;
+    }
     tracing::info!(id = cfg.id, addr = %cfg.advertise, cluster = %cfg.cluster_id,
         outbound_deny = %cfg.outbound_deny, "hub-node started");
 

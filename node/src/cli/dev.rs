@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use hub_proto::{InitClusterRequest, Member, NodeStatusRequest, SubmitRequest};
+use hub_proto::{NodeStatusRequest, SubmitRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -188,10 +188,14 @@ pub fn write_cluster_file(dir: &Path, file: &ClusterFile) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Starts `node` of `cluster` in the background, logging to `DIR/node-ID.log`; a `founding`
+/// node is given every node of `cluster` as `--initial-members` (see
+/// `hub_node::founding`).
 pub(crate) fn spawn_node(
     dir: &Path,
     cluster: &ClusterFile,
     node: &NodeEntry,
+    founding: bool,
 ) -> anyhow::Result<u32> {
     let log_path = dir.join(format!("node-{}.log", node.id));
     let log = OpenOptions::new()
@@ -218,6 +222,12 @@ pub(crate) fn spawn_node(
         .arg("--cluster-id")
         .arg(&cluster.cluster_id)
         .args(node_tls_args(dir, cluster, node.id))
+        .args(
+            founding
+                .then(|| initial_members(cluster))
+                .into_iter()
+                .flatten(),
+        )
         .args(&cluster.node_args)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -227,6 +237,16 @@ pub(crate) fn spawn_node(
         .spawn()
         .context("start hub-node")?;
     Ok(child.id())
+}
+
+/// `--initial-members ID=ADDR,...` naming every node of `cluster`.
+fn initial_members(cluster: &ClusterFile) -> [String; 2] {
+    let members: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("{}={}", n.id, n.addr))
+        .collect();
+    ["--initial-members".into(), members.join(",")]
 }
 
 /// `--insecure`, or the node's `--ca-file --cert-file --key-file` in the dev PKI.
@@ -514,7 +534,7 @@ pub(crate) async fn start_cluster(
     let connector = dev_connector(dir, &cluster)?;
     let mut started = Ok(());
     for i in 0..cluster.nodes.len() {
-        match spawn_node(dir, &cluster, &cluster.nodes[i]) {
+        match spawn_node(dir, &cluster, &cluster.nodes[i], fresh) {
             Ok(pid) => cluster.nodes[i].pid = pid,
             Err(e) => {
                 started = Err(e);
@@ -540,8 +560,9 @@ pub(crate) async fn start_cluster(
     }
 }
 
-/// Waits until every node of a just-started `cluster` serves and a leader is elected
-/// (initialising a `fresh` cluster and binding its first admin); returns the leader's id.
+/// Waits until every node of a just-started `cluster` serves and a leader is elected (a
+/// `fresh` cluster's nodes initialise it themselves; this binds its first admin); returns the
+/// leader's id.
 async fn wait_ready(
     dir: &Path,
     cluster: &ClusterFile,
@@ -562,20 +583,6 @@ async fn wait_ready(
     progress("electing a leader");
     let first = &cluster.nodes[0];
     let mut c = FailoverClient::connect(&first.addr, connector).await?;
-    if fresh {
-        let members = cluster
-            .nodes
-            .iter()
-            .map(|n| Member {
-                id: n.id,
-                addr: n.addr.clone(),
-                voter: true,
-            })
-            .collect();
-        c.init_cluster(InitClusterRequest { members })
-            .await
-            .context("initialize cluster")?;
-    }
     let leader = loop {
         let s = c
             .node_status(NodeStatusRequest::default())
@@ -673,7 +680,7 @@ pub(crate) async fn restart(dir: &Path, id: u64, fmt: Format) -> anyhow::Result<
     if is_alive(cluster.nodes[i].pid) {
         bail!("node {id} is still running (pid {})", cluster.nodes[i].pid);
     }
-    let pid = spawn_node(dir, &cluster, &cluster.nodes[i])?;
+    let pid = spawn_node(dir, &cluster, &cluster.nodes[i], false)?;
     cluster.nodes[i].pid = pid;
     write_cluster_file(dir, &cluster)?;
     let connector = dev_connector(dir, &cluster)?;

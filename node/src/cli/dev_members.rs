@@ -103,7 +103,7 @@ pub async fn add_node(dir: &Path, place: &NewNodePlace, fmt: Format) -> anyhow::
         data_dir: dir.join(format!("node-{id}")),
         netns: place.netns.clone(),
     };
-    node.pid = spawn_node(dir, &cluster, &node)?;
+    node.pid = spawn_node(dir, &cluster, &node, false)?;
     cluster.nodes.push(node.clone());
     // Recorded before it joins, so `dev down` stops it whatever happens next.
     write_cluster_file(dir, &cluster)?;

@@ -294,12 +294,10 @@ enum ClusterCmd {
         #[command(flatten)]
         watch: args::WatchArgs,
     },
-    /// Initialise a new cluster once, on the first endpoint, with every initial member.
-    Init {
-        /// An initial voter as ID=HOST:PORT; repeat for each (include the contacted node).
-        #[arg(long = "member", required = true, value_parser = parse_member)]
-        members: Vec<(u64, String)>,
-    },
+    /// Claim a new cluster: bind yourself (your certificate's operator) as its first admin.
+    /// The cluster's founding nodes initialised it at start (hub-node --initial-members);
+    /// once the cluster has an admin, only an admin may bind one.
+    Init,
     /// Add a node (start its hub-node first); it catches up, then becomes a voter.
     AddNode {
         /// New node id (never reuse one).
@@ -427,17 +425,6 @@ enum EntityCmd {
     },
 }
 
-fn parse_member(s: &str) -> Result<(u64, String), String> {
-    let (id, addr) = s
-        .split_once('=')
-        .ok_or_else(|| format!("{s:?} is not ID=HOST:PORT"))?;
-    let id: u64 = id.parse().map_err(|_| format!("{id:?} is not a node id"))?;
-    if id == 0 || !addr.contains(':') {
-        return Err(format!("{s:?} is not ID=HOST:PORT with an id of 1 or more"));
-    }
-    Ok((id, addr.to_string()))
-}
-
 /// Default endpoints: the dev cluster's default ports.
 pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403";
 
@@ -541,40 +528,23 @@ fn write_json(r: &WriteReply) -> Value {
 async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyhow::Result<()> {
     match cmd {
         ClusterCmd::Status { .. } => cluster_status(client, fmt).await,
-        ClusterCmd::Init { members } => {
-            let first = &client.endpoints()[0];
-            let mut c = client
-                .dial(first)
-                .await
-                .with_context(|| format!("--endpoints: cannot reach {first}"))?;
-            let req = InitClusterRequest {
-                members: members
-                    .iter()
-                    .map(|(id, addr)| Member {
-                        id: *id,
-                        addr: addr.clone(),
-                        voter: true,
-                    })
-                    .collect(),
+        ClusterCmd::Init => {
+            // The first admin: allowed only while the cluster has none (the bootstrap rule).
+            let Some(me) = client.connector().identity() else {
+                bail!(
+                    "cluster init binds your certificate's operator as the first admin: this \
+                     hubctl presents no certificate (an --insecure cluster has no roles)"
+                );
             };
-            c.init_cluster(req)
+            calls::submit(client, &roles::bootstrap_admin(&me))
                 .await
-                .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
-            // Whoever initializes the cluster becomes its first admin.
-            let admin = match client.connector().identity() {
-                Some(me) => {
-                    calls::submit(client, &roles::bootstrap_admin(&me))
-                        .await
-                        .with_context(|| format!("cluster initialized, but binding {me} admin failed: run hubctl role bind {me} admin"))?;
-                    json!(me.to_string())
-                }
-                None => Value::Null,
-            };
-            print(
-                fmt,
-                &json!({"initialized": first, "members": members.len(), "admin": admin}),
-                &["initialized", "members", "admin"],
-            )
+                .with_context(|| {
+                    format!(
+                        "binding {me} as the cluster's first admin (its nodes initialise it at \
+                         start with hub-node --initial-members)"
+                    )
+                })?;
+            print(fmt, &json!({"admin": me.to_string()}), &["admin"])
         }
         ClusterCmd::AddNode {
             id,

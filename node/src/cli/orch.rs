@@ -350,7 +350,7 @@ pub struct AuditArgs {
     /// Only writes on this environment.
     #[arg(long = "env", value_name = "ENV")]
     environment: Option<String>,
-    /// Only this command (SetSecret, CreateSuppression, …) or action (suppression, cancel, …).
+    /// Only this command (PutSecret, CreateSuppression, …) or action (suppression, cancel, …).
     #[arg(long)]
     kind: Option<String>,
     /// Only entries since this long ago (30m, 2h, 7d) or this RFC 3339 time.

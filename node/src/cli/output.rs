@@ -46,9 +46,12 @@ pub fn print(fmt: Format, v: &Value, columns: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One table cell or `key: value` value. A cell is one line: its control characters are
+/// shown as escapes ([`crate::text::escape_controls`]), whatever the node sent (a newline in
+/// a name a caller wrote would otherwise print a forged row).
 fn cell(v: &Value) -> String {
     match v {
-        Value::String(s) => s.clone(),
+        Value::String(s) => crate::text::escape_controls(s).into_owned(),
         Value::Null => "-".into(),
         other => other.to_string(),
     }

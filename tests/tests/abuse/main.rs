@@ -6,4 +6,6 @@
 mod connections;
 mod dead_follower;
 mod parse;
+mod queries;
+mod small;
 mod ssrf;

@@ -890,7 +890,7 @@ async function pageAudit() {
   const r = await query(q);
   const draft = S.ui.auditDraft;
   const actor = el('input', { id: 'audit-actor', type: 'text', placeholder: 'actor, e.g. token/alice', 'aria-label': 'Actor' });
-  const kind = el('input', { id: 'audit-kind', type: 'text', placeholder: 'command, e.g. SetSecret', 'aria-label': 'Command kind' });
+  const kind = el('input', { id: 'audit-kind', type: 'text', placeholder: 'command, e.g. PutSecret', 'aria-label': 'Command kind' });
   actor.value = draft.actor;
   kind.value = draft.kind;
   on(actor, 'input', () => { draft.actor = actor.value; });
