@@ -238,8 +238,9 @@ pub struct AuthStats {
     logged_in_second: AtomicU64,
 }
 
-/// At most this many refusals are logged per second; the rest are counted.
-const REFUSAL_LOGS_PER_SECOND: u64 = 20;
+/// At most this many refusals are logged per second (a stranger hammering a listener costs the
+/// log a few lines a second); the rest are counted.
+const REFUSAL_LOGS_PER_SECOND: u64 = 5;
 
 /// gRPC metadata key naming why a call was refused, where the callee must tell a refusal of
 /// the calling node itself from one of its request.
