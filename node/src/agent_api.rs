@@ -848,10 +848,10 @@ impl Agent for AgentService {
             tokio::select! {
                 waited = tokio::time::timeout_at(deadline, changes.changed()) => match waited {
                     Err(_) | Ok(Ok(())) => continue,
-                    Ok(Err(_)) => return Err(Status::unavailable("node shutting down")),
+                    Ok(Err(_)) => return Err(crate::stopping::refusal()),
                 },
                 () = self.node.stopping.begun() => {
-                    return Err(Status::unavailable(crate::stopping::STOPPING_MESSAGE))
+                    return Err(crate::stopping::refusal())
                 }
             }
         }

@@ -30,6 +30,7 @@ use std::task::{Context, Poll};
 
 use hub_engine::token::{TokenHash, TokenSecret};
 use hub_engine::Command;
+use hub_proto::refusal::Refusal;
 use hub_tls::server::{Authenticated, ConnInfo};
 use hub_tls::Identity;
 use tonic::Status;
@@ -242,23 +243,13 @@ pub struct AuthStats {
 /// log a few lines a second); the rest are counted.
 const REFUSAL_LOGS_PER_SECOND: u64 = 5;
 
-/// gRPC metadata key naming why a call was refused, where the callee must tell a refusal of
-/// the calling node itself from one of its request.
-pub const REFUSAL_KEY: &str = "hub-refusal";
-/// [`REFUSAL_KEY`]'s value when the caller is a node that is not (any more) a member: the
-/// refusal is about the node, not its request, so a node relaying a client's call (a
-/// forwarded write, a read index) answers its client UNAVAILABLE, and the client moves on to
-/// another node, instead of passing on a refusal the client would take as final.
-pub const NOT_A_MEMBER: &str = "not-a-member";
-
 /// Whether `status` is the refusal of a calling node that is not a member
-/// ([`NOT_A_MEMBER`]).
+/// ([`Refusal::CallerNotAMember`]): the refusal is about the node, not its request, so a node
+/// relaying a client's call (a forwarded write, a read index) answers its client
+/// [`Refusal::NodeNotAMember`], and the client moves on to another node, instead of passing on
+/// a refusal the client would take as final.
 pub fn refuses_a_non_member(status: &Status) -> bool {
-    status.code() == tonic::Code::PermissionDenied
-        && status
-            .metadata()
-            .get(REFUSAL_KEY)
-            .is_some_and(|v| v.as_bytes() == NOT_A_MEMBER.as_bytes())
+    Refusal::of(status) == Some(Refusal::CallerNotAMember)
 }
 /// At most this many role refusals per second and node are recorded in the audit (each is a
 /// Raft entry); the rest are counted, and the next recorded one says how many.
@@ -369,17 +360,16 @@ impl Policy {
                 let remote = remote_of(info);
                 warn!(%path, %remote, caller = %identity, "call refused: permission denied");
             }
-            let mut status = Status::permission_denied(format!(
-                "{identity} may not call {path}: it needs {needs}"
-            ));
-            if matches!(identity, Identity::Node(_)) && matches!(rule, Rule::Node | Rule::Operator)
-            {
-                status.metadata_mut().insert(
-                    REFUSAL_KEY,
-                    tonic::metadata::MetadataValue::from_static(NOT_A_MEMBER),
-                );
-            }
-            return Err(status);
+            let message = format!("{identity} may not call {path}: it needs {needs}");
+            return Err(
+                if matches!(identity, Identity::Node(_))
+                    && matches!(rule, Rule::Node | Rule::Operator)
+                {
+                    Refusal::CallerNotAMember.status(message)
+                } else {
+                    Status::permission_denied(message)
+                },
+            );
         }
         Ok(Caller::Verified(identity.clone()))
     }

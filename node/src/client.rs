@@ -1,8 +1,10 @@
 //! A client of the hub API that fails over between endpoints.
 //!
 //! It connects to the endpoints in turn; a node that cannot be reached, or whose connection
-//! breaks mid-call, is skipped for the next one. An answer from a node (including "no leader"
-//! and "no quorum") is returned as it is: any other node would give the same answer. Writes
+//! breaks mid-call, is skipped for the next one, and so is a node that refuses the call because
+//! it is stopping, cut off from the majority or not a member ([`Refusal`], typed on the wire:
+//! no decision reads a message). Any other answer (including "no leader" and "no quorum") is
+//! returned as it is: any other node would give the same answer. Writes
 //! sent through it carry request ids, so a write retried on another node applies once.
 
 use std::future::Future;
@@ -10,6 +12,7 @@ use std::time::Duration;
 
 use hub_engine::token::TokenSecret;
 use hub_proto::hub_client::HubClient;
+use hub_proto::refusal::Refusal;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
@@ -79,16 +82,36 @@ pub struct FailoverClient {
     pub timeout: Duration,
 }
 
-fn connection_lost(s: &Status) -> bool {
-    // tonic reports a broken or refused connection as Unavailable/Unknown with a transport
-    // message; the hub's own "no leader"/"no quorum" answers are not connection failures. A
-    // node's "cut off" answer is one: that node cannot reach the leader, another may.
-    matches!(
-        s.code(),
-        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
-    ) && !s.message().starts_with("no leader")
-        && !s.message().starts_with("no quorum")
-        && !s.message().starts_with("this node")
+/// What a client does after a node's error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Give it to the caller: any other node would answer the same.
+    Answer,
+    /// Try the next node.
+    TryAnother,
+    /// Try the next node; if none answers, try them all again while the call's time lasts:
+    /// this node is up but cut off from the majority, so the cluster may be electing a leader.
+    TryAnotherAndWait,
+}
+
+/// Decides by the node's typed refusal ([`Refusal`]), never by the words of its message; a
+/// status without one is a transport error (a broken or refused connection, reported by
+/// tonic as UNAVAILABLE, UNKNOWN or CANCELLED), or a node's answer about the request.
+fn next_after(s: &Status) -> Next {
+    match Refusal::of(s) {
+        // Every node would answer the same (a caller that is a removed node is refused by all).
+        Some(
+            Refusal::NoLeader | Refusal::NoQuorum | Refusal::NotCaughtUp | Refusal::CallerNotAMember,
+        ) => Next::Answer,
+        Some(Refusal::CutOff) => Next::TryAnotherAndWait,
+        Some(Refusal::Stopping | Refusal::NodeNotAMember) => Next::TryAnother,
+        None => match s.code() {
+            tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
+                Next::TryAnother
+            }
+            _ => Next::Answer,
+        },
+    }
 }
 
 impl FailoverClient {
@@ -193,14 +216,51 @@ impl FailoverClient {
             };
             match tokio::time::timeout(self.timeout, f(client)).await {
                 Ok(Ok(r)) => return Ok(Ok(r.into_inner())),
-                Ok(Err(s)) if connection_lost(&s) => {
-                    cut_off |= s.message().starts_with("cut off");
-                    errors.push(format!("{addr}: {}", s.message()))
-                }
-                Ok(Err(s)) => return Ok(Err(ClientError::Status(s))),
+                Ok(Err(s)) => match next_after(&s) {
+                    Next::Answer => return Ok(Err(ClientError::Status(s))),
+                    Next::TryAnother => errors.push(format!("{addr}: {}", s.message())),
+                    Next::TryAnotherAndWait => {
+                        cut_off = true;
+                        errors.push(format!("{addr}: {}", s.message()))
+                    }
+                },
                 Err(_) => errors.push(format!("{addr}: no answer within {:?}", self.timeout)),
             }
         }
         Err((errors, cut_off))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rewording every message changes no decision: each refusal is judged alike under its
+    /// own words, another refusal's words and none.
+    #[test]
+    fn decisions_follow_the_typed_refusal_not_the_message() {
+        let expected = |r: Refusal| match r {
+            Refusal::NoLeader
+            | Refusal::NoQuorum
+            | Refusal::NotCaughtUp
+            | Refusal::CallerNotAMember => Next::Answer,
+            Refusal::CutOff => Next::TryAnotherAndWait,
+            Refusal::Stopping | Refusal::NodeNotAMember => Next::TryAnother,
+        };
+        for r in Refusal::ALL {
+            for message in ["", "cut off: x", "no leader: x", "this node is stopping", "zz"] {
+                assert_eq!(next_after(&r.status(message)), expected(r), "{r:?} {message:?}");
+            }
+        }
+        // Untyped: the code decides, whatever the words.
+        for message in ["cut off: x", "no leader: x", "this node is stopping", ""] {
+            assert_eq!(
+                next_after(&Status::unavailable(message)),
+                Next::TryAnother,
+                "{message:?}"
+            );
+            assert_eq!(next_after(&Status::invalid_argument(message)), Next::Answer);
+            assert_eq!(next_after(&Status::permission_denied(message)), Next::Answer);
+        }
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use hub_engine::Command;
 use hub_proto::hub_client::HubClient;
+use hub_proto::refusal::Refusal;
 use hub_proto::{ForwardRequest, ReadIndexRequest, WriteReply};
 use openraft::async_runtime::watch::WatchReceiver;
 use openraft::errors::{ClientWriteError, LinearizableReadError, RaftError};
@@ -144,7 +145,7 @@ const CUT_OFF_CHECK: Duration = Duration::from_millis(100);
 
 /// A cut-off refusal of a write this node already sent to a leader: it may still commit.
 fn sent_before(refusal: &Status) -> Status {
-    Status::unavailable(format!(
+    Refusal::CutOff.status(format!(
         "{}; the write was sent before and may still commit: retrying with the same request id \
          applies it at most once",
         refusal.message()
@@ -153,14 +154,14 @@ fn sent_before(refusal: &Status) -> Status {
 
 /// The error a client sees when no leader can be found in time.
 fn no_leader(timeout: Duration) -> Status {
-    Status::unavailable(format!(
+    Refusal::NoLeader.status(format!(
         "no leader: no hub node was elected leader within {timeout:?} (is a majority of nodes up and connected?)"
     ))
 }
 
 /// A write that could not be committed in time; it may still commit later.
 fn no_quorum(timeout: Duration) -> Status {
-    Status::unavailable(format!(
+    Refusal::NoQuorum.status(format!(
         "no quorum: the write was not committed within {timeout:?} because the leader cannot reach a majority; \
          it may still commit later, and retrying with the same request id applies it at most once"
     ))
@@ -296,7 +297,7 @@ impl HubNode {
             .nodes()
             .map(|(id, n)| format!("{id}={}", n.addr))
             .collect();
-        Some(Status::unavailable(format!(
+        Some(Refusal::CutOff.status(format!(
             "cut off: {what} for {} ms; try another member: {}",
             silence.as_millis(),
             members.join(", ")
@@ -609,7 +610,7 @@ impl HubNode {
                 "the leader refuses this node's calls: it is not a member of the cluster"
             );
         }
-        Status::unavailable(format!(
+        Refusal::NodeNotAMember.status(format!(
             "node {} is not a member of the cluster (the leader, node {leader}, refuses its \
              calls): use another node",
             self.id
@@ -644,8 +645,8 @@ impl HubNode {
             Err(_) => Attempt::Retry,
             Ok(Ok(reply)) => Attempt::Done(Ok(reply.into_inner())),
             // The leader refused before proposing: this node's callers are cut off with it.
-            Ok(Err(status)) if status.message().starts_with("cut off") => {
-                Attempt::Done(Err(Status::unavailable(format!(
+            Ok(Err(status)) if Refusal::of(&status) == Some(Refusal::CutOff) => {
+                Attempt::Done(Err(Refusal::CutOff.status(format!(
                     "cut off: the leader, node {leader}, answered: {}",
                     status.message()
                 ))))
@@ -791,7 +792,7 @@ impl HubNode {
             .await
         {
             Ok(_) => Attempt::Done(Ok(())),
-            Err(_) => Attempt::Done(Err(Status::unavailable(format!(
+            Err(_) => Attempt::Done(Err(Refusal::NotCaughtUp.status(format!(
                 "this node did not catch up to the leader's read index {index} within {:?}",
                 self.request_timeout
             )))),

@@ -182,7 +182,7 @@ impl QueryPool {
             .clone()
             .acquire_owned()
             .await
-            .map_err(|_| Status::unavailable("the node is stopping"))
+            .map_err(|_| crate::stopping::refusal())
     }
 
     /// Runs `work` (which may take the state's lock) for the caller admitted as `slot`, on a
@@ -217,7 +217,7 @@ impl QueryPool {
             .parsers
             .0
             .as_ref()
-            .ok_or_else(|| Status::unavailable("the node is stopping"))?;
+            .ok_or_else(crate::stopping::refusal)?;
         parsers
             .spawn_blocking(move || {
                 let parsed = parse();

@@ -336,7 +336,7 @@ impl RaftRpc for RaftService {
                     // The leader ended its requests: the replies go out, and the call ends.
                     Inbound::End => return None,
                     Inbound::Stopping => {
-                        Err(Status::unavailable(crate::stopping::STOPPING_MESSAGE))
+                        Err(crate::stopping::refusal())
                     }
                     Inbound::Request(Err(status)) => Err(status),
                     Inbound::Request(Ok(msg)) => {

@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use hub_proto::refusal::Refusal;
 use tokio::sync::watch;
 
 /// The longest a stopping node waits for the calls still in flight once [`Stopping`] is
@@ -25,6 +26,12 @@ pub const DRAIN_GRACE: Duration = Duration::from_secs(5);
 
 /// The UNAVAILABLE message of a call that a stopping node ends.
 pub const STOPPING_MESSAGE: &str = "this node is stopping: try another member";
+
+/// The answer to a call that a stopping node ends or refuses: [`Refusal::Stopping`], so its
+/// caller tries another node.
+pub fn refusal() -> tonic::Status {
+    Refusal::Stopping.status(STOPPING_MESSAGE)
+}
 
 /// Whether this node has begun to stop. Cheap to clone; every clone sees the same signal.
 #[derive(Clone, Debug)]

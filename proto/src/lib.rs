@@ -6,6 +6,7 @@
 #![allow(clippy::all, missing_docs)]
 
 pub mod codec;
+pub mod refusal;
 
 /// Version 1 of the hub protocol.
 pub mod v1 {

@@ -271,3 +271,57 @@ fn a_long_function_is_found_unless_reasoned() {
     let short = format!("    pub async fn small() {{\n{}    }}\n", body(10));
     assert!(long_functions(&short, 100).is_empty());
 }
+
+/// Lines of `code` that decide by the words of an error (a status's or error's message tested
+/// with `starts_with`, `contains` or `==`): what a caller does next must come from a typed
+/// refusal (`hub_proto::refusal`), not from a message a person may reword.
+fn message_decisions(code: &str) -> Vec<(usize, String)> {
+    const READS: [&str; 3] = ["message().starts_with(", "message().contains(", "message() =="];
+    code.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+        .filter(|(_, l)| READS.iter().any(|r| l.contains(r)))
+        .map(|(i, l)| (i + 1, l.trim().to_string()))
+        .collect()
+}
+
+#[test]
+fn no_decision_reads_the_words_of_an_error() {
+    let root = repo_root();
+    let mut found = Vec::new();
+    for krate in ["node", "agent", "chaos", "tls", "http"] {
+        let mut files = Vec::new();
+        rust_files(&root.join(krate).join("src"), &mut files);
+        for file in files {
+            let name = file.to_string_lossy();
+            if name.ends_with("/tests.rs") || name.contains("/tests/") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).expect("readable source");
+            let code = text
+                .split("#[cfg(test)]\nmod tests")
+                .next()
+                .unwrap_or_default();
+            for (line, text) in message_decisions(code) {
+                found.push(format!("{name}:{line}: {text}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "decisions read the words of an error; use a typed refusal instead:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_decision_on_words_is_found() {
+    let code = "if s.message().starts_with(\"cut off\") {}\n// s.message().contains(\"x\")\n\
+                let ok = status.message() == \"no leader\";\n";
+    let found = message_decisions(code);
+    assert_eq!(
+        found.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        vec![1, 3],
+        "{found:?}"
+    );
+}

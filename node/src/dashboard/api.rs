@@ -292,7 +292,7 @@ async fn wait(d: &Dashboard, caller: &Caller, after: u64) -> Result<Value, Statu
         }
         match tokio::time::timeout_at(deadline, metrics.changed()).await {
             Ok(Ok(())) => continue,
-            Ok(Err(_)) => return Err(Status::unavailable("the node is shutting down")),
+            Ok(Err(_)) => return Err(crate::stopping::refusal()),
             Err(_) => return Ok(json!({ "applied_index": applied })),
         }
     }
