@@ -101,7 +101,10 @@ fn next_after(s: &Status) -> Next {
     match Refusal::of(s) {
         // Every node would answer the same (a caller that is a removed node is refused by all).
         Some(
-            Refusal::NoLeader | Refusal::NoQuorum | Refusal::NotCaughtUp | Refusal::CallerNotAMember,
+            Refusal::NoLeader
+            | Refusal::NoQuorum
+            | Refusal::NotCaughtUp
+            | Refusal::CallerNotAMember,
         ) => Next::Answer,
         Some(Refusal::CutOff) => Next::TryAnotherAndWait,
         Some(Refusal::Stopping | Refusal::NodeNotAMember) => Next::TryAnother,
@@ -248,8 +251,18 @@ mod tests {
             Refusal::Stopping | Refusal::NodeNotAMember => Next::TryAnother,
         };
         for r in Refusal::ALL {
-            for message in ["", "cut off: x", "no leader: x", "this node is stopping", "zz"] {
-                assert_eq!(next_after(&r.status(message)), expected(r), "{r:?} {message:?}");
+            for message in [
+                "",
+                "cut off: x",
+                "no leader: x",
+                "this node is stopping",
+                "zz",
+            ] {
+                assert_eq!(
+                    next_after(&r.status(message)),
+                    expected(r),
+                    "{r:?} {message:?}"
+                );
             }
         }
         // Untyped: the code decides, whatever the words.
@@ -260,7 +273,10 @@ mod tests {
                 "{message:?}"
             );
             assert_eq!(next_after(&Status::invalid_argument(message)), Next::Answer);
-            assert_eq!(next_after(&Status::permission_denied(message)), Next::Answer);
+            assert_eq!(
+                next_after(&Status::permission_denied(message)),
+                Next::Answer
+            );
         }
     }
 }

@@ -335,9 +335,7 @@ impl RaftRpc for RaftService {
                 let refused = match item {
                     // The leader ended its requests: the replies go out, and the call ends.
                     Inbound::End => return None,
-                    Inbound::Stopping => {
-                        Err(crate::stopping::refusal())
-                    }
+                    Inbound::Stopping => Err(crate::stopping::refusal()),
                     Inbound::Request(Err(status)) => Err(status),
                     Inbound::Request(Ok(msg)) => {
                         match refuse_other_cluster(&cluster_id, &msg.cluster_id) {

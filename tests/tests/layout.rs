@@ -276,7 +276,11 @@ fn a_long_function_is_found_unless_reasoned() {
 /// with `starts_with`, `contains` or `==`): what a caller does next must come from a typed
 /// refusal (`hub_proto::refusal`), not from a message a person may reword.
 fn message_decisions(code: &str) -> Vec<(usize, String)> {
-    const READS: [&str; 3] = ["message().starts_with(", "message().contains(", "message() =="];
+    const READS: [&str; 3] = [
+        "message().starts_with(",
+        "message().contains(",
+        "message() ==",
+    ];
     code.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim_start().starts_with("//"))
