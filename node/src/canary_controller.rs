@@ -50,6 +50,12 @@ use crate::{prometheus, webhooks};
 /// that matters is a commit, an ended tick or a timer).
 const MAX_SLEEP: Duration = Duration::from_secs(5);
 
+/// How long a canary waits after a tick that was not applied (refused, or not committed)
+/// before the next: the same tick would meet the same answer at once, and the loop would spin
+/// (a chaos run saw 39,685 "not committed" ticks in 1.4 s from a leader whose term had ended
+/// before the runtime stopped the loop).
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
 /// Timeout of one Prometheus query.
 const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -216,7 +222,11 @@ impl Controller {
             let quiet = self.quiet.clone();
             tokio::spawn(async move {
                 let id = d.id.clone();
-                run_tick(&term, d, &quiet).await;
+                if !run_tick(&term, d, &quiet).await {
+                    // Not applied: the same tick would be refused or fail again at once (a
+                    // term that ended before the runtime stopped this loop, a refusal).
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
                 in_flight
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -268,8 +278,9 @@ impl Controller {
     }
 }
 
-/// Calls the webhooks and queries the metrics of a due tick, then proposes it.
-async fn run_tick(term: &Term, mut d: Due, quiet: &Quiet) {
+/// Calls the webhooks and queries the metrics of a due tick, then proposes it; whether it was
+/// applied.
+async fn run_tick(term: &Term, mut d: Due, quiet: &Quiet) -> bool {
     let client = term.node.outbound.calls();
     let metrics = &term.node.metrics;
     let calls = d
@@ -303,14 +314,21 @@ async fn run_tick(term: &Term, mut d: Due, quiet: &Quiet) {
     match term.propose(command).await {
         Ok(Ok(out)) => {
             observe(quiet, &d.id, "tick", None);
-            tracing::info!(canary = %d.id, step = d.plan.step, summary = %out.summary(), "canary tick")
+            tracing::info!(canary = %d.id, step = d.plan.step, summary = %out.summary(), "canary tick");
+            true
         }
         Ok(Err(e)) => {
             if let Some(n) = observe(quiet, &d.id, "tick", Some("refused")) {
                 tracing::warn!(canary = %d.id, error = %e, ticks = n.repeats, "canary tick refused")
             }
+            false
         }
-        Err(e) => tracing::info!(canary = %d.id, error = %e, "canary tick not committed"),
+        Err(e) => {
+            if let Some(n) = observe(quiet, &d.id, "tick", Some("not committed")) {
+                tracing::info!(canary = %d.id, error = %e, ticks = n.repeats, "canary tick not committed")
+            }
+            false
+        }
     }
 }
 
