@@ -227,15 +227,16 @@ fn long_functions(text: &str, limit: usize) -> Vec<(String, usize, usize)> {
     out
 }
 
-#[test]
-fn no_long_function_without_a_reason() {
+/// The source files of `krates` (their `src/`) with the text before their test module, each
+/// with its path; test-only files are left out.
+fn non_test_code(krates: &[&str]) -> Vec<(String, String)> {
     let root = repo_root();
-    let mut found = Vec::new();
-    for krate in ["engine", "node", "agent", "raft-store", "tls", "http"] {
+    let mut out = Vec::new();
+    for krate in krates {
         let mut files = Vec::new();
         rust_files(&root.join(krate).join("src"), &mut files);
         for file in files {
-            let name = file.to_string_lossy();
+            let name = file.to_string_lossy().into_owned();
             if name.ends_with("/tests.rs") || name.contains("/tests/") {
                 continue;
             }
@@ -243,10 +244,20 @@ fn no_long_function_without_a_reason() {
             let code = text
                 .split("#[cfg(test)]\nmod tests")
                 .next()
-                .unwrap_or_default();
-            for (f, line, len) in long_functions(code, 100) {
-                found.push(format!("{name}:{line}: fn {f} is {len} lines"));
-            }
+                .unwrap_or_default()
+                .to_string();
+            out.push((name, code));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_long_function_without_a_reason() {
+    let mut found = Vec::new();
+    for (name, code) in non_test_code(&["engine", "node", "agent", "raft-store", "tls", "http"]) {
+        for (f, line, len) in long_functions(&code, 100) {
+            found.push(format!("{name}:{line}: fn {f} is {len} lines"));
         }
     }
     assert!(
@@ -291,24 +302,10 @@ fn message_decisions(code: &str) -> Vec<(usize, String)> {
 
 #[test]
 fn no_decision_reads_the_words_of_an_error() {
-    let root = repo_root();
     let mut found = Vec::new();
-    for krate in ["node", "agent", "chaos", "tls", "http"] {
-        let mut files = Vec::new();
-        rust_files(&root.join(krate).join("src"), &mut files);
-        for file in files {
-            let name = file.to_string_lossy();
-            if name.ends_with("/tests.rs") || name.contains("/tests/") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&file).expect("readable source");
-            let code = text
-                .split("#[cfg(test)]\nmod tests")
-                .next()
-                .unwrap_or_default();
-            for (line, text) in message_decisions(code) {
-                found.push(format!("{name}:{line}: {text}"));
-            }
+    for (name, code) in non_test_code(&["node", "agent", "chaos", "tls", "http"]) {
+        for (line, text) in message_decisions(&code) {
+            found.push(format!("{name}:{line}: {text}"));
         }
     }
     assert!(
