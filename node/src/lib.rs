@@ -34,7 +34,6 @@
 //! - [`peers`]: reusable gRPC channels to other nodes.
 //! - [`port_probe`]: whether anything listens at a peer's address (a crashed process's port
 //!   refuses connections).
-//! - [`client`]: the failover client `hubctl` and tools use.
 //! - [`auth`]: who may call which method, from the TLS-verified identity.
 //! - [`transport`]: the node's TLS material from flags (or `--insecure` on loopback).
 //! - [`status`]: the gRPC status of a refused command.
@@ -51,7 +50,6 @@ pub mod artifacts;
 pub mod auth;
 pub mod canary_controller;
 pub mod cli;
-pub mod client;
 pub mod cluster_clock;
 pub mod cluster_keys;
 pub mod crash_stop;

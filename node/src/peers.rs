@@ -5,13 +5,13 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
 
+use hub_client::channel::configure;
 use hub_tls::client::Connector;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// Largest gRPC message a hub node accepts or sends.
-pub const MAX_MESSAGE_BYTES: usize = raft_store::codec::MAX_MESSAGE_BYTES;
+pub const MAX_MESSAGE_BYTES: usize = hub_proto::MAX_MESSAGE_BYTES;
 
 /// The pool of channels to other nodes.
 pub struct PeerPool {
@@ -38,17 +38,4 @@ impl PeerPool {
         map.insert(addr.to_string(), channel.clone());
         Ok(channel)
     }
-}
-
-/// How long dialling a node (TCP and TLS handshake) may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// The hub's transport settings for a client endpoint.
-pub fn configure(endpoint: Endpoint) -> Endpoint {
-    endpoint
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(5))
-        .keep_alive_timeout(Duration::from_secs(5))
-        .keep_alive_while_idle(true)
 }

@@ -12,7 +12,7 @@ use hub_tls::reload::Reloadable;
 use hub_tls::server::{ListenerMode, Protocols, ServerTls};
 use hub_tls::{Identity, TlsFiles};
 
-use crate::peers::CONNECT_TIMEOUT;
+use hub_client::channel::CONNECT_TIMEOUT;
 
 /// The TLS flags of `hub-node`.
 #[derive(Debug, Clone, Default)]

@@ -15,6 +15,10 @@ pub mod v1 {
 
 pub use v1::*;
 
+/// Largest gRPC message a hub node or client accepts or sends (one Raft message, one API
+/// call).
+pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
+
 /// Most plan ids a plan poll may list in `FetchPlansRequest.known_plan_ids`: an agent whose
 /// last reply held more sends none (and is woken by every change of its plan set).
 pub const MAX_KNOWN_PLAN_IDS: usize = 1024;

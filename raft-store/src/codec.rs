@@ -24,7 +24,7 @@ pub const FORMAT_VERSION: u8 = 1;
 /// Largest encoded command a node accepts from a client or forwards to the leader.
 pub const MAX_COMMAND_BYTES: usize = 256 << 10;
 /// Largest gRPC message a hub node accepts or sends (one Raft message, one API call).
-pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
+pub const MAX_MESSAGE_BYTES: usize = hub_proto::MAX_MESSAGE_BYTES;
 /// Largest state record a node decodes (from its store, or from a snapshot file); before
 /// snapshots were streamed through files, also the largest snapshot.
 pub const MAX_SNAPSHOT_BYTES: usize = 1 << 30;

@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use super::args::{ReadArgs, FRESH};
 use super::output::{print, Format};
-use crate::client::FailoverClient;
 use crate::node::new_request_id;
+use hub_client::FailoverClient;
 
 /// Sends one command with a fresh idempotency key; returns the write's view
 /// (`index`, `leader`, `result`, `id`, `output`).

@@ -15,7 +15,7 @@ use super::args::{read_file, ActorArg, ReadArgs, FRESH};
 use super::calls::{query, submit_and_print};
 use super::output::{items, print, print_list, Format};
 use super::timeparse::parse_duration;
-use crate::client::FailoverClient;
+use hub_client::FailoverClient;
 
 /// `hubctl canary …`.
 #[derive(Subcommand, Debug)]

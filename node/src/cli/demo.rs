@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 
 use super::args::FRESH;
 use super::calls::{query, submit};
-use crate::client::FailoverClient;
+use hub_client::FailoverClient;
 
 /// The demo product.
 const PRODUCT: &str = "com.example:demo-service";

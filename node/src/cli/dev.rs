@@ -23,7 +23,7 @@ use serde_json::json;
 use hub_tls::client::{ClientMode, ClientTls, Connector};
 
 use super::output::{print, Format};
-use crate::client::FailoverClient;
+use hub_client::FailoverClient;
 
 /// `cluster.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

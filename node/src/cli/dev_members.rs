@@ -20,7 +20,7 @@ use super::dev::{
     wait_until_serving, write_cluster_file, write_env_file, ClusterFile, NodeEntry,
 };
 use super::output::{print, Format};
-use crate::client::FailoverClient;
+use hub_client::FailoverClient;
 
 /// How long one membership call may take, beyond a new node's catch-up.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);

@@ -37,9 +37,9 @@ use clap::{Parser, Subcommand};
 use hub_proto::*;
 use serde_json::{json, Value};
 
-use crate::client::FailoverClient;
 use crate::node::new_request_id;
 use args::ReadArgs;
+use ::hub_client::FailoverClient;
 use output::{print, Format};
 
 /// Operator CLI for the hub.
@@ -165,7 +165,7 @@ pub fn token_bearer(
     ca: Option<&std::path::Path>,
     cert: Option<&std::path::Path>,
     key: Option<&std::path::Path>,
-) -> anyhow::Result<Option<crate::client::Bearer>> {
+) -> anyhow::Result<Option<::hub_client::Bearer>> {
     let Some(TokenArg(text)) = token else {
         return Ok(None);
     };
@@ -177,7 +177,7 @@ pub fn token_bearer(
     }
     let secret = hub_engine::token::TokenSecret::parse(text.trim())
         .map_err(|e| anyhow::anyhow!("--token (HUBCTL_TOKEN): {e}"))?;
-    Ok(Some(crate::client::Bearer::new(&secret)))
+    Ok(Some(::hub_client::Bearer::new(&secret)))
 }
 
 /// The client TLS of `--ca-file/--cert-file/--key-file`: all three or none (plaintext).

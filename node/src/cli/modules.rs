@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::args::{read_file, ActorArg, ReadArgs, FRESH};
 use super::calls::{query, submit_and_print};
 use super::output::{items, print, print_list, Format};
-use crate::client::FailoverClient;
+use hub_client::FailoverClient;
 
 /// `hubctl module …`.
 #[derive(Subcommand, Debug)]

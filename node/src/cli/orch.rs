@@ -19,7 +19,7 @@ use super::args::{parse_version, read_file, ActorArg, ReadArgs};
 use super::calls::{query, resolve, submit_and_print};
 use super::output::{items, print_list, Format};
 use super::timeparse::{parse_duration, parse_time, TimeArg};
-use crate::client::FailoverClient;
+use hub_client::FailoverClient;
 
 /// An environment or an entity (exactly one).
 #[derive(Args, Debug, Clone)]

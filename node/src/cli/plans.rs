@@ -10,7 +10,7 @@ use super::args::{ActorArg, ReadArgs};
 use super::calls::{query, resolve, submit};
 use super::output::{items, print, print_insecure_registries, print_list, table, Format};
 use super::timeparse::parse_duration;
-use crate::client::FailoverClient;
+use hub_client::FailoverClient;
 
 /// `hubctl plan …`
 #[derive(Subcommand, Debug)]

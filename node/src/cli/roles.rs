@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::args::ReadArgs;
 use super::calls::{query, submit_and_print};
 use super::output::{items, print_list, Format};
-use crate::client::FailoverClient;
+use hub_client::FailoverClient;
 
 /// `hubctl role …`
 #[derive(Subcommand, Debug)]

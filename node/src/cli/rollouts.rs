@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::args::{read_file, ActorArg, ReadArgs, WatchArgs};
 use super::calls::{query, submit_and_print};
 use super::output::{items, print, print_list, table, Format};
-use crate::client::FailoverClient;
+use hub_client::FailoverClient;
 
 /// `hubctl rollout-policy …`.
 #[derive(Subcommand, Debug)]

@@ -16,7 +16,7 @@ use super::args::{parse_bool, parse_version, read_file, ReadArgs};
 use super::calls::{query, resolve, submit_and_print};
 use super::output::{items, print, print_insecure_registries, red, red_stderr, table, Format};
 use super::timeparse::{format_duration, parse_duration};
-use crate::client::FailoverClient;
+use hub_client::FailoverClient;
 
 /// Orchestration commands under `hubctl entity`.
 #[derive(Subcommand, Debug)]

@@ -18,7 +18,7 @@ use super::calls::{query, submit};
 use super::output::{items, print, print_list, Format};
 use super::roles::parse_role;
 use super::timeparse::parse_duration;
-use crate::client::FailoverClient;
+use hub_client::FailoverClient;
 
 /// A token's time to live: a duration, or `never`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,17 @@
+//! `hub-client`: the one way a Rust program talks to a hub.
+//!
+//! - [`failover`]: [`FailoverClient`], which calls the first node that answers and moves on
+//!   from one that is down, stopping, cut off or not a member, deciding by the node's typed
+//!   [`Refusal`] (never by the words of its message).
+//! - [`bearer`]: the operator token sent with every call ([`Bearer`]).
+//! - [`channel`]: the hub's transport settings for a gRPC channel (also used between nodes).
+//!
+//! The wire types are `hub-proto`'s; [`Refusal`] is re-exported from there.
+
+pub mod bearer;
+pub mod channel;
+pub mod failover;
+
+pub use bearer::Bearer;
+pub use failover::{ClientError, FailoverClient, HubApi};
+pub use hub_proto::refusal::Refusal;
