@@ -4,7 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::canary::{Action, CanaryObservation, CanaryRevision, CanarySpec, CanaryStatus};
+use crate::canary::{
+    parse_canary_reporting, Action, CanaryObservation, CanaryRevision, CanarySpec, CanaryStatus,
+    IgnoredField,
+};
 use crate::plan::Plan;
 use crate::TimestampMs;
 
@@ -58,6 +61,17 @@ impl Canary {
             .last_applied_spec
             .clone()
             .or_else(|| self.status.primary_revision.clone())
+            .unwrap_or_default()
+    }
+
+    /// The fields of the applied resource the hub accepts but does not act on, with why
+    /// (`status.ignoredFields` of `canary get -o yaml`). They are read again from the committed
+    /// resource text, as the analysis policy is, so the record's encoding stays as it was and
+    /// every node reports the same list for the same bytes. A resource this release's parser
+    /// refuses (accepted by an older one) reports none.
+    pub fn ignored_fields(&self) -> Vec<IgnoredField> {
+        parse_canary_reporting(&self.yaml)
+            .map(|(_, ignored)| ignored)
             .unwrap_or_default()
     }
 

@@ -1560,12 +1560,13 @@ fn kubernetes_only_fields_are_accepted_and_reported_by_path() {
     let (spec, ignored) = parse_canary_reporting(&text).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(spec.target.kind, EntityKind::HelmChart);
     assert_eq!(spec.target.name, "podinfo");
-    let paths: Vec<&str> = ignored.iter().map(|f| f.path).collect();
+    let paths: Vec<&str> = ignored.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(
         paths,
         [
-            "spec.autoscalerRef",
             "spec.provider",
+            "spec.autoscalerRef",
+            "spec.service.targetPort",
             "spec.service.portDiscovery",
             "spec.service.headless",
             "spec.service.appProtocol",

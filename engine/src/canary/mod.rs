@@ -27,6 +27,7 @@
 mod action;
 mod duration;
 mod error;
+mod ignored;
 mod input;
 mod judge;
 mod machine;
@@ -44,6 +45,7 @@ mod webhook;
 pub use action::{Action, TickOutcome};
 pub use duration::{format_duration, parse_duration, MAX_DURATION_MS};
 pub use error::{CanaryError, CanaryErrors};
+pub use ignored::IgnoredField;
 pub use input::{Manual, TickInput, WebhookResult, WEBHOOK_MAX_SUCCESS_STATUS};
 pub use judge::{
     judge, AnalysisPolicy, Baseline, Direction, Judge, Judgement, OnFailure, Verdict,
@@ -52,8 +54,8 @@ pub use judge::{
 pub use machine::{advance, advance_judged, terminate, JudgedOutcome, Judging};
 pub use mann_whitney::{mann_whitney, normal_sf, Alternative, MannWhitney};
 pub use parse::{
-    parse_canary, parse_canary_reporting, parse_canary_with_policy, IgnoredField, API_VERSION,
-    KIND, MAX_CANARY_BYTES, MAX_LIST_LEN, MAX_WEBHOOK_RETRIES, MAX_WEBHOOK_TIMEOUT_MS,
+    parse_canary, parse_canary_reporting, parse_canary_with_policy, API_VERSION, KIND,
+    MAX_CANARY_BYTES, MAX_LIST_LEN, MAX_WEBHOOK_RETRIES, MAX_WEBHOOK_TIMEOUT_MS,
     WORKLOAD_API_VERSION,
 };
 pub use plan::{plan_tick, MetricQuery, TickPlan};

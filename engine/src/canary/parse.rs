@@ -11,13 +11,14 @@ use regex::Regex;
 
 use super::duration::{format_duration, parse_duration, MAX_DURATION_MS};
 use super::error::{from_serde, quote, CanaryError, CanaryErrors};
+use super::ignored::{ignored_fields, match_rule_is_left_out, IgnoredField};
 use super::judge::{
     AnalysisPolicy, Baseline, Direction, Judge, OnFailure, DEFAULT_CONFIDENCE_MILLI,
     MAX_CONFIDENCE_MILLI, MIN_CONFIDENCE_MILLI,
 };
 use super::raw::{
-    RawAlert, RawAnalysis, RawCanary, RawJudge, RawMatch, RawMetadata, RawMetric, RawService,
-    RawSpec, RawTargetRef, RawWebhook,
+    RawAlert, RawAnalysis, RawCanary, RawHeaderMatch, RawJudge, RawMatch, RawMetadata, RawMetric,
+    RawPort, RawProvider, RawRange, RawService, RawSpec, RawTargetRef, RawWebhook,
 };
 use super::spec::{
     AlertSpec, AlertTarget, Analysis, CanarySpec, HeaderMatch, MatchRule, Metric, MetricSource,
@@ -37,8 +38,16 @@ pub const MAX_CANARY_BYTES: usize = 64 * 1024;
 pub const API_VERSION: &str = "flagger.app/v1beta1";
 /// The only `kind` accepted (when given).
 pub const KIND: &str = "Canary";
-/// The `apiVersion` of a Kubernetes workload a Flagger `targetRef` names.
+/// The `apiVersion` of a Kubernetes workload a Flagger `targetRef` usually names (not checked:
+/// Flagger reads the kind and name only).
 pub const WORKLOAD_API_VERSION: &str = "apps/v1";
+/// The `targetRef.kind` of a Knative service (`serving.knative.dev/v1`).
+const KNATIVE_SERVICE_KIND: &str = "Service";
+/// The port a Knative service is reached on, used when a canary of one gives no
+/// `spec.service` (Flagger's Knative canaries give none).
+const KNATIVE_SERVICE_PORT: u16 = 80;
+/// `spec.service.portName` when none is given.
+const DEFAULT_PORT_NAME: &str = "http";
 /// Most retries of one webhook call.
 pub const MAX_WEBHOOK_RETRIES: u32 = 10;
 /// Longest webhook timeout, in milliseconds.
@@ -53,22 +62,6 @@ const BUILTIN_DURATION: &str = "request-duration";
 /// shape errors (unknown fields, wrong types, bad YAML) stop at the first and carry a line.
 pub fn parse_canary(yaml: &str) -> Result<CanarySpec, CanaryErrors> {
     parse_canary_reporting(yaml).map(|(spec, _)| spec)
-}
-
-/// A field of a Flagger resource the hub accepts but does not act on (it only means
-/// something on Kubernetes), with why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct IgnoredField {
-    /// Its path, `spec.autoscalerRef`.
-    pub path: &'static str,
-    /// Why the hub ignores it.
-    pub why: &'static str,
-}
-
-impl std::fmt::Display for IgnoredField {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: ignored ({})", self.path, self.why)
-    }
 }
 
 /// [`parse_canary`], with the fields it accepted and ignores.
@@ -119,6 +112,7 @@ pub fn parse_canary_with_policy(
     let mut v = Validator {
         errors: Vec::new(),
         policy: AnalysisPolicy::default(),
+        metrics_server: raw.spec.as_ref().and_then(|s| s.metrics_server.clone()),
     };
     let spec = v.canary(raw);
     match (spec, CanaryErrors::from_vec(v.errors)) {
@@ -130,56 +124,6 @@ pub fn parse_canary_with_policy(
             "invalid canary resource",
         ))),
     }
-}
-
-/// The Kubernetes-only fields `raw` sets, in document order.
-fn ignored_fields(raw: &RawCanary) -> Vec<IgnoredField> {
-    let Some(spec) = &raw.spec else {
-        return Vec::new();
-    };
-    let service = spec.service.as_ref();
-    let analysis = spec.analysis.as_ref();
-    [
-        (
-            spec.autoscaler_ref.is_some(),
-            "spec.autoscalerRef",
-            "the hub runs no autoscaler: the entity's own settings scale its workloads",
-        ),
-        (
-            spec.provider.is_some(),
-            "spec.provider",
-            "traffic is shifted by the agent's canary proxy, not a mesh or ingress",
-        ),
-        (
-            service.is_some_and(|s| s.port_discovery.is_some()),
-            "spec.service.portDiscovery",
-            "the agent's proxy routes the one service port",
-        ),
-        (
-            service.is_some_and(|s| s.headless.is_some()),
-            "spec.service.headless",
-            "no Kubernetes services are created",
-        ),
-        (
-            service.is_some_and(|s| s.app_protocol.is_some()),
-            "spec.service.appProtocol",
-            "no Kubernetes services are created",
-        ),
-        (
-            service.is_some_and(|s| s.traffic_distribution.is_some()),
-            "spec.service.trafficDistribution",
-            "no Kubernetes services are created",
-        ),
-        (
-            analysis.is_some_and(|a| a.session_affinity.is_some()),
-            "spec.analysis.sessionAffinity",
-            "the agent's proxy routes by weight and header matches only",
-        ),
-    ]
-    .into_iter()
-    .filter(|(set, _, _)| *set)
-    .map(|(_, path, why)| IgnoredField { path, why })
-    .collect()
 }
 
 /// The reason of a name-validation error, without the field it names.
@@ -227,6 +171,9 @@ struct Validator {
     errors: Vec<CanaryError>,
     /// The issue-20 settings read so far.
     policy: AnalysisPolicy,
+    /// `spec.metricsServer`: the Prometheus address of a metric given as a query without a
+    /// provider (as Flagger reads it).
+    metrics_server: Option<String>,
 }
 
 /// Which strategy fields the resource gives (valid or not).
@@ -390,6 +337,10 @@ impl Validator {
 
     /// The spec with an empty name: [`Self::canary`] fills in `metadata`.
     fn spec(&mut self, raw: RawSpec) -> Option<CanarySpec> {
+        let knative = raw
+            .target_ref
+            .as_ref()
+            .is_some_and(|t| t.kind.as_deref() == Some(KNATIVE_SERVICE_KIND));
         let target = match raw.target_ref {
             Some(t) => self.target(t),
             None => {
@@ -399,6 +350,14 @@ impl Validator {
         };
         let service = match raw.service {
             Some(s) => self.service(s, target.as_ref().map(|t| t.name.as_str())),
+            // A Knative service is reached on port 80; Flagger's Knative canaries give no
+            // spec.service.
+            None if knative => target.as_ref().map(|t| ServiceSpec {
+                name: t.name.clone(),
+                port: KNATIVE_SERVICE_PORT,
+                port_name: DEFAULT_PORT_NAME.to_string(),
+                target_port: None,
+            }),
             None => {
                 self.err("spec.service", "required: a mapping with port (and name)");
                 None
@@ -444,44 +403,43 @@ impl Validator {
     }
 
     /// `spec.targetRef`: a hub entity kind (`helmChart`, `terraformModule`), or a Kubernetes
-    /// workload as Flagger users write it (`apiVersion: apps/v1`, `kind: Deployment` or
-    /// `DaemonSet`), which names the helmChart entity that deploys it.
+    /// workload as Flagger users write it (`kind: Deployment`, `DaemonSet`, or a Knative
+    /// `Service`), which names the helmChart entity that deploys it. A workload's `apiVersion`
+    /// is not checked, as Flagger does not check it; a hub kind takes none.
     fn target(&mut self, raw: RawTargetRef) -> Option<TargetRef> {
-        let workload = matches!(raw.kind.as_deref(), Some("Deployment" | "DaemonSet"));
-        let api_ok = match raw.api_version.as_deref() {
-            None => true,
-            Some(WORKLOAD_API_VERSION) if workload => true,
-            Some(api) => {
-                self.err(
-                    "spec.targetRef.apiVersion",
-                    format!(
-                        "{} is not supported: only {WORKLOAD_API_VERSION:?}, with kind Deployment or DaemonSet",
-                        quote(api)
-                    ),
-                );
-                false
-            }
-        };
         let kind = match raw.kind.as_deref() {
-            None | Some("helmChart" | "Deployment" | "DaemonSet") => Some(EntityKind::HelmChart),
-            Some("terraformModule") => Some(EntityKind::TerraformModule),
+            None | Some("helmChart") => Some((EntityKind::HelmChart, false)),
+            Some("terraformModule") => Some((EntityKind::TerraformModule, false)),
+            Some("Deployment" | "DaemonSet" | KNATIVE_SERVICE_KIND) => {
+                Some((EntityKind::HelmChart, true))
+            }
             Some(other) => {
                 self.err(
                     "spec.targetRef.kind",
                     format!(
-                        "{} is not a hub entity kind: use helmChart or terraformModule (or Deployment or DaemonSet, for the helmChart entity of that name)",
+                        "{} is not a hub entity kind: use helmChart or terraformModule (or \
+                         Deployment, DaemonSet or a Knative Service, for the helmChart entity of \
+                         that name)",
                         quote(other)
                     ),
                 );
                 None
             }
         };
-        if !api_ok {
+        if let (Some(api), Some((_, false))) = (raw.api_version.as_deref(), kind) {
+            self.err(
+                "spec.targetRef.apiVersion",
+                format!(
+                    "{} is not supported with a hub entity kind: give apiVersion only with a \
+                     Kubernetes kind (Deployment, DaemonSet, Service)",
+                    quote(api)
+                ),
+            );
             return None;
         }
         let name = self.name("spec.targetRef.name", raw.name);
         Some(TargetRef {
-            kind: kind?,
+            kind: kind?.0,
             name: name?,
         })
     }
@@ -494,9 +452,11 @@ impl Validator {
             }
             Some(p) => self.port("spec.service.port", p),
         };
+        // A named container port is Kubernetes' to resolve: the hub does not use targetPort
+        // (it is reported as ignored), and stores a number only.
         let target_port = match raw.target_port {
-            None => Some(None),
-            Some(p) => self.port("spec.service.targetPort", p).map(Some),
+            None | Some(RawPort::Name(_)) => Some(None),
+            Some(RawPort::Number(p)) => self.port("spec.service.targetPort", p).map(Some),
         };
         let name = match raw.name {
             Some(n) => self.name("spec.service.name", Some(n)),
@@ -504,8 +464,12 @@ impl Validator {
             None => target_name.map(str::to_string),
         };
         let port_name = match raw.port_name {
-            None => Some("http".to_string()),
-            Some(n) => self.name("spec.service.portName", Some(n)),
+            None => Some(DEFAULT_PORT_NAME.to_string()),
+            Some(n) if n.trim().is_empty() => {
+                self.err("spec.service.portName", "must not be empty");
+                None
+            }
+            Some(n) => Some(n),
         };
         Some(ServiceSpec {
             name: name?,
@@ -725,17 +689,10 @@ impl Validator {
             _ => return None,
         };
         let last_listed = s.step_weights.as_ref().and_then(|l| l.last().copied());
+        // As in Flagger, the last stepWeights entry is the highest weight whenever stepWeights
+        // is given; a maxWeight that differs is reported as ignored.
         let max_weight = match (s.max_weight, last_listed, given.max_weight) {
-            (Some(max), Some(last), _) if max != last && given.step_weights_ok => {
-                self.err(
-                    format!("{P}.maxWeight"),
-                    format!(
-                        "must equal the last stepWeights entry ({last}) when stepWeights is \
-                         given, got {max}"
-                    ),
-                );
-                return None;
-            }
+            (_, Some(last), _) if given.step_weights_ok => last,
             (Some(max), _, _) => max,
             (None, Some(last), false) => last,
             (None, None, false) => TOTAL_WEIGHT,
@@ -745,6 +702,9 @@ impl Validator {
         Some(Strategy::Canary { steps, max_weight })
     }
 
+    /// `analysis.match`. A rule with a condition the agent's proxy does not evaluate
+    /// (`queryParams`, `sourceLabels`) is checked and left out (reported as ignored): it
+    /// sends no request to the canary, never more than it selects.
     fn match_rules(&mut self, rules: Vec<RawMatch>) -> Vec<MatchRule> {
         const P: &str = "spec.analysis.match";
         if rules.is_empty() {
@@ -752,47 +712,74 @@ impl Validator {
         }
         let mut out = Vec::with_capacity(rules.len());
         for (i, rule) in rules.into_iter().enumerate() {
-            let path = format!("{P}[{i}].headers");
-            let Some(headers) = rule.headers else {
-                self.err(path, "required: header name → {exact|prefix|regex: value}");
+            let left_out = match_rule_is_left_out(&rule);
+            let path = format!("{P}[{i}]");
+            if rule.headers.is_none() && rule.query_params.is_none() && rule.source_labels.is_none()
+            {
+                self.err(
+                    path,
+                    "needs a condition (headers, queryParams or sourceLabels): a rule without \
+                     one would send every request to the canary",
+                );
                 continue;
+            }
+            if let Some(params) = rule.query_params {
+                self.conditions(&format!("{path}.queryParams"), params);
+            }
+            let headers = match rule.headers {
+                Some(h) => self.conditions(&format!("{path}.headers"), h),
+                None => BTreeMap::new(),
             };
-            if headers.is_empty() {
-                self.err(path, "must name at least one header");
-                continue;
+            if !left_out {
+                out.push(MatchRule { headers });
             }
-            let mut parsed = BTreeMap::new();
-            for (name, m) in headers {
-                let hpath = format!("{path}.{name}");
-                if name.trim().is_empty() {
-                    self.err(hpath, "header name must not be empty");
-                    continue;
-                }
-                let given = [
-                    m.exact.map(HeaderMatch::Exact),
-                    m.prefix.map(HeaderMatch::Prefix),
-                    m.regex.map(HeaderMatch::Regex),
-                ];
-                let mut given: Vec<HeaderMatch> = given.into_iter().flatten().collect();
-                if given.len() != 1 {
-                    self.err(hpath, "needs exactly one of exact, prefix or regex");
-                    continue;
-                }
-                let Some(m) = given.pop() else { continue };
-                if let HeaderMatch::Regex(re) = &m {
-                    if let Err(e) = Regex::new(re) {
-                        self.err(
-                            format!("{hpath}.regex"),
-                            format!("invalid regular expression: {e}"),
-                        );
-                        continue;
-                    }
-                }
-                parsed.insert(name, m);
-            }
-            out.push(MatchRule { headers: parsed });
         }
         out
+    }
+
+    /// `headers` or `queryParams` of a match rule: name → exactly one of `exact`, `prefix`,
+    /// `suffix` or `regex`. A suffix is kept as the regular expression that matches it (the
+    /// proxy matches a whole value against a regex).
+    fn conditions(
+        &mut self,
+        path: &str,
+        conditions: BTreeMap<String, RawHeaderMatch>,
+    ) -> BTreeMap<String, HeaderMatch> {
+        if conditions.is_empty() {
+            self.err(path, "must name at least one condition");
+        }
+        let mut parsed = BTreeMap::new();
+        for (name, m) in conditions {
+            let hpath = format!("{path}.{name}");
+            if name.trim().is_empty() {
+                self.err(hpath, "name must not be empty");
+                continue;
+            }
+            let given = [
+                m.exact.map(HeaderMatch::Exact),
+                m.prefix.map(HeaderMatch::Prefix),
+                m.suffix
+                    .map(|s| HeaderMatch::Regex(format!(".*{}", regex::escape(&s)))),
+                m.regex.map(HeaderMatch::Regex),
+            ];
+            let mut given: Vec<HeaderMatch> = given.into_iter().flatten().collect();
+            if given.len() != 1 {
+                self.err(hpath, "needs exactly one of exact, prefix, suffix or regex");
+                continue;
+            }
+            let Some(m) = given.pop() else { continue };
+            if let HeaderMatch::Regex(re) = &m {
+                if let Err(e) = Regex::new(re) {
+                    self.err(
+                        format!("{hpath}.regex"),
+                        format!("invalid regular expression: {e}"),
+                    );
+                    continue;
+                }
+            }
+            parsed.insert(name, m);
+        }
+        parsed
     }
 
     fn metrics(&mut self, raw: Vec<RawMetric>, strategy: Option<&Strategy>) -> Vec<Metric> {
@@ -800,6 +787,11 @@ impl Validator {
         let mut out = Vec::with_capacity(raw.len());
         for (i, mut m) in raw.into_iter().enumerate() {
             let path = format!("spec.analysis.metrics[{i}]");
+            if m.template_ref.is_some() {
+                // Not acted on yet (reported as ignored): the check is left out.
+                self.templated_metric(&path, m, &mut seen);
+                continue;
+            }
             let raw_judge = m.judge.take();
             let judged = raw_judge.is_some();
             let Some(metric) = self.metric(&path, m, judged, &mut seen) else {
@@ -814,6 +806,32 @@ impl Validator {
             out.push(metric);
         }
         out
+    }
+
+    /// A metric with `templateRef`, which the hub does not run yet: its name and reference are
+    /// checked (so the resource will still read when MetricTemplates exist), nothing more.
+    fn templated_metric(&mut self, path: &str, m: RawMetric, seen: &mut BTreeSet<String>) {
+        self.metric_name(path, m.name, seen);
+        if let Some(t) = m.template_ref {
+            self.name(&format!("{path}.templateRef.name"), t.name);
+            if let Some(ns) = t.namespace {
+                self.name(&format!("{path}.templateRef.namespace"), Some(ns));
+            }
+        }
+        if m.provider.is_some() || m.query.is_some() {
+            self.err(
+                format!("{path}.templateRef"),
+                "give templateRef, or provider and query, not both",
+            );
+        }
+        if m.judge.is_some() {
+            self.err(
+                format!("{path}.judge"),
+                format!(
+                    "a judge needs a built-in metric ({BUILTIN_SUCCESS_RATE}, {BUILTIN_DURATION})"
+                ),
+            );
+        }
     }
 
     /// `metrics[i].judge` of a metric measured from `source`, under `strategy`.
@@ -949,15 +967,14 @@ impl Validator {
         }
     }
 
-    // Long: every field of a metric checked in turn, each problem reported with its path.
-    fn metric(
+    /// `metrics[i].name`: required, unique.
+    fn metric_name(
         &mut self,
         path: &str,
-        m: RawMetric,
-        judged: bool,
+        name: Option<String>,
         seen: &mut BTreeSet<String>,
-    ) -> Option<Metric> {
-        let name = match m.name {
+    ) -> Option<String> {
+        match name {
             Some(n) if !n.trim().is_empty() => {
                 if !seen.insert(n.clone()) {
                     self.err(
@@ -971,56 +988,50 @@ impl Validator {
                 self.err(format!("{path}.name"), "required");
                 None
             }
-        };
-        let range = match m.threshold_range {
+        }
+    }
+
+    fn metric(
+        &mut self,
+        path: &str,
+        m: RawMetric,
+        judged: bool,
+        seen: &mut BTreeSet<String>,
+    ) -> Option<Metric> {
+        let name = self.metric_name(path, m.name, seen);
+        let range = match (m.threshold_range, m.threshold) {
+            (Some(r), _) => self.threshold_range(&format!("{path}.thresholdRange"), r),
+            // Flagger's deprecated `threshold`: a minimum success rate, else a maximum.
+            (None, Some(t)) => match to_milli(t) {
+                Some(milli) if name.as_deref() == Some(BUILTIN_SUCCESS_RATE) => {
+                    Some(ThresholdRange {
+                        min: Some(milli),
+                        max: None,
+                    })
+                }
+                Some(milli) => Some(ThresholdRange {
+                    min: None,
+                    max: Some(milli),
+                }),
+                None => {
+                    self.err(
+                        format!("{path}.threshold"),
+                        format!("{t} is not a usable number"),
+                    );
+                    None
+                }
+            },
             // A judged metric needs no range: the judge decides.
-            None if judged => Some(ThresholdRange {
+            (None, None) if judged => Some(ThresholdRange {
                 min: None,
                 max: None,
             }),
-            None => {
+            (None, None) => {
                 self.err(
                     format!("{path}.thresholdRange"),
                     "required: {min: ..} and/or {max: ..}",
                 );
                 None
-            }
-            Some(r) => {
-                let rpath = format!("{path}.thresholdRange");
-                let bound = |v: &mut Self, key: &str, x: Option<f64>| match x {
-                    None => Some(None),
-                    Some(x) => match to_milli(x) {
-                        Some(milli) => Some(Some(milli)),
-                        None => {
-                            v.err(
-                                format!("{rpath}.{key}"),
-                                format!("{x} is not a usable number"),
-                            );
-                            None
-                        }
-                    },
-                };
-                let min = bound(self, "min", r.min);
-                let max = bound(self, "max", r.max);
-                match (min, max) {
-                    (Some(None), Some(None)) => {
-                        self.err(rpath, "needs min, max or both");
-                        None
-                    }
-                    (Some(Some(lo)), Some(Some(hi))) if lo > hi => {
-                        self.err(
-                            format!("{rpath}.min"),
-                            format!(
-                                "must not be greater than max ({} > {})",
-                                r.min.unwrap_or_default(),
-                                r.max.unwrap_or_default()
-                            ),
-                        );
-                        None
-                    }
-                    (Some(min), Some(max)) => Some(ThresholdRange { min, max }),
-                    _ => None,
-                }
             }
         };
         let interval_ms = self.duration(
@@ -1030,71 +1041,7 @@ impl Validator {
             MIN_INTERVAL_MS,
         );
         let source = match name.as_deref() {
-            Some(n @ (BUILTIN_SUCCESS_RATE | BUILTIN_DURATION)) => {
-                if m.provider.is_some() || m.query.is_some() {
-                    self.err(
-                        format!("{path}.query"),
-                        format!(
-                            "{n} is built in and measured by the agent; give a custom metric \
-                             another name"
-                        ),
-                    );
-                    None
-                } else if n == BUILTIN_SUCCESS_RATE {
-                    Some(MetricSource::RequestSuccessRate)
-                } else {
-                    Some(MetricSource::RequestDuration)
-                }
-            }
-            Some(n) => match (m.provider, m.query) {
-                (None, None) => {
-                    self.err(
-                        format!("{path}.name"),
-                        format!(
-                            "{} is not a built-in metric ({BUILTIN_SUCCESS_RATE}, \
-                             {BUILTIN_DURATION}); a custom metric needs provider and query",
-                            quote(n)
-                        ),
-                    );
-                    None
-                }
-                (None, Some(_)) => {
-                    self.err(format!("{path}.provider"), "required with query");
-                    None
-                }
-                (Some(_), None) => {
-                    self.err(format!("{path}.query"), "required with provider");
-                    None
-                }
-                (Some(p), Some(q)) => {
-                    let mut ok = true;
-                    match p.kind.as_deref() {
-                        Some("prometheus") => {}
-                        None => {
-                            self.err(format!("{path}.provider.type"), "required: prometheus");
-                            ok = false;
-                        }
-                        Some(other) => {
-                            self.err(
-                                format!("{path}.provider.type"),
-                                format!("unknown provider {}: use prometheus", quote(other)),
-                            );
-                            ok = false;
-                        }
-                    }
-                    let address = self.url(&format!("{path}.provider.address"), p.address);
-                    if q.trim().is_empty() {
-                        self.err(format!("{path}.query"), "must not be empty");
-                        ok = false;
-                    }
-                    match (ok, address) {
-                        (true, Some(address)) => {
-                            Some(MetricSource::Prometheus { address, query: q })
-                        }
-                        _ => None,
-                    }
-                }
-            },
+            Some(n) => self.metric_source(path, n, m.provider, m.query),
             None => None,
         };
         Some(Metric {
@@ -1103,6 +1050,132 @@ impl Validator {
             range: range?,
             source: source?,
         })
+    }
+
+    /// `metrics[i].thresholdRange`.
+    fn threshold_range(&mut self, rpath: &str, r: RawRange) -> Option<ThresholdRange> {
+        let bound = |v: &mut Self, key: &str, x: Option<f64>| match x {
+            None => Some(None),
+            Some(x) => match to_milli(x) {
+                Some(milli) => Some(Some(milli)),
+                None => {
+                    v.err(
+                        format!("{rpath}.{key}"),
+                        format!("{x} is not a usable number"),
+                    );
+                    None
+                }
+            },
+        };
+        let min = bound(self, "min", r.min);
+        let max = bound(self, "max", r.max);
+        match (min, max) {
+            (Some(None), Some(None)) => {
+                self.err(rpath, "needs min, max or both");
+                None
+            }
+            (Some(Some(lo)), Some(Some(hi))) if lo > hi => {
+                self.err(
+                    format!("{rpath}.min"),
+                    format!(
+                        "must not be greater than max ({} > {})",
+                        r.min.unwrap_or_default(),
+                        r.max.unwrap_or_default()
+                    ),
+                );
+                None
+            }
+            (Some(min), Some(max)) => Some(ThresholdRange { min, max }),
+            _ => None,
+        }
+    }
+
+    /// Where metric `name` is measured: built in (the agent's proxy), or a Prometheus query
+    /// (at `provider.address`, else at `spec.metricsServer`, as Flagger reads a bare query).
+    fn metric_source(
+        &mut self,
+        path: &str,
+        name: &str,
+        provider: Option<RawProvider>,
+        query: Option<String>,
+    ) -> Option<MetricSource> {
+        if matches!(name, BUILTIN_SUCCESS_RATE | BUILTIN_DURATION) {
+            if provider.is_some() || query.is_some() {
+                self.err(
+                    format!("{path}.query"),
+                    format!(
+                        "{name} is built in and measured by the agent; give a custom metric \
+                         another name"
+                    ),
+                );
+                return None;
+            }
+            return Some(if name == BUILTIN_SUCCESS_RATE {
+                MetricSource::RequestSuccessRate
+            } else {
+                MetricSource::RequestDuration
+            });
+        }
+        let query = match query {
+            Some(q) if q.trim().is_empty() => {
+                self.err(format!("{path}.query"), "must not be empty");
+                None
+            }
+            Some(q) => Some(q),
+            None if provider.is_some() => {
+                self.err(format!("{path}.query"), "required with provider");
+                return None;
+            }
+            None => {
+                self.err(
+                    format!("{path}.name"),
+                    format!(
+                        "{} is not a built-in metric ({BUILTIN_SUCCESS_RATE}, \
+                         {BUILTIN_DURATION}); a custom metric needs a query (with provider, or \
+                         spec.metricsServer)",
+                        quote(name)
+                    ),
+                );
+                return None;
+            }
+        };
+        let address = match provider {
+            Some(p) => self.prometheus_provider(path, p),
+            None => match self.metrics_server.clone() {
+                Some(server) => self.url("spec.metricsServer", Some(server)),
+                None => {
+                    self.err(
+                        format!("{path}.provider"),
+                        "required with query (or set spec.metricsServer)",
+                    );
+                    None
+                }
+            },
+        };
+        Some(MetricSource::Prometheus {
+            address: address?,
+            query: query?,
+        })
+    }
+
+    /// `metrics[i].provider`: `prometheus` with an address.
+    fn prometheus_provider(&mut self, path: &str, p: RawProvider) -> Option<String> {
+        let kind_ok = match p.kind.as_deref() {
+            Some("prometheus") => true,
+            None => {
+                self.err(format!("{path}.provider.type"), "required: prometheus");
+                false
+            }
+            Some(other) => {
+                self.err(
+                    format!("{path}.provider.type"),
+                    format!("unknown provider {}: use prometheus", quote(other)),
+                );
+                false
+            }
+        };
+        let address = self.url(&format!("{path}.provider.address"), p.address);
+        address.filter(|_| kind_ok)
     }
 
     fn webhooks(&mut self, raw: Vec<RawWebhook>) -> Vec<Webhook> {
@@ -1126,7 +1199,8 @@ impl Validator {
                 }
             };
             let kind = match w.kind.as_deref() {
-                None => Some(WebhookType::Rollout),
+                // Flagger's schema allows an empty type: a rollout hook.
+                None | Some("") => Some(WebhookType::Rollout),
                 Some(t) => match WebhookType::parse(t) {
                     Some(k) => Some(k),
                     None => {
@@ -1199,7 +1273,8 @@ impl Validator {
                 }
             };
             let severity = match a.severity.as_deref() {
-                None => Some(Severity::Info),
+                // Flagger's schema allows an empty severity: info.
+                None | Some("") => Some(Severity::Info),
                 Some(s) => match Severity::parse(s) {
                     Some(s) => Some(s),
                     None => {
