@@ -15,6 +15,7 @@ use crate::cluster_members::{ClusterMembers, CLUSTER_MEMBERS_KEY};
 use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::labels::EnvironmentLabels;
+use crate::never_healthy::NeverHealthy;
 use crate::role::RoleBinding;
 use crate::rollout::Rollout;
 use crate::rollout_policy::RolloutPolicy;
@@ -98,6 +99,8 @@ pub enum RecordKey {
     PlanOutcome(String),
     /// A finished plan in full (history, not in the state), by plan id.
     FinishedPlan(String),
+    /// An entity not yet healthy on any version ([`NeverHealthy`]), by entity id.
+    NeverHealthy(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -131,6 +134,7 @@ const TAG_ACTIVITY_HEAD: u8 = 28;
 const TAG_ACTIVITY_LINE: u8 = 29;
 const TAG_PLAN_OUTCOME: u8 = 30;
 const TAG_FINISHED_PLAN: u8 = 31;
+const TAG_NEVER_HEALTHY: u8 = 32;
 
 /// Where the records under a key live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,7 +181,8 @@ impl RecordKey {
             | RecordKey::Rollout(_)
             | RecordKey::CanaryJudging(_)
             | RecordKey::ActivityHead(_)
-            | RecordKey::PlanOutcome(_) => Residence::State,
+            | RecordKey::PlanOutcome(_)
+            | RecordKey::NeverHealthy(_) => Residence::State,
         }
     }
 
@@ -215,6 +220,7 @@ impl RecordKey {
             RecordKey::ActivityLine(n) => (TAG_ACTIVITY_LINE, n),
             RecordKey::PlanOutcome(n) => (TAG_PLAN_OUTCOME, n),
             RecordKey::FinishedPlan(n) => (TAG_FINISHED_PLAN, n),
+            RecordKey::NeverHealthy(n) => (TAG_NEVER_HEALTHY, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -258,6 +264,7 @@ impl RecordKey {
             TAG_ACTIVITY_LINE => Some(RecordKey::ActivityLine(name)),
             TAG_PLAN_OUTCOME => Some(RecordKey::PlanOutcome(name)),
             TAG_FINISHED_PLAN => Some(RecordKey::FinishedPlan(name)),
+            TAG_NEVER_HEALTHY => Some(RecordKey::NeverHealthy(name)),
             _ => None,
         }
     }
@@ -347,6 +354,8 @@ pub enum Record {
     PlanOutcome(PlanOutcome),
     /// A finished [`Plan`] in full: history, not in the state (see [`crate::plan_outcome`]).
     FinishedPlan(Plan),
+    /// See [`NeverHealthy`].
+    NeverHealthy(NeverHealthy),
 }
 
 wire_tags! {
@@ -382,6 +391,7 @@ wire_tags! {
         ActivityLine = 28,
         PlanOutcome = 29,
         FinishedPlan = 30,
+        NeverHealthy = 31,
     }
     retired []
 }
@@ -480,6 +490,7 @@ impl Record {
             }
             Record::PlanOutcome(o) => RecordKey::PlanOutcome(o.id.clone()),
             Record::FinishedPlan(p) => RecordKey::FinishedPlan(p.id.clone()),
+            Record::NeverHealthy(n) => RecordKey::NeverHealthy(n.entity.clone()),
         }
     }
 }
@@ -522,6 +533,7 @@ mod tests {
             RecordKey::ActivityLine(ActivityLine::key_name("eid:prod:helmChart:web", 7)),
             RecordKey::PlanOutcome("p-9-0".into()),
             RecordKey::FinishedPlan("p-9-0".into()),
+            RecordKey::NeverHealthy("eid:prod:helmChart:web".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

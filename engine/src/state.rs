@@ -18,7 +18,7 @@ use crate::canary::Phase;
 use crate::canary_record::Canary;
 use crate::cluster_key::{SecretKey, CANARY_REVISION_KEY};
 use crate::command::CommandOutput;
-use crate::entity::{Entity, EntityId};
+use crate::entity::{Entity, EntityId, Health};
 use crate::environment::Environment;
 use crate::error::CommandError;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
@@ -148,6 +148,8 @@ pub struct State {
     pub(crate) rollouts: Table<crate::rollout::Rollout>,
     /// Judging state of judged canaries, by canary id.
     pub(crate) canary_judging: Table<crate::canary_judging::CanaryJudging>,
+    /// Entities not yet healthy on any version, by entity id ([`crate::never_healthy`]).
+    pub(crate) never_healthy: Table<crate::never_healthy::NeverHealthy>,
     pub(crate) idx: Indexes,
 }
 
@@ -197,7 +199,10 @@ impl State {
         );
         for key in changed {
             match key {
-                RecordKey::Entity(id) => self.check_entity(id),
+                RecordKey::Entity(id) => {
+                    self.check_entity(id);
+                    self.check_never_healthy(id);
+                }
                 RecordKey::Plan(id) => self.check_plan(id),
                 RecordKey::PlanOutcome(id) => self.check_plan_outcome(id),
                 RecordKey::Canary(id) => self.check_canary(id),
@@ -224,6 +229,7 @@ impl State {
                 RecordKey::Token(name) => self.check_token(name),
                 RecordKey::CanaryHistory(id) => self.check_canary_history(id),
                 RecordKey::CanaryJudging(id) => self.check_canary_judging(id),
+                RecordKey::NeverHealthy(id) => self.check_never_healthy(id),
                 RecordKey::ActivityV1(_)
                 | RecordKey::ActivityLine(_)
                 | RecordKey::FinishedPlan(_) => {
@@ -259,6 +265,22 @@ impl State {
             "judging state of a deleted canary {id}"
         );
         assert!(j.within_bounds(), "judging state of {id} beyond its bounds");
+    }
+
+    /// A never-healthy row belongs to an entity that exists and is not healthy on a version
+    /// (being reported healthy on a version removes the row for good).
+    fn check_never_healthy(&self, id: &str) {
+        if !self.never_healthy.contains_key(id) {
+            return;
+        }
+        let e = self
+            .entities
+            .get(id)
+            .unwrap_or_else(|| panic!("never-healthy row of a missing entity {id}"));
+        assert!(
+            !(e.reported.health == Health::Healthy && e.reported.version.is_some()),
+            "entity {id} is healthy on a version but keeps its never-healthy row"
+        );
     }
 
     /// Labels belong to an environment that exists, within their bound.
@@ -891,6 +913,12 @@ impl State {
     /// The samples of canary `id` over time, if it has taken a step.
     pub fn canary_history(&self, id: &str) -> Option<&crate::canary_history::CanaryHistory> {
         self.canary_history.get(id)
+    }
+
+    /// Entity `id`'s never-healthy row: present while it has not been healthy on any version
+    /// (and it was created after the row existed; see [`crate::never_healthy`]).
+    pub fn never_healthy(&self, id: &str) -> Option<&crate::never_healthy::NeverHealthy> {
+        self.never_healthy.get(id)
     }
 
     /// The judging state of canary `id`, if it has judged metrics.

@@ -23,6 +23,7 @@ use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::environment::Environment;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::labels::EnvironmentLabels;
+use crate::never_healthy::NeverHealthy;
 use crate::plan::Plan;
 use crate::plan_outcome::PlanOutcome;
 use crate::product::{Channel, Product, Recall, Release};
@@ -81,6 +82,7 @@ named_rows! {
     CanaryJudging => CanaryJudging, |j| j.canary.clone(), ();
     EnvironmentLabels => EnvironmentLabels, |l| l.environment.clone(), ();
     RolloutPolicy => RolloutPolicy, |p| p.product.clone(), RolloutPolicyIndex;
+    NeverHealthy => NeverHealthy, |n| n.entity.clone(), ();
 }
 
 lookups_index! {
@@ -569,6 +571,7 @@ state_tables! {
     rollout_policies: RolloutPolicy,
     rollouts: Rollout,
     canary_judging: CanaryJudging,
-    activity: ActivityHead;
+    activity: ActivityHead,
+    never_healthy: NeverHealthy;
     not_in_state: ActivityV1, ActivityLine, FinishedPlan,
 }

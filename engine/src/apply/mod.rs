@@ -37,6 +37,7 @@ mod cluster_keys;
 mod commands;
 mod entities;
 mod environments;
+mod health;
 mod membership;
 mod modules;
 mod plans;

@@ -808,6 +808,9 @@ impl State {
                 entity.created_at_ms = now;
             }
             self.entities.put(entity, &mut tx.changed);
+            if !existed {
+                self.start_never_healthy(&id, tx);
+            }
             self.reindex_dependencies(&id);
             tx.triggers.push(Trigger::Entity(id.clone()));
             self.note(
