@@ -435,6 +435,9 @@ impl State {
                 self.reindex_dependencies(&entity_id);
             }
             self.end_never_healthy_if_healthy(&entity_id, tx);
+            if matches!(kind, PlanKind::Uninstall) {
+                self.after_module_uninstall(&entity_id, tx);
+            }
             self.note(&entity_id, "plan", format!("plan {plan_id} succeeded"), tx);
             tx.triggers.push(Trigger::Entity(entity_id));
             return Ok(CommandOutput::Changed {
