@@ -98,11 +98,12 @@ mod tests {
         assert_eq!(a.change_to(&v("1.0.0"), "aa", 2), None);
         assert_eq!(
             a.change_to(&v("1.1.0"), "bb", 3),
-            Some(RetryChange::Release {
-                failed: v("1.0.0")
-            })
+            Some(RetryChange::Release { failed: v("1.0.0") })
         );
         assert_eq!(a.change_to(&v("1.0.0"), "bb", 3), Some(RetryChange::Config));
-        assert_eq!(a.change_to(&v("1.0.0"), "aa", 3), Some(RetryChange::Secrets));
+        assert_eq!(
+            a.change_to(&v("1.0.0"), "aa", 3),
+            Some(RetryChange::Secrets)
+        );
     }
 }

@@ -19,6 +19,7 @@ use crate::never_healthy::NeverHealthy;
 use crate::role::RoleBinding;
 use crate::rollout::Rollout;
 use crate::rollout_policy::RolloutPolicy;
+use crate::settings::{ClusterSettings, CLUSTER_SETTINGS_KEY};
 use crate::token::OperatorToken;
 
 use crate::activity::{Activity, ActivityLine, ActivityV1};
@@ -101,6 +102,8 @@ pub enum RecordKey {
     FinishedPlan(String),
     /// An entity not yet healthy on any version ([`NeverHealthy`]), by entity id.
     NeverHealthy(String),
+    /// The hub's settings (one record, `cluster`).
+    ClusterSettings(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -135,6 +138,7 @@ const TAG_ACTIVITY_LINE: u8 = 29;
 const TAG_PLAN_OUTCOME: u8 = 30;
 const TAG_FINISHED_PLAN: u8 = 31;
 const TAG_NEVER_HEALTHY: u8 = 32;
+const TAG_CLUSTER_SETTINGS: u8 = 33;
 
 /// Where the records under a key live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,7 +186,8 @@ impl RecordKey {
             | RecordKey::CanaryJudging(_)
             | RecordKey::ActivityHead(_)
             | RecordKey::PlanOutcome(_)
-            | RecordKey::NeverHealthy(_) => Residence::State,
+            | RecordKey::NeverHealthy(_)
+            | RecordKey::ClusterSettings(_) => Residence::State,
         }
     }
 
@@ -221,6 +226,7 @@ impl RecordKey {
             RecordKey::PlanOutcome(n) => (TAG_PLAN_OUTCOME, n),
             RecordKey::FinishedPlan(n) => (TAG_FINISHED_PLAN, n),
             RecordKey::NeverHealthy(n) => (TAG_NEVER_HEALTHY, n),
+            RecordKey::ClusterSettings(n) => (TAG_CLUSTER_SETTINGS, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -265,6 +271,7 @@ impl RecordKey {
             TAG_PLAN_OUTCOME => Some(RecordKey::PlanOutcome(name)),
             TAG_FINISHED_PLAN => Some(RecordKey::FinishedPlan(name)),
             TAG_NEVER_HEALTHY => Some(RecordKey::NeverHealthy(name)),
+            TAG_CLUSTER_SETTINGS => Some(RecordKey::ClusterSettings(name)),
             _ => None,
         }
     }
@@ -356,6 +363,8 @@ pub enum Record {
     FinishedPlan(Plan),
     /// See [`NeverHealthy`].
     NeverHealthy(NeverHealthy),
+    /// See [`ClusterSettings`].
+    ClusterSettings(ClusterSettings),
 }
 
 wire_tags! {
@@ -392,6 +401,7 @@ wire_tags! {
         PlanOutcome = 29,
         FinishedPlan = 30,
         NeverHealthy = 31,
+        ClusterSettings = 32,
     }
     retired []
 }
@@ -491,6 +501,9 @@ impl Record {
             Record::PlanOutcome(o) => RecordKey::PlanOutcome(o.id.clone()),
             Record::FinishedPlan(p) => RecordKey::FinishedPlan(p.id.clone()),
             Record::NeverHealthy(n) => RecordKey::NeverHealthy(n.entity.clone()),
+            Record::ClusterSettings(_) => {
+                RecordKey::ClusterSettings(CLUSTER_SETTINGS_KEY.to_string())
+            }
         }
     }
 }
@@ -534,6 +547,7 @@ mod tests {
             RecordKey::PlanOutcome("p-9-0".into()),
             RecordKey::FinishedPlan("p-9-0".into()),
             RecordKey::NeverHealthy("eid:prod:helmChart:web".into()),
+            RecordKey::ClusterSettings("cluster".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

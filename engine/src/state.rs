@@ -150,6 +150,8 @@ pub struct State {
     pub(crate) canary_judging: Table<crate::canary_judging::CanaryJudging>,
     /// Entities not yet healthy on any version, by entity id ([`crate::never_healthy`]).
     pub(crate) never_healthy: Table<crate::never_healthy::NeverHealthy>,
+    /// The hub's settings (at most one row).
+    pub(crate) cluster_settings: Table<crate::settings::ClusterSettings>,
     pub(crate) idx: Indexes,
 }
 
@@ -230,6 +232,7 @@ impl State {
                 RecordKey::CanaryHistory(id) => self.check_canary_history(id),
                 RecordKey::CanaryJudging(id) => self.check_canary_judging(id),
                 RecordKey::NeverHealthy(id) => self.check_never_healthy(id),
+                RecordKey::ClusterSettings(_) => {}
                 RecordKey::ActivityV1(_)
                 | RecordKey::ActivityLine(_)
                 | RecordKey::FinishedPlan(_) => {
@@ -919,6 +922,39 @@ impl State {
     /// (and it was created after the row existed; see [`crate::never_healthy`]).
     pub fn never_healthy(&self, id: &str) -> Option<&crate::never_healthy::NeverHealthy> {
         self.never_healthy.get(id)
+    }
+
+    /// The spec a tick of canary `c` about `revision` runs with (the leader's tick plan and
+    /// apply's phase machine both use it). With config tracking off, for the hub
+    /// ([`crate::settings::ClusterSettings::canary_config_tracking`]) or for the canary
+    /// (`flagger.app/config-tracking: disabled`), a revision that differs from the primary's
+    /// only in config or secrets is promoted without analysis: `skipAnalysis` for that
+    /// revision. Any other revision, and every revision with tracking on, gets `c.spec`.
+    pub fn canary_tick_spec<'a>(
+        &self,
+        c: &'a Canary,
+        revision: &str,
+    ) -> std::borrow::Cow<'a, crate::canary::CanarySpec> {
+        use std::borrow::Cow;
+        if c.spec.skip_analysis || !c.differs_from_primary_only_in_config(revision) {
+            return Cow::Borrowed(&c.spec);
+        }
+        // The annotation is read from the committed resource (the stored spec's encoding
+        // stays as it was), and only for a config-only revision: rare, and cheap then.
+        let tracking = self.cluster_settings().canary_config_tracking
+            && !crate::canary::parse_canary_with_policy(&c.yaml)
+                .is_ok_and(|(_, policy, _)| policy.config_tracking_disabled);
+        if tracking {
+            return Cow::Borrowed(&c.spec);
+        }
+        let mut spec = c.spec.clone();
+        spec.skip_analysis = true;
+        Cow::Owned(spec)
+    }
+
+    /// The hub's settings (the defaults until one is set).
+    pub fn cluster_settings(&self) -> crate::settings::ClusterSettings {
+        self.cluster_settings.get(&()).cloned().unwrap_or_default()
     }
 
     /// The judging state of canary `id`, if it has judged metrics.

@@ -31,6 +31,7 @@ use crate::record::{AuditEntry, Record, RecordKey, RequestRecord};
 use crate::role::{Role, RoleBinding};
 use crate::rollout::Rollout;
 use crate::rollout_policy::RolloutPolicy;
+use crate::settings::{ClusterSettings, CLUSTER_SETTINGS_KEY};
 use crate::state::State;
 use crate::suppression::{Scope, Suppression};
 use crate::table::{lookups_index, Lookups, Row};
@@ -446,6 +447,22 @@ impl Row for AuditLog {
     }
 }
 
+/// The one cluster-settings record, under `cluster`.
+impl Row for ClusterSettings {
+    type Key = ();
+    type Index = ();
+    fn key(&self) {}
+    fn record_key(_: &()) -> RecordKey {
+        RecordKey::ClusterSettings(CLUSTER_SETTINGS_KEY.to_string())
+    }
+    fn key_of_name(name: &str) -> Option<()> {
+        (name == CLUSTER_SETTINGS_KEY).then_some(())
+    }
+    fn to_record(&self) -> Record {
+        Record::ClusterSettings(self.clone())
+    }
+}
+
 /// The one entry-clock record, under `log`.
 impl Row for EntryClock {
     type Key = ();
@@ -572,6 +589,7 @@ state_tables! {
     rollouts: Rollout,
     canary_judging: CanaryJudging,
     activity: ActivityHead,
-    never_healthy: NeverHealthy;
+    never_healthy: NeverHealthy,
+    cluster_settings: ClusterSettings;
     not_in_state: ActivityV1, ActivityLine, FinishedPlan,
 }

@@ -997,13 +997,18 @@ fn unmanage_after_uninstall_manual_keeps_the_module_s_management() {
     );
     let notes = hub.activity_of_kind(&retired, "module");
     assert!(
-        notes.last().unwrap().contains("unmanageAfterUninstall: MANUAL"),
+        notes
+            .last()
+            .unwrap()
+            .contains("unmanageAfterUninstall: MANUAL"),
         "{notes:?}"
     );
     // The operator ends it: the entity dropped from the definition, the installation updated.
     let yaml = fixture("control-plane-module.yml");
     let start = yaml
-        .find("  - type: helmChart\n    helmChart:\n      productId: com.example:retired-application")
+        .find(
+            "  - type: helmChart\n    helmChart:\n      productId: com.example:retired-application",
+        )
         .unwrap();
     publish(&mut hub, "control-plane-module.yml", &yaml[..start]);
     let cr = open_cr(&hub, "prod/control-plane-module");
@@ -1018,17 +1023,28 @@ fn unmanage_after_uninstall_automatic_ends_the_management_by_itself() {
     // ends the module's management; the entity stays, not installed and still marked.
     for unmanage in [None, Some("AUTOMATIC")] {
         let (mut hub, retired) = uninstalled_by_the_module(unmanage);
-        assert_eq!(managed_by_module(&hub, &retired), (None, false), "{unmanage:?}");
+        assert_eq!(
+            managed_by_module(&hub, &retired),
+            (None, false),
+            "{unmanage:?}"
+        );
         let e = hub.state.entity(&retired).unwrap();
         assert!(e.marked_for_uninstall, "nothing reinstalls it");
         let notes = hub.activity_of_kind(&retired, "module");
         assert!(
-            notes.last().unwrap().contains("no longer managed by module control-plane-module"),
+            notes
+                .last()
+                .unwrap()
+                .contains("no longer managed by module control-plane-module"),
             "{notes:?}"
         );
         assert!(hub.step().iter().all(|p| hub.plan(p).entity != retired));
         // A later version that still marks it does not take it back.
-        publish(&mut hub, "control-plane-module.yml", &control_plane("1536Mi"));
+        publish(
+            &mut hub,
+            "control-plane-module.yml",
+            &control_plane("1536Mi"),
+        );
         let cr = open_cr(&hub, "prod/control-plane-module");
         approve(&mut hub, &cr);
         assert_eq!(managed_by_module(&hub, &retired), (None, false));
@@ -1059,11 +1075,10 @@ fn unmanage_after_uninstall_accepts_only_manual_or_automatic() {
         "{msg}"
     );
     // A templated value is checked once rendered, naming the field too.
-    let yaml = fixture("control-plane-module.yml")
-        .replace(
-            "unmanageAfterUninstall: MANUAL",
-            "unmanageAfterUninstall: \"{{ moduleVariable.myNamespace }}\"",
-        );
+    let yaml = fixture("control-plane-module.yml").replace(
+        "unmanageAfterUninstall: MANUAL",
+        "unmanageAfterUninstall: \"{{ moduleVariable.myNamespace }}\"",
+    );
     publish(&mut hub, "control-plane-module.yml", &yaml);
     let err = hub.err(Command::InstallModule {
         environment: "prod".into(),

@@ -46,6 +46,12 @@ pub const MAX_WEBHOOK_TIMEOUT_MS: i64 = 10 * 60_000;
 /// Most entries in each list of the analysis (metrics, webhooks, alerts, match, stepWeights).
 pub const MAX_LIST_LEN: usize = 64;
 
+/// Flagger's annotation that turns config tracking off for one canary (`disabled`): a change
+/// of config or secrets alone is then promoted without analysis
+/// ([`super::AnalysisPolicy::config_tracking_disabled`]). Other annotations are accepted and
+/// ignored.
+pub const CONFIG_TRACKING_ANNOTATION: &str = "flagger.app/config-tracking";
+
 const BUILTIN_SUCCESS_RATE: &str = "request-success-rate";
 const BUILTIN_DURATION: &str = "request-duration";
 
@@ -380,6 +386,20 @@ impl Validator {
     }
 
     fn metadata(&mut self, raw: RawMetadata) -> Option<(String, Option<String>)> {
+        if let Some(value) = raw
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CONFIG_TRACKING_ANNOTATION))
+        {
+            match value.as_str() {
+                "disabled" => self.policy.config_tracking_disabled = true,
+                "enabled" => {}
+                other => self.err(
+                    format!("metadata.annotations.{CONFIG_TRACKING_ANNOTATION}"),
+                    format!("must be \"enabled\" or \"disabled\", got {}", quote(other)),
+                ),
+            }
+        }
         let name = self.name("metadata.name", raw.name);
         let namespace = match raw.namespace {
             None => Some(None),

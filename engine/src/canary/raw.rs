@@ -31,6 +31,7 @@ pub(super) struct RawCanary {
 pub(super) struct RawMetadata {
     pub name: Option<String>,
     pub namespace: Option<String>,
+    pub annotations: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Deserialize)]

@@ -405,14 +405,17 @@ impl fmt::Display for Reason {
                 match change {
                     RetryChange::NoFailedAttempt => f.write_str("no attempt of the hub failed"),
                     RetryChange::Release { failed } => {
-                        write!(f, "retrying with a new release (the attempt with {failed} failed)")
+                        write!(
+                            f,
+                            "retrying with a new release (the attempt with {failed} failed)"
+                        )
                     }
                     RetryChange::Config => {
                         f.write_str("retrying with changed config (the failed attempt's release)")
                     }
-                    RetryChange::Secrets => {
-                        f.write_str("retrying with changed secrets (the failed attempt's release and config)")
-                    }
+                    RetryChange::Secrets => f.write_str(
+                        "retrying with changed secrets (the failed attempt's release and config)",
+                    ),
                 }
             }
             Reason::FailedAttemptRepeated {

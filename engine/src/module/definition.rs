@@ -112,7 +112,9 @@ impl Uninstall {
     pub fn unmanage(&self) -> UnmanageAfterUninstall {
         match self.unmanage_after_uninstall.as_deref() {
             None => UnmanageAfterUninstall::Automatic,
-            Some(text) => UnmanageAfterUninstall::parse(text).unwrap_or(UnmanageAfterUninstall::Manual),
+            Some(text) => {
+                UnmanageAfterUninstall::parse(text).unwrap_or(UnmanageAfterUninstall::Manual)
+            }
         }
     }
 }
