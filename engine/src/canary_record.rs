@@ -75,6 +75,32 @@ impl Canary {
             .unwrap_or_default()
     }
 
+    /// The revision named `revision` among the target and the remembered revisions.
+    fn find_revision(&self, revision: &str) -> Option<&CanaryRevision> {
+        self.target
+            .iter()
+            .chain(&self.revisions)
+            .find(|r| r.revision == revision)
+    }
+
+    /// Whether `revision` differs from the revision the primary runs only in config or
+    /// secrets: same version, same artifacts (what config tracking is about, issue 55).
+    /// `false` when either is unknown or they are the same revision.
+    pub fn differs_from_primary_only_in_config(&self, revision: &str) -> bool {
+        let primary = self.status.primary_revision.as_deref();
+        match (
+            self.find_revision(revision),
+            primary.and_then(|p| self.find_revision(p)),
+        ) {
+            (Some(new), Some(primary)) => {
+                new.revision != primary.revision
+                    && new.version == primary.version
+                    && new.artifacts == primary.artifacts
+            }
+            _ => false,
+        }
+    }
+
     /// Appends `actions` decided at `step`, keeping the newest [`MAX_RECORDED_ACTIONS`].
     pub(crate) fn record_actions(&mut self, step: u64, actions: Vec<Action>) {
         self.actions.extend(actions.into_iter().map(|a| (step, a)));

@@ -613,6 +613,13 @@ pub enum Command {
         /// Who (audited).
         actor: String,
     },
+    /// Turn the hub's canary config tracking on or off (issue 55): off, a change of an
+    /// entity's config or secrets alone is promoted by its canary without analysis
+    /// ([`crate::settings::ClusterSettings::canary_config_tracking`]).
+    SetCanaryConfigTracking {
+        /// Whether config and secret changes are analysed.
+        enabled: bool,
+    },
 }
 
 wire_tags! {
@@ -675,6 +682,7 @@ wire_tags! {
         ReportCanariesWithSamples = 55,
         ReportSampledEntityStates = 56,
         PutSecret = 57,
+        SetCanaryConfigTracking = 58,
     }
     retired []
 }
@@ -823,6 +831,7 @@ impl Command {
             Command::PromoteWave { .. } => "promote_wave",
             Command::HaltRollout { .. } => "halt_rollout",
             Command::ResumeRollout { .. } => "resume_rollout",
+            Command::SetCanaryConfigTracking { .. } => "set_canary_config_tracking",
             Command::As { command, .. } => command.kind(),
         }
     }
@@ -891,7 +900,8 @@ impl Command {
             | Command::RevokeToken { .. }
             | Command::SetEnvironmentLabels { .. }
             | Command::ApplyRolloutPolicy { .. }
-            | Command::DeleteRolloutPolicy { .. } => return,
+            | Command::DeleteRolloutPolicy { .. }
+            | Command::SetCanaryConfigTracking { .. } => return,
             Command::As { command, .. } => return command.stamp_actor(who),
         };
         *actor = who.to_string();

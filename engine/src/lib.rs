@@ -124,6 +124,7 @@ pub mod labels;
 pub mod leader;
 pub mod module;
 pub mod name;
+pub mod never_healthy;
 pub mod plan;
 pub mod plan_outcome;
 pub mod product;

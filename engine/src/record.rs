@@ -15,9 +15,11 @@ use crate::cluster_members::{ClusterMembers, CLUSTER_MEMBERS_KEY};
 use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::labels::EnvironmentLabels;
+use crate::never_healthy::NeverHealthy;
 use crate::role::RoleBinding;
 use crate::rollout::Rollout;
 use crate::rollout_policy::RolloutPolicy;
+use crate::settings::{ClusterSettings, CLUSTER_SETTINGS_KEY};
 use crate::token::OperatorToken;
 
 use crate::activity::{Activity, ActivityLine, ActivityV1};
@@ -98,6 +100,10 @@ pub enum RecordKey {
     PlanOutcome(String),
     /// A finished plan in full (history, not in the state), by plan id.
     FinishedPlan(String),
+    /// An entity not yet healthy on any version ([`NeverHealthy`]), by entity id.
+    NeverHealthy(String),
+    /// The hub's settings (one record, `cluster`).
+    ClusterSettings(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -131,6 +137,8 @@ const TAG_ACTIVITY_HEAD: u8 = 28;
 const TAG_ACTIVITY_LINE: u8 = 29;
 const TAG_PLAN_OUTCOME: u8 = 30;
 const TAG_FINISHED_PLAN: u8 = 31;
+const TAG_NEVER_HEALTHY: u8 = 32;
+const TAG_CLUSTER_SETTINGS: u8 = 33;
 
 /// Where the records under a key live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,7 +185,9 @@ impl RecordKey {
             | RecordKey::Rollout(_)
             | RecordKey::CanaryJudging(_)
             | RecordKey::ActivityHead(_)
-            | RecordKey::PlanOutcome(_) => Residence::State,
+            | RecordKey::PlanOutcome(_)
+            | RecordKey::NeverHealthy(_)
+            | RecordKey::ClusterSettings(_) => Residence::State,
         }
     }
 
@@ -215,6 +225,8 @@ impl RecordKey {
             RecordKey::ActivityLine(n) => (TAG_ACTIVITY_LINE, n),
             RecordKey::PlanOutcome(n) => (TAG_PLAN_OUTCOME, n),
             RecordKey::FinishedPlan(n) => (TAG_FINISHED_PLAN, n),
+            RecordKey::NeverHealthy(n) => (TAG_NEVER_HEALTHY, n),
+            RecordKey::ClusterSettings(n) => (TAG_CLUSTER_SETTINGS, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -258,6 +270,8 @@ impl RecordKey {
             TAG_ACTIVITY_LINE => Some(RecordKey::ActivityLine(name)),
             TAG_PLAN_OUTCOME => Some(RecordKey::PlanOutcome(name)),
             TAG_FINISHED_PLAN => Some(RecordKey::FinishedPlan(name)),
+            TAG_NEVER_HEALTHY => Some(RecordKey::NeverHealthy(name)),
+            TAG_CLUSTER_SETTINGS => Some(RecordKey::ClusterSettings(name)),
             _ => None,
         }
     }
@@ -347,6 +361,10 @@ pub enum Record {
     PlanOutcome(PlanOutcome),
     /// A finished [`Plan`] in full: history, not in the state (see [`crate::plan_outcome`]).
     FinishedPlan(Plan),
+    /// See [`NeverHealthy`].
+    NeverHealthy(NeverHealthy),
+    /// See [`ClusterSettings`].
+    ClusterSettings(ClusterSettings),
 }
 
 wire_tags! {
@@ -382,6 +400,8 @@ wire_tags! {
         ActivityLine = 28,
         PlanOutcome = 29,
         FinishedPlan = 30,
+        NeverHealthy = 31,
+        ClusterSettings = 32,
     }
     retired []
 }
@@ -480,6 +500,10 @@ impl Record {
             }
             Record::PlanOutcome(o) => RecordKey::PlanOutcome(o.id.clone()),
             Record::FinishedPlan(p) => RecordKey::FinishedPlan(p.id.clone()),
+            Record::NeverHealthy(n) => RecordKey::NeverHealthy(n.entity.clone()),
+            Record::ClusterSettings(_) => {
+                RecordKey::ClusterSettings(CLUSTER_SETTINGS_KEY.to_string())
+            }
         }
     }
 }
@@ -522,6 +546,8 @@ mod tests {
             RecordKey::ActivityLine(ActivityLine::key_name("eid:prod:helmChart:web", 7)),
             RecordKey::PlanOutcome("p-9-0".into()),
             RecordKey::FinishedPlan("p-9-0".into()),
+            RecordKey::NeverHealthy("eid:prod:helmChart:web".into()),
+            RecordKey::ClusterSettings("cluster".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

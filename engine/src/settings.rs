@@ -1,4 +1,5 @@
-//! Environment settings (SPEC "Vocabulary", C3–C6, C8, C9, P8, P9) and one-off window overrides.
+//! Environment settings (SPEC "Vocabulary", C3–C6, C8, C9, P8, P9), one-off window overrides,
+//! and the hub's own settings ([`ClusterSettings`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -61,5 +62,26 @@ impl WindowOverride {
     /// Whether the override is in force at `t`.
     pub fn active_at(&self, t: TimestampMs) -> bool {
         self.start_ms <= t && t < self.end_ms
+    }
+}
+
+/// The name of the one [`ClusterSettings`] record.
+pub const CLUSTER_SETTINGS_KEY: &str = "cluster";
+
+/// Settings of the whole hub, replicated (the leader decides by them, so no node flag could
+/// hold them). Without a record every setting has its default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSettings {
+    /// Whether a change of an entity's config or secrets alone starts a canary analysis
+    /// (Flagger's config tracking; default on). Off, such a revision is promoted without
+    /// analysis, like a canary's own `flagger.app/config-tracking: disabled` annotation.
+    pub canary_config_tracking: bool,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        Self {
+            canary_config_tracking: true,
+        }
     }
 }

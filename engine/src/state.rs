@@ -18,7 +18,7 @@ use crate::canary::Phase;
 use crate::canary_record::Canary;
 use crate::cluster_key::{SecretKey, CANARY_REVISION_KEY};
 use crate::command::CommandOutput;
-use crate::entity::{Entity, EntityId};
+use crate::entity::{Entity, EntityId, Health};
 use crate::environment::Environment;
 use crate::error::CommandError;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
@@ -148,6 +148,10 @@ pub struct State {
     pub(crate) rollouts: Table<crate::rollout::Rollout>,
     /// Judging state of judged canaries, by canary id.
     pub(crate) canary_judging: Table<crate::canary_judging::CanaryJudging>,
+    /// Entities not yet healthy on any version, by entity id ([`crate::never_healthy`]).
+    pub(crate) never_healthy: Table<crate::never_healthy::NeverHealthy>,
+    /// The hub's settings (at most one row).
+    pub(crate) cluster_settings: Table<crate::settings::ClusterSettings>,
     pub(crate) idx: Indexes,
 }
 
@@ -197,7 +201,10 @@ impl State {
         );
         for key in changed {
             match key {
-                RecordKey::Entity(id) => self.check_entity(id),
+                RecordKey::Entity(id) => {
+                    self.check_entity(id);
+                    self.check_never_healthy(id);
+                }
                 RecordKey::Plan(id) => self.check_plan(id),
                 RecordKey::PlanOutcome(id) => self.check_plan_outcome(id),
                 RecordKey::Canary(id) => self.check_canary(id),
@@ -224,6 +231,8 @@ impl State {
                 RecordKey::Token(name) => self.check_token(name),
                 RecordKey::CanaryHistory(id) => self.check_canary_history(id),
                 RecordKey::CanaryJudging(id) => self.check_canary_judging(id),
+                RecordKey::NeverHealthy(id) => self.check_never_healthy(id),
+                RecordKey::ClusterSettings(_) => {}
                 RecordKey::ActivityV1(_)
                 | RecordKey::ActivityLine(_)
                 | RecordKey::FinishedPlan(_) => {
@@ -259,6 +268,22 @@ impl State {
             "judging state of a deleted canary {id}"
         );
         assert!(j.within_bounds(), "judging state of {id} beyond its bounds");
+    }
+
+    /// A never-healthy row belongs to an entity that exists and is not healthy on a version
+    /// (being reported healthy on a version removes the row for good).
+    fn check_never_healthy(&self, id: &str) {
+        if !self.never_healthy.contains_key(id) {
+            return;
+        }
+        let e = self
+            .entities
+            .get(id)
+            .unwrap_or_else(|| panic!("never-healthy row of a missing entity {id}"));
+        assert!(
+            !(e.reported.health == Health::Healthy && e.reported.version.is_some()),
+            "entity {id} is healthy on a version but keeps its never-healthy row"
+        );
     }
 
     /// Labels belong to an environment that exists, within their bound.
@@ -891,6 +916,45 @@ impl State {
     /// The samples of canary `id` over time, if it has taken a step.
     pub fn canary_history(&self, id: &str) -> Option<&crate::canary_history::CanaryHistory> {
         self.canary_history.get(id)
+    }
+
+    /// Entity `id`'s never-healthy row: present while it has not been healthy on any version
+    /// (and it was created after the row existed; see [`crate::never_healthy`]).
+    pub fn never_healthy(&self, id: &str) -> Option<&crate::never_healthy::NeverHealthy> {
+        self.never_healthy.get(id)
+    }
+
+    /// The spec a tick of canary `c` about `revision` runs with (the leader's tick plan and
+    /// apply's phase machine both use it). With config tracking off, for the hub
+    /// ([`crate::settings::ClusterSettings::canary_config_tracking`]) or for the canary
+    /// (`flagger.app/config-tracking: disabled`), a revision that differs from the primary's
+    /// only in config or secrets is promoted without analysis: `skipAnalysis` for that
+    /// revision. Any other revision, and every revision with tracking on, gets `c.spec`.
+    pub fn canary_tick_spec<'a>(
+        &self,
+        c: &'a Canary,
+        revision: &str,
+    ) -> std::borrow::Cow<'a, crate::canary::CanarySpec> {
+        use std::borrow::Cow;
+        if c.spec.skip_analysis || !c.differs_from_primary_only_in_config(revision) {
+            return Cow::Borrowed(&c.spec);
+        }
+        // The annotation is read from the committed resource (the stored spec's encoding
+        // stays as it was), and only for a config-only revision: rare, and cheap then.
+        let tracking = self.cluster_settings().canary_config_tracking
+            && !crate::canary::parse_canary_with_policy(&c.yaml)
+                .is_ok_and(|(_, policy, _)| policy.config_tracking_disabled);
+        if tracking {
+            return Cow::Borrowed(&c.spec);
+        }
+        let mut spec = c.spec.clone();
+        spec.skip_analysis = true;
+        Cow::Owned(spec)
+    }
+
+    /// The hub's settings (the defaults until one is set).
+    pub fn cluster_settings(&self) -> crate::settings::ClusterSettings {
+        self.cluster_settings.get(&()).cloned().unwrap_or_default()
     }
 
     /// The judging state of canary `id`, if it has judged metrics.

@@ -23,6 +23,7 @@ use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::environment::Environment;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::labels::EnvironmentLabels;
+use crate::never_healthy::NeverHealthy;
 use crate::plan::Plan;
 use crate::plan_outcome::PlanOutcome;
 use crate::product::{Channel, Product, Recall, Release};
@@ -30,6 +31,7 @@ use crate::record::{AuditEntry, Record, RecordKey, RequestRecord};
 use crate::role::{Role, RoleBinding};
 use crate::rollout::Rollout;
 use crate::rollout_policy::RolloutPolicy;
+use crate::settings::{ClusterSettings, CLUSTER_SETTINGS_KEY};
 use crate::state::State;
 use crate::suppression::{Scope, Suppression};
 use crate::table::{lookups_index, Lookups, Row};
@@ -81,6 +83,7 @@ named_rows! {
     CanaryJudging => CanaryJudging, |j| j.canary.clone(), ();
     EnvironmentLabels => EnvironmentLabels, |l| l.environment.clone(), ();
     RolloutPolicy => RolloutPolicy, |p| p.product.clone(), RolloutPolicyIndex;
+    NeverHealthy => NeverHealthy, |n| n.entity.clone(), ();
 }
 
 lookups_index! {
@@ -444,6 +447,22 @@ impl Row for AuditLog {
     }
 }
 
+/// The one cluster-settings record, under `cluster`.
+impl Row for ClusterSettings {
+    type Key = ();
+    type Index = ();
+    fn key(&self) {}
+    fn record_key(_: &()) -> RecordKey {
+        RecordKey::ClusterSettings(CLUSTER_SETTINGS_KEY.to_string())
+    }
+    fn key_of_name(name: &str) -> Option<()> {
+        (name == CLUSTER_SETTINGS_KEY).then_some(())
+    }
+    fn to_record(&self) -> Record {
+        Record::ClusterSettings(self.clone())
+    }
+}
+
 /// The one entry-clock record, under `log`.
 impl Row for EntryClock {
     type Key = ();
@@ -569,6 +588,8 @@ state_tables! {
     rollout_policies: RolloutPolicy,
     rollouts: Rollout,
     canary_judging: CanaryJudging,
-    activity: ActivityHead;
+    activity: ActivityHead,
+    never_healthy: NeverHealthy,
+    cluster_settings: ClusterSettings;
     not_in_state: ActivityV1, ActivityLine, FinishedPlan,
 }

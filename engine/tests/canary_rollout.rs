@@ -554,3 +554,143 @@ fn a_fresh_baseline_runs_at_the_primarys_revision_while_a_revision_is_analysed()
     let v = &hub.state.canary_judging(ID).unwrap().verdicts[0];
     assert_eq!(v.verdict, hub_engine::canary::Verdict::Pass, "{}", v.reason);
 }
+
+/// [`tick`] as the leader plans it: with the spec the state says the tick runs with
+/// ([`hub_engine::State::canary_tick_spec`]). Returns the step plan it issued and how many
+/// metrics the tick planned to measure.
+fn leader_tick(hub: &mut Hub) -> (Option<String>, usize) {
+    let c = hub.state.canary(ID).unwrap().clone();
+    if let Some(at) = c.status.next_tick_ms {
+        hub.set_time(at.max(hub.now));
+    }
+    let revision = c.target.as_ref().expect("target").revision.clone();
+    let spec = hub.state.canary_tick_spec(&c, &revision).into_owned();
+    let plan = plan_tick(&spec, &c.status, &revision, hub.now);
+    assert!(plan.due, "tick due at {:?}", c.status.next_tick_ms);
+    let measured = plan.metrics.len();
+    let input = healthy_tick_input(&c, &plan, &revision);
+    let before: Vec<String> = hub.state.plans().map(|p| p.id.clone()).collect();
+    hub.ok(Command::CanaryTick {
+        id: ID.into(),
+        step: plan.step,
+        input,
+    });
+    let issued = hub
+        .state
+        .plans()
+        .map(|p| p.id.clone())
+        .find(|p| !before.contains(p));
+    (issued, measured)
+}
+
+/// Issue 55, item 6: with config tracking off, for the canary (Flagger's annotation) or for
+/// the hub (its replicated setting), a config change is promoted without analysis; with it
+/// on (the default) it is analysed, and a new release is analysed either way.
+#[test]
+fn config_tracking_off_promotes_a_config_change_without_analysis() {
+    let annotated = fixture().replacen(
+        "metadata:\n  name: podinfo\n",
+        "metadata:\n  name: podinfo\n  annotations:\n    flagger.app/config-tracking: disabled\n    example.com/team: web\n",
+        1,
+    );
+    // (resource, hub tracking, whether a config change is analysed)
+    let cases = [
+        (fixture(), true, true),
+        (annotated, true, false),
+        (fixture(), false, false),
+    ];
+    for (yaml, hub_tracking, analysed) in cases {
+        let (mut hub, e) = with_canary_yaml(true, yaml);
+        if !hub_tracking {
+            hub.ok(Command::SetCanaryConfigTracking { enabled: false });
+            assert!(!hub.state.cluster_settings().canary_config_tracking);
+        }
+        while hub.state.canary(ID).unwrap().status.phase != Phase::Initialized {
+            if let (Some(p), _) = leader_tick(&mut hub) {
+                hub.succeed(&p);
+            }
+        }
+        let primary = hub
+            .state
+            .canary(ID)
+            .unwrap()
+            .status
+            .primary_revision
+            .clone();
+
+        hub.ok(Command::SetConfigOverrides {
+            entity: e.clone(),
+            version: "1.0.0".into(),
+            config: Some("replicas: 3\n".into()),
+        });
+        assert!(hub.step().is_empty(), "a canary target, not a config plan");
+        let target = hub.state.canary(ID).unwrap().target.clone().unwrap();
+        assert_eq!(target.config, "replicas: 3\n");
+        assert!(hub
+            .state
+            .canary(ID)
+            .unwrap()
+            .differs_from_primary_only_in_config(&target.revision));
+
+        let (mut weights, mut measured) = (Vec::new(), 0);
+        for _ in 0..40 {
+            if hub.state.canary(ID).unwrap().status.phase == Phase::Succeeded {
+                break;
+            }
+            let (p, m) = leader_tick(&mut hub);
+            measured += m;
+            if let Some(p) = p {
+                weights.push(step_weight(&hub, &p).1);
+                hub.succeed(&p);
+            }
+        }
+        let c = hub.state.canary(ID).unwrap();
+        assert_eq!(c.status.phase, Phase::Succeeded, "{analysed}");
+        assert_eq!(c.status.primary_revision, Some(target.revision.clone()));
+        assert_ne!(c.status.primary_revision, primary);
+        if analysed {
+            assert!(measured > 0 && weights.contains(&50), "{weights:?}");
+        } else {
+            assert_eq!(measured, 0, "no metric is measured: {weights:?}");
+            assert!(
+                weights.iter().all(|w| *w == 0),
+                "no traffic shifted: {weights:?}"
+            );
+            let history = hub.state.canary_history(ID).expect("history");
+            assert!(history.samples.iter().all(|s| s.metrics.is_empty()));
+        }
+
+        // A new release is analysed whatever the setting: it is not a config change.
+        hub.publish("com.example:podinfo", "1.1.0", &[]);
+        assert!(hub.step().is_empty());
+        let target = hub.state.canary(ID).unwrap().target.clone().unwrap();
+        assert_eq!(target.version, v("1.1.0"));
+        let c = hub.state.canary(ID).unwrap().clone();
+        let spec = hub.state.canary_tick_spec(&c, &target.revision);
+        assert!(!spec.skip_analysis);
+        assert_eq!(hub.replay_digest(), hub.state.digest());
+    }
+}
+
+#[test]
+fn a_config_tracking_annotation_other_than_enabled_or_disabled_is_refused() {
+    let mut hub = Hub::new();
+    hub.env("prod");
+    hub.product("com.example:podinfo");
+    hub.helm("prod", "podinfo", "com.example:podinfo");
+    let yaml = fixture().replacen(
+        "metadata:\n  name: podinfo\n",
+        "metadata:\n  name: podinfo\n  annotations:\n    flagger.app/config-tracking: off\n",
+        1,
+    );
+    let err = hub.err(Command::ApplyCanary {
+        environment: Some("prod".into()),
+        yaml,
+    });
+    let msg = err.to_string();
+    assert!(
+        msg.contains("metadata.annotations.flagger.app/config-tracking")
+            && msg.contains("must be \"enabled\" or \"disabled\""),
+        "{msg}"
+    );
+}

@@ -943,3 +943,154 @@ fn variables_past_the_limit_are_refused_and_change_nothing() {
     });
     assert!(err.to_string().contains("at most"), "{err}");
 }
+
+/// `prod` with `retired-application` installed at 1.0.0 (its minimum for uninstallation) and
+/// the control-plane module, its entity marked with `unmanage` (`None`: the line left out),
+/// installed; then the uninstall runs.
+fn uninstalled_by_the_module(unmanage: Option<&str>) -> (Hub, String) {
+    let mut hub = Hub::new();
+    hub.env("prod");
+    hub.product("com.example:retired-application");
+    hub.publish("com.example:retired-application", "1.0.0", &[]);
+    let retired = create_helm(
+        &mut hub,
+        "prod",
+        "retired-application",
+        "com.example:retired-application",
+        "app-namespace",
+    );
+    hub.installed(&retired, "1.0.0");
+    let line = "        unmanageAfterUninstall: MANUAL\n";
+    let yaml = fixture("control-plane-module.yml");
+    assert!(yaml.contains(line));
+    let yaml = match unmanage {
+        Some(value) => yaml.replace(line, &format!("        unmanageAfterUninstall: {value}\n")),
+        None => yaml.replace(line, ""),
+    };
+    publish(&mut hub, "control-plane-module.yml", &yaml);
+    install(&mut hub, "prod", "control-plane-module", &[]);
+    let uninstall = hub.converge(&retired);
+    assert_eq!(uninstall.kind.label(), "uninstall");
+    assert_eq!(hub.state.entity(&retired).unwrap().reported.version, None);
+    (hub, retired)
+}
+
+fn managed_by_module(hub: &Hub, entity: &str) -> (Option<String>, bool) {
+    let owner = hub.state.entity(entity).unwrap().owner_module.clone();
+    let listed = hub
+        .state
+        .installation("prod/control-plane-module")
+        .unwrap()
+        .entities
+        .contains_key(entity);
+    (owner, listed)
+}
+
+#[test]
+fn unmanage_after_uninstall_manual_keeps_the_module_s_management() {
+    // SPEC M11, seed 001: `unmanageAfterUninstall: MANUAL` (the seed's example) keeps the
+    // uninstalled entity under its module until an operator lets it go.
+    let (mut hub, retired) = uninstalled_by_the_module(Some("MANUAL"));
+    assert_eq!(
+        managed_by_module(&hub, &retired),
+        (Some("control-plane-module".to_string()), true)
+    );
+    let notes = hub.activity_of_kind(&retired, "module");
+    assert!(
+        notes
+            .last()
+            .unwrap()
+            .contains("unmanageAfterUninstall: MANUAL"),
+        "{notes:?}"
+    );
+    // The operator ends it: the entity dropped from the definition, the installation updated.
+    let yaml = fixture("control-plane-module.yml");
+    let start = yaml
+        .find(
+            "  - type: helmChart\n    helmChart:\n      productId: com.example:retired-application",
+        )
+        .unwrap();
+    publish(&mut hub, "control-plane-module.yml", &yaml[..start]);
+    let cr = open_cr(&hub, "prod/control-plane-module");
+    approve(&mut hub, &cr);
+    assert_eq!(managed_by_module(&hub, &retired), (None, false));
+    assert_eq!(hub.replay_digest(), hub.state.digest());
+}
+
+#[test]
+fn unmanage_after_uninstall_automatic_ends_the_management_by_itself() {
+    // Without the field (AUTOMATIC) and with AUTOMATIC written out: the uninstall's success
+    // ends the module's management; the entity stays, not installed and still marked.
+    for unmanage in [None, Some("AUTOMATIC")] {
+        let (mut hub, retired) = uninstalled_by_the_module(unmanage);
+        assert_eq!(
+            managed_by_module(&hub, &retired),
+            (None, false),
+            "{unmanage:?}"
+        );
+        let e = hub.state.entity(&retired).unwrap();
+        assert!(e.marked_for_uninstall, "nothing reinstalls it");
+        let notes = hub.activity_of_kind(&retired, "module");
+        assert!(
+            notes
+                .last()
+                .unwrap()
+                .contains("no longer managed by module control-plane-module"),
+            "{notes:?}"
+        );
+        assert!(hub.step().iter().all(|p| hub.plan(p).entity != retired));
+        // A later version that still marks it does not take it back.
+        publish(
+            &mut hub,
+            "control-plane-module.yml",
+            &control_plane("1536Mi"),
+        );
+        let cr = open_cr(&hub, "prod/control-plane-module");
+        approve(&mut hub, &cr);
+        assert_eq!(managed_by_module(&hub, &retired), (None, false));
+        assert!(hub.step().iter().all(|p| hub.plan(p).entity != retired));
+        assert_eq!(hub.replay_digest(), hub.state.digest());
+    }
+}
+
+#[test]
+fn unmanage_after_uninstall_accepts_only_manual_or_automatic() {
+    let mut hub = Hub::new();
+    hub.env("prod");
+    let yaml = fixture("control-plane-module.yml").replace(
+        "unmanageAfterUninstall: MANUAL",
+        "unmanageAfterUninstall: SOMETIMES",
+    );
+    let err = hub.err(Command::PublishModule {
+        file_name: Some("control-plane-module.yml".into()),
+        yaml,
+    });
+    let msg = err.to_string();
+    assert!(
+        msg.contains("entities[2].helmChart.markedForUninstallation.unmanageAfterUninstall"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("must be AUTOMATIC or MANUAL, got \"SOMETIMES\""),
+        "{msg}"
+    );
+    // A templated value is checked once rendered, naming the field too.
+    let yaml = fixture("control-plane-module.yml").replace(
+        "unmanageAfterUninstall: MANUAL",
+        "unmanageAfterUninstall: \"{{ moduleVariable.myNamespace }}\"",
+    );
+    publish(&mut hub, "control-plane-module.yml", &yaml);
+    let err = hub.err(Command::InstallModule {
+        environment: "prod".into(),
+        module: "control-plane-module".into(),
+        version: None,
+        variables: BTreeMap::new(),
+        actor: ACTOR.into(),
+    });
+    let msg = err.to_string();
+    assert!(
+        msg.contains("markedForUninstallation.unmanageAfterUninstall")
+            && msg.contains("got \"default\""),
+        "{msg}"
+    );
+}

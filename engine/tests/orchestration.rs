@@ -2011,6 +2011,9 @@ fn c5_a_window_override_passes_only_the_window() {
         id: s,
         actor: "alice".into(),
     });
+    // Health holds an entity that was healthy once (issue 55: a never-healthy one is not
+    // held until an attempt of the hub failed).
+    hub.report(&w, Some("1.0.0"), Health::Healthy);
     hub.report(&w, None, Health::Error);
     assert_eq!(blocking(&hub.eval(&w)), [ConstraintKind::Health]);
     hub.report(&w, None, Health::Unknown);
@@ -2561,7 +2564,9 @@ fn c9_registry_matching() {
 // SPEC C10: an entity in error is not upgraded by ordinary plans; rollback still applies.
 #[test]
 fn c10_an_entity_in_error_is_not_upgraded_but_is_rolled_back() {
-    let (mut hub, w) = web_hub(&["1.0.0", "1.1.0"], None);
+    // Healthy once, then in error (issue 55: an entity never healthy on any version is not
+    // held the same way; engine/tests/never_healthy.rs).
+    let (mut hub, w) = web_hub(&["1.0.0", "1.1.0"], Some("1.0.0"));
     hub.report(&w, Some("1.0.0"), Health::Error);
     let e = hub.eval(&w);
     assert_eq!(kind(&e), PlanKind::VersionChange);

@@ -63,6 +63,7 @@ use hub_engine::module::{
     Constraint, EntityOverride, EntityTemplate, KeyPath, ModuleConfig, ModuleDefinition,
     MultikeySecret, Restrictions, SubmoduleRef, SyncMode, Uninstall, Variable,
 };
+use hub_engine::never_healthy::{FailedAttempt, NeverHealthy};
 use hub_engine::plan::{
     EmergencyCommand, FailureMetadata, Plan, PlanKind, PlanStatus, Task, TaskReport, TaskState,
 };
@@ -72,6 +73,7 @@ use hub_engine::record::{AuditEntry, RequestRecord};
 use hub_engine::release::{Artifact, ProductDependency, VersionBound};
 use hub_engine::rollout::{HaltCause, Promotion, Rollout, RolloutHalt, WaveProgress};
 use hub_engine::rollout_policy::{OnFailure, RolloutPolicy, Selector, Wave};
+use hub_engine::settings::ClusterSettings;
 use hub_engine::settings::{EnvironmentSettings, WindowOverride};
 use hub_engine::suppression::{Scope, Suppression, SuppressionSource};
 use hub_engine::token::{OperatorToken, TokenHash};
@@ -533,6 +535,7 @@ fn commands() -> Vec<Command> {
             name: s("api-token"),
             value: Some(SecretValue(s("t0ken"))),
         },
+        Command::SetCanaryConfigTracking { enabled: false },
     ]
 }
 
@@ -1225,6 +1228,19 @@ fn records() -> Vec<Record> {
             ended_ms: Some(T0 + 27),
         }),
         Record::FinishedPlan(plan("p-43-0", PlanKind::VersionChange)),
+        Record::NeverHealthy(NeverHealthy {
+            entity: s(ENTITY),
+            since_ms: T0 + 28,
+            failed_attempt: Some(FailedAttempt {
+                plan: s("p-44-0"),
+                version: v("1.3.0"),
+                config_sha256: s("c0ffee"),
+                secrets_revision: 5,
+            }),
+        }),
+        Record::ClusterSettings(ClusterSettings {
+            canary_config_tracking: false,
+        }),
     ]
 }
 

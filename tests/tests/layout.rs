@@ -141,7 +141,15 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
 #[test]
 fn no_crate_has_a_module_cycle() {
     let root = repo_root();
-    for krate in ["engine", "node", "agent", "raft-store", "tls", "http", "client"] {
+    for krate in [
+        "engine",
+        "node",
+        "agent",
+        "raft-store",
+        "tls",
+        "http",
+        "client",
+    ] {
         let graph = module_graph(&root.join(krate).join("src"));
         assert!(graph.len() > 1, "{krate}: no modules found");
         if let Some(cycle) = find_cycle(&graph) {
@@ -255,7 +263,15 @@ fn non_test_code(krates: &[&str]) -> Vec<(String, String)> {
 #[test]
 fn no_long_function_without_a_reason() {
     let mut found = Vec::new();
-    for (name, code) in non_test_code(&["engine", "node", "agent", "raft-store", "tls", "http", "client"]) {
+    for (name, code) in non_test_code(&[
+        "engine",
+        "node",
+        "agent",
+        "raft-store",
+        "tls",
+        "http",
+        "client",
+    ]) {
         for (f, line, len) in long_functions(&code, 100) {
             found.push(format!("{name}:{line}: fn {f} is {len} lines"));
         }

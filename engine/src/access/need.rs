@@ -173,6 +173,7 @@ pub fn need(state: &State, command: &Command) -> Need {
         Command::BindRole { .. }
         | Command::UnbindRole { .. }
         | Command::SetAuditRetention { .. }
+        | Command::SetCanaryConfigTracking { .. }
         | Command::CreateToken { .. }
         | Command::RevokeToken { .. } => admin,
         Command::SetEnvironmentLabels { environment, .. } => operator(env(environment)),

@@ -295,7 +295,8 @@ impl State {
             samples: samples.unwrap_or(&no_samples),
             inconclusive: self.canary_judging.get(id).map_or(0, |j| j.inconclusive),
         };
-        let judged = advance_judged(&c.spec, &c.status, input, &judging, now);
+        let spec = self.canary_tick_spec(c, &input.revision);
+        let judged = advance_judged(&spec, &c.status, input, &judging, now);
         let outcome = judged.outcome;
         debug_assert_eq!(outcome.status.step, step + 1, "a tick advances one step");
         self.record_judgements(id, step, judged.inconclusive, judged.verdicts, tx);
@@ -345,7 +346,8 @@ impl State {
             samples: &no_samples,
             inconclusive: self.canary_judging.get(id).map_or(0, |j| j.inconclusive),
         };
-        let judged = advance_judged(&c.spec, &c.status, &input, &judging, now);
+        let spec = self.canary_tick_spec(c, &input.revision);
+        let judged = advance_judged(&spec, &c.status, &input, &judging, now);
         let outcome = judged.outcome;
         let step = c.status.step;
         self.record_judgements(id, step, judged.inconclusive, judged.verdicts, tx);

@@ -110,6 +110,7 @@ impl State {
         );
         debug_assert_eq!(entity.id, id);
         self.entities.put(entity, &mut tx.changed);
+        self.start_never_healthy(&id.0, tx);
         tx.triggers.push(Trigger::Entity(id.0.clone()));
         Ok(CommandOutput::EntityCreated(id.0))
     }

@@ -34,9 +34,11 @@ mod canaries;
 mod canary_judging;
 mod catalog;
 mod cluster_keys;
+mod cluster_settings;
 mod commands;
 mod entities;
 mod environments;
+mod health;
 mod membership;
 mod modules;
 mod plans;
@@ -440,6 +442,9 @@ impl State {
                 version,
                 actor,
             } => self.resume_rollout(product, version, actor, tx),
+            Command::SetCanaryConfigTracking { enabled } => {
+                self.set_canary_config_tracking(*enabled, tx)
+            }
             // The envelope is opened by `apply`; one reaching here is nested.
             Command::As { .. } => Err(CommandError::invalid("command", "an As inside an As")),
         }

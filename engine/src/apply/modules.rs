@@ -20,7 +20,7 @@ use crate::installation::{
 };
 use crate::module::{
     check_user_edit, render, sync_config, DefinitionErrors, ModuleCatalog, ModuleDefinition,
-    ParsedDefinition, RenderError, RenderedEntity, SyncMode,
+    ParsedDefinition, RenderError, RenderedEntity, SyncMode, UnmanageAfterUninstall,
 };
 use crate::name::{validate_name, validate_product_id};
 use crate::state::{State, Trigger};
@@ -639,6 +639,11 @@ impl State {
                 )));
             }
             let existing = self.entities.get(&id.0);
+            if existing.is_some_and(|e| let_go_after_uninstall(e, r)) {
+                // Uninstalled and let go (unmanageAfterUninstall: AUTOMATIC): still marked,
+                // there is nothing to take back.
+                continue;
+            }
             if let Some(e) = existing {
                 self.check_adoption(inst, e, r)?;
             }
@@ -799,6 +804,61 @@ impl State {
         }
     }
 
+    /// After an uninstall plan of `entity` succeeded (SPEC M11): if its module marked it for
+    /// uninstallation, `unmanageAfterUninstall` decides whether the module's management ends
+    /// now (`AUTOMATIC`, the default: unowned, no longer listed by the installation, still
+    /// marked so that nothing reinstalls it) or stays until an operator ends it (`MANUAL`).
+    pub(super) fn after_module_uninstall(&mut self, entity: &str, tx: &mut Tx) {
+        let Some(e) = self.entities.get(entity) else {
+            return;
+        };
+        let Some(module) = e.owner_module.clone().filter(|_| e.marked_for_uninstall) else {
+            return;
+        };
+        let inst_id = Installation::id_of(&e.environment, &module);
+        let Some(inst) = self
+            .installations
+            .get(&inst_id)
+            .filter(|i| i.entities.contains_key(entity))
+        else {
+            return;
+        };
+        let line = match self.unmanage_mode(inst, entity) {
+            UnmanageAfterUninstall::Manual => format!(
+                "uninstalled; module {module} still manages it (unmanageAfterUninstall: MANUAL): \
+                 remove it from the definition and update {inst_id}, or unlink, to end that"
+            ),
+            UnmanageAfterUninstall::Automatic => {
+                self.release_ownership(entity, &module, tx);
+                if let Some(inst) = self.installations.get_mut(&inst_id, &mut tx.changed) {
+                    inst.entities.remove(entity);
+                }
+                format!(
+                    "uninstalled; no longer managed by module {module} \
+                     (unmanageAfterUninstall: AUTOMATIC); it stays, not installed"
+                )
+            }
+        };
+        self.note(entity, "module", line, tx);
+    }
+
+    /// `entity`'s `unmanageAfterUninstall` in `inst`'s module version, rendered with its
+    /// values. `MANUAL` when it cannot be told (the version no longer renders, or no longer
+    /// marks the entity): management is never ended on a guess.
+    fn unmanage_mode(&self, inst: &Installation, entity: &str) -> UnmanageAfterUninstall {
+        let Some(def) = self.definition(&inst.module, &inst.version) else {
+            return UnmanageAfterUninstall::Manual;
+        };
+        let Ok(rendered) = render(def, self, &inst.variables) else {
+            return UnmanageAfterUninstall::Manual;
+        };
+        rendered
+            .iter()
+            .find(|r| EntityId::new(&inst.environment, r.kind, &r.entity_name).0 == entity)
+            .and_then(|r| r.marked_for_uninstallation.as_ref())
+            .map_or(UnmanageAfterUninstall::Manual, |u| u.unmanage())
+    }
+
     /// Applies a computed [`ModuleSync`] to the state and to `inst`.
     fn apply_module_sync(&mut self, inst: &mut Installation, sync: ModuleSync, tx: &mut Tx) {
         let now = tx.now;
@@ -808,6 +868,9 @@ impl State {
                 entity.created_at_ms = now;
             }
             self.entities.put(entity, &mut tx.changed);
+            if !existed {
+                self.start_never_healthy(&id, tx);
+            }
             self.reindex_dependencies(&id);
             tx.triggers.push(Trigger::Entity(id.clone()));
             self.note(
@@ -904,4 +967,14 @@ impl State {
             ))
         })
     }
+}
+
+/// Whether `existing` is an entity a module let go after uninstalling it
+/// (`unmanageAfterUninstall: AUTOMATIC`) that `rendered` still marks for uninstallation: not
+/// installed, unowned and still marked, so there is nothing for the module to take back.
+fn let_go_after_uninstall(existing: &Entity, rendered: &RenderedEntity) -> bool {
+    rendered.marked_for_uninstallation.is_some()
+        && existing.owner_module.is_none()
+        && existing.marked_for_uninstall
+        && existing.reported.version.is_none()
 }

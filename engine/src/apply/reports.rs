@@ -6,6 +6,7 @@ use crate::error::CommandError;
 use crate::plan::{EmergencyCommand, PlanKind, PlanStatus, TaskReport, TaskState};
 use crate::state::{State, Trigger};
 
+use super::health::failed_attempt;
 use super::{not_found, Tx};
 
 /// Most task reports in one `ReportTasks` command.
@@ -208,6 +209,7 @@ impl State {
                 }
             );
             drop(e);
+            self.end_never_healthy_if_healthy(&r.entity, tx);
             changed_count += 1;
             if version_changed {
                 self.reindex_dependencies(&r.entity);
@@ -351,7 +353,13 @@ impl State {
                 failure.stage, failure.message
             );
             plan.failure = Some(failure);
+            let attempt = if changes_workload {
+                failed_attempt(&plan)
+            } else {
+                None
+            };
             drop(plan);
+            self.record_failed_attempt(&entity_id, attempt, tx);
             self.finish_plan(&plan_id, PlanStatus::Failed, tx);
             // The failure is evidence the workload is not healthy, whatever version it runs
             // now; the agent's next report corrects the details. This is what lets the
@@ -425,6 +433,10 @@ impl State {
             }
             if moved {
                 self.reindex_dependencies(&entity_id);
+            }
+            self.end_never_healthy_if_healthy(&entity_id, tx);
+            if matches!(kind, PlanKind::Uninstall) {
+                self.after_module_uninstall(&entity_id, tx);
             }
             self.note(&entity_id, "plan", format!("plan {plan_id} succeeded"), tx);
             tx.triggers.push(Trigger::Entity(entity_id));

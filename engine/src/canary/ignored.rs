@@ -69,7 +69,11 @@ impl Fields {
 fn metadata(out: &mut Fields, m: &RawMetadata) {
     const KEPT: &str = "kept in the stored resource; the hub does not select or act by them";
     out.add(m.labels.is_some(), "metadata.labels", KEPT);
-    out.add(m.annotations.is_some(), "metadata.annotations", KEPT);
+    out.add(
+        m.annotations.is_some(),
+        "metadata.annotations",
+        "kept in the stored resource; of them the hub acts only on flagger.app/config-tracking",
+    );
     const SERVER: &str = "set by the Kubernetes API server; the hub keeps its own record";
     for (set, name) in [
         (m.uid.is_some(), "uid"),
@@ -256,28 +260,13 @@ pub(super) fn match_rule_is_left_out(rule: &RawMatch) -> bool {
 }
 
 fn metric(out: &mut Fields, path: &str, m: &RawMetric) {
-    if let Some(t) = &m.template_ref {
-        out.add(
-            true,
-            format!("{path}.templateRef"),
-            format!(
-                "not acted on yet: the hub has no MetricTemplates (issue 52), so this check \
-                 ({}) is not run: the analysis goes on without it",
-                t.name.as_deref().unwrap_or("a template")
-            ),
-        );
-        out.add(
-            m.template_variables.is_some(),
-            format!("{path}.templateVariables"),
-            "used only with templateRef, which is not acted on yet",
-        );
-    } else {
-        out.add(
-            m.template_variables.is_some(),
-            format!("{path}.templateVariables"),
-            "used only with templateRef, and this metric has none",
-        );
-    }
+    // A metric with templateRef is refused (parse.rs, `templated_metric`), so it is never
+    // reported here.
+    out.add(
+        m.template_ref.is_none() && m.template_variables.is_some(),
+        format!("{path}.templateVariables"),
+        "used only with templateRef, and this metric has none",
+    );
     out.add(
         m.threshold.is_some() && m.threshold_range.is_some(),
         format!("{path}.threshold"),

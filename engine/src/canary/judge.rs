@@ -161,7 +161,7 @@ pub struct Judge {
 
 /// The analysis settings of issue 20, kept beside the stored [`super::CanarySpec`] (whose
 /// encoding they leave unchanged): the judges by metric name, `inconclusiveLimit` and
-/// `onFailure`. [`AnalysisPolicy::default`] is the behaviour of a resource without them.
+/// `onFailure`; and whether config changes are analysed (issue 55). [`AnalysisPolicy::default`] is the behaviour of a resource without them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AnalysisPolicy {
     /// Metric name → its judge.
@@ -171,6 +171,9 @@ pub struct AnalysisPolicy {
     pub inconclusive_limit: Option<u32>,
     /// What the failed-checks threshold does.
     pub on_failure: OnFailure,
+    /// `metadata.annotations."flagger.app/config-tracking": disabled` (issue 55): a revision
+    /// that differs from the primary's only in config or secrets is promoted without analysis.
+    pub config_tracking_disabled: bool,
 }
 
 impl AnalysisPolicy {

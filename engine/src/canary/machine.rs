@@ -100,6 +100,7 @@ static NO_POLICY: AnalysisPolicy = AnalysisPolicy {
     judges: BTreeMap::new(),
     inconclusive_limit: None,
     on_failure: OnFailure::Rollback,
+    config_tracking_disabled: false,
 };
 static NO_SAMPLES: BTreeMap<String, MetricSamples> = BTreeMap::new();
 

@@ -54,9 +54,9 @@ pub use judge::{
 pub use machine::{advance, advance_judged, terminate, JudgedOutcome, Judging};
 pub use mann_whitney::{mann_whitney, normal_sf, Alternative, MannWhitney};
 pub use parse::{
-    parse_canary, parse_canary_reporting, parse_canary_with_policy, API_VERSION, KIND,
-    MAX_CANARY_BYTES, MAX_LIST_LEN, MAX_WEBHOOK_RETRIES, MAX_WEBHOOK_TIMEOUT_MS,
-    WORKLOAD_API_VERSION,
+    parse_canary, parse_canary_reporting, parse_canary_with_policy, API_VERSION,
+    CONFIG_TRACKING_ANNOTATION, KIND, MAX_CANARY_BYTES, MAX_LIST_LEN, MAX_WEBHOOK_RETRIES,
+    MAX_WEBHOOK_TIMEOUT_MS, WORKLOAD_API_VERSION,
 };
 pub use plan::{plan_tick, MetricQuery, TickPlan};
 pub use revision::{

@@ -55,6 +55,12 @@ pub const MAX_WEBHOOK_TIMEOUT_MS: i64 = 10 * 60_000;
 /// Most entries in each list of the analysis (metrics, webhooks, alerts, match, stepWeights).
 pub const MAX_LIST_LEN: usize = 64;
 
+/// Flagger's annotation that turns config tracking off for one canary (`disabled`): a change
+/// of config or secrets alone is then promoted without analysis
+/// ([`super::AnalysisPolicy::config_tracking_disabled`]). Other annotations are accepted and
+/// ignored.
+pub const CONFIG_TRACKING_ANNOTATION: &str = "flagger.app/config-tracking";
+
 const BUILTIN_SUCCESS_RATE: &str = "request-success-rate";
 const BUILTIN_DURATION: &str = "request-duration";
 
@@ -327,6 +333,20 @@ impl Validator {
     }
 
     fn metadata(&mut self, raw: RawMetadata) -> Option<(String, Option<String>)> {
+        if let Some(value) = raw
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CONFIG_TRACKING_ANNOTATION))
+        {
+            match value.as_str() {
+                "disabled" => self.policy.config_tracking_disabled = true,
+                "enabled" => {}
+                other => self.err(
+                    format!("metadata.annotations.{CONFIG_TRACKING_ANNOTATION}"),
+                    format!("must be \"enabled\" or \"disabled\", got {}", quote(other)),
+                ),
+            }
+        }
         let name = self.name("metadata.name", raw.name);
         let namespace = match raw.namespace {
             None => Some(None),
@@ -788,7 +808,8 @@ impl Validator {
         for (i, mut m) in raw.into_iter().enumerate() {
             let path = format!("spec.analysis.metrics[{i}]");
             if m.template_ref.is_some() {
-                // Not acted on yet (reported as ignored): the check is left out.
+                // Refused until the hub runs MetricTemplates: an analysis without one of its
+                // checks could promote what the check would have stopped.
                 self.templated_metric(&path, m, &mut seen);
                 continue;
             }
@@ -809,13 +830,26 @@ impl Validator {
     }
 
     /// A metric with `templateRef`, which the hub does not run yet: its name and reference are
-    /// checked (so the resource will still read when MetricTemplates exist), nothing more.
+    /// checked, and then it is refused. Leaving the check out would let the analysis promote
+    /// what it was written to stop; failing it on every tick would roll back every release.
     fn templated_metric(&mut self, path: &str, m: RawMetric, seen: &mut BTreeSet<String>) {
         self.metric_name(path, m.name, seen);
         if let Some(t) = m.template_ref {
-            self.name(&format!("{path}.templateRef.name"), t.name);
+            let errors_before = self.errors.len();
+            let name = self.name(&format!("{path}.templateRef.name"), t.name);
             if let Some(ns) = t.namespace {
                 self.name(&format!("{path}.templateRef.namespace"), Some(ns));
+            }
+            if self.errors.len() == errors_before {
+                self.err(
+                    format!("{path}.templateRef"),
+                    format!(
+                        "metric template {} not found: this hub does not run MetricTemplates \
+                         yet, so the check could not be made; give the metric a provider and \
+                         query (or a built-in name) instead",
+                        quote(name.as_deref().unwrap_or_default())
+                    ),
+                );
             }
         }
         if m.provider.is_some() || m.query.is_some() {

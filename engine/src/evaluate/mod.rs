@@ -11,6 +11,7 @@ use crate::artifact::{resolve, ArtifactLocation, Availability, Resolution};
 use crate::canary::{names_target, CanaryRevision};
 use crate::entity::{Entity, Health};
 use crate::environment::Environment;
+use crate::never_healthy::RetryChange;
 use crate::plan::{Plan, PlanKind, PlanStatus};
 use crate::product::Release;
 use crate::state::State;
@@ -314,7 +315,7 @@ pub fn evaluate(
     };
     match choose(&ctx, &mut eval) {
         Choice::Candidate(candidate, version_checks) => {
-            let mut constraints = general_constraints(&ctx, &candidate.kind);
+            let mut constraints = general_constraints(&ctx, &candidate);
             constraints.extend(version_checks);
             let blocked = constraints.iter().any(|c| !c.passed);
             eval.outcome = if blocked {
@@ -672,11 +673,12 @@ fn pick_release<'a>(
 
 /// Suppression, maintenance window and health: the constraints that do not depend on the
 /// target version.
-fn general_constraints(ctx: &Ctx<'_>, kind: &PlanKind) -> Vec<ConstraintResult> {
+fn general_constraints(ctx: &Ctx<'_>, candidate: &Candidate) -> Vec<ConstraintResult> {
+    let kind = &candidate.kind;
     vec![
         suppression_constraint(ctx, kind),
         window_constraint(ctx, kind),
-        health_constraint(ctx, kind),
+        health_constraint(ctx, candidate),
     ]
 }
 
@@ -804,9 +806,12 @@ fn window_constraint(ctx: &Ctx<'_>, kind: &PlanKind) -> ConstraintResult {
     )
 }
 
-/// SPEC C10: an entity in error is not changed by ordinary plans.
-fn health_constraint(ctx: &Ctx<'_>, kind: &PlanKind) -> ConstraintResult {
+/// SPEC C10: an entity in error is not changed by ordinary plans, unless it has never been
+/// healthy on any version (issue 55: nothing running to protect) and the candidate is not the
+/// attempt that already failed ([`crate::never_healthy`]).
+fn health_constraint(ctx: &Ctx<'_>, candidate: &Candidate) -> ConstraintResult {
     let c = ConstraintKind::Health;
+    let kind = &candidate.kind;
     if matches!(
         kind,
         PlanKind::Rollback { .. } | PlanKind::RecallRollOff | PlanKind::Uninstall
@@ -818,15 +823,52 @@ fn health_constraint(ctx: &Ctx<'_>, kind: &PlanKind) -> ConstraintResult {
             },
         );
     }
+    let message = || ctx.entity.reported.message.clone();
     match ctx.entity.reported.health {
-        Health::Error => ConstraintResult::fail(
+        Health::Error => match ctx.state.never_healthy(&ctx.entity.id.0) {
+            None => ConstraintResult::fail(c, Reason::ReportedInError { message: message() }, None),
+            Some(row) => never_healthy_retry(row, candidate, message()),
+        },
+        health => ConstraintResult::pass(c, Reason::Reported { health }),
+    }
+}
+
+/// The health constraint for an entity in error that was never healthy on any version: it
+/// passes unless the candidate repeats the attempt that failed.
+fn never_healthy_retry(
+    row: &crate::never_healthy::NeverHealthy,
+    candidate: &Candidate,
+    message: String,
+) -> ConstraintResult {
+    let c = ConstraintKind::Health;
+    let Some(attempt) = &row.failed_attempt else {
+        return ConstraintResult::pass(
             c,
-            Reason::ReportedInError {
-                message: ctx.entity.reported.message.clone(),
+            Reason::NeverHealthyRetry {
+                message,
+                change: RetryChange::NoFailedAttempt,
+            },
+        );
+    };
+    let config = candidate.to_config.as_deref().unwrap_or("");
+    let change = candidate.to_version.as_ref().and_then(|v| {
+        attempt.change_to(
+            v,
+            &crate::entity::config_sha256(config),
+            candidate.secrets_revision,
+        )
+    });
+    match change {
+        Some(change) => ConstraintResult::pass(c, Reason::NeverHealthyRetry { message, change }),
+        None => ConstraintResult::fail(
+            c,
+            Reason::FailedAttemptRepeated {
+                message,
+                plan: attempt.plan.clone(),
+                version: attempt.version.clone(),
             },
             None,
         ),
-        health => ConstraintResult::pass(c, Reason::Reported { health }),
     }
 }
 

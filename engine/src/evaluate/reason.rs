@@ -13,6 +13,7 @@ use semver::Version;
 use serde::{Deserialize, Serialize};
 
 use crate::entity::Health;
+use crate::never_healthy::RetryChange;
 use crate::release::ProductDependency;
 use crate::suppression::{Scope, SuppressionSource};
 use crate::window::MaintenanceWindow;
@@ -77,6 +78,24 @@ pub enum Reason {
     ReportedInError {
         /// The agent's message.
         message: String,
+    },
+    /// Health passes: the entity is in error but has never been healthy on any version
+    /// (issue 55), and the candidate differs from the attempt that failed.
+    NeverHealthyRetry {
+        /// The agent's message.
+        message: String,
+        /// What differs from the failed attempt.
+        change: RetryChange,
+    },
+    /// Health fails: the entity was never healthy on any version, and the candidate repeats
+    /// the attempt that failed (same release, config and secrets).
+    FailedAttemptRepeated {
+        /// The agent's message.
+        message: String,
+        /// The plan that failed.
+        plan: String,
+        /// The release it deployed.
+        version: Version,
     },
     /// Health passes: the reported health.
     Reported {
@@ -377,6 +396,38 @@ impl fmt::Display for Reason {
             Reason::ReportedInError { message } => {
                 write!(f, "entity reported in error: {message}")
             }
+            Reason::NeverHealthyRetry { message, change } => {
+                write!(
+                    f,
+                    "entity reported in error ({message}) but never healthy on any version: \
+                     nothing running to protect; "
+                )?;
+                match change {
+                    RetryChange::NoFailedAttempt => f.write_str("no attempt of the hub failed"),
+                    RetryChange::Release { failed } => {
+                        write!(
+                            f,
+                            "retrying with a new release (the attempt with {failed} failed)"
+                        )
+                    }
+                    RetryChange::Config => {
+                        f.write_str("retrying with changed config (the failed attempt's release)")
+                    }
+                    RetryChange::Secrets => f.write_str(
+                        "retrying with changed secrets (the failed attempt's release and config)",
+                    ),
+                }
+            }
+            Reason::FailedAttemptRepeated {
+                message,
+                plan,
+                version,
+            } => write!(
+                f,
+                "entity reported in error ({message}) and never healthy on any version: plan \
+                 {plan} failed with {version} and this config and secrets; fix the config or a \
+                 secret, or publish a new release"
+            ),
             Reason::Reported { health } => write!(f, "reported {}", health.as_str()),
             Reason::DependenciesSatisfied {
                 checked,

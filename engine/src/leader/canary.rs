@@ -63,7 +63,8 @@ pub fn canary_step(
     let (Some(_), Some(target)) = (entity.reported.version.as_ref(), c.target.as_ref()) else {
         return CanaryStep::Idle;
     };
-    let plan = plan_tick(&c.spec, &c.status, &target.revision, now);
+    let spec = state.canary_tick_spec(c, &target.revision);
+    let plan = plan_tick(&spec, &c.status, &target.revision, now);
     if !plan.due {
         return CanaryStep::Idle;
     }

@@ -99,8 +99,61 @@ pub struct MultikeySecret {
 pub struct Uninstall {
     /// Uninstall only once the entity runs at least this version.
     pub min_version: Option<Version>,
-    /// What happens to the entity's management after the uninstall (e.g. `MANUAL`).
+    /// What happens to the entity's management after the uninstall: `AUTOMATIC` (the
+    /// default) or `MANUAL` ([`UnmanageAfterUninstall`]); kept as written, placeholders
+    /// included, and checked once rendered.
     pub unmanage_after_uninstall: Option<String>,
+}
+
+impl Uninstall {
+    /// What happens to the entity's management once it is uninstalled. A value that is not
+    /// one of [`UnmanageAfterUninstall`]'s (validation refuses it) keeps the management, the
+    /// choice that loses nothing.
+    pub fn unmanage(&self) -> UnmanageAfterUninstall {
+        match self.unmanage_after_uninstall.as_deref() {
+            None => UnmanageAfterUninstall::Automatic,
+            Some(text) => {
+                UnmanageAfterUninstall::parse(text).unwrap_or(UnmanageAfterUninstall::Manual)
+            }
+        }
+    }
+}
+
+/// `markedForUninstallation.unmanageAfterUninstall`: whether the module's management of an
+/// entity ends by itself once the entity is uninstalled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnmanageAfterUninstall {
+    /// `AUTOMATIC` (the default): the uninstall's success ends the module's management; the
+    /// entity stays, not installed, and the module's later versions do not take it back while
+    /// they mark it for uninstallation.
+    Automatic,
+    /// `MANUAL`: the module keeps managing the uninstalled entity until an operator lets it go
+    /// (drops it from the definition and updates the installation, or unlinks the
+    /// installation).
+    Manual,
+}
+
+impl UnmanageAfterUninstall {
+    /// The spellings, as written in a definition.
+    pub const VALUES: [&'static str; 2] = ["AUTOMATIC", "MANUAL"];
+
+    /// Parses a written value (exact spelling).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "AUTOMATIC" => Some(UnmanageAfterUninstall::Automatic),
+            "MANUAL" => Some(UnmanageAfterUninstall::Manual),
+            _ => None,
+        }
+    }
+
+    /// The error reason for a value that is not one of [`Self::VALUES`].
+    pub fn refusal(text: &str) -> String {
+        format!(
+            "must be {} or {}, got {text:?}",
+            Self::VALUES[0],
+            Self::VALUES[1]
+        )
+    }
 }
 
 /// A submodule included by name and exact version (SPEC M6).

@@ -31,7 +31,7 @@ pub use catalog::{
 pub use config::{KeyPath, ModuleConfig};
 pub use definition::{
     EntityOverride, EntityTemplate, ModuleDefinition, MultikeySecret, Restrictions, SubmoduleRef,
-    SyncMode, Uninstall,
+    SyncMode, Uninstall, UnmanageAfterUninstall,
 };
 pub use error::{DefinitionError, DefinitionErrors};
 pub use parse::{parse_definition, MAX_DEFINITION_BYTES, MAX_FILLED_BYTES};

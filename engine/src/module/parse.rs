@@ -13,7 +13,7 @@ use semver::Version;
 use super::config::{count_unset, parse_document};
 use super::definition::{
     EntityOverride, EntityTemplate, ModuleDefinition, MultikeySecret, Restrictions, SubmoduleRef,
-    SyncMode, Uninstall,
+    SyncMode, Uninstall, UnmanageAfterUninstall,
 };
 use super::error::{quote, DefinitionError, DefinitionErrors};
 use super::placeholder::{self, Kind, Placeholder};
@@ -839,7 +839,12 @@ impl Validator<'_> {
             }
         });
         if let Some(unmanage) = &u.unmanage_after_uninstall {
-            self.template(&format!("{path}.unmanageAfterUninstall"), unmanage, ctx);
+            let field = format!("{path}.unmanageAfterUninstall");
+            self.template(&field, unmanage, ctx);
+            // A templated value is checked once rendered.
+            if !unmanage.contains("{{") && UnmanageAfterUninstall::parse(unmanage).is_none() {
+                self.err(&field, UnmanageAfterUninstall::refusal(unmanage));
+            }
         }
         Some(Uninstall {
             min_version,

@@ -17,7 +17,7 @@ use super::catalog::{ModuleCatalog, MAX_SUBMODULE_DEPTH};
 use super::config::{finalize, merge, parse_document, ModuleConfig};
 use super::definition::{
     product_name, EntityOverride, EntityTemplate, ModuleDefinition, MultikeySecret, SubmoduleRef,
-    SyncMode, Uninstall,
+    SyncMode, Uninstall, UnmanageAfterUninstall,
 };
 use super::error::quote;
 use super::placeholder::{self, Kind};
@@ -510,7 +510,14 @@ fn draft(t: &EntityTemplate, r: &Resolved<'_>) -> Result<Draft, RenderError> {
             unmanage_after_uninstall: u
                 .unmanage_after_uninstall
                 .as_deref()
-                .map(|m| fill_field("markedForUninstallation", m))
+                .map(|m| {
+                    let field = "markedForUninstallation.unmanageAfterUninstall";
+                    let value = fill_field(field, m)?;
+                    match UnmanageAfterUninstall::parse(&value) {
+                        Some(_) => Ok(value),
+                        None => Err(invalid(field, UnmanageAfterUninstall::refusal(&value))),
+                    }
+                })
                 .transpose()?,
         }),
         None => None,
