@@ -175,6 +175,8 @@ pub enum Query {
     RoleBindings,
     /// Every operator token: name, expiry, creator and roles, never its secret or hash.
     Tokens,
+    /// The hub's cluster-wide settings (issue 55: canary config tracking).
+    ClusterSettings,
 }
 
 impl Query {
@@ -211,7 +213,8 @@ impl Query {
             | Query::RolloutPolicies
             | Query::RolloutPolicy { .. }
             | Query::RolloutStatus { .. }
-            | Query::RoleBindings => viewer,
+            | Query::RoleBindings
+            | Query::ClusterSettings => viewer,
             Query::Tokens => admin,
         }
     }
@@ -245,7 +248,8 @@ impl Query {
             | Query::ModuleInstallation { .. }
             | Query::ChangeRequest { .. }
             | Query::Canary { .. }
-            | Query::RolloutPolicy { .. } => Cost::Lookup,
+            | Query::RolloutPolicy { .. }
+            | Query::ClusterSettings => Cost::Lookup,
             Query::Explain { .. }
             | Query::Activity { .. }
             | Query::Plans { .. }
@@ -776,6 +780,9 @@ pub fn answer(
                 "bound_by": b.bound_by,
             }))
             .collect::<Vec<_>>() }),
+        Query::ClusterSettings => json!({
+            "canary_config_tracking": state.cluster_settings().canary_config_tracking,
+        }),
         Query::Tokens => json!({ "tokens": state
             .tokens()
             .map(|t| {
@@ -1011,6 +1018,7 @@ fn canary_view(c: &hub_engine::canary_record::Canary, full: bool) -> Value {
                 "lastTransitionTime": format_time(st.promoted.last_transition_ms),
                 "lastUpdateTime": format_time(st.promoted.last_update_ms),
             }],
+            "ignoredFields": c.ignored_fields(),
         });
         v["step"] = json!(st.step);
         v["next_tick"] = time(st.next_tick_ms);

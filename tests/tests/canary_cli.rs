@@ -297,4 +297,37 @@ fn flagger_resources_apply_as_written() {
         result.contains("spec.service.trafficDistribution: ignored ("),
         "{applied}"
     );
+    // The stored canary reports them too, under status.ignoredFields (issue 52).
+    let got = ok(
+        &cluster,
+        &["canary", "get", "podinfo", "-n", "test", "-o", "json"],
+    )
+    .json();
+    let ignored = got["status"]["ignoredFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        ignored.iter().any(|f| f["path"] == "spec.autoscalerRef"
+            && f["reason"].as_str().is_some_and(|r| !r.is_empty())),
+        "{got}"
+    );
+
+    // The hub's config tracking (issue 55): on by default, turned off by an admin, shown.
+    let settings = ok(&cluster, &["cluster", "settings", "-o", "json"]).json();
+    assert_eq!(
+        settings["canary_config_tracking"],
+        json!(true),
+        "{settings}"
+    );
+    ok(
+        &cluster,
+        &["cluster", "settings", "--canary-config-tracking", "false"],
+    );
+    let settings = ok(&cluster, &["cluster", "settings", "-o", "json"]).json();
+    assert_eq!(
+        settings["canary_config_tracking"],
+        json!(false),
+        "{settings}"
+    );
 }

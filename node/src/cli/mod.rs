@@ -38,8 +38,8 @@ use hub_proto::*;
 use serde_json::{json, Value};
 
 use crate::node::new_request_id;
-use args::ReadArgs;
 use ::hub_client::FailoverClient;
+use args::ReadArgs;
 use output::{print, Format};
 
 /// Operator CLI for the hub.
@@ -328,6 +328,16 @@ enum ClusterCmd {
         #[arg(long)]
         to: Option<u64>,
     },
+    /// Show (no flags) or change the hub's cluster-wide settings (admin to change).
+    Settings {
+        /// Whether a change of an entity's config or secrets alone starts a canary analysis
+        /// (Flagger's config tracking; default true). A canary can turn it off for itself
+        /// with the annotation `flagger.app/config-tracking: disabled`.
+        #[arg(long, value_parser = args::parse_bool)]
+        canary_config_tracking: Option<bool>,
+        #[command(flatten)]
+        read: args::ReadArgs,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -572,11 +582,35 @@ async fn cluster(client: &FailoverClient, cmd: ClusterCmd, fmt: Format) -> anyho
             print_members(fmt, &r)
         }
         ClusterCmd::TransferLeader { to } => transfer_leader(client, to, fmt).await,
+        ClusterCmd::Settings {
+            canary_config_tracking,
+            read,
+        } => cluster_settings(client, canary_config_tracking, read, fmt).await,
         ClusterCmd::RemoveNode { id } => {
             let r = client
                 .call(|mut c| async move { c.remove_node(RemoveNodeRequest { id }).await })
                 .await?;
             print_members(fmt, &r)
+        }
+    }
+}
+
+/// `hubctl cluster settings`: shows the cluster-wide settings, or changes the one given.
+async fn cluster_settings(
+    client: &FailoverClient,
+    canary_config_tracking: Option<bool>,
+    read: args::ReadArgs,
+    fmt: Format,
+) -> anyhow::Result<()> {
+    match canary_config_tracking {
+        Some(enabled) => {
+            let command = hub_engine::Command::SetCanaryConfigTracking { enabled };
+            calls::submit_and_print(client, &command, fmt).await?;
+            Ok(())
+        }
+        None => {
+            let v = calls::query(client, json!({"query": "cluster_settings"}), read).await?;
+            output::print(fmt, &v, &["canary_config_tracking"])
         }
     }
 }
