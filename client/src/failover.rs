@@ -32,6 +32,17 @@ pub enum ClientError {
     /// A node answered with an error.
     #[error("{}", .0.message())]
     Status(Status),
+    /// A request could not be encoded (a bug of this client).
+    #[error("encoding the request failed: {0}")]
+    Encode(serde_json::Error),
+    /// A node's answer is not what this client reads (a node of another version?).
+    #[error("the hub's answer to {query} is not what this client reads: {error}")]
+    Answer {
+        /// The query's kind.
+        query: String,
+        /// What did not read.
+        error: serde_json::Error,
+    },
 }
 
 /// A Hub API client as [`FailoverClient`] dials it.

@@ -5,13 +5,20 @@
 //!   [`Refusal`] (never by the words of its message).
 //! - [`bearer`]: the operator token sent with every call ([`Bearer`]).
 //! - [`channel`]: the hub's transport settings for a gRPC channel (also used between nodes).
+//! - [`query`]: the queries a client asks ([`Query`]), as they travel; [`answer`]: their
+//!   answers, typed; [`ask`]: asking them through the failover client.
 //!
 //! The wire types are `hub-proto`'s; [`Refusal`] is re-exported from there.
 
+pub mod answer;
+pub mod ask;
 pub mod bearer;
 pub mod channel;
 pub mod failover;
+pub mod query;
 
+pub use ask::Freshness;
 pub use bearer::Bearer;
 pub use failover::{ClientError, FailoverClient, HubApi};
 pub use hub_proto::refusal::Refusal;
+pub use query::Query;

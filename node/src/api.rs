@@ -627,7 +627,7 @@ impl Hub for HubService {
             (query.map_err(bad)?, Some(slot))
         } else {
             let query: Query = serde_json::from_str(&r.query_json).map_err(bad)?;
-            let slot = match query.cost() {
+            let slot = match crate::query::cost(&query) {
                 Cost::Lookup => None,
                 Cost::Scan | Cost::Parse => Some(pool.admit(&caller)?),
             };
@@ -638,7 +638,7 @@ impl Hub for HubService {
             if let Some((leader, addr)) = self.node.leader() {
                 if leader != self.node.id {
                     // The leader sees this node as the caller: check the operator here.
-                    caller.may(&self.node.state.read().state, &query.need())?;
+                    caller.may(&self.node.state.read().state, &crate::query::need(&query))?;
                     let channel =
                         self.node.peers.channel(&addr).map_err(|e| {
                             Status::internal(format!("bad leader address {addr}: {e}"))
@@ -656,7 +656,7 @@ impl Hub for HubService {
             }
         }
         self.node.read_barrier(stale(&r.read)).await?;
-        caller.may(&self.node.state.read().state, &query.need())?;
+        caller.may(&self.node.state.read().state, &crate::query::need(&query))?;
         // The cluster's time where this node has read its voters' clocks (the leader), else
         // its own.
         let now = self.node.cluster_now_ms();
@@ -675,7 +675,7 @@ impl Hub for HubService {
         };
         let (json, applied_index) = match slot {
             None => answer((query, Parsed::Nothing)),
-            Some(slot) if query.cost() == Cost::Parse => {
+            Some(slot) if crate::query::cost(&query) == Cost::Parse => {
                 let parse = move || {
                     let parsed = crate::query::parse(&query);
                     (query, parsed)

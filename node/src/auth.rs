@@ -76,7 +76,7 @@ impl Caller {
         )
     }
 
-    /// Refuses the caller unless it meets `need` (a query's, see `Query::need`).
+    /// Refuses the caller unless it meets `need` (a query's, see `crate::query::need`).
     pub fn may(
         &self,
         state: &hub_engine::State,

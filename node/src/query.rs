@@ -7,216 +7,53 @@ use hub_engine::access::{Need, Role, Target};
 use hub_engine::evaluate::{evaluate, format_time};
 use hub_engine::plan::Plan;
 use hub_engine::State;
-use serde::Deserialize;
 use serde_json::{json, Value};
+
+use hub_client::answer::{
+    ArtifactView, ClusterSettingsAnswer, ConstraintView, Explanation, FailureView, IssuedView,
+    LastExecution, MeetsConstraints, PlanView, PlansAnswer, ProposedChange, RegistryRef,
+    ResolvedEntity, TaskView,
+};
+pub use hub_client::query::Query;
 
 use crate::artifacts::ArtifactChecker;
 
-/// One query. JSON form: `{"query": "explain", "entity": "prod/web"}`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "query", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Query {
-    /// Resolves an entity reference (`eid:…`, `ENV/NAME` or `ENV/KIND/NAME`) to its id.
-    ResolveEntity {
-        /// The reference.
-        entity: String,
-    },
-    /// One entity's settings and reported state.
-    Entity {
-        /// The reference.
-        entity: String,
-    },
-    /// SPEC P3's four questions for one entity, with every constraint.
-    Explain {
-        /// The reference.
-        entity: String,
-    },
-    /// An entity's activity.
-    Activity {
-        /// The reference.
-        entity: String,
-    },
-    /// Plans, newest first.
-    Plans {
-        /// Only this environment.
-        #[serde(default)]
-        environment: Option<String>,
-        /// Only this entity (a reference).
-        #[serde(default)]
-        entity: Option<String>,
-        /// Only issued or running plans.
-        #[serde(default)]
-        active: bool,
-        /// At most this many (default 100).
-        #[serde(default)]
-        limit: Option<usize>,
-    },
-    /// One plan.
-    Plan {
-        /// Its id.
-        id: String,
-    },
-    /// Products.
-    Products,
-    /// Releases of a product (or all), newest first.
-    Releases {
-        /// `group:name`.
-        #[serde(default)]
-        product: Option<String>,
-    },
-    /// Custom channels (built-ins are listed too).
-    Channels,
-    /// Recalls.
-    Recalls,
-    /// Suppression windows.
-    Suppressions {
-        /// Only this environment.
-        #[serde(default)]
-        environment: Option<String>,
-    },
-    /// An environment's settings.
-    EnvironmentSettings {
-        /// Its name.
-        environment: String,
-    },
-    /// Audit entries, newest first.
-    Audit {
-        /// At most this many (default 100).
-        #[serde(default)]
-        limit: Option<usize>,
-        /// Only this actor (`operator/alice`).
-        #[serde(default)]
-        actor: Option<String>,
-        /// Only writes whose target is this environment.
-        #[serde(default)]
-        environment: Option<String>,
-        /// Only this command (`PutSecret`) or legacy action (`suppression`).
-        #[serde(default)]
-        kind: Option<String>,
-        /// Only entries at or after this time (milliseconds since the epoch).
-        #[serde(default)]
-        since_ms: Option<i64>,
-    },
-    /// Every module with its versions and installations.
-    Modules,
-    /// One module version (the latest when none is named), with its YAML.
-    Module {
-        /// The module's name.
-        name: String,
-        /// The version.
-        #[serde(default)]
-        version: Option<String>,
-    },
-    /// Validates a definition as publishing would, without publishing (`--dry-run`).
-    ModuleDryRun {
-        /// The file name (checked against `name`).
-        #[serde(default)]
-        file_name: Option<String>,
-        /// The definition.
-        yaml: String,
-    },
-    /// Module installations, optionally of one environment or module.
-    ModuleInstallations {
-        /// Only this environment.
-        #[serde(default)]
-        environment: Option<String>,
-        /// Only this module.
-        #[serde(default)]
-        module: Option<String>,
-    },
-    /// One installation (`<environment>/<module>`) with its entities.
-    ModuleInstallation {
-        /// The installation id.
-        id: String,
-    },
-    /// Change requests, optionally of one installation, open ones only with `open`.
-    ChangeRequests {
-        /// Only this installation.
-        #[serde(default)]
-        installation: Option<String>,
-        /// Only pending ones.
-        #[serde(default)]
-        open: bool,
-    },
-    /// One change request.
-    ChangeRequest {
-        /// `cr-…`.
-        id: String,
-    },
-    /// Canaries, optionally of one environment (SPEC K7 listing).
-    Canaries {
-        /// Only this environment.
-        #[serde(default)]
-        environment: Option<String>,
-    },
-    /// One canary with its spec, status block and recent actions.
-    Canary {
-        /// `<environment>/<name>`.
-        id: String,
-    },
-    /// Every environment's labels (issue 20).
-    EnvironmentLabels,
-    /// Rollout policies (issue 20), each with its waves.
-    RolloutPolicies,
-    /// One product's rollout policy with its YAML (any product of the policy's group).
-    RolloutPolicy {
-        /// `group:name`.
-        product: String,
-    },
-    /// A release's rollout under its product's policy: waves, entities, what each runs,
-    /// health, canary phase, soak and halt (`hubctl rollout status`).
-    RolloutStatus {
-        /// `group:name` (any product of the policy's group).
-        product: String,
-        /// The release.
-        version: String,
-    },
-    /// Every role binding.
-    RoleBindings,
-    /// Every operator token: name, expiry, creator and roles, never its secret or hash.
-    Tokens,
-    /// The hub's cluster-wide settings (issue 55: canary config tracking).
-    ClusterSettings,
-}
-
-impl Query {
-    /// What a caller needs to ask this query: one arm per query kind, no fallback, so a new
-    /// query does not compile without its rule. Every read is a viewer's (any role binding)
-    /// but the token list, an admin's; none answers with a secret value.
-    pub fn need(&self) -> Need {
-        let viewer = Need::Role(Role::Viewer, Target::Cluster);
-        let admin = Need::Role(Role::Admin, Target::Cluster);
-        match self {
-            Query::ResolveEntity { .. }
-            | Query::Entity { .. }
-            | Query::Explain { .. }
-            | Query::Activity { .. }
-            | Query::Plans { .. }
-            | Query::Plan { .. }
-            | Query::Products
-            | Query::Releases { .. }
-            | Query::Channels
-            | Query::Recalls
-            | Query::Suppressions { .. }
-            | Query::EnvironmentSettings { .. }
-            | Query::Audit { .. }
-            | Query::Modules
-            | Query::Module { .. }
-            | Query::ModuleDryRun { .. }
-            | Query::ModuleInstallations { .. }
-            | Query::ModuleInstallation { .. }
-            | Query::ChangeRequests { .. }
-            | Query::ChangeRequest { .. }
-            | Query::Canaries { .. }
-            | Query::Canary { .. }
-            | Query::EnvironmentLabels
-            | Query::RolloutPolicies
-            | Query::RolloutPolicy { .. }
-            | Query::RolloutStatus { .. }
-            | Query::RoleBindings
-            | Query::ClusterSettings => viewer,
-            Query::Tokens => admin,
-        }
+/// What a caller needs to ask `query`: one arm per query kind, no fallback, so a new
+/// query does not compile without its rule. Every read is a viewer's (any role binding)
+/// but the token list, an admin's; none answers with a secret value.
+pub fn need(query: &Query) -> Need {
+    let viewer = Need::Role(Role::Viewer, Target::Cluster);
+    let admin = Need::Role(Role::Admin, Target::Cluster);
+    match query {
+        Query::ResolveEntity { .. }
+        | Query::Entity { .. }
+        | Query::Explain { .. }
+        | Query::Activity { .. }
+        | Query::Plans { .. }
+        | Query::Plan { .. }
+        | Query::Products
+        | Query::Releases { .. }
+        | Query::Channels
+        | Query::Recalls
+        | Query::Suppressions { .. }
+        | Query::EnvironmentSettings { .. }
+        | Query::Audit { .. }
+        | Query::Modules
+        | Query::Module { .. }
+        | Query::ModuleDryRun { .. }
+        | Query::ModuleInstallations { .. }
+        | Query::ModuleInstallation { .. }
+        | Query::ChangeRequests { .. }
+        | Query::ChangeRequest { .. }
+        | Query::Canaries { .. }
+        | Query::Canary { .. }
+        | Query::EnvironmentLabels
+        | Query::RolloutPolicies
+        | Query::RolloutPolicy { .. }
+        | Query::RolloutStatus { .. }
+        | Query::RoleBindings
+        | Query::ClusterSettings => viewer,
+        Query::Tokens => admin,
     }
 }
 
@@ -235,41 +72,39 @@ pub enum Cost {
     Parse,
 }
 
-impl Query {
-    /// Where this query is answered: one arm per query kind, no fallback, so a new query
-    /// does not compile without its cost.
-    pub fn cost(&self) -> Cost {
-        match self {
-            Query::ResolveEntity { .. }
-            | Query::Entity { .. }
-            | Query::Plan { .. }
-            | Query::EnvironmentSettings { .. }
-            | Query::Module { .. }
-            | Query::ModuleInstallation { .. }
-            | Query::ChangeRequest { .. }
-            | Query::Canary { .. }
-            | Query::RolloutPolicy { .. }
-            | Query::ClusterSettings => Cost::Lookup,
-            Query::Explain { .. }
-            | Query::Activity { .. }
-            | Query::Plans { .. }
-            | Query::Products
-            | Query::Releases { .. }
-            | Query::Channels
-            | Query::Recalls
-            | Query::Suppressions { .. }
-            | Query::Audit { .. }
-            | Query::Modules
-            | Query::ModuleInstallations { .. }
-            | Query::ChangeRequests { .. }
-            | Query::Canaries { .. }
-            | Query::EnvironmentLabels
-            | Query::RolloutPolicies
-            | Query::RolloutStatus { .. }
-            | Query::RoleBindings
-            | Query::Tokens => Cost::Scan,
-            Query::ModuleDryRun { .. } => Cost::Parse,
-        }
+/// Where `query` is answered: one arm per query kind, no fallback, so a new query does not
+/// compile without its cost.
+pub fn cost(query: &Query) -> Cost {
+    match query {
+        Query::ResolveEntity { .. }
+        | Query::Entity { .. }
+        | Query::Plan { .. }
+        | Query::EnvironmentSettings { .. }
+        | Query::Module { .. }
+        | Query::ModuleInstallation { .. }
+        | Query::ChangeRequest { .. }
+        | Query::Canary { .. }
+        | Query::RolloutPolicy { .. }
+        | Query::ClusterSettings => Cost::Lookup,
+        Query::Explain { .. }
+        | Query::Activity { .. }
+        | Query::Plans { .. }
+        | Query::Products
+        | Query::Releases { .. }
+        | Query::Channels
+        | Query::Recalls
+        | Query::Suppressions { .. }
+        | Query::Audit { .. }
+        | Query::Modules
+        | Query::ModuleInstallations { .. }
+        | Query::ChangeRequests { .. }
+        | Query::Canaries { .. }
+        | Query::EnvironmentLabels
+        | Query::RolloutPolicies
+        | Query::RolloutStatus { .. }
+        | Query::RoleBindings
+        | Query::Tokens => Cost::Scan,
+        Query::ModuleDryRun { .. } => Cost::Parse,
     }
 }
 
@@ -446,61 +281,81 @@ fn time(t: Option<i64>) -> Value {
     t.map_or(Value::Null, |t| Value::String(format_time(t)))
 }
 
-/// A plan's view (no secrets: plans never hold values).
-pub fn plan_view(p: &Plan, full: bool) -> Value {
-    let mut v = json!({
-        "id": p.id,
-        "entity": p.entity,
-        "environment": p.environment,
-        "kind": p.kind.label(),
-        "status": p.status.as_str(),
-        "from_version": opt_version(&p.from_version),
-        "to_version": opt_version(&p.to_version),
-        "reason": p.reason,
-        "created": time(Some(p.created_ms)),
-        "issued": time(Some(p.issued_ms)),
-        "issued_ms": p.issued_ms,
-        "issued_index": p.issued_index,
-        "started": time(p.started_ms),
-        "ended": time(p.ended_ms),
-    });
-    if let hub_engine::plan::PlanKind::Command { command, actor } = &p.kind {
-        v["command"] = json!(command.label());
-        v["actor"] = json!(actor);
+/// A plan's view (no secrets: plans never hold values); `full` adds the record's
+/// config, artifacts, tasks and output.
+pub fn plan_view(p: &Plan, full: bool) -> PlanView {
+    use hub_engine::plan::PlanKind;
+    let text = |t: Option<i64>| t.map(format_time);
+    let (command, actor) = match &p.kind {
+        PlanKind::Command { command, actor } => {
+            (Some(command.label().to_string()), Some(actor.clone()))
+        }
+        _ => (None, None),
+    };
+    let rolls_back = match &p.kind {
+        PlanKind::Rollback { failed_plan } => Some(failed_plan.clone()),
+        _ => None,
+    };
+    PlanView {
+        actor,
+        artifacts: full.then(|| {
+            p.artifacts
+                .iter()
+                .map(|a| ArtifactView {
+                    sha256: a.sha256.clone(),
+                    uri: a.uri.clone(),
+                })
+                .collect()
+        }),
+        cancel_reason: p.cancel_reason.clone(),
+        command,
+        created: format_time(p.created_ms),
+        ended: text(p.ended_ms),
+        entity: p.entity.clone(),
+        environment: p.environment.clone(),
+        failure: p.failure.as_ref().map(|f| FailureView {
+            message: f.message.clone(),
+            not_ready: f.not_ready.clone(),
+            stage: f.stage.clone(),
+            validation_errors: f.validation_errors.clone(),
+        }),
+        from_config_sha256: full.then(|| p.from_config_sha256.clone()),
+        from_version: p.from_version.as_ref().map(ToString::to_string),
+        id: p.id.clone(),
+        issued: format_time(p.issued_ms),
+        issued_index: p.issued_index,
+        issued_ms: p.issued_ms,
+        kind: p.kind.label().to_string(),
+        output: full.then(|| p.output.clone()),
+        reason: p.reason.clone(),
+        rolls_back,
+        secrets_revision: full.then_some(p.secrets_revision),
+        started: text(p.started_ms),
+        status: p.status.as_str().to_string(),
+        tasks: full.then(|| {
+            p.tasks
+                .iter()
+                .map(|t| TaskView {
+                    attempt: t.attempt,
+                    ended: text(t.ended_ms),
+                    error: t.error.clone(),
+                    name: t.name.clone(),
+                    started: text(t.started_ms),
+                    state: t.state.as_str().to_string(),
+                })
+                .collect()
+        }),
+        to_config: full.then(|| p.to_config.clone()),
+        to_version: p.to_version.as_ref().map(ToString::to_string),
     }
-    if let hub_engine::plan::PlanKind::Rollback { failed_plan } = &p.kind {
-        v["rolls_back"] = json!(failed_plan);
-    }
-    if let Some(f) = &p.failure {
-        v["failure"] = json!({
-            "stage": f.stage, "message": f.message,
-            "not_ready": f.not_ready, "validation_errors": f.validation_errors,
-        });
-    }
-    if let Some(c) = &p.cancel_reason {
-        v["cancel_reason"] = json!(c);
-    }
-    if full {
-        v["from_config_sha256"] = json!(p.from_config_sha256);
-        v["to_config"] = json!(p.to_config);
-        v["secrets_revision"] = json!(p.secrets_revision);
-        v["artifacts"] = json!(p
-            .artifacts
-            .iter()
-            .map(|a| json!({"uri": a.uri, "sha256": a.sha256}))
-            .collect::<Vec<_>>());
-        v["tasks"] = json!(p
-            .tasks
-            .iter()
-            .map(|t| json!({
-                "name": t.name, "state": t.state.as_str(), "attempt": t.attempt,
-                "started": time(t.started_ms), "ended": time(t.ended_ms), "error": t.error,
-            }))
-            .collect::<Vec<_>>());
-        v["output"] = json!(p.output);
-        v["issued_index"] = json!(p.issued_index);
-    }
-    v
+}
+
+/// A typed answer as the JSON the wire carries.
+fn to_json<T: serde::Serialize>(answer: &T) -> Result<Value, QueryError> {
+    serde_json::to_value(answer).map_err(|e| {
+        tracing::error!(error = %e, "an answer did not serialize");
+        QueryError::Internal("an answer did not serialize on this node".into())
+    })
 }
 
 /// A finished plan from history, by id; a storage failure is logged and answered as an
@@ -522,7 +377,7 @@ fn plans_view(
     entity: Option<&str>,
     active_only: bool,
     limit: usize,
-) -> Result<Value, QueryError> {
+) -> Result<PlansAnswer, QueryError> {
     let entity = entity.map(|r| resolve_entity(state, r)).transpose()?;
     let env_prefix = environment.map(hub_engine::EntityId::environment_prefix);
     let wanted = |e: &str| {
@@ -567,7 +422,7 @@ fn plans_view(
             }
         }
     }
-    Ok(json!({ "plans": out }))
+    Ok(PlansAnswer { plans: out })
 }
 
 /// Answers `query` from `state` and its `history` at time `now`. `checker` supplies artifact observations for
@@ -581,7 +436,9 @@ pub fn answer(
     checker: Option<&ArtifactChecker>,
 ) -> Result<Value, QueryError> {
     Ok(match query {
-        Query::ResolveEntity { entity } => json!({ "id": resolve_entity(state, entity)? }),
+        Query::ResolveEntity { entity } => to_json(&ResolvedEntity {
+            id: resolve_entity(state, entity)?,
+        })?,
         Query::Entity { entity } => {
             let id = resolve_entity(state, entity)?;
             let e = state
@@ -624,7 +481,7 @@ pub fn answer(
                 |l: &hub_engine::artifact::ArtifactLocation| checker.and_then(|c| c.status(l));
             let eval = evaluate(state, &id, now, &lookup)
                 .ok_or_else(|| QueryError::NotFound(format!("entity {id} not found")))?;
-            explain_view(state, history, &eval)?
+            to_json(&explain_view(state, history, &eval)?)?
         }
         Query::Activity { entity } => {
             let id = resolve_entity(state, entity)?;
@@ -646,14 +503,14 @@ pub fn answer(
             limit,
         } => {
             let limit = limit.unwrap_or(100).min(10_000);
-            plans_view(
+            to_json(&plans_view(
                 state,
                 history,
                 environment.as_deref(),
                 entity.as_deref(),
                 *active,
                 limit,
-            )?
+            )?)?
         }
         Query::Plan { id } => {
             let p = match state.plan(id) {
@@ -661,7 +518,7 @@ pub fn answer(
                 None => finished_plan(history, id)?
                     .ok_or_else(|| QueryError::NotFound(format!("plan {id:?} not found")))?,
             };
-            plan_view(&p, true)
+            to_json(&plan_view(&p, true))?
         }
         Query::Products => json!({ "products": state.products().map(|p| json!({
             "id": p.id, "description": p.description,
@@ -780,9 +637,9 @@ pub fn answer(
                 "bound_by": b.bound_by,
             }))
             .collect::<Vec<_>>() }),
-        Query::ClusterSettings => json!({
-            "canary_config_tracking": state.cluster_settings().canary_config_tracking,
-        }),
+        Query::ClusterSettings => to_json(&ClusterSettingsAnswer {
+            canary_config_tracking: state.cluster_settings().canary_config_tracking,
+        })?,
         Query::Tokens => json!({ "tokens": state
             .tokens()
             .map(|t| {
@@ -1214,7 +1071,7 @@ fn change_request_view(c: &hub_engine::installation::ChangeRequest) -> Value {
 
 /// The registries of `environment` whose certificates are not verified
 /// (`insecure-skip-verify`), which `hubctl` shows in red wherever an entity is shown.
-fn insecure_registries(state: &State, environment: &str) -> Vec<Value> {
+fn insecure_registries(state: &State, environment: &str) -> Vec<RegistryRef> {
     state
         .environment(environment)
         .map(|env| {
@@ -1222,7 +1079,10 @@ fn insecure_registries(state: &State, environment: &str) -> Vec<Value> {
                 .registries
                 .iter()
                 .filter(|r| r.tls.skips_verification())
-                .map(|r| json!({"name": r.name, "url": hub_engine::artifact::redact_url(&r.url)}))
+                .map(|r| RegistryRef {
+                    name: r.name.clone(),
+                    url: hub_engine::artifact::redact_url(&r.url),
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -1233,61 +1093,68 @@ fn explain_view(
     state: &State,
     history: &raft_store::History,
     eval: &hub_engine::Evaluation,
-) -> Result<Value, QueryError> {
+) -> Result<Explanation, QueryError> {
     use hub_engine::evaluate::Outcome;
-    let candidate = eval.candidate.as_ref().map(|c| {
-        json!({
-            "kind": c.kind.label(),
-            "from_version": opt_version(&c.from_version),
-            "to_version": opt_version(&c.to_version),
-            "reason": c.reason,
-        })
+    let version = |v: &Option<semver::Version>| v.as_ref().map(ToString::to_string);
+    let candidate = eval.candidate.as_ref().map(|c| ProposedChange {
+        from_version: version(&c.from_version),
+        kind: c.kind.label().to_string(),
+        reason: c.reason.clone(),
+        to_version: version(&c.to_version),
     });
-    let (meets, issued) = match &eval.outcome {
+    let (meets_constraints, issued) = match &eval.outcome {
         Outcome::PlanActive { plan_id, status } => (
-            json!("issued"),
-            json!({"plan": plan_id, "status": status.as_str()}),
+            MeetsConstraints::Issued,
+            Some(IssuedView {
+                plan: plan_id.clone(),
+                status: status.as_str().to_string(),
+            }),
         ),
-        Outcome::Issue => (json!(true), json!(null)),
-        Outcome::Blocked { .. } => (json!(false), json!(null)),
-        _ => (json!(null), json!(null)),
+        Outcome::Issue => (MeetsConstraints::Yes, None),
+        Outcome::Blocked { .. } => (MeetsConstraints::No, None),
+        _ => (MeetsConstraints::Undecided, None),
     };
-    let last = match state.outcomes_of(&eval.entity).next_back() {
-        Some(o) => {
-            let failure = finished_plan(history, &o.id)?
+    let last_execution = match state.outcomes_of(&eval.entity).next_back() {
+        Some(o) => Some(LastExecution {
+            failure: finished_plan(history, &o.id)?
                 .and_then(|p| p.failure)
-                .map(|f| format!("{}: {}", f.stage, f.message));
-            Some(
-                json!({"plan": o.id, "kind": o.kind.label(), "status": o.status.as_str(),
-            "failure": failure}),
-            )
-        }
+                .map(|f| format!("{}: {}", f.stage, f.message)),
+            kind: o.kind.label().to_string(),
+            plan: o.id.clone(),
+            status: o.status.as_str().to_string(),
+        }),
         None => None,
     };
-    let may_clear = match &eval.outcome {
-        Outcome::Blocked { may_clear_at_ms } => time(*may_clear_at_ms),
-        _ => Value::Null,
+    let may_clear_at = match &eval.outcome {
+        Outcome::Blocked { may_clear_at_ms } => may_clear_at_ms.map(format_time),
+        _ => None,
     };
-    Ok(json!({
-        "entity": eval.entity,
-        "evaluated_at": format_time(eval.time_ms),
-        "summary": eval.summary(),
-        "has_candidate": eval.candidate.is_some(),
-        "candidate": candidate,
-        "meets_constraints": meets,
-        "may_clear_at": may_clear,
-        "issued": issued,
-        "last_execution": last,
-        "constraints": eval.constraints.iter().map(|c| json!({
-            "constraint": c.constraint.label(), "passed": c.passed, "reason": c.reason.to_string(),
-            "may_clear_at": time(c.may_clear_at_ms),
-        })).collect::<Vec<_>>(),
-        "skipped": eval.skipped,
-        "insecure_registries": state
+    Ok(Explanation {
+        candidate,
+        constraints: eval
+            .constraints
+            .iter()
+            .map(|c| ConstraintView {
+                constraint: c.constraint.label().to_string(),
+                may_clear_at: c.may_clear_at_ms.map(format_time),
+                passed: c.passed,
+                reason: c.reason.to_string(),
+            })
+            .collect(),
+        entity: eval.entity.clone(),
+        evaluated_at: format_time(eval.time_ms),
+        has_candidate: eval.candidate.is_some(),
+        insecure_registries: state
             .entity(&eval.entity)
             .map(|e| insecure_registries(state, &e.environment))
             .unwrap_or_default(),
-    }))
+        issued,
+        last_execution,
+        may_clear_at,
+        meets_constraints,
+        skipped: eval.skipped.clone(),
+        summary: eval.summary(),
+    })
 }
 
 #[cfg(test)]

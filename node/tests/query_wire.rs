@@ -402,3 +402,25 @@ fn every_query_kind_is_pinned() {
     .into();
     assert_eq!(pinned, every);
 }
+
+/// Each typed answer reads its fixture and writes it back unchanged: a client reading the
+/// wire through these structs loses nothing.
+#[test]
+fn typed_answers_read_and_write_their_fixtures() {
+    use hub_client::answer::{
+        ClusterSettingsAnswer, Explanation, PlanView, PlansAnswer, ResolvedEntity,
+    };
+    fn round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(name: &str) {
+        let path = fixture_dir().join(format!("{name}.json"));
+        let want = std::fs::read_to_string(&path).expect("fixture");
+        let typed: T = serde_json::from_str(&want).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let got = format!("{}\n", serde_json::to_string_pretty(&typed).expect("JSON"));
+        assert_eq!(got, want, "{name}");
+    }
+    round_trip::<ResolvedEntity>("resolve_entity");
+    round_trip::<PlanView>("plan");
+    round_trip::<PlansAnswer>("plans");
+    round_trip::<PlansAnswer>("plans_active_of_entity");
+    round_trip::<Explanation>("explain");
+    round_trip::<ClusterSettingsAnswer>("cluster_settings");
+}

@@ -504,24 +504,11 @@ fn draft(t: &EntityTemplate, r: &Resolved<'_>) -> Result<Draft, RenderError> {
     let secret_requirements = fill_secrets(&t.secret_requirements, |text| {
         fill_field("secretRequirements", text)
     })?;
-    let marked_for_uninstallation = match &t.marked_for_uninstallation {
-        Some(u) => Some(Uninstall {
-            min_version: u.min_version.clone(),
-            unmanage_after_uninstall: u
-                .unmanage_after_uninstall
-                .as_deref()
-                .map(|m| {
-                    let field = "markedForUninstallation.unmanageAfterUninstall";
-                    let value = fill_field(field, m)?;
-                    match UnmanageAfterUninstall::parse(&value) {
-                        Some(_) => Ok(value),
-                        None => Err(invalid(field, UnmanageAfterUninstall::refusal(&value))),
-                    }
-                })
-                .transpose()?,
-        }),
-        None => None,
-    };
+    let marked_for_uninstallation = t
+        .marked_for_uninstallation
+        .as_ref()
+        .map(|u| rendered_uninstall(u, &fill_field, &invalid))
+        .transpose()?;
     let config = match &t.config_overrides {
         Some(text) => config_document(text, r, &t.product_id, "configOverrides")?,
         None => BTreeMap::new(),
@@ -549,6 +536,29 @@ fn draft(t: &EntityTemplate, r: &Resolved<'_>) -> Result<Draft, RenderError> {
         },
         config,
         install,
+    })
+}
+
+/// `markedForUninstallation` rendered: `unmanageAfterUninstall` filled and checked.
+fn rendered_uninstall(
+    u: &Uninstall,
+    fill_field: &dyn Fn(&str, &str) -> Result<String, RenderError>,
+    invalid: &dyn Fn(&str, String) -> RenderError,
+) -> Result<Uninstall, RenderError> {
+    let field = "markedForUninstallation.unmanageAfterUninstall";
+    let unmanage_after_uninstall = match u.unmanage_after_uninstall.as_deref() {
+        Some(m) => {
+            let value = fill_field(field, m)?;
+            if UnmanageAfterUninstall::parse(&value).is_none() {
+                return Err(invalid(field, UnmanageAfterUninstall::refusal(&value)));
+            }
+            Some(value)
+        }
+        None => None,
+    };
+    Ok(Uninstall {
+        min_version: u.min_version.clone(),
+        unmanage_after_uninstall,
     })
 }
 

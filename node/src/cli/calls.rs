@@ -11,7 +11,8 @@ use serde_json::{json, Value};
 use super::args::{ReadArgs, FRESH};
 use super::output::{print, Format};
 use crate::node::new_request_id;
-use hub_client::FailoverClient;
+use hub_client::answer::ResolveEntity;
+use hub_client::{FailoverClient, Freshness};
 
 /// Sends one command with a fresh idempotency key; returns the write's view
 /// (`index`, `leader`, `result`, `id`, `output`).
@@ -79,14 +80,13 @@ pub(crate) async fn query(
 
 /// Resolves an entity reference to its id (`eid:…`) on the server.
 pub(crate) async fn resolve(client: &FailoverClient, reference: &str) -> anyhow::Result<String> {
-    let v = query(
-        client,
-        json!({"query": "resolve_entity", "entity": reference}),
-        FRESH,
-    )
-    .await?;
-    v["id"]
-        .as_str()
-        .map(String::from)
-        .with_context(|| format!("entity {reference:?}: the server returned no id"))
+    let resolved = client
+        .ask(&ResolveEntity(reference.to_string()), freshness(FRESH))
+        .await?;
+    Ok(resolved.id)
+}
+
+/// The client's freshness of `read`.
+pub(crate) fn freshness(read: ReadArgs) -> Freshness {
+    Freshness { stale: read.stale }
 }

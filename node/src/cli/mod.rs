@@ -609,8 +609,17 @@ async fn cluster_settings(
             Ok(())
         }
         None => {
-            let v = calls::query(client, json!({"query": "cluster_settings"}), read).await?;
-            output::print(fmt, &v, &["canary_config_tracking"])
+            let settings = client
+                .ask(
+                    &::hub_client::answer::ClusterSettings,
+                    calls::freshness(read),
+                )
+                .await?;
+            output::print(
+                fmt,
+                &serde_json::to_value(&settings)?,
+                &["canary_config_tracking"],
+            )
         }
     }
 }
