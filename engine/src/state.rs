@@ -315,13 +315,11 @@ impl State {
                     );
                 }
             }
-            RecordKey::InstallationChannel(id) => {
-                if self.installation_channels.contains_key(id) {
-                    assert!(
-                        self.installations.contains_key(id),
-                        "channel of missing {id}"
-                    );
-                }
+            RecordKey::InstallationChannel(id) if self.installation_channels.contains_key(id) => {
+                assert!(
+                    self.installations.contains_key(id),
+                    "channel of missing {id}"
+                );
             }
             RecordKey::ModuleChannels(name) => {
                 if let Some(m) = self.module_channels.get(name) {

@@ -25,7 +25,9 @@ fn id(name: &str) -> Identity {
     Identity::parse(&format!("operator/{name}")).unwrap()
 }
 
-fn as_(who: &str, command: Command) -> Command {
+/// `command` as the node proposes it for verified operator `who`: actor stamped, wrapped.
+fn as_(who: &str, mut command: Command) -> Command {
+    command.stamp_actor(&id(who).to_string());
     Command::As {
         actor: id(who),
         command: Box::new(command),

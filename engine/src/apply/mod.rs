@@ -322,12 +322,14 @@ impl State {
                 variables,
                 actor,
             } => self.install_module(
-                environment,
-                module,
-                version.as_deref(),
-                variables,
-                None,
-                actor,
+                modules::NewInstallation {
+                    environment,
+                    module,
+                    version: version.as_deref(),
+                    variables,
+                    channel: None,
+                    actor,
+                },
                 tx,
             ),
             Command::SetModuleVariables {
@@ -482,12 +484,14 @@ impl State {
                 channel,
                 actor,
             } => self.install_module(
-                environment,
-                module,
-                version.as_deref(),
-                variables,
-                channel.as_deref(),
-                actor,
+                modules::NewInstallation {
+                    environment,
+                    module,
+                    version: version.as_deref(),
+                    variables,
+                    channel: channel.as_deref(),
+                    actor,
+                },
                 tx,
             ),
             Command::SetInstallationChannel {

@@ -115,6 +115,17 @@ fn check_variables<'a>(
     Ok(())
 }
 
+/// What `InstallModule` and `InstallModuleOnChannel` name.
+pub(super) struct NewInstallation<'a> {
+    pub(super) environment: &'a str,
+    pub(super) module: &'a str,
+    pub(super) version: Option<&'a str>,
+    pub(super) variables: &'a BTreeMap<String, String>,
+    /// The channel chosen for it, if one was.
+    pub(super) channel: Option<&'a str>,
+    pub(super) actor: &'a str,
+}
+
 impl State {
     /// `RejectChangeRequest`: closes a pending change request without applying it.
     pub(super) fn reject_change_request(
@@ -276,14 +287,17 @@ impl State {
 
     pub(super) fn install_module(
         &mut self,
-        environment: &str,
-        module: &str,
-        version: Option<&str>,
-        variables: &BTreeMap<String, String>,
-        channel: Option<&str>,
-        actor: &str,
+        new: NewInstallation<'_>,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
+        let NewInstallation {
+            environment,
+            module,
+            version,
+            variables,
+            channel,
+            actor,
+        } = new;
         let now = tx.now;
         check_actor(actor)?;
         check_variables(variables.iter().map(|(k, v)| (k, Some(v))))?;
