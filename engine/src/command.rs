@@ -620,6 +620,93 @@ pub enum Command {
         /// Whether config and secret changes are analysed.
         enabled: bool,
     },
+    /// Create or replace approver group `name` with exactly `members` (issue 55). Admins
+    /// only. Every member must hold a role binding.
+    SetApproverGroup {
+        /// A DNS label.
+        name: String,
+        /// Its members (1 to 256).
+        members: BTreeSet<hub_identity::Identity>,
+    },
+    /// Delete an approver group that no approval policy requires. Admins only.
+    DeleteApproverGroup {
+        /// The group.
+        name: String,
+    },
+    /// Set (`Some`) or remove (`None`) the approval policy of a scope (issue 55). Admins only.
+    SetApprovalPolicy {
+        /// An environment, a product or a module installation.
+        scope: crate::approval::PolicyScope,
+        /// The policy.
+        policy: Option<crate::approval::ApprovalPolicySpec>,
+    },
+    /// Ask for a temporary maintenance-window exception on a scope; it opens the window only
+    /// once approved ([`Command::ApproveWindowException`]). Any identity with a role binding.
+    RequestWindowException {
+        /// Entity or environment.
+        scope: Scope,
+        /// Start (inclusive).
+        start_ms: TimestampMs,
+        /// End (exclusive).
+        end_ms: TimestampMs,
+        /// Why; required.
+        reason: String,
+        /// Who (stamped by the node).
+        actor: String,
+    },
+    /// Approve a window-exception request as the entry's verified actor; the last approval
+    /// its policy requires opens the window (a window override).
+    ApproveWindowException {
+        /// `wx-<index>`.
+        id: String,
+        /// Who (stamped by the node).
+        actor: String,
+    },
+    /// Reject a pending window-exception request.
+    RejectWindowException {
+        /// `wx-<index>`.
+        id: String,
+        /// Why; required.
+        reason: String,
+        /// Who (stamped by the node).
+        actor: String,
+    },
+    /// [`Command::InstallModule`] with the release channel the installation tracks (issue 55).
+    InstallModuleOnChannel {
+        /// The environment.
+        environment: String,
+        /// The module's name.
+        module: String,
+        /// The version (the latest on the channel when `None`).
+        version: Option<String>,
+        /// Installer values.
+        variables: BTreeMap<String, String>,
+        /// The channel; `None`: the governing policy's default channel, else `RELEASE`.
+        channel: Option<String>,
+        /// Who.
+        actor: String,
+    },
+    /// Choose (`Some`) or clear (`None`, back to the default) the channel an installation
+    /// tracks.
+    SetInstallationChannel {
+        /// `<environment>/<module>`.
+        installation: String,
+        /// The channel.
+        channel: Option<String>,
+        /// Who.
+        actor: String,
+    },
+    /// Add a published module version to a custom channel, or remove it (issue 55).
+    SetModuleChannel {
+        /// The module's name.
+        module: String,
+        /// The version.
+        version: String,
+        /// A custom channel.
+        channel: String,
+        /// Add (`true`) or remove.
+        member: bool,
+    },
 }
 
 wire_tags! {
@@ -683,6 +770,15 @@ wire_tags! {
         ReportSampledEntityStates = 56,
         PutSecret = 57,
         SetCanaryConfigTracking = 58,
+        SetApproverGroup = 59,
+        DeleteApproverGroup = 60,
+        SetApprovalPolicy = 61,
+        RequestWindowException = 62,
+        ApproveWindowException = 63,
+        RejectWindowException = 64,
+        InstallModuleOnChannel = 65,
+        SetInstallationChannel = 66,
+        SetModuleChannel = 67,
     }
     retired []
 }
@@ -832,6 +928,15 @@ impl Command {
             Command::HaltRollout { .. } => "halt_rollout",
             Command::ResumeRollout { .. } => "resume_rollout",
             Command::SetCanaryConfigTracking { .. } => "set_canary_config_tracking",
+            Command::SetApproverGroup { .. } => "set_approver_group",
+            Command::DeleteApproverGroup { .. } => "delete_approver_group",
+            Command::SetApprovalPolicy { .. } => "set_approval_policy",
+            Command::RequestWindowException { .. } => "request_window_exception",
+            Command::ApproveWindowException { .. } => "approve_window_exception",
+            Command::RejectWindowException { .. } => "reject_window_exception",
+            Command::InstallModuleOnChannel { .. } => "install_module_on_channel",
+            Command::SetInstallationChannel { .. } => "set_installation_channel",
+            Command::SetModuleChannel { .. } => "set_module_channel",
             Command::As { command, .. } => command.kind(),
         }
     }
@@ -857,7 +962,12 @@ impl Command {
             | Command::IssueCommand { actor, .. }
             | Command::PromoteWave { actor, .. }
             | Command::HaltRollout { actor, .. }
-            | Command::ResumeRollout { actor, .. } => actor,
+            | Command::ResumeRollout { actor, .. }
+            | Command::RequestWindowException { actor, .. }
+            | Command::ApproveWindowException { actor, .. }
+            | Command::RejectWindowException { actor, .. }
+            | Command::InstallModuleOnChannel { actor, .. }
+            | Command::SetInstallationChannel { actor, .. } => actor,
             Command::CreateEnvironment { .. }
             | Command::DeleteEnvironment { .. }
             | Command::CreateEntity { .. }
@@ -901,7 +1011,11 @@ impl Command {
             | Command::SetEnvironmentLabels { .. }
             | Command::ApplyRolloutPolicy { .. }
             | Command::DeleteRolloutPolicy { .. }
-            | Command::SetCanaryConfigTracking { .. } => return,
+            | Command::SetCanaryConfigTracking { .. }
+            | Command::SetApproverGroup { .. }
+            | Command::DeleteApproverGroup { .. }
+            | Command::SetApprovalPolicy { .. }
+            | Command::SetModuleChannel { .. } => return,
             Command::As { command, .. } => return command.stamp_actor(who),
         };
         *actor = who.to_string();

@@ -105,6 +105,7 @@
 pub mod access;
 pub mod activity;
 mod apply;
+pub mod approval;
 pub mod artifact;
 pub mod audit;
 pub mod canary;
@@ -123,6 +124,7 @@ pub mod installation;
 pub mod labels;
 pub mod leader;
 pub mod module;
+pub mod module_channel;
 pub mod name;
 pub mod never_healthy;
 pub mod plan;
@@ -140,6 +142,7 @@ mod table;
 mod tables;
 pub mod token;
 pub mod window;
+pub mod window_exception;
 pub mod yaml_budget;
 pub mod yaml_error;
 

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::approval::{ApprovalPolicy, ApproverGroup, ChangeRequestApproval};
 use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
 use crate::canary_history::CanaryHistory;
 use crate::canary_judging::CanaryJudging;
@@ -15,12 +16,14 @@ use crate::cluster_members::{ClusterMembers, CLUSTER_MEMBERS_KEY};
 use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::labels::EnvironmentLabels;
+use crate::module_channel::{InstallationChannel, ModuleChannels};
 use crate::never_healthy::NeverHealthy;
 use crate::role::RoleBinding;
 use crate::rollout::Rollout;
 use crate::rollout_policy::RolloutPolicy;
 use crate::settings::{ClusterSettings, CLUSTER_SETTINGS_KEY};
 use crate::token::OperatorToken;
+use crate::window_exception::WindowException;
 
 use crate::activity::{Activity, ActivityLine, ActivityV1};
 use crate::command::{wire_tags, CommandOutput};
@@ -104,6 +107,18 @@ pub enum RecordKey {
     NeverHealthy(String),
     /// The hub's settings (one record, `cluster`).
     ClusterSettings(String),
+    /// An approver group, by name ([`crate::approval::ApproverGroup`]).
+    ApproverGroup(String),
+    /// An approval policy, by its scope ([`crate::approval::PolicyScope::key_name`]).
+    ApprovalPolicy(String),
+    /// A change request's approvals under its policy, by change request id.
+    ChangeRequestApproval(String),
+    /// A window-exception request, by id.
+    WindowException(String),
+    /// The channel chosen for an installation, by `<environment>/<module>`.
+    InstallationChannel(String),
+    /// The custom channels of a module version, by `name@version`.
+    ModuleChannels(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -139,6 +154,12 @@ const TAG_PLAN_OUTCOME: u8 = 30;
 const TAG_FINISHED_PLAN: u8 = 31;
 const TAG_NEVER_HEALTHY: u8 = 32;
 const TAG_CLUSTER_SETTINGS: u8 = 33;
+const TAG_APPROVER_GROUP: u8 = 34;
+const TAG_APPROVAL_POLICY: u8 = 35;
+const TAG_CHANGE_REQUEST_APPROVAL: u8 = 36;
+const TAG_WINDOW_EXCEPTION: u8 = 37;
+const TAG_INSTALLATION_CHANNEL: u8 = 38;
+const TAG_MODULE_CHANNELS: u8 = 39;
 
 /// Where the records under a key live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,7 +208,13 @@ impl RecordKey {
             | RecordKey::ActivityHead(_)
             | RecordKey::PlanOutcome(_)
             | RecordKey::NeverHealthy(_)
-            | RecordKey::ClusterSettings(_) => Residence::State,
+            | RecordKey::ClusterSettings(_)
+            | RecordKey::ApproverGroup(_)
+            | RecordKey::ApprovalPolicy(_)
+            | RecordKey::ChangeRequestApproval(_)
+            | RecordKey::WindowException(_)
+            | RecordKey::InstallationChannel(_)
+            | RecordKey::ModuleChannels(_) => Residence::State,
         }
     }
 
@@ -227,6 +254,12 @@ impl RecordKey {
             RecordKey::FinishedPlan(n) => (TAG_FINISHED_PLAN, n),
             RecordKey::NeverHealthy(n) => (TAG_NEVER_HEALTHY, n),
             RecordKey::ClusterSettings(n) => (TAG_CLUSTER_SETTINGS, n),
+            RecordKey::ApproverGroup(n) => (TAG_APPROVER_GROUP, n),
+            RecordKey::ApprovalPolicy(n) => (TAG_APPROVAL_POLICY, n),
+            RecordKey::ChangeRequestApproval(n) => (TAG_CHANGE_REQUEST_APPROVAL, n),
+            RecordKey::WindowException(n) => (TAG_WINDOW_EXCEPTION, n),
+            RecordKey::InstallationChannel(n) => (TAG_INSTALLATION_CHANNEL, n),
+            RecordKey::ModuleChannels(n) => (TAG_MODULE_CHANNELS, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -272,6 +305,12 @@ impl RecordKey {
             TAG_FINISHED_PLAN => Some(RecordKey::FinishedPlan(name)),
             TAG_NEVER_HEALTHY => Some(RecordKey::NeverHealthy(name)),
             TAG_CLUSTER_SETTINGS => Some(RecordKey::ClusterSettings(name)),
+            TAG_APPROVER_GROUP => Some(RecordKey::ApproverGroup(name)),
+            TAG_APPROVAL_POLICY => Some(RecordKey::ApprovalPolicy(name)),
+            TAG_CHANGE_REQUEST_APPROVAL => Some(RecordKey::ChangeRequestApproval(name)),
+            TAG_WINDOW_EXCEPTION => Some(RecordKey::WindowException(name)),
+            TAG_INSTALLATION_CHANNEL => Some(RecordKey::InstallationChannel(name)),
+            TAG_MODULE_CHANNELS => Some(RecordKey::ModuleChannels(name)),
             _ => None,
         }
     }
@@ -365,6 +404,18 @@ pub enum Record {
     NeverHealthy(NeverHealthy),
     /// See [`ClusterSettings`].
     ClusterSettings(ClusterSettings),
+    /// See [`ApproverGroup`].
+    ApproverGroup(ApproverGroup),
+    /// See [`ApprovalPolicy`].
+    ApprovalPolicy(ApprovalPolicy),
+    /// See [`ChangeRequestApproval`].
+    ChangeRequestApproval(ChangeRequestApproval),
+    /// See [`WindowException`].
+    WindowException(WindowException),
+    /// See [`InstallationChannel`].
+    InstallationChannel(InstallationChannel),
+    /// See [`ModuleChannels`].
+    ModuleChannels(ModuleChannels),
 }
 
 wire_tags! {
@@ -402,6 +453,12 @@ wire_tags! {
         FinishedPlan = 30,
         NeverHealthy = 31,
         ClusterSettings = 32,
+        ApproverGroup = 33,
+        ApprovalPolicy = 34,
+        ChangeRequestApproval = 35,
+        WindowException = 36,
+        InstallationChannel = 37,
+        ModuleChannels = 38,
     }
     retired []
 }
@@ -504,6 +561,18 @@ impl Record {
             Record::ClusterSettings(_) => {
                 RecordKey::ClusterSettings(CLUSTER_SETTINGS_KEY.to_string())
             }
+            Record::ApproverGroup(g) => RecordKey::ApproverGroup(g.name.clone()),
+            Record::ApprovalPolicy(p) => RecordKey::ApprovalPolicy(p.scope.key_name()),
+            Record::ChangeRequestApproval(a) => {
+                RecordKey::ChangeRequestApproval(a.change_request.clone())
+            }
+            Record::WindowException(w) => RecordKey::WindowException(w.id.clone()),
+            Record::InstallationChannel(c) => {
+                RecordKey::InstallationChannel(c.installation.clone())
+            }
+            Record::ModuleChannels(m) => {
+                RecordKey::ModuleChannels(ModuleChannels::key_name(&m.module, &m.version))
+            }
         }
     }
 }
@@ -548,6 +617,12 @@ mod tests {
             RecordKey::FinishedPlan("p-9-0".into()),
             RecordKey::NeverHealthy("eid:prod:helmChart:web".into()),
             RecordKey::ClusterSettings("cluster".into()),
+            RecordKey::ApproverGroup("compliance".into()),
+            RecordKey::ApprovalPolicy("environment/prod".into()),
+            RecordKey::ChangeRequestApproval("cr-9-0".into()),
+            RecordKey::WindowException("wx-9".into()),
+            RecordKey::InstallationChannel("prod/control-plane-module".into()),
+            RecordKey::ModuleChannels("control-plane-module@0.2.0".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

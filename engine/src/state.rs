@@ -152,6 +152,18 @@ pub struct State {
     pub(crate) never_healthy: Table<crate::never_healthy::NeverHealthy>,
     /// The hub's settings (at most one row).
     pub(crate) cluster_settings: Table<crate::settings::ClusterSettings>,
+    /// Approver groups by name ([`crate::approval`]).
+    pub(crate) approver_groups: Table<crate::approval::ApproverGroup>,
+    /// Approval policies by scope key name.
+    pub(crate) approval_policies: Table<crate::approval::ApprovalPolicy>,
+    /// The approvals of change requests opened under a policy, by change request id.
+    pub(crate) change_request_approvals: Table<crate::approval::ChangeRequestApproval>,
+    /// Window-exception requests by id ([`crate::window_exception`]).
+    pub(crate) window_exceptions: Table<crate::window_exception::WindowException>,
+    /// Channels chosen for installations, by installation id ([`crate::module_channel`]).
+    pub(crate) installation_channels: Table<crate::module_channel::InstallationChannel>,
+    /// Custom channels of module versions, by `name@version`.
+    pub(crate) module_channels: Table<crate::module_channel::ModuleChannels>,
     pub(crate) idx: Indexes,
 }
 
@@ -233,6 +245,12 @@ impl State {
                 RecordKey::CanaryJudging(id) => self.check_canary_judging(id),
                 RecordKey::NeverHealthy(id) => self.check_never_healthy(id),
                 RecordKey::ClusterSettings(_) => {}
+                RecordKey::ApproverGroup(_)
+                | RecordKey::ApprovalPolicy(_)
+                | RecordKey::ChangeRequestApproval(_)
+                | RecordKey::WindowException(_)
+                | RecordKey::InstallationChannel(_)
+                | RecordKey::ModuleChannels(_) => self.check_approvals(key),
                 RecordKey::ActivityV1(_)
                 | RecordKey::ActivityLine(_)
                 | RecordKey::FinishedPlan(_) => {
@@ -268,6 +286,62 @@ impl State {
             "judging state of a deleted canary {id}"
         );
         assert!(j.within_bounds(), "judging state of {id} beyond its bounds");
+    }
+
+    /// Approval records belong to what they describe: a change request's approvals to the
+    /// change request, a chosen channel to its installation, a version's channels to the
+    /// published version (and are never empty), a policy to its existing scope; no request
+    /// holds more approvals than its bound.
+    fn check_approvals(&self, key: &RecordKey) {
+        use crate::approval::{PolicyScope, MAX_APPROVALS};
+        match key {
+            RecordKey::ChangeRequestApproval(id) => {
+                if let Some(a) = self.change_request_approvals.get(id) {
+                    assert!(
+                        self.change_requests.contains_key(id),
+                        "approvals of missing {id}"
+                    );
+                    assert!(
+                        a.approvals.approvals.len() <= MAX_APPROVALS,
+                        "approvals of {id}"
+                    );
+                }
+            }
+            RecordKey::WindowException(id) => {
+                if let Some(w) = self.window_exceptions.get(id) {
+                    assert!(
+                        w.approvals.approvals.len() <= MAX_APPROVALS,
+                        "approvals of {id}"
+                    );
+                }
+            }
+            RecordKey::InstallationChannel(id) if self.installation_channels.contains_key(id) => {
+                assert!(
+                    self.installations.contains_key(id),
+                    "channel of missing {id}"
+                );
+            }
+            RecordKey::ModuleChannels(name) => {
+                if let Some(m) = self.module_channels.get(name) {
+                    assert!(!m.channels.is_empty(), "empty channel record {name}");
+                    assert!(
+                        self.module(&m.module, &m.version).is_some(),
+                        "channels of unpublished {name}"
+                    );
+                }
+            }
+            RecordKey::ApprovalPolicy(name) => {
+                if let Some(p) = self.approval_policies.get(name) {
+                    let exists = match &p.scope {
+                        PolicyScope::Environment(e) => self.environments.contains_key(e),
+                        PolicyScope::Product(id) => self.products.contains_key(id),
+                        PolicyScope::Installation(id) => self.installations.contains_key(id),
+                    };
+                    assert!(exists, "policy {name} of a missing scope");
+                }
+            }
+            _ => {}
+        }
     }
 
     /// A never-healthy row belongs to an entity that exists and is not healthy on a version
@@ -955,6 +1029,111 @@ impl State {
     /// The hub's settings (the defaults until one is set).
     pub fn cluster_settings(&self) -> crate::settings::ClusterSettings {
         self.cluster_settings.get(&()).cloned().unwrap_or_default()
+    }
+
+    /// Approver group `name` ([`crate::approval`]).
+    pub fn approver_group(&self, name: &str) -> Option<&crate::approval::ApproverGroup> {
+        self.approver_groups.get(name)
+    }
+
+    /// Every approver group, by name.
+    pub fn approver_groups(&self) -> impl Iterator<Item = &crate::approval::ApproverGroup> {
+        self.approver_groups.values()
+    }
+
+    /// The approval policy set for `scope`, if any.
+    pub fn approval_policy(
+        &self,
+        scope: &crate::approval::PolicyScope,
+    ) -> Option<&crate::approval::ApprovalPolicy> {
+        self.approval_policies.get(&scope.key_name())
+    }
+
+    /// Every approval policy, by scope key name.
+    pub fn approval_policies(&self) -> impl Iterator<Item = &crate::approval::ApprovalPolicy> {
+        self.approval_policies.values()
+    }
+
+    /// The policy that governs installation `id`: its own, else its environment's.
+    pub fn installation_policy(&self, id: &str) -> Option<&crate::approval::ApprovalPolicy> {
+        use crate::approval::PolicyScope;
+        let env = id.split('/').next().unwrap_or_default();
+        self.approval_policy(&PolicyScope::Installation(id.to_string()))
+            .or_else(|| self.approval_policy(&PolicyScope::Environment(env.to_string())))
+    }
+
+    /// The approvals of change request `id`, if it was opened under a policy.
+    pub fn change_request_approval(
+        &self,
+        id: &str,
+    ) -> Option<&crate::approval::ChangeRequestApproval> {
+        self.change_request_approvals.get(id)
+    }
+
+    /// Window-exception request `id`.
+    pub fn window_exception(&self, id: &str) -> Option<&crate::window_exception::WindowException> {
+        self.window_exceptions.get(id)
+    }
+
+    /// Every window-exception request, by id.
+    pub fn window_exceptions(
+        &self,
+    ) -> impl Iterator<Item = &crate::window_exception::WindowException> {
+        self.window_exceptions.values()
+    }
+
+    /// The channel installation `id` tracks: the one chosen for it, else its governing
+    /// policy's default channel, else `RELEASE` ([`crate::module_channel`]).
+    pub fn tracked_channel(&self, id: &str) -> String {
+        if let Some(c) = self.installation_channels.get(id) {
+            return c.channel.clone();
+        }
+        self.installation_policy(id)
+            .and_then(|p| p.spec.default_channel.clone())
+            .unwrap_or_else(|| crate::module_channel::DEFAULT_MODULE_CHANNEL.to_string())
+    }
+
+    /// Whether the channel of installation `id` was chosen for it (not a default).
+    pub fn installation_channel(
+        &self,
+        id: &str,
+    ) -> Option<&crate::module_channel::InstallationChannel> {
+        self.installation_channels.get(id)
+    }
+
+    /// Whether published version `version` of `module` is on `channel`: every version is on
+    /// the built-in channels; a custom one holds the versions added to it.
+    pub fn module_on_channel(&self, module: &str, version: &Version, channel: &str) -> bool {
+        crate::product::is_builtin_channel(channel)
+            || self
+                .module_channels
+                .get(&crate::module_channel::ModuleChannels::key_name(
+                    module, version,
+                ))
+                .is_some_and(|m| m.channels.contains(channel))
+    }
+
+    /// The custom channels of `module` at `version`.
+    pub fn module_version_channels(
+        &self,
+        module: &str,
+        version: &Version,
+    ) -> Option<&crate::module_channel::ModuleChannels> {
+        self.module_channels
+            .get(&crate::module_channel::ModuleChannels::key_name(
+                module, version,
+            ))
+    }
+
+    /// The newest published version of `module` on `channel`.
+    pub fn latest_module_on_channel(
+        &self,
+        module: &str,
+        channel: &str,
+    ) -> Option<&PublishedModule> {
+        self.module_versions(module)
+            .filter(|m| self.module_on_channel(module, &m.version, channel))
+            .max_by(|a, b| a.version.cmp(&b.version))
     }
 
     /// The judging state of canary `id`, if it has judged metrics.

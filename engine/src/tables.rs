@@ -12,6 +12,7 @@ use semver::Version;
 use hub_identity::Identity;
 
 use crate::activity::Activity;
+use crate::approval::{ApprovalPolicy, ApproverGroup, ChangeRequestApproval};
 use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
 use crate::canary_history::CanaryHistory;
 use crate::canary_judging::CanaryJudging;
@@ -23,6 +24,7 @@ use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::environment::Environment;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::labels::EnvironmentLabels;
+use crate::module_channel::{InstallationChannel, ModuleChannels};
 use crate::never_healthy::NeverHealthy;
 use crate::plan::Plan;
 use crate::plan_outcome::PlanOutcome;
@@ -36,6 +38,7 @@ use crate::state::State;
 use crate::suppression::{Scope, Suppression};
 use crate::table::{lookups_index, Lookups, Row};
 use crate::token::{OperatorToken, TokenHash};
+use crate::window_exception::WindowException;
 use crate::TimestampMs;
 
 /// Rows keyed by a name that is also their record key's name.
@@ -84,6 +87,12 @@ named_rows! {
     EnvironmentLabels => EnvironmentLabels, |l| l.environment.clone(), ();
     RolloutPolicy => RolloutPolicy, |p| p.product.clone(), RolloutPolicyIndex;
     NeverHealthy => NeverHealthy, |n| n.entity.clone(), ();
+    ApproverGroup => ApproverGroup, |g| g.name.clone(), ();
+    ApprovalPolicy => ApprovalPolicy, |p| p.scope.key_name(), ();
+    ChangeRequestApproval => ChangeRequestApproval, |a| a.change_request.clone(), ();
+    WindowException => WindowException, |w| w.id.clone(), ();
+    InstallationChannel => InstallationChannel, |c| c.installation.clone(), ();
+    ModuleChannels => ModuleChannels, |m| ModuleChannels::key_name(&m.module, &m.version), ();
 }
 
 lookups_index! {
@@ -590,6 +599,12 @@ state_tables! {
     canary_judging: CanaryJudging,
     activity: ActivityHead,
     never_healthy: NeverHealthy,
-    cluster_settings: ClusterSettings;
+    cluster_settings: ClusterSettings,
+    approver_groups: ApproverGroup,
+    approval_policies: ApprovalPolicy,
+    change_request_approvals: ChangeRequestApproval,
+    window_exceptions: WindowException,
+    installation_channels: InstallationChannel,
+    module_channels: ModuleChannels;
     not_in_state: ActivityV1, ActivityLine, FinishedPlan,
 }

@@ -10,10 +10,11 @@
 mod need;
 
 pub use crate::role::{Role, RoleBinding, ScopeKind, ALL, ROLES};
-pub use need::{need, Need, Target};
+pub use need::{need, ApprovalTarget, Need, Target};
 
 use hub_identity::Identity;
 
+use crate::approval::{AppliedPolicy, Approvers, Requirement};
 use crate::command::Command;
 use crate::error::CommandError;
 use crate::state::State;
@@ -46,6 +47,7 @@ pub fn authorize_need(
             Need::Role(_, Target::Environment(e)) => format!(" in {e}"),
             Need::Role(_, Target::Product(p)) => format!(" on {p}"),
             Need::Role(_, Target::Products(ps)) => format!(" on {}", ps.join(", ")),
+            Need::Approver { request, .. } => format!(" on {request}"),
             Need::Role(_, Target::Cluster | Target::Unknown) | Need::Agent(_) | Need::Node => {
                 String::new()
             }
@@ -68,6 +70,12 @@ pub fn is_bootstrap(state: &State, actor: &Identity, command: &Command) -> bool 
 /// Whether `actor` meets `need` in `state`.
 pub fn satisfies(state: &State, actor: &Identity, need: &Need) -> bool {
     match need {
+        // A request the state does not hold: any binding admits it, apply refuses it as not
+        // found.
+        Need::Approver { request, .. } => match approver_places(state, actor, request) {
+            Some(places) => !places.is_empty(),
+            None => satisfies(state, actor, &Need::Role(Role::Viewer, Target::Cluster)),
+        },
         Need::Node => matches!(actor, Identity::Node(_)),
         Need::Agent(env) => matches!(actor, Identity::Agent(own) if own == env),
         // Each product by some binding (one binding need not cover them all); an empty
@@ -104,7 +112,13 @@ pub fn may_read(state: &State, actor: &Identity) -> bool {
 /// What a command acts on, as the write audit records it.
 pub fn target_text(need: &Need) -> String {
     match need {
-        Need::Role(_, Target::Environment(e)) | Need::Agent(e) => format!("environment {e}"),
+        Need::Role(_, Target::Environment(e))
+        | Need::Agent(e)
+        | Need::Approver {
+            target: Target::Environment(e),
+            ..
+        } => format!("environment {e}"),
+        Need::Approver { request, .. } => request.to_string(),
         Need::Role(_, Target::Product(p)) => format!("product {p}"),
         Need::Role(_, Target::Products(ps)) => format!("products {}", ps.join(", ")),
         Need::Role(_, Target::Cluster) | Need::Node => "cluster".to_string(),
@@ -121,7 +135,79 @@ fn describe(need: &Need) -> String {
         Need::Role(role, Target::Product(p)) => format!("{role} on {p}"),
         Need::Role(role, Target::Products(ps)) => format!("{role} on {}", ps.join(", ")),
         Need::Role(role, Target::Cluster | Target::Unknown) => role.to_string(),
+        Need::Approver { who, .. } if who.is_empty() => "an approver".to_string(),
+        Need::Approver { who, .. } => who.clone(),
     }
+}
+
+/// The requirements of `request` (indexes into [`AppliedPolicy::requirements`]) that `actor`
+/// could fill now, by its role bindings and group memberships; `None` when the state holds
+/// no such request. A change request opened without a policy has one requirement: the
+/// `approver` role on its environment.
+pub fn approver_places(
+    state: &State,
+    actor: &Identity,
+    request: &ApprovalTarget,
+) -> Option<Vec<u32>> {
+    let policy = match request {
+        ApprovalTarget::ChangeRequest(id) => {
+            let cr = state.change_requests.get(id)?;
+            match state.change_request_approval(id) {
+                Some(a) => &a.approvals.policy,
+                None => {
+                    let env = cr.installation.split('/').next().unwrap_or_default();
+                    let need = Need::Role(Role::Approver, Target::Environment(env.to_string()));
+                    return Some(if satisfies(state, actor, &need) {
+                        vec![0]
+                    } else {
+                        Vec::new()
+                    });
+                }
+            }
+        }
+        ApprovalTarget::WindowException(id) => &state.window_exceptions.get(id)?.approvals.policy,
+    };
+    Some(places_in(state, actor, policy))
+}
+
+/// The requirements of `policy` with a place left to fill that `actor` could fill now.
+fn places_in(state: &State, actor: &Identity, policy: &AppliedPolicy) -> Vec<u32> {
+    let mut places = Vec::new();
+    for (i, (requirement, count)) in policy.requirements().into_iter().enumerate() {
+        let fits = count > 0
+            && match requirement {
+                Requirement::Approvers(Approvers::Environment(e)) => satisfies(
+                    state,
+                    actor,
+                    &Need::Role(Role::Approver, Target::Environment(e)),
+                ),
+                Requirement::Approvers(Approvers::Product(p)) => satisfies(
+                    state,
+                    actor,
+                    &Need::Role(Role::ProductEditor, Target::Product(p)),
+                ),
+                Requirement::Group(g) => state
+                    .approver_group(&g)
+                    .is_some_and(|group| group.members.contains(actor)),
+            };
+        if fits {
+            // At most 17 requirements (MAX_REQUIRED_GROUPS + 1).
+            places.push(i as u32);
+        }
+    }
+    places
+}
+
+/// Who may approve under `policy`, for refusals: `approver on prod or a member of group
+/// compliance`.
+pub fn approver_text(policy: &AppliedPolicy) -> String {
+    let each: Vec<String> = policy
+        .requirements()
+        .into_iter()
+        .filter(|(_, count)| *count > 0)
+        .map(|(r, _)| r.to_string())
+        .collect();
+    each.join(" or ")
 }
 
 #[cfg(test)]

@@ -16,6 +16,35 @@ pub enum Need {
     Agent(String),
     /// A hub node: the leader's own decisions (evaluations, canary ticks, cluster keys).
     Node,
+    /// Someone a pending request's recorded policy counts as an approver (issue 55): the
+    /// scope's approvers or a member of a group it requires ([`super::approver_places`]).
+    Approver {
+        /// The request.
+        request: ApprovalTarget,
+        /// Where it lies (for the audit and the refusal).
+        target: Target,
+        /// Who may approve it, for the refusal: `approver on prod or a member of group
+        /// compliance`.
+        who: String,
+    },
+}
+
+/// A request that collects approvals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalTarget {
+    /// A module change request, by id.
+    ChangeRequest(String),
+    /// A window-exception request, by id.
+    WindowException(String),
+}
+
+impl std::fmt::Display for ApprovalTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApprovalTarget::ChangeRequest(id) => write!(f, "change request {id}"),
+            ApprovalTarget::WindowException(id) => write!(f, "window exception {id}"),
+        }
+    }
 }
 
 /// What a role must cover.
@@ -76,6 +105,38 @@ fn policy_groups<'a>(state: &State, products: impl Iterator<Item = &'a str>) -> 
     Target::Products(all.into_iter().collect())
 }
 
+/// Who may approve `request`: its environment, and its requirements as people read them.
+fn approver(state: &State, request: ApprovalTarget) -> Need {
+    let (target, who) = match &request {
+        ApprovalTarget::ChangeRequest(id) => match state.change_requests.get(id) {
+            None => (Target::Unknown, String::new()),
+            Some(cr) => {
+                let target = prefixed_env(&cr.installation);
+                let who = match state.change_request_approval(id) {
+                    Some(a) => super::approver_text(&a.approvals.policy),
+                    None => match &target {
+                        Target::Environment(e) => format!("approver on {e}"),
+                        _ => "approver".to_string(),
+                    },
+                };
+                (target, who)
+            }
+        },
+        ApprovalTarget::WindowException(id) => match state.window_exceptions.get(id) {
+            None => (Target::Unknown, String::new()),
+            Some(w) => (
+                env(w.scope.environment()),
+                super::approver_text(&w.approvals.policy),
+            ),
+        },
+    };
+    Need::Approver {
+        request,
+        target,
+        who,
+    }
+}
+
 fn operator(target: Target) -> Need {
     Need::Role(Role::EnvironmentOperator, target)
 }
@@ -128,15 +189,27 @@ pub fn need(state: &State, command: &Command) -> Need {
         Command::SetModuleVariables { installation, .. }
         | Command::SetModuleUpdatesPaused { installation, .. }
         | Command::UnlinkModule { installation, .. } => operator(prefixed_env(installation)),
+        // The approvers its policy counts (without one: the approver role on its environment).
         Command::ApproveChangeRequest { id, .. } | Command::RejectChangeRequest { id, .. } => {
-            Need::Role(
-                Role::Approver,
-                match state.change_requests.get(id) {
-                    Some(cr) => prefixed_env(&cr.installation),
-                    None => Target::Unknown,
-                },
-            )
+            approver(state, ApprovalTarget::ChangeRequest(id.clone()))
         }
+        Command::ApproveWindowException { id, .. } | Command::RejectWindowException { id, .. } => {
+            approver(state, ApprovalTarget::WindowException(id.clone()))
+        }
+        // A request changes nothing until approved: any identity with a role binding may
+        // ask (the roles that may bypass approval add an override directly).
+        Command::RequestWindowException { scope, .. } => {
+            Need::Role(Role::Viewer, env(scope.environment()))
+        }
+        Command::InstallModuleOnChannel { environment, .. } => operator(env(environment)),
+        Command::SetInstallationChannel { installation, .. } => {
+            operator(prefixed_env(installation))
+        }
+        Command::SetModuleChannel { .. } => Need::Role(Role::ModuleEditor, Target::Cluster),
+        // Who approves what is the admins' decision.
+        Command::SetApproverGroup { .. }
+        | Command::DeleteApproverGroup { .. }
+        | Command::SetApprovalPolicy { .. } => Need::Role(Role::Admin, Target::Cluster),
         Command::ApplyCanary { environment, yaml } => operator(match crate::canary::parse_canary(
             yaml,
         )

@@ -73,6 +73,10 @@ impl State {
         self.environments.remove(name, &mut tx.changed);
         // Its labels go with it (a later environment of the same name starts unlabelled).
         self.environment_labels.remove(name, &mut tx.changed);
+        // And its approval policy.
+        let policy = crate::approval::PolicyScope::Environment(name.to_string());
+        self.approval_policies
+            .remove(&policy.key_name(), &mut tx.changed);
         let scope = Scope::Environment(name.to_string());
         let ids = self
             .suppressions

@@ -27,8 +27,12 @@
 //! | `roles.rs` | role bindings |
 //! | `tokens.rs` | operator tokens |
 //! | `audit.rs` | the write audit, recorded refusals, retention |
+//! | `approvals.rs` | approver groups, approval policies, and the approval step of every request |
+//! | `window_exceptions.rs` | window-exception requests: request, approve, reject |
+//! | `module_channels.rs` | module versions on custom channels, the channel an installation tracks |
 //! | `rollouts.rs` | environment labels, rollout policies, promote/halt/resume, and the wave bookkeeping every entry runs ([`State::track_rollouts`]) |
 
+mod approvals;
 mod audit;
 mod canaries;
 mod canary_judging;
@@ -40,6 +44,7 @@ mod entities;
 mod environments;
 mod health;
 mod membership;
+mod module_channels;
 mod modules;
 mod plans;
 mod reports;
@@ -49,6 +54,7 @@ mod suppressions;
 #[cfg(test)]
 mod tests;
 mod tokens;
+mod window_exceptions;
 mod windows;
 
 use entities::SecretWrite;
@@ -316,11 +322,14 @@ impl State {
                 variables,
                 actor,
             } => self.install_module(
-                environment,
-                module,
-                version.as_deref(),
-                variables,
-                actor,
+                modules::NewInstallation {
+                    environment,
+                    module,
+                    version: version.as_deref(),
+                    variables,
+                    channel: None,
+                    actor,
+                },
                 tx,
             ),
             Command::SetModuleVariables {
@@ -445,6 +454,57 @@ impl State {
             Command::SetCanaryConfigTracking { enabled } => {
                 self.set_canary_config_tracking(*enabled, tx)
             }
+            Command::SetApproverGroup { name, members } => {
+                self.set_approver_group(name, members, tx)
+            }
+            Command::DeleteApproverGroup { name } => self.delete_approver_group(name, tx),
+            Command::SetApprovalPolicy { scope, policy } => {
+                self.set_approval_policy(scope, policy, tx)
+            }
+            Command::RequestWindowException {
+                scope,
+                start_ms,
+                end_ms,
+                reason,
+                actor: _,
+            } => self.request_window_exception(scope, *start_ms, *end_ms, reason, tx),
+            Command::ApproveWindowException { id, actor: _ } => {
+                self.approve_window_exception(id, tx)
+            }
+            Command::RejectWindowException {
+                id,
+                reason,
+                actor: _,
+            } => self.reject_window_exception(id, reason, tx),
+            Command::InstallModuleOnChannel {
+                environment,
+                module,
+                version,
+                variables,
+                channel,
+                actor,
+            } => self.install_module(
+                modules::NewInstallation {
+                    environment,
+                    module,
+                    version: version.as_deref(),
+                    variables,
+                    channel: channel.as_deref(),
+                    actor,
+                },
+                tx,
+            ),
+            Command::SetInstallationChannel {
+                installation,
+                channel,
+                actor,
+            } => self.set_installation_channel(installation, channel.as_deref(), actor, tx),
+            Command::SetModuleChannel {
+                module,
+                version,
+                channel,
+                member,
+            } => self.set_module_channel(module, version, channel, *member, tx),
             // The envelope is opened by `apply`; one reaching here is nested.
             Command::As { .. } => Err(CommandError::invalid("command", "an As inside an As")),
         }

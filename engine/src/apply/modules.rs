@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use semver::Version;
 
+use crate::access::ApprovalTarget;
+use crate::approval::{ApprovalPolicy, Approvers, ChangeRequestApproval, SemverPart, UpdateChange};
 use crate::command::CommandOutput;
 use crate::entity::{
     Entity, EntityId, EntityIdentity, EntityKind, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN,
@@ -22,10 +24,11 @@ use crate::module::{
     check_user_edit, render, sync_config, DefinitionErrors, ModuleCatalog, ModuleDefinition,
     ParsedDefinition, RenderError, RenderedEntity, SyncMode, UnmanageAfterUninstall,
 };
+use crate::module_channel::{InstallationChannel, ModuleChannels};
 use crate::name::{validate_name, validate_product_id};
 use crate::state::{State, Trigger};
 
-use super::{not_found, Tx};
+use super::{changed, not_found, Tx};
 
 /// Most installer values one installation holds.
 pub const MAX_MODULE_VARIABLES: usize = 256;
@@ -74,7 +77,7 @@ fn render_error(err: RenderError) -> CommandError {
     }
 }
 
-fn check_actor(actor: &str) -> Result<(), CommandError> {
+pub(super) fn check_actor(actor: &str) -> Result<(), CommandError> {
     if actor.trim().is_empty() || actor.len() > 256 {
         return Err(CommandError::invalid(
             "actor",
@@ -112,6 +115,17 @@ fn check_variables<'a>(
     Ok(())
 }
 
+/// What `InstallModule` and `InstallModuleOnChannel` name.
+pub(super) struct NewInstallation<'a> {
+    pub(super) environment: &'a str,
+    pub(super) module: &'a str,
+    pub(super) version: Option<&'a str>,
+    pub(super) variables: &'a BTreeMap<String, String>,
+    /// The channel chosen for it, if one was.
+    pub(super) channel: Option<&'a str>,
+    pub(super) actor: &'a str,
+}
+
 impl State {
     /// `RejectChangeRequest`: closes a pending change request without applying it.
     pub(super) fn reject_change_request(
@@ -132,6 +146,10 @@ impl State {
                 "change request {id} is {}, not pending approval",
                 cr.status.as_str()
             )));
+        }
+        if let Some(record) = self.change_request_approvals.get(id) {
+            let what = ApprovalTarget::ChangeRequest(id.to_string());
+            self.check_rejection(&what, &record.approvals, tx)?;
         }
         // The change request exists (checked above).
         let Some(cr) = self.change_requests.get_mut(id, &mut tx.changed) else {
@@ -204,11 +222,13 @@ impl State {
             published_ms: now,
         };
         self.modules.put(record, &mut tx.changed);
-        // Every installation that follows updates gets a change request (SPEC M9).
+        // Every installation that follows updates on a channel the version is on (every
+        // version is on the built-in ones) gets a change request (SPEC M9, issue 55).
         let installations: Vec<String> = self
             .installations
             .values()
             .filter(|i| i.module == name && !i.paused && i.version < version)
+            .filter(|i| self.module_on_channel(&name, &version, &self.tracked_channel(&i.id)))
             .map(|i| i.id.clone())
             .collect();
         let mut opened = 0;
@@ -256,6 +276,8 @@ impl State {
         for v in &versions {
             self.modules
                 .remove(&(name.to_string(), v.clone()), &mut tx.changed);
+            self.module_channels
+                .remove(&ModuleChannels::key_name(name, v), &mut tx.changed);
         }
         Ok(CommandOutput::Changed {
             id: name.to_string(),
@@ -265,19 +287,32 @@ impl State {
 
     pub(super) fn install_module(
         &mut self,
-        environment: &str,
-        module: &str,
-        version: Option<&str>,
-        variables: &BTreeMap<String, String>,
-        actor: &str,
+        new: NewInstallation<'_>,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
+        let NewInstallation {
+            environment,
+            module,
+            version,
+            variables,
+            channel,
+            actor,
+        } = new;
         let now = tx.now;
         check_actor(actor)?;
         check_variables(variables.iter().map(|(k, v)| (k, Some(v))))?;
         if !self.environments.contains_key(environment) {
             return Err(not_found("environment", environment));
         }
+        if let Some(c) = channel {
+            self.require_channel("channel", c)?;
+        }
+        let id = Installation::id_of(environment, module);
+        // The channel it will track: chosen, else its environment's policy's default.
+        let tracked = match channel {
+            Some(c) => c.to_string(),
+            None => self.tracked_channel(&id),
+        };
         let published = match version {
             Some(v) => {
                 let v = Version::parse(v)
@@ -286,9 +321,15 @@ impl State {
                     not_found("module version", &PublishedModule::key_name(module, &v))
                 })?
             }
-            None => self
-                .latest_module(module)
-                .ok_or_else(|| not_found("module", module))?,
+            None => match self.latest_module_on_channel(module, &tracked) {
+                Some(m) => m,
+                None if self.latest_module(module).is_some() => {
+                    return Err(CommandError::FailedPrecondition(format!(
+                        "no version of module {module} is on channel {tracked}"
+                    )))
+                }
+                None => return Err(not_found("module", module)),
+            },
         };
         if !published.definition.restrictions.new_installations_allowed {
             return Err(CommandError::FailedPrecondition(format!(
@@ -297,7 +338,6 @@ impl State {
             )));
         }
         let version = published.version.clone();
-        let id = Installation::id_of(environment, module);
         if self.installations.contains_key(&id) {
             return Err(CommandError::AlreadyExists {
                 kind: "module installation".into(),
@@ -320,12 +360,22 @@ impl State {
         let (created, adopted) = (sync.created, sync.adopted);
         self.apply_module_sync(&mut inst, sync, tx);
         self.installations.put(inst, &mut tx.changed);
+        if let Some(c) = channel {
+            self.installation_channels.put(
+                InstallationChannel {
+                    installation: id.clone(),
+                    channel: c.to_string(),
+                    set_ms: now,
+                },
+                &mut tx.changed,
+            );
+        }
         self.audit_entry(actor, "module-install", id.clone(), "", tx);
         Ok(CommandOutput::Changed {
             id,
             summary: format!(
                 "module {module} {version} installed in {environment}: \
-                 {created} entities created, {adopted} adopted"
+                 {created} entities created, {adopted} adopted; tracking channel {tracked}"
             ),
         })
     }
@@ -407,7 +457,9 @@ impl State {
         );
         if !paused {
             // One change request to the latest version reconciles what drifted while paused.
-            if let Some(latest) = self.latest_module(&module).map(|m| m.version.clone()) {
+            let channel = self.tracked_channel(id);
+            let latest = self.latest_module_on_channel(&module, &channel);
+            if let Some(latest) = latest.map(|m| m.version.clone()) {
                 let cr = self.open_change_request(id, &latest, "resuming updates", 0, tx);
                 summary.push_str(&format!("; change request {cr} opened"));
             }
@@ -446,6 +498,11 @@ impl State {
             self.release_ownership(entity, &inst.module, tx);
         }
         self.installations.remove(id, &mut tx.changed);
+        // Its own channel and policy go with it (a later installation starts from defaults).
+        self.installation_channels.remove(id, &mut tx.changed);
+        let scope = crate::approval::PolicyScope::Installation(id.to_string());
+        self.approval_policies
+            .remove(&scope.key_name(), &mut tx.changed);
         self.audit_entry(actor, "module-unlink", id.to_string(), "", tx);
         Ok(CommandOutput::Changed {
             id: id.to_string(),
@@ -462,7 +519,6 @@ impl State {
         actor: &str,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
-        let now = tx.now;
         check_actor(actor)?;
         let cr = self
             .change_requests
@@ -475,6 +531,55 @@ impl State {
                 cr.status.as_str()
             )));
         }
+        // Opened without a policy: one approver of the environment merges it (SPEC M9).
+        let Some(mut record) = self.change_request_approvals.get(id).cloned() else {
+            let out = self.merge_change_request(&cr, actor, tx)?;
+            self.audit_entry(
+                actor,
+                "changerequest-approve",
+                cr.installation.clone(),
+                "",
+                tx,
+            );
+            return Ok(out);
+        };
+        let what = ApprovalTarget::ChangeRequest(id.to_string());
+        let approval = self.check_approval(&what, &record.approvals, tx)?;
+        let who = approval.identity.to_string();
+        record.approvals.approvals.push(approval);
+        let out = if record.approvals.is_met() {
+            // Refused (nothing changed) if the update cannot be applied.
+            self.merge_change_request(&cr, &who, tx)?
+        } else {
+            changed(
+                id,
+                format!(
+                    "change request {id} approved by {who}; still needs {}",
+                    record.approvals.outstanding_text()
+                ),
+            )
+        };
+        self.change_request_approvals.put(record, &mut tx.changed);
+        self.audit_entry(
+            &who,
+            "changerequest-approve",
+            cr.installation.clone(),
+            "",
+            tx,
+        );
+        Ok(out)
+    }
+
+    /// Applies change request `cr` to its installation and closes it as merged, decided by
+    /// `decided_by`; refused, with nothing changed, when the update cannot be applied.
+    fn merge_change_request(
+        &mut self,
+        cr: &ChangeRequest,
+        decided_by: &str,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let now = tx.now;
+        let id = &cr.id;
         let mut inst = self
             .installations
             .get(&cr.installation)
@@ -495,11 +600,10 @@ impl State {
         self.installations.put(inst.clone(), &mut tx.changed);
         if let Some(c) = self.change_requests.get_mut(id, &mut tx.changed) {
             c.status = ChangeRequestStatus::Merged;
-            c.decided_by = Some(actor.to_string());
+            c.decided_by = Some(decided_by.to_string());
             c.closed_ms = Some(now);
             c.blocked = None;
         }
-        self.audit_entry(actor, "changerequest-approve", inst.id.clone(), "", tx);
         Ok(CommandOutput::Changed {
             id: id.to_string(),
             summary: format!(
@@ -507,6 +611,53 @@ impl State {
                 inst.id, cr.to_version
             ),
         })
+    }
+
+    /// Under installation `inst`'s policy, merges the change request `id` just opened when
+    /// the policy approves its update automatically; otherwise notes why it waits.
+    fn auto_approve(&mut self, id: &str, policy: &ApprovalPolicy, tx: &mut Tx) {
+        let Some(cr) = self.change_requests.get(id).cloned() else {
+            return;
+        };
+        let Some(inst) = self.installations.get(&cr.installation).cloned() else {
+            return;
+        };
+        let refusal = match self.plan_module_sync(&inst, &cr.to_version, true) {
+            Err(e) => Some(e.to_string()),
+            Ok(sync) => {
+                let declared = |v: &Version| {
+                    self.definition(&inst.module, v)
+                        .map(|d| d.variables.keys().cloned().collect::<BTreeSet<_>>())
+                };
+                let change = UpdateChange {
+                    part: SemverPart::of_change(&cr.from_version, &cr.to_version),
+                    variables: declared(&cr.from_version) != declared(&cr.to_version)
+                        || sync.variables != inst.variables,
+                    entities: sync.created > 0 || sync.adopted > 0 || !sync.unmanage.is_empty(),
+                };
+                policy.spec.auto_approve.refuses(&change)
+            }
+        };
+        let by = format!("policy {}", policy.scope);
+        match refusal {
+            None => match self.merge_change_request(&cr, &by, tx) {
+                Ok(_) => {
+                    let reason = "approved automatically";
+                    self.audit_entry(&by, "changerequest-approve", cr.installation, reason, tx);
+                }
+                Err(e) => {
+                    self.note_change_request(id, format!("not approved automatically: {e}"), tx)
+                }
+            },
+            Some(why) => self.note_change_request(id, format!("needs approval: {why}"), tx),
+        }
+    }
+
+    /// Sets the message of change request `id`.
+    fn note_change_request(&mut self, id: &str, message: String, tx: &mut Tx) {
+        if let Some(c) = self.change_requests.get_mut(id, &mut tx.changed) {
+            c.message = message;
+        }
     }
 
     /// Why `inst` cannot be updated to `version` with its current values (a variable without
@@ -520,7 +671,7 @@ impl State {
     }
 
     /// Opens a change request moving `inst` to `to`; returns its id.
-    fn open_change_request(
+    pub(super) fn open_change_request(
         &mut self,
         inst: &str,
         to: &Version,
@@ -568,11 +719,30 @@ impl State {
             },
             &mut tx.changed,
         );
+        if status == ChangeRequestStatus::Error {
+            return id;
+        }
+        // Under a policy: its rule is recorded with the request, and it may approve the
+        // update itself (issue 55).
+        if let Some(policy) = self.installation_policy(inst).cloned() {
+            let approvers = Approvers::Environment(installation.environment.clone());
+            let approvals = State::new_request_approvals(Some(&policy), approvers, tx);
+            self.change_request_approvals.put(
+                ChangeRequestApproval {
+                    change_request: id.clone(),
+                    approvals,
+                },
+                &mut tx.changed,
+            );
+            if self.change_requests[&id].blocked.is_none() {
+                self.auto_approve(&id, &policy, tx);
+            }
+        }
         id
     }
 
     /// The ids of installation `inst`'s open change requests.
-    fn open_change_requests(&self, inst: &str) -> Vec<String> {
+    pub(super) fn open_change_requests(&self, inst: &str) -> Vec<String> {
         self.change_requests
             .values()
             .filter(|c| c.installation == inst && c.status.is_open())
@@ -580,7 +750,7 @@ impl State {
             .collect()
     }
 
-    fn cancel_open_change_requests(&mut self, inst: &str, message: &str, tx: &mut Tx) {
+    pub(super) fn cancel_open_change_requests(&mut self, inst: &str, message: &str, tx: &mut Tx) {
         let now = tx.now;
         for id in self.open_change_requests(inst) {
             if let Some(c) = self.change_requests.get_mut(&id, &mut tx.changed) {

@@ -80,7 +80,7 @@ impl State {
         ))
     }
 
-    fn overrides(&self, scope: &Scope) -> Result<&Vec<WindowOverride>, CommandError> {
+    pub(super) fn overrides(&self, scope: &Scope) -> Result<&Vec<WindowOverride>, CommandError> {
         match scope {
             Scope::Environment(env) => self
                 .environments
@@ -96,7 +96,7 @@ impl State {
     }
 
     /// Runs `change` on the scope's overrides (the change is recorded).
-    fn change_overrides(
+    pub(super) fn change_overrides(
         &mut self,
         scope: &Scope,
         tx: &mut Tx,
@@ -121,7 +121,7 @@ impl State {
         Ok(())
     }
 
-    fn touch_scope(&self, scope: &Scope, tx: &mut Tx) {
+    pub(super) fn touch_scope(&self, scope: &Scope, tx: &mut Tx) {
         tx.triggers.push(match scope {
             Scope::Environment(env) => Trigger::Environment(env.clone()),
             Scope::Entity(id) => Trigger::EntityOnly(id.clone()),

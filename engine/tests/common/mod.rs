@@ -112,10 +112,23 @@ impl Hub {
             request_id: None,
         };
         let before = self.state.digest();
+        let before_rows = audit_free_records(&self.state);
         let applied = self.state.apply(&req, self.index);
         let twin = self.twin.apply(&req, self.index);
         assert_eq!(applied, twin, "determinism: {req}");
-        if applied.result.is_err() {
+        // A refused command of a verified actor is itself audited (a write-audit row, and
+        // the entry clock that moves with it); nothing else changes.
+        if applied.result.is_err() && matches!(req.command, Command::As { .. }) {
+            assert!(
+                applied.changed.iter().all(is_audit_key),
+                "refused {req} changed {:?}",
+                applied.changed
+            );
+            assert!(
+                before_rows == audit_free_records(&self.state),
+                "refused {req} changed the state beyond its audit row"
+            );
+        } else if applied.result.is_err() {
             assert!(
                 applied.history.is_empty(),
                 "refused {req} wrote history {:?}",
@@ -203,8 +216,17 @@ impl Hub {
         }
     }
 
-    /// Applies a command that must be refused, and checks it changed nothing.
+    /// Applies a command that must be refused, and checks it changed nothing (for a
+    /// verified actor's command: nothing but its audit row, checked by [`Hub::apply`]).
     pub fn err(&mut self, command: Command) -> CommandError {
+        if matches!(command, Command::As { .. }) {
+            let kind = command.kind();
+            let applied = self.apply(command);
+            return match applied.result {
+                Ok(out) => panic!("{kind} accepted: {out:?}"),
+                Err(e) => e,
+            };
+        }
         let digest = self.state.digest();
         let snapshot = self.state.clone();
         let kind = command.kind();
@@ -575,4 +597,21 @@ pub fn healthy_tick_input(
         input.metrics.insert(m.name.clone(), Some(99_500));
     }
     input
+}
+
+/// Whether `key` is one a refused command of a verified actor writes: its write-audit row, the
+/// audit's drop count, and the entry clock.
+fn is_audit_key(key: &RecordKey) -> bool {
+    matches!(
+        key,
+        RecordKey::WriteAudit(_) | RecordKey::AuditLog(_) | RecordKey::EntryClock(_)
+    )
+}
+
+/// Every record of `state` but those [`is_audit_key`] names.
+fn audit_free_records(state: &State) -> Vec<Record> {
+    state
+        .records()
+        .filter(|r| !is_audit_key(&r.key()))
+        .collect()
 }
