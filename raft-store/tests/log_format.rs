@@ -30,6 +30,11 @@ use std::path::{Path, PathBuf};
 
 use hub_engine::access::{Role, RoleBinding};
 use hub_engine::activity::{Activity, ActivityEntryV1, ActivityLine, ActivityV1};
+use hub_engine::approval::{
+    AppliedPolicy, Approval, ApprovalPolicy, ApprovalPolicySpec, ApproverGroup, Approvers,
+    AutoApproval, ChangeRequestApproval, GroupRequirement, PolicyScope, RequestApprovals,
+    SemverPart,
+};
 use hub_engine::artifact::{
     ArtifactLocation, ArtifactRegistry, Availability, HubAccess, RegistryTls, TlsTrust,
 };
@@ -63,6 +68,7 @@ use hub_engine::module::{
     Constraint, EntityOverride, EntityTemplate, KeyPath, ModuleConfig, ModuleDefinition,
     MultikeySecret, Restrictions, SubmoduleRef, SyncMode, Uninstall, Variable,
 };
+use hub_engine::module_channel::{InstallationChannel, ModuleChannels};
 use hub_engine::never_healthy::{FailedAttempt, NeverHealthy};
 use hub_engine::plan::{
     EmergencyCommand, FailureMetadata, Plan, PlanKind, PlanStatus, Task, TaskReport, TaskState,
@@ -78,6 +84,7 @@ use hub_engine::settings::{EnvironmentSettings, WindowOverride};
 use hub_engine::suppression::{Scope, Suppression, SuppressionSource};
 use hub_engine::token::{OperatorToken, TokenHash};
 use hub_engine::window::MaintenanceWindow;
+use hub_engine::window_exception::{ExceptionStatus, WindowException};
 use hub_engine::{Command, Entity, EntityId, EntityKind, Environment, Record, Request};
 use hub_identity::Identity;
 use openraft::vote::RaftLeaderId;
@@ -536,6 +543,50 @@ fn commands() -> Vec<Command> {
             value: Some(SecretValue(s("t0ken"))),
         },
         Command::SetCanaryConfigTracking { enabled: false },
+        Command::SetApproverGroup {
+            name: s("compliance"),
+            members: BTreeSet::from([Identity::Operator(s("carl"))]),
+        },
+        Command::DeleteApproverGroup { name: s("audit") },
+        Command::SetApprovalPolicy {
+            scope: PolicyScope::Installation(s("prod/web-module")),
+            policy: Some(policy_spec()),
+        },
+        Command::RequestWindowException {
+            scope: Scope::Entity(s(ENTITY)),
+            start_ms: T0 + 30,
+            end_ms: T0 + 31,
+            reason: s("INC-42"),
+            actor: s("operator/vic"),
+        },
+        Command::ApproveWindowException {
+            id: s("wx-9"),
+            actor: s("operator/ann"),
+        },
+        Command::RejectWindowException {
+            id: s("wx-10"),
+            reason: s("no"),
+            actor: s("operator/bob"),
+        },
+        Command::InstallModuleOnChannel {
+            environment: s("prod"),
+            module: s("web-module"),
+            version: Some(s("0.2.0")),
+            variables: BTreeMap::from([(s("ns"), s("web"))]),
+            channel: Some(s("STABLE")),
+            actor: s("operator/root"),
+        },
+        Command::SetInstallationChannel {
+            installation: s("prod/web-module"),
+            channel: None,
+            actor: s("operator/olga"),
+        },
+        Command::SetModuleChannel {
+            module: s("web-module"),
+            version: s("0.2.0"),
+            channel: s("STABLE"),
+            member: true,
+        },
     ]
 }
 
@@ -802,6 +853,48 @@ fn module_definition() -> ModuleDefinition {
             new_installations_allowed: true,
             allow_entity_overrides: false,
         },
+    }
+}
+
+/// An approval policy with every field set, each to a distinct value.
+fn policy_spec() -> ApprovalPolicySpec {
+    ApprovalPolicySpec {
+        auto_approve: AutoApproval {
+            up_to: Some(SemverPart::Minor),
+            variable_changes: true,
+            entity_changes: false,
+        },
+        approvers: 2,
+        required_groups: vec![GroupRequirement {
+            group: s("compliance"),
+            count: 1,
+        }],
+        allow_self_approval: true,
+        expire_after_ms: Some(86_400_000),
+        default_channel: Some(s("STABLE")),
+    }
+}
+
+/// A request's approvals under a policy drawn from `approvers`.
+fn request_approvals(approvers: Approvers) -> RequestApprovals {
+    RequestApprovals {
+        policy: AppliedPolicy {
+            source: Some(PolicyScope::Product(s("com.example:web"))),
+            approvers,
+            count: 3,
+            required_groups: vec![GroupRequirement {
+                group: s("security"),
+                count: 2,
+            }],
+            allow_self_approval: false,
+        },
+        requester: Some(Identity::Operator(s("mo"))),
+        approvals: vec![Approval {
+            identity: Identity::Operator(s("ann")),
+            time_ms: T0 + 36,
+            counts_for: vec![0, 1],
+        }],
+        expires_ms: Some(T0 + 37),
     }
 }
 
@@ -1240,6 +1333,45 @@ fn records() -> Vec<Record> {
         }),
         Record::ClusterSettings(ClusterSettings {
             canary_config_tracking: false,
+        }),
+        Record::ApproverGroup(ApproverGroup {
+            name: s("compliance"),
+            members: BTreeSet::from([Identity::Operator(s("carl")), Identity::Token(s("ci"))]),
+            updated_ms: T0 + 29,
+        }),
+        Record::ApprovalPolicy(ApprovalPolicy {
+            scope: PolicyScope::Environment(s("prod")),
+            spec: policy_spec(),
+            set_ms: T0 + 30,
+        }),
+        Record::ChangeRequestApproval(ChangeRequestApproval {
+            change_request: s("cr-9-0"),
+            approvals: request_approvals(Approvers::Environment(s("prod"))),
+        }),
+        Record::WindowException(WindowException {
+            id: s("wx-9"),
+            scope: Scope::Environment(s("prod")),
+            start_ms: T0 + 31,
+            end_ms: T0 + 32,
+            reason: s("INC-7"),
+            status: ExceptionStatus::Approved {
+                override_id: s("o-12"),
+            },
+            approvals: request_approvals(Approvers::Product(s("com.example:web"))),
+            created_ms: T0 + 33,
+            decided_by: Some(s("operator/ann")),
+            closed_ms: Some(T0 + 34),
+            message: s("approved"),
+        }),
+        Record::InstallationChannel(InstallationChannel {
+            installation: s("prod/web-module"),
+            channel: s("STABLE"),
+            set_ms: T0 + 35,
+        }),
+        Record::ModuleChannels(ModuleChannels {
+            module: s("web-module"),
+            version: v("0.2.0"),
+            channels: BTreeSet::from([s("STABLE"), s("BETA")]),
         }),
     ]
 }
@@ -1991,6 +2123,15 @@ fn nested_goldens() -> Vec<Golden> {
             ),
             Limit::Snapshot,
         ),
+        // Issue 55: the approval enums' variants no command or record sample uses.
+        golden(
+            s("nested-issue55.bin"),
+            (
+                vec![SemverPart::Patch, SemverPart::Major],
+                vec![ExceptionStatus::Pending, ExceptionStatus::Rejected],
+            ),
+            Limit::Snapshot,
+        ),
     ]
 }
 
@@ -2052,6 +2193,10 @@ fn nested_enums() -> BTreeMap<&'static str, Vec<&'static str>> {
         ("Variable", declared_variants::<Variable>()),
         ("WebhookType", declared_variants::<WebhookType>()),
         ("WindowChange", declared_variants::<WindowChange>()),
+        ("PolicyScope", declared_variants::<PolicyScope>()),
+        ("SemverPart", declared_variants::<SemverPart>()),
+        ("Approvers", declared_variants::<Approvers>()),
+        ("ExceptionStatus", declared_variants::<ExceptionStatus>()),
     ])
 }
 
