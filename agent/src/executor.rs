@@ -558,7 +558,14 @@ impl Agent {
             let result = if spec.kind == PlanKind::CanaryStep {
                 self.canary.run_task(&spec, &task).await
             } else {
-                self.driver.run_task(&spec, &task).await
+                // A deleted canary's proxy and workloads make way for the entity's plan.
+                match self.canary.hand_over(&spec, &task).await {
+                    Ok(handed) => self.driver.run_task(&spec, &task).await.map(|mut o| {
+                        o.output.insert_str(0, &handed);
+                        o
+                    }),
+                    Err(f) => Err(f),
+                }
             };
             let ms = started.elapsed().as_millis();
             match result {

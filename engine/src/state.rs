@@ -1004,25 +1004,29 @@ impl State {
     /// (`flagger.app/config-tracking: disabled`), a revision that differs from the primary's
     /// only in config or secrets is promoted without analysis: `skipAnalysis` for that
     /// revision. Any other revision, and every revision with tracking on, gets `c.spec`.
+    /// A canary stored before `ApplyCanary` recorded the environment as the namespace gets
+    /// it here (webhook payloads name it).
     pub fn canary_tick_spec<'a>(
         &self,
         c: &'a Canary,
         revision: &str,
     ) -> std::borrow::Cow<'a, crate::canary::CanarySpec> {
         use std::borrow::Cow;
-        if c.spec.skip_analysis || !c.differs_from_primary_only_in_config(revision) {
-            return Cow::Borrowed(&c.spec);
-        }
         // The annotation is read from the committed resource (the stored spec's encoding
         // stays as it was), and only for a config-only revision: rare, and cheap then.
-        let tracking = self.cluster_settings().canary_config_tracking
-            && !crate::canary::parse_canary_with_policy(&c.yaml)
-                .is_ok_and(|(_, policy, _)| policy.config_tracking_disabled);
-        if tracking {
+        let tracking = || {
+            self.cluster_settings().canary_config_tracking
+                && !crate::canary::parse_canary_with_policy(&c.yaml)
+                    .is_ok_and(|(_, policy, _)| policy.config_tracking_disabled)
+        };
+        let skip =
+            !c.spec.skip_analysis && c.differs_from_primary_only_in_config(revision) && !tracking();
+        if !skip && c.spec.namespace.is_some() {
             return Cow::Borrowed(&c.spec);
         }
         let mut spec = c.spec.clone();
-        spec.skip_analysis = true;
+        spec.skip_analysis |= skip;
+        spec.namespace.get_or_insert_with(|| c.environment.clone());
         Cow::Owned(spec)
     }
 

@@ -694,3 +694,274 @@ fn a_config_tracking_annotation_other_than_enabled_or_disabled_is_refused() {
         "{msg}"
     );
 }
+
+/// One leader tick as [`tick`] does it, also returning what the apply reported (its
+/// triggers).
+fn tick_applied(hub: &mut Hub) -> (Option<String>, hub_engine::Applied) {
+    let c = hub.state.canary(ID).unwrap().clone();
+    if let Some(at) = c.status.next_tick_ms {
+        hub.set_time(at.max(hub.now));
+    }
+    let revision = c.target.as_ref().expect("target").revision.clone();
+    let plan = plan_tick(&c.spec, &c.status, &revision, hub.now);
+    assert!(plan.due, "tick due at {:?}", c.status.next_tick_ms);
+    let input = healthy_tick_input(&c, &plan, &revision);
+    let before: Vec<String> = hub.state.plans().map(|p| p.id.clone()).collect();
+    let applied = hub.apply(Command::CanaryTick {
+        id: ID.into(),
+        step: plan.step,
+        input,
+    });
+    applied.result.as_ref().expect("tick refused");
+    let issued = hub
+        .state
+        .plans()
+        .map(|p| p.id.clone())
+        .find(|p| !before.contains(p));
+    (issued, applied)
+}
+
+/// The entities the leader's orchestrator evaluates after `applied`: its triggers, expanded.
+fn triggered(hub: &Hub, applied: &hub_engine::Applied) -> Vec<String> {
+    let mut ids: Vec<String> = applied
+        .triggers
+        .iter()
+        .flat_map(|t| hub.state.affected_entities(t))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// Ticks (the agent applying every step plan) until the canary is Initialized.
+fn initialise(hub: &mut Hub) {
+    for _ in 0..10 {
+        if hub.state.canary(ID).unwrap().status.phase == Phase::Initialized {
+            return;
+        }
+        if let Some(p) = tick(hub) {
+            hub.succeed(&p);
+        }
+    }
+    panic!(
+        "not initialised: {:?}",
+        hub.state.canary(ID).unwrap().status
+    );
+}
+
+/// The version of the revision the canary's primary runs.
+fn primary_version(hub: &Hub) -> semver::Version {
+    let c = hub.state.canary(ID).unwrap();
+    let primary = c.status.primary_revision.as_ref().expect("a primary");
+    c.revisions
+        .iter()
+        .chain(&c.target)
+        .find(|r| &r.revision == primary)
+        .map(|r| r.version.clone())
+        .expect("the primary's revision is remembered")
+}
+
+#[test]
+fn deleting_a_canary_re_evaluates_its_entity_at_once_whether_a_step_is_active_or_not() {
+    // Issue 52: after `canary delete` (no revertOnDeletion) `entity explain` said "meets
+    // constraints: yes, issued: no" for over 90 s: the delete triggered no evaluation.
+    for step_active in [true, false] {
+        let (mut hub, e) = setup();
+        initialise(&mut hub);
+        hub.publish("com.example:podinfo", "1.1.0", &[]);
+        assert!(hub.step().is_empty(), "the canary analyses 1.1.0");
+        let step = tick(&mut hub).expect("the canary's first step plan");
+        if !step_active {
+            hub.succeed(&step);
+        }
+        let applied = hub.apply(Command::DeleteCanary { id: ID.into() });
+        applied.result.as_ref().expect("deleted");
+        let ids = triggered(&hub, &applied);
+        assert!(
+            ids.contains(&e),
+            "step active: {step_active}: the delete re-evaluates {e}: {:?}",
+            applied.triggers
+        );
+        // The orchestrator evaluates them at once: an ordinary plan from what the agent
+        // reports (the primary, left serving) to the candidate.
+        let issued = hub.step_entities(&ids);
+        assert_eq!(issued.len(), 1, "step active: {step_active}");
+        let plan = hub.plan(&issued[0]);
+        assert_eq!(plan.kind, PlanKind::VersionChange);
+        assert_eq!(
+            (plan.from_version, plan.to_version),
+            (Some(v("1.0.0")), Some(v("1.1.0")))
+        );
+        let step_status = hub.plan(&step).status;
+        if step_active {
+            assert_eq!(
+                step_status,
+                PlanStatus::Cancelled,
+                "a moot step is cancelled"
+            );
+        } else {
+            assert_eq!(step_status, PlanStatus::Succeeded);
+        }
+    }
+}
+
+#[test]
+fn a_release_published_before_the_first_tick_is_analysed_before_it_reaches_the_primary() {
+    // Issue 52: 1.1.0, published while the canary was initialising (its first tick waits one
+    // whole interval), went to the primary with no analysis.
+    let (mut hub, e) = setup();
+    let initial = hub
+        .state
+        .canary(ID)
+        .unwrap()
+        .target
+        .clone()
+        .expect("target");
+    assert_eq!(initial.version, v("1.0.0"));
+    hub.publish("com.example:podinfo", "1.1.0", &[]);
+    assert!(
+        hub.step().is_empty(),
+        "no version-change plan under a canary"
+    );
+    let init = tick(&mut hub).expect("initialize plan");
+    let PlanKind::CanaryStep(spec) = hub.plan(&init).kind else {
+        panic!("{:?}", hub.plan(&init).kind)
+    };
+    assert_eq!(
+        spec.primary.as_ref().map(|p| p.version.clone()),
+        Some(v("1.0.0")),
+        "the primary starts from what the entity runs"
+    );
+    hub.succeed(&init);
+    analysed_after_initialisation(&mut hub, &e);
+}
+
+#[test]
+fn a_release_published_while_the_primary_gets_ready_is_analysed_before_it_reaches_it() {
+    // The same slip one tick later: the primary is set up at 1.0.0 and not ready yet when
+    // 1.1.0 is published; the next tick must not set the primary up again at 1.1.0.
+    let (mut hub, e) = setup();
+    let init = tick(&mut hub).expect("initialize plan");
+    hub.succeed(&init);
+    assert_eq!(
+        hub.state.canary(ID).unwrap().status.phase,
+        Phase::Initializing
+    );
+    hub.publish("com.example:podinfo", "1.1.0", &[]);
+    assert!(
+        hub.step().is_empty(),
+        "no version-change plan under a canary"
+    );
+    analysed_after_initialisation(&mut hub, &e);
+}
+
+/// Initialises the canary (1.1.0 published meanwhile) and checks that the primary stays at
+/// 1.0.0 and that 1.1.0 becomes the target as soon as initialisation is done, then starts its
+/// analysis as the canary workload.
+fn analysed_after_initialisation(hub: &mut Hub, e: &str) {
+    let mut last = None;
+    for _ in 0..10 {
+        if hub.state.canary(ID).unwrap().status.phase == Phase::Initialized {
+            break;
+        }
+        let (plan, applied) = tick_applied(hub);
+        if let Some(p) = plan {
+            hub.succeed(&p);
+        }
+        last = Some(applied);
+    }
+    let c = hub.state.canary(ID).unwrap().clone();
+    assert_eq!(c.status.phase, Phase::Initialized, "{:?}", c.status);
+    assert_eq!(
+        primary_version(hub),
+        v("1.0.0"),
+        "no release reached the primary"
+    );
+    assert_eq!(c.status.last_promoted_spec, c.status.primary_revision);
+    // Initialised: the entity is evaluated again at once, and 1.1.0 becomes the target.
+    let ids = triggered(hub, last.as_ref().expect("ticked"));
+    assert!(ids.iter().any(|i| i == e), "{:?}", last.map(|a| a.triggers));
+    assert!(hub.step_entities(&ids).is_empty(), "no plan under a canary");
+    let target = hub
+        .state
+        .canary(ID)
+        .unwrap()
+        .target
+        .clone()
+        .expect("target");
+    assert_eq!(target.version, v("1.1.0"));
+    // Its analysis starts with 1.1.0 as the canary workload, the primary still at 1.0.0.
+    let p = tick(hub).expect("deploy canary step");
+    let c = hub.state.canary(ID).unwrap();
+    assert_eq!(c.status.phase, Phase::Progressing);
+    assert_eq!(c.status.canary_revision.as_ref(), Some(&target.revision));
+    assert_eq!(primary_version(hub), v("1.0.0"));
+    let PlanKind::CanaryStep(spec) = hub.plan(&p).kind else {
+        panic!("{:?}", hub.plan(&p).kind)
+    };
+    assert_eq!(spec.primary.map(|p| p.version), Some(v("1.0.0")));
+    assert_eq!(spec.canary_workload.map(|c| c.version), Some(v("1.1.0")));
+}
+
+#[test]
+fn webhook_payloads_name_the_environment_given_with_n() {
+    // Issue 52: `"namespace": ""` when the canary took its environment from `-n` (the
+    // fixture has no metadata.namespace), which breaks load-tester gates keyed by namespace.
+    let (mut hub, _e) = setup();
+    initialise(&mut hub);
+    hub.publish("com.example:podinfo", "1.1.0", &[]);
+    hub.step();
+    let mut calls = Vec::new();
+    for _ in 0..5 {
+        let c = hub.state.canary(ID).unwrap().clone();
+        let at = c.status.next_tick_ms.unwrap_or(hub.now).max(hub.now);
+        let revision = c.target.clone().expect("target").revision;
+        // What the leader calls (`leader::canary_step` plans with this spec).
+        let spec = hub.state.canary_tick_spec(&c, &revision);
+        calls.extend(plan_tick(&spec, &c.status, &revision, at).webhooks);
+        if let Some(p) = tick(&mut hub) {
+            hub.succeed(&p);
+        }
+    }
+    assert!(
+        calls.iter().any(|w| w.name == "load-test"),
+        "{:?}",
+        calls.iter().map(|w| &w.name).collect::<Vec<_>>()
+    );
+    for call in &calls {
+        assert_eq!(call.payload.namespace, "prod", "{}", call.name);
+    }
+    assert_eq!(
+        hub.state.canary(ID).unwrap().spec.namespace.as_deref(),
+        Some("prod")
+    );
+}
+
+#[test]
+fn a_canary_stored_without_its_namespace_gets_its_environment_in_webhook_payloads() {
+    // A canary applied with `-n` before ApplyCanary recorded the environment as its
+    // namespace: its stored spec names none, and its ticks still name the environment.
+    let (mut hub, _e) = setup();
+    let records: Vec<hub_engine::Record> = hub
+        .stored_records()
+        .cloned()
+        .map(|r| match r {
+            hub_engine::Record::Canary(mut c) => {
+                c.spec.namespace = None;
+                hub_engine::Record::Canary(c)
+            }
+            other => other,
+        })
+        .collect();
+    hub.load_records(records);
+    let c = hub.state.canary(ID).unwrap().clone();
+    assert_eq!(c.spec.namespace, None);
+    let revision = c.target.clone().expect("target").revision;
+    assert_eq!(
+        hub.state
+            .canary_tick_spec(&c, &revision)
+            .namespace
+            .as_deref(),
+        Some("prod")
+    );
+}

@@ -766,17 +766,7 @@ impl CanaryRunner {
                 )));
             }
         }
-        let proxy = managed
-            .proxy
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(proxy) = proxy {
-            proxy.shutdown();
-            // The original binds the service port again: wait until the proxy released it.
-            self.wait_port_free(proxy.addrs().main).await;
-            out.push("canary proxy stopped".into());
-        }
+        self.stop_proxy(managed, out).await;
         match &step.primary {
             Some(p) => {
                 // The hub's config unchanged: its port is the service's.
@@ -791,15 +781,38 @@ impl CanaryRunner {
             }
             None => out.push("no primary to restore: the original is left as it is".into()),
         }
+        self.remove_workloads(plan, ids, st.as_ref(), out).await
+    }
+
+    /// Shuts the proxy of `managed` down, if it runs, and waits until the service port is
+    /// free (the original binds it again).
+    async fn stop_proxy(&self, managed: &Managed, out: &mut Vec<String>) {
+        let proxy = managed
+            .proxy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(proxy) = proxy {
+            proxy.shutdown();
+            self.wait_port_free(proxy.addrs().main).await;
+            out.push("canary proxy stopped".into());
+        }
+    }
+
+    /// Stops and removes the canary's workloads (primary, canary, baseline) that run or may
+    /// run.
+    async fn remove_workloads(
+        &self,
+        plan: &PlanSpec,
+        ids: &WorkloadIds,
+        st: Option<&CanaryState>,
+        out: &mut Vec<String>,
+    ) -> Result<(), TaskFailure> {
         let observed = self.driver.observe().await;
         for (entity, which, slot) in [
-            (&ids.primary, "primary", st.as_ref().map(|s| &s.primary)),
-            (
-                &ids.canary,
-                "canary",
-                st.as_ref().map(|s| &s.canary_workload),
-            ),
-            (&ids.baseline, "baseline", st.as_ref().map(|s| &s.baseline)),
+            (&ids.primary, "primary", st.map(|s| &s.primary)),
+            (&ids.canary, "canary", st.map(|s| &s.canary_workload)),
+            (&ids.baseline, "baseline", st.map(|s| &s.baseline)),
         ] {
             let known = observed.iter().any(|o| o.entity == *entity)
                 || slot.is_some_and(|s| s.started || s.running.is_some());
@@ -809,6 +822,75 @@ impl CanaryRunner {
             }
         }
         Ok(())
+    }
+
+    /// Hands the leftovers of a deleted canary over to an ordinary plan of its target
+    /// (docs/CANARY.md, "Deleting a canary"): the hub issues such a plan for a canary's
+    /// target only once the canary is deleted (an uninstall also while it exists, and then
+    /// the canary's workloads go with the entity). Until then a canary deleted without
+    /// `revertOnDeletion` keeps serving as it was left: the proxy on the service port, the
+    /// primary behind it, and the target reported as the primary, which is the version the
+    /// hub plans from. Before the plan's first task that touches the workload (`task` other
+    /// than `fetch`, `verify` and `configure`; a plan that fails before leaves the leftovers
+    /// serving), the proxy stops and frees the port, the workloads are removed and the canary
+    /// is forgotten; the plan then runs on the original entity. Idempotent: nothing is left
+    /// the second time. Returns the lines for the task's output (empty when nothing was
+    /// handed over).
+    pub async fn hand_over(&self, plan: &PlanSpec, task: &str) -> Result<String, TaskFailure> {
+        let ordinary = match plan.kind {
+            PlanKind::Install
+            | PlanKind::ConfigChange
+            | PlanKind::VersionChange
+            | PlanKind::Uninstall
+            | PlanKind::SecretsChange
+            | PlanKind::Rollback
+            | PlanKind::RecallRollOff => true,
+            // Break-glass commands act on what runs; canary steps are the canary's own.
+            PlanKind::Command(_) | PlanKind::CanaryStep => false,
+        };
+        if !ordinary || matches!(task, "fetch" | "verify" | "configure") {
+            return Ok(String::new());
+        }
+        let leftovers: Vec<(String, Arc<Managed>)> = self
+            .lock_canaries()
+            .iter()
+            .filter(|(_, m)| m.snapshot().is_some_and(|st| st.target == plan.entity))
+            .map(|(id, m)| (id.clone(), m.clone()))
+            .collect();
+        let mut out = Vec::new();
+        for (id, managed) in leftovers {
+            let _op = managed.op.lock().await;
+            let Some(st) = managed.snapshot().filter(|st| st.target == plan.entity) else {
+                continue;
+            };
+            let ids = WorkloadIds::of(&st.target, &self.environment)
+                .map_err(|e| TaskFailure::new(task, e.to_string()))?;
+            let stage = |f: TaskFailure| TaskFailure {
+                stage: task.to_string(),
+                ..f
+            };
+            self.stop_proxy(&managed, &mut out).await;
+            self.remove_workloads(plan, &ids, Some(&st), &mut out)
+                .await
+                .map_err(stage)?;
+            managed
+                .dir
+                .forget()
+                .map_err(|e| stage(fail(format!("cannot forget canary {id}: {e}"))))?;
+            *managed.state.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            self.lock_canaries().remove(&id);
+            out.push(format!(
+                "canary {id} is deleted on the hub: its proxy and workloads were handed over \
+                 to plan {}",
+                plan.id
+            ));
+            info!(canary = %id, plan = %plan.id, entity = %plan.entity,
+                  "deleted canary's leftovers handed over to the entity's plan");
+        }
+        if out.is_empty() {
+            return Ok(String::new());
+        }
+        Ok(out.join("\n") + "\n")
     }
 
     /// The synthetic plan deploying workload `w` on `entity` with `config`.

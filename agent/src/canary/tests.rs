@@ -691,3 +691,161 @@ async fn the_proxy_takes_the_service_port_over_routes_by_weight_resumes_and_give
         vec![(1, 0, false), (2, 30, false), (3, 0, true), (4, 0, false)]
     );
 }
+
+/// Runs `plan`'s tasks as the executor does: each task after [`CanaryRunner::hand_over`].
+/// Returns the output, or the first failure.
+async fn run_ordinary(
+    runner: &CanaryRunner,
+    driver: &Servers,
+    plan: &PlanSpec,
+) -> Result<String, TaskFailure> {
+    let mut output = String::new();
+    for task in &plan.tasks {
+        output.push_str(&runner.hand_over(plan, task).await?);
+        output.push_str(&driver.run_task(plan, task).await?.output);
+    }
+    Ok(output)
+}
+
+#[tokio::test]
+async fn a_deleted_canarys_leftovers_keep_serving_until_the_next_plan_takes_the_port() {
+    // Issue 52: a canary deleted without revertOnDeletion left its proxy on the service port;
+    // the hub's next plan for the entity failed "Address already in use", and so did its
+    // rollback. Both orders: deleted after the primary took the port over, and before.
+    for taken_over in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Arc::new(Servers::default());
+        let config = format!("message: hi\nport: {port}\n");
+        let v1 = CanaryWorkloadSpec {
+            config: config.clone(),
+            ..workload("r1", "1.0.0")
+        };
+        let v2 = CanaryWorkloadSpec {
+            config: config.clone(),
+            ..workload("r2", "2.0.0")
+        };
+        driver
+            .run_task(
+                &plain_plan("install", TARGET, "1.0.0", &config, &["start"]),
+                "start",
+            )
+            .await
+            .unwrap();
+        let runner = CanaryRunner::with_settings(tmp.path(), "prod", driver.clone(), fast());
+        let mut step = Step {
+            n: 1,
+            phase: "Initialized",
+            primary: Some(v1.clone()),
+            canary: None,
+            weight: 0,
+        };
+        if taken_over {
+            runner
+                .run_task(&step_plan(&step, port), APPLY_TASK)
+                .await
+                .unwrap();
+            step.n = 2;
+            step.phase = "Progressing";
+            step.canary = Some(v2.clone());
+            step.weight = 30;
+            runner
+                .run_task(&step_plan(&step, port), APPLY_TASK)
+                .await
+                .unwrap();
+        } else {
+            // The first step was cut short: the primary deployed, the original never stopped.
+            let ids = WorkloadIds::of(TARGET, "prod").unwrap();
+            let managed = runner.managed(&CanaryId::parse("prod/web").unwrap());
+            let st = CanaryState::new("prod/web", TARGET, "web", port, Ports::pick().unwrap());
+            managed.save(&st).unwrap();
+            let mut out = Vec::new();
+            runner
+                .deploy(
+                    &step_plan(&step, port),
+                    &ids.primary,
+                    "primary",
+                    &v1,
+                    st.ports.primary_workload,
+                    &mut out,
+                )
+                .await
+                .unwrap();
+            let mut st = st;
+            st.primary.started = true;
+            managed.save(&st).unwrap();
+        }
+        // The canary is deleted on the hub (no plan reaches the agent): what was left keeps
+        // serving the port, and the hub sees the target as what serves it.
+        let serving = if taken_over {
+            "web-primary 1.0.0"
+        } else {
+            "web 1.0.0"
+        };
+        let seen = spread(port, 10).await;
+        assert_eq!(seen.get(serving), Some(&(if taken_over { 7 } else { 10 })));
+        let reported = runner.overlay(driver.observe().await);
+        assert_eq!(
+            reported
+                .iter()
+                .map(|o| (o.entity.as_str(), o.version.as_deref()))
+                .collect::<Vec<_>>(),
+            vec![(TARGET, Some("1.0.0"))]
+        );
+
+        // A break-glass command leaves the canary alone.
+        let mut restart = plain_plan("restart", TARGET, "", "", &["stop"]);
+        restart.kind = PlanKind::Command(crate::plan::CommandKind::Restart);
+        assert_eq!(runner.hand_over(&restart, "stop").await.unwrap(), "");
+        assert_eq!(runner.canary_ids(), ["prod/web"]);
+
+        // The hub's next plan: from what the agent reported to 3.0.0 on the service port.
+        let mut upgrade = plain_plan(
+            "p-9-0",
+            TARGET,
+            "3.0.0",
+            &config,
+            &["fetch", "verify", "configure", "start", "readiness"],
+        );
+        upgrade.kind = PlanKind::VersionChange;
+        upgrade.from_version = "1.0.0".into();
+        // Tasks before the workload leave the leftovers serving.
+        assert_eq!(runner.hand_over(&upgrade, "fetch").await.unwrap(), "");
+        assert_eq!(runner.canary_ids(), ["prod/web"]);
+        let output = run_ordinary(&runner, &driver, &upgrade)
+            .await
+            .unwrap_or_else(|f| panic!("taken over: {taken_over}: {f:?}"));
+        assert!(
+            output.contains("canary prod/web is deleted on the hub"),
+            "{output}"
+        );
+        assert_eq!(
+            output.contains("canary proxy stopped"),
+            taken_over,
+            "{output}"
+        );
+        assert_eq!(get(port).await, "web 3.0.0");
+        assert!(runner.canary_ids().is_empty());
+        assert!(runner.proxy("prod/web").is_none());
+        assert!(!tmp.path().join("canary/prod--web/state.json").exists());
+        let entities: Vec<String> = driver
+            .observe()
+            .await
+            .into_iter()
+            .map(|o| o.entity)
+            .collect();
+        assert_eq!(entities, vec![TARGET.to_string()], "workloads removed");
+        // A plan run again (after an agent kill) finds nothing left to hand over.
+        assert_eq!(runner.hand_over(&upgrade, "start").await.unwrap(), "");
+        // And an agent restart does not bring a proxy back.
+        drop(runner);
+        let again = CanaryRunner::with_settings(tmp.path(), "prod", driver.clone(), fast());
+        again.resume().await;
+        assert!(again.canary_ids().is_empty());
+        assert_eq!(get(port).await, "web 3.0.0");
+    }
+}

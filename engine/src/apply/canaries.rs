@@ -74,7 +74,7 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         let now = tx.now;
-        let (spec, policy, ignored) = parse_canary_with_policy(yaml)
+        let (mut spec, policy, ignored) = parse_canary_with_policy(yaml)
             .map_err(|errors| CommandError::invalid("canary", format!("\n{errors}")))?;
         let judged = judged_metrics(&spec, &policy);
         if judged.len() > MAX_JUDGED_METRICS {
@@ -108,6 +108,9 @@ impl State {
                 name: env,
             });
         }
+        // The canary's namespace is its environment, whether the resource named it or `-n`
+        // gave it: webhook payloads carry it (Flagger's load tester keys gates by it).
+        spec.namespace = Some(env.clone());
         let entity = EntityId::new(&env, spec.target.kind, &spec.target.name).0;
         if !self.entities.contains_key(&entity) {
             return Err(CommandError::invalid(
@@ -253,6 +256,9 @@ impl State {
         }
         if self.entities.contains_key(&c.entity) {
             self.note(&c.entity, "canary", summary.clone(), tx);
+            // The entity is an ordinary one again: its next plan (from what the agent
+            // reports, the primary left serving) is decided now, not at the next re-check.
+            tx.triggers.push(Trigger::Entity(c.entity.clone()));
         }
         Ok(CommandOutput::Changed {
             id: id.to_string(),
@@ -299,8 +305,16 @@ impl State {
         let judged = advance_judged(&spec, &c.status, input, &judging, now);
         let outcome = judged.outcome;
         debug_assert_eq!(outcome.status.step, step + 1, "a tick advances one step");
+        // Until now the evaluation held the target at what runs (issue 52): a candidate that
+        // waited is to become the target at once.
+        let initialised =
+            c.status.last_promoted_spec.is_none() && outcome.status.last_promoted_spec.is_some();
+        let entity = c.entity.clone();
         self.record_judgements(id, step, judged.inconclusive, judged.verdicts, tx);
         let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, tx);
+        if initialised {
+            tx.triggers.push(Trigger::Entity(entity));
+        }
         let weight = self.canaries.get(id).map_or(0, |c| c.status.canary_weight);
         let metrics = input.metrics.iter().map(|(n, v)| (n.clone(), *v)).collect();
         self.record_sample(id, step, metrics, tx);
@@ -431,6 +445,18 @@ impl State {
 
     /// Records `target` as the revision canary `id` analyses next (from an evaluation).
     pub(super) fn set_canary_target(&mut self, id: &str, target: CanaryRevision, tx: &mut Tx) {
+        // Issue 52's invariant, the half the evaluation keeps: initialisation copies the
+        // target to the primary without analysis, so until then the target is what runs.
+        debug_assert!(
+            self.canaries
+                .get(id)
+                .filter(|c| c.status.last_promoted_spec.is_none())
+                .and_then(|c| self.entities.get(&c.entity))
+                .is_none_or(|e| e.reported.version.as_ref() == Some(&target.version)),
+            "canary {id} is not initialised, yet its target {} ({}) is not what its entity runs",
+            target.revision,
+            target.version
+        );
         let Some(mut c) = self.canaries.get_mut(id, &mut tx.changed) else {
             return;
         };

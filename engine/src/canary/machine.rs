@@ -160,6 +160,7 @@ pub(super) fn advance_traced(
         consulted: Vec::new(),
         verdicts: Vec::new(),
         fallback_to_canary: false,
+        analysis_passed: false,
     };
     t.s.step = status.step.saturating_add(1);
     t.run();
@@ -254,6 +255,8 @@ struct Tick<'a> {
     verdicts: Vec<(String, Verdict, String)>,
     /// Set when traffic moved to the canary because the promoted primary is not ready.
     fallback_to_canary: bool,
+    /// Set when this tick's analysis step passed (every check, every judge).
+    analysis_passed: bool,
 }
 
 impl Tick<'_> {
@@ -916,6 +919,7 @@ impl Tick<'_> {
             }
         }
         self.inconclusive = 0;
+        self.analysis_passed = true;
         self.step_forward();
     }
 
@@ -1483,6 +1487,7 @@ impl Tick<'_> {
                 "traffic on a canary scaled to zero"
             );
         }
+        self.check_primary(before);
         let retried_halt =
             before.phase == Phase::Halted && self.input.manual == Some(Manual::Retry);
         if s.last_applied_spec == before.last_applied_spec
@@ -1494,6 +1499,44 @@ impl Tick<'_> {
                 "failed checks decreased"
             );
         }
+    }
+}
+
+impl Tick<'_> {
+    /// Issue 52's invariant, the machine's half: no revision reaches the primary without a
+    /// Succeeded analysis, a `skipAnalysis` or a manual promote. The primary's revision
+    /// changes only by initialisation, while the canary has never been initialised (the
+    /// evaluation holds its target at what the entity runs until then), or by the promotion
+    /// of the revision the canary workload ran, from an analysing phase, in a tick whose
+    /// analysis step passed, with `skipAnalysis`, or on a manual promote.
+    fn check_primary(&self, before: &CanaryStatus) {
+        let s = &self.s;
+        if s.primary_revision == before.primary_revision {
+            return;
+        }
+        if before.last_promoted_spec.is_none() {
+            debug_assert!(
+                s.last_promoted_spec.is_none() || s.last_promoted_spec == s.primary_revision,
+                "initialised with a primary other than the one set up"
+            );
+            return;
+        }
+        let analysed = matches!(
+            before.phase,
+            Phase::Progressing | Phase::WaitingPromotion | Phase::Halted
+        ) && s.primary_revision.is_some()
+            && s.primary_revision == before.canary_revision;
+        let why = self.analysis_passed
+            || self.spec.skip_analysis
+            || self.input.manual == Some(Manual::Promote);
+        debug_assert!(
+            analysed && why,
+            "revision {:?} reached the primary from {} without a passed analysis, skipAnalysis \
+             or a manual promote (canary workload {:?})",
+            s.primary_revision,
+            before.phase,
+            before.canary_revision
+        );
     }
 }
 

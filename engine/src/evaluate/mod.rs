@@ -344,6 +344,12 @@ pub fn evaluate(
 /// candidate that passed every constraint becomes the canary's target revision instead (at
 /// target, what runs is the target); the outcome says so only when the target changes.
 /// Uninstalls, rollbacks of failed plans and break-glass commands are issued as usual.
+///
+/// Until the canary is initialised (its primary set up and ready once), its target is what
+/// the entity runs, whatever the candidate: initialisation copies the target to the primary
+/// without analysis, so a release published meanwhile waits and is analysed as the canary
+/// workload once the canary is initialised (issue 52; the tick that initialises it
+/// re-evaluates the entity).
 fn divert_to_canary(ctx: &Ctx<'_>, eval: &mut Evaluation) {
     let entity = ctx.entity;
     let Some(canary) = ctx.state.canary_of_entity(&entity.id.0) else {
@@ -352,16 +358,23 @@ fn divert_to_canary(ctx: &Ctx<'_>, eval: &mut Evaluation) {
     let Some(current) = entity.reported.version.as_ref() else {
         return;
     };
-    let (version, config) = match (&eval.outcome, &eval.candidate) {
-        (Outcome::Issue, Some(c))
-            if matches!(
-                c.kind,
-                PlanKind::VersionChange
-                    | PlanKind::ConfigChange
-                    | PlanKind::SecretsChange
-                    | PlanKind::RecallRollOff
-            ) =>
+    let diverted = eval.candidate.as_ref().filter(|c| {
+        matches!(
+            c.kind,
+            PlanKind::VersionChange
+                | PlanKind::ConfigChange
+                | PlanKind::SecretsChange
+                | PlanKind::RecallRollOff
+        )
+    });
+    let initialised = canary.status.last_promoted_spec.is_some();
+    let (version, config) = match (&eval.outcome, diverted) {
+        (Outcome::Issue | Outcome::Blocked { .. }, Some(_)) | (Outcome::AtTarget { .. }, _)
+            if !initialised =>
         {
+            (current, entity.config_for(current).to_string())
+        }
+        (Outcome::Issue, Some(c)) => {
             let Some(version) = c.to_version.as_ref() else {
                 return;
             };
@@ -372,17 +385,32 @@ fn divert_to_canary(ctx: &Ctx<'_>, eval: &mut Evaluation) {
     };
     let key = ctx.state.revision_key();
     // Unchanged, in the stored revision's own hash version: a canary analysed before the
-    // cluster had a revision key is not analysed again for the same target.
+    // cluster had a revision key is not analysed again for the same target. Before
+    // initialisation any revision of the version that runs stays: the hub keeps no older
+    // config text, so a config change waits for the analysis too.
     if let Some(t) = canary.target.as_ref().filter(|t| {
-        t.version == *version && names_target(&t.revision, key, entity, version, &config)
+        t.version == *version
+            && (!initialised || names_target(&t.revision, key, entity, version, &config))
     }) {
         if matches!(eval.outcome, Outcome::Issue) {
-            eval.outcome = Outcome::AtTarget {
-                detail: format!(
+            let detail = match diverted {
+                Some(c) if !initialised => format!(
+                    "canary {} initialises its primary at revision {} ({}); the {} to {} is \
+                     analysed once it is initialised",
+                    canary.id,
+                    t.revision,
+                    t.version,
+                    c.kind.label(),
+                    c.to_version
+                        .as_ref()
+                        .map_or_else(String::new, ToString::to_string)
+                ),
+                _ => format!(
                     "canary {} analyses revision {} ({})",
                     canary.id, t.revision, t.version
                 ),
             };
+            eval.outcome = Outcome::AtTarget { detail };
         }
         return;
     }
