@@ -10,9 +10,9 @@ use hub_engine::State;
 use serde_json::{json, Value};
 
 use hub_client::answer::{
-    ArtifactView, ClusterSettingsAnswer, ConstraintView, Explanation, FailureView, IssuedView,
-    LastExecution, MeetsConstraints, PlanView, PlansAnswer, ProposedChange, RegistryRef,
-    ResolvedEntity, TaskView,
+    ArtifactView, ChangeRequestView, ChangeRequestsAnswer, ClusterSettingsAnswer, ConstraintView,
+    Explanation, FailureView, IssuedView, LastExecution, MeetsConstraints, PlanView, PlansAnswer,
+    ProposedChange, RegistryRef, ResolvedEntity, SuppressionView, SuppressionsAnswer, TaskView,
 };
 pub use hub_client::query::Query;
 
@@ -573,15 +573,25 @@ pub fn answer(
             "id": r.id, "product": r.product_id, "versions": r.range_text(), "reason": r.reason,
             "created": format_time(r.created_at_ms),
         })).collect::<Vec<_>>() }),
-        Query::Suppressions { environment } => json!({ "suppressions": state
-            .suppressions()
-            .filter(|s| environment.as_ref().is_none_or(|e| s.scope.environment() == e))
-            .map(|s| json!({
-                "id": s.id, "scope": s.scope.to_string(), "source": s.source.label(),
-                "start": format_time(s.start_ms), "end": time(s.end_ms), "reason": s.reason,
-                "active": s.active_at(now),
-            }))
-            .collect::<Vec<_>>() }),
+        Query::Suppressions { environment } => to_json(&SuppressionsAnswer {
+            suppressions: state
+                .suppressions()
+                .filter(|s| {
+                    environment
+                        .as_ref()
+                        .is_none_or(|e| s.scope.environment() == e)
+                })
+                .map(|s| SuppressionView {
+                    active: s.active_at(now),
+                    end: s.end_ms.map(format_time),
+                    id: s.id.clone(),
+                    reason: s.reason.clone(),
+                    scope: s.scope.to_string(),
+                    source: s.source.label().to_string(),
+                    start: format_time(s.start_ms),
+                })
+                .collect(),
+        })?,
         Query::EnvironmentSettings { environment } => {
             let env = state.environment(environment).ok_or_else(|| {
                 QueryError::NotFound(format!("environment {environment:?} not found"))
@@ -713,12 +723,14 @@ pub fn answer(
             })).collect::<Vec<_>>());
             v
         }
-        Query::ChangeRequests { installation, open } => json!({ "change_requests": state
-            .change_requests()
-            .filter(|c| installation.as_ref().is_none_or(|i| *i == c.installation))
-            .filter(|c| !*open || c.status.is_open())
-            .map(change_request_view)
-            .collect::<Vec<_>>() }),
+        Query::ChangeRequests { installation, open } => to_json(&ChangeRequestsAnswer {
+            change_requests: state
+                .change_requests()
+                .filter(|c| installation.as_ref().is_none_or(|i| *i == c.installation))
+                .filter(|c| !*open || c.status.is_open())
+                .map(change_request_view)
+                .collect(),
+        })?,
         Query::Canaries { environment } => json!({ "canaries": state
             .canaries()
             .filter(|c| environment.as_ref().is_none_or(|e| *e == c.environment))
@@ -761,11 +773,11 @@ pub fn answer(
                 })?;
             rollout_status_view(&status, now)
         }
-        Query::ChangeRequest { id } => change_request_view(
-            state
-                .change_request(id)
-                .ok_or_else(|| QueryError::NotFound(format!("change request {id:?} not found")))?,
-        ),
+        Query::ChangeRequest { id } => {
+            to_json(&change_request_view(state.change_request(id).ok_or_else(
+                || QueryError::NotFound(format!("change request {id:?} not found")),
+            )?))?
+        }
     })
 }
 
@@ -1059,14 +1071,20 @@ fn installation_view(state: &State, i: &hub_engine::installation::Installation) 
     })
 }
 
-fn change_request_view(c: &hub_engine::installation::ChangeRequest) -> Value {
-    json!({
-        "id": c.id, "installation": c.installation,
-        "from_version": c.from_version.to_string(), "to_version": c.to_version.to_string(),
-        "status": c.status.as_str(), "reason": c.reason, "blocked": c.blocked,
-        "message": c.message, "created": format_time(c.created_ms),
-        "decided_by": c.decided_by, "closed": time(c.closed_ms),
-    })
+fn change_request_view(c: &hub_engine::installation::ChangeRequest) -> ChangeRequestView {
+    ChangeRequestView {
+        blocked: c.blocked.clone(),
+        closed: c.closed_ms.map(format_time),
+        created: format_time(c.created_ms),
+        decided_by: c.decided_by.clone(),
+        from_version: c.from_version.to_string(),
+        id: c.id.clone(),
+        installation: c.installation.clone(),
+        message: c.message.clone(),
+        reason: c.reason.clone(),
+        status: c.status.as_str().to_string(),
+        to_version: c.to_version.to_string(),
+    }
 }
 
 /// The registries of `environment` whose certificates are not verified

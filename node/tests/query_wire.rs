@@ -408,7 +408,8 @@ fn every_query_kind_is_pinned() {
 #[test]
 fn typed_answers_read_and_write_their_fixtures() {
     use hub_client::answer::{
-        ClusterSettingsAnswer, Explanation, PlanView, PlansAnswer, ResolvedEntity,
+        ChangeRequestView, ChangeRequestsAnswer, ClusterSettingsAnswer, Explanation, PlanView,
+        PlansAnswer, ResolvedEntity, SuppressionsAnswer,
     };
     fn round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(name: &str) {
         let path = fixture_dir().join(format!("{name}.json"));
@@ -423,4 +424,7 @@ fn typed_answers_read_and_write_their_fixtures() {
     round_trip::<PlansAnswer>("plans_active_of_entity");
     round_trip::<Explanation>("explain");
     round_trip::<ClusterSettingsAnswer>("cluster_settings");
+    round_trip::<ChangeRequestView>("change_request");
+    round_trip::<ChangeRequestsAnswer>("change_requests");
+    round_trip::<SuppressionsAnswer>("suppressions");
 }

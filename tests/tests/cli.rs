@@ -108,6 +108,24 @@ fn environment_and_entity_lifecycle_through_any_node() {
         ])
         .expect_ok("create terraform entity");
     assert_eq!(out.json()["result"], "eid:prod:terraformModule:db");
+
+    // The hub-client example (client/examples/explain.rs) asks the same hub from Rust, typed,
+    // failing over from a node that is not listening to the cluster's own.
+    let mut example = std::process::Command::new(hub_tests::bin_dir().join("examples/explain"));
+    example
+        .arg(format!("127.0.0.1:1,{}", cluster.endpoints()))
+        .arg("prod/web");
+    if !cluster.insecure() {
+        let f = cluster.tls_files(&hub_tls::Identity::Operator(hub_tests::tls::ADMIN.into()));
+        example.arg(f.ca).arg(f.cert).arg(f.key);
+    }
+    let out = example.output().expect("run the explain example");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.starts_with("eid:prod:helmChart:web: "),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let list = cluster
         .hubctl_at(
             &follower.addr,

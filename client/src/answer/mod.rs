@@ -11,11 +11,16 @@
 //! Answers not typed yet are read as JSON ([`crate::FailoverClient::query_json`]); issue 54
 //! types them one by one, each pinned by its fixture.
 
+mod change_request;
 mod cluster_settings;
 mod explain;
 mod plan;
 mod resolve;
+mod suppression;
 
+pub use change_request::{
+    ChangeRequestView, ChangeRequestsAnswer, GetChangeRequest, ListChangeRequests,
+};
 pub use cluster_settings::{ClusterSettings, ClusterSettingsAnswer};
 pub use explain::{
     ConstraintView, Explain, Explanation, IssuedView, LastExecution, MeetsConstraints,
@@ -23,6 +28,7 @@ pub use explain::{
 };
 pub use plan::{ArtifactView, FailureView, GetPlan, ListPlans, PlanView, PlansAnswer, TaskView};
 pub use resolve::{ResolveEntity, ResolvedEntity};
+pub use suppression::{ListSuppressions, SuppressionView, SuppressionsAnswer};
 
 use serde::de::DeserializeOwned;
 
