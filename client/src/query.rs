@@ -177,4 +177,23 @@ pub enum Query {
     Tokens,
     /// The hub's cluster-wide settings (issue 55: canary config tracking).
     ClusterSettings,
+    /// Every approver group (issue 55).
+    ApproverGroups,
+    /// Every approval policy (issue 55).
+    ApprovalPolicies,
+    /// Window-exception requests (issue 55), optionally of one environment, pending ones only
+    /// with `open`.
+    WindowExceptions {
+        /// Only those whose scope lies in this environment.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        environment: Option<String>,
+        /// Only those still approvable.
+        #[serde(default, skip_serializing_if = "is_false")]
+        open: bool,
+    },
+    /// One window-exception request.
+    WindowException {
+        /// `wx-…`.
+        id: String,
+    },
 }

@@ -73,6 +73,7 @@ pub mod port_probe;
 pub mod prometheus;
 pub mod propose;
 pub mod query;
+pub mod query_approval;
 pub mod query_pool;
 pub mod raft_log_filter;
 pub mod raft_service;

@@ -10,13 +10,17 @@ use hub_engine::State;
 use serde_json::{json, Value};
 
 use hub_client::answer::{
-    ArtifactView, ChangeRequestView, ChangeRequestsAnswer, ClusterSettingsAnswer, ConstraintView,
-    Explanation, FailureView, IssuedView, LastExecution, MeetsConstraints, PlanView, PlansAnswer,
-    ProposedChange, RegistryRef, ResolvedEntity, SuppressionView, SuppressionsAnswer, TaskView,
+    ApprovalPoliciesAnswer, ApproverGroupsAnswer, ArtifactView, ChangeRequestView,
+    ChangeRequestsAnswer, ClusterSettingsAnswer, ConstraintView, Explanation, FailureView,
+    IssuedView, LastExecution, MeetsConstraints, PlanView, PlansAnswer, ProposedChange,
+    RegistryRef, ResolvedEntity, SuppressionView, SuppressionsAnswer, TaskView,
+    WindowExceptionsAnswer,
 };
 pub use hub_client::query::Query;
 
 use crate::artifacts::ArtifactChecker;
+use crate::query_approval as approval;
+use hub_engine::window_exception::ExceptionStatus;
 
 /// What a caller needs to ask `query`: one arm per query kind, no fallback, so a new
 /// query does not compile without its rule. Every read is a viewer's (any role binding)
@@ -52,7 +56,11 @@ pub fn need(query: &Query) -> Need {
         | Query::RolloutPolicy { .. }
         | Query::RolloutStatus { .. }
         | Query::RoleBindings
-        | Query::ClusterSettings => viewer,
+        | Query::ClusterSettings
+        | Query::ApproverGroups
+        | Query::ApprovalPolicies
+        | Query::WindowExceptions { .. }
+        | Query::WindowException { .. } => viewer,
         Query::Tokens => admin,
     }
 }
@@ -85,7 +93,8 @@ pub fn cost(query: &Query) -> Cost {
         | Query::ChangeRequest { .. }
         | Query::Canary { .. }
         | Query::RolloutPolicy { .. }
-        | Query::ClusterSettings => Cost::Lookup,
+        | Query::ClusterSettings
+        | Query::WindowException { .. } => Cost::Lookup,
         Query::Explain { .. }
         | Query::Activity { .. }
         | Query::Plans { .. }
@@ -103,7 +112,10 @@ pub fn cost(query: &Query) -> Cost {
         | Query::RolloutPolicies
         | Query::RolloutStatus { .. }
         | Query::RoleBindings
-        | Query::Tokens => Cost::Scan,
+        | Query::Tokens
+        | Query::ApproverGroups
+        | Query::ApprovalPolicies
+        | Query::WindowExceptions { .. } => Cost::Scan,
         Query::ModuleDryRun { .. } => Cost::Parse,
     }
 }
@@ -728,7 +740,7 @@ pub fn answer(
                 .change_requests()
                 .filter(|c| installation.as_ref().is_none_or(|i| *i == c.installation))
                 .filter(|c| !*open || c.status.is_open())
-                .map(change_request_view)
+                .map(|c| change_request_view(state, c, now))
                 .collect(),
         })?,
         Query::Canaries { environment } => json!({ "canaries": state
@@ -773,11 +785,40 @@ pub fn answer(
                 })?;
             rollout_status_view(&status, now)
         }
-        Query::ChangeRequest { id } => {
-            to_json(&change_request_view(state.change_request(id).ok_or_else(
-                || QueryError::NotFound(format!("change request {id:?} not found")),
-            )?))?
-        }
+        Query::ChangeRequest { id } => to_json(&change_request_view(
+            state,
+            state
+                .change_request(id)
+                .ok_or_else(|| QueryError::NotFound(format!("change request {id:?} not found")))?,
+            now,
+        ))?,
+        Query::ApproverGroups => to_json(&ApproverGroupsAnswer {
+            groups: state.approver_groups().map(approval::group_view).collect(),
+        })?,
+        Query::ApprovalPolicies => to_json(&ApprovalPoliciesAnswer {
+            policies: state
+                .approval_policies()
+                .map(approval::policy_view)
+                .collect(),
+        })?,
+        Query::WindowExceptions { environment, open } => to_json(&WindowExceptionsAnswer {
+            window_exceptions: state
+                .window_exceptions()
+                .filter(|w| {
+                    environment
+                        .as_ref()
+                        .is_none_or(|e| e == w.scope.environment())
+                })
+                .filter(|w| !*open || (w.status == ExceptionStatus::Pending && !w.expired_at(now)))
+                .map(|w| approval::window_exception_view(w, now))
+                .collect(),
+        })?,
+        Query::WindowException { id } => to_json(&approval::window_exception_view(
+            state.window_exception(id).ok_or_else(|| {
+                QueryError::NotFound(format!("window-exception request {id:?} not found"))
+            })?,
+            now,
+        ))?,
     })
 }
 
@@ -1068,11 +1109,18 @@ fn installation_view(state: &State, i: &hub_engine::installation::Installation) 
         "version": i.version.to_string(), "status": status, "paused": i.paused,
         "resuming": i.resuming, "entities": i.entities.len(),
         "installed": format_time(i.created_ms), "updated": format_time(i.updated_ms),
+        "channel": state.tracked_channel(&i.id),
+        "policy": state.installation_policy(&i.id).map(|p| p.scope.key_name()),
     })
 }
 
-fn change_request_view(c: &hub_engine::installation::ChangeRequest) -> ChangeRequestView {
+fn change_request_view(
+    state: &State,
+    c: &hub_engine::installation::ChangeRequest,
+    now: i64,
+) -> ChangeRequestView {
     ChangeRequestView {
+        approval: approval::change_request_approval(state, c, now),
         blocked: c.blocked.clone(),
         closed: c.closed_ms.map(format_time),
         created: format_time(c.created_ms),

@@ -12,7 +12,7 @@
 //! `HUB_BLESS_FIXTURES=1 cargo test -p hub-node --test query_wire` writes missing fixtures;
 //! a fixture that exists is never overwritten: delete it first, and say why in the commit.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use hub_engine::command::TokenRole;
@@ -191,6 +191,117 @@ fn scenario() -> Scenario {
     s
 }
 
+/// A state with issue 55's approvals: an approver group, an environment policy requiring
+/// one approver and one member of the group, a change request opened under it and a
+/// window-exception request with one of the two approvals it needs.
+fn approval_scenario() -> Scenario {
+    use hub_engine::approval::{ApprovalPolicySpec, GroupRequirement, PolicyScope};
+    let mut s = Scenario {
+        state: State::new(),
+        index: 0,
+    };
+    s.ok(Command::BindRole {
+        identity: Identity::Operator("admin".into()),
+        role: Role::Admin,
+        environments: BTreeSet::new(),
+        products: BTreeSet::new(),
+    });
+    s.ok(Command::CreateEnvironment {
+        name: "prod".into(),
+        description: String::new(),
+    });
+    s.ok(Command::CreateProduct {
+        product_id: "com.example:backend-service".into(),
+        description: String::new(),
+    });
+    for who in ["alice", "bob"] {
+        s.ok(Command::BindRole {
+            identity: Identity::Operator(who.into()),
+            role: Role::Approver,
+            environments: ["prod".to_string()].into(),
+            products: BTreeSet::new(),
+        });
+    }
+    s.ok(Command::SetApproverGroup {
+        name: "compliance".into(),
+        members: [Identity::Operator("bob".into())].into(),
+    });
+    s.ok(Command::SetApprovalPolicy {
+        scope: PolicyScope::Environment("prod".into()),
+        policy: Some(ApprovalPolicySpec {
+            required_groups: vec![GroupRequirement {
+                group: "compliance".into(),
+                count: 1,
+            }],
+            expire_after_ms: Some(86_400_000),
+            ..ApprovalPolicySpec::default()
+        }),
+    });
+    s.ok(Command::PublishModule {
+        file_name: None,
+        yaml: engine_fixture("modules/valid/helm-chart-entity-module.yml"),
+    });
+    s.ok(Command::InstallModule {
+        environment: "prod".into(),
+        module: "helm-chart-entity-module".into(),
+        version: None,
+        variables: BTreeMap::new(),
+        actor: "operator/admin".into(),
+    });
+    s.ok(Command::PublishModule {
+        file_name: None,
+        yaml: engine_fixture("modules/valid/helm-chart-entity-module.yml")
+            .replace("defaultValue: default", "defaultValue: other"),
+    });
+    s.apply_as(
+        Identity::Operator("alice".into()),
+        Command::RequestWindowException {
+            scope: Scope::Environment("prod".into()),
+            start_ms: T0,
+            end_ms: T0 + 86_400_000,
+            reason: "hotfix".into(),
+            actor: String::new(),
+        },
+    );
+    let wx = s
+        .state
+        .window_exceptions()
+        .next()
+        .map(|w| w.id.clone())
+        .expect("a window-exception request");
+    s.apply_as(
+        Identity::Operator("bob".into()),
+        Command::ApproveWindowException {
+            id: wx,
+            actor: String::new(),
+        },
+    );
+    s
+}
+
+/// Issue 55's query kinds and a change request under a policy, asked of
+/// [`approval_scenario`] (`{wx}` and `{cr}` are its request and change request).
+const APPROVAL_QUERIES: &[(&str, &str)] = &[
+    ("approver_groups", r#"{"query":"approver_groups"}"#),
+    ("approval_policies", r#"{"query":"approval_policies"}"#),
+    (
+        "window_exceptions",
+        r#"{"query":"window_exceptions","environment":"prod","open":true}"#,
+    ),
+    (
+        "window_exception",
+        r#"{"query":"window_exception","id":"{wx}"}"#,
+    ),
+    (
+        "change_request_under_policy",
+        r#"{"query":"change_request","id":"{cr}"}"#,
+    ),
+    (
+        "module_installation_under_policy",
+        r#"{"query":"module_installation","id":"prod/helm-chart-entity-module"}"#,
+    ),
+];
+
 /// Every query kind, by fixture name, as a client sends it (`{plan}` and `{cr}` are the
 /// scenario's first plan and change request).
 const QUERIES: &[(&str, &str)] = &[
@@ -265,7 +376,16 @@ fn fixture_dir() -> PathBuf {
 
 #[test]
 fn every_answer_keeps_its_wire_bytes() {
-    let s = scenario();
+    check_answers(&scenario(), QUERIES);
+}
+
+#[test]
+fn every_approval_answer_keeps_its_wire_bytes() {
+    check_answers(&approval_scenario(), APPROVAL_QUERIES);
+}
+
+/// Asks `s` each of `queries` and compares each answer with its fixture.
+fn check_answers(s: &Scenario, queries: &[(&str, &str)]) {
     let dir = tempfile::tempdir().expect("temp dir");
     let identity = raft_store::NodeIdentity {
         node_id: 1,
@@ -276,20 +396,15 @@ fn every_answer_keeps_its_wire_bytes() {
     let now = T0 + 1_000 * (s.index as i64 + 1);
     let bless = std::env::var("HUB_BLESS_FIXTURES").is_ok_and(|v| v == "1");
     let mut failures = Vec::new();
-    let plan = s
-        .state
-        .plans()
-        .next()
-        .map(|p| p.id.clone())
-        .expect("a plan");
-    let cr = s
-        .state
-        .change_requests()
-        .next()
-        .map(|c| c.id.clone())
-        .expect("a change request");
-    for (name, text) in QUERIES {
-        let text = text.replace("{plan}", &plan).replace("{cr}", &cr);
+    let first = |ids: Vec<String>| ids.into_iter().next().unwrap_or_default();
+    let plan = first(s.state.plans().map(|p| p.id.clone()).collect());
+    let cr = first(s.state.change_requests().map(|c| c.id.clone()).collect());
+    let wx = first(s.state.window_exceptions().map(|w| w.id.clone()).collect());
+    for (name, text) in queries {
+        let text = text
+            .replace("{plan}", &plan)
+            .replace("{cr}", &cr)
+            .replace("{wx}", &wx);
         let query: Query =
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {text}: {e}"));
         let value = match query {
@@ -355,6 +470,10 @@ fn kind(query: &Query) -> &'static str {
         Query::RoleBindings => "role_bindings",
         Query::Tokens => "tokens",
         Query::ClusterSettings => "cluster_settings",
+        Query::ApproverGroups => "approver_groups",
+        Query::ApprovalPolicies => "approval_policies",
+        Query::WindowExceptions { .. } => "window_exceptions",
+        Query::WindowException { .. } => "window_exception",
     }
 }
 
@@ -363,8 +482,12 @@ fn kind(query: &Query) -> &'static str {
 fn every_query_kind_is_pinned() {
     let pinned: BTreeSet<&str> = QUERIES
         .iter()
+        .chain(APPROVAL_QUERIES)
         .map(|(_, text)| {
-            let text = text.replace("{plan}", "p").replace("{cr}", "c");
+            let text = text
+                .replace("{plan}", "p")
+                .replace("{cr}", "c")
+                .replace("{wx}", "w");
             kind(&serde_json::from_str(&text).expect("a query"))
         })
         .collect();
@@ -398,6 +521,10 @@ fn every_query_kind_is_pinned() {
         "role_bindings",
         "tokens",
         "cluster_settings",
+        "approver_groups",
+        "approval_policies",
+        "window_exceptions",
+        "window_exception",
     ]
     .into();
     assert_eq!(pinned, every);
@@ -408,8 +535,9 @@ fn every_query_kind_is_pinned() {
 #[test]
 fn typed_answers_read_and_write_their_fixtures() {
     use hub_client::answer::{
-        ChangeRequestView, ChangeRequestsAnswer, ClusterSettingsAnswer, Explanation, PlanView,
-        PlansAnswer, ResolvedEntity, SuppressionsAnswer,
+        ApprovalPoliciesAnswer, ApproverGroupsAnswer, ChangeRequestView, ChangeRequestsAnswer,
+        ClusterSettingsAnswer, Explanation, PlanView, PlansAnswer, ResolvedEntity,
+        SuppressionsAnswer, WindowExceptionView, WindowExceptionsAnswer,
     };
     fn round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(name: &str) {
         let path = fixture_dir().join(format!("{name}.json"));
@@ -427,4 +555,9 @@ fn typed_answers_read_and_write_their_fixtures() {
     round_trip::<ChangeRequestView>("change_request");
     round_trip::<ChangeRequestsAnswer>("change_requests");
     round_trip::<SuppressionsAnswer>("suppressions");
+    round_trip::<ApproverGroupsAnswer>("approver_groups");
+    round_trip::<ApprovalPoliciesAnswer>("approval_policies");
+    round_trip::<WindowExceptionsAnswer>("window_exceptions");
+    round_trip::<WindowExceptionView>("window_exception");
+    round_trip::<ChangeRequestView>("change_request_under_policy");
 }

@@ -8,6 +8,10 @@ use crate::query::Query;
 /// One change request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangeRequestView {
+    /// Its approvals under the policy it was opened with (issue 55); absent for one opened
+    /// under no policy (one approver of the environment; the publisher may approve).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<super::ApprovalView>,
     /// Why it cannot merge yet (variables without a value).
     pub blocked: Option<String>,
     /// When it was closed.

@@ -11,13 +11,20 @@
 //! Answers not typed yet are read as JSON ([`crate::FailoverClient::query_json`]); issue 54
 //! types them one by one, each pinned by its fixture.
 
+mod approval;
 mod change_request;
 mod cluster_settings;
 mod explain;
 mod plan;
 mod resolve;
 mod suppression;
+mod window_exception;
 
+pub use approval::{
+    ApprovalGiven, ApprovalPoliciesAnswer, ApprovalPolicyView, ApprovalView, ApproverGroupView,
+    ApproverGroupsAnswer, AutoApprovalView, GroupRequirementView, ListApprovalPolicies,
+    ListApproverGroups,
+};
 pub use change_request::{
     ChangeRequestView, ChangeRequestsAnswer, GetChangeRequest, ListChangeRequests,
 };
@@ -29,6 +36,9 @@ pub use explain::{
 pub use plan::{ArtifactView, FailureView, GetPlan, ListPlans, PlanView, PlansAnswer, TaskView};
 pub use resolve::{ResolveEntity, ResolvedEntity};
 pub use suppression::{ListSuppressions, SuppressionView, SuppressionsAnswer};
+pub use window_exception::{
+    GetWindowException, ListWindowExceptions, WindowExceptionView, WindowExceptionsAnswer,
+};
 
 use serde::de::DeserializeOwned;
 

@@ -8,6 +8,7 @@
 //! commands, except that `demo` starts its hub through `dev`'s and `dev_registry`'s functions;
 //! the helpers use no command module.
 
+mod approvals;
 mod args;
 mod calls;
 mod canary;
@@ -262,6 +263,10 @@ enum Cmd {
     /// Module change requests: list, approve, reject.
     #[command(subcommand, name = "changerequest")]
     ChangeRequest(modules::ChangeRequestCmd),
+    /// Approver groups and approval policies: who must approve module updates and window
+    /// exceptions (admins).
+    #[command(subcommand)]
+    Approval(approvals::ApprovalCmd),
     // SPEC P1, C2
     /// Issue a break-glass command to an entity: bypasses every constraint.
     Command(orch::CommandArgs),
@@ -498,6 +503,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Module(cmd) => modules::module(&connect()?, cmd, fmt).await,
         Cmd::Canary(cmd) => canary::run(&connect()?, cmd, fmt).await,
         Cmd::ChangeRequest(cmd) => modules::change_request(&connect()?, cmd, fmt).await,
+        Cmd::Approval(cmd) => approvals::approval(&connect()?, cmd, fmt).await,
         Cmd::Command(cmd) => orch::emergency(&connect()?, cmd, fmt).await,
         Cmd::Role(cmd) => roles::run(&connect()?, cmd, fmt).await,
         Cmd::Token(cmd) => tokens::run(&connect()?, cmd, fmt).await,

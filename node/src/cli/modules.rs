@@ -66,9 +66,18 @@ pub enum ModuleCmd {
         /// An installer value, `NAME=VALUE` (`SUBMODULE.NAME=VALUE` for a submodule's).
         #[arg(long = "variable", value_name = "NAME=VALUE")]
         variables: Vec<String>,
+        /// The release channel the installation tracks (`RELEASE`, `STABLE`, …): new module
+        /// versions reach it only once on that channel. Default: the governing approval
+        /// policy's default channel, else `RELEASE`.
+        #[arg(long)]
+        channel: Option<String>,
         #[command(flatten)]
         actor: ActorArg,
     },
+    /// Release channels of modules: the channel an installation tracks, and which module
+    /// versions a custom channel holds.
+    #[command(subcommand)]
+    Channel(ModuleChannelCmd),
     /// Installations, optionally of one environment or module.
     Installations {
         /// Only this environment.
@@ -133,6 +142,45 @@ pub enum ModuleCmd {
         env: String,
         #[command(flatten)]
         actor: ActorArg,
+    },
+}
+
+/// `hubctl module channel …`.
+#[derive(Subcommand, Debug)]
+pub enum ModuleChannelCmd {
+    /// Choose the channel an installation tracks (or `--clear` it back to the default).
+    Set {
+        /// The module's name.
+        name: String,
+        /// The environment.
+        #[arg(long, short = 'e')]
+        env: String,
+        /// The channel.
+        #[arg(required_unless_present = "clear", conflicts_with = "clear")]
+        channel: Option<String>,
+        /// Track the default channel again.
+        #[arg(long)]
+        clear: bool,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+    /// Put a published module version on a custom channel.
+    Add {
+        /// The module's name.
+        name: String,
+        /// The version.
+        version: String,
+        /// The custom channel (created with `hubctl channel create`).
+        channel: String,
+    },
+    /// Take a module version off a custom channel.
+    Remove {
+        /// The module's name.
+        name: String,
+        /// The version.
+        version: String,
+        /// The custom channel.
+        channel: String,
     },
 }
 
@@ -276,6 +324,7 @@ pub async fn module(client: &FailoverClient, cmd: ModuleCmd, fmt: Format) -> any
             env,
             version,
             variables,
+            channel: None,
             actor,
         } => Command::InstallModule {
             environment: env,
@@ -284,6 +333,22 @@ pub async fn module(client: &FailoverClient, cmd: ModuleCmd, fmt: Format) -> any
             variables: parse_assignments("--variable", &variables)?,
             actor: actor.name(),
         },
+        ModuleCmd::Install {
+            name,
+            env,
+            version,
+            variables,
+            channel: Some(channel),
+            actor,
+        } => Command::InstallModuleOnChannel {
+            environment: env,
+            module: name,
+            version,
+            variables: parse_assignments("--variable", &variables)?,
+            channel: Some(channel),
+            actor: actor.name(),
+        },
+        ModuleCmd::Channel(cmd) => module_channel(cmd),
         ModuleCmd::Installations { env, module, read } => {
             let v = query(
                 client,
@@ -294,7 +359,7 @@ pub async fn module(client: &FailoverClient, cmd: ModuleCmd, fmt: Format) -> any
             return print_list(
                 fmt,
                 items(&v, "installations"),
-                &["id", "version", "status", "entities", "updated"],
+                &["id", "version", "channel", "status", "entities", "updated"],
                 Value::clone,
             );
         }
@@ -311,6 +376,8 @@ pub async fn module(client: &FailoverClient, cmd: ModuleCmd, fmt: Format) -> any
                 &[
                     "id",
                     "version",
+                    "channel",
+                    "policy",
                     "status",
                     "variables",
                     "entities",
@@ -361,6 +428,66 @@ pub async fn module(client: &FailoverClient, cmd: ModuleCmd, fmt: Format) -> any
 }
 
 /// Runs a `hubctl changerequest` command.
+/// The command of a `hubctl module channel` subcommand.
+fn module_channel(cmd: ModuleChannelCmd) -> Command {
+    match cmd {
+        ModuleChannelCmd::Set {
+            name,
+            env,
+            channel,
+            clear: _,
+            actor,
+        } => Command::SetInstallationChannel {
+            installation: installation_id(&env, &name),
+            channel,
+            actor: actor.name(),
+        },
+        ModuleChannelCmd::Add {
+            name,
+            version,
+            channel,
+        } => Command::SetModuleChannel {
+            module: name,
+            version,
+            channel,
+            member: true,
+        },
+        ModuleChannelCmd::Remove {
+            name,
+            version,
+            channel,
+        } => Command::SetModuleChannel {
+            module: name,
+            version,
+            channel,
+            member: false,
+        },
+    }
+}
+
+/// One change request as a table row: the approval state flattened (who approved, who still
+/// must, the policy, the expiry).
+fn change_request_row(c: &Value) -> Value {
+    let mut row = c.clone();
+    let a = &c["approval"];
+    if a.is_object() {
+        let approved_by: Vec<Value> = a["approvals"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|g| g["identity"].clone())
+            .collect();
+        row["policy"] = a["policy"].clone();
+        row["requester"] = a["requester"].clone();
+        row["approved_by"] = super::orch::join(&Value::Array(approved_by));
+        row["outstanding"] = super::orch::outstanding(a);
+        row["expires"] = a["expires"].clone();
+        row["expired"] = a["expired"].clone();
+    }
+    row.as_object_mut().map(|o| o.remove("approval"));
+    row
+}
+
 pub async fn change_request(
     client: &FailoverClient,
     cmd: ChangeRequestCmd,
@@ -387,13 +514,19 @@ pub async fn change_request(
                     "from_version",
                     "to_version",
                     "status",
+                    "outstanding",
                     "blocked",
                 ],
-                Value::clone,
+                change_request_row,
             );
         }
         ChangeRequestCmd::Get { id, read } => {
             let v = query(client, json!({"query": "change_request", "id": id}), read).await?;
+            let v = if fmt.is_table() {
+                change_request_row(&v)
+            } else {
+                v
+            };
             return print(
                 fmt,
                 &v,
@@ -407,6 +540,11 @@ pub async fn change_request(
                     "blocked",
                     "message",
                     "decided_by",
+                    "policy",
+                    "requester",
+                    "approved_by",
+                    "outstanding",
+                    "expires",
                 ],
             );
         }

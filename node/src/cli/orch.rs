@@ -16,9 +16,10 @@ use semver::Version;
 use serde_json::{json, Value};
 
 use super::args::{parse_version, read_file, ActorArg, ReadArgs};
-use super::calls::{query, resolve, submit_and_print};
+use super::calls::{freshness, query, resolve, submit_and_print};
 use super::output::{items, print_list, Format};
 use super::timeparse::{parse_duration, parse_time, TimeArg};
+use hub_client::answer::ListWindowExceptions;
 use hub_client::FailoverClient;
 
 /// An environment or an entity (exactly one).
@@ -45,7 +46,7 @@ impl ScopeArgs {
 }
 
 /// Joins a JSON array of strings with `,` ("-" when empty or absent).
-fn join(v: &Value) -> Value {
+pub(crate) fn join(v: &Value) -> Value {
     let parts: Vec<String> = v
         .as_array()
         .map(|a| {
@@ -228,6 +229,55 @@ pub enum OverrideCmd {
         scope: ScopeArgs,
         /// The override's id (o-…).
         id: String,
+    },
+    /// Ask for an exception (issue 55): it opens the window only once the approvals its
+    /// policy requires are given (`approve`). Anyone with a role binding may ask.
+    #[command(group(ArgGroup::new("until").required(true).args(["end", "duration"])))]
+    Request {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Start: RFC 3339 (2026-11-30T22:00:00Z) or now.
+        #[arg(long, value_parser = parse_time, default_value = "now")]
+        start: TimeArg,
+        /// End (exclusive): RFC 3339 or now.
+        #[arg(long, value_parser = parse_time)]
+        end: Option<TimeArg>,
+        /// Length from the start, e.g. 30m, 2h, 1d.
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<i64>,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+    /// Approve a pending exception request; the last approval it needs opens the window.
+    Approve {
+        /// The request's id (wx-…).
+        id: String,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+    /// Reject a pending exception request.
+    Reject {
+        /// The request's id (wx-…).
+        id: String,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+    /// Exception requests with their approvals and who still must approve.
+    Requests {
+        /// Only those in this environment.
+        #[arg(long = "env", value_name = "ENV")]
+        environment: Option<String>,
+        /// Only those still approvable.
+        #[arg(long)]
+        open: bool,
+        #[command(flatten)]
+        read: ReadArgs,
     },
 }
 
@@ -576,8 +626,103 @@ pub async fn window_override(
             scope: scope.resolve(client).await?,
             id,
         },
+        OverrideCmd::Request {
+            scope,
+            start,
+            end,
+            duration,
+            reason,
+            actor,
+        } => {
+            let start_ms = start.ms();
+            let end_ms = end_of(start_ms, end, duration)?;
+            if end_ms <= start_ms {
+                anyhow::bail!("--end must be after --start");
+            }
+            Command::RequestWindowException {
+                scope: scope.resolve(client).await?,
+                start_ms,
+                end_ms,
+                reason,
+                actor: actor.name(),
+            }
+        }
+        OverrideCmd::Approve { id, actor } => Command::ApproveWindowException {
+            id,
+            actor: actor.name(),
+        },
+        OverrideCmd::Reject { id, reason, actor } => Command::RejectWindowException {
+            id,
+            reason,
+            actor: actor.name(),
+        },
+        OverrideCmd::Requests {
+            environment,
+            open,
+            read,
+        } => return window_exceptions(client, environment, open, read, fmt).await,
     };
     submit_and_print(client, &command, fmt).await.map(drop)
+}
+
+/// `hubctl window override requests`: one row per request, with who still must approve.
+async fn window_exceptions(
+    client: &FailoverClient,
+    environment: Option<String>,
+    open: bool,
+    read: ReadArgs,
+    fmt: Format,
+) -> anyhow::Result<()> {
+    let answer = client
+        .ask(&ListWindowExceptions { environment, open }, freshness(read))
+        .await?;
+    let list = serde_json::to_value(&answer.window_exceptions)?;
+    print_list(
+        fmt,
+        list.as_array().cloned().unwrap_or_default(),
+        &[
+            "id",
+            "scope",
+            "start",
+            "end",
+            "status",
+            "requester",
+            "approved_by",
+            "outstanding",
+        ],
+        |w| {
+            let a = &w["approval"];
+            let approved_by: Vec<Value> = a["approvals"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|g| g["identity"].clone())
+                .collect();
+            let mut row = w.clone();
+            row["requester"] = a["requester"].clone();
+            row["approved_by"] = join(&Value::Array(approved_by));
+            row["outstanding"] = outstanding(a);
+            row["policy"] = a["policy"].clone();
+            row["expires"] = a["expires"].clone();
+            row.as_object_mut().map(|o| o.remove("approval"));
+            row
+        },
+    )
+}
+
+/// Who still must approve, `;`-separated (`-` when nobody must).
+pub(crate) fn outstanding(approval: &Value) -> Value {
+    let each: Vec<&str> = approval["outstanding"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if each.is_empty() {
+        Value::Null
+    } else {
+        json!(each.join("; "))
+    }
 }
 
 pub async fn suppression(
