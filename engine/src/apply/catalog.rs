@@ -3,7 +3,7 @@
 use crate::artifact::validate_artifact_uri;
 use crate::command::{CommandOutput, WindowSpec};
 use crate::error::CommandError;
-use crate::name::validate_product_id;
+use crate::name::{validate_channel_name, validate_product_id};
 use crate::product::{is_builtin_channel, Channel, Product, Recall, Release};
 use crate::release::parse_manifest;
 use crate::state::{State, Trigger};
@@ -130,7 +130,7 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         let now = tx.now;
-        validate_channel_name(name)?;
+        validate_channel_name("name", name)?;
         check_text("description", description, false)?;
         if is_builtin_channel(name) || self.channels.contains_key(name) {
             return Err(CommandError::AlreadyExists {
@@ -254,23 +254,5 @@ impl State {
         tx.triggers
             .push(Trigger::Product(recall.product_id.clone()));
         Ok(changed(id.to_string(), format!("recall {id} withdrawn")))
-    }
-}
-
-/// Validates a custom channel name: upper-case letters, digits and `_`, 1–64 characters.
-fn validate_channel_name(name: &str) -> Result<(), CommandError> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name.starts_with(|c: char| c.is_ascii_uppercase())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(CommandError::invalid(
-            "name",
-            format!("{name:?} must be 1-64 of A-Z, 0-9 and '_', starting with a letter"),
-        ))
     }
 }

@@ -4,10 +4,12 @@
 
 use semver::Version;
 
+use crate::approval::MAX_MODULE_VERSION_LEN;
 use crate::command::CommandOutput;
 use crate::error::CommandError;
 use crate::installation::PublishedModule;
 use crate::module_channel::{InstallationChannel, ModuleChannels};
+use crate::name::{validate_channel_name, validate_installation_id, validate_len, validate_name};
 use crate::product::is_builtin_channel;
 use crate::state::State;
 
@@ -17,6 +19,7 @@ use super::{changed, not_found, parse_version, Tx};
 impl State {
     /// Refuses a channel that is neither built in nor created.
     pub(super) fn require_channel(&self, field: &str, channel: &str) -> Result<(), CommandError> {
+        validate_channel_name(field, channel)?;
         if is_builtin_channel(channel) || self.channels.contains_key(channel) {
             Ok(())
         } else {
@@ -36,6 +39,9 @@ impl State {
         member: bool,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
+        validate_name("module", module)?;
+        validate_len("version", version, MAX_MODULE_VERSION_LEN)?;
+        validate_channel_name("channel", channel)?;
         if is_builtin_channel(channel) {
             return Err(CommandError::invalid(
                 "channel",
@@ -156,6 +162,7 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         check_actor(actor)?;
+        validate_installation_id("installation", id)?;
         let inst = self
             .installations
             .get(id)

@@ -10,7 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use semver::Version;
 
 use crate::access::ApprovalTarget;
-use crate::approval::{ApprovalPolicy, Approvers, ChangeRequestApproval, SemverPart, UpdateChange};
+use crate::approval::{
+    ApprovalPolicy, Approvers, ChangeRequestApproval, SemverPart, UpdateChange,
+    MAX_MODULE_VERSION_LEN,
+};
 use crate::command::CommandOutput;
 use crate::entity::{
     Entity, EntityId, EntityIdentity, EntityKind, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN,
@@ -25,7 +28,7 @@ use crate::module::{
     ParsedDefinition, RenderError, RenderedEntity, SyncMode, UnmanageAfterUninstall,
 };
 use crate::module_channel::{InstallationChannel, ModuleChannels};
-use crate::name::{validate_name, validate_product_id};
+use crate::name::{validate_len, validate_name, validate_product_id};
 use crate::state::{State, Trigger};
 
 use super::{changed, not_found, Tx};
@@ -124,6 +127,20 @@ pub(super) struct NewInstallation<'a> {
     /// The channel chosen for it, if one was.
     pub(super) channel: Option<&'a str>,
     pub(super) actor: &'a str,
+}
+
+impl NewInstallation<'_> {
+    /// Refuses a field that is malformed or over its budget, before anything is looked up.
+    fn check(&self) -> Result<(), CommandError> {
+        check_actor(self.actor)?;
+        check_variables(self.variables.iter().map(|(k, v)| (k, Some(v))))?;
+        validate_name("environment", self.environment)?;
+        validate_name("module", self.module)?;
+        match self.version {
+            Some(v) => validate_len("version", v, MAX_MODULE_VERSION_LEN),
+            None => Ok(()),
+        }
+    }
 }
 
 impl State {
@@ -290,6 +307,7 @@ impl State {
         new: NewInstallation<'_>,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
+        new.check()?;
         let NewInstallation {
             environment,
             module,
@@ -299,8 +317,6 @@ impl State {
             actor,
         } = new;
         let now = tx.now;
-        check_actor(actor)?;
-        check_variables(variables.iter().map(|(k, v)| (k, Some(v))))?;
         if !self.environments.contains_key(environment) {
             return Err(not_found("environment", environment));
         }
