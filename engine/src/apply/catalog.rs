@@ -1,5 +1,7 @@
 //! The release catalog: products, releases, custom channels and recalls.
 
+use semver::Version;
+
 use crate::artifact::validate_artifact_uri;
 use crate::command::{CommandOutput, WindowSpec};
 use crate::error::CommandError;
@@ -149,6 +151,27 @@ impl State {
         Ok(changed(name.to_string(), format!("channel {name} created")))
     }
 
+    /// The version a command adds to custom channel `channel` or removes from it, parsed;
+    /// refused when the channel is built in (`builtin` says why it takes no members), does not
+    /// exist, or `version` is not a semantic version.
+    pub(super) fn custom_channel_version(
+        &self,
+        channel: &str,
+        version: &str,
+        builtin: &str,
+    ) -> Result<Version, CommandError> {
+        if is_builtin_channel(channel) {
+            return Err(CommandError::invalid(
+                "channel",
+                format!("{channel} is built in: {builtin}"),
+            ));
+        }
+        if !self.channels.contains_key(channel) {
+            return Err(not_found("channel", channel));
+        }
+        parse_version("version", version)
+    }
+
     /// `SetReleaseChannel`: adds a release to, or removes it from, a custom channel.
     pub(super) fn set_release_channel(
         &mut self,
@@ -158,16 +181,11 @@ impl State {
         member: bool,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
-        if is_builtin_channel(channel) {
-            return Err(CommandError::invalid(
-                "channel",
-                format!("{channel} is built in: its releases follow from their version"),
-            ));
-        }
-        if !self.channels.contains_key(channel) {
-            return Err(not_found("channel", channel));
-        }
-        let v = parse_version("version", version)?;
+        let v = self.custom_channel_version(
+            channel,
+            version,
+            "its releases follow from their version",
+        )?;
         if !self.products.contains_key(product_id) {
             return Err(not_found("product", product_id));
         }

@@ -14,7 +14,7 @@ use crate::product::is_builtin_channel;
 use crate::state::State;
 
 use super::modules::check_actor;
-use super::{changed, not_found, parse_version, Tx};
+use super::{changed, not_found, Tx};
 
 impl State {
     /// Refuses a channel that is neither built in nor created.
@@ -42,16 +42,7 @@ impl State {
         validate_name("module", module)?;
         validate_len("version", version, MAX_MODULE_VERSION_LEN)?;
         validate_channel_name("channel", channel)?;
-        if is_builtin_channel(channel) {
-            return Err(CommandError::invalid(
-                "channel",
-                format!("{channel} is built in: every module version is on it"),
-            ));
-        }
-        if !self.channels.contains_key(channel) {
-            return Err(not_found("channel", channel));
-        }
-        let v = parse_version("version", version)?;
+        let v = self.custom_channel_version(channel, version, "every module version is on it")?;
         let key = PublishedModule::key_name(module, &v);
         if self.module(module, &v).is_none() {
             return Err(not_found("module version", &key));
@@ -163,11 +154,7 @@ impl State {
     ) -> Result<CommandOutput, CommandError> {
         check_actor(actor)?;
         validate_installation_id("installation", id)?;
-        let inst = self
-            .installations
-            .get(id)
-            .ok_or_else(|| not_found("module installation", id))?;
-        let module = inst.module.clone();
+        let module = self.require_installation(id)?.module.clone();
         match channel {
             Some(c) => {
                 self.require_channel("channel", c)?;
