@@ -28,10 +28,25 @@ use serde::{Deserialize, Serialize};
 
 use crate::TimestampMs;
 
+// Budgets of issue 55's commands (`SetApproverGroup` to `SetModuleChannel`), each checked at
+// apply before anything is looked up and refused naming the field and the limit, nothing
+// changed. Besides the lists and ids below: names are bounded by the validators that
+// created what they name ([`crate::name`]: environments, approver groups and modules
+// [`crate::name::MAX_NAME_LEN`], channels [`crate::name::MAX_CHANNEL_NAME_LEN`], product ids
+// 128 a part, an installation `<environment>/<module>` each part), entity ids by
+// [`crate::entity::MAX_ENTITY_ID_LEN`], reasons by the engine's free-text limit (1,024
+// bytes), variables and actors as `InstallModule`'s. A name over its budget names nothing the
+// hub holds, so each of these refuses only what was refused before (as not found).
+
 /// Most members of one approver group.
 pub const MAX_GROUP_MEMBERS: usize = 256;
 /// Most groups one policy requires.
 pub const MAX_REQUIRED_GROUPS: usize = 16;
+/// Longest module version a command names: the hub numbers module versions itself
+/// (`<major>.<minor>.0`), so a longer text names none.
+pub const MAX_MODULE_VERSION_LEN: usize = 64;
+/// Longest request id a command names: the hub makes them (`wx-<index>`, at most 23 bytes).
+pub const MAX_REQUEST_ID_LEN: usize = 64;
 /// Most approvals one requirement asks for.
 pub const MAX_APPROVALS_PER_REQUIREMENT: u32 = 16;
 /// Most approvals one request records.

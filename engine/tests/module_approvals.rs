@@ -5,8 +5,9 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
+use common::actors::*;
 use common::*;
 use hub_engine::access::Role;
 use hub_engine::approval::{
@@ -14,34 +15,8 @@ use hub_engine::approval::{
 };
 use hub_engine::installation::ChangeRequestStatus;
 use hub_engine::{Command, CommandError, CommandOutput};
-use hub_identity::Identity;
 
 const MODULE: &str = "web-module";
-
-fn id(name: &str) -> Identity {
-    Identity::parse(&format!("operator/{name}")).unwrap()
-}
-
-/// `command` as the node proposes it for verified operator `who`: actor stamped, wrapped.
-fn as_(who: &str, mut command: Command) -> Command {
-    command.stamp_actor(&id(who).to_string());
-    Command::As {
-        actor: id(who),
-        command: Box::new(command),
-    }
-}
-
-fn bind(hub: &mut Hub, who: &str, role: Role, envs: &[&str]) {
-    hub.ok(as_(
-        "root",
-        Command::BindRole {
-            identity: id(who),
-            role,
-            environments: envs.iter().map(|s| s.to_string()).collect(),
-            products: BTreeSet::new(),
-        },
-    ));
-}
 
 /// The module, with `extra` variables declared (each with a default).
 fn module_yaml(revision: u32, extra: &[&str]) -> String {
@@ -82,16 +57,6 @@ fn install(hub: &mut Hub, env: &str, channel: Option<&str>) {
     ));
 }
 
-fn policy(hub: &mut Hub, scope: PolicyScope, spec: ApprovalPolicySpec) {
-    hub.ok(as_(
-        "root",
-        Command::SetApprovalPolicy {
-            scope,
-            policy: Some(spec),
-        },
-    ));
-}
-
 fn env_scope(env: &str) -> PolicyScope {
     PolicyScope::Environment(env.into())
 }
@@ -125,15 +90,7 @@ fn approve(who: &str, cr: &str) -> Command {
 /// module published at 0.1.0 and installed in stage and prod.
 fn hub_with_installations() -> Hub {
     let mut hub = Hub::new();
-    hub.ok(as_(
-        "root",
-        Command::BindRole {
-            identity: id("root"),
-            role: Role::Admin,
-            environments: BTreeSet::new(),
-            products: BTreeSet::new(),
-        },
-    ));
+    bind(&mut hub, "root", Role::Admin, &[]);
     hub.env("stage");
     hub.env("prod");
     bind(&mut hub, "mo", Role::ModuleEditor, &[]);
@@ -188,7 +145,7 @@ fn minor_updates_are_automatic_in_stage_and_need_two_approvers_in_prod() {
         .change_request_approval(&cr)
         .expect("policy recorded");
     assert_eq!(record.approvals.policy.source, Some(env_scope("prod")));
-    assert_eq!(record.approvals.requester, Some(id("mo")));
+    assert_eq!(record.approvals.requester, Some(operator("mo")));
     assert_eq!(
         record.approvals.outstanding_text(),
         "2 more: approver on prod"
@@ -280,7 +237,7 @@ fn required_groups_self_approval_and_expiry_on_change_requests() {
         "root",
         Command::SetApproverGroup {
             name: "compliance".into(),
-            members: [id("carl")].into_iter().collect(),
+            members: [operator("carl")].into_iter().collect(),
         },
     ));
     policy(

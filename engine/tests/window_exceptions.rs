@@ -5,8 +5,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
-
+use common::actors::*;
 use common::*;
 use hub_engine::access::Role;
 use hub_engine::approval::{ApprovalPolicySpec, GroupRequirement, PolicyScope};
@@ -15,58 +14,17 @@ use hub_engine::evaluate::{ConstraintKind, Evaluation};
 use hub_engine::suppression::Scope;
 use hub_engine::window_exception::ExceptionStatus;
 use hub_engine::{Command, CommandError, CommandOutput};
-use hub_identity::Identity;
 
 const WEB: &str = "com.example:web";
 /// Closed at T0 (a Monday at midnight).
 const WEDNESDAY: &str = "WEDNESDAY/10:00-WEDNESDAY/12:00";
-
-fn id(name: &str) -> Identity {
-    Identity::parse(&format!("operator/{name}")).unwrap()
-}
-
-/// `command` as the node proposes it for verified operator `who`: actor stamped, wrapped.
-fn as_(who: &str, mut command: Command) -> Command {
-    command.stamp_actor(&id(who).to_string());
-    Command::As {
-        actor: id(who),
-        command: Box::new(command),
-    }
-}
-
-fn bind(hub: &mut Hub, who: &str, role: Role, scope: &[&str]) {
-    let set: BTreeSet<String> = scope.iter().map(|s| s.to_string()).collect();
-    let (environments, products) = match role {
-        Role::ProductEditor => (BTreeSet::new(), set),
-        _ => (set, BTreeSet::new()),
-    };
-    hub.ok(as_(
-        "root",
-        Command::BindRole {
-            identity: id(who),
-            role,
-            environments,
-            products,
-        },
-    ));
-}
 
 fn group(hub: &mut Hub, name: &str, members: &[&str]) {
     hub.ok(as_(
         "root",
         Command::SetApproverGroup {
             name: name.into(),
-            members: members.iter().map(|m| id(m)).collect(),
-        },
-    ));
-}
-
-fn policy(hub: &mut Hub, scope: PolicyScope, spec: ApprovalPolicySpec) {
-    hub.ok(as_(
-        "root",
-        Command::SetApprovalPolicy {
-            scope,
-            policy: Some(spec),
+            members: members.iter().map(|m| operator(m)).collect(),
         },
     ));
 }
@@ -79,15 +37,7 @@ fn prod() -> PolicyScope {
 /// prod, `ann` and `bob` approve in prod, `vic` only views, `pat` edits product web.
 fn hub_with_window() -> (Hub, String) {
     let mut hub = Hub::new();
-    hub.ok(as_(
-        "root",
-        Command::BindRole {
-            identity: id("root"),
-            role: Role::Admin,
-            environments: BTreeSet::new(),
-            products: BTreeSet::new(),
-        },
-    ));
+    bind(&mut hub, "root", Role::Admin, &[]);
     hub.env("prod");
     hub.product(WEB);
     hub.publish(WEB, "1.0.0", &[]);
@@ -363,7 +313,7 @@ fn policies_and_groups_naming_what_does_not_exist_are_refused() {
         "root",
         Command::SetApproverGroup {
             name: "compliance".into(),
-            members: [id("ann"), id("zed")].into_iter().collect(),
+            members: [operator("ann"), operator("zed")].into_iter().collect(),
         },
     ));
     assert_eq!(

@@ -292,6 +292,38 @@ fn the_leaders_and_agents_commands_need_their_own_identities() {
     assert!(h.by(&Identity::Agent("prod".into()), sampled).is_ok());
 }
 
+/// Issue 55, item 6: the hub-wide config-tracking switch decides for every canary of every
+/// environment, so only an admin turns it; an operator of every environment and a viewer are
+/// refused by the node's check and at apply, and the settings stay as they were.
+#[test]
+fn only_an_admin_turns_canary_config_tracking() {
+    let mut h = hub();
+    let root = op("root");
+    let (bob, vera) = (op("bob"), op("vera"));
+    h.by(&root, bind(&bob, Role::EnvironmentOperator, &["*"], &[]))
+        .unwrap();
+    h.by(&root, bind(&vera, Role::Viewer, &[], &[])).unwrap();
+    let off = Command::SetCanaryConfigTracking { enabled: false };
+    assert!(h.state.cluster_settings().canary_config_tracking);
+    for who in [&bob, &vera] {
+        assert!(authorize(&h.state, who, &off).is_err(), "{who}");
+        let before = content(&h.state);
+        let m = denied(h.by(who, off.clone()));
+        assert_eq!(
+            m,
+            format!("{who} may not SetCanaryConfigTracking: needs admin")
+        );
+        assert!(
+            content(&h.state) == before,
+            "{who}: a refusal changes nothing"
+        );
+        assert!(h.state.cluster_settings().canary_config_tracking, "{who}");
+    }
+    // The admin's own entry does turn it off: the refusals above were of the actor.
+    h.by(&root, off).unwrap();
+    assert!(!h.state.cluster_settings().canary_config_tracking);
+}
+
 #[test]
 fn the_last_admin_cannot_be_unbound() {
     let mut h = hub();

@@ -14,7 +14,9 @@ use crate::approval::{
 use crate::command::CommandOutput;
 use crate::error::CommandError;
 use crate::evaluate::format_time;
-use crate::name::validate_name;
+use crate::name::{
+    validate_channel_name, validate_installation_id, validate_name, validate_product_id,
+};
 use crate::product::is_builtin_channel;
 use crate::state::State;
 use crate::TimestampMs;
@@ -41,7 +43,10 @@ impl State {
         if members.is_empty() || members.len() > MAX_GROUP_MEMBERS {
             return Err(CommandError::invalid(
                 "members",
-                format!("1 to {MAX_GROUP_MEMBERS} identities"),
+                format!(
+                    "{} identities; 1 to {MAX_GROUP_MEMBERS} allowed",
+                    members.len()
+                ),
             ));
         }
         if let Some(m) = members
@@ -96,6 +101,7 @@ impl State {
         name: &str,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
+        validate_name("name", name)?;
         if !self.approver_groups.contains_key(name) {
             return Err(not_found("approver group", name));
         }
@@ -159,6 +165,11 @@ impl State {
         policy: &Option<ApprovalPolicySpec>,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
+        match scope {
+            PolicyScope::Environment(e) => validate_name("scope", e)?,
+            PolicyScope::Product(p) => validate_product_id("scope", p)?,
+            PolicyScope::Installation(i) => validate_installation_id("scope", i)?,
+        }
         let exists = match scope {
             PolicyScope::Environment(e) => self.environments.contains_key(e),
             PolicyScope::Product(p) => self.products.contains_key(p),
@@ -215,12 +226,16 @@ impl State {
         if spec.required_groups.len() > MAX_REQUIRED_GROUPS {
             return Err(CommandError::invalid(
                 "required_groups",
-                format!("at most {MAX_REQUIRED_GROUPS} groups"),
+                format!(
+                    "{} groups; at most {MAX_REQUIRED_GROUPS} allowed",
+                    spec.required_groups.len()
+                ),
             ));
         }
         let mut seen = BTreeSet::new();
         for (i, g) in spec.required_groups.iter().enumerate() {
             let field = format!("required_groups[{i}]");
+            validate_name(&format!("{field}.group"), &g.group)?;
             if !seen.insert(g.group.as_str()) {
                 return Err(CommandError::invalid(
                     &format!("{field}.group"),
@@ -267,6 +282,7 @@ impl State {
         }
         let modules = !matches!(scope, PolicyScope::Product(_));
         if let Some(c) = &spec.default_channel {
+            validate_channel_name("default_channel", c)?;
             if !modules {
                 return Err(CommandError::invalid(
                     "default_channel",

@@ -1,9 +1,11 @@
 //! The release catalog: products, releases, custom channels and recalls.
 
+use semver::Version;
+
 use crate::artifact::validate_artifact_uri;
 use crate::command::{CommandOutput, WindowSpec};
 use crate::error::CommandError;
-use crate::name::validate_product_id;
+use crate::name::{validate_channel_name, validate_product_id};
 use crate::product::{is_builtin_channel, Channel, Product, Recall, Release};
 use crate::release::parse_manifest;
 use crate::state::{State, Trigger};
@@ -130,7 +132,7 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         let now = tx.now;
-        validate_channel_name(name)?;
+        validate_channel_name("name", name)?;
         check_text("description", description, false)?;
         if is_builtin_channel(name) || self.channels.contains_key(name) {
             return Err(CommandError::AlreadyExists {
@@ -149,6 +151,27 @@ impl State {
         Ok(changed(name.to_string(), format!("channel {name} created")))
     }
 
+    /// The version a command adds to custom channel `channel` or removes from it, parsed;
+    /// refused when the channel is built in (`builtin` says why it takes no members), does not
+    /// exist, or `version` is not a semantic version.
+    pub(super) fn custom_channel_version(
+        &self,
+        channel: &str,
+        version: &str,
+        builtin: &str,
+    ) -> Result<Version, CommandError> {
+        if is_builtin_channel(channel) {
+            return Err(CommandError::invalid(
+                "channel",
+                format!("{channel} is built in: {builtin}"),
+            ));
+        }
+        if !self.channels.contains_key(channel) {
+            return Err(not_found("channel", channel));
+        }
+        parse_version("version", version)
+    }
+
     /// `SetReleaseChannel`: adds a release to, or removes it from, a custom channel.
     pub(super) fn set_release_channel(
         &mut self,
@@ -158,16 +181,11 @@ impl State {
         member: bool,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
-        if is_builtin_channel(channel) {
-            return Err(CommandError::invalid(
-                "channel",
-                format!("{channel} is built in: its releases follow from their version"),
-            ));
-        }
-        if !self.channels.contains_key(channel) {
-            return Err(not_found("channel", channel));
-        }
-        let v = parse_version("version", version)?;
+        let v = self.custom_channel_version(
+            channel,
+            version,
+            "its releases follow from their version",
+        )?;
         if !self.products.contains_key(product_id) {
             return Err(not_found("product", product_id));
         }
@@ -254,23 +272,5 @@ impl State {
         tx.triggers
             .push(Trigger::Product(recall.product_id.clone()));
         Ok(changed(id.to_string(), format!("recall {id} withdrawn")))
-    }
-}
-
-/// Validates a custom channel name: upper-case letters, digits and `_`, 1–64 characters.
-fn validate_channel_name(name: &str) -> Result<(), CommandError> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name.starts_with(|c: char| c.is_ascii_uppercase())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(CommandError::invalid(
-            "name",
-            format!("{name:?} must be 1-64 of A-Z, 0-9 and '_', starting with a letter"),
-        ))
     }
 }

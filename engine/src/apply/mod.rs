@@ -63,6 +63,7 @@ use hub_identity::Identity;
 use semver::Version;
 
 use crate::command::{Command, CommandOutput, Request, WindowSpec};
+use crate::entity::MAX_ENTITY_ID_LEN;
 use crate::error::CommandError;
 use crate::record::{AuditEntry, RecordKey, RequestRecord};
 use crate::state::{Applied, HistoryWrite, State, Trigger, REQUEST_TTL_MS};
@@ -604,6 +605,23 @@ pub(crate) fn check_text(field: &str, text: &str, required: bool) -> Result<(), 
         ));
     }
     Ok(())
+}
+
+/// Checks that `scope` could name an environment or an entity (a name as
+/// [`crate::name::validate_name`] takes, an id shorter than [`MAX_ENTITY_ID_LEN`]) before it is
+/// looked up.
+pub(crate) fn check_scope_name(field: &str, scope: &Scope) -> Result<(), CommandError> {
+    match scope {
+        Scope::Environment(env) => crate::name::validate_name(field, env),
+        Scope::Entity(id) if id.len() >= MAX_ENTITY_ID_LEN => Err(CommandError::invalid(
+            field,
+            format!(
+                "{} characters; entity ids are shorter than {MAX_ENTITY_ID_LEN}",
+                id.len()
+            ),
+        )),
+        Scope::Entity(_) => Ok(()),
+    }
 }
 
 /// The error for a missing `kind` named `name`.

@@ -4,19 +4,22 @@
 
 use semver::Version;
 
+use crate::approval::MAX_MODULE_VERSION_LEN;
 use crate::command::CommandOutput;
 use crate::error::CommandError;
 use crate::installation::PublishedModule;
 use crate::module_channel::{InstallationChannel, ModuleChannels};
+use crate::name::{validate_channel_name, validate_installation_id, validate_len, validate_name};
 use crate::product::is_builtin_channel;
 use crate::state::State;
 
 use super::modules::check_actor;
-use super::{changed, not_found, parse_version, Tx};
+use super::{changed, not_found, Tx};
 
 impl State {
     /// Refuses a channel that is neither built in nor created.
     pub(super) fn require_channel(&self, field: &str, channel: &str) -> Result<(), CommandError> {
+        validate_channel_name(field, channel)?;
         if is_builtin_channel(channel) || self.channels.contains_key(channel) {
             Ok(())
         } else {
@@ -36,16 +39,10 @@ impl State {
         member: bool,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
-        if is_builtin_channel(channel) {
-            return Err(CommandError::invalid(
-                "channel",
-                format!("{channel} is built in: every module version is on it"),
-            ));
-        }
-        if !self.channels.contains_key(channel) {
-            return Err(not_found("channel", channel));
-        }
-        let v = parse_version("version", version)?;
+        validate_name("module", module)?;
+        validate_len("version", version, MAX_MODULE_VERSION_LEN)?;
+        validate_channel_name("channel", channel)?;
+        let v = self.custom_channel_version(channel, version, "every module version is on it")?;
         let key = PublishedModule::key_name(module, &v);
         if self.module(module, &v).is_none() {
             return Err(not_found("module version", &key));
@@ -156,11 +153,8 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         check_actor(actor)?;
-        let inst = self
-            .installations
-            .get(id)
-            .ok_or_else(|| not_found("module installation", id))?;
-        let module = inst.module.clone();
+        validate_installation_id("installation", id)?;
+        let module = self.require_installation(id)?.module.clone();
         match channel {
             Some(c) => {
                 self.require_channel("channel", c)?;

@@ -10,7 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use semver::Version;
 
 use crate::access::ApprovalTarget;
-use crate::approval::{ApprovalPolicy, Approvers, ChangeRequestApproval, SemverPart, UpdateChange};
+use crate::approval::{
+    ApprovalPolicy, Approvers, ChangeRequestApproval, SemverPart, UpdateChange,
+    MAX_MODULE_VERSION_LEN,
+};
 use crate::command::CommandOutput;
 use crate::entity::{
     Entity, EntityId, EntityIdentity, EntityKind, DEFAULT_RELEASE_CHANNEL, MAX_ENTITY_ID_LEN,
@@ -25,7 +28,7 @@ use crate::module::{
     ParsedDefinition, RenderError, RenderedEntity, SyncMode, UnmanageAfterUninstall,
 };
 use crate::module_channel::{InstallationChannel, ModuleChannels};
-use crate::name::{validate_name, validate_product_id};
+use crate::name::{validate_len, validate_name, validate_product_id};
 use crate::state::{State, Trigger};
 
 use super::{changed, not_found, Tx};
@@ -126,17 +129,30 @@ pub(super) struct NewInstallation<'a> {
     pub(super) actor: &'a str,
 }
 
+impl NewInstallation<'_> {
+    /// Refuses a field that is malformed or over its budget, before anything is looked up.
+    fn check(&self) -> Result<(), CommandError> {
+        check_actor(self.actor)?;
+        check_variables(self.variables.iter().map(|(k, v)| (k, Some(v))))?;
+        validate_name("environment", self.environment)?;
+        validate_name("module", self.module)?;
+        match self.version {
+            Some(v) => validate_len("version", v, MAX_MODULE_VERSION_LEN),
+            None => Ok(()),
+        }
+    }
+}
+
 impl State {
-    /// `RejectChangeRequest`: closes a pending change request without applying it.
-    pub(super) fn reject_change_request(
-        &mut self,
-        id: &str,
-        actor: &str,
-        reason: &str,
-        tx: &mut Tx,
-    ) -> Result<CommandOutput, CommandError> {
-        let now = tx.now;
-        check_actor(actor)?;
+    /// Module installation `id`, or a not-found error.
+    pub(super) fn require_installation(&self, id: &str) -> Result<&Installation, CommandError> {
+        self.installations
+            .get(id)
+            .ok_or_else(|| not_found("module installation", id))
+    }
+
+    /// Change request `id`, if it is still pending approval.
+    fn pending_change_request(&self, id: &str) -> Result<&ChangeRequest, CommandError> {
         let cr = self
             .change_requests
             .get(id)
@@ -147,6 +163,20 @@ impl State {
                 cr.status.as_str()
             )));
         }
+        Ok(cr)
+    }
+
+    /// `RejectChangeRequest`: closes a pending change request without applying it.
+    pub(super) fn reject_change_request(
+        &mut self,
+        id: &str,
+        actor: &str,
+        reason: &str,
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let now = tx.now;
+        check_actor(actor)?;
+        self.pending_change_request(id)?;
         if let Some(record) = self.change_request_approvals.get(id) {
             let what = ApprovalTarget::ChangeRequest(id.to_string());
             self.check_rejection(&what, &record.approvals, tx)?;
@@ -290,6 +320,7 @@ impl State {
         new: NewInstallation<'_>,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
+        new.check()?;
         let NewInstallation {
             environment,
             module,
@@ -299,8 +330,6 @@ impl State {
             actor,
         } = new;
         let now = tx.now;
-        check_actor(actor)?;
-        check_variables(variables.iter().map(|(k, v)| (k, Some(v))))?;
         if !self.environments.contains_key(environment) {
             return Err(not_found("environment", environment));
         }
@@ -387,11 +416,7 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         check_variables(variables.iter().map(|(k, v)| (k, v.as_ref())))?;
-        let mut inst = self
-            .installations
-            .get(id)
-            .cloned()
-            .ok_or_else(|| not_found("module installation", id))?;
+        let mut inst = self.require_installation(id)?.clone();
         for (name, value) in variables {
             match value {
                 Some(v) => {
@@ -433,10 +458,7 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         check_actor(actor)?;
-        let inst = self
-            .installations
-            .get(id)
-            .ok_or_else(|| not_found("module installation", id))?;
+        let inst = self.require_installation(id)?;
         if inst.paused == paused {
             return Err(CommandError::FailedPrecondition(format!(
                 "module updates of {id} are already {}",
@@ -488,11 +510,7 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         check_actor(actor)?;
-        let inst = self
-            .installations
-            .get(id)
-            .cloned()
-            .ok_or_else(|| not_found("module installation", id))?;
+        let inst = self.require_installation(id)?.clone();
         self.cancel_open_change_requests(id, "installation unlinked", tx);
         for entity in inst.entities.keys() {
             self.release_ownership(entity, &inst.module, tx);
@@ -520,17 +538,7 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         check_actor(actor)?;
-        let cr = self
-            .change_requests
-            .get(id)
-            .cloned()
-            .ok_or_else(|| not_found("change request", id))?;
-        if !cr.status.is_open() {
-            return Err(CommandError::FailedPrecondition(format!(
-                "change request {id} is {}, not pending approval",
-                cr.status.as_str()
-            )));
-        }
+        let cr = self.pending_change_request(id)?.clone();
         // Opened without a policy: one approver of the environment merges it (SPEC M9).
         let Some(mut record) = self.change_request_approvals.get(id).cloned() else {
             let out = self.merge_change_request(&cr, actor, tx)?;
@@ -580,11 +588,7 @@ impl State {
     ) -> Result<CommandOutput, CommandError> {
         let now = tx.now;
         let id = &cr.id;
-        let mut inst = self
-            .installations
-            .get(&cr.installation)
-            .cloned()
-            .ok_or_else(|| not_found("module installation", &cr.installation))?;
+        let mut inst = self.require_installation(&cr.installation)?.clone();
         if inst.paused {
             return Err(CommandError::FailedPrecondition(format!(
                 "module updates of {} are paused",

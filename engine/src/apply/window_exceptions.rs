@@ -3,10 +3,11 @@
 //! opens. Each step is audited, and for an entity also noted on its Activity.
 
 use crate::access::ApprovalTarget;
-use crate::approval::{Approvers, PolicyScope};
+use crate::approval::{Approvers, PolicyScope, MAX_REQUEST_ID_LEN};
 use crate::command::CommandOutput;
 use crate::error::CommandError;
 use crate::evaluate::format_time;
+use crate::name::validate_len;
 use crate::settings::WindowOverride;
 use crate::state::State;
 use crate::suppression::Scope;
@@ -14,7 +15,7 @@ use crate::window_exception::{ExceptionStatus, WindowException, MAX_PENDING_PER_
 use crate::TimestampMs;
 
 use super::approvals::actor_text;
-use super::{changed, check_text, not_found, Tx};
+use super::{changed, check_scope_name, check_text, not_found, Tx};
 
 /// Most live window overrides per scope (as `AddWindowOverride`).
 const MAX_LIVE_OVERRIDES: usize = 32;
@@ -60,6 +61,7 @@ impl State {
     ) -> Result<CommandOutput, CommandError> {
         let now = tx.now;
         check_text("reason", reason, true)?;
+        check_scope_name("scope", scope)?;
         if end_ms <= start_ms {
             return Err(CommandError::invalid("end", "must be after start"));
         }
@@ -220,6 +222,7 @@ impl State {
 
     /// Window exception `id`, if it is still pending.
     fn pending_exception(&self, id: &str) -> Result<&WindowException, CommandError> {
+        validate_len("id", id, MAX_REQUEST_ID_LEN)?;
         let w = self
             .window_exceptions
             .get(id)

@@ -1,7 +1,10 @@
 //! Shared helpers for the orchestration and property tests: a [`Hub`] that applies commands
 //! through the public API (checking determinism and persistence on every apply), builders for
-//! environments, products, releases and entities, a leader step and an agent.
+//! environments, products, releases and entities, a leader step and an agent; in [`actors`],
+//! commands as verified operators propose them.
 #![allow(dead_code)]
+
+pub mod actors;
 
 use std::collections::BTreeMap;
 
