@@ -707,6 +707,19 @@ pub enum Command {
         /// Add (`true`) or remove.
         member: bool,
     },
+    /// Create or update a Flagger MetricTemplate (issue 52 item 3); the canaries that
+    /// reference it get its new query.
+    ApplyMetricTemplate {
+        /// The environment, when the resource's `metadata.namespace` does not name it.
+        environment: Option<String>,
+        /// The resource (YAML).
+        yaml: String,
+    },
+    /// Delete a MetricTemplate that no canary references.
+    DeleteMetricTemplate {
+        /// `<environment>/<name>`.
+        id: String,
+    },
 }
 
 wire_tags! {
@@ -779,6 +792,8 @@ wire_tags! {
         InstallModuleOnChannel = 65,
         SetInstallationChannel = 66,
         SetModuleChannel = 67,
+        ApplyMetricTemplate = 68,
+        DeleteMetricTemplate = 69,
     }
     retired []
 }
@@ -937,6 +952,8 @@ impl Command {
             Command::InstallModuleOnChannel { .. } => "install_module_on_channel",
             Command::SetInstallationChannel { .. } => "set_installation_channel",
             Command::SetModuleChannel { .. } => "set_module_channel",
+            Command::ApplyMetricTemplate { .. } => "apply_metric_template",
+            Command::DeleteMetricTemplate { .. } => "delete_metric_template",
             Command::As { command, .. } => command.kind(),
         }
     }
@@ -1015,7 +1032,9 @@ impl Command {
             | Command::SetApproverGroup { .. }
             | Command::DeleteApproverGroup { .. }
             | Command::SetApprovalPolicy { .. }
-            | Command::SetModuleChannel { .. } => return,
+            | Command::SetModuleChannel { .. }
+            | Command::ApplyMetricTemplate { .. }
+            | Command::DeleteMetricTemplate { .. } => return,
             Command::As { command, .. } => return command.stamp_actor(who),
         };
         *actor = who.to_string();

@@ -14,7 +14,8 @@
 //!    [`environment`], [`entity`], [`product`] and [`release`] (the catalog), [`window`]
 //!    and [`settings`], [`suppression`], [`plan`], [`activity`], [`installation`] and
 //!    [`module`] (module definitions, rendering), [`canary`] (the Flagger-style phase
-//!    machine and the types of canary rollouts) and [`canary_record`], [`cluster_key`],
+//!    machine and the types of canary rollouts) and [`canary_record`], [`metric_template`]
+//!    (Flagger's MetricTemplates, which canary metrics reference), [`cluster_key`],
 //!    [`role`], [`audit`] and [`token`] (who may act, what they did, operator tokens),
 //!    [`labels`] (environment labels), [`rollout_policy`] (a product's waves, parsed from
 //!    YAML) and [`rollout`] (the committed progress of a release's rollout: soak ends,
@@ -123,6 +124,7 @@ pub mod evaluate;
 pub mod installation;
 pub mod labels;
 pub mod leader;
+pub mod metric_template;
 pub mod module;
 pub mod module_channel;
 pub mod name;

@@ -16,6 +16,7 @@ use crate::cluster_members::{ClusterMembers, CLUSTER_MEMBERS_KEY};
 use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::labels::EnvironmentLabels;
+use crate::metric_template::MetricTemplate;
 use crate::module_channel::{InstallationChannel, ModuleChannels};
 use crate::never_healthy::NeverHealthy;
 use crate::role::RoleBinding;
@@ -119,6 +120,8 @@ pub enum RecordKey {
     InstallationChannel(String),
     /// The custom channels of a module version, by `name@version`.
     ModuleChannels(String),
+    /// A metric template, by `<environment>/<name>`.
+    MetricTemplate(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -160,6 +163,7 @@ const TAG_CHANGE_REQUEST_APPROVAL: u8 = 36;
 const TAG_WINDOW_EXCEPTION: u8 = 37;
 const TAG_INSTALLATION_CHANNEL: u8 = 38;
 const TAG_MODULE_CHANNELS: u8 = 39;
+const TAG_METRIC_TEMPLATE: u8 = 40;
 
 /// Where the records under a key live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,7 +218,8 @@ impl RecordKey {
             | RecordKey::ChangeRequestApproval(_)
             | RecordKey::WindowException(_)
             | RecordKey::InstallationChannel(_)
-            | RecordKey::ModuleChannels(_) => Residence::State,
+            | RecordKey::ModuleChannels(_)
+            | RecordKey::MetricTemplate(_) => Residence::State,
         }
     }
 
@@ -260,6 +265,7 @@ impl RecordKey {
             RecordKey::WindowException(n) => (TAG_WINDOW_EXCEPTION, n),
             RecordKey::InstallationChannel(n) => (TAG_INSTALLATION_CHANNEL, n),
             RecordKey::ModuleChannels(n) => (TAG_MODULE_CHANNELS, n),
+            RecordKey::MetricTemplate(n) => (TAG_METRIC_TEMPLATE, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -311,6 +317,7 @@ impl RecordKey {
             TAG_WINDOW_EXCEPTION => Some(RecordKey::WindowException(name)),
             TAG_INSTALLATION_CHANNEL => Some(RecordKey::InstallationChannel(name)),
             TAG_MODULE_CHANNELS => Some(RecordKey::ModuleChannels(name)),
+            TAG_METRIC_TEMPLATE => Some(RecordKey::MetricTemplate(name)),
             _ => None,
         }
     }
@@ -416,6 +423,8 @@ pub enum Record {
     InstallationChannel(InstallationChannel),
     /// See [`ModuleChannels`].
     ModuleChannels(ModuleChannels),
+    /// See [`MetricTemplate`].
+    MetricTemplate(MetricTemplate),
 }
 
 wire_tags! {
@@ -459,6 +468,7 @@ wire_tags! {
         WindowException = 36,
         InstallationChannel = 37,
         ModuleChannels = 38,
+        MetricTemplate = 39,
     }
     retired []
 }
@@ -573,6 +583,7 @@ impl Record {
             Record::ModuleChannels(m) => {
                 RecordKey::ModuleChannels(ModuleChannels::key_name(&m.module, &m.version))
             }
+            Record::MetricTemplate(t) => RecordKey::MetricTemplate(t.id.clone()),
         }
     }
 }
@@ -623,6 +634,7 @@ mod tests {
             RecordKey::WindowException("wx-9".into()),
             RecordKey::InstallationChannel("prod/control-plane-module".into()),
             RecordKey::ModuleChannels("control-plane-module@0.2.0".into()),
+            RecordKey::MetricTemplate("prod/latency".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

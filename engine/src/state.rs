@@ -164,6 +164,8 @@ pub struct State {
     pub(crate) installation_channels: Table<crate::module_channel::InstallationChannel>,
     /// Custom channels of module versions, by `name@version`.
     pub(crate) module_channels: Table<crate::module_channel::ModuleChannels>,
+    /// Metric templates, by `<environment>/<name>`.
+    pub(crate) metric_templates: Table<crate::metric_template::MetricTemplate>,
     pub(crate) idx: Indexes,
 }
 
@@ -220,6 +222,7 @@ impl State {
                 RecordKey::Plan(id) => self.check_plan(id),
                 RecordKey::PlanOutcome(id) => self.check_plan_outcome(id),
                 RecordKey::Canary(id) => self.check_canary(id),
+                RecordKey::MetricTemplate(id) => self.check_metric_template(id),
                 RecordKey::Installation(id) => self.check_installation(id),
                 RecordKey::Environment(_)
                 | RecordKey::Request(_)
@@ -554,10 +557,40 @@ impl State {
                     "canary {id}: the canary index of {} disagrees",
                     c.entity
                 );
+                for t in c.spec.metric_templates() {
+                    assert!(
+                        self.metric_templates.contains_key(t),
+                        "canary {id}: metric template {t} missing"
+                    );
+                }
             }
             None => assert!(
                 !self.canaries.index().of_entity.values().any(|c| c == id),
                 "canary {id}: removed but still indexed"
+            ),
+        }
+    }
+
+    /// A metric template belongs to an existing environment under its id; a removed one is
+    /// referenced by no canary.
+    fn check_metric_template(&self, id: &str) {
+        match self.metric_templates.get(id) {
+            Some(t) => {
+                assert_eq!(
+                    crate::metric_template::MetricTemplate::id_of(&t.environment, &t.name),
+                    id,
+                    "metric template {id}: id disagrees"
+                );
+                assert!(
+                    self.environments.contains_key(&t.environment),
+                    "metric template {id}: environment missing"
+                );
+            }
+            None => assert!(
+                self.canaries
+                    .values()
+                    .all(|c| c.spec.metric_templates().all(|t| t != id)),
+                "metric template {id}: removed while a canary references it"
             ),
         }
     }
@@ -1028,6 +1061,26 @@ impl State {
         spec.skip_analysis |= skip;
         spec.namespace.get_or_insert_with(|| c.environment.clone());
         Cow::Owned(spec)
+    }
+
+    /// Metric template `name` of `environment` (issue 52 item 3).
+    pub fn metric_template(
+        &self,
+        environment: &str,
+        name: &str,
+    ) -> Option<&crate::metric_template::MetricTemplate> {
+        self.metric_templates
+            .get(&crate::metric_template::MetricTemplate::id_of(
+                environment,
+                name,
+            ))
+    }
+
+    /// Every metric template, by id.
+    pub fn metric_templates(
+        &self,
+    ) -> impl Iterator<Item = &crate::metric_template::MetricTemplate> {
+        self.metric_templates.values()
     }
 
     /// The hub's settings (the defaults until one is set).

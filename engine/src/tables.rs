@@ -24,6 +24,7 @@ use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::environment::Environment;
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::labels::EnvironmentLabels;
+use crate::metric_template::MetricTemplate;
 use crate::module_channel::{InstallationChannel, ModuleChannels};
 use crate::never_healthy::NeverHealthy;
 use crate::plan::Plan;
@@ -93,6 +94,7 @@ named_rows! {
     WindowException => WindowException, |w| w.id.clone(), ();
     InstallationChannel => InstallationChannel, |c| c.installation.clone(), ();
     ModuleChannels => ModuleChannels, |m| ModuleChannels::key_name(&m.module, &m.version), ();
+    MetricTemplate => MetricTemplate, |t| t.id.clone(), ();
 }
 
 lookups_index! {
@@ -605,6 +607,7 @@ state_tables! {
     change_request_approvals: ChangeRequestApproval,
     window_exceptions: WindowException,
     installation_channels: InstallationChannel,
-    module_channels: ModuleChannels;
+    module_channels: ModuleChannels,
+    metric_templates: MetricTemplate;
     not_in_state: ActivityV1, ActivityLine, FinishedPlan,
 }

@@ -64,6 +64,8 @@ pub enum Document {
     CanaryResource,
     /// A rollout policy (`ApplyRolloutPolicy`).
     RolloutPolicy,
+    /// A metric template resource (`ApplyMetricTemplate`).
+    MetricTemplate,
     /// A module definition (`PublishModule`, the `module_dry_run` query).
     ModuleDefinition,
     /// Config overrides: a module's `configOverrides` or `installConfigOverrides` text, or
@@ -78,6 +80,7 @@ impl Document {
             Document::ReleaseManifest => "release manifest",
             Document::CanaryResource => "canary resource",
             Document::RolloutPolicy => "rollout policy",
+            Document::MetricTemplate => "metric template",
             Document::ModuleDefinition => "module definition",
             Document::ConfigOverrides => "config overrides",
         }

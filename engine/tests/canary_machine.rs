@@ -1475,7 +1475,7 @@ proptest! {
                     (_, None) => None,
                     (MetricSource::RequestSuccessRate, Some(p)) => Some(i64::from(p) * 1_000),
                     (MetricSource::RequestDuration, Some(p)) => Some(if p > 50 { 100_000 } else { 900_000 }),
-                    (MetricSource::Prometheus { .. }, Some(p)) => Some(i64::from(p) * 1_000),
+                    (MetricSource::Prometheus { .. } | MetricSource::Template { .. }, Some(p)) => Some(i64::from(p) * 1_000),
                 };
                 input.metrics.insert(q.name.clone(), value);
             }

@@ -49,6 +49,7 @@ use hub_engine::canary::{
     Baseline, Direction, Histogram, Judge, MetricSamples, SampleWindow, Verdict, WorkloadSamples,
 };
 use hub_engine::canary::{CanaryObservation, CanaryRevision, CanaryStepSpec, MetricWindow};
+use hub_engine::canary::{MetricProvider, MetricTemplateSpec, ProviderKind};
 use hub_engine::canary_history::{CanaryHistory, CanarySample};
 use hub_engine::canary_judging::{CanaryJudging, JudgeResult, JudgedMetric};
 use hub_engine::canary_record::Canary;
@@ -64,6 +65,7 @@ use hub_engine::installation::{
     ChangeRequest, ChangeRequestStatus, Installation, ManagedEntity, PublishedModule,
 };
 use hub_engine::labels::EnvironmentLabels;
+use hub_engine::metric_template::MetricTemplate;
 use hub_engine::module::{
     Constraint, EntityOverride, EntityTemplate, KeyPath, ModuleConfig, ModuleDefinition,
     MultikeySecret, Restrictions, SubmoduleRef, SyncMode, Uninstall, Variable,
@@ -587,7 +589,25 @@ fn commands() -> Vec<Command> {
             channel: s("STABLE"),
             member: true,
         },
+        Command::ApplyMetricTemplate {
+            environment: Some(s("flagger")),
+            yaml: s("kind: MetricTemplate\nmetadata: {name: latency}\n"),
+        },
+        Command::DeleteMetricTemplate {
+            id: s("flagger/error-rate"),
+        },
     ]
+}
+
+/// A metric template's provider with every field set, each to a distinct value.
+fn metric_provider() -> MetricProvider {
+    MetricProvider {
+        kind: ProviderKind::Prometheus,
+        address: s("https://prometheus.flagger:9090"),
+        secret_ref: Some(s("prom-auth")),
+        insecure_skip_verify: true,
+        headers: BTreeMap::from([(s("X-Scope-OrgID"), vec![s("tenant-1"), s("tenant-2")])]),
+    }
 }
 
 fn sample_window() -> SampleWindow {
@@ -1373,6 +1393,18 @@ fn records() -> Vec<Record> {
             version: v("0.2.0"),
             channels: BTreeSet::from([s("STABLE"), s("BETA")]),
         }),
+        Record::MetricTemplate(MetricTemplate {
+            id: s("flagger/latency"),
+            environment: s("flagger"),
+            name: s("latency"),
+            spec: MetricTemplateSpec {
+                provider: metric_provider(),
+                query: s("histogram_quantile(0.99, x{ns=\"{{ namespace }}\"}[{{ interval }}])"),
+            },
+            yaml: s("kind: MetricTemplate\n"),
+            created_ms: T0 + 38,
+            updated_ms: T0 + 39,
+        }),
     ]
 }
 
@@ -2132,6 +2164,31 @@ fn nested_goldens() -> Vec<Golden> {
             ),
             Limit::Snapshot,
         ),
+        // Issue 52 item 3: a canary metric rendered from a MetricTemplate (MetricSource's
+        // new last variant) and the provider types the record sample does not use.
+        golden(
+            s("nested-issue52.bin"),
+            (
+                vec![MetricSource::Template {
+                    template: s("flagger/latency"),
+                    provider: metric_provider(),
+                    query: s("histogram_quantile(0.99, x{ns=\"prod\"}[1m])"),
+                }],
+                vec![
+                    ProviderKind::Influxdb,
+                    ProviderKind::Datadog,
+                    ProviderKind::ExternalMetrics,
+                    ProviderKind::Stackdriver,
+                    ProviderKind::Cloudwatch,
+                    ProviderKind::Newrelic,
+                    ProviderKind::Graphite,
+                    ProviderKind::Dynatrace,
+                    ProviderKind::Keptn,
+                    ProviderKind::Splunk,
+                ],
+            ),
+            Limit::Snapshot,
+        ),
     ]
 }
 
@@ -2197,6 +2254,7 @@ fn nested_enums() -> BTreeMap<&'static str, Vec<&'static str>> {
         ("SemverPart", declared_variants::<SemverPart>()),
         ("Approvers", declared_variants::<Approvers>()),
         ("ExceptionStatus", declared_variants::<ExceptionStatus>()),
+        ("ProviderKind", declared_variants::<ProviderKind>()),
     ])
 }
 

@@ -223,6 +223,18 @@ pub fn need(state: &State, command: &Command) -> Need {
         Command::DeleteCanary { id } | Command::CanaryManual { id, .. } => {
             operator(prefixed_env(id))
         }
+        // As a canary of the environment (issue 52 item 3).
+        Command::ApplyMetricTemplate { environment, yaml } => operator(
+            match crate::canary::parse_metric_template(yaml)
+                .ok()
+                .and_then(|t| t.namespace)
+                .or_else(|| environment.clone())
+            {
+                Some(e) => env(&e),
+                None => Target::Unknown,
+            },
+        ),
+        Command::DeleteMetricTemplate { id } => operator(prefixed_env(id)),
         Command::CancelPlans { target, .. } => operator(match target {
             CancelTarget::Environment(e) => env(e),
             CancelTarget::Entity(id) => entity_env(id),

@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 
 use crate::canary::{
-    advance_judged, parse_canary_with_policy, terminate, Action, AnalysisPolicy, CanaryObservation,
-    CanaryRevision, CanaryStatus, CanaryStepSpec, Judging, Manual, MetricSamples, MetricSource,
-    Phase, SampleWindow, Strategy, TickInput, MAX_OBSERVATIONS, MAX_SPARE_REVISIONS, MAX_WINDOWS,
+    advance_judged, parse_canary_templated, parse_canary_with_policy, terminate, Action,
+    AnalysisPolicy, CanaryObservation, CanaryRevision, CanaryStatus, CanaryStepSpec, Judging,
+    Manual, MetricSamples, MetricSource, Phase, SampleWindow, Strategy, TickInput,
+    MAX_OBSERVATIONS, MAX_SPARE_REVISIONS, MAX_WINDOWS,
 };
 use crate::canary_history::{CanaryHistory, CanarySample};
 use crate::canary_judging::MAX_JUDGED_METRICS;
@@ -74,7 +75,22 @@ impl State {
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
         let now = tx.now;
-        let (mut spec, policy, ignored) = parse_canary_with_policy(yaml)
+        let parsed = parse_canary_templated(yaml)
+            .map_err(|errors| CommandError::invalid("canary", format!("\n{errors}")))?;
+        let env = super::metric_templates::resource_environment(
+            parsed.spec.namespace.as_deref(),
+            environment,
+            "required: the environment of the target entity",
+        )?;
+        if !self.environments.contains_key(&env) {
+            return Err(CommandError::NotFound {
+                kind: "environment".into(),
+                name: env,
+            });
+        }
+        // Metrics with templateRef: the stored templates, their queries rendered.
+        let (mut spec, policy, ignored) = parsed
+            .resolve(&env, self)
             .map_err(|errors| CommandError::invalid("canary", format!("\n{errors}")))?;
         let judged = judged_metrics(&spec, &policy);
         if judged.len() > MAX_JUDGED_METRICS {
@@ -85,28 +101,6 @@ impl State {
                     judged.len()
                 ),
             ));
-        }
-        let env = match (spec.namespace.as_deref(), environment) {
-            (Some(ns), Some(env)) if ns != env => {
-                return Err(CommandError::invalid(
-                    "metadata.namespace",
-                    format!("{ns:?} differs from the environment given, {env:?}"),
-                ))
-            }
-            (Some(ns), _) => ns.to_string(),
-            (None, Some(env)) => env.to_string(),
-            (None, None) => {
-                return Err(CommandError::invalid(
-                    "metadata.namespace",
-                    "required: the environment of the target entity",
-                ))
-            }
-        };
-        if !self.environments.contains_key(&env) {
-            return Err(CommandError::NotFound {
-                kind: "environment".into(),
-                name: env,
-            });
         }
         // The canary's namespace is its environment, whether the resource named it or `-n`
         // gave it: webhook payloads carry it (Flagger's load tester keys gates by it).

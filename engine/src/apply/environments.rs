@@ -70,6 +70,8 @@ impl State {
                 "environment {name:?} still has {count} entities; delete them first"
             )));
         }
+        // Its metric templates go with it, unless a canary elsewhere uses one.
+        self.delete_environment_templates(name, tx)?;
         self.environments.remove(name, &mut tx.changed);
         // Its labels go with it (a later environment of the same name starts unlabelled).
         self.environment_labels.remove(name, &mut tx.changed);

@@ -23,6 +23,7 @@
 //! | `commands.rs` | break-glass commands |
 //! | `modules.rs` | modules, installations, change requests |
 //! | `canaries.rs` | canaries: resources, ticks, manual actions, step plans, observations |
+//! | `metric_templates.rs` | Flagger MetricTemplates, rendered again for the canaries using them |
 //! | `cluster_keys.rs` | cluster keys |
 //! | `roles.rs` | role bindings |
 //! | `tokens.rs` | operator tokens |
@@ -44,6 +45,7 @@ mod entities;
 mod environments;
 mod health;
 mod membership;
+mod metric_templates;
 mod module_channels;
 mod modules;
 mod plans;
@@ -506,6 +508,10 @@ impl State {
                 channel,
                 member,
             } => self.set_module_channel(module, version, channel, *member, tx),
+            Command::ApplyMetricTemplate { environment, yaml } => {
+                self.apply_metric_template(environment.as_deref(), yaml, tx)
+            }
+            Command::DeleteMetricTemplate { id } => self.delete_metric_template(id, tx),
             // The envelope is opened by `apply`; one reaching here is nested.
             Command::As { .. } => Err(CommandError::invalid("command", "an As inside an As")),
         }

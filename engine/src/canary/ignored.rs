@@ -260,8 +260,8 @@ pub(super) fn match_rule_is_left_out(rule: &RawMatch) -> bool {
 }
 
 fn metric(out: &mut Fields, path: &str, m: &RawMetric) {
-    // A metric with templateRef is refused (parse.rs, `templated_metric`), so it is never
-    // reported here.
+    // A metric with templateRef renders its template with templateVariables when the canary
+    // is applied (templated.rs).
     out.add(
         m.template_ref.is_none() && m.template_variables.is_some(),
         format!("{path}.templateVariables"),

@@ -35,11 +35,14 @@ mod mann_whitney;
 mod parse;
 mod plan;
 mod raw;
+mod render;
 mod revision;
 mod rollout;
 mod samples;
 mod spec;
 mod status;
+mod template;
+mod templated;
 mod webhook;
 
 pub use action::{Action, TickOutcome};
@@ -54,11 +57,15 @@ pub use judge::{
 pub use machine::{advance, advance_judged, terminate, JudgedOutcome, Judging};
 pub use mann_whitney::{mann_whitney, normal_sf, Alternative, MannWhitney};
 pub use parse::{
-    parse_canary, parse_canary_reporting, parse_canary_with_policy, API_VERSION,
-    CONFIG_TRACKING_ANNOTATION, KIND, MAX_CANARY_BYTES, MAX_LIST_LEN, MAX_WEBHOOK_RETRIES,
-    MAX_WEBHOOK_TIMEOUT_MS, WORKLOAD_API_VERSION,
+    parse_canary, parse_canary_reporting, parse_canary_templated, parse_canary_with_policy,
+    API_VERSION, CONFIG_TRACKING_ANNOTATION, KIND, MAX_CANARY_BYTES, MAX_LIST_LEN,
+    MAX_WEBHOOK_RETRIES, MAX_WEBHOOK_TIMEOUT_MS, WORKLOAD_API_VERSION,
 };
 pub use plan::{plan_tick, MetricQuery, TickPlan};
+pub use render::{
+    parse_query, prometheus_query_text, render, render_query, ModelField, Piece, QueryTemplate,
+    RenderError, TemplateModel, MAX_RENDERED_QUERY_BYTES,
+};
 pub use revision::{
     is_revision_of, legacy_revision_hash, revision_hash, REVISION_HEX_LEN, REVISION_V2_PREFIX,
 };
@@ -72,10 +79,18 @@ pub use samples::{
 };
 pub use spec::{
     AlertSpec, AlertTarget, Analysis, CanarySpec, HeaderMatch, MatchRule, Metric, MetricSource,
-    ServiceSpec, Severity, StepWeights, Strategy, TargetRef, ThresholdRange, Webhook, WebhookType,
-    DEFAULT_INTERVAL_MS, DEFAULT_METRIC_INTERVAL_MS, DEFAULT_PROGRESS_DEADLINE_SECONDS,
-    DEFAULT_READY_THRESHOLD, DEFAULT_THRESHOLD, DEFAULT_WEBHOOK_TIMEOUT_MS, MILLI, MIN_INTERVAL_MS,
-    TOTAL_WEIGHT,
+    PrometheusCheck, ServiceSpec, Severity, StepWeights, Strategy, TargetRef, ThresholdRange,
+    Webhook, WebhookType, DEFAULT_INTERVAL_MS, DEFAULT_METRIC_INTERVAL_MS,
+    DEFAULT_PROGRESS_DEADLINE_SECONDS, DEFAULT_READY_THRESHOLD, DEFAULT_THRESHOLD,
+    DEFAULT_WEBHOOK_TIMEOUT_MS, MILLI, MIN_INTERVAL_MS, TOTAL_WEIGHT,
 };
 pub use status::{CanaryStatus, ConditionStatus, Phase, PromotedCondition};
+pub use template::{
+    parse_metric_template, MetricProvider, MetricTemplateSpec, ParsedMetricTemplate, ProviderKind,
+    MAX_METRIC_TEMPLATE_BYTES, MAX_PROVIDER_HEADERS, METRIC_TEMPLATE_KIND,
+};
+pub use templated::{
+    template_model, MetricTemplates, ModelRefs, ParsedCanary, TemplatedMetric,
+    DEFAULT_TEMPLATE_INTERVAL,
+};
 pub use webhook::{WebhookCall, WebhookPayload};

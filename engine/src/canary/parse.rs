@@ -27,6 +27,8 @@ use super::spec::{
     DEFAULT_READY_THRESHOLD, DEFAULT_THRESHOLD, DEFAULT_WEBHOOK_TIMEOUT_MS, MILLI, MIN_INTERVAL_MS,
     TOTAL_WEIGHT,
 };
+use super::template::supported_provider;
+use super::templated::{ModelRefs, ParsedCanary, TemplatedMetric};
 use crate::entity::EntityKind;
 use crate::error::CommandError;
 use crate::name::validate_name;
@@ -77,9 +79,19 @@ pub fn parse_canary_reporting(yaml: &str) -> Result<(CanarySpec, Vec<IgnoredFiel
 
 /// [`parse_canary_reporting`], with the analysis policy of issue 20 (metric judges,
 /// `inconclusiveLimit`, `onFailure`), which the stored [`CanarySpec`] does not hold.
+///
+/// A metric that references a MetricTemplate is checked and left out of the spec: only
+/// [`parse_canary_templated`] and [`ParsedCanary::resolve`], against the hub's templates, give
+/// the complete spec a canary runs with.
 pub fn parse_canary_with_policy(
     yaml: &str,
 ) -> Result<(CanarySpec, AnalysisPolicy, Vec<IgnoredField>), CanaryErrors> {
+    parse_canary_templated(yaml).map(|p| (p.spec, p.policy, p.ignored))
+}
+
+/// Parses and validates a canary resource, setting its metrics with `templateRef` aside
+/// ([`ParsedCanary::templated`]) for [`ParsedCanary::resolve`].
+pub fn parse_canary_templated(yaml: &str) -> Result<ParsedCanary, CanaryErrors> {
     if yaml.len() > MAX_CANARY_BYTES {
         return Err(CanaryErrors::single(CanaryError::new(
             "",
@@ -115,20 +127,44 @@ pub fn parse_canary_with_policy(
         .parse()
         .map_err(|e| CanaryErrors::single(from_serde(&e)))?;
     let ignored = ignored_fields(&raw);
+    let refs = model_refs(&raw);
     let mut v = Validator {
         errors: Vec::new(),
         policy: AnalysisPolicy::default(),
         metrics_server: raw.spec.as_ref().and_then(|s| s.metrics_server.clone()),
+        templated: Vec::new(),
     };
     let spec = v.canary(raw);
     match (spec, CanaryErrors::from_vec(v.errors)) {
-        (Some(spec), None) => Ok((spec, v.policy, ignored)),
+        (Some(spec), None) => Ok(ParsedCanary {
+            spec,
+            policy: v.policy,
+            ignored,
+            templated: v.templated,
+            refs,
+        }),
         (_, Some(errors)) => Err(errors),
         // Not reached: every path that yields no spec records an error first.
         (None, None) => Err(CanaryErrors::single(CanaryError::new(
             "",
             "invalid canary resource",
         ))),
+    }
+}
+
+/// The names a MetricTemplate's model takes from the resource besides the spec.
+fn model_refs(raw: &RawCanary) -> ModelRefs {
+    let spec = raw.spec.as_ref();
+    ModelRefs {
+        ingress: spec
+            .and_then(|s| s.ingress_ref.as_ref())
+            .and_then(|r| r.name.clone()),
+        route: spec
+            .and_then(|s| s.route_ref.as_ref())
+            .and_then(|r| r.name.clone()),
+        knative: spec
+            .and_then(|s| s.target_ref.as_ref())
+            .is_some_and(|t| t.kind.as_deref() == Some(KNATIVE_SERVICE_KIND)),
     }
 }
 
@@ -145,7 +181,7 @@ fn reason(e: CommandError) -> String {
 /// or `#` — the hub appends paths and queries to some addresses, and a `#` or `?` in the
 /// address would turn what it appends into a fragment or a query (SSRF to an arbitrary path).
 /// The reason names the problem, not the field.
-fn check_outbound_address(address: &str) -> Result<(), String> {
+pub(super) fn check_outbound_address(address: &str) -> Result<(), String> {
     if let Some(c) = address.chars().find(|c| matches!(c, '#' | '?')) {
         return Err(format!("'{c}' is not allowed in an outbound address"));
     }
@@ -180,6 +216,8 @@ struct Validator {
     /// `spec.metricsServer`: the Prometheus address of a metric given as a query without a
     /// provider (as Flagger reads it).
     metrics_server: Option<String>,
+    /// The metrics with `templateRef`, checked and set aside.
+    templated: Vec<TemplatedMetric>,
 }
 
 /// Which strategy fields the resource gives (valid or not).
@@ -808,9 +846,10 @@ impl Validator {
         for (i, mut m) in raw.into_iter().enumerate() {
             let path = format!("spec.analysis.metrics[{i}]");
             if m.template_ref.is_some() {
-                // Refused until the hub runs MetricTemplates: an analysis without one of its
-                // checks could promote what the check would have stopped.
-                self.templated_metric(&path, m, &mut seen);
+                // Resolved against the hub's templates when the canary is applied.
+                if let Some(t) = self.templated_metric(i, m, &mut seen) {
+                    self.templated.push(t);
+                }
                 continue;
             }
             let raw_judge = m.judge.take();
@@ -829,29 +868,22 @@ impl Validator {
         out
     }
 
-    /// A metric with `templateRef`, which the hub does not run yet: its name and reference are
-    /// checked, and then it is refused. Leaving the check out would let the analysis promote
-    /// what it was written to stop; failing it on every tick would roll back every release.
-    fn templated_metric(&mut self, path: &str, m: RawMetric, seen: &mut BTreeSet<String>) {
-        self.metric_name(path, m.name, seen);
-        if let Some(t) = m.template_ref {
-            let errors_before = self.errors.len();
-            let name = self.name(&format!("{path}.templateRef.name"), t.name);
-            if let Some(ns) = t.namespace {
-                self.name(&format!("{path}.templateRef.namespace"), Some(ns));
-            }
-            if self.errors.len() == errors_before {
-                self.err(
-                    format!("{path}.templateRef"),
-                    format!(
-                        "metric template {} not found: this hub does not run MetricTemplates \
-                         yet, so the check could not be made; give the metric a provider and \
-                         query (or a built-in name) instead",
-                        quote(name.as_deref().unwrap_or_default())
-                    ),
-                );
-            }
-        }
+    /// A metric with `templateRef`: its own fields are checked here; the template it names
+    /// is looked up, and its query rendered, by [`ParsedCanary::resolve`].
+    fn templated_metric(
+        &mut self,
+        index: usize,
+        mut m: RawMetric,
+        seen: &mut BTreeSet<String>,
+    ) -> Option<TemplatedMetric> {
+        let path = format!("spec.analysis.metrics[{index}]");
+        let errors_before = self.errors.len();
+        let t = m.template_ref.take()?;
+        let template = self.name(&format!("{path}.templateRef.name"), t.name);
+        let template_namespace = match t.namespace {
+            None => None,
+            Some(ns) => self.name(&format!("{path}.templateRef.namespace"), Some(ns)),
+        };
         if m.provider.is_some() || m.query.is_some() {
             self.err(
                 format!("{path}.templateRef"),
@@ -866,6 +898,29 @@ impl Validator {
                 ),
             );
         }
+        let variables = m.template_variables.take().unwrap_or_default();
+        let interval = m.interval.clone();
+        let name = self.metric_name(&path, m.name.take(), seen);
+        let interval_ms = self.duration(
+            &format!("{path}.interval"),
+            m.interval.as_deref(),
+            DEFAULT_METRIC_INTERVAL_MS,
+            MIN_INTERVAL_MS,
+        );
+        let range = self.metric_range(&path, name.as_deref(), &m, false);
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        Some(TemplatedMetric {
+            index,
+            name: name?,
+            interval_ms,
+            interval,
+            range: range?,
+            template: template?,
+            template_namespace,
+            variables,
+        })
     }
 
     /// `metrics[i].judge` of a metric measured from `source`, under `strategy`.
@@ -1032,17 +1087,42 @@ impl Validator {
         judged: bool,
         seen: &mut BTreeSet<String>,
     ) -> Option<Metric> {
-        let name = self.metric_name(path, m.name, seen);
-        let range = match (m.threshold_range, m.threshold) {
+        let name = self.metric_name(path, m.name.clone(), seen);
+        let range = self.metric_range(path, name.as_deref(), &m, judged);
+        let interval_ms = self.duration(
+            &format!("{path}.interval"),
+            m.interval.as_deref(),
+            DEFAULT_METRIC_INTERVAL_MS,
+            MIN_INTERVAL_MS,
+        );
+        let source = match name.as_deref() {
+            Some(n) => self.metric_source(path, n, m.provider, m.query),
+            None => None,
+        };
+        Some(Metric {
+            name: name?,
+            interval_ms,
+            range: range?,
+            source: source?,
+        })
+    }
+
+    /// `metrics[i].thresholdRange`, or Flagger's deprecated `threshold`, of metric `name`.
+    fn metric_range(
+        &mut self,
+        path: &str,
+        name: Option<&str>,
+        m: &RawMetric,
+        judged: bool,
+    ) -> Option<ThresholdRange> {
+        match (&m.threshold_range, m.threshold) {
             (Some(r), _) => self.threshold_range(&format!("{path}.thresholdRange"), r),
             // Flagger's deprecated `threshold`: a minimum success rate, else a maximum.
             (None, Some(t)) => match to_milli(t) {
-                Some(milli) if name.as_deref() == Some(BUILTIN_SUCCESS_RATE) => {
-                    Some(ThresholdRange {
-                        min: Some(milli),
-                        max: None,
-                    })
-                }
+                Some(milli) if name == Some(BUILTIN_SUCCESS_RATE) => Some(ThresholdRange {
+                    min: Some(milli),
+                    max: None,
+                }),
                 Some(milli) => Some(ThresholdRange {
                     min: None,
                     max: Some(milli),
@@ -1067,27 +1147,11 @@ impl Validator {
                 );
                 None
             }
-        };
-        let interval_ms = self.duration(
-            &format!("{path}.interval"),
-            m.interval.as_deref(),
-            DEFAULT_METRIC_INTERVAL_MS,
-            MIN_INTERVAL_MS,
-        );
-        let source = match name.as_deref() {
-            Some(n) => self.metric_source(path, n, m.provider, m.query),
-            None => None,
-        };
-        Some(Metric {
-            name: name?,
-            interval_ms,
-            range: range?,
-            source: source?,
-        })
+        }
     }
 
     /// `metrics[i].thresholdRange`.
-    fn threshold_range(&mut self, rpath: &str, r: RawRange) -> Option<ThresholdRange> {
+    fn threshold_range(&mut self, rpath: &str, r: &RawRange) -> Option<ThresholdRange> {
         let bound = |v: &mut Self, key: &str, x: Option<f64>| match x {
             None => Some(None),
             Some(x) => match to_milli(x) {
@@ -1194,17 +1258,11 @@ impl Validator {
 
     /// `metrics[i].provider`: `prometheus` with an address.
     fn prometheus_provider(&mut self, path: &str, p: RawProvider) -> Option<String> {
-        let kind_ok = match p.kind.as_deref() {
-            Some("prometheus") => true,
-            None => {
-                self.err(format!("{path}.provider.type"), "required: prometheus");
-                false
-            }
-            Some(other) => {
-                self.err(
-                    format!("{path}.provider.type"),
-                    format!("unknown provider {}: use prometheus", quote(other)),
-                );
+        let kind_ok = match supported_provider(&format!("{path}.provider.type"), p.kind.as_deref())
+        {
+            Ok(_) => true,
+            Err(e) => {
+                self.errors.push(e);
                 false
             }
         };

@@ -137,7 +137,7 @@ impl CanaryObservation {
         match source {
             MetricSource::RequestSuccessRate => w.success_rate_milli,
             MetricSource::RequestDuration => w.p99_ms_milli,
-            MetricSource::Prometheus { .. } => None,
+            MetricSource::Prometheus { .. } | MetricSource::Template { .. } => None,
         }
     }
 }

@@ -153,7 +153,7 @@ impl WorkloadSamples {
         match source {
             MetricSource::RequestDuration => Some(&self.latency),
             MetricSource::RequestSuccessRate => Some(&self.success),
-            MetricSource::Prometheus { .. } => None,
+            MetricSource::Prometheus { .. } | MetricSource::Template { .. } => None,
         }
     }
 

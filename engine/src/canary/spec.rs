@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::template::{MetricProvider, ProviderKind};
 use crate::entity::EntityKind;
 
 /// Smallest analysis interval accepted, in milliseconds.
@@ -65,6 +66,20 @@ impl CanarySpec {
             Strategy::Canary { max_weight, .. } => *max_weight,
             Strategy::AbTesting { .. } | Strategy::BlueGreen { .. } => TOTAL_WEIGHT,
         }
+    }
+
+    /// The MetricTemplates its metrics reference (`<environment>/<name>`), in metric order
+    /// (a template used twice is listed twice).
+    pub fn metric_templates(&self) -> impl Iterator<Item = &str> {
+        self.analysis
+            .metrics
+            .iter()
+            .filter_map(|m| match &m.source {
+                MetricSource::Template { template, .. } => Some(template.as_str()),
+                MetricSource::RequestSuccessRate
+                | MetricSource::RequestDuration
+                | MetricSource::Prometheus { .. } => None,
+            })
     }
 
     /// The webhooks of one type, in the order they are listed.
@@ -257,6 +272,95 @@ pub enum MetricSource {
         /// PromQL; the result must be a single number.
         query: String,
     },
+    /// A MetricTemplate's query (issue 52 item 3), rendered for this metric when the canary
+    /// or the template was last applied, with the template's provider: what the leader runs.
+    Template {
+        /// The template, `<environment>/<name>`.
+        template: String,
+        /// Where and how the query runs (only supported providers are stored).
+        provider: MetricProvider,
+        /// The rendered query, as Flagger renders it (Flagger's Prometheus provider sends it
+        /// with every run of whitespace made one space: [`super::prometheus_query_text`]).
+        query: String,
+    },
+}
+
+impl MetricSource {
+    /// Whether the agent's proxy measures it (a built-in metric), rather than the leader.
+    pub fn is_proxy(&self) -> bool {
+        match self {
+            MetricSource::RequestSuccessRate | MetricSource::RequestDuration => true,
+            MetricSource::Prometheus { .. } | MetricSource::Template { .. } => false,
+        }
+    }
+
+    /// The Prometheus query the leader runs for this metric, if it is one: a bare query
+    /// against `provider.address` or `spec.metricsServer`, or a template's with the
+    /// prometheus provider.
+    pub fn prometheus(&self) -> Option<PrometheusCheck<'_>> {
+        match self {
+            MetricSource::RequestSuccessRate | MetricSource::RequestDuration => None,
+            MetricSource::Prometheus { address, query } => Some(PrometheusCheck {
+                address,
+                query,
+                template: None,
+                secret_ref: None,
+                insecure_skip_verify: false,
+                headers: None,
+            }),
+            MetricSource::Template {
+                template,
+                provider,
+                query,
+            } => match provider.kind {
+                ProviderKind::Prometheus => Some(PrometheusCheck {
+                    address: &provider.address,
+                    query,
+                    template: Some(template),
+                    secret_ref: provider.secret_ref.as_deref(),
+                    insecure_skip_verify: provider.insecure_skip_verify,
+                    headers: Some(&provider.headers),
+                }),
+                ProviderKind::Influxdb
+                | ProviderKind::Datadog
+                | ProviderKind::ExternalMetrics
+                | ProviderKind::Stackdriver
+                | ProviderKind::Cloudwatch
+                | ProviderKind::Newrelic
+                | ProviderKind::Graphite
+                | ProviderKind::Dynatrace
+                | ProviderKind::Keptn
+                | ProviderKind::Splunk => None,
+            },
+        }
+    }
+}
+
+/// A Prometheus check as the leader runs it ([`MetricSource::prometheus`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrometheusCheck<'a> {
+    /// The server's address.
+    pub address: &'a str,
+    /// The query, rendered (send [`super::prometheus_query_text`] of it, as Flagger does).
+    pub query: &'a str,
+    /// The MetricTemplate it comes from, `<environment>/<name>`.
+    pub template: Option<&'a str>,
+    /// The secret with the credentials (`token`, else `username` and `password`), in the
+    /// template's environment.
+    pub secret_ref: Option<&'a str>,
+    /// Whether the server's TLS certificate goes unverified.
+    pub insecure_skip_verify: bool,
+    /// Headers sent with the query.
+    pub headers: Option<&'a BTreeMap<String, Vec<String>>>,
+}
+
+impl PrometheusCheck<'_> {
+    /// The environment of the template's secret (`secret_ref`), if it comes from a template.
+    pub fn secret_environment(&self) -> Option<&str> {
+        self.template
+            .and_then(|t| t.split_once('/'))
+            .map(|(env, _)| env)
+    }
 }
 
 /// A webhook (SPEC K5).

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::canary::{plan_tick, MetricSamples, MetricSource, TickInput, TickPlan};
+use crate::canary::{plan_tick, MetricSamples, TickInput, TickPlan};
 use crate::canary_record::Canary;
 use crate::state::State;
 use crate::TimestampMs;
@@ -88,10 +88,7 @@ pub fn canary_step(
         .filter(|j| !j.metrics.is_empty());
     let mut samples = judging.map(|_| BTreeMap::new());
     let mut input = TickInput::new(target.revision.clone());
-    let proxies = plan
-        .metrics
-        .iter()
-        .filter(|m| !matches!(m.source, MetricSource::Prometheus { .. }));
+    let proxies = plan.metrics.iter().filter(|m| m.source.is_proxy());
     if let Some(o) = fresh {
         input.primary_ready_percent = o.primary_ready_percent;
         input.canary_ready_percent = o.canary_ready_percent;
