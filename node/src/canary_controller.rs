@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hub_engine::canary::{
-    Action, AlertTarget, MetricQuery, MetricSamples, MetricSource, TickInput, TickPlan,
-    WebhookCall, WebhookResult, MILLI,
+    Action, AlertTarget, MetricQuery, MetricSamples, TickInput, TickPlan, WebhookCall,
+    WebhookResult, MILLI,
 };
 use hub_engine::canary_record::Canary;
 use hub_engine::leader::{canary_step, CanaryStep};
@@ -360,11 +360,22 @@ async fn query_prometheus(
     m: &MetricQuery,
     (quiet, canary): (&Quiet, &str),
 ) -> Option<Option<i64>> {
-    let MetricSource::Prometheus { address, query } = &m.source else {
-        return None;
-    };
+    let check = m.source.prometheus()?;
     let started = std::time::Instant::now();
-    let answer = prometheus::query(client, address, query, PROMETHEUS_TIMEOUT).await;
+    let answer = if check.secret_ref.is_some()
+        || check.insecure_skip_verify
+        || check.headers.is_some_and(|h| !h.is_empty())
+    {
+        // Never query without the credentials or headers a template asks for: the check
+        // fails, saying why, until the node carries them (issue 52 item 3).
+        Err(format!(
+            "metric template {}: secretRef, insecureSkipVerify and headers are not supported by this hub yet",
+            check.template.unwrap_or("-")
+        ))
+    } else {
+        let query = hub_engine::canary::prometheus_query_text(check.query);
+        prometheus::query(client, check.address, &query, PROMETHEUS_TIMEOUT).await
+    };
     crate::metrics::observe(&metrics.metric_query_seconds, started.elapsed());
     metrics
         .metric_queries
