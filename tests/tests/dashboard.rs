@@ -342,6 +342,25 @@ fn the_dashboard_follows_a_rollout_live_and_offers_only_what_roles_permit() {
     watch_a_rollout(&hub, &tab);
     pages(&hub, &tab);
 
+    let wx = c
+        .hubctl(&[
+            "window",
+            "override",
+            "request",
+            "--env",
+            "staging",
+            "--duration",
+            "1h",
+            "--reason",
+            "hotfix",
+            "-o",
+            "json",
+        ])
+        .expect_ok("window override request")
+        .json()["id"]
+        .as_str()
+        .expect("a request id")
+        .to_string();
     // The viewer sees the change request and is offered nothing.
     open(&tab, "#/modules", "modules");
     let row = format!("#change-requests tr[data-cr={}]", json!(cr));
@@ -358,6 +377,15 @@ fn the_dashboard_follows_a_rollout_live_and_offers_only_what_roles_permit() {
             &format!("document.querySelectorAll('{row} button').length")
         ),
         0
+    );
+    wait_js(
+        &tab,
+        &format!(
+            "document.querySelector('#window-exceptions tr[data-wx={}]')?.querySelectorAll('button').length === 0",
+            json!(wx)
+        ),
+        "the viewer is offered no approval of the window exception",
+        CONVERGE_TIMEOUT,
     );
     // And if the viewer's page asked anyway, the hub refuses it, naming the missing role.
     let asked = tab
@@ -391,6 +419,25 @@ fn the_dashboard_follows_a_rollout_live_and_offers_only_what_roles_permit() {
     );
     open(&tab, "#/modules", "modules");
     screenshot(&tab, "modules");
+    // The admin's window-exception request on staging (issue 55): the approver of staging is
+    // offered Approve, and the click opens the window.
+    let wx_row = format!("#window-exceptions tr[data-wx={}]", json!(wx));
+    wait_js(
+        &tab,
+        &format!("document.querySelector('{wx_row}')?.dataset.status === 'pending'"),
+        "the window-exception request listed",
+        CONVERGE_TIMEOUT,
+    );
+    js(
+        &tab,
+        &format!("document.querySelector('{wx_row} button[data-action=approve]').click()"),
+    );
+    wait_js(
+        &tab,
+        &format!("document.querySelector('{wx_row}')?.dataset.status === 'approved'"),
+        "window exception approved through the page",
+        CONVERGE_TIMEOUT,
+    );
     js(
         &tab,
         &format!("document.querySelector('{row} button[data-action=approve]').click()"),

@@ -46,6 +46,19 @@ enum DashboardAction {
         #[serde(default)]
         reason: String,
     },
+    /// Approve a window-exception request (issue 55).
+    ApproveWindowException {
+        /// `wx-…`.
+        id: String,
+    },
+    /// Reject a window-exception request.
+    RejectWindowException {
+        /// `wx-…`.
+        id: String,
+        /// Why (may be empty).
+        #[serde(default)]
+        reason: String,
+    },
 }
 
 impl DashboardAction {
@@ -58,6 +71,12 @@ impl DashboardAction {
             }
             DashboardAction::RejectChangeRequest { id, reason } => {
                 Command::RejectChangeRequest { id, actor, reason }
+            }
+            DashboardAction::ApproveWindowException { id } => {
+                Command::ApproveWindowException { id, actor }
+            }
+            DashboardAction::RejectWindowException { id, reason } => {
+                Command::RejectWindowException { id, reason, actor }
             }
         }
     }
@@ -236,29 +255,47 @@ async fn query(d: &Dashboard, caller: &Caller, body: String) -> Result<Value, St
         .into_inner();
     let mut value: Value = serde_json::from_str(&reply.json)
         .map_err(|e| Status::internal(format!("the query's answer is not JSON: {e}")))?;
+    let approve_cr = |id| Command::ApproveChangeRequest {
+        id,
+        actor: String::new(),
+    };
+    let approve_wx = |id| Command::ApproveWindowException {
+        id,
+        actor: String::new(),
+    };
     match parsed {
         Query::ChangeRequests { .. } => {
             if let Some(Value::Array(rows)) = value.get_mut("change_requests") {
                 rows.iter_mut()
-                    .for_each(|row| mark_may_decide(d, caller, row));
+                    .for_each(|row| mark_may_decide(d, caller, row, approve_cr));
             }
         }
-        Query::ChangeRequest { .. } => mark_may_decide(d, caller, &mut value),
+        Query::ChangeRequest { .. } => mark_may_decide(d, caller, &mut value, approve_cr),
+        Query::WindowExceptions { .. } => {
+            if let Some(Value::Array(rows)) = value.get_mut("window_exceptions") {
+                rows.iter_mut()
+                    .for_each(|row| mark_may_decide(d, caller, row, approve_wx));
+            }
+        }
+        Query::WindowException { .. } => mark_may_decide(d, caller, &mut value, approve_wx),
         _ => {}
     }
     Ok(value)
 }
 
-/// Sets `may_decide` on a change request's view: whether the caller's roles allow approving
-/// it (rejecting needs the same), by the engine's access table.
-fn mark_may_decide(d: &Dashboard, caller: &Caller, row: &mut Value) {
+/// Sets `may_decide` on a change request's or window-exception request's view: whether the
+/// caller's roles allow approving it (`approve` of its id; rejecting needs the same), by the
+/// engine's access table.
+fn mark_may_decide(
+    d: &Dashboard,
+    caller: &Caller,
+    row: &mut Value,
+    approve: impl Fn(String) -> Command,
+) {
     let Some(id) = row.get("id").and_then(Value::as_str).map(str::to_string) else {
         return;
     };
-    let approve = Command::ApproveChangeRequest {
-        id,
-        actor: String::new(),
-    };
+    let approve = approve(id);
     let may = caller
         .authorize(&d.node.state.read().state, &approve)
         .is_ok();

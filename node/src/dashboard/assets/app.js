@@ -833,17 +833,32 @@ async function pageCanary(id) {
     c.yaml ? card(null, null, el('details', null, el('summary', null, 'Canary resource'), el('pre', null, c.yaml))) : null);
 }
 
-function decideControls(cr) {
-  if (cr.may_decide !== true || !OPEN_CHANGE_REQUESTS.has(cr.status)) return null;
-  const reason = el('input', { type: 'text', 'data-reason': cr.id, placeholder: 'reason (optional)', 'aria-label': 'Reason to reject ' + cr.id });
-  reason.value = S.ui.reasons[cr.id] || '';
-  on(reason, 'input', () => { S.ui.reasons[cr.id] = reason.value; });
+/** Approve and Reject (with a reason) for an open request the caller may decide; `kind` is
+ * `change_request` or `window_exception`, the actions' suffix. */
+function decideControls(item, open, kind) {
+  if (item.may_decide !== true || !open) return null;
+  const reason = el('input', { type: 'text', 'data-reason': item.id, placeholder: 'reason (optional)', 'aria-label': 'Reason to reject ' + item.id });
+  reason.value = S.ui.reasons[item.id] || '';
+  on(reason, 'input', () => { S.ui.reasons[item.id] = reason.value; });
   const approve = el('button', { type: 'button', 'data-action': 'approve', class: 'btn ok' }, 'Approve');
   const reject = el('button', { type: 'button', 'data-action': 'reject', class: 'btn bad' }, 'Reject');
   const controls = [approve, reject, reason];
-  on(approve, 'click', () => decide(cr.id, { action: 'approve_change_request', id: cr.id }, controls));
-  on(reject, 'click', () => decide(cr.id, { action: 'reject_change_request', id: cr.id, reason: reason.value }, controls));
+  on(approve, 'click', () => decide(item.id, { action: 'approve_' + kind, id: item.id }, controls));
+  on(reject, 'click', () => decide(item.id, { action: 'reject_' + kind, id: item.id, reason: reason.value }, controls));
   return el('div', { class: 'decide' }, approve, reason, reject);
+}
+
+/** A request's approvals (issue 55): its policy, who approved, who still must, the expiry. */
+function approvalCell(a) {
+  if (!a) return '—';
+  const who = (a.approvals || []).map((x) => x.identity);
+  const left = a.outstanding || [];
+  return [
+    el('div', { class: 'muted' }, a.policy),
+    who.length ? el('div', null, 'approved by ' + who.join(', ')) : null,
+    left.length ? el('div', { class: 'warn-line' }, 'waiting for ' + left.join('; ')) : null,
+    a.expires ? el('div', { class: a.expired ? 'warn-line' : 'muted' }, (a.expired ? 'expired ' : 'expires ') + a.expires) : null,
+  ];
 }
 
 async function decide(id, body, controls) {
@@ -863,23 +878,32 @@ async function decide(id, body, controls) {
 }
 
 async function pageModules() {
-  const [m, i, c] = await Promise.all([
+  const [m, i, c, w] = await Promise.all([
     query({ query: 'modules' }), query({ query: 'module_installations' }), query({ query: 'change_requests' }),
+    query({ query: 'window_exceptions' }),
   ]);
   const modules = (m.modules || []).map((x) => row({ 'data-module': x.name }, [x.name, x.latest, dash(x.versions), x.installations]));
   const installs = (i.installations || []).map((x) => row({ 'data-installation': x.id },
-    [x.id, x.module, x.version, badge(x.status), link(hrefEnv(x.environment), x.environment), x.entities, x.updated]));
+    [x.id, x.module, x.version, x.channel, x.policy, badge(x.status), link(hrefEnv(x.environment), x.environment), x.entities, x.updated]));
   const crNumber = (x) => Number(String(x.id).replace(/\D/g, '')) || 0;
   const crs = (c.change_requests || []).slice().sort((a, b) => crNumber(b) - crNumber(a)).map((x) => row({ 'data-cr': x.id, 'data-status': x.status },
     [x.id, x.installation, fromTo(x.from_version, x.to_version), badge(x.status),
       [dash(x.reason), x.blocked ? el('div', { class: 'warn-line' }, 'blocked: ' + x.blocked) : null,
         x.message ? el('div', { class: 'muted' }, x.message) : null],
-      x.created, x.decided_by, decideControls(x) || '']));
+      approvalCell(x.approval), x.created, x.decided_by,
+      decideControls(x, OPEN_CHANGE_REQUESTS.has(x.status), 'change_request') || '']));
+  const wxNumber = (x) => Number(String(x.id).replace(/\D/g, '')) || 0;
+  const exceptions = (w.window_exceptions || []).slice().sort((a, b) => wxNumber(b) - wxNumber(a)).map((x) => row({ 'data-wx': x.id, 'data-status': x.status },
+    [x.id, x.scope, x.start + ' → ' + x.end, badge(x.status),
+      [dash(x.reason), x.message ? el('div', { class: 'muted' }, x.message) : null],
+      x.approval.requester, approvalCell(x.approval), x.decided_by,
+      decideControls(x, x.status === 'pending', 'window_exception') || '']));
   return page('modules',
     el('h1', null, 'Modules'),
     card('Modules', null, table('modules', ['name', 'latest', 'versions', 'installations'], modules, 'no modules')),
-    card('Installations', null, table('installations', ['installation', 'module', 'version', 'status', 'environment', 'entities', 'updated'], installs, 'no installations')),
-    card('Change requests', null, table('change-requests', ['id', 'installation', 'version', 'status', 'reason', 'created', 'decided by', ''], crs, 'no change requests')));
+    card('Installations', null, table('installations', ['installation', 'module', 'version', 'channel', 'policy', 'status', 'environment', 'entities', 'updated'], installs, 'no installations')),
+    card('Change requests', null, table('change-requests', ['id', 'installation', 'version', 'status', 'reason', 'approvals', 'created', 'decided by', ''], crs, 'no change requests')),
+    card('Window-exception requests', null, table('window-exceptions', ['id', 'scope', 'range', 'status', 'reason', 'requested by', 'approvals', 'decided by', ''], exceptions, 'no window-exception requests')));
 }
 
 async function pageAudit() {
