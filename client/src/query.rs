@@ -196,4 +196,15 @@ pub enum Query {
         /// `wx-…`.
         id: String,
     },
+    /// Flagger MetricTemplates (issue 52), optionally of one environment.
+    MetricTemplates {
+        /// Only this environment's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        environment: Option<String>,
+    },
+    /// One MetricTemplate with its YAML.
+    MetricTemplate {
+        /// `<environment>/<name>`.
+        id: String,
+    },
 }

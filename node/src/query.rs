@@ -12,9 +12,9 @@ use serde_json::{json, Value};
 use hub_client::answer::{
     ApprovalPoliciesAnswer, ApproverGroupsAnswer, ArtifactView, ChangeRequestView,
     ChangeRequestsAnswer, ClusterSettingsAnswer, ConstraintView, Explanation, FailureView,
-    IssuedView, LastExecution, MeetsConstraints, PlanView, PlansAnswer, ProposedChange,
-    RegistryRef, ResolvedEntity, SuppressionView, SuppressionsAnswer, TaskView,
-    WindowExceptionsAnswer,
+    IssuedView, LastExecution, MeetsConstraints, MetricProviderView, MetricTemplateView,
+    MetricTemplatesAnswer, PlanView, PlansAnswer, ProposedChange, RegistryRef, ResolvedEntity,
+    SuppressionView, SuppressionsAnswer, TaskView, WindowExceptionsAnswer,
 };
 pub use hub_client::query::Query;
 
@@ -60,7 +60,9 @@ pub fn need(query: &Query) -> Need {
         | Query::ApproverGroups
         | Query::ApprovalPolicies
         | Query::WindowExceptions { .. }
-        | Query::WindowException { .. } => viewer,
+        | Query::WindowException { .. }
+        | Query::MetricTemplates { .. }
+        | Query::MetricTemplate { .. } => viewer,
         Query::Tokens => admin,
     }
 }
@@ -94,7 +96,8 @@ pub fn cost(query: &Query) -> Cost {
         | Query::Canary { .. }
         | Query::RolloutPolicy { .. }
         | Query::ClusterSettings
-        | Query::WindowException { .. } => Cost::Lookup,
+        | Query::WindowException { .. }
+        | Query::MetricTemplate { .. } => Cost::Lookup,
         Query::Explain { .. }
         | Query::Activity { .. }
         | Query::Plans { .. }
@@ -115,7 +118,8 @@ pub fn cost(query: &Query) -> Cost {
         | Query::Tokens
         | Query::ApproverGroups
         | Query::ApprovalPolicies
-        | Query::WindowExceptions { .. } => Cost::Scan,
+        | Query::WindowExceptions { .. }
+        | Query::MetricTemplates { .. } => Cost::Scan,
         Query::ModuleDryRun { .. } => Cost::Parse,
     }
 }
@@ -813,6 +817,22 @@ pub fn answer(
                 .map(|w| approval::window_exception_view(w, now))
                 .collect(),
         })?,
+        Query::MetricTemplates { environment } => to_json(&MetricTemplatesAnswer {
+            metric_templates: state
+                .metric_templates()
+                .filter(|t| environment.as_ref().is_none_or(|e| *e == t.environment))
+                .map(|t| metric_template_view(t, false))
+                .collect(),
+        })?,
+        Query::MetricTemplate { id } => {
+            let (env, name) = id.split_once('/').unwrap_or(("", id));
+            to_json(&metric_template_view(
+                state.metric_template(env, name).ok_or_else(|| {
+                    QueryError::NotFound(format!("metric template {id:?} not found"))
+                })?,
+                true,
+            ))?
+        }
         Query::WindowException { id } => to_json(&approval::window_exception_view(
             state.window_exception(id).ok_or_else(|| {
                 QueryError::NotFound(format!("window-exception request {id:?} not found"))
@@ -1112,6 +1132,34 @@ fn installation_view(state: &State, i: &hub_engine::installation::Installation) 
         "channel": state.tracked_channel(&i.id),
         "policy": state.installation_policy(&i.id).map(|p| p.scope.key_name()),
     })
+}
+
+/// A MetricTemplate's view: header names and the secret's name, never a value; `full` adds
+/// the YAML as applied, unless the resource may carry a credential a viewer must not read
+/// (header values, or userinfo or a query in the address).
+fn metric_template_view(
+    t: &hub_engine::metric_template::MetricTemplate,
+    full: bool,
+) -> MetricTemplateView {
+    let p = &t.spec.provider;
+    let address = hub_engine::artifact::redact_url(&p.address);
+    let shows_no_credential = p.headers.is_empty() && address == p.address;
+    MetricTemplateView {
+        created: format_time(t.created_ms),
+        environment: t.environment.clone(),
+        id: t.id.clone(),
+        name: t.name.clone(),
+        provider: MetricProviderView {
+            address,
+            headers: p.headers.keys().cloned().collect(),
+            insecure_skip_verify: p.insecure_skip_verify,
+            secret_ref: p.secret_ref.clone(),
+            kind: p.kind.as_str().to_string(),
+        },
+        query: t.spec.query.clone(),
+        updated: format_time(t.updated_ms),
+        yaml: (full && shows_no_credential).then(|| t.yaml.clone()),
+    }
 }
 
 fn change_request_view(

@@ -193,7 +193,8 @@ fn scenario() -> Scenario {
 
 /// A state with issue 55's approvals: an approver group, an environment policy requiring
 /// one approver and one member of the group, a change request opened under it and a
-/// window-exception request with one of the two approvals it needs.
+/// window-exception request with one of the two approvals it needs; and a MetricTemplate
+/// (issue 52).
 fn approval_scenario() -> Scenario {
     use hub_engine::approval::{ApprovalPolicySpec, GroupRequirement, PolicyScope};
     let mut s = Scenario {
@@ -276,6 +277,15 @@ fn approval_scenario() -> Scenario {
             actor: String::new(),
         },
     );
+    s.ok(Command::ApplyMetricTemplate {
+        environment: Some("prod".into()),
+        yaml: std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/fixtures/flagger/metric-templates/linkerd-tutorial-latency.yaml"),
+        )
+        .expect("a Flagger MetricTemplate fixture")
+        .replace("namespace: test", "namespace: prod"),
+    });
     s
 }
 
@@ -295,6 +305,14 @@ const APPROVAL_QUERIES: &[(&str, &str)] = &[
     (
         "change_request_under_policy",
         r#"{"query":"change_request","id":"{cr}"}"#,
+    ),
+    (
+        "metric_templates",
+        r#"{"query":"metric_templates","environment":"prod"}"#,
+    ),
+    (
+        "metric_template",
+        r#"{"query":"metric_template","id":"prod/latency"}"#,
     ),
     (
         "module_installation_under_policy",
@@ -474,6 +492,8 @@ fn kind(query: &Query) -> &'static str {
         Query::ApprovalPolicies => "approval_policies",
         Query::WindowExceptions { .. } => "window_exceptions",
         Query::WindowException { .. } => "window_exception",
+        Query::MetricTemplates { .. } => "metric_templates",
+        Query::MetricTemplate { .. } => "metric_template",
     }
 }
 
@@ -525,6 +545,8 @@ fn every_query_kind_is_pinned() {
         "approval_policies",
         "window_exceptions",
         "window_exception",
+        "metric_templates",
+        "metric_template",
     ]
     .into();
     assert_eq!(pinned, every);
@@ -536,8 +558,9 @@ fn every_query_kind_is_pinned() {
 fn typed_answers_read_and_write_their_fixtures() {
     use hub_client::answer::{
         ApprovalPoliciesAnswer, ApproverGroupsAnswer, ChangeRequestView, ChangeRequestsAnswer,
-        ClusterSettingsAnswer, Explanation, PlanView, PlansAnswer, ResolvedEntity,
-        SuppressionsAnswer, WindowExceptionView, WindowExceptionsAnswer,
+        ClusterSettingsAnswer, Explanation, MetricTemplateView, MetricTemplatesAnswer, PlanView,
+        PlansAnswer, ResolvedEntity, SuppressionsAnswer, WindowExceptionView,
+        WindowExceptionsAnswer,
     };
     fn round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(name: &str) {
         let path = fixture_dir().join(format!("{name}.json"));
@@ -560,4 +583,6 @@ fn typed_answers_read_and_write_their_fixtures() {
     round_trip::<WindowExceptionsAnswer>("window_exceptions");
     round_trip::<WindowExceptionView>("window_exception");
     round_trip::<ChangeRequestView>("change_request_under_policy");
+    round_trip::<MetricTemplatesAnswer>("metric_templates");
+    round_trip::<MetricTemplateView>("metric_template");
 }

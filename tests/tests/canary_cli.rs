@@ -331,3 +331,85 @@ fn flagger_resources_apply_as_written() {
         "{settings}"
     );
 }
+
+fn flagger(name: &str) -> String {
+    let path = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("fixtures/flagger")
+    .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Flagger's Linkerd tutorial as its users apply it (issue 52 item 3): its canary's checks name
+/// MetricTemplates, so alone it is refused at the first `templateRef`; in one file with its
+/// two templates it applies (templates first); the templates are listed and shown, and one a
+/// canary uses cannot be deleted until the canary is.
+#[test]
+fn metric_templates_through_hubctl() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::up(3, "");
+    ok(&cluster, &["env", "create", "test"]);
+    create_podinfo(&cluster, "test", "test");
+    let canary = flagger("linkerd-canary-tutorial.yaml");
+    let alone = write(dir.path(), "canary.yaml", &canary);
+    cluster
+        .hubctl(&["canary", "apply", "-f", alone.to_str().unwrap()])
+        .expect_err(
+            1,
+            "spec.analysis.metrics[0].templateRef: metric template success-rate not found in test",
+        );
+    assert!(list(&cluster).is_empty());
+
+    let all = format!(
+        "{}\n---\n{}\n---\n{canary}",
+        flagger("metric-templates/linkerd-tutorial-success-rate.yaml"),
+        flagger("metric-templates/linkerd-tutorial-latency.yaml"),
+    );
+    let all = write(dir.path(), "all.yaml", &all);
+    let dry = ok(
+        &cluster,
+        &["canary", "apply", "--dry-run", "-f", all.to_str().unwrap()],
+    );
+    assert!(
+        dry.stdout
+            .contains("MetricTemplate test/latency, rendered when applied"),
+        "{}",
+        dry.stdout
+    );
+    ok(&cluster, &["canary", "apply", "-f", all.to_str().unwrap()]);
+    assert_eq!(list(&cluster).len(), 1);
+    let templates = ok(
+        &cluster,
+        &["metric-template", "get", "-n", "test", "-o", "json"],
+    )
+    .json();
+    let names: Vec<&str> = templates
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["latency", "success-rate"], "{templates}");
+    assert_eq!(templates[0]["provider"]["type"], "prometheus");
+    let shown = ok(
+        &cluster,
+        &["metric-template", "get", "latency", "-n", "test"],
+    )
+    .stdout;
+    assert!(shown.contains("kind: MetricTemplate"), "{shown}");
+
+    let refused = cluster.hubctl(&["metric-template", "delete", "latency", "-n", "test"]);
+    assert!(
+        !refused.success() && refused.stderr.contains("podinfo"),
+        "a template in use was deleted: {}",
+        refused.describe()
+    );
+    ok(&cluster, &["canary", "delete", "podinfo", "-n", "test"]);
+    ok(
+        &cluster,
+        &["metric-template", "delete", "latency", "-n", "test"],
+    );
+    let left = ok(&cluster, &["metric-template", "get", "-A", "-o", "json"]).json();
+    assert_eq!(left.as_array().map(Vec::len), Some(1), "{left}");
+}

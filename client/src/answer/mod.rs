@@ -15,6 +15,7 @@ mod approval;
 mod change_request;
 mod cluster_settings;
 mod explain;
+mod metric_template;
 mod plan;
 mod resolve;
 mod suppression;
@@ -32,6 +33,10 @@ pub use cluster_settings::{ClusterSettings, ClusterSettingsAnswer};
 pub use explain::{
     ConstraintView, Explain, Explanation, IssuedView, LastExecution, MeetsConstraints,
     ProposedChange, RegistryRef,
+};
+pub use metric_template::{
+    GetMetricTemplate, ListMetricTemplates, MetricProviderView, MetricTemplateView,
+    MetricTemplatesAnswer,
 };
 pub use plan::{ArtifactView, FailureView, GetPlan, ListPlans, PlanView, PlansAnswer, TaskView};
 pub use resolve::{ResolveEntity, ResolvedEntity};

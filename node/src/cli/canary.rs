@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::args::{read_file, ActorArg, ReadArgs, FRESH};
 use super::calls::{query, submit_and_print};
+use super::metric_templates::split_documents;
 use super::output::{items, print, print_list, Format};
 use super::timeparse::parse_duration;
 use hub_client::FailoverClient;
@@ -20,9 +21,10 @@ use hub_client::FailoverClient;
 /// `hubctl canary …`.
 #[derive(Subcommand, Debug)]
 pub enum CanaryCmd {
-    /// Create or update a canary from its resource (YAML).
+    /// Create or update a canary from its resource (YAML). The file may hold several
+    /// documents: its MetricTemplates are applied first, then its Canaries, in order.
     Apply {
-        /// The resource.
+        /// The resource(s).
         #[arg(long, short = 'f')]
         file: PathBuf,
         /// The environment, when `metadata.namespace` does not name it.
@@ -116,13 +118,7 @@ pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow
             dry_run,
         } => {
             let yaml = read_file(&file, "canary")?;
-            if dry_run {
-                return dry_run_apply(&file, &yaml, namespace.as_deref(), fmt);
-            }
-            Command::ApplyCanary {
-                environment: namespace,
-                yaml,
-            }
+            return apply(client, &file, &yaml, namespace, dry_run, fmt).await;
         }
         CanaryCmd::Get {
             name: None,
@@ -229,6 +225,65 @@ pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow
     submit_and_print(client, &command, fmt).await.map(drop)
 }
 
+/// `canary apply -f`: each document of the file, MetricTemplates first, then Canaries; a
+/// document of another kind is refused, naming it, before anything is sent.
+async fn apply(
+    client: &FailoverClient,
+    file: &std::path::Path,
+    yaml: &str,
+    namespace: Option<String>,
+    dry_run: bool,
+    fmt: Format,
+) -> anyhow::Result<()> {
+    let docs = split_documents(yaml);
+    if docs.is_empty() {
+        anyhow::bail!("{}: no resource in the file", file.display());
+    }
+    for (n, d) in docs.iter().enumerate() {
+        if !matches!(d.kind.as_str(), "Canary" | "MetricTemplate" | "") {
+            anyhow::bail!(
+                "{}: document {}: kind {:?}: only Canary and MetricTemplate resources are applied here",
+                file.display(),
+                n + 1,
+                d.kind
+            );
+        }
+    }
+    let (templates, canaries): (Vec<_>, Vec<_>) =
+        docs.into_iter().partition(|d| d.kind == "MetricTemplate");
+    for t in templates {
+        if dry_run {
+            let parsed = hub_engine::canary::parse_metric_template(&t.text).map_err(|errors| {
+                anyhow::anyhow!("{}: invalid metric template:\n{errors}", file.display())
+            })?;
+            if fmt.is_table() {
+                println!(
+                    "metric template {} is valid (dry run: nothing was sent)",
+                    parsed.name
+                );
+            }
+            continue;
+        }
+        let command = Command::ApplyMetricTemplate {
+            environment: namespace.clone(),
+            yaml: t.text,
+        };
+        submit_and_print(client, &command, fmt).await?;
+    }
+    for c in canaries {
+        if dry_run {
+            dry_run_apply(file, &c.text, namespace.as_deref(), fmt)?;
+            continue;
+        }
+        let command = Command::ApplyCanary {
+            environment: namespace.clone(),
+            yaml: c.text,
+        };
+        submit_and_print(client, &command, fmt).await?;
+    }
+    Ok(())
+}
+
 /// `canary apply --dry-run`: the resource parsed here, with the Kubernetes-only fields the
 /// hub would ignore; an invalid one is an error naming every path.
 fn dry_run_apply(
@@ -237,9 +292,27 @@ fn dry_run_apply(
     namespace: Option<&str>,
     fmt: Format,
 ) -> anyhow::Result<()> {
-    let (spec, ignored) = hub_engine::canary::parse_canary_reporting(yaml).map_err(|errors| {
+    let parsed = hub_engine::canary::parse_canary_templated(yaml).map_err(|errors| {
         anyhow::anyhow!("{}: invalid canary resource:\n{errors}", file.display())
     })?;
+    let (spec, ignored) = (parsed.spec, parsed.ignored);
+    // Checks from MetricTemplates are rendered by the hub when applied, against its templates.
+    let templated: Vec<String> = parsed
+        .templated
+        .iter()
+        .map(|m| {
+            let ns = m
+                .template_namespace
+                .as_deref()
+                .or(spec.namespace.as_deref())
+                .or(namespace)
+                .unwrap_or("-");
+            format!(
+                "spec.analysis.metrics[{}] {}: MetricTemplate {ns}/{}, rendered when applied",
+                m.index, m.name, m.template
+            )
+        })
+        .collect();
     let environment = match (spec.namespace.as_deref(), namespace) {
         (Some(ns), Some(env)) if ns != env => anyhow::bail!(
             "{}: metadata.namespace {ns:?} differs from -n {env:?}",
@@ -262,6 +335,9 @@ fn dry_run_apply(
             "  analysis: every {} ms, threshold {}",
             spec.analysis.interval_ms, spec.analysis.threshold
         );
+        for t in &templated {
+            println!("  {t}");
+        }
         for f in &ignored {
             println!("  warning: {f}");
         }
@@ -275,6 +351,7 @@ fn dry_run_apply(
             "environment": environment,
             "target": target,
             "spec": serde_json::to_value(&spec)?,
+            "templated_metrics": templated,
             "ignored": ignored,
         }),
         &["valid", "name", "environment", "target"],

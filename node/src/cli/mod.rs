@@ -13,6 +13,7 @@ mod args;
 mod calls;
 mod canary;
 mod demo;
+mod metric_templates;
 pub use demo::package as package_demo_service;
 pub mod dev;
 pub mod dev_cmd;
@@ -263,6 +264,9 @@ enum Cmd {
     /// Module change requests: list, approve, reject.
     #[command(subcommand, name = "changerequest")]
     ChangeRequest(modules::ChangeRequestCmd),
+    /// Flagger MetricTemplates that canaries' checks name: apply, get (-A), delete.
+    #[command(subcommand, name = "metric-template")]
+    MetricTemplate(metric_templates::MetricTemplateCmd),
     /// Approver groups and approval policies: who must approve module updates and window
     /// exceptions (admins).
     #[command(subcommand)]
@@ -504,6 +508,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Canary(cmd) => canary::run(&connect()?, cmd, fmt).await,
         Cmd::ChangeRequest(cmd) => modules::change_request(&connect()?, cmd, fmt).await,
         Cmd::Approval(cmd) => approvals::approval(&connect()?, cmd, fmt).await,
+        Cmd::MetricTemplate(cmd) => metric_templates::run(&connect()?, cmd, fmt).await,
         Cmd::Command(cmd) => orch::emergency(&connect()?, cmd, fmt).await,
         Cmd::Role(cmd) => roles::run(&connect()?, cmd, fmt).await,
         Cmd::Token(cmd) => tokens::run(&connect()?, cmd, fmt).await,
