@@ -48,8 +48,8 @@ use hub_engine::canary::{
 use hub_engine::canary::{
     Baseline, Direction, Histogram, Judge, MetricSamples, SampleWindow, Verdict, WorkloadSamples,
 };
-use hub_engine::canary::{CanaryObservation, CanaryRevision, CanaryStepSpec, MetricWindow};
 use hub_engine::canary::{CanaryEvent, EventKind, EventReason};
+use hub_engine::canary::{CanaryObservation, CanaryRevision, CanaryStepSpec, MetricWindow};
 use hub_engine::canary::{MetricProvider, MetricTemplateSpec, ProviderKind};
 use hub_engine::canary_events::CanaryEvents;
 use hub_engine::canary_history::{CanaryHistory, CanarySample};
