@@ -110,6 +110,7 @@ pub mod approval;
 pub mod artifact;
 pub mod audit;
 pub mod canary;
+pub mod canary_events;
 pub mod canary_history;
 pub mod canary_judging;
 pub mod canary_record;

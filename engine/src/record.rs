@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::approval::{ApprovalPolicy, ApproverGroup, ChangeRequestApproval};
 use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
+use crate::canary_events::CanaryEvents;
 use crate::canary_history::CanaryHistory;
 use crate::canary_judging::CanaryJudging;
 use crate::canary_record::Canary;
@@ -122,6 +123,8 @@ pub enum RecordKey {
     ModuleChannels(String),
     /// A metric template, by `<environment>/<name>`.
     MetricTemplate(String),
+    /// A canary's events, by the canary's id.
+    CanaryEvents(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -164,6 +167,7 @@ const TAG_WINDOW_EXCEPTION: u8 = 37;
 const TAG_INSTALLATION_CHANNEL: u8 = 38;
 const TAG_MODULE_CHANNELS: u8 = 39;
 const TAG_METRIC_TEMPLATE: u8 = 40;
+const TAG_CANARY_EVENTS: u8 = 41;
 
 /// Where the records under a key live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,7 +223,8 @@ impl RecordKey {
             | RecordKey::WindowException(_)
             | RecordKey::InstallationChannel(_)
             | RecordKey::ModuleChannels(_)
-            | RecordKey::MetricTemplate(_) => Residence::State,
+            | RecordKey::MetricTemplate(_)
+            | RecordKey::CanaryEvents(_) => Residence::State,
         }
     }
 
@@ -266,6 +271,7 @@ impl RecordKey {
             RecordKey::InstallationChannel(n) => (TAG_INSTALLATION_CHANNEL, n),
             RecordKey::ModuleChannels(n) => (TAG_MODULE_CHANNELS, n),
             RecordKey::MetricTemplate(n) => (TAG_METRIC_TEMPLATE, n),
+            RecordKey::CanaryEvents(n) => (TAG_CANARY_EVENTS, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -318,6 +324,7 @@ impl RecordKey {
             TAG_INSTALLATION_CHANNEL => Some(RecordKey::InstallationChannel(name)),
             TAG_MODULE_CHANNELS => Some(RecordKey::ModuleChannels(name)),
             TAG_METRIC_TEMPLATE => Some(RecordKey::MetricTemplate(name)),
+            TAG_CANARY_EVENTS => Some(RecordKey::CanaryEvents(name)),
             _ => None,
         }
     }
@@ -425,6 +432,8 @@ pub enum Record {
     ModuleChannels(ModuleChannels),
     /// See [`MetricTemplate`].
     MetricTemplate(MetricTemplate),
+    /// See [`CanaryEvents`].
+    CanaryEvents(CanaryEvents),
 }
 
 wire_tags! {
@@ -469,6 +478,7 @@ wire_tags! {
         InstallationChannel = 37,
         ModuleChannels = 38,
         MetricTemplate = 39,
+        CanaryEvents = 40,
     }
     retired []
 }
@@ -584,6 +594,7 @@ impl Record {
                 RecordKey::ModuleChannels(ModuleChannels::key_name(&m.module, &m.version))
             }
             Record::MetricTemplate(t) => RecordKey::MetricTemplate(t.id.clone()),
+            Record::CanaryEvents(e) => RecordKey::CanaryEvents(e.canary.clone()),
         }
     }
 }
@@ -635,6 +646,7 @@ mod tests {
             RecordKey::InstallationChannel("prod/control-plane-module".into()),
             RecordKey::ModuleChannels("control-plane-module@0.2.0".into()),
             RecordKey::MetricTemplate("prod/latency".into()),
+            RecordKey::CanaryEvents("prod/demo".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

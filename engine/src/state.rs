@@ -166,6 +166,8 @@ pub struct State {
     pub(crate) module_channels: Table<crate::module_channel::ModuleChannels>,
     /// Metric templates, by `<environment>/<name>`.
     pub(crate) metric_templates: Table<crate::metric_template::MetricTemplate>,
+    /// Each canary's newest events, by canary id ([`crate::canary_events`]).
+    pub(crate) canary_events: Table<crate::canary_events::CanaryEvents>,
     pub(crate) idx: Indexes,
 }
 
@@ -246,6 +248,7 @@ impl State {
                 RecordKey::Token(name) => self.check_token(name),
                 RecordKey::CanaryHistory(id) => self.check_canary_history(id),
                 RecordKey::CanaryJudging(id) => self.check_canary_judging(id),
+                RecordKey::CanaryEvents(id) => self.check_canary_events(id),
                 RecordKey::NeverHealthy(id) => self.check_never_healthy(id),
                 RecordKey::ClusterSettings(_) => {}
                 RecordKey::ApproverGroup(_)
@@ -277,6 +280,19 @@ impl State {
             h.samples.len() <= crate::canary_history::CANARY_HISTORY_KEPT,
             "history of {id} beyond its bound"
         );
+    }
+
+    /// Events belong to a canary that exists (deleting a canary deletes its events), and stay
+    /// within their bounds.
+    fn check_canary_events(&self, id: &str) {
+        let Some(e) = self.canary_events.get(id) else {
+            return;
+        };
+        assert!(
+            self.canaries.contains_key(id),
+            "events of a deleted canary {id}"
+        );
+        assert!(e.within_bounds(), "events of {id} beyond their bounds");
     }
 
     /// Judging state belongs to a canary that exists, and stays within its bounds.
@@ -1018,6 +1034,16 @@ impl State {
     /// One canary.
     pub fn canary(&self, id: &str) -> Option<&Canary> {
         self.canaries.get(id)
+    }
+
+    /// The newest events of canary `id` (at most
+    /// [`crate::canary_events::CANARY_EVENTS_KEPT`]), oldest first; empty if it has recorded
+    /// none (or does not exist).
+    pub fn canary_events(&self, id: &str) -> impl Iterator<Item = &crate::canary::CanaryEvent> {
+        self.canary_events
+            .get(id)
+            .into_iter()
+            .flat_map(|e| e.events.iter())
     }
 
     /// The samples of canary `id` over time, if it has taken a step.

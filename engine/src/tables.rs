@@ -14,6 +14,7 @@ use hub_identity::Identity;
 use crate::activity::Activity;
 use crate::approval::{ApprovalPolicy, ApproverGroup, ChangeRequestApproval};
 use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
+use crate::canary_events::CanaryEvents;
 use crate::canary_history::CanaryHistory;
 use crate::canary_judging::CanaryJudging;
 use crate::canary_record::Canary;
@@ -95,6 +96,7 @@ named_rows! {
     InstallationChannel => InstallationChannel, |c| c.installation.clone(), ();
     ModuleChannels => ModuleChannels, |m| ModuleChannels::key_name(&m.module, &m.version), ();
     MetricTemplate => MetricTemplate, |t| t.id.clone(), ();
+    CanaryEvents => CanaryEvents, |e| e.canary.clone(), ();
 }
 
 lookups_index! {
@@ -608,6 +610,7 @@ state_tables! {
     window_exceptions: WindowException,
     installation_channels: InstallationChannel,
     module_channels: ModuleChannels,
-    metric_templates: MetricTemplate;
+    metric_templates: MetricTemplate,
+    canary_events: CanaryEvents;
     not_in_state: ActivityV1, ActivityLine, FinishedPlan,
 }

@@ -202,9 +202,9 @@ fn a_passing_judgement_advances_the_weight() {
     let out = run.tick(&samples(same_latency()));
     assert_eq!(run.status.canary_weight, 20, "{:?}", out.events);
     assert!(
-        out.events
-            .iter()
-            .any(|e| e.starts_with("Judge of metric request-duration passed")),
+        out.events.iter().any(|e| e
+            .message
+            .starts_with("Judge of metric request-duration passed")),
         "{:?}",
         out.events
     );
@@ -219,9 +219,9 @@ fn a_failing_judgement_is_a_failed_check_and_hold_keeps_the_weights() {
         assert_eq!(run.status.failed_checks, n);
         assert_eq!(run.status.canary_weight, 10);
         assert!(
-            out.events
-                .iter()
-                .any(|e| e.contains("judge of metric request-duration failed")),
+            out.events.iter().any(|e| e
+                .message
+                .contains("judge of metric request-duration failed")),
             "{:?}",
             out.events
         );
@@ -326,7 +326,7 @@ fn inconclusive_judgements_hold_the_weight_then_halt_at_the_limit() {
         assert!(
             out.events
                 .iter()
-                .any(|e| e.contains("too few samples") && e.contains("limit 3")),
+                .any(|e| e.message.contains("too few samples") && e.message.contains("limit 3")),
             "{:?}",
             out.events
         );

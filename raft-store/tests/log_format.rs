@@ -48,8 +48,10 @@ use hub_engine::canary::{
 use hub_engine::canary::{
     Baseline, Direction, Histogram, Judge, MetricSamples, SampleWindow, Verdict, WorkloadSamples,
 };
+use hub_engine::canary::{CanaryEvent, EventKind, EventReason};
 use hub_engine::canary::{CanaryObservation, CanaryRevision, CanaryStepSpec, MetricWindow};
 use hub_engine::canary::{MetricProvider, MetricTemplateSpec, ProviderKind};
+use hub_engine::canary_events::CanaryEvents;
 use hub_engine::canary_history::{CanaryHistory, CanarySample};
 use hub_engine::canary_judging::{CanaryJudging, JudgeResult, JudgedMetric};
 use hub_engine::canary_record::Canary;
@@ -1405,7 +1407,34 @@ fn records() -> Vec<Record> {
             created_ms: T0 + 38,
             updated_ms: T0 + 39,
         }),
+        Record::CanaryEvents(canary_events()),
     ]
+}
+
+/// A canary's events (issue 52 item 5): a repeated Warning and a Normal event, every field
+/// distinct.
+fn canary_events() -> CanaryEvents {
+    CanaryEvents {
+        canary: s("prod/podinfo"),
+        events: VecDeque::from([
+            CanaryEvent {
+                time_ms: T0 + 42,
+                kind: EventKind::Warning,
+                reason: EventReason::Synced,
+                message: s("Halt podinfo.prod advancement success rate 80.00% < 99%"),
+                count: 3,
+                first_time_ms: T0 + 40,
+            },
+            CanaryEvent {
+                time_ms: T0 + 43,
+                kind: EventKind::Normal,
+                reason: EventReason::Synced,
+                message: s("Advance podinfo.prod canary weight 10"),
+                count: 1,
+                first_time_ms: T0 + 41,
+            },
+        ]),
+    }
 }
 
 fn request() -> Request {
@@ -2255,6 +2284,8 @@ fn nested_enums() -> BTreeMap<&'static str, Vec<&'static str>> {
         ("Approvers", declared_variants::<Approvers>()),
         ("ExceptionStatus", declared_variants::<ExceptionStatus>()),
         ("ProviderKind", declared_variants::<ProviderKind>()),
+        ("EventKind", declared_variants::<EventKind>()),
+        ("EventReason", declared_variants::<EventReason>()),
     ])
 }
 

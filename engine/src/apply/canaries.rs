@@ -7,10 +7,11 @@ use std::collections::BTreeMap;
 
 use crate::canary::{
     advance_judged, parse_canary_templated, parse_canary_with_policy, terminate, Action,
-    AnalysisPolicy, CanaryObservation, CanaryRevision, CanaryStatus, CanaryStepSpec, Judging,
-    Manual, MetricSamples, MetricSource, Phase, SampleWindow, Strategy, TickInput,
+    AnalysisPolicy, CanaryEvent, CanaryObservation, CanaryRevision, CanaryStatus, CanaryStepSpec,
+    Judging, Manual, MetricSamples, MetricSource, Phase, SampleWindow, Strategy, TickInput,
     MAX_OBSERVATIONS, MAX_SPARE_REVISIONS, MAX_WINDOWS,
 };
+use crate::canary_events::CanaryEvents;
 use crate::canary_history::{CanaryHistory, CanarySample};
 use crate::canary_judging::MAX_JUDGED_METRICS;
 use crate::canary_record::{action_label, Canary};
@@ -235,6 +236,7 @@ impl State {
         }
         self.canaries.remove(id, &mut tx.changed);
         self.canary_history.remove(id, &mut tx.changed);
+        self.canary_events.remove(id, &mut tx.changed);
         self.canary_judging.remove(id, &mut tx.changed);
         let mut summary = format!("canary {id} deleted");
         if !outcome.actions.is_empty() {
@@ -312,6 +314,7 @@ impl State {
         let weight = self.canaries.get(id).map_or(0, |c| c.status.canary_weight);
         let metrics = input.metrics.iter().map(|(n, v)| (n.clone(), *v)).collect();
         self.record_sample(id, step, metrics, tx);
+        self.record_events(id, &outcome.events, tx);
         let summary = with_events(
             format!(
                 "canary {id} step {step}: {} -> {}, weight {weight}",
@@ -361,6 +364,7 @@ impl State {
         self.record_judgements(id, step, judged.inconclusive, judged.verdicts, tx);
         let (before, after) = self.commit_outcome(id, step, outcome.status, outcome.actions, tx);
         self.record_sample(id, step, Vec::new(), tx);
+        self.record_events(id, &outcome.events, tx);
         let summary = with_events(
             format!(
                 "canary {id}: {} ({} -> {})",
@@ -425,6 +429,22 @@ impl State {
                 ..CanaryHistory::default()
             })
             .push(sample);
+    }
+
+    /// Appends a tick's events to the events of canary `id` (issue 52 item 5).
+    fn record_events(&mut self, id: &str, events: &[CanaryEvent], tx: &mut Tx) {
+        if events.is_empty() || !self.canaries.contains_key(id) {
+            return;
+        }
+        let record = self
+            .canary_events
+            .get_or_insert_with(id.to_string(), &mut tx.changed, || CanaryEvents {
+                canary: id.to_string(),
+                ..CanaryEvents::default()
+            });
+        for event in events {
+            record.push(event.clone());
+        }
     }
 
     /// Notes `summary` in the activity of the canary's entity, if it still exists.
@@ -562,10 +582,11 @@ impl State {
     }
 }
 
-/// `summary`, followed by the tick's events when there are any.
-fn with_events(mut summary: String, events: &[String]) -> String {
+/// `summary`, followed by the tick's event messages when there are any.
+fn with_events(mut summary: String, events: &[CanaryEvent]) -> String {
     if !events.is_empty() {
-        summary.push_str(&format!(": {}", events.join("; ")));
+        let messages: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
+        summary.push_str(&format!(": {}", messages.join("; ")));
     }
     summary
 }

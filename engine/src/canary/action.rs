@@ -1,9 +1,10 @@
 //! What a tick decided ([`TickOutcome`]): the new status, the [`Action`]s the agent (workloads,
 //! routing) and the leader (alerts, notifications) carry out, in order, once the tick is
-//! committed, and the events to record in the activity timeline.
+//! committed, and the events to record ([`CanaryEvent`]).
 
 use serde::{Deserialize, Serialize};
 
+use super::event::CanaryEvent;
 use super::spec::{MatchRule, Severity, TOTAL_WEIGHT};
 use super::status::CanaryStatus;
 use super::webhook::WebhookCall;
@@ -99,6 +100,7 @@ pub struct TickOutcome {
     pub status: CanaryStatus,
     /// What to do, in order.
     pub actions: Vec<Action>,
-    /// What happened, for the activity timeline (Flagger's events).
-    pub events: Vec<String>,
+    /// What happened and why, in Flagger's wording, for the canary's events and the
+    /// activity timeline; messages are bounded and free of credentials.
+    pub events: Vec<CanaryEvent>,
 }

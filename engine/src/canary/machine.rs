@@ -31,10 +31,13 @@
 use std::collections::BTreeMap;
 
 use super::action::{Action, TickOutcome};
+use super::event::{event_message, go_duration, go_float, two_decimals, CanaryEvent, EventKind};
 use super::input::{Manual, TickInput};
 use super::judge::{judge, AnalysisPolicy, OnFailure, Verdict};
 use super::samples::MetricSamples;
-use super::spec::{CanarySpec, Severity, Strategy, WebhookType, MILLI, TOTAL_WEIGHT};
+use super::spec::{
+    CanarySpec, Metric, MetricSource, Severity, Strategy, WebhookType, MILLI, TOTAL_WEIGHT,
+};
 use super::status::{CanaryStatus, Phase};
 use super::webhook::{payload, WebhookCall};
 use crate::TimestampMs;
@@ -186,21 +189,20 @@ pub fn terminate(spec: &CanarySpec, status: &CanaryStatus, now: TimestampMs) -> 
     let mut actions = Vec::new();
     let mut events = Vec::new();
     if status.phase != Phase::Terminating {
-        if spec.revert_on_deletion {
+        let name = qualified(spec, &spec.name);
+        let message = if spec.revert_on_deletion {
             actions.push(Action::RestoreOriginal);
             s.canary_weight = 0;
             s.match_routing = false;
             s.canary_revision = None;
-            events.push(format!(
-                "Deleting canary {}: restoring the original routing of {}",
-                spec.name, spec.target.name
-            ));
+            format!(
+                "Terminating canary {name}: restoring the original routing of {}",
+                qualified(spec, &spec.target.name)
+            )
         } else {
-            events.push(format!(
-                "Deleting canary {}: workloads and routing are left as they are",
-                spec.name
-            ));
-        }
+            format!("Terminating canary {name}: workloads and routing are left as they are")
+        };
+        events.push(CanaryEvent::new(now, EventKind::Normal, message));
         s.next_tick_ms = None;
         s.set_phase(
             Phase::Terminating,
@@ -215,17 +217,21 @@ pub fn terminate(spec: &CanarySpec, status: &CanaryStatus, now: TimestampMs) -> 
     }
 }
 
-/// Warning or normal event (the `eventType` of event webhooks).
-#[derive(Clone, Copy)]
-enum EventKind {
-    Normal,
-    Warning,
+/// `name` qualified by the canary's namespace as Flagger writes it (`podinfo.test`); bare when
+/// the resource has none.
+fn qualified(spec: &CanarySpec, name: &str) -> String {
+    match &spec.namespace {
+        Some(ns) => format!("{name}.{ns}"),
+        None => name.to_string(),
+    }
 }
 
 /// Why a gate held: the webhook and its answer.
 struct Held {
     webhook: String,
     message: String,
+    /// Whether an HTTP answer arrived (a refusal, not an error reaching the webhook).
+    answered: bool,
     muted: bool,
 }
 
@@ -249,7 +255,7 @@ struct Tick<'a> {
     now: TimestampMs,
     s: CanaryStatus,
     actions: Vec<Action>,
-    events: Vec<String>,
+    events: Vec<CanaryEvent>,
     consulted: Vec<String>,
     /// The judges' verdicts of this tick.
     verdicts: Vec<(String, Verdict, String)>,
@@ -264,29 +270,28 @@ impl Tick<'_> {
         let phase = self.s.phase;
         let manual = self.input.manual;
         if self.spec.suspend {
-            self.events.push(match manual {
+            let message = match manual {
                 Some(m) => format!(
-                    "Canary {} is suspended: manual {} ignored",
-                    self.spec.name,
+                    "skipping canary run as object is suspended: manual {} ignored",
                     m.as_str()
                 ),
-                None => format!("Canary {} is suspended: tick skipped", self.spec.name),
-            });
+                None => "skipping canary run as object is suspended".to_string(),
+            };
+            self.record(EventKind::Normal, message);
             return;
         }
         if phase == Phase::Terminating {
-            self.events.push(format!(
-                "Canary {} is terminating: tick skipped",
-                self.spec.name
-            ));
+            let message = format!("Canary {} is terminating: tick skipped", self.name());
+            self.record(EventKind::Normal, message);
             return;
         }
         if manual.is_none() && !self.s.is_due(self.now) {
-            self.events.push(format!(
+            let message = format!(
                 "Canary {}: tick not due before {} ms: skipped",
-                self.spec.name,
+                self.name(),
                 self.s.next_tick_ms.unwrap_or_default()
-            ));
+            );
+            self.record(EventKind::Normal, message);
             return;
         }
         self.s.next_tick_ms = Some(self.now.saturating_add(self.spec.analysis.interval_ms));
@@ -323,20 +328,39 @@ impl Tick<'_> {
             .unwrap_or(&self.input.revision)
     }
 
-    fn target(&self) -> String {
-        format!("{} {}", self.spec.target.kind, self.spec.target.name)
+    /// The canary as Flagger names it in events: `podinfo.test`.
+    fn name(&self) -> String {
+        qualified(self.spec, &self.spec.name)
     }
 
+    /// The target as Flagger names it in events: `podinfo.test`.
+    fn target(&self) -> String {
+        qualified(self.spec, &self.spec.target.name)
+    }
+
+    /// The primary workload as Flagger names it in events: `podinfo-primary.test`.
+    fn primary(&self) -> String {
+        qualified(self.spec, &format!("{}-primary", self.spec.target.name))
+    }
+
+    /// Records an event without notifying event webhooks (a tick that does nothing).
+    fn record(&mut self, kind: EventKind, message: String) {
+        let urls = self.spec.analysis.webhooks.iter().map(|w| w.url.as_str());
+        let message = event_message(&message, urls);
+        self.events.push(CanaryEvent::new(self.now, kind, message));
+    }
+
+    /// Records an event and sends it to the event webhooks (Flagger's `recordEvent*f`).
     fn event(&mut self, kind: EventKind, message: String) {
-        let event_type = match kind {
-            EventKind::Normal => "Normal",
-            EventKind::Warning => "Warning",
+        self.record(kind, message);
+        let Some(message) = self.events.last().map(|e| e.message.clone()) else {
+            return;
         };
         let hooks: Vec<_> = self.spec.webhooks_of(WebhookType::Event).collect();
         for w in hooks {
             let extra = [
                 ("eventMessage", message.clone()),
-                ("eventType", event_type.to_string()),
+                ("eventType", kind.as_str().to_string()),
                 ("timestamp", self.now.to_string()),
             ];
             let p = payload(self.spec, w, self.s.phase, self.subject(), &extra);
@@ -344,7 +368,48 @@ impl Tick<'_> {
                 call: WebhookCall::new(w, p),
             });
         }
-        self.events.push(message);
+    }
+
+    /// Flagger's event for a primary that is not ready (`podinfo-primary.test not ready:
+    /// waiting for rollout to finish: ...`).
+    fn primary_not_ready(&self) -> String {
+        let wanted = match (&self.input.primary_revision, &self.s.primary_revision) {
+            (Some(seen), Some(wanted)) => seen == wanted,
+            _ => true,
+        };
+        let why = if wanted {
+            format!(
+                "{}% of updated replicas are available (readyThreshold {}%)",
+                self.input.primary_ready_percent, self.spec.analysis.primary_ready_threshold
+            )
+        } else {
+            "the primary does not run the wanted revision yet".to_string()
+        };
+        format!(
+            "{} not ready: waiting for rollout to finish: {why}",
+            self.primary()
+        )
+    }
+
+    /// Flagger's event for a canary workload that is not ready.
+    fn canary_not_ready(&self) -> String {
+        let wanted = match (&self.input.canary_revision, &self.s.canary_revision) {
+            (Some(seen), Some(wanted)) => seen == wanted,
+            _ => true,
+        };
+        let why = if wanted {
+            format!(
+                "{}% of updated replicas are available (readyThreshold {}%)",
+                self.input.canary_ready_percent, self.spec.analysis.canary_ready_threshold
+            )
+        } else {
+            "the canary does not run the wanted revision yet".to_string()
+        };
+        format!(
+            "canary {} {} not ready: waiting for rollout to finish: {why}",
+            self.spec.target.kind,
+            self.target()
+        )
     }
 
     fn alert(&mut self, severity: Severity, message: String) {
@@ -399,12 +464,18 @@ impl Tick<'_> {
         for w in hooks {
             self.consulted.push(w.name.clone());
             match self.input.webhooks.get(&w.name) {
-                Some(r) if r.ok => {}
+                Some(r) if r.ok => {
+                    if let Some(check) = gate_check_name(kind) {
+                        let message = format!("{check} check {} passed", w.name);
+                        self.event(EventKind::Normal, message);
+                    }
+                }
                 Some(r) => {
                     let status = r.status.map(|s| format!(" (HTTP {s})")).unwrap_or_default();
                     return Err(Held {
                         webhook: w.name.clone(),
                         message: format!("{}{status}", r.message),
+                        answered: r.status.is_some(),
                         muted: w.mute_alert,
                     });
                 }
@@ -412,6 +483,7 @@ impl Tick<'_> {
                     return Err(Held {
                         webhook: w.name.clone(),
                         message: "no answer (the webhook was not called)".to_string(),
+                        answered: false,
                         muted: w.mute_alert,
                     })
                 }
@@ -420,14 +492,36 @@ impl Tick<'_> {
         Ok(())
     }
 
+    /// A gate's hold as Flagger words it (`Halt podinfo.test advancement waiting for approval
+    /// gate`); when the webhook could not be reached, also why.
+    fn held_event(&mut self, what: &str, held: &Held) {
+        let mut message = format!(
+            "Halt {} advancement waiting for {what} {}",
+            self.name(),
+            held.webhook
+        );
+        if !held.answered {
+            message.push_str(&format!(": {}", held.message));
+        }
+        self.event(EventKind::Warning, message);
+    }
+
     /// The first rollback webhook that succeeded, if any (SPEC K5: a success rolls back).
     fn rollback_signal(&mut self) -> Option<String> {
         let hooks: Vec<_> = self.spec.webhooks_of(WebhookType::Rollback).collect();
         for w in hooks {
             self.consulted.push(w.name.clone());
             if self.input.webhooks.get(&w.name).is_some_and(|r| r.ok) {
+                self.event(
+                    EventKind::Warning,
+                    format!("Rollback check {} passed", w.name),
+                );
                 return Some(w.name.clone());
             }
+            self.event(
+                EventKind::Normal,
+                format!("Rollback hook {} not signaling a rollback", w.name),
+            );
         }
         None
     }
@@ -442,18 +536,42 @@ impl Tick<'_> {
                 continue;
             }
             let Some(value) = self.input.metrics.get(&m.name).copied().flatten() else {
-                return Err(format!("no values found for metric {}", m.name));
+                return Err(self.no_values(m));
             };
             if !m.range.contains(value) {
-                let bound = match (m.range.min, m.range.max) {
-                    (Some(min), _) if value < min => format!("< {}", milli(min)),
-                    (_, Some(max)) => format!("> {}", milli(max)),
-                    _ => "out of range".to_string(),
+                let (op, bound) = match (m.range.min, m.range.max) {
+                    (Some(min), _) if value < min => ('<', min),
+                    (_, Some(max)) => ('>', max),
+                    // Not reached: a value out of a range is below its min or above its max.
+                    (Some(min), None) => ('<', min),
+                    (None, None) => continue,
                 };
-                return Err(format!("metric {} {} {bound}", m.name, milli(value)));
+                let name = self.name();
+                return Err(out_of_range(&name, m, value, op, bound));
             }
         }
         Ok(())
+    }
+
+    /// Flagger's event for a metric whose query returned no data.
+    fn no_values(&self, m: &Metric) -> String {
+        match &m.source {
+            MetricSource::RequestSuccessRate | MetricSource::RequestDuration => format!(
+                "Halt advancement no values found for proxy metric {} probably {} is not \
+                 receiving traffic",
+                m.name,
+                self.target()
+            ),
+            MetricSource::Prometheus { .. } => {
+                format!("Halt advancement no values found for metric: {}", m.name)
+            }
+            MetricSource::Template { .. } => {
+                format!(
+                    "Halt advancement no values found for custom metric: {}",
+                    m.name
+                )
+            }
+        }
     }
 
     /// Runs the judges of the analysed metrics on the tick's samples: the first failure,
@@ -470,14 +588,16 @@ impl Tick<'_> {
             self.verdicts
                 .push((m.name.clone(), judgement.verdict, judgement.reason.clone()));
             match judgement.verdict {
-                Verdict::Pass => self.events.push(format!(
-                    "Judge of metric {} passed: {}",
-                    m.name, judgement.reason
-                )),
+                Verdict::Pass => self.record(
+                    EventKind::Normal,
+                    format!("Judge of metric {} passed: {}", m.name, judgement.reason),
+                ),
                 Verdict::Fail => {
                     return StepResult::Failed(format!(
-                        "judge of metric {} failed: {}",
-                        m.name, judgement.reason
+                        "Halt {} advancement judge of metric {} failed: {}",
+                        self.name(),
+                        m.name,
+                        judgement.reason
                     ))
                 }
                 Verdict::Inconclusive => {
@@ -516,7 +636,8 @@ impl Tick<'_> {
             EventKind::Warning,
             format!(
                 "Halting {} at weight {} for an operator (promote, abort or retry): {message}",
-                self.spec.name, self.s.canary_weight
+                self.name(),
+                self.s.canary_weight
             ),
         );
         self.alert(severity, message);
@@ -548,7 +669,7 @@ impl Tick<'_> {
                 format!(
                     "Manual {} ignored: canary {} is still initializing",
                     m.as_str(),
-                    self.spec.name
+                    self.name()
                 ),
             );
             return;
@@ -565,7 +686,7 @@ impl Tick<'_> {
             self.s.set_phase(Phase::Initialized, msg, self.now);
             self.event(
                 EventKind::Normal,
-                format!("Initialization done! {}", self.spec.name),
+                format!("Initialization done! {}", self.name()),
             );
             self.alert(
                 Severity::Info,
@@ -585,19 +706,18 @@ impl Tick<'_> {
                 self.spec.progress_deadline_seconds
             );
             self.s.set_phase(Phase::Failed, msg.clone(), self.now);
-            self.event(EventKind::Warning, format!("{msg} ({})", self.target()));
+            let event = format!(
+                "Initialization of {} failed: {} not ready within {}s",
+                self.name(),
+                self.primary(),
+                self.spec.progress_deadline_seconds
+            );
+            self.event(EventKind::Warning, event);
             self.alert(Severity::Error, msg);
             return;
         }
-        self.event(
-            EventKind::Normal,
-            format!(
-                "Waiting for the primary of {} to be ready ({}% of {}%)",
-                self.spec.name,
-                self.input.primary_ready_percent,
-                self.spec.analysis.primary_ready_threshold
-            ),
-        );
+        let event = self.primary_not_ready();
+        self.event(EventKind::Warning, event);
     }
 
     /// (Re)creates the primary from `rev`: on the first tick, when the target changed before
@@ -621,8 +741,9 @@ impl Tick<'_> {
         self.event(
             EventKind::Normal,
             format!(
-                "Initializing {}: creating the primary of {} at revision {rev}",
-                self.spec.name,
+                "Initializing {}: creating {} from {} at revision {rev}",
+                self.name(),
+                self.primary(),
                 self.target()
             ),
         );
@@ -647,15 +768,8 @@ impl Tick<'_> {
             return;
         }
         if !self.spec.skip_analysis && !self.primary_ready() {
-            self.event(
-                EventKind::Warning,
-                format!(
-                    "New revision {rev} of {} waits for the primary to be ready ({}% of {}%)",
-                    self.spec.name,
-                    self.input.primary_ready_percent,
-                    self.spec.analysis.primary_ready_threshold
-                ),
-            );
+            let event = self.primary_not_ready();
+            self.event(EventKind::Warning, event);
             return;
         }
         if let Err(held) = self.gate(WebhookType::ConfirmRollout) {
@@ -663,13 +777,8 @@ impl Tick<'_> {
                 // Traffic is still on the canary after a failed promotion: it moves back to
                 // the primary only once the primary is ready; Waiting carries none.
                 if !self.primary_ready() {
-                    self.event(
-                        EventKind::Warning,
-                        format!(
-                            "New revision {rev} of {} waits for the primary to be ready",
-                            self.spec.name
-                        ),
-                    );
+                    let event = self.primary_not_ready();
+                    self.event(EventKind::Warning, event);
                     return;
                 }
                 self.route_all_to_primary();
@@ -687,13 +796,7 @@ impl Tick<'_> {
                     );
                 }
             }
-            self.event(
-                EventKind::Warning,
-                format!(
-                    "Halt {} advancement waiting for approval {}: {}",
-                    self.spec.name, held.webhook, held.message
-                ),
-            );
+            self.held_event("approval", &held);
             return;
         }
         let msg = format!("New revision detected! Scaling up {}", self.target());
@@ -715,17 +818,16 @@ impl Tick<'_> {
                     // retry the promotion.
                     self.event(
                         EventKind::Normal,
-                        format!("Retrying the promotion of {} (operator)", self.spec.name),
+                        format!("Retrying the promotion of {} (operator)", self.name()),
                     );
                     self.promote();
                 } else if !self.spec.skip_analysis && !self.primary_ready() {
-                    self.event(
-                        EventKind::Warning,
-                        format!(
-                            "Manual retry of {} refused: the primary is not ready",
-                            self.spec.name
-                        ),
+                    let event = format!(
+                        "Manual retry of {} refused: {}",
+                        self.name(),
+                        self.primary_not_ready()
                     );
+                    self.event(EventKind::Warning, event);
                 } else {
                     let msg = format!(
                         "Retrying analysis of revision {rev} of {} (operator)",
@@ -737,19 +839,19 @@ impl Tick<'_> {
             Manual::Abort if phase == Phase::Waiting => {
                 // Reject the revision waiting for approval: it does not start by itself.
                 self.s.last_applied_spec = Some(rev.to_string());
-                let msg = format!("Revision {rev} of {} rejected by operator", self.spec.name);
+                let msg = format!("Revision {rev} of {} rejected by operator", self.name());
                 self.rollback(msg.clone());
                 self.alert(Severity::Warn, msg);
             }
-            _ => self.event(
-                EventKind::Warning,
-                format!(
+            _ => {
+                let event = format!(
                     "Manual {} ignored: canary {} is {} with revision {rev}",
                     m.as_str(),
-                    self.spec.name,
+                    self.name(),
                     phase
-                ),
-            ),
+                );
+                self.event(EventKind::Warning, event);
+            }
         }
     }
 
@@ -764,13 +866,11 @@ impl Tick<'_> {
                  failed promotion; retry to promote again."
             );
             self.s.set_phase(Phase::Failed, msg, self.now);
-            self.event(
-                EventKind::Warning,
-                format!(
-                    "{} stays Failed with traffic on the canary until a retry",
-                    self.spec.name
-                ),
+            let event = format!(
+                "{} stays Failed with traffic on the canary until a retry",
+                self.name()
             );
+            self.event(EventKind::Warning, event);
             return;
         }
         if self.s.failed_spec.as_deref() == Some(rev) {
@@ -795,13 +895,12 @@ impl Tick<'_> {
             let msg = "The target is back at the promoted revision.".to_string();
             self.s.set_phase(Phase::Succeeded, msg, self.now);
         }
-        self.event(
-            EventKind::Normal,
-            format!(
-                "Revision {rev} of {} needs no analysis: back to {}",
-                self.spec.name, self.s.phase
-            ),
+        let event = format!(
+            "Revision {rev} of {} needs no analysis: back to {}",
+            self.name(),
+            self.s.phase
         );
+        self.event(EventKind::Normal, event);
     }
 
     /// Starts analysis of `rev`: Progressing at weight 0, canary deployed.
@@ -851,13 +950,13 @@ impl Tick<'_> {
             self.skip_to_promoted();
             return;
         }
-        if let Some(hook) = self.rollback_signal() {
-            let msg = format!(
-                "Rolling back {}: rollback webhook {hook} invoked",
-                self.spec.name
+        if self.rollback_signal().is_some() {
+            let msg = format!("Rolling back {} manual webhook invoked", self.name());
+            self.rollback(msg);
+            self.alert(
+                Severity::Warn,
+                "Rolling back manual webhook invoked".to_string(),
             );
-            self.rollback(msg.clone());
-            self.alert(Severity::Warn, msg);
             return;
         }
         if self.s.failed_checks >= self.spec.analysis.threshold
@@ -872,8 +971,9 @@ impl Tick<'_> {
         }
         if self.s.failed_checks >= self.spec.analysis.threshold {
             let msg = format!(
-                "Rolling back {}: failed checks threshold reached {}",
-                self.spec.name, self.s.failed_checks
+                "Rolling back {} failed checks threshold reached {}",
+                self.name(),
+                self.s.failed_checks
             );
             self.rollback(msg);
             self.alert(
@@ -884,30 +984,22 @@ impl Tick<'_> {
         }
         match self.analysis() {
             StepResult::Passed => {}
-            StepResult::Failed(why) => {
+            StepResult::Failed(event) => {
                 self.inconclusive = 0;
                 self.s.failed_checks = self.s.failed_checks.saturating_add(1);
-                self.event(
-                    EventKind::Warning,
-                    format!(
-                        "Halt {} advancement: {why} (failed checks {}/{})",
-                        self.spec.name, self.s.failed_checks, self.spec.analysis.threshold
-                    ),
-                );
+                self.event(EventKind::Warning, event);
                 return;
             }
             StepResult::Inconclusive(why) => {
                 self.inconclusive = self.inconclusive.saturating_add(1);
                 let limit = self.policy.inconclusive_limit;
-                self.event(
-                    EventKind::Warning,
-                    format!(
-                        "Halt {} advancement: inconclusive judgement ({why}) ({} in a row{})",
-                        self.spec.name,
-                        self.inconclusive,
-                        limit.map(|l| format!(", limit {l}")).unwrap_or_default()
-                    ),
+                let event = format!(
+                    "Halt {} advancement inconclusive judgement ({why}) ({} in a row{})",
+                    self.name(),
+                    self.inconclusive,
+                    limit.map(|l| format!(", limit {l}")).unwrap_or_default()
                 );
+                self.event(EventKind::Warning, event);
                 if limit.is_some_and(|l| self.inconclusive >= l) {
                     let msg = format!(
                         "{} inconclusive judgements in a row: holding at weight {}",
@@ -931,7 +1023,7 @@ impl Tick<'_> {
             self.restart(&rev);
             return;
         }
-        let name = self.spec.name.clone();
+        let name = self.name();
         let weight = self.s.canary_weight;
         match self.input.manual {
             Some(Manual::Promote) => {
@@ -983,14 +1075,12 @@ impl Tick<'_> {
             let msg = "The target is back at the promoted revision; analysis cancelled.";
             self.s
                 .set_phase(Phase::Succeeded, msg.to_string(), self.now);
-            self.event(
-                EventKind::Normal,
-                format!(
-                    "{} is back at the promoted revision {rev}: analysis of {} cancelled",
-                    self.target(),
-                    self.spec.name
-                ),
+            let event = format!(
+                "{} is back at the promoted revision {rev}: analysis of {} cancelled",
+                self.target(),
+                self.name()
             );
+            self.event(EventKind::Normal, event);
             return;
         }
         self.reset_analysis(rev);
@@ -1017,15 +1107,13 @@ impl Tick<'_> {
         let phase = self.s.phase;
         match m {
             Manual::Abort if phase.is_analysing() => {
-                let msg = format!("Rolling back {}: aborted by operator", self.spec.name);
+                let msg = format!("Rolling back {}: aborted by operator", self.name());
                 self.rollback(msg.clone());
                 self.alert(Severity::Warn, msg);
             }
             Manual::Promote if phase.is_analysing() => {
-                self.event(
-                    EventKind::Normal,
-                    format!("Promotion of {} requested by operator", self.spec.name),
-                );
+                let event = format!("Promotion of {} requested by operator", self.name());
+                self.event(EventKind::Normal, event);
                 self.promote();
             }
             _ => {
@@ -1034,14 +1122,12 @@ impl Tick<'_> {
                 } else {
                     "nothing to retry"
                 };
-                self.event(
-                    EventKind::Warning,
-                    format!(
-                        "Manual {} ignored: canary {} is {phase}: {why}",
-                        m.as_str(),
-                        self.spec.name
-                    ),
+                let event = format!(
+                    "Manual {} ignored: canary {} is {phase}: {why}",
+                    m.as_str(),
+                    self.name()
                 );
+                self.event(EventKind::Warning, event);
             }
         }
     }
@@ -1059,24 +1145,26 @@ impl Tick<'_> {
             (false, true) => "primary",
             _ => "canary",
         };
+        // Flagger checks the primary first, and reports the first that is not ready.
+        let not_ready = if primary_ok {
+            self.canary_not_ready()
+        } else {
+            self.primary_not_ready()
+        };
         let since = *self.s.not_ready_since_ms.get_or_insert(self.now);
         if self.deadline_passed(since) {
             let msg = format!(
                 "Progress deadline exceeded: {which} of {} not ready for {}s",
                 self.spec.name, self.spec.progress_deadline_seconds
             );
-            self.rollback(format!("Rolling back {}: {msg}", self.spec.name));
+            self.rollback(format!(
+                "Rolling back {} progress deadline exceeded {not_ready} for {}s",
+                self.name(),
+                self.spec.progress_deadline_seconds
+            ));
             self.alert(Severity::Error, msg);
         } else {
-            self.event(
-                EventKind::Normal,
-                format!(
-                    "Waiting for the {which} of {} to be ready (primary {}%, canary {}%)",
-                    self.spec.name,
-                    self.input.primary_ready_percent,
-                    self.input.canary_ready_percent
-                ),
-            );
+            self.event(EventKind::Warning, not_ready);
         }
         false
     }
@@ -1092,15 +1180,19 @@ impl Tick<'_> {
             return match self.gate(WebhookType::PreRollout) {
                 Ok(()) => StepResult::Passed,
                 Err(h) => StepResult::Failed(format!(
-                    "pre-rollout check {} failed: {}",
-                    h.webhook, h.message
+                    "Halt {} advancement pre-rollout check {} failed {}",
+                    self.name(),
+                    h.webhook,
+                    h.message
                 )),
             };
         }
         if let Err(h) = self.gate(WebhookType::Rollout) {
             return StepResult::Failed(format!(
-                "external check {} failed: {}",
-                h.webhook, h.message
+                "Halt {} advancement external check {} failed {}",
+                self.name(),
+                h.webhook,
+                h.message
             ));
         }
         if let Err(why) = self.metrics() {
@@ -1111,19 +1203,13 @@ impl Tick<'_> {
 
     /// After a successful analysis step: the next weight or iteration, or promotion.
     fn step_forward(&mut self) {
-        let name = self.spec.name.clone();
+        let name = self.name();
         match &self.spec.analysis.strategy {
             Strategy::Canary { steps, max_weight } => {
                 let max = *max_weight;
                 if self.s.canary_weight < max {
                     if let Err(held) = self.gate(WebhookType::ConfirmTrafficIncrease) {
-                        self.event(
-                            EventKind::Warning,
-                            format!(
-                                "Halt {name} advancement waiting for traffic increase approval {}: {}",
-                                held.webhook, held.message
-                            ),
-                        );
+                        self.held_event("traffic increase approval", &held);
                         if !held.muted {
                             self.alert(
                                 Severity::Warn,
@@ -1196,7 +1282,7 @@ impl Tick<'_> {
                         }
                         self.event(
                             EventKind::Normal,
-                            format!("Routing all traffic of {name} to canary"),
+                            "Routing all traffic to canary".to_string(),
                         );
                     } else {
                         self.promote();
@@ -1224,13 +1310,7 @@ impl Tick<'_> {
                         );
                     }
                 }
-                self.event(
-                    EventKind::Warning,
-                    format!(
-                        "Halt {} advancement waiting for promotion approval {}: {}",
-                        self.spec.name, held.webhook, held.message
-                    ),
-                );
+                self.held_event("promotion approval", &held);
                 false
             }
         }
@@ -1254,14 +1334,12 @@ impl Tick<'_> {
             "Canary analysis completed, starting primary rolling update.".to_string(),
             self.now,
         );
-        self.event(
-            EventKind::Normal,
-            format!(
-                "Copying {} canary spec to {}",
-                self.target(),
-                self.spec.service.primary_name()
-            ),
+        let event = format!(
+            "Copying {} template spec to {}",
+            self.target(),
+            self.primary()
         );
+        self.event(EventKind::Normal, event);
     }
 
     /// Promoting and Finalising. Traffic never moves to a primary that is not ready (SPEC
@@ -1295,15 +1373,8 @@ impl Tick<'_> {
             if self.deadline_passed(since) {
                 self.promotion_failed();
             } else {
-                self.event(
-                    EventKind::Warning,
-                    format!(
-                        "Holding promotion of {}: primary not ready ({}% of {}%)",
-                        self.spec.name,
-                        self.input.primary_ready_percent,
-                        self.spec.analysis.primary_ready_threshold
-                    ),
-                );
+                let event = self.primary_not_ready();
+                self.event(EventKind::Warning, event);
             }
             return;
         }
@@ -1317,14 +1388,12 @@ impl Tick<'_> {
                         canary: c,
                     });
                     self.s.canary_weight = c;
-                    self.event(
-                        EventKind::Normal,
-                        format!(
-                            "Advance {} primary weight {}",
-                            self.spec.name,
-                            TOTAL_WEIGHT - c
-                        ),
+                    let event = format!(
+                        "Advance {} primary weight {}",
+                        self.name(),
+                        TOTAL_WEIGHT - c
                     );
+                    self.event(EventKind::Normal, event);
                 }
                 _ => {
                     self.route_all_to_primary();
@@ -1335,7 +1404,7 @@ impl Tick<'_> {
                     );
                     self.event(
                         EventKind::Normal,
-                        format!("Routing all traffic of {} to primary", self.spec.name),
+                        "Routing all traffic to primary".to_string(),
                     );
                 }
             }
@@ -1383,10 +1452,13 @@ impl Tick<'_> {
         );
         self.s.set_phase(Phase::Failed, msg.clone(), self.now);
         self.notify_post_rollout();
-        self.event(
-            EventKind::Warning,
-            format!("Promotion of {} failed: primary not ready", self.spec.name),
+        let event = format!(
+            "Promotion of {} failed, primary not ready: {} not ready within {}s",
+            self.target(),
+            self.primary(),
+            self.spec.progress_deadline_seconds
         );
+        self.event(EventKind::Warning, event);
         self.alert(Severity::Error, msg);
     }
 
@@ -1444,7 +1516,7 @@ impl Tick<'_> {
         self.event(EventKind::Warning, event);
         self.event(
             EventKind::Warning,
-            format!("Canary failed! Scaling down {}", self.target()),
+            format!("Canary failed! Scaling down {}", self.name()),
         );
         self.notify_post_rollout();
     }
@@ -1540,16 +1612,43 @@ impl Tick<'_> {
     }
 }
 
-/// Thousandths as a decimal (`99500` → `99.5`).
-fn milli(v: i64) -> String {
-    let whole = v / MILLI;
-    let frac = (v % MILLI).abs();
-    if frac == 0 {
-        return whole.to_string();
+/// Flagger's event for metric `m` of canary `name` (`podinfo.test`) out of its range: `value`
+/// `op` `bound`, in thousandths (`Halt podinfo.test advancement success rate 80.00% < 99%`).
+fn out_of_range(name: &str, m: &Metric, value: i64, op: char, bound: i64) -> String {
+    match m.source {
+        MetricSource::RequestSuccessRate => format!(
+            "Halt {name} advancement success rate {}% {op} {}%",
+            two_decimals(value),
+            go_float(bound)
+        ),
+        // Flagger compares durations in whole milliseconds of the threshold.
+        MetricSource::RequestDuration => format!(
+            "Halt {name} advancement request duration {} {op} {}",
+            go_duration(value),
+            go_duration(bound / MILLI * MILLI)
+        ),
+        MetricSource::Prometheus { .. } | MetricSource::Template { .. } => format!(
+            "Halt {name} advancement {} {} {op} {}",
+            m.name,
+            two_decimals(value),
+            go_float(bound)
+        ),
     }
-    let sign = if v < 0 && whole == 0 { "-" } else { "" };
-    let digits = format!("{frac:03}");
-    format!("{sign}{whole}.{}", digits.trim_end_matches('0'))
+}
+
+/// How Flagger names a passed gate of `kind` in its event (`Confirm-rollout check gate
+/// passed`); `None` for webhooks that are not gates.
+fn gate_check_name(kind: WebhookType) -> Option<&'static str> {
+    match kind {
+        WebhookType::ConfirmRollout => Some("Confirm-rollout"),
+        WebhookType::PreRollout => Some("Pre-rollout"),
+        WebhookType::ConfirmTrafficIncrease => Some("Confirm-traffic-increase"),
+        WebhookType::ConfirmPromotion => Some("Confirm-promotion"),
+        WebhookType::Rollout
+        | WebhookType::PostRollout
+        | WebhookType::Rollback
+        | WebhookType::Event => None,
+    }
 }
 
 #[cfg(test)]
@@ -1701,14 +1800,5 @@ mod tests {
         assert_eq!(status.phase, Phase::Failed, "{status:?}");
         assert_eq!(status.canary_weight, 0, "{status:?}");
         assert_eq!(status.primary_revision.as_deref(), Some("r0"));
-    }
-
-    #[test]
-    fn thousandths_print_as_decimals() {
-        assert_eq!(milli(99_000), "99");
-        assert_eq!(milli(99_500), "99.5");
-        assert_eq!(milli(1), "0.001");
-        assert_eq!(milli(-1_250), "-1.25");
-        assert_eq!(milli(-250), "-0.25");
     }
 }

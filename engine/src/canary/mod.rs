@@ -27,6 +27,7 @@
 mod action;
 mod duration;
 mod error;
+mod event;
 mod ignored;
 mod input;
 mod judge;
@@ -48,6 +49,9 @@ mod webhook;
 pub use action::{Action, TickOutcome};
 pub use duration::{format_duration, parse_duration, MAX_DURATION_MS};
 pub use error::{CanaryError, CanaryErrors};
+pub use event::{
+    event_message, CanaryEvent, EventKind, EventReason, MAX_EVENT_MESSAGE_BYTES, REDACTED,
+};
 pub use ignored::IgnoredField;
 pub use input::{Manual, TickInput, WebhookResult, WEBHOOK_MAX_SUCCESS_STATUS};
 pub use judge::{
