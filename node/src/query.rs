@@ -760,6 +760,15 @@ pub fn answer(
                 true,
             );
             v["history"] = canary_history_view(state.canary_history(id));
+            // Flagger's events (`kubectl describe canary`), oldest first: at most 100.
+            v["status_block"]["events"] = json!(state
+                .canary_events(id)
+                .map(|e| json!({
+                    "type": e.kind.as_str(), "reason": e.reason.as_str(), "message": e.message,
+                    "count": e.count, "firstTimestamp": format_time(e.first_time_ms),
+                    "lastTimestamp": format_time(e.time_ms),
+                }))
+                .collect::<Vec<_>>());
             if let Some(j) = state.canary_judging(id) {
                 v["status_block"]["judges"] = canary_judging_view(j);
             }

@@ -96,6 +96,21 @@ fn a_healthy_release_is_promoted_and_a_faulty_one_rolled_back() {
     let full = hub.canary("demo").unwrap();
     assert_eq!(full["status_block"]["failedChecks"], 2, "{full}");
     assert_eq!(full["weight"], 0);
+    // Why, in Flagger's words (issue 52 item 5): `hubctl canary events` lists the promotion
+    // of 1.1.0, then 1.2.0's failed checks as warnings and its rollback.
+    let events = hub
+        .cluster
+        .hubctl(&["canary", "events", "demo", "-n", "prod"])
+        .expect_ok("canary events")
+        .stdout;
+    for want in [
+        "Promotion completed!",
+        "Warning",
+        "Rolling back demo.prod failed checks threshold reached 2",
+        "Canary failed!",
+    ] {
+        assert!(events.contains(want), "{want:?} not in:\n{events}");
+    }
     let weights = hub.assert_applied_equals_committed("demo");
     assert_eq!(weights.last(), Some(&0));
     // 1.2.0's own steps: a check can pass by chance while few requests reach the canary

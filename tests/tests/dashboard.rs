@@ -527,6 +527,21 @@ fn watch_a_rollout(hub: &CanaryHub, tab: &Tab) {
         ),
         true
     );
+    // The events card (issue 52 item 5): what each tick decided, in Flagger's words.
+    wait_js(
+        tab,
+        "[...document.querySelectorAll('#events tr[data-event-type]')].some(r => r.textContent.includes('Promotion completed!'))",
+        "the promotion's event listed",
+        CONVERGE_TIMEOUT,
+    );
+    assert_eq!(
+        js(
+            tab,
+            "[...document.querySelectorAll('#events tr[data-event-type]')].some(r => /Advance .* canary weight 10/.test(r.textContent))"
+        ),
+        true,
+        "an Advance event is listed"
+    );
     // The judges card: the judge's settings and its last verdict, a pass.
     wait_js(
         tab,

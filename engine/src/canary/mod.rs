@@ -35,6 +35,7 @@ mod machine;
 mod mann_whitney;
 mod parse;
 mod plan;
+mod provider;
 mod raw;
 mod render;
 mod revision;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::template::{MetricProvider, ProviderKind};
+use super::provider::{MetricProvider, ProviderKind};
 use crate::entity::EntityKind;
 
 /// Smallest analysis interval accepted, in milliseconds.

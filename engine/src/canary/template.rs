@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{from_serde, quote, CanaryError, CanaryErrors};
 use super::ignored::IgnoredField;
 use super::parse::{check_outbound_address, API_VERSION, MAX_CANARY_BYTES};
+pub use super::provider::{MetricProvider, ProviderKind};
 use super::raw::RawMetadata;
 use super::render::parse_query;
 use crate::name::validate_name;
@@ -27,77 +28,6 @@ pub const METRIC_TEMPLATE_KIND: &str = "MetricTemplate";
 pub const MAX_METRIC_TEMPLATE_BYTES: usize = MAX_CANARY_BYTES;
 /// Most headers of a provider.
 pub const MAX_PROVIDER_HEADERS: usize = 32;
-
-/// The provider types of Flagger's MetricTemplate CRD.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum ProviderKind {
-    /// `prometheus`: an instant query against `/api/v1/query` (run by the hub).
-    Prometheus,
-    /// `influxdb`.
-    Influxdb,
-    /// `datadog`.
-    Datadog,
-    /// `externalmetrics` (Kubernetes' external metrics API).
-    ExternalMetrics,
-    /// `stackdriver`.
-    Stackdriver,
-    /// `cloudwatch`.
-    Cloudwatch,
-    /// `newrelic`.
-    Newrelic,
-    /// `graphite`.
-    Graphite,
-    /// `dynatrace`.
-    Dynatrace,
-    /// `keptn`.
-    Keptn,
-    /// `splunk`.
-    Splunk,
-}
-
-impl ProviderKind {
-    /// Every provider type, in the CRD's order.
-    pub const ALL: [ProviderKind; 11] = [
-        ProviderKind::Prometheus,
-        ProviderKind::Influxdb,
-        ProviderKind::Datadog,
-        ProviderKind::ExternalMetrics,
-        ProviderKind::Stackdriver,
-        ProviderKind::Cloudwatch,
-        ProviderKind::Newrelic,
-        ProviderKind::Graphite,
-        ProviderKind::Dynatrace,
-        ProviderKind::Keptn,
-        ProviderKind::Splunk,
-    ];
-
-    /// As written in a resource.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Prometheus => "prometheus",
-            ProviderKind::Influxdb => "influxdb",
-            ProviderKind::Datadog => "datadog",
-            ProviderKind::ExternalMetrics => "externalmetrics",
-            ProviderKind::Stackdriver => "stackdriver",
-            ProviderKind::Cloudwatch => "cloudwatch",
-            ProviderKind::Newrelic => "newrelic",
-            ProviderKind::Graphite => "graphite",
-            ProviderKind::Dynatrace => "dynatrace",
-            ProviderKind::Keptn => "keptn",
-            ProviderKind::Splunk => "splunk",
-        }
-    }
-
-    /// The type named `s`, if it is one of Flagger's.
-    pub fn parse(s: &str) -> Option<ProviderKind> {
-        ProviderKind::ALL.into_iter().find(|k| k.as_str() == s)
-    }
-
-    /// Whether the hub runs queries of this provider.
-    pub fn is_supported(self) -> bool {
-        self == ProviderKind::Prometheus
-    }
-}
 
 /// Checks a provider type as written at `path`: refused when unknown or not supported yet.
 pub(super) fn supported_provider(
@@ -123,23 +53,6 @@ pub(super) fn supported_provider(
             ))
         }
     }
-}
-
-/// Where a template's queries run, as the leader needs it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MetricProvider {
-    /// The provider's type (only supported ones are stored).
-    pub kind: ProviderKind,
-    /// Its address (`http://` or `https://`, no query or fragment).
-    pub address: String,
-    /// `secretRef.name`: the secret holding the credentials (`token` for a bearer token,
-    /// else `username` and `password` for basic authentication), in the template's
-    /// environment.
-    pub secret_ref: Option<String>,
-    /// `insecureSkipVerify`: the provider's TLS certificate is not verified.
-    pub insecure_skip_verify: bool,
-    /// `headers`: sent with every query (name → values).
-    pub headers: BTreeMap<String, Vec<String>>,
 }
 
 /// A validated MetricTemplate's spec.

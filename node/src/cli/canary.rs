@@ -50,6 +50,17 @@ pub enum CanaryCmd {
         #[command(flatten)]
         watch: super::args::WatchArgs,
     },
+    /// The canary's events, oldest first, as `kubectl describe canary` shows them: what each
+    /// tick decided and why, in Flagger's words (the last 100).
+    Events {
+        /// The canary's name.
+        name: String,
+        /// Its environment.
+        #[arg(long, short = 'n')]
+        namespace: String,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
     /// Wait until the canary is promoted; non-zero on failure or timeout.
     Wait {
         /// The canary's name.
@@ -184,6 +195,24 @@ pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow
                     "step",
                 ],
             );
+        }
+        CanaryCmd::Events {
+            name,
+            namespace,
+            read,
+        } => {
+            let v = query(
+                client,
+                json!({"query": "canary", "id": id(&namespace, &name)}),
+                read,
+            )
+            .await?;
+            let events = items(&v["status_block"], "events");
+            let now = super::timeparse::now_ms();
+            return print_list(fmt, events, &["TYPE", "REASON", "AGE", "MESSAGE"], |e| {
+                json!({"TYPE": e["type"], "REASON": e["reason"], "AGE": age(e, now),
+                    "MESSAGE": e["message"]})
+            });
         }
         CanaryCmd::Wait {
             name,
@@ -356,6 +385,33 @@ fn dry_run_apply(
         }),
         &["valid", "name", "environment", "target"],
     )
+}
+
+/// An event's age as `kubectl describe` shows it: `42s`, or `3m (x5 over 10m)` for a repeated
+/// one.
+fn age(event: &Value, now_ms: i64) -> String {
+    let since = |key: &str| {
+        event[key]
+            .as_str()
+            .and_then(|t| super::timeparse::parse_time(t).ok())
+            .map(|t| short_duration((now_ms - t.ms()) / 1000))
+    };
+    let last = since("lastTimestamp").unwrap_or_else(|| "-".into());
+    match (event["count"].as_u64(), since("firstTimestamp")) {
+        (Some(n), Some(first)) if n > 1 => format!("{last} (x{n} over {first})"),
+        _ => last,
+    }
+}
+
+/// `42s`, `3m`, `5h`, `2d`.
+fn short_duration(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7_199 => format!("{}m", s / 60),
+        7_200..=172_799 => format!("{}h", s / 3_600),
+        _ => format!("{}d", s / 86_400),
+    }
 }
 
 /// Polls the canary until it is promoted (exit 0), failed, or the timeout passes.

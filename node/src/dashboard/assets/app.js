@@ -830,11 +830,20 @@ async function pageCanary(id) {
     observationCard(c.observation),
     card('Recent actions', null, actions.length ? el('ol', { id: 'actions', class: 'actions' }, actions)
       : [el('ol', { id: 'actions', class: 'actions' }), el('p', { class: 'empty' }, 'no actions yet')]),
+    eventsCard((c.status_block || {}).events),
     c.yaml ? card(null, null, el('details', null, el('summary', null, 'Canary resource'), el('pre', null, c.yaml))) : null);
 }
 
 /** Approve and Reject (with a reason) for an open request the caller may decide; `kind` is
  * `change_request` or `window_exception`, the actions' suffix. */
+/** The canary's events, newest first, as `kubectl describe canary` lists them (issue 52). */
+function eventsCard(events) {
+  const rows = (events || []).slice().reverse().map((e) => row({ 'data-event-type': e.type },
+    [badge(e.type === 'Warning' ? 'warning' : 'normal'), e.reason,
+      e.count > 1 ? `${e.lastTimestamp} (×${e.count} since ${e.firstTimestamp})` : e.lastTimestamp, e.message]));
+  return card('Events', null, table('events', ['type', 'reason', 'last seen', 'message'], rows, 'no events yet'));
+}
+
 function decideControls(item, open, kind) {
   if (item.may_decide !== true || !open) return null;
   const reason = el('input', { type: 'text', 'data-reason': item.id, placeholder: 'reason (optional)', 'aria-label': 'Reason to reject ' + item.id });
