@@ -16,6 +16,7 @@ use super::judge::{
     AnalysisPolicy, Baseline, Direction, Judge, OnFailure, DEFAULT_CONFIDENCE_MILLI,
     MAX_CONFIDENCE_MILLI, MIN_CONFIDENCE_MILLI,
 };
+use super::provider::supported_provider;
 use super::raw::{
     RawAlert, RawAnalysis, RawCanary, RawHeaderMatch, RawJudge, RawMatch, RawMetadata, RawMetric,
     RawPort, RawProvider, RawRange, RawService, RawSpec, RawTargetRef, RawWebhook,
@@ -27,7 +28,6 @@ use super::spec::{
     DEFAULT_READY_THRESHOLD, DEFAULT_THRESHOLD, DEFAULT_WEBHOOK_TIMEOUT_MS, MILLI, MIN_INTERVAL_MS,
     TOTAL_WEIGHT,
 };
-use super::template::supported_provider;
 use super::templated::{ModelRefs, ParsedCanary, TemplatedMetric};
 use crate::entity::EntityKind;
 use crate::error::CommandError;

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::error::{quote, CanaryError};
+
 /// The provider types of Flagger's MetricTemplate CRD.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ProviderKind {
@@ -92,4 +94,39 @@ pub struct MetricProvider {
     pub insecure_skip_verify: bool,
     /// `headers`: sent with every query (name → values).
     pub headers: BTreeMap<String, Vec<String>>,
+}
+
+/// Checks a provider type as written at `path`: refused when unknown or not supported yet.
+pub(super) fn supported_provider(
+    path: &str,
+    kind: Option<&str>,
+) -> Result<ProviderKind, CanaryError> {
+    match kind.map(|k| (k, ProviderKind::parse(k))) {
+        None => Err(CanaryError::new(path, "required: prometheus")),
+        Some((_, Some(k))) if k.is_supported() => Ok(k),
+        Some((k, Some(_))) => Err(CanaryError::new(
+            path,
+            format!("provider {k} is not supported yet: the hub runs prometheus queries only"),
+        )),
+        Some((k, None)) => {
+            let all: Vec<&str> = ProviderKind::ALL.iter().map(|k| k.as_str()).collect();
+            Err(CanaryError::new(
+                path,
+                format!(
+                    "unknown provider {}: Flagger's are {}",
+                    quote(k),
+                    all.join(", ")
+                ),
+            ))
+        }
+    }
+}
+
+/// A validated MetricTemplate's spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetricTemplateSpec {
+    /// `spec.provider`.
+    pub provider: MetricProvider,
+    /// `spec.query`, the template as written (its syntax checked).
+    pub query: String,
 }

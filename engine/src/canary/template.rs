@@ -11,12 +11,13 @@
 use std::collections::BTreeMap;
 
 use serde::de::IgnoredAny;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::error::{from_serde, quote, CanaryError, CanaryErrors};
 use super::ignored::IgnoredField;
 use super::parse::{check_outbound_address, API_VERSION, MAX_CANARY_BYTES};
-pub use super::provider::{MetricProvider, ProviderKind};
+use super::provider::supported_provider;
+pub use super::provider::{MetricProvider, MetricTemplateSpec, ProviderKind};
 use super::raw::RawMetadata;
 use super::render::parse_query;
 use crate::name::validate_name;
@@ -28,41 +29,6 @@ pub const METRIC_TEMPLATE_KIND: &str = "MetricTemplate";
 pub const MAX_METRIC_TEMPLATE_BYTES: usize = MAX_CANARY_BYTES;
 /// Most headers of a provider.
 pub const MAX_PROVIDER_HEADERS: usize = 32;
-
-/// Checks a provider type as written at `path`: refused when unknown or not supported yet.
-pub(super) fn supported_provider(
-    path: &str,
-    kind: Option<&str>,
-) -> Result<ProviderKind, CanaryError> {
-    match kind.map(|k| (k, ProviderKind::parse(k))) {
-        None => Err(CanaryError::new(path, "required: prometheus")),
-        Some((_, Some(k))) if k.is_supported() => Ok(k),
-        Some((k, Some(_))) => Err(CanaryError::new(
-            path,
-            format!("provider {k} is not supported yet: the hub runs prometheus queries only"),
-        )),
-        Some((k, None)) => {
-            let all: Vec<&str> = ProviderKind::ALL.iter().map(|k| k.as_str()).collect();
-            Err(CanaryError::new(
-                path,
-                format!(
-                    "unknown provider {}: Flagger's are {}",
-                    quote(k),
-                    all.join(", ")
-                ),
-            ))
-        }
-    }
-}
-
-/// A validated MetricTemplate's spec.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MetricTemplateSpec {
-    /// `spec.provider`.
-    pub provider: MetricProvider,
-    /// `spec.query`, the template as written (its syntax checked).
-    pub query: String,
-}
 
 /// A parsed MetricTemplate resource.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,9 +16,9 @@ use std::collections::BTreeMap;
 use super::error::{CanaryError, CanaryErrors};
 use super::ignored::IgnoredField;
 use super::judge::AnalysisPolicy;
+use super::provider::MetricTemplateSpec;
 use super::render::{render_query, ModelField, RenderError, TemplateModel};
 use super::spec::{CanarySpec, Metric, MetricSource, ThresholdRange};
-use super::template::MetricTemplateSpec;
 
 /// Flagger's `{{ interval }}` when a metric gives none. (Flagger itself renders an empty
 /// string there, since it applies its 1m default only to the built-in checks; the query
