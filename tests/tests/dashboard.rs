@@ -200,6 +200,10 @@ spec:
   targetRef:
     kind: helmChart
     name: demo
+  autoscalerRef:
+    apiVersion: autoscaling/v2
+    kind: HorizontalPodAutoscaler
+    name: demo
   service:
     port: {port}
   progressDeadlineSeconds: 30
@@ -526,6 +530,13 @@ fn watch_a_rollout(hub: &CanaryHub, tab: &Tab) {
             "document.querySelectorAll('#chart-legend [data-legend]').length >= 2"
         ),
         true
+    );
+    // The fields the hub accepted and does not act on, with why (issue 52 item 1).
+    wait_js(
+        tab,
+        "document.querySelector('#ignored-fields tr[data-path=\"spec.autoscalerRef\"]')?.textContent.includes('runs no autoscaler') ?? false",
+        "the ignored autoscalerRef listed with its reason",
+        CONVERGE_TIMEOUT,
     );
     // The events card (issue 52 item 5): what each tick decided, in Flagger's words.
     wait_js(

@@ -827,6 +827,7 @@ async function pageCanary(id) {
         ['committed weights', weights.length ? weights.join(', ') : null],
       ]))),
     judgesCard((c.status_block || {}).judges),
+    ignoredCard((c.status_block || {}).ignoredFields),
     observationCard(c.observation),
     card('Recent actions', null, actions.length ? el('ol', { id: 'actions', class: 'actions' }, actions)
       : [el('ol', { id: 'actions', class: 'actions' }), el('p', { class: 'empty' }, 'no actions yet')]),
@@ -836,6 +837,13 @@ async function pageCanary(id) {
 
 /** Approve and Reject (with a reason) for an open request the caller may decide; `kind` is
  * `change_request` or `window_exception`, the actions' suffix. */
+/** The resource's fields the hub accepted and does not act on, each with why (issue 52). */
+function ignoredCard(fields) {
+  if (!fields || !fields.length) return null;
+  const rows = fields.map((f) => row({ 'data-path': f.path }, [el('code', null, f.path), f.reason]));
+  return card('Ignored fields', null, table('ignored-fields', ['path', 'why'], rows));
+}
+
 /** The canary's events, newest first, as `kubectl describe canary` lists them (issue 52). */
 function eventsCard(events) {
   const rows = (events || []).slice().reverse().map((e) => row({ 'data-event-type': e.type },
