@@ -16,6 +16,7 @@
 //! into memory ([`SnapshotData`]).
 //! Every stored value begins with a format version byte ([`codec`]).
 
+pub mod backup;
 pub mod codec;
 mod db;
 mod digest;

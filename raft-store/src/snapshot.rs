@@ -58,6 +58,43 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
     }
 }
 
+/// Writes a snapshot file's bytes to `out` from the records as the store keeps them (each
+/// one `codec::encode`d), streamed, without decoding them: the header, the records' count,
+/// then each record's bincode (its stored bytes after the format byte). `records` must yield
+/// exactly `count` records: the count comes first. A record of another format version is
+/// refused. `at` names the destination in errors.
+pub(crate) fn write_stored(
+    out: &mut impl Write,
+    at: &Path,
+    last_applied: &Option<LogId>,
+    membership: &StoredMembership,
+    count: u64,
+    records: impl Iterator<Item = Result<Box<[u8]>, StoreError>>,
+) -> Result<(), StoreError> {
+    // bincode encodes a struct as its fields in order, and a sequence's length as a u64.
+    out.write_all(&codec::encode(&(last_applied, membership, count)))
+        .map_err(io_at(at))?;
+    let mut written = 0u64;
+    for record in records {
+        let record = record?;
+        let body = codec::stored_body(&record).map_err(|cause| StoreError::Corrupt {
+            what: "state record".to_string(),
+            cause,
+        })?;
+        out.write_all(body).map_err(io_at(at))?;
+        written += 1;
+    }
+    if written != count {
+        return Err(StoreError::Corrupt {
+            what: at.display().to_string(),
+            cause: codec::CodecError::Malformed(format!(
+                "{written} records written after a count of {count}"
+            )),
+        });
+    }
+    Ok(())
+}
+
 /// Writes the snapshot file at `path` from the records as the store keeps them (each one
 /// `codec::encode`d), streamed, without decoding them: the header, the records' count, then
 /// each record's bincode (its stored bytes after the format byte), into a temporary file
@@ -75,27 +112,7 @@ pub(crate) fn write_from_stored(
     let tmp = path.with_extension("build");
     let file = create_file(&tmp).map_err(io_at(&tmp))?;
     let mut out = BufWriter::with_capacity(FILE_BUFFER_BYTES, &file);
-    // bincode encodes a struct as its fields in order, and a sequence's length as a u64.
-    out.write_all(&codec::encode(&(last_applied, membership, count)))
-        .map_err(io_at(&tmp))?;
-    let mut written = 0u64;
-    for record in records {
-        let record = record?;
-        let body = codec::stored_body(&record).map_err(|cause| StoreError::Corrupt {
-            what: "state record".to_string(),
-            cause,
-        })?;
-        out.write_all(body).map_err(io_at(&tmp))?;
-        written += 1;
-    }
-    if written != count {
-        return Err(StoreError::Corrupt {
-            what: tmp.display().to_string(),
-            cause: codec::CodecError::Malformed(format!(
-                "{written} records written after a count of {count}"
-            )),
-        });
-    }
+    write_stored(&mut out, &tmp, last_applied, membership, count, records)?;
     out.flush().map_err(io_at(&tmp))?;
     drop(out);
     file.sync_all().map_err(io_at(&tmp))?;

@@ -304,6 +304,11 @@ impl StateMachine {
         History::new(self.store.clone())
     }
 
+    /// The store (for backups, [`crate::backup`]).
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The store's data directory.
     pub fn store_dir(&self) -> &std::path::Path {
         self.store.dir()
@@ -546,7 +551,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
 /// The state machine's column families as RocksDB's snapshot `view` of `store` has them:
 /// the records family it names active, and the meta family.
-fn families_at<'a>(
+pub(crate) fn families_at<'a>(
     store: &'a Store,
     view: &rocksdb::SnapshotWithThreadMode<'_, rocksdb::DB>,
 ) -> Result<(&'a rocksdb::ColumnFamily, &'a rocksdb::ColumnFamily), StoreError> {
@@ -557,6 +562,25 @@ fn families_at<'a>(
         "record slot",
     )?;
     Ok((store.family(slot.family_name()), cf_meta))
+}
+
+/// The last applied log id and membership as RocksDB's snapshot `view` of `store` has them
+/// in `cf_meta` (written in the same batch as the records).
+pub(crate) fn stored_meta(
+    store: &Store,
+    view: &rocksdb::SnapshotWithThreadMode<'_, rocksdb::DB>,
+    cf_meta: &rocksdb::ColumnFamily,
+) -> Result<(Option<LogId>, StoredMembership), StoreError> {
+    let rocks = |cause| store.rocks_error(cause);
+    let last_applied = decode_meta(
+        view.get_cf(cf_meta, KEY_LAST_APPLIED).map_err(rocks)?,
+        "last_applied",
+    )?;
+    let membership = decode_meta(
+        view.get_cf(cf_meta, KEY_MEMBERSHIP).map_err(rocks)?,
+        "membership",
+    )?;
+    Ok((last_applied, membership))
 }
 
 /// The applied index and state digest of what `store` holds, from one RocksDB snapshot (the
