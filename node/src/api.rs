@@ -558,6 +558,18 @@ impl Hub for HubService {
         Ok(Response::new(self.membership_reply(index)))
     }
 
+    type SnapshotSaveStream = crate::backup_save::BackupStream;
+
+    async fn snapshot_save(
+        &self,
+        req: Request<SnapshotSaveRequest>,
+    ) -> Result<Response<Self::SnapshotSaveStream>, Status> {
+        let caller = crate::auth::caller(&req)?;
+        crate::backup_save::start(self.node.clone(), &caller)
+            .await
+            .map(Response::new)
+    }
+
     async fn transfer_leader(
         &self,
         req: Request<TransferLeaderRequest>,

@@ -163,6 +163,7 @@ pub fn rule(path: &str) -> Option<Rule> {
         | "/hub.v1.Hub/AddNode"
         | "/hub.v1.Hub/RemoveNode"
         | "/hub.v1.Hub/TransferLeader"
+        | "/hub.v1.Hub/SnapshotSave"
         | "/hub.v1.Hub/Submit"
         | "/hub.v1.Hub/Query" => Rule::Operator,
         "/hub.v1.Agent/ReportStates"

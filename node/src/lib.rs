@@ -37,6 +37,8 @@
 //! - [`auth`]: who may call which method, from the TLS-verified identity.
 //! - [`transport`]: the node's TLS material from flags (or `--insecure` on loopback).
 //! - [`status`]: the gRPC status of a refused command.
+//! - [`backup_save`]: `SnapshotSave`, a backup of the replicated state streamed from a live
+//!   node.
 //! - [`text`]: text from the cluster shown to people, control characters escaped.
 //! - [`cli`]: `hubctl`'s commands.
 //! - [`metrics`], [`metrics_server`] and [`dashboard`]: the node's Prometheus metrics and its
@@ -48,6 +50,7 @@ pub mod agent_wire;
 pub mod api;
 pub mod artifacts;
 pub mod auth;
+pub mod backup_save;
 pub mod canary_controller;
 pub mod cli;
 pub mod cluster_clock;

@@ -326,6 +326,8 @@ struct ExtraNode {
     node: Node,
     /// Arguments beyond the cluster's node args.
     args: Vec<String>,
+    /// The cluster id it runs with.
+    cluster_id: String,
 }
 
 /// A local cluster started with `hubctl dev up` in a temporary directory.
@@ -823,7 +825,7 @@ impl Cluster {
         // The port is free when picked but could be taken before hub-node binds it: retry.
         for _attempt in 0..5 {
             let addr = format!("127.0.0.1:{}", free_port());
-            match self.start_extra(id, &addr, &data_dir, &extra_args) {
+            match self.start_extra(id, &addr, &data_dir, &self.cluster_id, &extra_args) {
                 Ok(node) => return node,
                 Err(log) if log.contains("cannot bind") => continue,
                 Err(log) => panic!("hub-node {id} exited during start-up:\n{log}"),
@@ -843,15 +845,33 @@ impl Cluster {
                 .rev()
                 .find(|e| e.node.id == id)
                 .unwrap_or_else(|| panic!("node {id} was not started by spawn_node"));
-            (e.node.clone(), e.args.clone())
+            (e.node.clone(), (e.args.clone(), e.cluster_id.clone()))
         };
+        let (args, cluster_id) = args;
         assert!(
             !is_alive(node.pid),
             "node {id} (pid {}) is still running",
             node.pid
         );
-        self.start_extra(id, &node.addr, &node.data_dir, &args)
+        self.start_extra(id, &node.addr, &node.data_dir, &cluster_id, &args)
             .unwrap_or_else(|log| panic!("hub-node {id} exited during restart:\n{log}"))
+    }
+
+    /// Starts a hub-node of cluster `cluster_id` (with this cluster's certificates and node
+    /// args plus `extra_args`) at `addr` on `data_dir`, as an operator bringing up a cluster
+    /// restored from a backup would. Waits until it serves; Drop kills it.
+    #[track_caller]
+    pub fn spawn_node_of(
+        &self,
+        id: u64,
+        addr: &str,
+        data_dir: &Path,
+        cluster_id: &str,
+        extra_args: &[&str],
+    ) -> Node {
+        let extra_args: Vec<String> = extra_args.iter().map(|a| a.to_string()).collect();
+        self.start_extra(id, addr, data_dir, cluster_id, &extra_args)
+            .unwrap_or_else(|log| panic!("hub-node {id} exited during start-up:\n{log}"))
     }
 
     /// Spawns one hub-node and waits until it serves; Err(its new log output) if it exited.
@@ -860,6 +880,7 @@ impl Cluster {
         id: u64,
         addr: &str,
         data_dir: &Path,
+        cluster_id: &str,
         extra_args: &[String],
     ) -> Result<Node, String> {
         let log_path = self.dir().join(format!("node-{id}.log"));
@@ -873,7 +894,7 @@ impl Cluster {
             .args(["--id", &id.to_string(), "--listen", addr])
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--cluster-id", &self.cluster_id])
+            .args(["--cluster-id", cluster_id])
             .args(self.tls_args(&hub_tls::Identity::Node(id)))
             .args(&self.node_args)
             .args(extra_args)
@@ -893,6 +914,7 @@ impl Cluster {
             child,
             node: node.clone(),
             args: extra_args.to_vec(),
+            cluster_id: cluster_id.to_string(),
         });
         let serving = poll_until(CONVERGE_TIMEOUT, || {
             if !is_alive(node.pid) {

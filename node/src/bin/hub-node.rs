@@ -44,6 +44,13 @@ struct Args {
     /// Cluster id; a node refuses data and peers of another cluster.
     #[arg(long)]
     cluster_id: String,
+    /// The cluster its parties' certificates name (`hub://<cluster>/…`; default:
+    /// --cluster-id). A cluster restored from a backup of cluster OLD with `hubctl snapshot
+    /// restore --keep-ca` runs every node with `--certificate-cluster OLD`: its agents' and
+    /// operators' certificates keep working, while its nodes' Raft traffic carries the new
+    /// --cluster-id, which the old cluster's members never do.
+    #[arg(long, value_name = "CLUSTER", env = "HUB_CERTIFICATE_CLUSTER")]
+    certificate_cluster: Option<String>,
     /// Found a new cluster with these voters (ID=HOST:PORT, comma-separated, this node
     /// among them): give every founding node the same list. The one with the lowest id
     /// initialises the cluster at start while its data directory holds none, the others
@@ -255,7 +262,9 @@ async fn run() -> anyhow::Result<()> {
             insecure: args.insecure,
         },
         args.id,
-        &args.cluster_id,
+        args.certificate_cluster
+            .as_deref()
+            .unwrap_or(&args.cluster_id),
         args.listen,
         args.advertise.as_deref(),
     )?;

@@ -28,6 +28,7 @@ mod plans;
 mod roles;
 mod rollouts;
 mod settings;
+mod snapshot;
 mod timeparse;
 mod tokens;
 mod watch;
@@ -227,6 +228,10 @@ enum Cmd {
     Entity(EntityCmd),
     /// The replicated state's digest as seen by the contacted node.
     Digest(ReadArgs),
+    /// Backups: save the replicated state from a live node, check a backup, restore one into
+    /// a new cluster.
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCmd),
     /// The cluster's certificate authority: create it, issue node, agent and operator
     /// certificates (all local files; nothing is sent anywhere).
     #[command(subcommand)]
@@ -494,6 +499,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Dev(cmd) => dev_cmd::run(cmd, fmt).await,
         Cmd::Demo(args) => demo::run(args).await,
         Cmd::Cluster(cmd) => cluster(&connect()?, cmd, fmt).await,
+        Cmd::Snapshot(cmd) => snapshot::run(connect, cmd, fmt).await,
         Cmd::Env(cmd) => env(&connect()?, cmd, fmt).await,
         Cmd::Entity(cmd) => entity(&connect()?, cmd, fmt).await,
         Cmd::Product(cmd) => orch::product(&connect()?, cmd, fmt).await,
