@@ -720,6 +720,21 @@ pub enum Command {
         /// `<environment>/<name>`.
         id: String,
     },
+    /// Add a certificate to the replicated revocation list ([`crate::revocation`], issue 56
+    /// item 6): from the commit on, no node accepts it. Admins only; the entry's verified
+    /// actor is recorded as who revoked it. Revoking a revoked serial again changes nothing
+    /// and succeeds.
+    RevokeCertificate {
+        /// The serial number, in hex: `8F3A01` or `8f:3a:01`, either case
+        /// ([`crate::revocation::normalise_serial`]).
+        serial: String,
+        /// Why; required, printable, at most 200 characters.
+        reason: String,
+        /// Whom the certificate names, `kind/name` (`operator/alice`), if known.
+        identity: Option<String>,
+        /// The certificate's `notAfter`, if known: the entry is pruned a day after it.
+        not_after: Option<TimestampMs>,
+    },
 }
 
 wire_tags! {
@@ -794,6 +809,7 @@ wire_tags! {
         SetModuleChannel = 67,
         ApplyMetricTemplate = 68,
         DeleteMetricTemplate = 69,
+        RevokeCertificate = 70,
     }
     retired []
 }
@@ -954,6 +970,7 @@ impl Command {
             Command::SetModuleChannel { .. } => "set_module_channel",
             Command::ApplyMetricTemplate { .. } => "apply_metric_template",
             Command::DeleteMetricTemplate { .. } => "delete_metric_template",
+            Command::RevokeCertificate { .. } => "revoke_certificate",
             Command::As { command, .. } => command.kind(),
         }
     }
@@ -1034,7 +1051,8 @@ impl Command {
             | Command::SetApprovalPolicy { .. }
             | Command::SetModuleChannel { .. }
             | Command::ApplyMetricTemplate { .. }
-            | Command::DeleteMetricTemplate { .. } => return,
+            | Command::DeleteMetricTemplate { .. }
+            | Command::RevokeCertificate { .. } => return,
             Command::As { command, .. } => return command.stamp_actor(who),
         };
         *actor = who.to_string();

@@ -17,6 +17,7 @@
 //!    machine and the types of canary rollouts) and [`canary_record`], [`metric_template`]
 //!    (Flagger's MetricTemplates, which canary metrics reference), [`cluster_key`],
 //!    [`role`], [`audit`] and [`token`] (who may act, what they did, operator tokens),
+//!    [`revocation`] (the replicated list of revoked certificates),
 //!    [`labels`] (environment labels), [`rollout_policy`] (a product's waves, parsed from
 //!    YAML) and [`rollout`] (the committed progress of a release's rollout: soak ends,
 //!    promotions, halts; see `docs/FLEET.md`),
@@ -135,6 +136,7 @@ pub mod plan_outcome;
 pub mod product;
 pub mod record;
 pub mod release;
+pub mod revocation;
 pub mod role;
 pub mod rollout;
 pub mod rollout_policy;

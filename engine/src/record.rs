@@ -20,6 +20,7 @@ use crate::labels::EnvironmentLabels;
 use crate::metric_template::MetricTemplate;
 use crate::module_channel::{InstallationChannel, ModuleChannels};
 use crate::never_healthy::NeverHealthy;
+use crate::revocation::RevokedCertificate;
 use crate::role::RoleBinding;
 use crate::rollout::Rollout;
 use crate::rollout_policy::RolloutPolicy;
@@ -125,6 +126,8 @@ pub enum RecordKey {
     MetricTemplate(String),
     /// A canary's events, by the canary's id.
     CanaryEvents(String),
+    /// A revoked certificate, by its canonical serial.
+    RevokedCertificate(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -168,6 +171,7 @@ const TAG_INSTALLATION_CHANNEL: u8 = 38;
 const TAG_MODULE_CHANNELS: u8 = 39;
 const TAG_METRIC_TEMPLATE: u8 = 40;
 const TAG_CANARY_EVENTS: u8 = 41;
+const TAG_REVOKED_CERTIFICATE: u8 = 42;
 
 /// Where the records under a key live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,7 +228,8 @@ impl RecordKey {
             | RecordKey::InstallationChannel(_)
             | RecordKey::ModuleChannels(_)
             | RecordKey::MetricTemplate(_)
-            | RecordKey::CanaryEvents(_) => Residence::State,
+            | RecordKey::CanaryEvents(_)
+            | RecordKey::RevokedCertificate(_) => Residence::State,
         }
     }
 
@@ -272,6 +277,7 @@ impl RecordKey {
             RecordKey::ModuleChannels(n) => (TAG_MODULE_CHANNELS, n),
             RecordKey::MetricTemplate(n) => (TAG_METRIC_TEMPLATE, n),
             RecordKey::CanaryEvents(n) => (TAG_CANARY_EVENTS, n),
+            RecordKey::RevokedCertificate(n) => (TAG_REVOKED_CERTIFICATE, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -325,6 +331,7 @@ impl RecordKey {
             TAG_MODULE_CHANNELS => Some(RecordKey::ModuleChannels(name)),
             TAG_METRIC_TEMPLATE => Some(RecordKey::MetricTemplate(name)),
             TAG_CANARY_EVENTS => Some(RecordKey::CanaryEvents(name)),
+            TAG_REVOKED_CERTIFICATE => Some(RecordKey::RevokedCertificate(name)),
             _ => None,
         }
     }
@@ -434,6 +441,8 @@ pub enum Record {
     MetricTemplate(MetricTemplate),
     /// See [`CanaryEvents`].
     CanaryEvents(CanaryEvents),
+    /// See [`RevokedCertificate`].
+    RevokedCertificate(RevokedCertificate),
 }
 
 wire_tags! {
@@ -479,6 +488,7 @@ wire_tags! {
         ModuleChannels = 38,
         MetricTemplate = 39,
         CanaryEvents = 40,
+        RevokedCertificate = 41,
     }
     retired []
 }
@@ -595,6 +605,7 @@ impl Record {
             }
             Record::MetricTemplate(t) => RecordKey::MetricTemplate(t.id.clone()),
             Record::CanaryEvents(e) => RecordKey::CanaryEvents(e.canary.clone()),
+            Record::RevokedCertificate(r) => RecordKey::RevokedCertificate(r.serial.clone()),
         }
     }
 }
@@ -647,6 +658,7 @@ mod tests {
             RecordKey::ModuleChannels("control-plane-module@0.2.0".into()),
             RecordKey::MetricTemplate("prod/latency".into()),
             RecordKey::CanaryEvents("prod/demo".into()),
+            RecordKey::RevokedCertificate("8f3a01".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

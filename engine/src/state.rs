@@ -168,6 +168,8 @@ pub struct State {
     pub(crate) metric_templates: Table<crate::metric_template::MetricTemplate>,
     /// Each canary's newest events, by canary id ([`crate::canary_events`]).
     pub(crate) canary_events: Table<crate::canary_events::CanaryEvents>,
+    /// Revoked certificates, by canonical serial ([`crate::revocation`]).
+    pub(crate) revoked_certificates: Table<crate::revocation::RevokedCertificate>,
     pub(crate) idx: Indexes,
 }
 
@@ -249,6 +251,7 @@ impl State {
                 RecordKey::CanaryHistory(id) => self.check_canary_history(id),
                 RecordKey::CanaryJudging(id) => self.check_canary_judging(id),
                 RecordKey::CanaryEvents(id) => self.check_canary_events(id),
+                RecordKey::RevokedCertificate(serial) => self.check_revoked_certificate(serial),
                 RecordKey::NeverHealthy(id) => self.check_never_healthy(id),
                 RecordKey::ClusterSettings(_) => {}
                 RecordKey::ApproverGroup(_)
@@ -293,6 +296,42 @@ impl State {
             "events of a deleted canary {id}"
         );
         assert!(e.within_bounds(), "events of {id} beyond their bounds");
+    }
+
+    /// A revoked certificate is keyed by its canonical serial and has a valid reason and a
+    /// certificate identity; the list stays within its budget and its lookups hold every
+    /// entry.
+    fn check_revoked_certificate(&self, serial: &str) {
+        use crate::revocation::{check_reason, normalise_serial, MAX_REVOKED_CERTIFICATES};
+        let list = &self.revoked_certificates;
+        assert!(
+            list.len() <= MAX_REVOKED_CERTIFICATES,
+            "{} revoked certificates, beyond the budget",
+            list.len()
+        );
+        assert_eq!(
+            list.len(),
+            list.index().by_index.len(),
+            "revoked certificates against their index"
+        );
+        let Some(r) = list.get(serial) else {
+            return;
+        };
+        assert_eq!(
+            normalise_serial(serial).as_deref(),
+            Ok(serial),
+            "revoked certificate {serial}: not canonical"
+        );
+        assert!(
+            check_reason(&r.reason).is_ok(),
+            "revoked certificate {serial}: reason"
+        );
+        assert!(
+            r.identity
+                .as_ref()
+                .is_none_or(|i| i.is_certificate_identity()),
+            "revoked certificate {serial}: identity"
+        );
     }
 
     /// Judging state belongs to a canary that exists, and stays within its bounds.
@@ -1305,6 +1344,42 @@ impl State {
     /// The token named `name`.
     pub fn token(&self, name: &str) -> Option<&crate::token::OperatorToken> {
         self.tokens.get(name)
+    }
+
+    /// Whether the certificate with `serial` is revoked. `serial` must be canonical
+    /// ([`crate::revocation::normalise_serial`], or
+    /// [`crate::revocation::serial_from_der_bytes`] of the certificate's serial): any other
+    /// spelling is not found.
+    pub fn is_revoked(&self, serial: &str) -> bool {
+        self.revoked_certificates.contains_key(serial)
+    }
+
+    /// The revocation of the certificate with canonical `serial`, if it is revoked.
+    pub fn revoked_certificate(
+        &self,
+        serial: &str,
+    ) -> Option<&crate::revocation::RevokedCertificate> {
+        self.revoked_certificates.get(serial)
+    }
+
+    /// Every revoked certificate, by canonical serial.
+    pub fn revoked_certificates(
+        &self,
+    ) -> impl ExactSizeIterator<Item = &crate::revocation::RevokedCertificate> {
+        self.revoked_certificates.values()
+    }
+
+    /// The revocation list's version: changes whenever the list does (cheap: no scan).
+    pub fn revocation_list_version(&self) -> crate::revocation::RevocationListVersion {
+        crate::revocation::RevocationListVersion {
+            count: self.revoked_certificates.len(),
+            newest_index: self
+                .revoked_certificates
+                .index()
+                .by_index
+                .last()
+                .map_or(0, |(index, _)| *index),
+        }
     }
 
     /// The token whose secret hashes to `hash`: how a bearer is identified.

@@ -32,6 +32,7 @@ use crate::plan::Plan;
 use crate::plan_outcome::PlanOutcome;
 use crate::product::{Channel, Product, Recall, Release};
 use crate::record::{AuditEntry, Record, RecordKey, RequestRecord};
+use crate::revocation::RevokedCertificate;
 use crate::role::{Role, RoleBinding};
 use crate::rollout::Rollout;
 use crate::rollout_policy::RolloutPolicy;
@@ -97,6 +98,7 @@ named_rows! {
     ModuleChannels => ModuleChannels, |m| ModuleChannels::key_name(&m.module, &m.version), ();
     MetricTemplate => MetricTemplate, |t| t.id.clone(), ();
     CanaryEvents => CanaryEvents, |e| e.canary.clone(), ();
+    RevokedCertificate => RevokedCertificate, |r| r.serial.clone(), RevocationIndex;
 }
 
 lookups_index! {
@@ -110,6 +112,7 @@ lookups_index! {
     Canary => CanaryIndex,
     OperatorToken => TokenIndex,
     RolloutPolicy => RolloutPolicyIndex,
+    RevokedCertificate => RevocationIndex,
 }
 
 /// Adds `value` to the set under `key`.
@@ -196,6 +199,32 @@ impl Lookups<OperatorToken> for TokenIndex {
 
     fn remove(&mut self, t: &OperatorToken) {
         remove_if(&mut self.by_hash, &t.hash, &t.name);
+    }
+}
+
+/// Lookups of the revocation list ([`crate::revocation`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RevocationIndex {
+    /// `(revoking entry's log index, serial)`: the newest entry is the last.
+    pub(crate) by_index: BTreeSet<(u64, String)>,
+    /// `(certificate's notAfter, serial)` of the entries that gave one, to prune in time
+    /// order.
+    pub(crate) by_not_after: BTreeSet<(TimestampMs, String)>,
+}
+
+impl Lookups<RevokedCertificate> for RevocationIndex {
+    fn add(&mut self, r: &RevokedCertificate) {
+        self.by_index.insert((r.revoked_index, r.serial.clone()));
+        if let Some(t) = r.not_after {
+            self.by_not_after.insert((t, r.serial.clone()));
+        }
+    }
+
+    fn remove(&mut self, r: &RevokedCertificate) {
+        self.by_index.remove(&(r.revoked_index, r.serial.clone()));
+        if let Some(t) = r.not_after {
+            self.by_not_after.remove(&(t, r.serial.clone()));
+        }
     }
 }
 
@@ -611,6 +640,7 @@ state_tables! {
     installation_channels: InstallationChannel,
     module_channels: ModuleChannels,
     metric_templates: MetricTemplate,
-    canary_events: CanaryEvents;
+    canary_events: CanaryEvents,
+    revoked_certificates: RevokedCertificate;
     not_in_state: ActivityV1, ActivityLine, FinishedPlan,
 }

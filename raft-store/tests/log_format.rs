@@ -81,6 +81,7 @@ use hub_engine::plan_outcome::{OutcomeKind, PlanOutcome};
 use hub_engine::product::{Channel, Product, Recall, Release};
 use hub_engine::record::{AuditEntry, RequestRecord};
 use hub_engine::release::{Artifact, ProductDependency, VersionBound};
+use hub_engine::revocation::RevokedCertificate;
 use hub_engine::rollout::{HaltCause, Promotion, Rollout, RolloutHalt, WaveProgress};
 use hub_engine::rollout_policy::{OnFailure, RolloutPolicy, Selector, Wave};
 use hub_engine::settings::ClusterSettings;
@@ -597,6 +598,12 @@ fn commands() -> Vec<Command> {
         },
         Command::DeleteMetricTemplate {
             id: s("flagger/error-rate"),
+        },
+        Command::RevokeCertificate {
+            serial: s("00:8F:3A:01"),
+            reason: s("laptop stolen"),
+            identity: Some(s("operator/alice")),
+            not_after: Some(T0 + 44),
         },
     ]
 }
@@ -1408,6 +1415,15 @@ fn records() -> Vec<Record> {
             updated_ms: T0 + 39,
         }),
         Record::CanaryEvents(canary_events()),
+        Record::RevokedCertificate(RevokedCertificate {
+            serial: s("8f3a01"),
+            reason: s("key compromised"),
+            identity: Some(Identity::Agent(s("prod"))),
+            not_after: Some(T0 + 45),
+            revoked_at: T0 + 46,
+            revoked_by: Identity::Operator(s("root")),
+            revoked_index: 47,
+        }),
     ]
 }
 

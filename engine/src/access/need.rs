@@ -260,7 +260,9 @@ pub fn need(state: &State, command: &Command) -> Need {
         | Command::SetAuditRetention { .. }
         | Command::SetCanaryConfigTracking { .. }
         | Command::CreateToken { .. }
-        | Command::RevokeToken { .. } => admin,
+        | Command::RevokeToken { .. }
+        // Every node refuses a revoked certificate: nodes, agents and operators alike.
+        | Command::RevokeCertificate { .. } => admin,
         Command::SetEnvironmentLabels { environment, .. } => operator(env(environment)),
         // A policy decides for every product of its group: the role must cover the group it
         // sets and the groups it replaces (an editor of `api` cannot pace or halt `db` by

@@ -324,6 +324,48 @@ fn only_an_admin_turns_canary_config_tracking() {
     assert!(!h.state.cluster_settings().canary_config_tracking);
 }
 
+/// Issue 56 item 6: a revoked certificate is refused by every node, so revoking one is the
+/// admins' alone: an operator of every environment, a viewer, an agent and a node are refused
+/// by the node's check and at apply, and nothing is revoked.
+#[test]
+fn only_an_admin_revokes_a_certificate() {
+    let mut h = hub();
+    let root = op("root");
+    let (bob, vera) = (op("bob"), op("vera"));
+    h.by(&root, bind(&bob, Role::EnvironmentOperator, &["*"], &[]))
+        .unwrap();
+    h.by(&root, bind(&vera, Role::Viewer, &[], &[])).unwrap();
+    let revoke = Command::RevokeCertificate {
+        serial: "8F:3A:01".into(),
+        reason: "laptop stolen".into(),
+        identity: Some("operator/alice".into()),
+        not_after: None,
+    };
+    for who in [
+        &bob,
+        &vera,
+        &Identity::Agent("prod".into()),
+        &Identity::Node(1),
+    ] {
+        assert!(authorize(&h.state, who, &revoke).is_err(), "{who}");
+        let before = content(&h.state);
+        let m = denied(h.by(who, revoke.clone()));
+        assert_eq!(m, format!("{who} may not RevokeCertificate: needs admin"));
+        assert!(
+            content(&h.state) == before,
+            "{who}: a refusal changes nothing"
+        );
+        assert!(!h.state.is_revoked("8f3a01"), "{who}");
+    }
+    // The admin's own entry does revoke it, recording the admin: the refusals were of the
+    // actor.
+    h.by(&root, revoke).unwrap();
+    assert!(h.state.is_revoked("8f3a01"));
+    let entry = h.state.revoked_certificate("8f3a01").unwrap();
+    assert_eq!(entry.revoked_by, root);
+    assert_eq!(entry.identity, Some(op("alice")));
+}
+
 #[test]
 fn the_last_admin_cannot_be_unbound() {
     let mut h = hub();

@@ -27,6 +27,7 @@
 //! | `cluster_keys.rs` | cluster keys |
 //! | `roles.rs` | role bindings |
 //! | `tokens.rs` | operator tokens |
+//! | `revocations.rs` | the certificate revocation list |
 //! | `audit.rs` | the write audit, recorded refusals, retention |
 //! | `approvals.rs` | approver groups, approval policies, and the approval step of every request |
 //! | `window_exceptions.rs` | window-exception requests: request, approve, reject |
@@ -50,6 +51,7 @@ mod module_channels;
 mod modules;
 mod plans;
 mod reports;
+mod revocations;
 mod roles;
 mod rollouts;
 mod suppressions;
@@ -512,6 +514,12 @@ impl State {
                 self.apply_metric_template(environment.as_deref(), yaml, tx)
             }
             Command::DeleteMetricTemplate { id } => self.delete_metric_template(id, tx),
+            Command::RevokeCertificate {
+                serial,
+                reason,
+                identity,
+                not_after,
+            } => self.revoke_certificate(serial, reason, identity.as_deref(), *not_after, tx),
             // The envelope is opened by `apply`; one reaching here is nested.
             Command::As { .. } => Err(CommandError::invalid("command", "an As inside an As")),
         }
