@@ -197,6 +197,10 @@ pub enum TokenVerdict {
 /// Looks a bearer token's hash up.
 pub type TokenCheck = Arc<dyn Fn(&TokenHash) -> TokenVerdict + Send + Sync>;
 
+/// Whether the certificate of this serial number (its DER INTEGER's content bytes) is
+/// revoked, in this node's applied state (`hubctl pki revoke`).
+pub type RevocationCheck = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
 /// What `state` says of the token whose secret hashes to `hash` at `now_ms`.
 pub fn token_verdict(state: &hub_engine::State, hash: &TokenHash, now_ms: i64) -> TokenVerdict {
     match state.token_by_hash(hash) {
@@ -315,6 +319,8 @@ pub struct Policy {
     pub is_member: MemberCheck,
     /// Which operator tokens are live.
     pub tokens: TokenCheck,
+    /// Which certificates are revoked.
+    pub revoked: RevocationCheck,
     /// Refusal counts.
     pub stats: Arc<AuthStats>,
 }
@@ -392,7 +398,20 @@ impl Policy {
                 &remote,
                 "both a client certificate and a token: present one of them".into(),
             )),
-            (Authenticated::Identity(id), None) => Ok(id.clone()),
+            (Authenticated::Identity(id), None) => {
+                let serial = info.map_or(&[][..], |i| i.serial.as_slice());
+                if (self.revoked)(serial) {
+                    return Err(self.refuse_unauthenticated(
+                        path,
+                        &remote,
+                        format!(
+                            "the certificate of {id} (serial {}) is revoked",
+                            hub_engine::revocation::serial_from_der_bytes(serial)
+                        ),
+                    ));
+                }
+                Ok(id.clone())
+            }
             (Authenticated::NoCertificate, Some(header)) => {
                 let id = self
                     .token_caller(header)
@@ -542,6 +561,7 @@ mod tests {
         Policy {
             insecure: false,
             is_member: Arc::new(move |id| members.contains(&id)),
+            revoked: Arc::new(|serial: &[u8]| serial == [0x0b, 0xad]),
             tokens: Arc::new(|hash| {
                 if *hash == secret(1).hash() {
                     TokenVerdict::Valid(Identity::Token("ci".into()))
@@ -612,6 +632,33 @@ mod tests {
             remote: None,
             auth,
             admission: hub_tls::budget::Admission::granted(),
+            serial: vec![0x01],
+        }
+    }
+
+    #[test]
+    fn a_revoked_certificate_is_refused_on_every_call() {
+        let p = policy(&[1, 2, 3]);
+        for who in [
+            Identity::Operator("alice".into()),
+            Identity::Agent("prod".into()),
+            Identity::Node(2),
+        ] {
+            let mut revoked = conn(Authenticated::Identity(who.clone()));
+            revoked.serial = vec![0x0b, 0xad];
+            for path in [
+                "/hub.v1.Hub/Query",
+                "/hub.v1.Agent/FetchPlans",
+                "/hub.v1.Raft/Vote",
+            ] {
+                let e = p.check(path, Some(&revoked), None).unwrap_err();
+                assert_eq!(e.code(), tonic::Code::Unauthenticated, "{who} {path}");
+                assert!(
+                    e.message().contains("serial 0bad) is revoked"),
+                    "{}",
+                    e.message()
+                );
+            }
         }
     }
 

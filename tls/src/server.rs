@@ -61,6 +61,9 @@ pub struct ConnInfo {
     /// Whether the connection proved who is calling: a request carrying a valid operator
     /// token admits a connection without a certificate ([`Admission::admit`]).
     pub admission: Arc<Admission>,
+    /// The serial number of the client certificate as its DER INTEGER's content bytes
+    /// (empty without one): what revocation is checked against, on every request.
+    pub serial: Vec<u8>,
 }
 
 pub use crate::budget::Limits;
@@ -440,6 +443,18 @@ impl AsyncWrite for Conn {
     }
 }
 
+/// The serial number of the peer's certificate (its DER INTEGER's content bytes), or
+/// nothing without a parsable one.
+fn peer_serial(tls: &tokio_rustls::server::TlsStream<TcpStream>) -> Vec<u8> {
+    tls.get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|leaf| x509_parser::parse_x509_certificate(leaf.as_ref()).ok())
+        .map(|(_, x509)| x509.tbs_certificate.raw_serial().to_vec())
+        .unwrap_or_default()
+}
+
 /// Who the peer of a finished handshake is.
 fn authenticate(tls: &tokio_rustls::server::TlsStream<TcpStream>, cluster: &str) -> Authenticated {
     let Some(leaf) = tls.get_ref().1.peer_certificates().and_then(|c| c.first()) else {
@@ -517,6 +532,7 @@ impl Opening {
         tx: mpsc::Sender<Result<Conn, io::Error>>,
     ) {
         let remote = self.remote;
+        let mut serial = Vec::new();
         let (io, auth) = match mode {
             ListenerMode::Plaintext => (MaybeTls::Plain(stream), Authenticated::Plaintext),
             ListenerMode::Tls { tls, cluster } => {
@@ -552,6 +568,7 @@ impl Opening {
                 };
                 self.slot.handshaken();
                 let auth = authenticate(&tls_stream, &cluster);
+                serial = peer_serial(&tls_stream);
                 (MaybeTls::Tls(Box::new(tls_stream)), auth)
             }
         };
@@ -578,6 +595,7 @@ impl Opening {
                 remote: Some(remote),
                 auth,
                 admission: admission.clone(),
+                serial,
             },
             guard: Guard {
                 slot: self.slot,

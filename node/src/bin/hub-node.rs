@@ -401,6 +401,17 @@ async fn run() -> anyhow::Result<()> {
                 )
             })
         },
+        revoked: {
+            let node = node.clone();
+            std::sync::Arc::new(move |serial: &[u8]| {
+                !serial.is_empty()
+                    && node
+                        .state
+                        .read()
+                        .state
+                        .is_revoked(&hub_engine::revocation::serial_from_der_bytes(serial))
+            })
+        },
         stats: node.auth_stats.clone(),
     };
     node.metrics.attach(hub_node::metrics::Sources {

@@ -25,6 +25,7 @@ mod orch;
 mod output;
 mod pki;
 mod plans;
+mod revoke;
 mod roles;
 mod rollouts;
 mod settings;
@@ -467,6 +468,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let fmt = cli.output;
     let timeout = Duration::from_millis(cli.timeout_ms);
     let (ca, cert, key, token) = (cli.ca_file, cli.cert_file, cli.key_file, cli.token);
+    let ca_file = ca.clone();
     // Only commands that talk to a hub load the client's TLS material.
     let connect = move || -> anyhow::Result<FailoverClient> {
         let bearer = token_bearer(
@@ -495,7 +497,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
             Ok(())
         }
-        Cmd::Pki(cmd) => pki::run(cmd, fmt),
+        Cmd::Pki(cmd) => pki::run(cmd, fmt, connect, ca_file.as_deref()).await,
         Cmd::Dev(cmd) => dev_cmd::run(cmd, fmt).await,
         Cmd::Demo(args) => demo::run(args).await,
         Cmd::Cluster(cmd) => cluster(&connect()?, cmd, fmt).await,

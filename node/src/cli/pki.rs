@@ -1,4 +1,5 @@
-//! `hubctl pki`: the cluster's certificate authority, on local files only.
+//! `hubctl pki`: the cluster's certificate authority, on local files (`revoke` alone talks
+//! to the hub).
 
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -25,6 +26,9 @@ pub enum PkiCmd {
     /// Issue a certificate and key signed by the CA in DIR.
     #[command(subcommand)]
     Issue(IssueCmd),
+    /// Revoke a certificate (admins): every node refuses it from the commit on, on every
+    /// call of every connection. This one talks to the hub.
+    Revoke(super::revoke::RevokeArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -75,9 +79,17 @@ fn identity(kind: &str, name: &str) -> anyhow::Result<Identity> {
     Identity::parse(&format!("{kind}/{name}")).map_err(|e| anyhow::anyhow!("--{kind}: {e}"))
 }
 
-pub fn run(cmd: PkiCmd, fmt: Format) -> anyhow::Result<()> {
+/// Runs `hubctl pki …`: every command works on local files except `revoke`, which
+/// connects (`connect`) and checks a certificate against `ca_file`.
+pub async fn run(
+    cmd: PkiCmd,
+    fmt: Format,
+    connect: impl FnOnce() -> anyhow::Result<hub_client::FailoverClient>,
+    ca_file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
     let now = SystemTime::now();
     match cmd {
+        PkiCmd::Revoke(args) => super::revoke::run(&connect()?, args, ca_file, fmt).await,
         PkiCmd::Init { dir, cluster_id } => {
             let ca = Ca::init(&dir, &cluster_id, now)?;
             print(

@@ -1,0 +1,100 @@
+//! Certificate revocation (issue 56 item 6), with real processes over mutual TLS: an admin
+//! revokes an operator's certificate with `hubctl pki revoke --cert`, and every node refuses
+//! it on its next call; a certificate of another CA is refused and nothing changes.
+//!
+//! Run with `cargo build --workspace --bins && cargo test -p hub-tests --test revocation`.
+
+use hub_tests::{hubctl_bin, hubctl_raw, poll_until, run_with_limit, Cluster, CmdOutput};
+use hub_tests::{CONVERGE_TIMEOUT, HUBCTL_LIMIT};
+use hub_tls::Identity;
+
+/// `hubctl --endpoints ADDR ARGS` as `who`, at one node only.
+fn hubctl_at_node(cluster: &Cluster, who: &Identity, addr: &str, args: &[&str]) -> CmdOutput {
+    let f = cluster.tls_files(who);
+    let mut cmd = std::process::Command::new(hubctl_bin());
+    cmd.env("HUBCTL_CA_FILE", &f.ca)
+        .env("HUBCTL_CERT_FILE", &f.cert)
+        .env("HUBCTL_KEY_FILE", &f.key)
+        .args(["--endpoints", addr])
+        .args(args);
+    run_with_limit(&mut cmd, HUBCTL_LIMIT)
+}
+
+#[test]
+fn a_revoked_operator_certificate_is_refused_by_every_node() {
+    let cluster = Cluster::up(3, "");
+    let bob = Identity::Operator("bob".into());
+    let bob_cert = cluster.tls_files(&bob).cert;
+    cluster
+        .hubctl_as(&bob, &["cluster", "status"])
+        .expect_ok("bob's certificate works before");
+
+    // Bad input: a certificate of another CA is refused, and nothing is revoked.
+    let other = cluster.dir().join("other-ca");
+    let other_dir = other.to_str().unwrap();
+    hubctl_raw(&[
+        "pki",
+        "init",
+        "--dir",
+        other_dir,
+        "--cluster-id",
+        &cluster.cluster_id,
+    ])
+    .expect_ok("another CA");
+    hubctl_raw(&[
+        "pki", "issue", "operator", "--name", "bob", "--dir", other_dir,
+    ])
+    .expect_ok("bob of another CA");
+    let foreign = other.join("operator-bob.pem");
+    cluster
+        .hubctl(&[
+            "pki",
+            "revoke",
+            "--cert",
+            foreign.to_str().unwrap(),
+            "--reason",
+            "x",
+        ])
+        .expect_err(1, "not signed by the cluster CA");
+    cluster
+        .hubctl_as(&bob, &["cluster", "status"])
+        .expect_ok("still works");
+
+    cluster
+        .hubctl(&[
+            "pki",
+            "revoke",
+            "--cert",
+            bob_cert.to_str().unwrap(),
+            "--reason",
+            "laptop stolen",
+        ])
+        .expect_ok("revoke");
+    // Every node refuses bob once it has applied the revocation.
+    for node in cluster.nodes() {
+        let refused = poll_until(CONVERGE_TIMEOUT, || {
+            let out = hubctl_at_node(&cluster, &bob, &node.addr, &["digest"]);
+            (!out.success()).then_some(out)
+        })
+        .unwrap_or_else(|| panic!("node {} still serves a revoked certificate", node.id));
+        assert!(
+            refused.describe().contains("is revoked"),
+            "{}",
+            refused.describe()
+        );
+    }
+    // A repeat succeeds and changes nothing; the admin is unaffected.
+    cluster
+        .hubctl(&[
+            "pki",
+            "revoke",
+            "--cert",
+            bob_cert.to_str().unwrap(),
+            "--reason",
+            "again",
+        ])
+        .expect_ok("a repeat");
+    cluster
+        .hubctl(&["cluster", "status"])
+        .expect_ok("the admin still works");
+}
