@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures::Stream;
 use hub_proto::SnapshotSaveChunk;
 use raft_store::backup::{write_backup, BackupOrigin};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tonic::Status;
 
 use crate::auth::Caller;
@@ -37,30 +37,15 @@ pub const STALL_LIMIT: Duration = Duration::from_secs(60);
 /// The stream of a backup's chunks.
 pub type BackupStream = Pin<Box<dyn Stream<Item = Result<SnapshotSaveChunk, Status>> + Send>>;
 
-/// The one backup a node serves at a time.
-#[derive(Debug)]
-pub struct BackupSlot(Arc<Semaphore>);
-
-impl Default for BackupSlot {
-    fn default() -> Self {
-        Self(Arc::new(Semaphore::new(1)))
-    }
-}
-
 /// Starts a backup of `node`'s applied state for `caller` (an admin), at an index at least
 /// as high as every write acknowledged before the call.
 pub async fn start(node: Arc<HubNode>, caller: &Caller) -> Result<BackupStream, Status> {
     caller.require_admin(&node.state.read().state, "save a snapshot of the hub")?;
-    let permit = node
-        .backup_slot
-        .0
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| {
-            Status::resource_exhausted(
+    let permit = node.backup_slot.clone().try_acquire_owned().map_err(|_| {
+        Status::resource_exhausted(
             "this node is saving another snapshot; retry when it is done (one at a time per node)",
         )
-        })?;
+    })?;
     node.read_barrier(false).await?;
     let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
     let origin = BackupOrigin {

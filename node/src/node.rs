@@ -105,8 +105,8 @@ pub struct HubNode {
     pub metrics: Arc<crate::metrics::NodeMetrics>,
     /// When the last shared read barrier started (see [`HubNode::shared_read_barrier`]).
     barrier: tokio::sync::Mutex<Option<Instant>>,
-    /// The one backup this node serves at a time ([`crate::backup_save`]).
-    pub backup_slot: crate::backup_save::BackupSlot,
+    /// The one backup this node serves at a time (`backup_save.rs`): one permit.
+    pub backup_slot: Arc<tokio::sync::Semaphore>,
     /// When a leader last reached this node (see [`crate::leader_contact`]).
     pub leader_contact: Arc<crate::leader_contact::LeaderContact>,
     /// Silence after which this node counts itself cut off: the longest election timeout.
@@ -248,7 +248,7 @@ impl HubNode {
             auth_stats: Arc::default(),
             metrics: Arc::default(),
             barrier: tokio::sync::Mutex::new(None),
-            backup_slot: Default::default(),
+            backup_slot: Arc::new(tokio::sync::Semaphore::new(1)),
             leader_contact: Arc::default(),
             cut_off_after: Duration::from_millis(cfg.election_max_ms),
             clock,
