@@ -83,12 +83,24 @@ fn write(
                 cause,
             })
     });
+    let outcome = if written.is_ok() { "ok" } else { "error" };
+    node.metrics
+        .backups
+        .get_or_create(&crate::metrics::OutcomeLabel {
+            outcome: outcome.into(),
+        })
+        .inc();
     match written {
-        Ok(header) => tracing::info!(
-            index = header.index(),
-            records = header.records,
-            "saved a snapshot for a backup"
-        ),
+        Ok(header) => {
+            node.metrics
+                .backup_last_success
+                .set(header.created_ms / 1000);
+            tracing::info!(
+                index = header.index(),
+                records = header.records,
+                "saved a snapshot for a backup"
+            )
+        }
         Err(e) => {
             tracing::warn!(error = %e, "saving a snapshot for a backup failed");
             let _ = runtime.block_on(tx.send_timeout(

@@ -158,6 +158,10 @@ pub struct NodeMetrics {
     snapshot_build_seconds: Histogram,
     snapshot_installs: Counter,
     snapshot_install_seconds: Histogram,
+    /// Backups this node served (`hubctl snapshot save`), by outcome.
+    pub backups: Family<OutcomeLabel, Counter>,
+    /// When this node last served a whole backup, in seconds since the Unix epoch.
+    pub backup_last_success: Gauge,
     // API
     /// Calls by service, method and code.
     pub requests: Family<CallLabels, Counter>,
@@ -238,6 +242,8 @@ impl NodeMetrics {
             snapshot_build_seconds: latency_histogram(),
             snapshot_installs: Counter::default(),
             snapshot_install_seconds: latency_histogram(),
+            backups: Family::default(),
+            backup_last_success: Gauge::default(),
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(latency_histogram),
             refused: Family::default(),
@@ -336,6 +342,16 @@ impl NodeMetrics {
             "leader_changes",
             "Times the leader this node knows changed",
             self.leader_changes.clone(),
+        );
+        raft.register(
+            "backups",
+            "Backups this node served (hubctl snapshot save), by outcome",
+            self.backups.clone(),
+        );
+        raft.register(
+            "backup_last_success_timestamp_seconds",
+            "When this node last served a whole backup (Unix seconds; 0: never since start)",
+            self.backup_last_success.clone(),
         );
         raft.register(
             "snapshot_builds",

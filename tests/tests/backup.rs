@@ -299,3 +299,40 @@ fn hub_node_refuses_peers_of_the_old_cluster_id() {
         .collect();
     assert!(!members.contains(&7), "{status}");
 }
+
+#[test]
+fn a_served_backup_is_counted_and_timestamped_in_the_metrics() {
+    use hub_tests::metrics::{get, sample};
+    let cluster = Cluster::up(3, "--metrics-listen 127.0.0.1:0");
+    let addrs = cluster.logged_addrs("metrics at /metrics");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let admin = hub_tls::Identity::Operator(hub_tests::tls::ADMIN.into());
+    // (backups served, newest success) over every node.
+    let totals = || {
+        let mut served = 0.0;
+        let mut newest = 0.0f64;
+        for (_, addr) in &addrs {
+            let (status, _, body) = rt.block_on(async {
+                let ch = cluster.channel_as(&admin, addr).await.expect("connect");
+                get(ch, addr, None).await
+            });
+            assert_eq!(status, 200, "{body}");
+            served += sample(&body, "hub_raft_backups_total{outcome=\"ok\"}").unwrap_or(0.0);
+            let at = sample(&body, "hub_raft_backup_last_success_timestamp_seconds");
+            newest = newest.max(at.expect("the gauge is always there"));
+        }
+        (served, newest)
+    };
+    assert_eq!(totals(), (0.0, 0.0));
+    let backup = cluster.dir().join("m.snap");
+    cluster
+        .hubctl(&["snapshot", "save", backup.to_str().unwrap()])
+        .expect_ok("save");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    let (served, newest) = totals();
+    assert_eq!(served, 1.0);
+    assert!((now - newest).abs() < 120.0, "newest {newest}, now {now}");
+}
