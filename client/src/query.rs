@@ -175,6 +175,9 @@ pub enum Query {
     RoleBindings,
     /// Every operator token: name, expiry, creator and roles, never its secret or hash.
     Tokens,
+    /// Every revoked certificate (admins): serial, whom it names, why, who revoked it and
+    /// when (`hubctl pki revoked`).
+    RevokedCertificates,
     /// The hub's cluster-wide settings (issue 55: canary config tracking).
     ClusterSettings,
     /// Every approver group (issue 55).

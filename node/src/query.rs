@@ -14,7 +14,8 @@ use hub_client::answer::{
     ChangeRequestsAnswer, ClusterSettingsAnswer, ConstraintView, Explanation, FailureView,
     IssuedView, LastExecution, MeetsConstraints, MetricProviderView, MetricTemplateView,
     MetricTemplatesAnswer, PlanView, PlansAnswer, ProposedChange, RegistryRef, ResolvedEntity,
-    SuppressionView, SuppressionsAnswer, TaskView, WindowExceptionsAnswer,
+    RevokedCertificateView, RevokedCertificatesAnswer, SuppressionView, SuppressionsAnswer,
+    TaskView, WindowExceptionsAnswer,
 };
 pub use hub_client::query::Query;
 
@@ -63,7 +64,7 @@ pub fn need(query: &Query) -> Need {
         | Query::WindowException { .. }
         | Query::MetricTemplates { .. }
         | Query::MetricTemplate { .. } => viewer,
-        Query::Tokens => admin,
+        Query::Tokens | Query::RevokedCertificates => admin,
     }
 }
 
@@ -116,6 +117,7 @@ pub fn cost(query: &Query) -> Cost {
         | Query::RolloutStatus { .. }
         | Query::RoleBindings
         | Query::Tokens
+        | Query::RevokedCertificates
         | Query::ApproverGroups
         | Query::ApprovalPolicies
         | Query::WindowExceptions { .. }
@@ -663,6 +665,19 @@ pub fn answer(
                 "bound_by": b.bound_by,
             }))
             .collect::<Vec<_>>() }),
+        Query::RevokedCertificates => to_json(&RevokedCertificatesAnswer {
+            certificates: state
+                .revoked_certificates()
+                .map(|c| RevokedCertificateView {
+                    identity: c.identity.as_ref().map(ToString::to_string),
+                    not_after: c.not_after.map(format_time),
+                    reason: c.reason.clone(),
+                    revoked: format_time(c.revoked_at),
+                    revoked_by: c.revoked_by.to_string(),
+                    serial: c.serial.clone(),
+                })
+                .collect(),
+        })?,
         Query::ClusterSettings => to_json(&ClusterSettingsAnswer {
             canary_config_tracking: state.cluster_settings().canary_config_tracking,
         })?,

@@ -286,12 +286,28 @@ fn approval_scenario() -> Scenario {
         .expect("a Flagger MetricTemplate fixture")
         .replace("namespace: test", "namespace: prod"),
     });
+    s.ok(Command::RevokeCertificate {
+        serial: "0B:AD:C0:DE".into(),
+        reason: "laptop stolen".into(),
+        identity: Some("operator/bob".into()),
+        not_after: Some(T0 + 90 * 86_400_000),
+    });
+    s.ok(Command::RevokeCertificate {
+        serial: "7f".into(),
+        reason: "decommissioned".into(),
+        identity: None,
+        not_after: None,
+    });
     s
 }
 
 /// Issue 55's query kinds and a change request under a policy, asked of
 /// [`approval_scenario`] (`{wx}` and `{cr}` are its request and change request).
 const APPROVAL_QUERIES: &[(&str, &str)] = &[
+    (
+        "revoked_certificates",
+        r#"{"query":"revoked_certificates"}"#,
+    ),
     ("approver_groups", r#"{"query":"approver_groups"}"#),
     ("approval_policies", r#"{"query":"approval_policies"}"#),
     (
@@ -487,6 +503,7 @@ fn kind(query: &Query) -> &'static str {
         Query::RolloutStatus { .. } => "rollout_status",
         Query::RoleBindings => "role_bindings",
         Query::Tokens => "tokens",
+        Query::RevokedCertificates => "revoked_certificates",
         Query::ClusterSettings => "cluster_settings",
         Query::ApproverGroups => "approver_groups",
         Query::ApprovalPolicies => "approval_policies",
@@ -540,6 +557,7 @@ fn every_query_kind_is_pinned() {
         "rollout_status",
         "role_bindings",
         "tokens",
+        "revoked_certificates",
         "cluster_settings",
         "approver_groups",
         "approval_policies",
@@ -585,4 +603,5 @@ fn typed_answers_read_and_write_their_fixtures() {
     round_trip::<ChangeRequestView>("change_request_under_policy");
     round_trip::<MetricTemplatesAnswer>("metric_templates");
     round_trip::<MetricTemplateView>("metric_template");
+    round_trip::<hub_client::answer::RevokedCertificatesAnswer>("revoked_certificates");
 }

@@ -83,6 +83,19 @@ fn a_revoked_operator_certificate_is_refused_by_every_node() {
             refused.describe()
         );
     }
+    let listed = cluster
+        .hubctl(&["pki", "revoked", "-o", "json"])
+        .expect_ok("pki revoked")
+        .json();
+    let rows = listed.as_array().expect("a list");
+    assert_eq!(rows.len(), 1, "{listed}");
+    assert_eq!(rows[0]["identity"], "operator/bob", "{listed}");
+    assert_eq!(rows[0]["reason"], "laptop stolen", "{listed}");
+    assert_eq!(rows[0]["revoked_by"], "operator/admin", "{listed}");
+    assert!(
+        rows[0]["not_after"].is_string(),
+        "read from the certificate: {listed}"
+    );
     // A repeat succeeds and changes nothing; the admin is unaffected.
     cluster
         .hubctl(&[

@@ -18,6 +18,7 @@ mod explain;
 mod metric_template;
 mod plan;
 mod resolve;
+mod revocation;
 mod suppression;
 mod window_exception;
 
@@ -40,6 +41,7 @@ pub use metric_template::{
 };
 pub use plan::{ArtifactView, FailureView, GetPlan, ListPlans, PlanView, PlansAnswer, TaskView};
 pub use resolve::{ResolveEntity, ResolvedEntity};
+pub use revocation::{ListRevokedCertificates, RevokedCertificateView, RevokedCertificatesAnswer};
 pub use suppression::{ListSuppressions, SuppressionView, SuppressionsAnswer};
 pub use window_exception::{
     GetWindowException, ListWindowExceptions, WindowExceptionView, WindowExceptionsAnswer,

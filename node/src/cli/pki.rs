@@ -29,6 +29,12 @@ pub enum PkiCmd {
     /// Revoke a certificate (admins): every node refuses it from the commit on, on every
     /// call of every connection. This one talks to the hub.
     Revoke(super::revoke::RevokeArgs),
+    /// The revoked certificates (admins): serial, whom each names, why, who revoked it and
+    /// when. This one talks to the hub.
+    Revoked {
+        #[command(flatten)]
+        read: super::args::ReadArgs,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -90,6 +96,7 @@ pub async fn run(
     let now = SystemTime::now();
     match cmd {
         PkiCmd::Revoke(args) => super::revoke::run(&connect()?, args, ca_file, fmt).await,
+        PkiCmd::Revoked { read } => super::revoke::list(&connect()?, read, fmt).await,
         PkiCmd::Init { dir, cluster_id } => {
             let ca = Ca::init(&dir, &cluster_id, now)?;
             print(

@@ -1,4 +1,4 @@
-//! `hubctl pki revoke`: adds a certificate to the cluster's replicated revocation list; every
+//! `hubctl pki revoke` and `hubctl pki revoked`: adds a certificate to the cluster's replicated revocation list; every
 //! node then refuses it on the next call on any connection (docs/SECURITY.md "Revocation").
 
 use std::path::{Path, PathBuf};
@@ -9,8 +9,9 @@ use hub_client::FailoverClient;
 use hub_engine::revocation::serial_from_der_bytes;
 use hub_engine::Command;
 
-use super::calls::submit_and_print;
-use super::output::Format;
+use super::args::ReadArgs;
+use super::calls::{freshness, submit_and_print};
+use super::output::{print_list, Format};
 
 /// `hubctl pki revoke (--serial S | --cert FILE) --reason R`
 #[derive(Args, Debug)]
@@ -80,4 +81,28 @@ fn from_certificate(path: &Path, ca: &Path, reason: String) -> anyhow::Result<Co
         identity,
         not_after: Some(cert.validity().not_after.timestamp() * 1000),
     })
+}
+
+/// `hubctl pki revoked`: the revocation list.
+pub async fn list(client: &FailoverClient, read: ReadArgs, fmt: Format) -> anyhow::Result<()> {
+    let answer = client
+        .ask(
+            &hub_client::answer::ListRevokedCertificates,
+            freshness(read),
+        )
+        .await?;
+    let rows = serde_json::to_value(&answer.certificates)?;
+    print_list(
+        fmt,
+        rows.as_array().cloned().unwrap_or_default(),
+        &[
+            "serial",
+            "identity",
+            "reason",
+            "revoked",
+            "revoked_by",
+            "not_after",
+        ],
+        Clone::clone,
+    )
 }
