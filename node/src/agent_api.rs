@@ -77,12 +77,22 @@ impl PlanWatch {
         let watch = Arc::new(PlanWatch::default());
         let mut events = node.sm.subscribe();
         let w = watch.clone();
+        let state = node.state.clone();
+        // A revocation wakes every poll, so one of a revoked certificate ends at once.
+        let revocations = move || state.read().state.revocation_list_version();
+        let mut known_revocations = revocations();
         tokio::spawn(async move {
             loop {
                 match events.recv().await {
                     Ok(StateEvent::Applied {
                         plan_environments, ..
                     }) => {
+                        let now = revocations();
+                        if now != known_revocations {
+                            known_revocations = now;
+                            w.notify_all();
+                            continue;
+                        }
                         for env in plan_environments.iter() {
                             w.notify(env);
                         }
@@ -783,6 +793,12 @@ impl Agent for AgentService {
         req: Request<FetchPlansRequest>,
     ) -> Result<Response<FetchPlansReply>, Status> {
         let caller = crate::auth::caller(&req)?;
+        // The serial of the caller's certificate: the poll ends once it is revoked.
+        let serial = req
+            .extensions()
+            .get::<hub_tls::server::ConnInfo>()
+            .filter(|i| !i.serial.is_empty())
+            .map(|i| hub_engine::revocation::serial_from_der_bytes(&i.serial));
         let r = req.into_inner();
         caller.require_environment(&r.environment)?;
         check_known_plan_ids(&r.known_plan_ids)?;
@@ -814,6 +830,11 @@ impl Agent for AgentService {
                 let s = self.node.state.read();
                 if s.state.environment(&r.environment).is_none() {
                     return Err(unknown_environment(&r.environment));
+                }
+                if let Some(serial) = serial.as_deref().filter(|x| s.state.is_revoked(x)) {
+                    return Err(Status::unauthenticated(format!(
+                        "this certificate (serial {serial}) is revoked"
+                    )));
                 }
                 look(
                     &s.state,

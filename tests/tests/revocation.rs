@@ -111,3 +111,63 @@ fn a_revoked_operator_certificate_is_refused_by_every_node() {
         .hubctl(&["cluster", "status"])
         .expect_ok("the admin still works");
 }
+
+#[test]
+fn an_agents_long_poll_ends_when_its_certificate_is_revoked() {
+    use hub_proto::agent_client::AgentClient;
+    use hub_proto::FetchPlansRequest;
+    let cluster = Cluster::up(3, "");
+    cluster
+        .submit(serde_json::json!({"CreateEnvironment": {"name": "prod", "description": ""}}))
+        .expect("env");
+    let agent = Identity::Agent("prod".into());
+    let addr = cluster.nodes()[0].addr.clone();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let fetch = |fingerprint: String, wait_ms: u32| {
+        let channel = rt
+            .block_on(cluster.channel_as(&agent, &addr))
+            .expect("connect as the agent");
+        let request = FetchPlansRequest {
+            environment: "prod".into(),
+            known_fingerprint: fingerprint,
+            wait_ms,
+            ..Default::default()
+        };
+        rt.spawn(async move { AgentClient::new(channel).fetch_plans(request).await })
+    };
+    let first = rt
+        .block_on(fetch(String::new(), 0))
+        .expect("join")
+        .expect("first poll");
+    // A poll that waits (nothing changes for 30 s), then the revocation.
+    let started = std::time::Instant::now();
+    let waiting = fetch(first.into_inner().fingerprint, 30_000);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!waiting.is_finished(), "the poll waits for a change");
+    let cert = cluster.tls_files(&agent).cert;
+    cluster
+        .hubctl(&[
+            "pki",
+            "revoke",
+            "--cert",
+            cert.to_str().unwrap(),
+            "--reason",
+            "host lost",
+        ])
+        .expect_ok("revoke");
+    let ended = rt.block_on(waiting).expect("join");
+    let status = ended.expect_err("the revoked agent's poll is refused");
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+    assert!(status.message().contains("is revoked"), "{status:?}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "ended {:?} after it began, not at its 30 s timeout",
+        started.elapsed()
+    );
+    // And it cannot come back.
+    let again = rt.block_on(fetch(String::new(), 0)).expect("join");
+    assert_eq!(
+        again.expect_err("refused").code(),
+        tonic::Code::Unauthenticated
+    );
+}
