@@ -8,6 +8,7 @@ use semver::Version;
 
 use crate::artifact::{ArtifactLocation, Availability};
 use crate::entity::{EntityKind, Health, SecretValue};
+use crate::feature_level::{FeatureLevel, BASELINE_LEVEL};
 use crate::plan::{EmergencyCommand, TaskReport};
 use crate::suppression::Scope;
 use crate::TimestampMs;
@@ -735,6 +736,15 @@ pub enum Command {
         /// The certificate's `notAfter`, if known: the entry is pruned a day after it.
         not_after: Option<TimestampMs>,
     },
+    /// Raise the cluster's feature level ([`crate::feature_level`], issue 56 item 4): from
+    /// this entry on, commands introduced at up to `level` apply. Nodes only: the leader
+    /// proposes it once every member advertises at least `level`. A level at or below the
+    /// cluster's changes nothing and succeeds; one above what the applying binary supports
+    /// is refused.
+    SetClusterLevel {
+        /// The new level.
+        level: FeatureLevel,
+    },
 }
 
 wire_tags! {
@@ -810,6 +820,7 @@ wire_tags! {
         ApplyMetricTemplate = 68,
         DeleteMetricTemplate = 69,
         RevokeCertificate = 70,
+        SetClusterLevel = 71,
     }
     retired []
 }
@@ -971,7 +982,105 @@ impl Command {
             Command::ApplyMetricTemplate { .. } => "apply_metric_template",
             Command::DeleteMetricTemplate { .. } => "delete_metric_template",
             Command::RevokeCertificate { .. } => "revoke_certificate",
+            Command::SetClusterLevel { .. } => "set_cluster_level",
             Command::As { command, .. } => command.kind(),
+        }
+    }
+}
+
+impl Command {
+    /// The feature level this command needs ([`crate::feature_level`]): the level at which
+    /// its variant was introduced; [`Command::As`] takes the higher of its own and its
+    /// command's. Apply refuses a command above the cluster's level.
+    pub fn level(&self) -> FeatureLevel {
+        let own = self.introduced_at();
+        // A unit test may simulate the next release, whose new variants have a higher level.
+        #[cfg(test)]
+        let own = crate::feature_level::simulated::level_of(self.variant_name()).unwrap_or(own);
+        if let Command::As { command, .. } = self {
+            return own.max(command.level());
+        }
+        own
+    }
+
+    /// The level at which this variant was introduced. Exhaustive, without a fallback: a new
+    /// command must be given its level, `SUPPORTED_LEVEL + 1` when a release has been tagged
+    /// since the last bump (see [`crate::feature_level`]). A variant's level never changes.
+    fn introduced_at(&self) -> FeatureLevel {
+        match self {
+            // The first tagged release (v0.3.0) has every command below.
+            Command::CreateEnvironment { .. }
+            | Command::DeleteEnvironment { .. }
+            | Command::CreateEntity { .. }
+            | Command::SetEnvironmentSettings { .. }
+            | Command::SetRegistry { .. }
+            | Command::RemoveRegistry { .. }
+            | Command::SetEntitySettings { .. }
+            | Command::SetConfigOverrides { .. }
+            | Command::SetSecret { .. }
+            | Command::CreateProduct { .. }
+            | Command::SetProductWindow { .. }
+            | Command::PublishRelease { .. }
+            | Command::CreateChannel { .. }
+            | Command::SetReleaseChannel { .. }
+            | Command::RecallReleases { .. }
+            | Command::DeleteRecall { .. }
+            | Command::AddWindowOverride { .. }
+            | Command::RemoveWindowOverride { .. }
+            | Command::CreateSuppression { .. }
+            | Command::DeleteSuppression { .. }
+            | Command::PublishModule { .. }
+            | Command::DeleteModule { .. }
+            | Command::InstallModule { .. }
+            | Command::SetModuleVariables { .. }
+            | Command::SetModuleUpdatesPaused { .. }
+            | Command::UnlinkModule { .. }
+            | Command::ApproveChangeRequest { .. }
+            | Command::RejectChangeRequest { .. }
+            | Command::ApplyCanary { .. }
+            | Command::DeleteCanary { .. }
+            | Command::CanaryTick { .. }
+            | Command::CanaryManual { .. }
+            | Command::CancelPlans { .. }
+            | Command::IssueCommand { .. }
+            | Command::Evaluate { .. }
+            | Command::ExpireSuppressions
+            | Command::ReportEntityStates { .. }
+            | Command::ReportTasks { .. }
+            | Command::ReportCanaries { .. }
+            | Command::ReportTask { .. }
+            | Command::SetClusterKey { .. }
+            | Command::BindRole { .. }
+            | Command::UnbindRole { .. }
+            | Command::As { .. }
+            | Command::SetAuditRetention { .. }
+            | Command::RecordRefusal { .. }
+            | Command::CreateToken { .. }
+            | Command::RevokeToken { .. }
+            | Command::SetEnvironmentLabels { .. }
+            | Command::ApplyRolloutPolicy { .. }
+            | Command::DeleteRolloutPolicy { .. }
+            | Command::PromoteWave { .. }
+            | Command::HaltRollout { .. }
+            | Command::ResumeRollout { .. }
+            | Command::CanaryJudgedTick { .. }
+            | Command::ReportCanariesWithSamples { .. }
+            | Command::ReportSampledEntityStates { .. }
+            | Command::PutSecret { .. }
+            | Command::SetCanaryConfigTracking { .. }
+            | Command::SetApproverGroup { .. }
+            | Command::DeleteApproverGroup { .. }
+            | Command::SetApprovalPolicy { .. }
+            | Command::RequestWindowException { .. }
+            | Command::ApproveWindowException { .. }
+            | Command::RejectWindowException { .. }
+            | Command::InstallModuleOnChannel { .. }
+            | Command::SetInstallationChannel { .. }
+            | Command::SetModuleChannel { .. }
+            | Command::ApplyMetricTemplate { .. }
+            | Command::DeleteMetricTemplate { .. }
+            | Command::RevokeCertificate { .. }
+            | Command::SetClusterLevel { .. } => BASELINE_LEVEL,
         }
     }
 }
@@ -1052,7 +1161,8 @@ impl Command {
             | Command::SetModuleChannel { .. }
             | Command::ApplyMetricTemplate { .. }
             | Command::DeleteMetricTemplate { .. }
-            | Command::RevokeCertificate { .. } => return,
+            | Command::RevokeCertificate { .. }
+            | Command::SetClusterLevel { .. } => return,
             Command::As { command, .. } => return command.stamp_actor(who),
         };
         *actor = who.to_string();

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::feature_level::FeatureLevel;
+
 /// Why a command was refused. Each variant names the field or object at fault.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum CommandError {
@@ -36,6 +38,19 @@ pub enum CommandError {
     /// needs.
     #[error("{0}")]
     PermissionDenied(String),
+    /// The command needs a feature level the cluster does not run yet
+    /// ([`crate::feature_level`]): every node refuses it alike, and it changes nothing.
+    #[error(
+        "the cluster runs feature level {cluster}; {command} needs {needed}: upgrade every node first"
+    )]
+    FeatureLevelTooLow {
+        /// The cluster's level ([`crate::State::cluster_level`]).
+        cluster: FeatureLevel,
+        /// The level the command needs ([`crate::Command::level`]).
+        needed: FeatureLevel,
+        /// The command's name, as [`crate::Command::kind`] gives it (`set_cluster_level`).
+        command: String,
+    },
 }
 
 impl CommandError {

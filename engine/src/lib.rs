@@ -17,7 +17,9 @@
 //!    machine and the types of canary rollouts) and [`canary_record`], [`metric_template`]
 //!    (Flagger's MetricTemplates, which canary metrics reference), [`cluster_key`],
 //!    [`role`], [`audit`] and [`token`] (who may act, what they did, operator tokens),
-//!    [`revocation`] (the replicated list of revoked certificates),
+//!    [`revocation`] (the replicated list of revoked certificates), [`feature_level`]
+//!    (the level at which each command was introduced, the cluster's replicated level, and
+//!    the rule for changing apply after a release),
 //!    [`labels`] (environment labels), [`rollout_policy`] (a product's waves, parsed from
 //!    YAML) and [`rollout`] (the committed progress of a release's rollout: soak ends,
 //!    promotions, halts; see `docs/FLEET.md`),
@@ -31,8 +33,10 @@
 //! 3. **Decisions**: [`evaluate`] runs every constraint for an entity at a time and says
 //!    what the leader would issue, with each constraint's [`evaluate::Reason`] as data
 //!    (the `rollout-wave` constraint and [`evaluate::rollout_status`] read waves);
-//!    [`leader`] is the leader's policy on top: whether an evaluation is worth proposing,
-//!    when to look again, what to watch, and whether a canary's tick is due.
+//!    [`feature_gate`] refuses a command above the cluster's feature level (apply, and a
+//!    node before proposing); [`leader`] is the leader's policy on top: whether an
+//!    evaluation is worth proposing, when to look again, what to watch, and whether a
+//!    canary's tick is due.
 //! 4. **Transitions**: `apply` (private) is the only module that changes the state: one
 //!    exhaustive `match` on [`Command`], and one file per command family; after every
 //!    command that succeeded, the wave bookkeeping commits which waves became done and
@@ -123,6 +127,8 @@ pub mod entry_clock;
 pub mod environment;
 pub mod error;
 pub mod evaluate;
+pub mod feature_gate;
+pub mod feature_level;
 pub mod installation;
 pub mod labels;
 pub mod leader;

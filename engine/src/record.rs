@@ -15,6 +15,7 @@ use crate::canary_record::Canary;
 use crate::cluster_key::ClusterKey;
 use crate::cluster_members::{ClusterMembers, CLUSTER_MEMBERS_KEY};
 use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
+use crate::feature_level::{ClusterLevel, CLUSTER_LEVEL_KEY};
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::labels::EnvironmentLabels;
 use crate::metric_template::MetricTemplate;
@@ -128,6 +129,8 @@ pub enum RecordKey {
     CanaryEvents(String),
     /// A revoked certificate, by its canonical serial.
     RevokedCertificate(String),
+    /// The cluster's feature level (one record, `cluster`; [`crate::feature_level`]).
+    ClusterLevel(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -172,6 +175,7 @@ const TAG_MODULE_CHANNELS: u8 = 39;
 const TAG_METRIC_TEMPLATE: u8 = 40;
 const TAG_CANARY_EVENTS: u8 = 41;
 const TAG_REVOKED_CERTIFICATE: u8 = 42;
+const TAG_CLUSTER_LEVEL: u8 = 43;
 
 /// Where the records under a key live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,7 +233,8 @@ impl RecordKey {
             | RecordKey::ModuleChannels(_)
             | RecordKey::MetricTemplate(_)
             | RecordKey::CanaryEvents(_)
-            | RecordKey::RevokedCertificate(_) => Residence::State,
+            | RecordKey::RevokedCertificate(_)
+            | RecordKey::ClusterLevel(_) => Residence::State,
         }
     }
 
@@ -278,6 +283,7 @@ impl RecordKey {
             RecordKey::MetricTemplate(n) => (TAG_METRIC_TEMPLATE, n),
             RecordKey::CanaryEvents(n) => (TAG_CANARY_EVENTS, n),
             RecordKey::RevokedCertificate(n) => (TAG_REVOKED_CERTIFICATE, n),
+            RecordKey::ClusterLevel(n) => (TAG_CLUSTER_LEVEL, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -332,6 +338,7 @@ impl RecordKey {
             TAG_METRIC_TEMPLATE => Some(RecordKey::MetricTemplate(name)),
             TAG_CANARY_EVENTS => Some(RecordKey::CanaryEvents(name)),
             TAG_REVOKED_CERTIFICATE => Some(RecordKey::RevokedCertificate(name)),
+            TAG_CLUSTER_LEVEL => Some(RecordKey::ClusterLevel(name)),
             _ => None,
         }
     }
@@ -443,6 +450,8 @@ pub enum Record {
     CanaryEvents(CanaryEvents),
     /// See [`RevokedCertificate`].
     RevokedCertificate(RevokedCertificate),
+    /// See [`ClusterLevel`].
+    ClusterLevel(ClusterLevel),
 }
 
 wire_tags! {
@@ -489,6 +498,7 @@ wire_tags! {
         MetricTemplate = 39,
         CanaryEvents = 40,
         RevokedCertificate = 41,
+        ClusterLevel = 42,
     }
     retired []
 }
@@ -606,6 +616,7 @@ impl Record {
             Record::MetricTemplate(t) => RecordKey::MetricTemplate(t.id.clone()),
             Record::CanaryEvents(e) => RecordKey::CanaryEvents(e.canary.clone()),
             Record::RevokedCertificate(r) => RecordKey::RevokedCertificate(r.serial.clone()),
+            Record::ClusterLevel(_) => RecordKey::ClusterLevel(CLUSTER_LEVEL_KEY.to_string()),
         }
     }
 }
@@ -659,6 +670,7 @@ mod tests {
             RecordKey::MetricTemplate("prod/latency".into()),
             RecordKey::CanaryEvents("prod/demo".into()),
             RecordKey::RevokedCertificate("8f3a01".into()),
+            RecordKey::ClusterLevel("cluster".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

@@ -170,6 +170,8 @@ pub struct State {
     pub(crate) canary_events: Table<crate::canary_events::CanaryEvents>,
     /// Revoked certificates, by canonical serial ([`crate::revocation`]).
     pub(crate) revoked_certificates: Table<crate::revocation::RevokedCertificate>,
+    /// The cluster's feature level, once raised (at most one row; [`crate::feature_level`]).
+    pub(crate) cluster_level: Table<crate::feature_level::ClusterLevel>,
     pub(crate) idx: Indexes,
 }
 
@@ -254,6 +256,7 @@ impl State {
                 RecordKey::RevokedCertificate(serial) => self.check_revoked_certificate(serial),
                 RecordKey::NeverHealthy(id) => self.check_never_healthy(id),
                 RecordKey::ClusterSettings(_) => {}
+                RecordKey::ClusterLevel(_) => self.check_cluster_level(),
                 RecordKey::ApproverGroup(_)
                 | RecordKey::ApprovalPolicy(_)
                 | RecordKey::ChangeRequestApproval(_)
@@ -332,6 +335,17 @@ impl State {
                 .is_none_or(|i| i.is_certificate_identity()),
             "revoked certificate {serial}: identity"
         );
+    }
+
+    /// A stored cluster level was raised: it is above the baseline a state without one runs.
+    fn check_cluster_level(&self) {
+        if let Some(r) = self.cluster_level.get(&()) {
+            assert!(
+                r.level > crate::feature_level::BASELINE_LEVEL,
+                "cluster level {} stored, not above the baseline",
+                r.level
+            );
+        }
     }
 
     /// Judging state belongs to a canary that exists, and stays within its bounds.
@@ -1151,6 +1165,21 @@ impl State {
     /// The hub's settings (the defaults until one is set).
     pub fn cluster_settings(&self) -> crate::settings::ClusterSettings {
         self.cluster_settings.get(&()).cloned().unwrap_or_default()
+    }
+
+    /// The cluster's feature level ([`crate::feature_level`]): the level the last
+    /// `SetClusterLevel` raised it to, or [`crate::feature_level::BASELINE_LEVEL`] (1) in a
+    /// state that never set one (every log and snapshot written before levels existed).
+    pub fn cluster_level(&self) -> crate::feature_level::FeatureLevel {
+        self.cluster_level
+            .get(&())
+            .map_or(crate::feature_level::BASELINE_LEVEL, |r| r.level)
+    }
+
+    /// The record of the cluster's feature level: when and at which log index it was raised
+    /// to its level; `None` while it is the baseline.
+    pub fn cluster_level_record(&self) -> Option<&crate::feature_level::ClusterLevel> {
+        self.cluster_level.get(&())
     }
 
     /// Approver group `name` ([`crate::approval`]).

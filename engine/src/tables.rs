@@ -23,6 +23,7 @@ use crate::cluster_members::{ClusterMembers, CLUSTER_MEMBERS_KEY};
 use crate::entity::Entity;
 use crate::entry_clock::{EntryClock, ENTRY_CLOCK_KEY};
 use crate::environment::Environment;
+use crate::feature_level::{ClusterLevel, CLUSTER_LEVEL_KEY};
 use crate::installation::{ChangeRequest, Installation, PublishedModule};
 use crate::labels::EnvironmentLabels;
 use crate::metric_template::MetricTemplate;
@@ -505,6 +506,22 @@ impl Row for ClusterSettings {
     }
 }
 
+/// The one cluster-level record, under `cluster`.
+impl Row for ClusterLevel {
+    type Key = ();
+    type Index = ();
+    fn key(&self) {}
+    fn record_key(_: &()) -> RecordKey {
+        RecordKey::ClusterLevel(CLUSTER_LEVEL_KEY.to_string())
+    }
+    fn key_of_name(name: &str) -> Option<()> {
+        (name == CLUSTER_LEVEL_KEY).then_some(())
+    }
+    fn to_record(&self) -> Record {
+        Record::ClusterLevel(self.clone())
+    }
+}
+
 /// The one entry-clock record, under `log`.
 impl Row for EntryClock {
     type Key = ();
@@ -641,6 +658,7 @@ state_tables! {
     module_channels: ModuleChannels,
     metric_templates: MetricTemplate,
     canary_events: CanaryEvents,
-    revoked_certificates: RevokedCertificate;
+    revoked_certificates: RevokedCertificate,
+    cluster_level: ClusterLevel;
     not_in_state: ActivityV1, ActivityLine, FinishedPlan,
 }

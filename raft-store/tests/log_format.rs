@@ -63,6 +63,7 @@ use hub_engine::command::{
 };
 use hub_engine::entity::{Health, ReportedState, SecretValue};
 use hub_engine::entry_clock::EntryClock;
+use hub_engine::feature_level::{ClusterLevel, FeatureLevel};
 use hub_engine::installation::{
     ChangeRequest, ChangeRequestStatus, Installation, ManagedEntity, PublishedModule,
 };
@@ -604,6 +605,9 @@ fn commands() -> Vec<Command> {
             reason: s("laptop stolen"),
             identity: Some(s("operator/alice")),
             not_after: Some(T0 + 44),
+        },
+        Command::SetClusterLevel {
+            level: FeatureLevel(2),
         },
     ]
 }
@@ -1424,6 +1428,11 @@ fn records() -> Vec<Record> {
             revoked_by: Identity::Operator(s("root")),
             revoked_index: 47,
         }),
+        Record::ClusterLevel(ClusterLevel {
+            level: FeatureLevel(3),
+            set_at_ms: T0 + 48,
+            set_index: 49,
+        }),
     ]
 }
 
@@ -1941,6 +1950,15 @@ fn nested_goldens() -> Vec<Golden> {
             vec![CommandError::PermissionDenied(s(
                 "operator/bob may not SetSecret in prod: needs environment-operator on prod",
             ))],
+            Limit::Snapshot,
+        ),
+        golden(
+            n("CommandError.FeatureLevelTooLow"),
+            vec![CommandError::FeatureLevelTooLow {
+                cluster: FeatureLevel(1),
+                needed: FeatureLevel(2),
+                command: s("set_cluster_level"),
+            }],
             Limit::Snapshot,
         ),
         golden(

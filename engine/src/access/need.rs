@@ -14,7 +14,8 @@ pub enum Need {
     Role(Role, Target),
     /// The agent of this environment (its reports).
     Agent(String),
-    /// A hub node: the leader's own decisions (evaluations, canary ticks, cluster keys).
+    /// A hub node: the leader's own decisions (evaluations, canary ticks, cluster keys, the
+    /// cluster's feature level).
     Node,
     /// Someone a pending request's recorded policy counts as an approver (issue 55): the
     /// scope's approvers or a member of a group it requires ([`super::approver_places`]).
@@ -248,7 +249,9 @@ pub fn need(state: &State, command: &Command) -> Need {
         | Command::Evaluate { .. }
         | Command::ExpireSuppressions
         | Command::SetClusterKey { .. }
-        | Command::RecordRefusal { .. } => Need::Node,
+        | Command::RecordRefusal { .. }
+        // A level is raised once every member advertises it: only a node knows that.
+        | Command::SetClusterLevel { .. } => Need::Node,
         Command::ReportEntityStates { environment, .. }
         | Command::ReportSampledEntityStates { environment, .. }
         | Command::ReportTasks { environment, .. }

@@ -366,6 +366,49 @@ fn only_an_admin_revokes_a_certificate() {
     assert_eq!(entry.identity, Some(op("alice")));
 }
 
+/// Issue 56 item 4: a cluster's feature level is raised once every member advertises it,
+/// which only a node knows, so only a node sets it: an admin, an operator of every
+/// environment, a viewer and an agent are refused by the node's check and at apply, and the
+/// level stays as it was. A node's entry (wrapped or its own) raises it.
+#[test]
+fn only_a_node_sets_the_cluster_level() {
+    use crate::feature_level::{simulated, FeatureLevel};
+    // The next release's binary: one that applies level 2.
+    let _next = simulated::next_release(2, &[]);
+    let mut h = hub();
+    let root = op("root");
+    let (bob, vera) = (op("bob"), op("vera"));
+    h.by(&root, bind(&bob, Role::EnvironmentOperator, &["*"], &[]))
+        .unwrap();
+    h.by(&root, bind(&vera, Role::Viewer, &[], &[])).unwrap();
+    let raise = Command::SetClusterLevel {
+        level: FeatureLevel(2),
+    };
+    for who in [&root, &bob, &vera, &Identity::Agent("prod".into())] {
+        assert!(authorize(&h.state, who, &raise).is_err(), "{who}");
+        let before = content(&h.state);
+        let m = denied(h.by(who, raise.clone()));
+        assert_eq!(
+            m,
+            format!("{who} may not SetClusterLevel: needs a hub node")
+        );
+        assert!(
+            content(&h.state) == before,
+            "{who}: a refusal changes nothing"
+        );
+        assert_eq!(h.state.cluster_level(), FeatureLevel(1), "{who}");
+    }
+    let node = Identity::Node(1);
+    assert!(authorize(&h.state, &node, &raise).is_ok());
+    h.by(&node, raise).unwrap();
+    assert_eq!(h.state.cluster_level(), FeatureLevel(2));
+    h.system(Command::SetClusterLevel {
+        level: FeatureLevel(2),
+    })
+    .unwrap();
+    assert_eq!(h.state.cluster_level(), FeatureLevel(2));
+}
+
 #[test]
 fn the_last_admin_cannot_be_unbound() {
     let mut h = hub();

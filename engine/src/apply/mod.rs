@@ -25,6 +25,7 @@
 //! | `canaries.rs` | canaries: resources, ticks, manual actions, step plans, observations |
 //! | `metric_templates.rs` | Flagger MetricTemplates, rendered again for the canaries using them |
 //! | `cluster_keys.rs` | cluster keys |
+//! | `cluster_level.rs` | the cluster's feature level (raised only) |
 //! | `roles.rs` | role bindings |
 //! | `tokens.rs` | operator tokens |
 //! | `revocations.rs` | the certificate revocation list |
@@ -40,6 +41,7 @@ mod canaries;
 mod canary_judging;
 mod catalog;
 mod cluster_keys;
+mod cluster_level;
 mod cluster_settings;
 mod commands;
 mod entities;
@@ -193,9 +195,12 @@ impl State {
         }
     }
 
-    /// Runs the handler of `command`: one arm per variant, each only delegating.
+    /// Runs the handler of `command`: one arm per variant, each only delegating. A command
+    /// above the cluster's feature level is refused first, on every node alike
+    /// ([`crate::feature_gate`]).
     // Long: the one exhaustive match on `Command`, one delegating arm per variant.
     fn execute(&mut self, command: &Command, tx: &mut Tx) -> Result<CommandOutput, CommandError> {
+        crate::feature_gate::check_level(self, command)?;
         match command {
             Command::CreateEnvironment { name, description } => {
                 self.create_environment(name, description, tx)
@@ -520,6 +525,7 @@ impl State {
                 identity,
                 not_after,
             } => self.revoke_certificate(serial, reason, identity.as_deref(), *not_after, tx),
+            Command::SetClusterLevel { level } => self.set_cluster_level(*level, tx),
             // The envelope is opened by `apply`; one reaching here is nested.
             Command::As { .. } => Err(CommandError::invalid("command", "an As inside an As")),
         }
