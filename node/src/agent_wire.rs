@@ -160,6 +160,7 @@ pub fn refused_reports(output: &CommandOutput, reports: &[TaskReport]) -> Vec<wi
                 CommandError::InvalidField { .. }
                 | CommandError::AlreadyExists { .. }
                 | CommandError::FailedPrecondition(_)
+                | CommandError::FeatureLevelTooLow { .. }
                 | CommandError::PermissionDenied(_) => wire::ReportRefusal::InvalidReport,
             };
             wire::RefusedReport {

@@ -69,8 +69,9 @@ pub fn parse_submitted(json: &str) -> Result<Command, Status> {
         | Command::CanaryTick { .. }
         | Command::CanaryJudgedTick { .. }
         | Command::SetClusterKey { .. }
+        | Command::SetClusterLevel { .. }
         | Command::RecordRefusal { .. } => Err(Status::permission_denied(
-            "evaluations, canary ticks and cluster keys are proposed by the leader only, recorded refusals by the hub's nodes",
+            "evaluations, canary ticks, cluster keys and the cluster's feature level are proposed by the leader only, recorded refusals by the hub's nodes",
         )),
         Command::ReportEntityStates { .. }
         | Command::ReportSampledEntityStates { .. }

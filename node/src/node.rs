@@ -428,6 +428,12 @@ impl HubNode {
             }
             return Err(refusal);
         }
+        // A command the cluster's feature level does not have yet is refused before it is
+        // proposed (apply refuses it too, on every node alike). The level only rises, so a
+        // lagging node can only refuse too early, never let one through too late.
+        if let Err(e) = hub_engine::feature_gate::check_level(&self.state.read().state, &command) {
+            return Err(crate::status::command_status(&e));
+        }
         let request_id = Some(match caller.actor() {
             Some(actor) => {
                 command.stamp_actor(&actor);
@@ -551,9 +557,10 @@ impl HubNode {
                 | Command::ExpireSuppressions
                 | Command::CanaryTick { .. }
                 | Command::CanaryJudgedTick { .. }
+                | Command::SetClusterLevel { .. }
         ) {
             return Err(Status::permission_denied(
-                "evaluations and canary ticks are proposed by the leader only, never forwarded",
+                "evaluations, canary ticks and the feature level are proposed by the leader only, never forwarded",
             ));
         }
         // A leader no majority acknowledges would only wait out the timeout: the forwarding

@@ -10,7 +10,9 @@ pub fn command_status(e: &CommandError) -> Status {
         CommandError::InvalidField { .. } => Status::invalid_argument(msg),
         CommandError::AlreadyExists { .. } => Status::already_exists(msg),
         CommandError::NotFound { .. } => Status::not_found(msg),
-        CommandError::FailedPrecondition(_) => Status::failed_precondition(msg),
+        CommandError::FailedPrecondition(_) | CommandError::FeatureLevelTooLow { .. } => {
+            Status::failed_precondition(msg)
+        }
         CommandError::PermissionDenied(_) => Status::permission_denied(msg),
     }
 }

@@ -33,6 +33,18 @@ pub enum StoreError {
     /// The data directory belongs to another node or cluster.
     #[error("{0}")]
     IdentityMismatch(String),
+    /// The replicated state runs at a feature level this binary does not apply: a newer
+    /// release wrote it.
+    #[error(
+        "the cluster's state is at feature level {cluster}; this binary applies at most \
+         {supported}: run a release that has level {cluster} (downgrades are not supported)"
+    )]
+    NewerFeatureLevel {
+        /// The state's level.
+        cluster: hub_engine::feature_level::FeatureLevel,
+        /// This binary's.
+        supported: hub_engine::feature_level::FeatureLevel,
+    },
 }
 
 pub(crate) fn io_err(e: impl std::fmt::Display) -> std::io::Error {

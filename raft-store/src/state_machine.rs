@@ -223,6 +223,7 @@ impl StateMachine {
             db.get_cf(cf_meta, KEY_MEMBERSHIP).map_err(rocks)?,
             "membership",
         )?;
+        check_feature_level(&applied.state)?;
         let current = snapshot::read_current_meta(&store.dir)?;
         Ok(Self {
             store,
@@ -398,6 +399,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         while let Some(item) = entries.next().await {
             items.push(item?);
         }
+        // A level this binary does not apply: stop (the node exits, `crash_stop`) rather
+        // than refuse an entry every upgraded node accepts and diverge from them.
+        for (entry, _) in &items {
+            if let EntryPayload::Normal(req) = &entry.payload {
+                if let Some(level) = level_beyond_this_binary(&req.command) {
+                    let e = StoreError::NewerFeatureLevel {
+                        cluster: level,
+                        supported: hub_engine::feature_level::SUPPORTED_LEVEL,
+                    };
+                    tracing::error!(index = entry.log_id.index, error = %e, "stopping");
+                    return Err(io_err(e));
+                }
+            }
+        }
         {
             let mut guard = self.shared.write();
             let applied = &mut *guard;
@@ -508,6 +523,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 staged
             }
         };
+        check_feature_level(&staged.state).map_err(io_err)?;
         let replaced = self.store.slot();
         {
             let mut guard = self.shared.write();
@@ -562,6 +578,31 @@ pub(crate) fn families_at<'a>(
         "record slot",
     )?;
     Ok((store.family(slot.family_name()), cf_meta))
+}
+
+/// Refuses a state at a feature level above what this binary applies.
+fn check_feature_level(state: &State) -> Result<(), StoreError> {
+    let supported = hub_engine::feature_level::SUPPORTED_LEVEL;
+    match state.cluster_level() {
+        cluster if cluster > supported => Err(StoreError::NewerFeatureLevel { cluster, supported }),
+        _ => Ok(()),
+    }
+}
+
+/// The feature level `command` raises the cluster to, if this binary cannot apply it.
+fn level_beyond_this_binary(
+    command: &hub_engine::Command,
+) -> Option<hub_engine::feature_level::FeatureLevel> {
+    use hub_engine::Command;
+    match command {
+        Command::SetClusterLevel { level }
+            if *level > hub_engine::feature_level::SUPPORTED_LEVEL =>
+        {
+            Some(*level)
+        }
+        Command::As { command, .. } => level_beyond_this_binary(command),
+        _ => None,
+    }
 }
 
 /// The last applied log id and membership as RocksDB's snapshot `view` of `store` has them
