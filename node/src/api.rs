@@ -367,6 +367,9 @@ impl Hub for HubService {
                 .into_iter()
                 .map(|(id, addr, voter)| Member { id, addr, voter })
                 .collect(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            feature_level: hub_engine::feature_level::SUPPORTED_LEVEL.0,
+            cluster_feature_level: node.state.read().state.cluster_level().0,
         }))
     }
 
@@ -431,6 +434,7 @@ impl Hub for HubService {
             has_leader: mine.has_leader,
             term: mine.term,
             members,
+            cluster_feature_level: mine.cluster_feature_level,
         }))
     }
 
@@ -739,7 +743,7 @@ const DIGEST_NOT_READY: &str =
     "digest not ready within 1s (a large state takes seconds to hash; ask again)";
 
 /// One member's `NodeStatus`, bounded by [`MEMBER_PROBE_TIMEOUT`].
-async fn probe_member(
+pub(crate) async fn probe_member(
     node: &HubNode,
     addr: &str,
     with_digest: bool,
@@ -766,6 +770,8 @@ fn member_row(m: &Member, status: Result<NodeStatusReply, String>) -> MemberStat
             digest: s.digest,
             term: s.term,
             error: String::new(),
+            version: s.version,
+            feature_level: s.feature_level,
         },
         Err(error) => MemberStatus {
             id: m.id,
@@ -775,6 +781,8 @@ fn member_row(m: &Member, status: Result<NodeStatusReply, String>) -> MemberStat
             digest: String::new(),
             term: 0,
             error,
+            version: String::new(),
+            feature_level: 0,
         },
     }
 }

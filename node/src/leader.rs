@@ -7,8 +7,9 @@
 //! 2. starts the term's loops, each with its own subscription to apply events taken before
 //!    the barrier (so no committed change between the barrier and the loop's first look is
 //!    missed): the [`crate::orchestrator`] (evaluations and plans), the
-//!    [`crate::canary_controller`] (canary ticks) and, while the cluster has no revision key,
-//!    [`crate::cluster_keys`];
+//!    [`crate::canary_controller`] (canary ticks), while the cluster has no revision key
+//!    [`crate::cluster_keys`], and while the cluster's feature level is below this binary's
+//!    [`crate::cluster_level`];
 //! 3. stops them all when the node stops leading or the term changes. The loops share one
 //!    fate: if one fails while the node still leads (a proposal that found no quorum), all
 //!    are stopped and the term's start is repeated, rebuilding their queues from the
@@ -38,6 +39,7 @@ enum Loop {
     Orchestrator,
     Canaries,
     ClusterKeys,
+    ClusterLevel,
 }
 
 /// Starts the runtime; it runs for the life of the process and starts the loops whenever
@@ -86,6 +88,12 @@ async fn lead(term: &Term) {
         let t = term.clone();
         loops.spawn(async move { (Loop::ClusterKeys, crate::cluster_keys::run(&t).await) });
     }
+    let below =
+        node.state.read().state.cluster_level() < hub_engine::feature_level::SUPPORTED_LEVEL;
+    if below {
+        let t = term.clone();
+        loops.spawn(async move { (Loop::ClusterLevel, crate::cluster_level::run(&t).await) });
+    }
     let mut server = node.raft.server_metrics();
     loop {
         tokio::select! {
@@ -96,8 +104,9 @@ async fn lead(term: &Term) {
                 }
             }
             ended = loops.join_next() => match ended {
-                // Setting the cluster key is done once; the other loops run for the term.
-                Some(Ok((Loop::ClusterKeys, Ok(())))) => continue,
+                // Setting the cluster key and raising the feature level are done once; the
+                // other loops run for the term.
+                Some(Ok((Loop::ClusterKeys | Loop::ClusterLevel, Ok(())))) => continue,
                 Some(Ok((which, result))) => {
                     tracing::info!(node = node.id, term = term.term, ?which, ?result,
                         "leader: a leader loop stopped; restarting the term's loops");

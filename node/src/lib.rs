@@ -19,7 +19,8 @@
 //! - [`leader`]: starts and stops the leader-only loops once per [`term`]:
 //!   - [`orchestrator`]: evaluates entities and proposes the decisions (plans);
 //!   - [`canary_controller`]: prepares and proposes canary ticks;
-//!   - [`cluster_keys`]: sets the cluster's keys (the canary revision key) once.
+//!   - [`cluster_keys`]: sets the cluster's keys (the canary revision key) once;
+//!   - [`cluster_level`]: raises the cluster's feature level once every member runs it.
 //! - [`artifacts`]: the leader's background artifact-existence checks (SPEC C9).
 //! - [`outbound`]: the hub's outbound HTTP(S) clients (webhooks, alerts, Prometheus,
 //!   registries) and their deny list.
@@ -55,6 +56,7 @@ pub mod canary_controller;
 pub mod cli;
 pub mod cluster_clock;
 pub mod cluster_keys;
+pub mod cluster_level;
 pub mod crash_stop;
 pub mod dashboard;
 pub mod dead_leader;

@@ -399,20 +399,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         while let Some(item) = entries.next().await {
             items.push(item?);
         }
-        // A level this binary does not apply: stop (the node exits, `crash_stop`) rather
-        // than refuse an entry every upgraded node accepts and diverge from them.
-        for (entry, _) in &items {
-            if let EntryPayload::Normal(req) = &entry.payload {
-                if let Some(level) = level_beyond_this_binary(&req.command) {
-                    let e = StoreError::NewerFeatureLevel {
-                        cluster: level,
-                        supported: hub_engine::feature_level::SUPPORTED_LEVEL,
-                    };
-                    tracing::error!(index = entry.log_id.index, error = %e, "stopping");
-                    return Err(io_err(e));
-                }
-            }
-        }
+        refuse_levels_beyond_this_binary(items.iter().map(|(entry, _)| entry))?;
         {
             let mut guard = self.shared.write();
             let applied = &mut *guard;
@@ -587,6 +574,27 @@ fn check_feature_level(state: &State) -> Result<(), StoreError> {
         cluster if cluster > supported => Err(StoreError::NewerFeatureLevel { cluster, supported }),
         _ => Ok(()),
     }
+}
+
+/// Refuses entries that raise the cluster to a level this binary does not apply: the node
+/// stops (the error ends Raft's core; `crash_stop` exits) rather than refuse an entry every
+/// upgraded node accepts and diverge from them.
+fn refuse_levels_beyond_this_binary<'a>(
+    entries: impl Iterator<Item = &'a crate::types::Entry>,
+) -> Result<(), io::Error> {
+    for entry in entries {
+        if let EntryPayload::Normal(req) = &entry.payload {
+            if let Some(level) = level_beyond_this_binary(&req.command) {
+                let e = StoreError::NewerFeatureLevel {
+                    cluster: level,
+                    supported: hub_engine::feature_level::SUPPORTED_LEVEL,
+                };
+                tracing::error!(index = entry.log_id.index, error = %e, "stopping");
+                return Err(io_err(e));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The feature level `command` raises the cluster to, if this binary cannot apply it.

@@ -653,7 +653,8 @@ async fn cluster_status(client: &FailoverClient, fmt: Format) -> anyhow::Result<
         .iter()
         .map(|m| {
             let mut v = json!({"id": m.id, "addr": m.addr, "role": m.role,
-                "last_applied": m.last_applied, "digest": m.digest});
+                "last_applied": m.last_applied, "digest": m.digest,
+                "version": m.version, "feature_level": m.feature_level});
             if !m.error.is_empty() {
                 v["error"] = json!(m.error);
             }
@@ -663,11 +664,23 @@ async fn cluster_status(client: &FailoverClient, fmt: Format) -> anyhow::Result<
     let v = json!({
         "leader": if s.has_leader { json!(s.leader) } else { Value::Null },
         "term": s.term,
+        "cluster_feature_level": s.cluster_feature_level,
         "members": members,
     });
     if fmt.is_table() {
-        println!("leader: {}  term: {}", v["leader"], s.term);
-        let mut columns = vec!["id", "addr", "role", "last_applied", "digest"];
+        println!(
+            "leader: {}  term: {}  feature level: {}",
+            v["leader"], s.term, s.cluster_feature_level
+        );
+        let mut columns = vec![
+            "id",
+            "addr",
+            "role",
+            "last_applied",
+            "digest",
+            "version",
+            "feature_level",
+        ];
         if s.members.iter().any(|m| !m.error.is_empty()) {
             columns.push("error");
         }
