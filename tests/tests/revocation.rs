@@ -171,3 +171,100 @@ fn an_agents_long_poll_ends_when_its_certificate_is_revoked() {
         tonic::Code::Unauthenticated
     );
 }
+
+/// A CRL signed by the cluster CA's key in `pki`, listing `serials`.
+fn crl_signed_in(pki: &std::path::Path, serials: &[Vec<u8>]) -> String {
+    let read = |name: &str| std::fs::read_to_string(pki.join(name)).expect("the CA's files");
+    let key = rcgen::KeyPair::from_pem(&read("ca-key.pem")).expect("the CA key");
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&read("ca.pem"), key).expect("the CA");
+    let params = rcgen::CertificateRevocationListParams {
+        this_update: rcgen::date_time_ymd(2026, 1, 1),
+        next_update: rcgen::date_time_ymd(2036, 1, 1),
+        crl_number: rcgen::SerialNumber::from(1u64),
+        issuing_distribution_point: None,
+        revoked_certs: serials
+            .iter()
+            .map(|serial| rcgen::RevokedCertParams {
+                serial_number: rcgen::SerialNumber::from_slice(serial),
+                revocation_time: rcgen::date_time_ymd(2026, 1, 1),
+                reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                invalidity_date: None,
+            })
+            .collect(),
+        key_identifier_method: rcgen::KeyIdMethod::Sha256,
+    };
+    params
+        .signed_by(&issuer)
+        .expect("sign the CRL")
+        .pem()
+        .expect("PEM")
+}
+
+/// The serial of the certificate at `path` (its DER INTEGER's content bytes).
+fn serial_of(path: &std::path::Path) -> Vec<u8> {
+    let text = std::fs::read(path).expect("a certificate");
+    let (_, pem) = x509_parser::pem::parse_x509_pem(&text).expect("PEM");
+    let (_, cert) = x509_parser::parse_x509_certificate(&pem.contents).expect("a certificate");
+    cert.tbs_certificate.raw_serial().to_vec()
+}
+
+#[test]
+fn a_crl_of_the_cluster_ca_revokes_what_it_lists_and_another_cas_is_refused() {
+    let cluster = Cluster::up(3, "");
+    let addr = cluster.nodes()[0].addr.clone();
+    let carol = Identity::Operator("carol".into());
+    let dave = Identity::Operator("dave".into());
+    for who in [&carol, &dave] {
+        hubctl_at_node(&cluster, who, &addr, &["digest"]).expect_ok("works before");
+    }
+    let carol_serial = serial_of(&cluster.tls_files(&carol).cert);
+
+    // A CRL of another CA is refused and revokes nothing.
+    let other = cluster.dir().join("other-ca");
+    hubctl_raw(&[
+        "pki",
+        "init",
+        "--dir",
+        other.to_str().unwrap(),
+        "--cluster-id",
+        &cluster.cluster_id,
+    ])
+    .expect_ok("another CA");
+    let foreign = cluster.dir().join("foreign.crl");
+    std::fs::write(
+        &foreign,
+        crl_signed_in(&other, std::slice::from_ref(&carol_serial)),
+    )
+    .expect("write");
+    cluster
+        .hubctl(&["pki", "revoke", "--crl-file", foreign.to_str().unwrap()])
+        .expect_err(1, "not signed by the cluster CA");
+
+    let crl = cluster.dir().join("ours.crl");
+    std::fs::write(&crl, crl_signed_in(&cluster.pki_dir(), &[carol_serial])).expect("write");
+    cluster
+        .hubctl(&["pki", "revoke", "--crl-file", crl.to_str().unwrap()])
+        .expect_ok("revoke from the CRL");
+    let refused = poll_until(CONVERGE_TIMEOUT, || {
+        let out = hubctl_at_node(&cluster, &carol, &addr, &["digest"]);
+        (!out.success()).then_some(out)
+    })
+    .expect("carol is refused");
+    assert!(
+        refused.describe().contains("is revoked"),
+        "{}",
+        refused.describe()
+    );
+    hubctl_at_node(&cluster, &dave, &addr, &["digest"]).expect_ok("dave was not listed");
+    let listed = cluster
+        .hubctl(&["pki", "revoked", "-o", "json"])
+        .expect_ok("list")
+        .json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert!(
+        listed[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("listed in a CRL")),
+        "{listed}"
+    );
+}

@@ -13,43 +13,115 @@ use super::args::ReadArgs;
 use super::calls::{freshness, submit_and_print};
 use super::output::{print_list, Format};
 
-/// `hubctl pki revoke (--serial S | --cert FILE) --reason R`
+/// `hubctl pki revoke (--serial S | --cert FILE | --crl-file FILE) [--reason R]`
 #[derive(Args, Debug)]
 pub struct RevokeArgs {
     /// The certificate's serial number, hex (colons allowed), as `openssl x509 -serial`
     /// prints it.
-    #[arg(long, required_unless_present = "cert", conflicts_with = "cert")]
+    #[arg(long, required_unless_present_any = ["cert", "crl_file"], conflicts_with_all = ["cert", "crl_file"])]
     serial: Option<String>,
     /// The certificate file (PEM): its serial, identity and expiry are read from it, and it
     /// must have been signed by the cluster CA (--ca-file).
-    #[arg(long, value_name = "PEM_FILE")]
+    #[arg(long, value_name = "PEM_FILE", conflicts_with = "crl_file")]
     cert: Option<PathBuf>,
-    /// Why (recorded and listed; at most 200 characters).
+    /// A certificate revocation list (PEM or DER) signed by the cluster CA, from an
+    /// operator's own CA tooling: every certificate it lists is revoked (a repeat changes
+    /// nothing).
+    #[arg(long, value_name = "CRL_FILE")]
+    crl_file: Option<PathBuf>,
+    /// Why (recorded and listed; at most 200 characters). Required with --serial and
+    /// --cert; with --crl-file, each entry's reason code is used when this is not given.
     #[arg(long)]
-    reason: String,
+    reason: Option<String>,
 }
 
-/// Runs `hubctl pki revoke`, with the cluster CA of `--ca-file` for `--cert`.
+/// Runs `hubctl pki revoke`, with the cluster CA of `--ca-file` for `--cert` and
+/// `--crl-file`.
 pub async fn run(
     client: &FailoverClient,
     args: RevokeArgs,
     ca_file: Option<&Path>,
     fmt: Format,
 ) -> anyhow::Result<()> {
-    let command = match (args.serial, args.cert) {
-        (Some(serial), None) => Command::RevokeCertificate {
-            serial,
-            reason: args.reason,
+    let ca = || {
+        ca_file.context(
+            "--cert and --crl-file need --ca-file (HUBCTL_CA_FILE): what is revoked must be the cluster CA's",
+        )
+    };
+    let reason = || args.reason.clone().context("--reason: say why");
+    let commands = match (&args.serial, &args.cert, &args.crl_file) {
+        (Some(serial), None, None) => vec![Command::RevokeCertificate {
+            serial: serial.clone(),
+            reason: reason()?,
             identity: None,
             not_after: None,
-        },
-        (None, Some(cert)) => {
-            let ca = ca_file.context("--cert: needs --ca-file (HUBCTL_CA_FILE) to check the certificate is the cluster CA's")?;
-            from_certificate(&cert, ca, args.reason)?
-        }
-        _ => bail!("give --serial or --cert"),
+        }],
+        (None, Some(cert), None) => vec![from_certificate(cert, ca()?, reason()?)?],
+        (None, None, Some(crl)) => from_crl(crl, ca()?, args.reason.as_deref())?,
+        _ => bail!("give one of --serial, --cert and --crl-file"),
     };
-    submit_and_print(client, &command, fmt).await.map(|_| ())
+    if let [one] = commands.as_slice() {
+        return submit_and_print(client, one, fmt).await.map(|_| ());
+    }
+    for command in &commands {
+        super::calls::submit(client, command).await?;
+    }
+    super::output::print(
+        fmt,
+        &serde_json::json!({"revoked": commands.len()}),
+        &["revoked"],
+    )
+}
+
+/// The DER of the first PEM block of `path`, or its bytes when it is not PEM.
+fn der_of(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    match x509_parser::pem::parse_x509_pem(&bytes) {
+        Ok((_, pem)) => Ok(pem.contents),
+        Err(_) if !bytes.starts_with(b"-----") => Ok(bytes),
+        Err(e) => bail!("{}: not PEM: {e}", path.display()),
+    }
+}
+
+/// One revocation per certificate the CRL at `path` lists, its signature checked against the
+/// CA in `ca`.
+fn from_crl(path: &Path, ca: &Path, reason: Option<&str>) -> anyhow::Result<Vec<Command>> {
+    let (crl_der, ca_der) = (der_of(path)?, der_of(ca)?);
+    let (_, crl) = x509_parser::parse_x509_crl(&crl_der)
+        .map_err(|e| anyhow::anyhow!("--crl-file {}: not a CRL: {e}", path.display()))?;
+    let (_, ca_cert) = x509_parser::parse_x509_certificate(&ca_der)
+        .map_err(|e| anyhow::anyhow!("{}: not a certificate: {e}", ca.display()))?;
+    if crl.verify_signature(ca_cert.public_key()).is_err() {
+        bail!(
+            "--crl-file {}: not signed by the cluster CA in {}",
+            path.display(),
+            ca.display()
+        );
+    }
+    let entries: Vec<_> = crl.iter_revoked_certificates().collect();
+    let most = hub_engine::revocation::MAX_REVOKED_CERTIFICATES;
+    if entries.len() > most {
+        bail!(
+            "--crl-file {}: lists {} certificates, more than the {most} a hub keeps; rotate the CA instead",
+            path.display(),
+            entries.len()
+        );
+    }
+    Ok(entries
+        .into_iter()
+        .map(|entry| Command::RevokeCertificate {
+            serial: serial_from_der_bytes(entry.raw_serial()),
+            reason: reason.map_or_else(
+                || match entry.reason_code() {
+                    Some((_, code)) => format!("listed in a CRL: {code:?}"),
+                    None => "listed in a CRL".to_string(),
+                },
+                str::to_string,
+            ),
+            identity: None,
+            not_after: None,
+        })
+        .collect())
 }
 
 /// The revocation of the certificate in `path`, checked to be signed by the CA in `ca`.

@@ -196,6 +196,9 @@ async fn restore(args: RestoreArgs, fmt: Format) -> anyhow::Result<()> {
         bail!("--id: node ids start at 1");
     }
     hub_identity::validate_name("--cluster-id", &args.cluster_id)?;
+    if !args.advertise.contains(':') {
+        bail!("--advertise: {:?} is not host:port", args.advertise);
+    }
     let backup = BackupFile::open(&args.snapshot)?;
     let target = RestoreTarget {
         data_dir: args.data_dir.clone(),
