@@ -8,7 +8,7 @@ use semver::Version;
 
 use crate::artifact::{ArtifactLocation, Availability};
 use crate::entity::{EntityKind, Health, SecretValue};
-use crate::feature_level::{FeatureLevel, BASELINE_LEVEL};
+use crate::feature_level::{FeatureLevel, BASELINE_LEVEL, LEVEL_2};
 use crate::plan::{EmergencyCommand, TaskReport};
 use crate::suppression::Scope;
 use crate::TimestampMs;
@@ -745,6 +745,16 @@ pub enum Command {
         /// The new level.
         level: FeatureLevel,
     },
+    /// Add many certificates to the revocation list in one entry (feature level 2: a CRL of
+    /// thousands of entries is one write, not thousands). All or nothing: every entry is
+    /// checked as `RevokeCertificate` checks one, and the list after it must fit in
+    /// [`crate::revocation::MAX_REVOKED_CERTIFICATES`]; serials already revoked keep their
+    /// first entry. Admins only.
+    RevokeCertificates {
+        /// The certificates, at least one and at most
+        /// [`crate::revocation::MAX_REVOKED_CERTIFICATES`].
+        certificates: Vec<crate::revocation::CertificateRevocation>,
+    },
 }
 
 wire_tags! {
@@ -821,6 +831,7 @@ wire_tags! {
         DeleteMetricTemplate = 69,
         RevokeCertificate = 70,
         SetClusterLevel = 71,
+        RevokeCertificates = 72,
     }
     retired []
 }
@@ -983,6 +994,7 @@ impl Command {
             Command::DeleteMetricTemplate { .. } => "delete_metric_template",
             Command::RevokeCertificate { .. } => "revoke_certificate",
             Command::SetClusterLevel { .. } => "set_cluster_level",
+            Command::RevokeCertificates { .. } => "revoke_certificates",
             Command::As { command, .. } => command.kind(),
         }
     }
@@ -1081,6 +1093,7 @@ impl Command {
             | Command::DeleteMetricTemplate { .. }
             | Command::RevokeCertificate { .. }
             | Command::SetClusterLevel { .. } => BASELINE_LEVEL,
+            Command::RevokeCertificates { .. } => LEVEL_2,
         }
     }
 }
@@ -1162,7 +1175,8 @@ impl Command {
             | Command::ApplyMetricTemplate { .. }
             | Command::DeleteMetricTemplate { .. }
             | Command::RevokeCertificate { .. }
-            | Command::SetClusterLevel { .. } => return,
+            | Command::SetClusterLevel { .. }
+            | Command::RevokeCertificates { .. } => return,
             Command::As { command, .. } => return command.stamp_actor(who),
         };
         *actor = who.to_string();

@@ -60,4 +60,20 @@ impl CommandError {
             reason: reason.into(),
         }
     }
+
+    /// This error of an element of a list: an invalid field's name is prefixed with the
+    /// element's path (`certificates[3].serial`); other errors are unchanged.
+    pub(crate) fn within(self, path: &str) -> Self {
+        match self {
+            Self::InvalidField { field, reason } => Self::InvalidField {
+                field: format!("{path}.{field}"),
+                reason,
+            },
+            other @ (Self::AlreadyExists { .. }
+            | Self::NotFound { .. }
+            | Self::FailedPrecondition(_)
+            | Self::PermissionDenied(_)
+            | Self::FeatureLevelTooLow { .. }) => other,
+        }
+    }
 }

@@ -44,6 +44,19 @@ pub const MAX_REASON_CHARS: usize = 200;
 /// otherwise pass that node's validity check).
 pub const PRUNE_AFTER_EXPIRY_MS: TimestampMs = 24 * 60 * 60 * 1000;
 
+/// One certificate of a `RevokeCertificates` batch: what `RevokeCertificate` says of one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CertificateRevocation {
+    /// The serial number, in hex ([`normalise_serial`]).
+    pub serial: String,
+    /// Why; required, printable, at most [`MAX_REASON_CHARS`] characters.
+    pub reason: String,
+    /// Whom the certificate names, `kind/name`, if known.
+    pub identity: Option<String>,
+    /// The certificate's `notAfter`, if known: the entry is pruned a day after it.
+    pub not_after: Option<TimestampMs>,
+}
+
 /// Why a text is not a certificate serial number.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SerialError {

@@ -8,9 +8,10 @@ mod common;
 use common::actors::{as_, bind, operator};
 use common::{Hub, DAY, HOUR, T0};
 use hub_engine::access::Role;
+use hub_engine::feature_level::{FeatureLevel, LEVEL_2};
 use hub_engine::revocation::{
-    serial_from_der_bytes, RevocationListVersion, RevokedCertificate, MAX_REASON_CHARS,
-    MAX_REVOKED_CERTIFICATES,
+    serial_from_der_bytes, CertificateRevocation, RevocationListVersion, RevokedCertificate,
+    MAX_REASON_CHARS, MAX_REVOKED_CERTIFICATES,
 };
 use hub_engine::{Command, CommandError, CommandOutput, Record, RecordKey, State};
 use hub_identity::Identity;
@@ -317,4 +318,129 @@ fn the_command_as_hubctl_sends_it_in_json() {
     );
     assert_eq!(command.kind(), "revoke_certificate");
     assert_eq!(command.tag(), 70);
+}
+
+/// A batch of the serials given, each with `reason`.
+fn batch(serials: &[&str], reason: &str) -> Command {
+    as_(
+        "root",
+        Command::RevokeCertificates {
+            certificates: serials
+                .iter()
+                .map(|s| CertificateRevocation {
+                    serial: s.to_string(),
+                    reason: reason.into(),
+                    identity: None,
+                    not_after: None,
+                })
+                .collect(),
+        },
+    )
+}
+
+/// A hub whose cluster runs feature level 2, where `RevokeCertificates` applies.
+fn hub_at_level_2() -> Hub {
+    let mut h = hub();
+    h.ok(Command::SetClusterLevel { level: LEVEL_2 });
+    h
+}
+
+#[test]
+fn a_batch_needs_feature_level_2_and_changes_nothing_before() {
+    let mut h = hub();
+    let e = h.err(batch(&["0a"], "crl"));
+    assert_eq!(
+        e,
+        CommandError::FeatureLevelTooLow {
+            cluster: FeatureLevel(1),
+            needed: LEVEL_2,
+            command: "revoke_certificates".into(),
+        }
+    );
+    assert!(!h.state.is_revoked("0a"));
+    h.ok(Command::SetClusterLevel { level: LEVEL_2 });
+    h.ok(batch(&["0a"], "crl"));
+    assert!(h.state.is_revoked("0a"));
+}
+
+#[test]
+fn a_batch_revokes_every_new_serial_in_one_entry_and_keeps_earlier_entries() {
+    let mut h = hub_at_level_2();
+    h.ok(by_root("0b", None));
+    h.advance(HOUR);
+    let applied = h.apply(batch(&["0a", "0B", "0c", "0a", "00:0d"], "listed in a CRL"));
+    let Ok(CommandOutput::Changed { summary, .. }) = &applied.result else {
+        panic!("{:?}", applied.result)
+    };
+    assert_eq!(
+        summary,
+        "3 certificates revoked, 2 already revoked or repeated"
+    );
+    assert_eq!(revoked_keys(&applied.changed), ["0a", "0c", "0d"]);
+    let entry = h.state.revoked_certificate("0c").unwrap();
+    assert_eq!(entry.reason, "listed in a CRL");
+    assert_eq!(entry.revoked_at, T0 + HOUR);
+    assert_eq!(entry.revoked_index, h.index);
+    assert_eq!(entry.revoked_by, operator("root"));
+    // 0b keeps its first entry.
+    assert_eq!(
+        h.state.revoked_certificate("0b").unwrap().reason,
+        "key compromised"
+    );
+    // The same batch again changes nothing and succeeds.
+    let again = h.apply(batch(&["0a", "0c", "0d"], "listed in a CRL"));
+    assert!(again.result.is_ok());
+    assert!(revoked_keys(&again.changed).is_empty());
+}
+
+#[test]
+fn a_bad_entry_refuses_the_whole_batch_naming_its_position() {
+    let mut h = hub_at_level_2();
+    assert_eq!(
+        field(h.err(batch(&["0a", "zz"], "crl"))),
+        "certificates[1].serial"
+    );
+    assert_eq!(field(h.err(batch(&["0a"], " "))), "certificates[0].reason");
+    assert_eq!(field(h.err(batch(&[], "crl"))), "certificates");
+    assert!(!h.state.is_revoked("0a"));
+}
+
+#[test]
+fn a_batch_that_would_overflow_the_list_is_refused_whole() {
+    let mut h = hub_at_level_2();
+    load_list(&mut h, MAX_REVOKED_CERTIFICATES - 1, None);
+    let e = h.err(batch(&["8f3a01", "8f3a02"], "crl"));
+    let CommandError::FailedPrecondition(m) = &e else {
+        panic!("{e:?}")
+    };
+    assert!(
+        m.starts_with("the batch would make 10001 revoked certificates"),
+        "{m}"
+    );
+    assert!(!h.state.is_revoked("8f3a01"));
+    // One that fits, with a serial already listed, goes in.
+    h.ok(batch(&["8f3a01", "01"], "crl"));
+    assert_eq!(
+        h.state.revoked_certificates().len(),
+        MAX_REVOKED_CERTIFICATES
+    );
+    let too_many: Vec<String> = (0..=MAX_REVOKED_CERTIFICATES)
+        .map(|i| format!("{:x}", i + 0x100000))
+        .collect();
+    let refs: Vec<&str> = too_many.iter().map(String::as_str).collect();
+    assert_eq!(field(h.err(batch(&refs, "crl"))), "certificates");
+}
+
+#[test]
+fn the_batch_command_as_hubctl_sends_it_in_json() {
+    let json = r#"{"RevokeCertificates":{"certificates":[{"serial":"0a","reason":"crl","identity":null,"not_after":null}]}}"#;
+    let command: Command = serde_json::from_str(json).unwrap();
+    let Command::As { command: inner, .. } = batch(&["0a"], "crl") else {
+        unreachable!()
+    };
+    assert_eq!(command, *inner);
+    assert_eq!(serde_json::to_string(&command).unwrap(), json);
+    assert_eq!(command.kind(), "revoke_certificates");
+    assert_eq!(command.tag(), 72);
+    assert_eq!(command.level(), LEVEL_2);
 }

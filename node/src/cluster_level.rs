@@ -18,7 +18,7 @@ use hub_engine::Command;
 use crate::term::Term;
 
 /// How often the members are asked while the cluster's level is below this binary's.
-pub const PROBE_EVERY: Duration = Duration::from_secs(5);
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 /// The level to raise the cluster to, from the levels its members advertise (`None`: a
 /// member did not answer), if it is above `current`. A member of a release before feature

@@ -82,7 +82,7 @@ use hub_engine::plan_outcome::{OutcomeKind, PlanOutcome};
 use hub_engine::product::{Channel, Product, Recall, Release};
 use hub_engine::record::{AuditEntry, RequestRecord};
 use hub_engine::release::{Artifact, ProductDependency, VersionBound};
-use hub_engine::revocation::RevokedCertificate;
+use hub_engine::revocation::{CertificateRevocation, RevokedCertificate};
 use hub_engine::rollout::{HaltCause, Promotion, Rollout, RolloutHalt, WaveProgress};
 use hub_engine::rollout_policy::{OnFailure, RolloutPolicy, Selector, Wave};
 use hub_engine::settings::ClusterSettings;
@@ -608,6 +608,22 @@ fn commands() -> Vec<Command> {
         },
         Command::SetClusterLevel {
             level: FeatureLevel(2),
+        },
+        Command::RevokeCertificates {
+            certificates: vec![
+                CertificateRevocation {
+                    serial: s("0a"),
+                    reason: s("listed in a CRL: KeyCompromise"),
+                    identity: Some(s("agent/prod")),
+                    not_after: Some(T0 + 45),
+                },
+                CertificateRevocation {
+                    serial: s("0B"),
+                    reason: s("superseded"),
+                    identity: None,
+                    not_after: None,
+                },
+            ],
         },
     ]
 }

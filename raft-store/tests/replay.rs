@@ -1,7 +1,8 @@
 //! Replaying the log gives the same state on every binary (docs/ARCHITECTURE.md "Feature
 //! levels", issue 56 item 4): every command of the log-format fixtures
 //! (`fixtures/log-format/command-*.bin`, written by the releases that introduced them) is
-//! applied in tag order, as an admin, by the current binary, and what each did (its output or
+//! applied in tag order, as an admin (`SetClusterLevel` as a node, as the leader proposes it,
+//! so the commands after it apply at its level), by the current binary, and what each did (its output or
 //! its refusal) and the state's digest after all of them must equal `fixtures/replay.txt`.
 //! A change to how an existing command applies shows here: it must be keyed on the cluster's
 //! feature level, so entries proposed before that level apply the old way (then this file
@@ -53,7 +54,8 @@ fn commands() -> Vec<(String, Command)> {
         .collect()
 }
 
-/// Applies every fixture command to a new state, as `operator/admin` (bound admin first),
+/// Applies every fixture command to a new state, as `operator/admin` (bound admin first;
+/// `SetClusterLevel` as `node/1`),
 /// one second apart: one line per entry, then the digest.
 fn replay() -> String {
     const T0: i64 = 1_800_000_000_000;
@@ -68,9 +70,13 @@ fn replay() -> String {
     };
     let entries = std::iter::once(("bootstrap: bind admin".to_string(), bind)).chain(commands());
     for (index, (name, command)) in (1u64..).zip(entries) {
+        let actor = match command {
+            Command::SetClusterLevel { .. } => Identity::Node(1),
+            _ => admin.clone(),
+        };
         let request = Request {
             command: Command::As {
-                actor: admin.clone(),
+                actor,
                 command: Box::new(command),
             },
             time_ms: T0 + 1_000 * index as i64,

@@ -656,6 +656,16 @@ impl Cluster {
         self.wait_converged_with(timeout, None)
     }
 
+    /// `cluster status` once the cluster runs feature `level` (the leader raises it within a
+    /// second or so of every member advertising it); panics after [`CONVERGE_TIMEOUT`].
+    pub fn wait_feature_level(&self, level: u32) -> Value {
+        poll_until(CONVERGE_TIMEOUT, || {
+            self.status()
+                .filter(|s| s["cluster_feature_level"] == u64::from(level))
+        })
+        .unwrap_or_else(|| panic!("the cluster never ran level {level}: {:?}", self.status()))
+    }
+
     /// Like [`Cluster::wait_converged`], but also requires exactly `members` members, all
     /// reachable (none "unreachable").
     #[track_caller]

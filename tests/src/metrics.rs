@@ -31,3 +31,21 @@ pub fn sample(body: &str, name: &str) -> Option<f64> {
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
+
+/// Polls node `addr`'s metrics listener at `metrics_addr` (as the harness admin) until the
+/// sample `name` has `value`; panics after [`crate::CONVERGE_TIMEOUT`].
+pub fn wait_sample(
+    rt: &tokio::runtime::Runtime,
+    cluster: &crate::Cluster,
+    metrics_addr: &str,
+    name: &str,
+    value: f64,
+) {
+    let admin = hub_tls::Identity::Operator(crate::tls::ADMIN.into());
+    crate::poll_until(crate::CONVERGE_TIMEOUT, || {
+        let ch = rt.block_on(cluster.channel_as(&admin, metrics_addr)).ok()?;
+        let (_, _, body) = rt.block_on(get(ch, metrics_addr, None));
+        (sample(&body, name) == Some(value)).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{name} never became {value} at {metrics_addr}"));
+}

@@ -1330,16 +1330,9 @@ fn a_stopping_follower_ends_the_replication_stream_and_long_polls() {
         .expect("a fetch that does not wait");
     // A poll that knows the plans waits for a change, up to 30 s.
     let poll = rt.spawn(fetch(30_000, now.fingerprint));
-    let admin = hub_tls::Identity::Operator(hub_tests::tls::ADMIN.into());
     let polls = "hub_agent_polls_in_flight{environment=\"prod\"}";
-    poll_until(CONVERGE_TIMEOUT, || {
-        let ch = rt
-            .block_on(cluster.channel_as(&admin, &metrics_addr))
-            .ok()?;
-        let (_, _, body) = rt.block_on(hub_tests::metrics::get(ch, &metrics_addr, None));
-        (hub_tests::metrics::sample(&body, polls) == Some(1.0)).then_some(())
-    })
-    .expect("the long poll open on the follower");
+    // The long poll is open on the follower.
+    hub_tests::metrics::wait_sample(&rt, &cluster, &metrics_addr, polls, 1.0);
 
     cluster.signal(follower, libc::SIGTERM);
     let answer = rt

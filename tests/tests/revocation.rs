@@ -116,12 +116,13 @@ fn a_revoked_operator_certificate_is_refused_by_every_node() {
 fn an_agents_long_poll_ends_when_its_certificate_is_revoked() {
     use hub_proto::agent_client::AgentClient;
     use hub_proto::FetchPlansRequest;
-    let cluster = Cluster::up(3, "");
+    let cluster = Cluster::up(3, "--metrics-listen 127.0.0.1:0");
     cluster
         .submit(serde_json::json!({"CreateEnvironment": {"name": "prod", "description": ""}}))
         .expect("env");
     let agent = Identity::Agent("prod".into());
     let addr = cluster.nodes()[0].addr.clone();
+    let metrics_addr = cluster.logged_addrs("metrics at /metrics")[0].1.clone();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let fetch = |fingerprint: String, wait_ms: u32| {
         let channel = rt
@@ -142,7 +143,8 @@ fn an_agents_long_poll_ends_when_its_certificate_is_revoked() {
     // A poll that waits (nothing changes for 30 s), then the revocation.
     let started = std::time::Instant::now();
     let waiting = fetch(first.into_inner().fingerprint, 30_000);
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let polls = "hub_agent_polls_in_flight{environment=\"prod\"}";
+    hub_tests::metrics::wait_sample(&rt, &cluster, &metrics_addr, polls, 1.0);
     assert!(!waiting.is_finished(), "the poll waits for a change");
     let cert = cluster.tls_files(&agent).cert;
     cluster
@@ -242,6 +244,8 @@ fn a_crl_of_the_cluster_ca_revokes_what_it_lists_and_another_cas_is_refused() {
 
     let crl = cluster.dir().join("ours.crl");
     std::fs::write(&crl, crl_signed_in(&cluster.pki_dir(), &[carol_serial])).expect("write");
+    // The CRL goes in one RevokeCertificates entry, a command of feature level 2.
+    cluster.wait_feature_level(2);
     cluster
         .hubctl(&["pki", "revoke", "--crl-file", crl.to_str().unwrap()])
         .expect_ok("revoke from the CRL");

@@ -265,7 +265,8 @@ pub fn need(state: &State, command: &Command) -> Need {
         | Command::CreateToken { .. }
         | Command::RevokeToken { .. }
         // Every node refuses a revoked certificate: nodes, agents and operators alike.
-        | Command::RevokeCertificate { .. } => admin,
+        | Command::RevokeCertificate { .. }
+        | Command::RevokeCertificates { .. } => admin,
         Command::SetEnvironmentLabels { environment, .. } => operator(env(environment)),
         // A policy decides for every product of its group: the role must cover the group it
         // sets and the groups it replaces (an editor of `api` cannot pace or halt `db` by

@@ -526,6 +526,9 @@ impl State {
                 not_after,
             } => self.revoke_certificate(serial, reason, identity.as_deref(), *not_after, tx),
             Command::SetClusterLevel { level } => self.set_cluster_level(*level, tx),
+            Command::RevokeCertificates { certificates } => {
+                self.revoke_certificates(certificates, tx)
+            }
             // The envelope is opened by `apply`; one reaching here is nested.
             Command::As { .. } => Err(CommandError::invalid("command", "an As inside an As")),
         }

@@ -6,7 +6,7 @@ use crate::error::CommandError;
 use crate::evaluate::format_time;
 use crate::revocation::{
     check_reason, expired_long_ago, normalise_serial, parse_certificate_identity,
-    RevokedCertificate, MAX_REVOKED_CERTIFICATES,
+    CertificateRevocation, RevokedCertificate, MAX_REVOKED_CERTIFICATES,
 };
 use crate::state::State;
 use crate::TimestampMs;
@@ -80,6 +80,87 @@ impl State {
         Ok(changed(
             serial.clone(),
             format!("certificate {serial} revoked{who}{pruned}"),
+        ))
+    }
+
+    /// `RevokeCertificates`: every certificate of the batch revoked in this one entry, or none
+    /// (the first bad entry is named by its position). Serials already revoked, or repeated
+    /// in the batch, keep their first entry. The list after the entry, less the entries it
+    /// prunes, must fit in [`MAX_REVOKED_CERTIFICATES`].
+    pub(super) fn revoke_certificates(
+        &mut self,
+        certificates: &[CertificateRevocation],
+        tx: &mut Tx,
+    ) -> Result<CommandOutput, CommandError> {
+        let Some(actor) = tx.actor.clone() else {
+            return Err(CommandError::invalid(
+                "actor",
+                "a revocation must name who revoked the certificates",
+            ));
+        };
+        if certificates.is_empty() || certificates.len() > MAX_REVOKED_CERTIFICATES {
+            return Err(CommandError::invalid(
+                "certificates",
+                format!(
+                    "{} certificates; a batch holds 1 to {MAX_REVOKED_CERTIFICATES}",
+                    certificates.len()
+                ),
+            ));
+        }
+        let mut new: std::collections::BTreeMap<String, RevokedCertificate> =
+            std::collections::BTreeMap::new();
+        for (i, c) in certificates.iter().enumerate() {
+            let at = |e: CommandError| e.within(&format!("certificates[{i}]"));
+            let serial = normalise_serial(&c.serial)
+                .map_err(|e| at(CommandError::invalid("serial", e.to_string())))?;
+            check_reason(&c.reason).map_err(at)?;
+            let identity = c
+                .identity
+                .as_deref()
+                .map(parse_certificate_identity)
+                .transpose()
+                .map_err(at)?;
+            if self.revoked_certificates.get(&serial).is_some() || new.contains_key(&serial) {
+                continue;
+            }
+            let entry = RevokedCertificate {
+                serial: serial.clone(),
+                reason: c.reason.clone(),
+                identity,
+                not_after: c.not_after,
+                revoked_at: tx.now,
+                revoked_by: actor.clone(),
+                revoked_index: tx.index,
+            };
+            new.insert(serial, entry);
+        }
+        let prunable = self.prunable_revocations(tx.now);
+        let after = self.revoked_certificates.len() - prunable.len() + new.len();
+        if !new.is_empty() && after > MAX_REVOKED_CERTIFICATES {
+            return Err(CommandError::FailedPrecondition(format!(
+                "the batch would make {after} revoked certificates, more than the \
+                 {MAX_REVOKED_CERTIFICATES} the cluster keeps: a CA with that many compromised \
+                 certificates is itself compromised, rotate it (docs/SECURITY.md)"
+            )));
+        }
+        let (added, kept) = (new.len(), certificates.len() - new.len());
+        if added > 0 {
+            for old in &prunable {
+                self.revoked_certificates.remove(old, &mut tx.changed);
+            }
+        }
+        for entry in new.into_values() {
+            self.revoked_certificates.put(entry, &mut tx.changed);
+        }
+        let pruned = match prunable.len() {
+            n if n > 0 && added > 0 => {
+                format!("; {n} entries of certificates expired over a day ago dropped")
+            }
+            _ => String::new(),
+        };
+        Ok(changed(
+            "revocation-list",
+            format!("{added} certificates revoked, {kept} already revoked or repeated{pruned}"),
         ))
     }
 

@@ -100,26 +100,32 @@ fn every_command() -> Vec<Command> {
     out
 }
 
+/// The commands each release added after the first: a variant's level never changes, so
+/// this list only grows.
+const ADDED_AFTER_THE_FIRST_RELEASE: [(&str, u32); 1] = [("RevokeCertificates", 2)];
+
 #[test]
-fn every_command_of_the_first_release_is_level_1() {
+fn every_command_has_the_level_of_the_release_that_added_it() {
     assert_eq!(BASELINE_LEVEL, level(1));
-    assert_eq!(
-        SUPPORTED_LEVEL,
-        level(1),
-        "no release was tagged since v0.3.0"
-    );
+    assert_eq!(SUPPORTED_LEVEL, level(2), "the release after v0.3.0");
     let commands = every_command();
     assert_eq!(commands.len(), Command::TAGS.len());
     for command in &commands {
-        assert_eq!(command.level(), level(1), "{}", command.variant_name());
+        let name = command.variant_name();
+        let expected = ADDED_AFTER_THE_FIRST_RELEASE
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(1, |(_, l)| *l);
+        assert_eq!(command.level(), level(expected), "{name}");
     }
-    // The gate admits each of them in a state that never set a level (every log and
-    // snapshot written before levels existed).
+    // The gate admits every level-1 command in a state that never set a level (every log
+    // and snapshot written before levels existed), and refuses the later ones there.
     let state = State::new();
     assert_eq!(state.cluster_level(), level(1));
     assert_eq!(state.cluster_level_record(), None);
     for command in &commands {
-        assert_eq!(check_level(&state, command), Ok(()), "{}", command.kind());
+        let admitted = check_level(&state, command).is_ok();
+        assert_eq!(admitted, command.level() == level(1), "{}", command.kind());
     }
 }
 
@@ -183,23 +189,23 @@ fn the_cluster_level_is_raised_and_never_lowered() {
 fn a_level_above_what_this_binary_applies_is_refused_and_changes_nothing() {
     let mut log = Log::new();
     let before = log.state.digest();
-    let e = log.apply(raise(2)).unwrap_err();
+    let e = log.apply(raise(3)).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "invalid level: feature level 2 is above 1, the highest this node's binary applies: \
+        "invalid level: feature level 3 is above 2, the highest this node's binary applies: \
          a level is set only once every member advertises it"
     );
     assert_eq!(log.state.cluster_level(), level(1));
     assert_eq!(log.state.digest(), before);
-    // The next release's binary applies 2 but not 3.
-    let _next = simulated::next_release(2, &[]);
+    // The next release's binary applies 3 but not 4.
+    let _next = simulated::next_release(3, &[]);
     assert!(matches!(
-        log.apply(raise(3)),
+        log.apply(raise(4)),
         Err(CommandError::InvalidField { field, .. }) if field == "level"
     ));
     assert_eq!(log.state.cluster_level(), level(1));
-    log.apply(raise(2)).unwrap();
-    assert_eq!(log.state.cluster_level(), level(2));
+    log.apply(raise(3)).unwrap();
+    assert_eq!(log.state.cluster_level(), level(3));
 }
 
 /// Every record but the write audit's and the entry clock: what a refused write leaves.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use clap::Args;
 use hub_client::FailoverClient;
-use hub_engine::revocation::serial_from_der_bytes;
+use hub_engine::revocation::{serial_from_der_bytes, CertificateRevocation};
 use hub_engine::Command;
 
 use super::args::ReadArgs;
@@ -49,28 +49,24 @@ pub async fn run(
         )
     };
     let reason = || args.reason.clone().context("--reason: say why");
-    let commands = match (&args.serial, &args.cert, &args.crl_file) {
-        (Some(serial), None, None) => vec![Command::RevokeCertificate {
+    let command = match (&args.serial, &args.cert, &args.crl_file) {
+        (Some(serial), None, None) => Command::RevokeCertificate {
             serial: serial.clone(),
             reason: reason()?,
             identity: None,
             not_after: None,
-        }],
-        (None, Some(cert), None) => vec![from_certificate(cert, ca()?, reason()?)?],
-        (None, None, Some(crl)) => from_crl(crl, ca()?, args.reason.as_deref())?,
+        },
+        (None, Some(cert), None) => from_certificate(cert, ca()?, reason()?)?,
+        (None, None, Some(crl)) => match from_crl(crl, ca()?, args.reason.as_deref())? {
+            Some(batch) => batch,
+            None => {
+                eprintln!("{}: lists no certificates; nothing revoked", crl.display());
+                return Ok(());
+            }
+        },
         _ => bail!("give one of --serial, --cert and --crl-file"),
     };
-    if let [one] = commands.as_slice() {
-        return submit_and_print(client, one, fmt).await.map(|_| ());
-    }
-    for command in &commands {
-        super::calls::submit(client, command).await?;
-    }
-    super::output::print(
-        fmt,
-        &serde_json::json!({"revoked": commands.len()}),
-        &["revoked"],
-    )
+    submit_and_print(client, &command, fmt).await.map(|_| ())
 }
 
 /// The DER of the first PEM block of `path`, or its bytes when it is not PEM.
@@ -83,9 +79,9 @@ fn der_of(path: &Path) -> anyhow::Result<Vec<u8>> {
     }
 }
 
-/// One revocation per certificate the CRL at `path` lists, its signature checked against the
-/// CA in `ca`.
-fn from_crl(path: &Path, ca: &Path, reason: Option<&str>) -> anyhow::Result<Vec<Command>> {
+/// One `RevokeCertificates` entry of every certificate the CRL at `path` lists (`None`: it
+/// lists none), its signature checked against the CA in `ca`.
+fn from_crl(path: &Path, ca: &Path, reason: Option<&str>) -> anyhow::Result<Option<Command>> {
     let (crl_der, ca_der) = (der_of(path)?, der_of(ca)?);
     let (_, crl) = x509_parser::parse_x509_crl(&crl_der)
         .map_err(|e| anyhow::anyhow!("--crl-file {}: not a CRL: {e}", path.display()))?;
@@ -107,9 +103,12 @@ fn from_crl(path: &Path, ca: &Path, reason: Option<&str>) -> anyhow::Result<Vec<
             entries.len()
         );
     }
-    Ok(entries
+    if entries.is_empty() {
+        return Ok(None);
+    }
+    let certificates = entries
         .into_iter()
-        .map(|entry| Command::RevokeCertificate {
+        .map(|entry| CertificateRevocation {
             serial: serial_from_der_bytes(entry.raw_serial()),
             reason: reason.map_or_else(
                 || match entry.reason_code() {
@@ -121,7 +120,8 @@ fn from_crl(path: &Path, ca: &Path, reason: Option<&str>) -> anyhow::Result<Vec<
             identity: None,
             not_after: None,
         })
-        .collect())
+        .collect();
+    Ok(Some(Command::RevokeCertificates { certificates }))
 }
 
 /// The revocation of the certificate in `path`, checked to be signed by the CA in `ca`.
