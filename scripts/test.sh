@@ -51,3 +51,9 @@ cargo build --workspace --bins --features hub-node/chaos-faults
   --faults partition,kill-leader,clock-skew --agents 1 --no-canary --out "$chaos_dir/transport"
 cargo build --workspace --bins
 rm -rf "$chaos_dir"
+
+# A rolling upgrade from the previous release tag to this build under the same workloads
+# (about a minute once the previous release is built; its first build takes about 15
+# minutes without RocksDB's C++, which it links from this build): the feature-level gate
+# must hold the new commands back until the last node is upgraded, then let them apply.
+bash scripts/upgrade-test.sh

@@ -60,7 +60,8 @@ struct Workload {
     /// Faults to draw from: kill-leader, kill-any, pause, restart-all, partition (see
     /// --network), latency (the agents' links to the hub), kill-agent and pause-agent
     /// (an agent of the rollout workload, mid-task), clock-skew (a node's wall clock;
-    /// needs a chaos build of hub-node).
+    /// needs a chaos build of hub-node), upgrade (the next node of --upgrade-from restarted
+    /// on this build).
     #[arg(long, default_value = "kill-leader,kill-any,pause,restart-all")]
     faults: String,
     /// Register keys.
@@ -84,6 +85,11 @@ struct Workload {
     /// build of hub-node: --features hub-node/chaos-faults), or auto (netns if possible).
     #[arg(long, default_value = "auto")]
     network: String,
+    /// A previous release's binaries (a directory with its `hub-node`): the nodes start on
+    /// it, and each `upgrade` fault restarts the next of them on this build
+    /// (scripts/upgrade-test.sh).
+    #[arg(long, value_name = "DIR")]
+    upgrade_from: Option<PathBuf>,
 }
 
 impl Workload {
@@ -101,6 +107,7 @@ impl Workload {
             agents: self.agents,
             canary: !self.no_canary,
             network: self.network.parse().map_err(anyhow::Error::msg)?,
+            upgrade_from: self.upgrade_from.clone(),
         })
     }
 }
@@ -254,6 +261,15 @@ fn print(report: &Report) {
         }
     }
     print_budgets(&report.check.budgets);
+    let u = &report.check.upgrade;
+    if u.upgraded > 0 {
+        println!(
+            "  upgrade               {} nodes upgraded; the level rose {} after the last",
+            u.upgraded,
+            u.level_raised_ms
+                .map_or("never".to_string(), |ms| format!("{ms} ms"))
+        );
+    }
     println!(
         "  verdict               {}",
         if report.check.ok { "OK" } else { "VIOLATIONS" }

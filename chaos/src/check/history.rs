@@ -54,6 +54,9 @@ pub struct History {
     /// The nodes' processes and logs as the runner sampled them, and where faults held.
     #[serde(default)]
     pub resources: ResourceHistory,
+    /// A rolling upgrade across releases (`--faults upgrade`), if the run had one.
+    #[serde(default)]
+    pub upgrade: Option<super::UpgradeHistory>,
 }
 
 /// What the resource budgets are judged on: samples of every member's process and log, the

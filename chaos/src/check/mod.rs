@@ -17,6 +17,9 @@
 //!   healed members agree on the voters;
 //! - [`fleet_waves`]: no plan of a later wave before an earlier wave's committed soak end, no
 //!   wave opened twice, every fleet release rolled out or halted with a cause;
+//! - [`upgrade_gated`]: a rolling upgrade across releases upgraded every node once, the
+//!   feature-level gate held the new release's command back until the last one, then let it
+//!   apply;
 //! - [`resource_budgets`]: no node writes more than 100 log lines in any 10 s, and no node a
 //!   fault spared uses more than 0.2 cores above its pre-fault CPU over the whole fault.
 //!
@@ -37,6 +40,7 @@ mod membership;
 mod plans;
 #[cfg(test)]
 mod sim;
+mod upgrade;
 
 use std::fmt;
 
@@ -71,6 +75,9 @@ pub use linear::{
 };
 pub use membership::{membership_respected, MembershipReport, MembershipViolation};
 pub use plans::{plans_at_most_once, ExecRef, PlanReport, PlanSpan, PlanViolation};
+pub use upgrade::{
+    upgrade_gated, AfterUpgrade, GateProbe, UpgradeHistory, UpgradeReport, UpgradeStep,
+};
 
 /// Totals over all checkers.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +129,9 @@ pub struct CheckReport {
     /// Resource budgets: log lines per 10 s, CPU of the nodes a fault spared.
     #[serde(default)]
     pub budgets: BudgetReport,
+    /// A rolling upgrade across releases, if the run had one.
+    #[serde(default)]
+    pub upgrade: UpgradeReport,
     /// Every violation as one human-readable line, prefixed by its checker.
     pub messages: Vec<String>,
 }
@@ -146,6 +156,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
         membership_respected(&h.initial_members, &h.membership_changes, &h.member_samples);
     let fleet = fleet_waves(&h.fleet);
     let budgets = resource_budgets(&h.resources);
+    let upgrade = upgrade_gated(h.upgrade.as_ref());
 
     let mut messages = Vec::new();
     let mut add = |checker: &str, lines: Vec<String>| {
@@ -163,6 +174,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
     add("membership", strings(&membership.violations));
     add("fleet", strings(&fleet.violations));
     add("budgets", strings(&budgets.violations));
+    add("upgrade", upgrade.violations.clone());
 
     let summary = Summary {
         operations: h.register_ops.len() + h.set_adds.len(),
@@ -183,7 +195,8 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
             && disks.ok
             && membership.ok
             && fleet.ok
-            && budgets.ok,
+            && budgets.ok
+            && upgrade.ok,
         summary,
         linearizability,
         durability,
@@ -197,6 +210,7 @@ pub fn check_all_with(h: &History, opts: &LinOptions) -> CheckReport {
         membership,
         fleet,
         budgets,
+        upgrade,
         messages,
     }
 }
@@ -358,6 +372,7 @@ mod tests {
             member_samples: Vec::new(),
             fleet: FleetHistory::default(),
             resources: ResourceHistory::default(),
+            upgrade: None,
         }
     }
 

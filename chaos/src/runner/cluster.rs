@@ -80,6 +80,9 @@ pub struct Cluster {
     hubctl: PathBuf,
     /// Node ids currently stopped with SIGSTOP.
     paused: Vec<u64>,
+    /// The previous release's `hub-node` the first members start on (`--upgrade-from`),
+    /// and the nodes already restarted on this build's.
+    previous: Option<(PathBuf, std::collections::BTreeSet<u64>)>,
 }
 
 impl Cluster {
@@ -91,8 +94,12 @@ impl Cluster {
         hubctl: &Path,
         net: Option<&super::net::Network>,
         node_args: &str,
+        previous: Option<&Path>,
     ) -> anyhow::Result<Cluster> {
         let mut cmd = Command::new(hubctl);
+        if let Some(bin) = previous {
+            cmd.env("HUB_NODE_BIN", bin);
+        }
         cmd.args([
             "dev",
             "up",
@@ -132,7 +139,69 @@ impl Cluster {
             dir: dir.to_path_buf(),
             hubctl: hubctl.to_path_buf(),
             paused: Vec::new(),
+            previous: previous.map(|bin| (bin.to_path_buf(), Default::default())),
         })
+    }
+
+    /// `hubctl dev` for node `id`: with `HUB_NODE_BIN` the previous release's `hub-node` while
+    /// `id` was not upgraded, else this build's (next to `hubctl`).
+    fn dev_for(&self, id: Option<u64>) -> Command {
+        let mut cmd = Command::new(&self.hubctl);
+        cmd.env_remove("HUB_NODE_BIN");
+        if let (Some((bin, upgraded)), Some(id)) = (&self.previous, id) {
+            if !upgraded.contains(&id) {
+                cmd.env("HUB_NODE_BIN", bin);
+            }
+        }
+        cmd
+    }
+
+    /// The members still on the previous release (none without `--upgrade-from`).
+    pub fn not_upgraded(&self) -> anyhow::Result<Vec<u64>> {
+        let Some((_, upgraded)) = &self.previous else {
+            return Ok(Vec::new());
+        };
+        Ok(self
+            .nodes()?
+            .iter()
+            .map(|n| n.id)
+            .filter(|id| !upgraded.contains(id))
+            .collect())
+    }
+
+    /// Whether node `id` runs this build (always, without `--upgrade-from`).
+    pub fn is_upgraded(&self, id: u64) -> bool {
+        self.previous
+            .as_ref()
+            .is_none_or(|(_, upgraded)| upgraded.contains(&id))
+    }
+
+    /// Stops node `id` with SIGTERM, as an operator does (a leader hands its leadership over
+    /// first; SIGKILL after 30 s), and starts it on this build's `hub-node` on its data.
+    pub fn upgrade(&mut self, id: u64) -> anyhow::Result<()> {
+        let node = self.node(id)?;
+        self.resume(id);
+        signal(node.pid, libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while is_alive(node.pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if is_alive(node.pid) {
+            signal(node.pid, libc::SIGKILL);
+            while is_alive(node.pid) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if let Some((_, upgraded)) = self.previous.as_mut() {
+            upgraded.insert(id);
+        }
+        self.restart(id)
+    }
+
+    /// Node `id`'s status (its feature levels), as [`Cluster::views`] asks it.
+    pub async fn status_of(&self, id: u64) -> Option<hub_proto::NodeStatusReply> {
+        let node = self.node(id).ok()?;
+        self.status(&node).await
     }
 
     fn file(&self) -> anyhow::Result<ClusterFile> {
@@ -154,7 +223,8 @@ impl Cluster {
     /// Starts a node with the next unused id and adds it to the cluster (on loopback, or at
     /// `host` in namespace `netns`); returns its id.
     pub fn add_node(&mut self, place: Option<(String, String)>) -> anyhow::Result<u64> {
-        let mut cmd = Command::new(&self.hubctl);
+        // A node added during the run runs this build.
+        let mut cmd = self.dev_for(None);
         cmd.args(["dev", "add-node", "--data-dir"]).arg(&self.dir);
         if let Some((host, netns)) = place {
             cmd.args(["--host", &host, "--netns", &netns]);
@@ -245,7 +315,8 @@ impl Cluster {
 
     /// Starts node `id` again on its data (it must not be running).
     pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
-        let out = Command::new(&self.hubctl)
+        let out = self
+            .dev_for(Some(id))
             .args(["dev", "restart-node", "--id", &id.to_string()])
             .arg("--data-dir")
             .arg(&self.dir)

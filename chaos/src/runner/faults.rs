@@ -46,11 +46,16 @@ pub enum Fault {
     /// leader half the time, its process left running, cut out), or replace one with a new
     /// id (killed, removed, a new node added).
     Membership,
+    /// Stop the next node still on the previous release (`--upgrade-from`; followers first,
+    /// the leader last) with SIGTERM, as an operator does, and start it on this build's
+    /// `hub-node` on its data; before each, submit the new release's command, which the
+    /// feature-level gate must refuse. Once every node is upgraded, a no-op.
+    Upgrade,
 }
 
 impl Fault {
     /// Every fault, by name.
-    pub const ALL: [Fault; 12] = [
+    pub const ALL: [Fault; 13] = [
         Fault::KillLeader,
         Fault::KillAny,
         Fault::Pause,
@@ -63,6 +68,7 @@ impl Fault {
         Fault::DiskFull,
         Fault::FsyncError,
         Fault::Membership,
+        Fault::Upgrade,
     ];
 
     /// The name on the command line.
@@ -80,6 +86,7 @@ impl Fault {
             Fault::DiskFull => "disk-full",
             Fault::FsyncError => "fsync-error",
             Fault::Membership => "membership",
+            Fault::Upgrade => "upgrade",
         }
     }
 
@@ -108,7 +115,8 @@ impl Fault {
             | Fault::KillAgent
             | Fault::PauseAgent
             | Fault::ClockSkew
-            | Fault::Membership => None,
+            | Fault::Membership
+            | Fault::Upgrade => None,
         }
     }
 

@@ -11,6 +11,7 @@
 //! - [`relay`]: the delaying relay between agents and the hub.
 //! - [`resources`]: the nodes' CPU, memory, descriptors and log growth, sampled through the
 //!   run for the resource budgets.
+//! - [`upgrade`]: the `upgrade` fault's probes of the feature-level gate.
 //! - [`rollouts`]: agents executing continuous rollouts (releases, module updates, canary
 //!   revisions); their logs and the hub's records feed the plan, canary and rollout checkers.
 //!
@@ -28,6 +29,7 @@ pub mod register;
 pub mod relay;
 pub mod resources;
 pub mod rollouts;
+pub mod upgrade;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -75,6 +77,9 @@ pub struct Config {
     pub canary: bool,
     /// How partitions are made.
     pub network: NetMode,
+    /// The previous release's binaries (`hub-node` in it) the nodes start on, for the
+    /// `upgrade` fault.
+    pub upgrade_from: Option<PathBuf>,
 }
 
 /// How partitions are made (`--network`).
@@ -267,6 +272,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             bail!("--faults {f}: needs the nodes' fault layer, and {why}");
         }
     }
+    let previous = previous_release(&cfg)?;
     let disk_plan = disk::DiskPlan {
         small_disk: cfg.faults.contains(&Fault::DiskFull),
         sync_faults: cfg.faults.contains(&Fault::FsyncError),
@@ -330,8 +336,20 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         "--snapshot-logs 10000 --keep-logs 1000"
     };
     let mut cluster = tokio::task::block_in_place(|| {
-        Cluster::start(&hub_dir, cfg.nodes, &hubctl, namespaces.as_ref(), node_args)
+        Cluster::start(
+            &hub_dir,
+            cfg.nodes,
+            &hubctl,
+            namespaces.as_ref(),
+            node_args,
+            previous.as_ref().map(|(bin, _)| bin.as_path()),
+        )
     })?;
+    let mut upgrade = previous.map(|(_, from)| crate::check::UpgradeHistory {
+        from,
+        nodes: ids.clone(),
+        ..Default::default()
+    });
     let mut network = match (backend, namespaces) {
         (Some(NetMode::Netns), Some(ns)) => {
             Some(net::Partitions::new(net::Backend::Netns(ns), &ids))
@@ -433,6 +451,14 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
             Fault::RestartAll | Fault::Latency | Fault::KillAgent | Fault::PauseAgent => None,
             // The node the partition is about (isolated, cut one way, or ignored by a split).
             Fault::Partition => leader.or(Some(any)),
+            // Followers first, the leader last, as an operator upgrades.
+            Fault::Upgrade => {
+                let old = cluster.not_upgraded()?;
+                old.iter()
+                    .copied()
+                    .find(|id| Some(*id) != leader)
+                    .or(old.first().copied())
+            }
         };
         // When the fault took effect (failover is measured from here).
         let mut hit_ns = epoch.elapsed().as_nanos() as u64;
@@ -451,6 +477,22 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                 tokio::time::sleep(hold).await;
                 cluster.resume(n);
             }
+            (Fault::Upgrade, Some(n)) => {
+                let history = upgrade.as_mut().context("upgrade without --upgrade-from")?;
+                let step = upgrade_one(&mut cluster, n, &nodes, hit_leader, epoch, history).await?;
+                hit_ns = step.at_ns;
+                detail = format!("node {n} to this build (the gate before: {})", step.gate);
+                history.steps.push(step);
+                if cluster.not_upgraded()?.is_empty() {
+                    let after = after_upgrade(&cluster).await?;
+                    detail.push_str(&format!(
+                        "; every node upgraded, the level raised after {:?} ms, the new command {}",
+                        after.level_raised_ms, after.command
+                    ));
+                    history.after = Some(after);
+                }
+            }
+            (Fault::Upgrade, None) => detail = "every node runs this build already".into(),
             (Fault::RestartAll, _) => {
                 for n in &nodes {
                     tokio::task::block_in_place(|| cluster.kill(*n))?;
@@ -570,7 +612,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                     | Fault::ClockSkew
                     | Fault::DiskFull
                     | Fault::FsyncError
-                    | Fault::Membership,
+                    | Fault::Membership
+                    | Fault::Upgrade,
                     _,
                 ) => detail.clone(),
                 (_, Some(n)) => format!("node {n}"),
@@ -700,6 +743,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         membership_changes,
         member_samples,
         resources,
+        upgrade,
         ..History::default()
     };
     let rollout_summary = rollout_history.map(|r| {
@@ -768,6 +812,74 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
     Ok(report)
 }
 
+/// The previous release's `hub-node` and its `--version`, for `--faults upgrade`; `None`
+/// without it. Each needs the other.
+fn previous_release(cfg: &Config) -> anyhow::Result<Option<(PathBuf, String)>> {
+    let dir = match (cfg.faults.contains(&Fault::Upgrade), &cfg.upgrade_from) {
+        (false, None) => return Ok(None),
+        (false, Some(_)) => bail!("--upgrade-from: only with --faults upgrade"),
+        (true, None) => {
+            bail!("--faults upgrade: needs --upgrade-from DIR, the previous release's binaries")
+        }
+        (true, Some(dir)) => dir,
+    };
+    let bin = dir.join("hub-node");
+    let out = std::process::Command::new(&bin)
+        .arg("--version")
+        .output()
+        .with_context(|| format!("--upgrade-from: {}", bin.display()))?;
+    if !out.status.success() {
+        bail!("--upgrade-from: {} --version failed", bin.display());
+    }
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    Ok(Some((bin, version)))
+}
+
+/// The `upgrade` fault on node `n`: the new release's command submitted first (to a member
+/// already upgraded if there is one), then `n` stopped and started on this build.
+async fn upgrade_one(
+    cluster: &mut Cluster,
+    n: u64,
+    members: &[u64],
+    was_leader: bool,
+    epoch: Instant,
+    history: &crate::check::UpgradeHistory,
+) -> anyhow::Result<crate::check::UpgradeStep> {
+    let upgraded = members.iter().copied().find(|id| cluster.is_upgraded(*id));
+    let addr = cluster.node(upgraded.unwrap_or(n))?.addr;
+    let gate = upgrade::probe(&addr, history.steps.len() as u64).await;
+    let at_ns = epoch.elapsed().as_nanos() as u64;
+    tokio::task::block_in_place(|| cluster.upgrade(n))?;
+    Ok(crate::check::UpgradeStep {
+        node: n,
+        was_leader,
+        at_ns,
+        gate,
+        probed_upgraded: upgraded.is_some(),
+    })
+}
+
+/// Once every member runs this build: how long the leader took to raise the level, and the
+/// new release's command submitted then (to each member in turn until one answers).
+async fn after_upgrade(cluster: &Cluster) -> anyhow::Result<crate::check::AfterUpgrade> {
+    let raised = upgrade::wait_level_raised(cluster).await?;
+    let mut command = crate::check::GateProbe::NoAnswer {
+        error: "the level was never raised".into(),
+    };
+    if raised.is_some() {
+        for node in cluster.nodes()? {
+            command = upgrade::probe(&node.addr, 1_000).await;
+            if !matches!(command, crate::check::GateProbe::NoAnswer { .. }) {
+                break;
+            }
+        }
+    }
+    Ok(crate::check::AfterUpgrade {
+        level_raised_ms: raised.map(|d| d.as_millis() as u64),
+        command,
+    })
+}
+
 /// Where fault `s` held: from `hit_ns` for its hold (three times it for the faults held
 /// longer), with the nodes it struck itself (of `nodes`, the members when it fired) and
 /// whether the others' CPU is judged. A membership change lasts as long as the change took.
@@ -788,7 +900,8 @@ fn fault_window(
         | Fault::Pause
         | Fault::DiskFull
         | Fault::FsyncError
-        | Fault::Membership => node.into_iter().collect(),
+        | Fault::Membership
+        | Fault::Upgrade => node.into_iter().collect(),
         Fault::RestartAll => nodes.to_vec(),
         Fault::Partition
         | Fault::Latency
@@ -796,7 +909,7 @@ fn fault_window(
         | Fault::PauseAgent
         | Fault::ClockSkew => Vec::new(),
     };
-    let to_ns = if s.fault == Fault::Membership {
+    let to_ns = if matches!(s.fault, Fault::Membership | Fault::Upgrade) {
         epoch.elapsed().as_nanos() as u64
     } else {
         hit_ns + held * 1_000_000
