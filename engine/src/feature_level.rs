@@ -96,9 +96,23 @@ pub(crate) fn supported_level() -> FeatureLevel {
     SUPPORTED_LEVEL
 }
 
-/// A newer binary, simulated in one test thread. Every command is level 1 today, so the
-/// refusal of a command above the cluster's level, and the raise of the level, could not be
-/// exercised without one: [`simulated::next_release`] gives named variants a higher level and
+/// Whether a node whose binary advertises `advertised` (0 from a release before levels) may
+/// join a cluster at `cluster`: a binary below the cluster's level could not apply the log it
+/// would be sent, and would stop at the first entry it does not know.
+pub fn check_joining(cluster: FeatureLevel, advertised: u32, version: &str) -> Result<(), String> {
+    let advertised = FeatureLevel(advertised.max(BASELINE_LEVEL.0));
+    if advertised < cluster {
+        return Err(format!(
+            "runs release {version:?} (feature level {advertised}); the cluster runs feature \
+             level {cluster}: upgrade its hub-node first"
+        ));
+    }
+    Ok(())
+}
+
+/// A newer binary, simulated in one test thread, so the refusal of a command above this
+/// binary's level, and the raise of the level beyond it, can be exercised:
+/// [`simulated::next_release`] gives named variants a higher level and
 /// this binary a higher supported level, as the next release would, until the guard drops.
 /// Only [`Command::level`](crate::Command::level) and [`supported_level`] read it; the gate
 /// and apply run unchanged.
@@ -151,5 +165,26 @@ pub(crate) mod simulated {
     /// The simulated level of variant `name`, if a release is simulated and gives it one.
     pub(crate) fn level_of(name: &str) -> Option<FeatureLevel> {
         RELEASE.with(|r| r.borrow().as_ref()?.levels.get(name).copied())
+    }
+}
+
+#[cfg(test)]
+mod joining_tests {
+    use super::*;
+
+    #[test]
+    fn a_node_below_the_clusters_level_may_not_join() {
+        assert_eq!(check_joining(FeatureLevel(1), 0, "0.2.0"), Ok(()));
+        assert_eq!(check_joining(FeatureLevel(2), 2, "0.4.0"), Ok(()));
+        assert_eq!(check_joining(FeatureLevel(1), 2, "0.4.0"), Ok(()));
+        assert_eq!(
+            check_joining(FeatureLevel(2), 1, "0.3.0"),
+            Err(
+                "runs release \"0.3.0\" (feature level 1); the cluster runs feature level 2: \
+                 upgrade its hub-node first"
+                    .into()
+            )
+        );
+        assert!(check_joining(FeatureLevel(2), 0, "").is_err());
     }
 }

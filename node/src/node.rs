@@ -1003,6 +1003,13 @@ impl HubNode {
                 status.id, status.cluster_id, self.cluster_id
             )));
         }
+        let cluster_level = self.state.read().state.cluster_level();
+        hub_engine::feature_level::check_joining(
+            cluster_level,
+            status.feature_level,
+            &status.version,
+        )
+        .map_err(|why| Status::failed_precondition(format!("node {id} at {addr} {why}")))?;
         Ok(())
     }
 

@@ -272,3 +272,115 @@ fn a_crl_of_the_cluster_ca_revokes_what_it_lists_and_another_cas_is_refused() {
         "{listed}"
     );
 }
+
+#[test]
+fn a_revoked_node_is_refused_by_its_peers() {
+    let cluster = Cluster::up(3, "");
+    let leader = cluster.leader_id();
+    let revoked = (1..=3).find(|&id| id != leader).expect("a follower");
+    let at_revoked = cluster.node(revoked).addr;
+    let at_leader = cluster.node(leader).addr;
+    // A write sent to the follower is forwarded to the leader, as the follower.
+    cluster
+        .hubctl_at(&at_revoked, &["env", "create", "before"])
+        .expect_ok("forwarded before the revocation");
+    let node_cert = cluster.pki_dir().join(format!("node-{revoked}.pem"));
+    cluster
+        .hubctl_at(
+            &at_leader,
+            &[
+                "pki",
+                "revoke",
+                "--cert",
+                node_cert.to_str().unwrap(),
+                "--reason",
+                "host decommissioned",
+            ],
+        )
+        .expect_ok("revoke the node's certificate");
+    let refused = poll_until(CONVERGE_TIMEOUT, || {
+        let out = cluster.hubctl_at(&at_revoked, &["env", "create", "after"]);
+        (!out.success()).then_some(out)
+    })
+    .expect("the leader refuses the revoked node's forwarded write");
+    assert!(
+        refused.describe().contains("is revoked"),
+        "{}",
+        refused.describe()
+    );
+    let listed = cluster
+        .hubctl_at(&at_leader, &["pki", "revoked", "-o", "json"])
+        .expect_ok("pki revoked")
+        .json();
+    assert_eq!(listed[0]["identity"], format!("node/{revoked}"), "{listed}");
+    // The others keep serving writes.
+    cluster
+        .hubctl_at(&at_leader, &["env", "create", "still"])
+        .expect_ok("the leader still takes writes");
+}
+
+#[test]
+fn a_revoked_operators_watch_ends_and_only_admins_revoke_and_list() {
+    let cluster = Cluster::up(3, "");
+    let bob = Identity::Operator("bob".into());
+    // Bob has no role: he may not revoke, nor read the list.
+    let bob_cert = cluster.tls_files(&bob).cert;
+    cluster
+        .hubctl_as(
+            &bob,
+            &[
+                "pki",
+                "revoke",
+                "--serial",
+                "0a",
+                "--reason",
+                "not his to do",
+            ],
+        )
+        .expect_err(1, "may not RevokeCertificate: needs admin");
+    cluster
+        .hubctl_as(&bob, &["pki", "revoked"])
+        .expect_err(1, "admin");
+    let listed = cluster
+        .hubctl(&["pki", "revoked", "-o", "json"])
+        .expect_ok("the admin lists")
+        .json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+
+    // Bob watches the cluster's status (a pipe: each change printed), then is revoked.
+    let f = cluster.tls_files(&bob);
+    let mut watch = std::process::Command::new(hubctl_bin())
+        .env("HUBCTL_CA_FILE", &f.ca)
+        .env("HUBCTL_CERT_FILE", &f.cert)
+        .env("HUBCTL_KEY_FILE", &f.key)
+        .args(["--endpoints", &cluster.endpoints()])
+        .args(["cluster", "status", "--watch"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the watch");
+    cluster
+        .hubctl(&[
+            "pki",
+            "revoke",
+            "--cert",
+            bob_cert.to_str().unwrap(),
+            "--reason",
+            "left the team",
+        ])
+        .expect_ok("revoke bob");
+    let status = poll_until(CONVERGE_TIMEOUT, || watch.try_wait().expect("wait"));
+    let Some(status) = status else {
+        watch.kill().ok();
+        panic!("the revoked operator's --watch still runs");
+    };
+    let out = watch.wait_with_output().expect("output");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(status.code(), Some(77), "{said}");
+    assert!(said.contains("is revoked"), "{said}");
+    assert!(said.contains("--watch ends"), "{said}");
+}

@@ -64,6 +64,9 @@ pub struct AfterUpgrade {
     pub level_raised_ms: Option<u64>,
     /// The new release's command, submitted once the level was raised.
     pub command: GateProbe,
+    /// A node of the previous release asked to join the cluster at the new level
+    /// (`hubctl dev add-node`): it must be refused, since it could not apply the log.
+    pub previous_release_join: GateProbe,
 }
 
 /// The upgrade of a run.
@@ -94,6 +97,10 @@ pub struct UpgradeReport {
 
 /// The refusal a new node's gate gives (`hub_engine::CommandError::FeatureLevelTooLow`).
 const GATE_REFUSAL: &str = "upgrade every node first";
+
+/// The refusal of a node below the cluster's level that asks to join
+/// (`hub_node::cluster_level::check_joining`).
+const JOIN_REFUSAL: &str = "upgrade its hub-node first";
 
 /// Checks the upgrade of a run, if it had one.
 pub fn upgrade_gated(history: Option<&UpgradeHistory>) -> UpgradeReport {
@@ -147,9 +154,17 @@ pub fn upgrade_gated(history: Option<&UpgradeHistory>) -> UpgradeReport {
             }
             if a.command != GateProbe::Accepted {
                 violations.push(format!(
-                    "every node ran this build, and the new release's command was not accepted: {:?}",
+                    "every node ran this build, and the new release's command was not accepted: {}",
                     a.command
                 ));
+            }
+            match &a.previous_release_join {
+                GateProbe::Refused { message } if message.contains(JOIN_REFUSAL) => {}
+                other => violations.push(format!(
+                    "a node of {} asked to join the cluster at the new level: {other} (it must \
+                     be refused: it could not apply the log)",
+                    h.from
+                )),
             }
         }
     }
@@ -194,6 +209,10 @@ mod tests {
             after: Some(AfterUpgrade {
                 level_raised_ms: Some(900),
                 command: GateProbe::Accepted,
+                previous_release_join: refused(
+                    "node 4 at 127.0.0.1:4 runs release \"0.3.0\" (feature level 1); the \
+                     cluster runs feature level 2: upgrade its hub-node first",
+                ),
             }),
         }
     }
@@ -215,6 +234,7 @@ mod tests {
         h.after = Some(AfterUpgrade {
             level_raised_ms: None,
             command: refused("the cluster runs feature level 1"),
+            previous_release_join: GateProbe::Accepted,
         });
         let r = upgrade_gated(Some(&h));
         assert!(!r.ok);
@@ -225,6 +245,7 @@ mod tests {
             "for another reason than the gate: permission denied",
             "never raised the cluster's level",
             "command was not accepted",
+            "asked to join the cluster at the new level: accepted",
         ] {
             assert!(all.contains(want), "{want:?} not in:\n{all}");
         }

@@ -220,27 +220,47 @@ impl Cluster {
         Ok(self.file()?.removed)
     }
 
+    /// Starts a node of the previous release (`--upgrade-from`) with the next unused id and
+    /// asks the cluster to add it, on loopback: its id, or why `hubctl dev add-node` failed
+    /// (the node is then stopped and its id never used again).
+    pub fn add_previous_release_node(&mut self) -> anyhow::Result<Result<u64, String>> {
+        let (bin, _) = self.previous.as_ref().context("no --upgrade-from")?;
+        let mut cmd = Command::new(&self.hubctl);
+        cmd.env("HUB_NODE_BIN", bin);
+        Ok(self.run_add_node(cmd, None))
+    }
+
     /// Starts a node with the next unused id and adds it to the cluster (on loopback, or at
     /// `host` in namespace `netns`); returns its id.
     pub fn add_node(&mut self, place: Option<(String, String)>) -> anyhow::Result<u64> {
         // A node added during the run runs this build.
-        let mut cmd = self.dev_for(None);
+        let cmd = self.dev_for(None);
+        self.run_add_node(cmd, place)
+            .map_err(|e| anyhow::anyhow!("add a node: {e}"))
+    }
+
+    /// `hubctl dev add-node` with `cmd`'s environment: the new node's id, or why it failed.
+    fn run_add_node(
+        &self,
+        mut cmd: Command,
+        place: Option<(String, String)>,
+    ) -> Result<u64, String> {
         cmd.args(["dev", "add-node", "--data-dir"]).arg(&self.dir);
         if let Some((host, netns)) = place {
             cmd.args(["--host", &host, "--netns", &netns]);
         }
-        let out = cmd.args(["-o", "json"]).output()?;
+        let out = cmd
+            .args(["-o", "json"])
+            .output()
+            .map_err(|e| format!("run {}: {e}", self.hubctl.display()))?;
         if !out.status.success() {
-            bail!(
-                "add a node: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
         }
-        let v: serde_json::Value =
-            serde_json::from_slice(&out.stdout).context("hubctl dev add-node printed no JSON")?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|_| "hubctl dev add-node printed no JSON".to_string())?;
         v["id"]
             .as_u64()
-            .context("hubctl dev add-node printed no id")
+            .ok_or_else(|| "hubctl dev add-node printed no id".to_string())
     }
 
     /// Removes node `id` from the cluster; stops it unless `keep_running`.

@@ -484,10 +484,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
                 detail = format!("node {n} to this build (the gate before: {})", step.gate);
                 history.steps.push(step);
                 if cluster.not_upgraded()?.is_empty() {
-                    let after = after_upgrade(&cluster).await?;
+                    let after = after_upgrade(&mut cluster).await?;
                     detail.push_str(&format!(
-                        "; every node upgraded, the level raised after {:?} ms, the new command {}",
-                        after.level_raised_ms, after.command
+                        "; every node upgraded, the level raised after {:?} ms, the new command {}, a node of the previous release joining {}",
+                        after.level_raised_ms, after.command, after.previous_release_join
                     ));
                     history.after = Some(after);
                 }
@@ -859,9 +859,10 @@ async fn upgrade_one(
     })
 }
 
-/// Once every member runs this build: how long the leader took to raise the level, and the
-/// new release's command submitted then (to each member in turn until one answers).
-async fn after_upgrade(cluster: &Cluster) -> anyhow::Result<crate::check::AfterUpgrade> {
+/// Once every member runs this build: how long the leader took to raise the level, the new
+/// release's command submitted then (to each member in turn until one answers), and a node
+/// of the previous release asking to join.
+async fn after_upgrade(cluster: &mut Cluster) -> anyhow::Result<crate::check::AfterUpgrade> {
     let raised = upgrade::wait_level_raised(cluster).await?;
     let mut command = crate::check::GateProbe::NoAnswer {
         error: "the level was never raised".into(),
@@ -874,9 +875,19 @@ async fn after_upgrade(cluster: &Cluster) -> anyhow::Result<crate::check::AfterU
             }
         }
     }
+    let previous_release_join =
+        match tokio::task::block_in_place(|| cluster.add_previous_release_node())? {
+            Ok(id) => {
+                // A member that cannot apply the log: out again before it stops the run.
+                tokio::task::block_in_place(|| cluster.remove_node(id, false))?;
+                crate::check::GateProbe::Accepted
+            }
+            Err(message) => crate::check::GateProbe::Refused { message },
+        };
     Ok(crate::check::AfterUpgrade {
         level_raised_ms: raised.map(|d| d.as_millis() as u64),
         command,
+        previous_release_join,
     })
 }
 

@@ -454,6 +454,26 @@ enum EntityCmd {
 pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403";
 
 /// Runs the CLI; the error is printed by `main` with a non-zero exit.
+/// `hubctl`'s exit status when the hub refused the caller's credentials (a revoked or unknown
+/// certificate, a revoked or expired token): 77, sysexits' `EX_NOPERM`. A `--watch` ends on
+/// it, since no later run would be let in. Any other failure exits 1.
+pub const EXIT_CREDENTIALS_REFUSED: i32 = 77;
+
+/// The exit status for `hubctl`'s error `e`.
+pub fn exit_code(e: &anyhow::Error) -> i32 {
+    let refused = e.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<::hub_client::ClientError>(),
+            Some(::hub_client::ClientError::Status(s)) if s.code() == tonic::Code::Unauthenticated
+        ) || cause.downcast_ref::<watch::CredentialsRefused>().is_some()
+    });
+    if refused {
+        EXIT_CREDENTIALS_REFUSED
+    } else {
+        1
+    }
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let endpoints = if cli.endpoints.is_empty() {
         DEFAULT_ENDPOINTS.split(',').map(String::from).collect()

@@ -1,12 +1,20 @@
 //! `--watch` on `cluster status`, `entity explain`, `plan list` and `canary get`, kubectl
 //! style: the same command runs again every two seconds (this program, without `--watch`),
 //! and its answer is redrawn in place on a terminal, under the time it was read; in a pipe,
-//! the answer is printed again whenever it changes. Ctrl-C ends it. A failing run shows its error and keeps watching.
+//! the answer is printed again whenever it changes. Ctrl-C ends it. A failing run shows its
+//! error and keeps watching, unless the hub refused the caller's credentials (a revoked
+//! certificate, a revoked token): no later run would be let in, so the watch ends with
+//! [`super::EXIT_CREDENTIALS_REFUSED`].
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use anyhow::Context;
+
+/// The watch ended: the hub refused the caller's credentials.
+#[derive(Debug, thiserror::Error)]
+#[error("the hub refused this caller's credentials: --watch ends")]
+pub(crate) struct CredentialsRefused;
 
 /// Time between two runs.
 const INTERVAL: Duration = Duration::from_secs(2);
@@ -49,6 +57,9 @@ pub(crate) async fn run() -> anyhow::Result<()> {
             stdout.write_all(&shown)?;
             stdout.flush()?;
             last = Some(shown);
+        }
+        if out.status.code() == Some(super::EXIT_CREDENTIALS_REFUSED) {
+            return Err(CredentialsRefused.into());
         }
         tokio::select! {
             _ = tokio::time::sleep(INTERVAL) => {}
