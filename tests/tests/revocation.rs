@@ -384,3 +384,44 @@ fn a_revoked_operators_watch_ends_and_only_admins_revoke_and_list() {
     assert!(said.contains("is revoked"), "{said}");
     assert!(said.contains("--watch ends"), "{said}");
 }
+
+#[test]
+fn the_metrics_listener_refuses_a_revoked_certificate() {
+    let cluster = Cluster::up(3, "--metrics-listen 127.0.0.1:0");
+    let metrics_addr = cluster.logged_addrs("metrics at /metrics")[0].1.clone();
+    let vic = Identity::Operator("vic".into());
+    cluster
+        .hubctl(&["role", "bind", "operator/vic", "viewer"])
+        .expect_ok("vic views");
+    let vic_cert = cluster.tls_files(&vic).cert;
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let scrape = || {
+        let channel = rt
+            .block_on(cluster.channel_as(&vic, &metrics_addr))
+            .expect("connect as vic");
+        rt.block_on(hub_tests::metrics::get(channel, &metrics_addr, None))
+    };
+    let (status, _, body) = poll_until(CONVERGE_TIMEOUT, || {
+        let answer = scrape();
+        (answer.0 == 200).then_some(answer)
+    })
+    .expect("a viewer scrapes the metrics");
+    assert!(body.contains("hub_"), "{status}: {body}");
+    cluster
+        .hubctl(&[
+            "pki",
+            "revoke",
+            "--cert",
+            vic_cert.to_str().unwrap(),
+            "--reason",
+            "left the team",
+        ])
+        .expect_ok("revoke vic");
+    let (status, _, body) = poll_until(CONVERGE_TIMEOUT, || {
+        let answer = scrape();
+        (answer.0 != 200).then_some(answer)
+    })
+    .expect("the revoked viewer is refused the metrics");
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("is revoked"), "{body}");
+}
