@@ -425,3 +425,63 @@ fn the_metrics_listener_refuses_a_revoked_certificate() {
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("is revoked"), "{body}");
 }
+
+#[test]
+fn a_large_crl_goes_in_batches_and_one_beyond_the_budget_is_refused_whole() {
+    let cluster = Cluster::up(3, "");
+    cluster.wait_feature_level(2);
+    let serials = |range: std::ops::Range<u32>| -> Vec<Vec<u8>> {
+        range
+            .map(|i| (0x1000_0000 + i).to_be_bytes().to_vec())
+            .collect()
+    };
+    // Beyond the list's budget: refused before anything is sent.
+    let over = cluster.dir().join("over.crl");
+    std::fs::write(
+        &over,
+        crl_signed_in(&cluster.pki_dir(), &serials(0..10_001)),
+    )
+    .expect("write");
+    cluster
+        .hubctl(&["pki", "revoke", "--crl-file", over.to_str().unwrap()])
+        .expect_err(
+            1,
+            "lists 10001 certificates, more than the 10000 a hub keeps",
+        );
+    let listed = cluster
+        .hubctl(&["pki", "revoked", "-o", "json"])
+        .expect_ok("pki revoked")
+        .json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "nothing revoked");
+
+    // 1,201 entries: three entries of at most 500 each.
+    let big = cluster.dir().join("big.crl");
+    std::fs::write(&big, crl_signed_in(&cluster.pki_dir(), &serials(0..1_201))).expect("write");
+    let out = cluster
+        .hubctl(&[
+            "pki",
+            "revoke",
+            "--crl-file",
+            big.to_str().unwrap(),
+            "-o",
+            "json",
+        ])
+        .expect_ok("revoke the CRL")
+        .json();
+    assert_eq!(out["listed"], 1_201, "{out}");
+    assert_eq!(out["batches"], 3, "{out}");
+    let listed = cluster
+        .hubctl(&["pki", "revoked", "-o", "json"])
+        .expect_ok("pki revoked")
+        .json();
+    let rows = listed.as_array().expect("a list");
+    assert_eq!(rows.len(), 1_201);
+    assert!(
+        rows.iter().any(|r| r["serial"] == "100004b0"),
+        "the last one"
+    );
+    // Again: every entry is already there, and it succeeds.
+    cluster
+        .hubctl(&["pki", "revoke", "--crl-file", big.to_str().unwrap()])
+        .expect_ok("a repeat");
+}

@@ -57,16 +57,51 @@ pub async fn run(
             not_after: None,
         },
         (None, Some(cert), None) => from_certificate(cert, ca()?, reason()?)?,
-        (None, None, Some(crl)) => match from_crl(crl, ca()?, args.reason.as_deref())? {
-            Some(batch) => batch,
-            None => {
-                eprintln!("{}: lists no certificates; nothing revoked", crl.display());
-                return Ok(());
-            }
-        },
+        (None, None, Some(crl)) => {
+            let batches = from_crl(crl, ca()?, args.reason.as_deref())?;
+            return submit_batches(client, crl, batches, fmt).await;
+        }
         _ => bail!("give one of --serial, --cert and --crl-file"),
     };
     submit_and_print(client, &command, fmt).await.map(|_| ())
+}
+
+/// Most certificates in one `RevokeCertificates` entry: with the longest serial and reason,
+/// 500 entries stay well under a command's size limit (256 KiB).
+const CRL_BATCH: usize = 500;
+
+/// Submits a CRL's batches in order; each is one entry, all or nothing. A failure names the
+/// batch, and the ones before it stay revoked (a rerun repeats them harmlessly).
+async fn submit_batches(
+    client: &FailoverClient,
+    crl: &Path,
+    batches: Vec<Vec<CertificateRevocation>>,
+    fmt: Format,
+) -> anyhow::Result<()> {
+    let listed: usize = batches.iter().map(Vec::len).sum();
+    if listed == 0 {
+        eprintln!("{}: lists no certificates; nothing revoked", crl.display());
+        return Ok(());
+    }
+    let count = batches.len();
+    for (i, certificates) in batches.into_iter().enumerate() {
+        let command = Command::RevokeCertificates { certificates };
+        super::calls::submit(client, &command)
+            .await
+            .with_context(|| {
+                format!(
+                "--crl-file {}: batch {} of {count} refused (the batches before it are revoked; \
+                 running the command again repeats them harmlessly)",
+                crl.display(),
+                i + 1
+            )
+            })?;
+    }
+    super::output::print(
+        fmt,
+        &serde_json::json!({"listed": listed, "batches": count}),
+        &["listed", "batches"],
+    )
 }
 
 /// The DER of the first PEM block of `path`, or its bytes when it is not PEM.
@@ -79,9 +114,13 @@ fn der_of(path: &Path) -> anyhow::Result<Vec<u8>> {
     }
 }
 
-/// One `RevokeCertificates` entry of every certificate the CRL at `path` lists (`None`: it
-/// lists none), its signature checked against the CA in `ca`.
-fn from_crl(path: &Path, ca: &Path, reason: Option<&str>) -> anyhow::Result<Option<Command>> {
+/// The certificates the CRL at `path` lists, in batches of at most [`CRL_BATCH`], its
+/// signature checked against the CA in `ca`.
+fn from_crl(
+    path: &Path,
+    ca: &Path,
+    reason: Option<&str>,
+) -> anyhow::Result<Vec<Vec<CertificateRevocation>>> {
     let (crl_der, ca_der) = (der_of(path)?, der_of(ca)?);
     let (_, crl) = x509_parser::parse_x509_crl(&crl_der)
         .map_err(|e| anyhow::anyhow!("--crl-file {}: not a CRL: {e}", path.display()))?;
@@ -103,10 +142,7 @@ fn from_crl(path: &Path, ca: &Path, reason: Option<&str>) -> anyhow::Result<Opti
             entries.len()
         );
     }
-    if entries.is_empty() {
-        return Ok(None);
-    }
-    let certificates = entries
+    let certificates: Vec<CertificateRevocation> = entries
         .into_iter()
         .map(|entry| CertificateRevocation {
             serial: serial_from_der_bytes(entry.raw_serial()),
@@ -121,7 +157,10 @@ fn from_crl(path: &Path, ca: &Path, reason: Option<&str>) -> anyhow::Result<Opti
             not_after: None,
         })
         .collect();
-    Ok(Some(Command::RevokeCertificates { certificates }))
+    Ok(certificates
+        .chunks(CRL_BATCH)
+        .map(<[CertificateRevocation]>::to_vec)
+        .collect())
 }
 
 /// The revocation of the certificate in `path`, checked to be signed by the CA in `ca`.
