@@ -4,8 +4,6 @@
 //! directory a newer release left at a higher level is refused at open, before anything in
 //! it is served.
 
-use std::path::Path;
-
 use hub_engine::feature_level::{ClusterLevel, FeatureLevel, SUPPORTED_LEVEL};
 use hub_engine::{Command, Record, Request};
 use hub_identity::Identity;
@@ -15,7 +13,7 @@ use openraft::{Entry, EntryPayload, LogId};
 use raft_store::{NodeIdentity, StoreError, Vote};
 
 mod common;
-use common::entry;
+use common::{entry, write_raw};
 
 fn identity() -> NodeIdentity {
     NodeIdentity {
@@ -90,18 +88,4 @@ async fn a_state_at_a_newer_level_is_refused_at_open() {
         Err(e) => panic!("another error: {e}"),
         Ok(_) => panic!("a state of a newer release was opened"),
     }
-}
-
-/// Writes `record` under its key straight into the store's RocksDB, as a newer release did.
-fn write_raw(dir: &Path, record: &Record) {
-    let path = dir.join("db");
-    let families = rocksdb::DB::list_cf(&rocksdb::Options::default(), &path).expect("list cfs");
-    let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), &path, &families).expect("db");
-    let sm = db.cf_handle("sm").expect("the sm family");
-    db.put_cf(
-        sm,
-        record.key().to_bytes(),
-        raft_store::codec::encode(record),
-    )
-    .expect("put");
 }

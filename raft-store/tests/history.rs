@@ -2,6 +2,9 @@
 //! state's rows, a reopened store and a snapshot carry it, and the format before the split
 //! (one Activity record with its lines) is migrated on open and on install.
 
+mod common;
+
+use common::write_raw;
 use raft_store::DigestFreshness;
 use std::collections::VecDeque;
 use std::path::Path;
@@ -230,20 +233,6 @@ fn one_node_meta(index: u64) -> raft_store::SnapshotMeta {
         last_log_id: Some(log_id(index)),
         last_membership: raft_store::StoredMembership::new(Some(log_id(index)), membership),
     }
-}
-
-/// Writes `record` under its key straight into the store's RocksDB, as an older release did.
-fn write_raw(dir: &Path, record: &Record) {
-    let path = dir.join("db");
-    let families = rocksdb::DB::list_cf(&rocksdb::Options::default(), &path).expect("list cfs");
-    let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), &path, &families).expect("db");
-    let sm = db.cf_handle("sm").expect("the sm family");
-    db.put_cf(
-        sm,
-        record.key().to_bytes(),
-        raft_store::codec::encode(record),
-    )
-    .expect("put");
 }
 
 /// Writes `record` raw into a store with one entity, as an older release did, opens it

@@ -6,6 +6,8 @@
 
 use hub_tests::{hubctl_bin, hubctl_raw, poll_until, run_with_limit, Cluster, CmdOutput};
 use hub_tests::{CONVERGE_TIMEOUT, HUBCTL_LIMIT};
+use std::path::Path;
+
 use hub_tls::Identity;
 
 /// `hubctl --endpoints ADDR ARGS` as `who`, at one node only.
@@ -18,6 +20,30 @@ fn hubctl_at_node(cluster: &Cluster, who: &Identity, addr: &str, args: &[&str]) 
         .args(["--endpoints", addr])
         .args(args);
     run_with_limit(&mut cmd, HUBCTL_LIMIT)
+}
+
+/// `hubctl --endpoints ENDPOINTS pki revoke --cert CERT --reason REASON`, as the admin.
+fn revoke_cert(cluster: &Cluster, endpoints: &str, cert: &Path, reason: &str) -> CmdOutput {
+    let cert = cert.to_str().expect("a UTF-8 path");
+    cluster.hubctl_at(
+        endpoints,
+        &["pki", "revoke", "--cert", cert, "--reason", reason],
+    )
+}
+
+/// Polls `call` until it fails, and checks it failed because a certificate is revoked.
+fn refused_as_revoked(what: &str, mut call: impl FnMut() -> CmdOutput) -> CmdOutput {
+    let refused = poll_until(CONVERGE_TIMEOUT, || {
+        let out = call();
+        (!out.success()).then_some(out)
+    })
+    .unwrap_or_else(|| panic!("{what}: still served"));
+    assert!(
+        refused.describe().contains("is revoked"),
+        "{what}: {}",
+        refused.describe()
+    );
+    refused
 }
 
 #[test]
@@ -46,42 +72,18 @@ fn a_revoked_operator_certificate_is_refused_by_every_node() {
     ])
     .expect_ok("bob of another CA");
     let foreign = other.join("operator-bob.pem");
-    cluster
-        .hubctl(&[
-            "pki",
-            "revoke",
-            "--cert",
-            foreign.to_str().unwrap(),
-            "--reason",
-            "x",
-        ])
+    revoke_cert(&cluster, &cluster.endpoints(), &foreign, "x")
         .expect_err(1, "not signed by the cluster CA");
     cluster
         .hubctl_as(&bob, &["cluster", "status"])
         .expect_ok("still works");
 
-    cluster
-        .hubctl(&[
-            "pki",
-            "revoke",
-            "--cert",
-            bob_cert.to_str().unwrap(),
-            "--reason",
-            "laptop stolen",
-        ])
-        .expect_ok("revoke");
+    revoke_cert(&cluster, &cluster.endpoints(), &bob_cert, "laptop stolen").expect_ok("revoke");
     // Every node refuses bob once it has applied the revocation.
     for node in cluster.nodes() {
-        let refused = poll_until(CONVERGE_TIMEOUT, || {
-            let out = hubctl_at_node(&cluster, &bob, &node.addr, &["digest"]);
-            (!out.success()).then_some(out)
-        })
-        .unwrap_or_else(|| panic!("node {} still serves a revoked certificate", node.id));
-        assert!(
-            refused.describe().contains("is revoked"),
-            "{}",
-            refused.describe()
-        );
+        refused_as_revoked(&format!("bob at node {}", node.id), || {
+            hubctl_at_node(&cluster, &bob, &node.addr, &["digest"])
+        });
     }
     let listed = cluster
         .hubctl(&["pki", "revoked", "-o", "json"])
@@ -97,16 +99,7 @@ fn a_revoked_operator_certificate_is_refused_by_every_node() {
         "read from the certificate: {listed}"
     );
     // A repeat succeeds and changes nothing; the admin is unaffected.
-    cluster
-        .hubctl(&[
-            "pki",
-            "revoke",
-            "--cert",
-            bob_cert.to_str().unwrap(),
-            "--reason",
-            "again",
-        ])
-        .expect_ok("a repeat");
+    revoke_cert(&cluster, &cluster.endpoints(), &bob_cert, "again").expect_ok("a repeat");
     cluster
         .hubctl(&["cluster", "status"])
         .expect_ok("the admin still works");
@@ -147,16 +140,7 @@ fn an_agents_long_poll_ends_when_its_certificate_is_revoked() {
     hub_tests::metrics::wait_sample(&rt, &cluster, &metrics_addr, polls, 1.0);
     assert!(!waiting.is_finished(), "the poll waits for a change");
     let cert = cluster.tls_files(&agent).cert;
-    cluster
-        .hubctl(&[
-            "pki",
-            "revoke",
-            "--cert",
-            cert.to_str().unwrap(),
-            "--reason",
-            "host lost",
-        ])
-        .expect_ok("revoke");
+    revoke_cert(&cluster, &cluster.endpoints(), &cert, "host lost").expect_ok("revoke");
     let ended = rt.block_on(waiting).expect("join");
     let status = ended.expect_err("the revoked agent's poll is refused");
     assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
@@ -249,16 +233,9 @@ fn a_crl_of_the_cluster_ca_revokes_what_it_lists_and_another_cas_is_refused() {
     cluster
         .hubctl(&["pki", "revoke", "--crl-file", crl.to_str().unwrap()])
         .expect_ok("revoke from the CRL");
-    let refused = poll_until(CONVERGE_TIMEOUT, || {
-        let out = hubctl_at_node(&cluster, &carol, &addr, &["digest"]);
-        (!out.success()).then_some(out)
-    })
-    .expect("carol is refused");
-    assert!(
-        refused.describe().contains("is revoked"),
-        "{}",
-        refused.describe()
-    );
+    refused_as_revoked("carol", || {
+        hubctl_at_node(&cluster, &carol, &addr, &["digest"])
+    });
     hubctl_at_node(&cluster, &dave, &addr, &["digest"]).expect_ok("dave was not listed");
     let listed = cluster
         .hubctl(&["pki", "revoked", "-o", "json"])
@@ -285,29 +262,11 @@ fn a_revoked_node_is_refused_by_its_peers() {
         .hubctl_at(&at_revoked, &["env", "create", "before"])
         .expect_ok("forwarded before the revocation");
     let node_cert = cluster.pki_dir().join(format!("node-{revoked}.pem"));
-    cluster
-        .hubctl_at(
-            &at_leader,
-            &[
-                "pki",
-                "revoke",
-                "--cert",
-                node_cert.to_str().unwrap(),
-                "--reason",
-                "host decommissioned",
-            ],
-        )
+    revoke_cert(&cluster, &at_leader, &node_cert, "host decommissioned")
         .expect_ok("revoke the node's certificate");
-    let refused = poll_until(CONVERGE_TIMEOUT, || {
-        let out = cluster.hubctl_at(&at_revoked, &["env", "create", "after"]);
-        (!out.success()).then_some(out)
-    })
-    .expect("the leader refuses the revoked node's forwarded write");
-    assert!(
-        refused.describe().contains("is revoked"),
-        "{}",
-        refused.describe()
-    );
+    refused_as_revoked("the revoked node's forwarded write", || {
+        cluster.hubctl_at(&at_revoked, &["env", "create", "after"])
+    });
     let listed = cluster
         .hubctl_at(&at_leader, &["pki", "revoked", "-o", "json"])
         .expect_ok("pki revoked")
@@ -359,16 +318,7 @@ fn a_revoked_operators_watch_ends_and_only_admins_revoke_and_list() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start the watch");
-    cluster
-        .hubctl(&[
-            "pki",
-            "revoke",
-            "--cert",
-            bob_cert.to_str().unwrap(),
-            "--reason",
-            "left the team",
-        ])
-        .expect_ok("revoke bob");
+    revoke_cert(&cluster, &cluster.endpoints(), &bob_cert, "left the team").expect_ok("revoke bob");
     let status = poll_until(CONVERGE_TIMEOUT, || watch.try_wait().expect("wait"));
     let Some(status) = status else {
         watch.kill().ok();
@@ -407,16 +357,7 @@ fn the_metrics_listener_refuses_a_revoked_certificate() {
     })
     .expect("a viewer scrapes the metrics");
     assert!(body.contains("hub_"), "{status}: {body}");
-    cluster
-        .hubctl(&[
-            "pki",
-            "revoke",
-            "--cert",
-            vic_cert.to_str().unwrap(),
-            "--reason",
-            "left the team",
-        ])
-        .expect_ok("revoke vic");
+    revoke_cert(&cluster, &cluster.endpoints(), &vic_cert, "left the team").expect_ok("revoke vic");
     let (status, _, body) = poll_until(CONVERGE_TIMEOUT, || {
         let answer = scrape();
         (answer.0 != 200).then_some(answer)

@@ -181,16 +181,8 @@ impl Cluster {
     pub fn upgrade(&mut self, id: u64) -> anyhow::Result<()> {
         let node = self.node(id)?;
         self.resume(id);
-        signal(node.pid, libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while is_alive(node.pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if is_alive(node.pid) {
-            signal(node.pid, libc::SIGKILL);
-            while is_alive(node.pid) {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+        if !signal_and_wait(node.pid, libc::SIGTERM, Duration::from_secs(30)) {
+            signal_and_wait(node.pid, libc::SIGKILL, Duration::from_secs(10));
         }
         if let Some((_, upgraded)) = self.previous.as_mut() {
             upgraded.insert(id);
@@ -325,11 +317,7 @@ impl Cluster {
     pub fn kill(&mut self, id: u64) -> anyhow::Result<()> {
         let node = self.node(id)?;
         self.resume(id);
-        signal(node.pid, libc::SIGKILL);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while is_alive(node.pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        signal_and_wait(node.pid, libc::SIGKILL, Duration::from_secs(10));
         Ok(())
     }
 
@@ -462,6 +450,16 @@ pub async fn connect(addr: &str) -> anyhow::Result<HubClient<Channel>> {
         })
         .await?;
     Ok(HubClient::new(ch))
+}
+
+/// Sends `sig` to `pid` and waits up to `limit` for it to be gone; whether it is.
+fn signal_and_wait(pid: u32, sig: i32, limit: Duration) -> bool {
+    signal(pid, sig);
+    let deadline = Instant::now() + limit;
+    while is_alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    !is_alive(pid)
 }
 
 fn signal(pid: u32, sig: i32) {
