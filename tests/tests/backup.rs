@@ -211,7 +211,49 @@ fn restore_into_new_cluster(cluster: &Cluster, backup: &Path, saved: &Value) -> 
     // Bad input: no CA decision, the old cluster's id, a damaged file. Nothing is created.
     restore(&["--data-dir", dir1, "--cluster-id", NEW_CLUSTER]).expect_err(1, "--keep-ca");
     restore(&["--data-dir", dir1, "--cluster-id", &old, "--keep-ca"]).expect_err(1, "new id");
+    // --new-ca must name a CA of the new cluster id: not the old cluster's, not a leaf.
+    let pki = cluster.pki_dir();
+    let old_ca = pki.join("ca.pem");
+    let with_ca = |ca: &Path| {
+        restore(&[
+            "--data-dir",
+            dir1,
+            "--cluster-id",
+            NEW_CLUSTER,
+            "--new-ca",
+            ca.to_str().unwrap(),
+        ])
+    };
+    with_ca(&old_ca).expect_err(1, "not of the new cluster \"restored\"");
+    with_ca(&pki.join("node-1.pem")).expect_err(1, "not a CA certificate");
     assert!(!data(1).exists());
+    // With a CA of the new id the restore runs (into another directory, left unused).
+    let fresh = cluster.dir().join("new-ca");
+    hub_tests::hubctl_raw(&[
+        "pki",
+        "init",
+        "--dir",
+        fresh.to_str().unwrap(),
+        "--cluster-id",
+        NEW_CLUSTER,
+    ])
+    .expect_ok("a CA of the new cluster");
+    let elsewhere = cluster.dir().join("restored-new-ca");
+    let out = restore(&[
+        "--data-dir",
+        elsewhere.to_str().unwrap(),
+        "--cluster-id",
+        NEW_CLUSTER,
+        "--new-ca",
+        fresh.join("ca.pem").to_str().unwrap(),
+    ])
+    .expect_ok("a restore trusting a new CA")
+    .json();
+    assert_eq!(out["digest"], saved["digest"]);
+    assert!(
+        out["next"].as_str().unwrap_or("").contains("--ca-file"),
+        "{out}"
+    );
     let out = restore(&["--data-dir", dir1, "--cluster-id", NEW_CLUSTER, "--keep-ca"])
         .expect_ok("snapshot restore")
         .json();
@@ -341,4 +383,70 @@ fn a_served_backup_is_counted_and_timestamped_in_the_metrics() {
     let (served, newest) = totals();
     assert_eq!(served, 1.0);
     assert!((now - newest).abs() < 120.0, "newest {newest}, now {now}");
+}
+
+/// `deploy/hub-backup DIR KEEP…` with the cluster's admin credentials and this build's hubctl
+/// first on PATH, as hub-backup.service runs it.
+fn hub_backup(cluster: &Cluster, endpoints: &str, args: &[&str]) -> hub_tests::CmdOutput {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/hub-backup");
+    let bin_dir = hub_tests::hubctl_bin()
+        .parent()
+        .expect("hubctl's directory")
+        .to_path_buf();
+    let path = std::env::join_paths(std::iter::once(bin_dir).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .expect("PATH");
+    let mut cmd = std::process::Command::new(script);
+    cmd.envs(cluster.hubctl_env())
+        .env("HUBCTL_ENDPOINTS", endpoints)
+        .env("PATH", path)
+        .args(args);
+    hub_tests::run_with_limit(&mut cmd, hub_tests::HUBCTL_LIMIT)
+}
+
+#[test]
+fn the_scheduled_backup_keeps_the_newest_whole_backups() {
+    let cluster = Cluster::up(3, "");
+    let dir = cluster.dir().join("backups");
+    let dir_arg = dir.to_str().unwrap();
+    let names = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let mut made = Vec::new();
+    for _ in 0..3 {
+        let before = names();
+        hub_backup(&cluster, &cluster.endpoints(), &[dir_arg, "2"]).expect_ok("a backup");
+        let after = names();
+        let new: Vec<&String> = after.iter().filter(|n| !before.contains(n)).collect();
+        assert_eq!(new.len(), 1, "one new backup: {after:?}");
+        made.push(new[0].clone());
+    }
+    // The newest two are kept, each whole.
+    assert_eq!(names(), made[1..].to_vec());
+    for name in &made[1..] {
+        let file = dir.join(name);
+        cluster
+            .hubctl(&["snapshot", "status", file.to_str().unwrap()])
+            .expect_ok("a whole backup");
+        let mode = std::fs::metadata(&file).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{name}");
+    }
+    // A failed save removes nothing; a bad KEEP is refused.
+    let out = hub_backup(&cluster, "127.0.0.1:1", &[dir_arg, "1"]);
+    assert!(!out.success(), "{}", out.describe());
+    assert_eq!(
+        names(),
+        made[1..].to_vec(),
+        "nothing removed after a failure"
+    );
+    hub_backup(&cluster, &cluster.endpoints(), &[dir_arg, "0"])
+        .expect_err(2, "KEEP must be a positive number");
 }

@@ -60,10 +60,11 @@ pub struct RestoreArgs {
     /// nodes then run with `--certificate-cluster OLD`, and their certificates name OLD.
     #[arg(long, conflicts_with = "new_ca")]
     keep_ca: bool,
-    /// Start over with a new CA for the new cluster id: every node, agent and operator
-    /// certificate is issued anew (`hubctl pki`).
-    #[arg(long)]
-    new_ca: bool,
+    /// Start over with the new CA whose certificate this is (`hubctl pki init --cluster-id
+    /// NEW` makes it): it must be a CA of the new cluster id. Every node, agent and operator
+    /// certificate is then issued anew from it; the roles bound to each identity carry over.
+    #[arg(long, value_name = "CA_CERT")]
+    new_ca: Option<PathBuf>,
 }
 
 /// Runs `hubctl snapshot …`.
@@ -184,13 +185,45 @@ async fn receive(client: &FailoverClient, out: &mut fs::File, path: &Path) -> an
     Ok(())
 }
 
+/// Checks that `path` is a CA certificate of `cluster` (its organization, as `hubctl pki
+/// init` writes it): the new cluster's own CA, not the old one's nor a leaf certificate.
+fn check_new_ca(path: &Path, cluster: &str) -> anyhow::Result<()> {
+    let text = std::fs::read(path).with_context(|| format!("--new-ca {}", path.display()))?;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(&text)
+        .map_err(|e| anyhow::anyhow!("--new-ca {}: not a PEM certificate: {e}", path.display()))?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&pem.contents)
+        .map_err(|e| anyhow::anyhow!("--new-ca {}: not a certificate: {e}", path.display()))?;
+    if !cert.is_ca() {
+        bail!("--new-ca {}: not a CA certificate", path.display());
+    }
+    let names: Vec<&str> = cert
+        .subject()
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok())
+        .collect();
+    if names != [cluster] {
+        bail!(
+            "--new-ca {}: the CA of cluster {:?}, not of the new cluster {cluster:?}; make one \
+             with hubctl pki init --cluster-id {cluster}",
+            path.display(),
+            names.join(",")
+        );
+    }
+    Ok(())
+}
+
 /// `hubctl snapshot restore …`.
 async fn restore(args: RestoreArgs, fmt: Format) -> anyhow::Result<()> {
-    if !args.keep_ca && !args.new_ca {
+    if !args.keep_ca && args.new_ca.is_none() {
         bail!(
-            "--keep-ca or --new-ca: say whether the old cluster's CA stays trusted (its agents' \
-             and operators' certificates keep working) or a new CA is made for the new cluster"
+            "--keep-ca or --new-ca CA_CERT: say whether the old cluster's CA stays trusted (its \
+             agents' and operators' certificates keep working) or which new CA the new cluster \
+             trusts (hubctl pki init --cluster-id {})",
+            args.cluster_id
         );
+    }
+    if let Some(ca) = &args.new_ca {
+        check_new_ca(ca, &args.cluster_id)?;
     }
     if args.id == 0 {
         bail!("--id: node ids start at 1");
@@ -208,10 +241,13 @@ async fn restore(args: RestoreArgs, fmt: Format) -> anyhow::Result<()> {
     };
     let digest = backup::restore(&backup, &target).await?;
     let old = &backup.header().cluster_id;
-    let certificates = if args.keep_ca {
-        format!("--certificate-cluster {old} (certificates of the old CA naming {old:?})")
-    } else {
-        format!("certificates of the new CA naming {:?}", args.cluster_id)
+    let certificates = match &args.new_ca {
+        None => format!("--certificate-cluster {old} (certificates of the old CA naming {old:?})"),
+        Some(ca) => format!(
+            "--ca-file {} and certificates it issued naming {:?} (hubctl pki issue)",
+            ca.display(),
+            args.cluster_id
+        ),
     };
     let v = json!({
         "data_dir": args.data_dir.display().to_string(),
