@@ -27,21 +27,26 @@ if [ $# -gt 0 ] && [[ "$1" != -* ]]; then
   from=$1
   shift
 fi
-previous_tag() {
+# The newest release before HEAD: from the tags, else from scripts/releases.txt (a clone
+# made without tags still has the commits, and the source is cached once extracted).
+previous_release() {
   local here
   here=$(git tag --points-at HEAD --list 'v*' | head -1)
-  git tag --list 'v*' --sort=-v:refname --merged HEAD | grep -vxF "${here:-none}" | head -1 || true
+  here=${here:-$(awk -v h="$(git rev-parse HEAD)" '$2 == h { print $1 }' scripts/releases.txt)}
+  { git tag --list 'v*' --merged HEAD; grep -v '^#' scripts/releases.txt | awk '{ print $1 }'; } |
+    grep -vxF "${here:-none}" | sort -u -V -r | head -1 || true
+}
+# The commit of release $1: its tag's, else the one scripts/releases.txt records.
+release_commit() {
+  git rev-parse -q --verify "refs/tags/$1^{commit}" 2>/dev/null ||
+    awk -v t="$1" '$1 == t { print $2 }' scripts/releases.txt
 }
 if [ -z "$from" ]; then
-  from=$(previous_tag)
-  # A clone made without tags (or shallow) fetches them from where it came from.
-  if [ -z "$from" ] && git remote get-url origin >/dev/null 2>&1; then
-    git fetch -q --tags origin || true
-    from=$(previous_tag)
-  fi
+  from=$(previous_release)
 fi
-if [ -z "$from" ] || ! git rev-parse -q --verify "refs/tags/$from" >/dev/null; then
-  echo "upgrade-test: no previous release tag (${from:-none found}); give one: $0 v0.3.0" >&2
+rev=$(release_commit "$from" || true)
+if [ -z "$from" ] || [ -z "$rev" ]; then
+  echo "upgrade-test: no previous release (${from:-none found}); give one: $0 v0.3.0" >&2
   exit 2
 fi
 
@@ -51,7 +56,11 @@ old_target="${HUB_UPGRADE_TARGET:-$HOME/.cache/hub-target-$from}"
 if [ ! -f "$src/Cargo.lock" ]; then
   echo "upgrade-test: extracting $from into $src"
   rm -rf "$src" && mkdir -p "$src"
-  git archive "$from" | tar -x -C "$src"
+  if ! git cat-file -e "$rev^{commit}" 2>/dev/null; then
+    # A shallow clone: fetch the release's commit from where it came from.
+    git fetch -q --depth 1 origin "$rev"
+  fi
+  git archive "$rev" | tar -x -C "$src"
 fi
 
 # This build first: its librocksdb.a is what the previous release may link.
