@@ -230,6 +230,20 @@ fn a_crl_of_the_cluster_ca_revokes_what_it_lists_and_another_cas_is_refused() {
     std::fs::write(&crl, crl_signed_in(&cluster.pki_dir(), &[carol_serial])).expect("write");
     // The CRL goes in one RevokeCertificates entry, a command of feature level 2.
     cluster.wait_feature_level(2);
+    // Bob, who has no role, may not apply it: refused whole, nothing revoked.
+    let bob = Identity::Operator("bob".into());
+    cluster
+        .hubctl_as(
+            &bob,
+            &["pki", "revoke", "--crl-file", crl.to_str().unwrap()],
+        )
+        .expect_err(1, "may not RevokeCertificates: needs admin");
+    let listed = cluster
+        .hubctl(&["pki", "revoked", "-o", "json"])
+        .expect_ok("list")
+        .json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+    hubctl_at_node(&cluster, &carol, &addr, &["digest"]).expect_ok("bob revoked nothing");
     cluster
         .hubctl(&["pki", "revoke", "--crl-file", crl.to_str().unwrap()])
         .expect_ok("revoke from the CRL");

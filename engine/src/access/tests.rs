@@ -119,6 +119,21 @@ fn denied(r: Result<CommandOutput, CommandError>) -> String {
     }
 }
 
+/// `command` by each of `whom` is refused by the node's check and at apply, with
+/// "WHO may not NAME: needs admin", and changes nothing.
+fn only_an_admin_may(h: &mut Hub, whom: &[&Identity], command: &Command, name: &str) {
+    for who in whom {
+        assert!(authorize(&h.state, who, command).is_err(), "{who}");
+        let before = content(&h.state);
+        let m = denied(h.by(who, command.clone()));
+        assert_eq!(m, format!("{who} may not {name}: needs admin"));
+        assert!(
+            content(&h.state) == before,
+            "{who}: a refusal changes nothing"
+        );
+    }
+}
+
 #[test]
 fn the_first_operator_bootstraps_itself_admin_once() {
     let mut h = Hub::new();
@@ -341,22 +356,14 @@ fn only_an_admin_revokes_a_certificate() {
         identity: Some("operator/alice".into()),
         not_after: None,
     };
-    for who in [
-        &bob,
-        &vera,
-        &Identity::Agent("prod".into()),
-        &Identity::Node(1),
-    ] {
-        assert!(authorize(&h.state, who, &revoke).is_err(), "{who}");
-        let before = content(&h.state);
-        let m = denied(h.by(who, revoke.clone()));
-        assert_eq!(m, format!("{who} may not RevokeCertificate: needs admin"));
-        assert!(
-            content(&h.state) == before,
-            "{who}: a refusal changes nothing"
-        );
-        assert!(!h.state.is_revoked("8f3a01"), "{who}");
-    }
+    let (agent, node) = (Identity::Agent("prod".into()), Identity::Node(1));
+    only_an_admin_may(
+        &mut h,
+        &[&bob, &vera, &agent, &node],
+        &revoke,
+        "RevokeCertificate",
+    );
+    assert!(!h.state.is_revoked("8f3a01"));
     // The admin's own entry does revoke it, recording the admin: the refusals were of the
     // actor.
     h.by(&root, revoke).unwrap();
@@ -364,6 +371,46 @@ fn only_an_admin_revokes_a_certificate() {
     let entry = h.state.revoked_certificate("8f3a01").unwrap();
     assert_eq!(entry.revoked_by, root);
     assert_eq!(entry.identity, Some(op("alice")));
+}
+
+/// Issue 56: the batch of a CRL (`RevokeCertificates`, level 2) is the admins' alone as the
+/// single revocation is: an operator of every environment, a viewer, an agent and a node
+/// are refused by the node's check and at apply, and nothing of the batch is revoked.
+#[test]
+fn only_an_admin_revokes_a_batch_of_certificates() {
+    use crate::feature_level::LEVEL_2;
+    use crate::revocation::CertificateRevocation;
+    let mut h = hub();
+    h.system(Command::SetClusterLevel { level: LEVEL_2 })
+        .unwrap();
+    let root = op("root");
+    let (bob, vera) = (op("bob"), op("vera"));
+    h.by(&root, bind(&bob, Role::EnvironmentOperator, &["*"], &[]))
+        .unwrap();
+    h.by(&root, bind(&vera, Role::Viewer, &[], &[])).unwrap();
+    let revocation = |serial: &str| CertificateRevocation {
+        serial: serial.into(),
+        reason: "CA key exposed".into(),
+        identity: None,
+        not_after: None,
+    };
+    let revoke = Command::RevokeCertificates {
+        certificates: vec![revocation("8F:3A:01"), revocation("8F:3A:02")],
+    };
+    let (agent, node) = (Identity::Agent("prod".into()), Identity::Node(1));
+    only_an_admin_may(
+        &mut h,
+        &[&bob, &vera, &agent, &node],
+        &revoke,
+        "RevokeCertificates",
+    );
+    assert!(!h.state.is_revoked("8f3a01") && !h.state.is_revoked("8f3a02"));
+    // The admin's own entry revokes both, recording the admin.
+    h.by(&root, revoke).unwrap();
+    for serial in ["8f3a01", "8f3a02"] {
+        let entry = h.state.revoked_certificate(serial).unwrap();
+        assert_eq!(entry.revoked_by, root, "{serial}");
+    }
 }
 
 /// Issue 56 item 4: a cluster's feature level is raised once every member advertises it,

@@ -10,6 +10,7 @@ use crate::revocation::{
 };
 use crate::state::State;
 use crate::TimestampMs;
+use hub_identity::Identity;
 
 use super::{changed, Tx};
 
@@ -27,16 +28,9 @@ impl State {
         not_after: Option<TimestampMs>,
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
-        let Some(actor) = tx.actor.clone() else {
-            return Err(CommandError::invalid(
-                "actor",
-                "a revocation must name who revoked the certificate",
-            ));
-        };
-        let serial =
-            normalise_serial(serial).map_err(|e| CommandError::invalid("serial", e.to_string()))?;
-        check_reason(reason)?;
-        let identity = identity.map(parse_certificate_identity).transpose()?;
+        let actor = revoking_actor(tx)?;
+        let entry = revoked_entry(serial, reason, identity, not_after, &actor, tx)?;
+        let serial = entry.serial.clone();
         if let Some(first) = self.revoked_certificates.get(&serial) {
             let summary = format!(
                 "certificate {serial} was already revoked at {} by {} ({}): nothing changed",
@@ -55,28 +49,11 @@ impl State {
                  a day after it"
             )));
         }
-        for old in &prunable {
-            self.revoked_certificates.remove(old, &mut tx.changed);
-        }
-        let who = identity
+        let who = entry
+            .identity
             .as_ref()
             .map_or_else(String::new, |i| format!(" ({i})"));
-        self.revoked_certificates.put(
-            RevokedCertificate {
-                serial: serial.clone(),
-                reason: reason.to_string(),
-                identity,
-                not_after,
-                revoked_at: tx.now,
-                revoked_by: actor,
-                revoked_index: tx.index,
-            },
-            &mut tx.changed,
-        );
-        let pruned = match prunable.len() {
-            0 => String::new(),
-            n => format!("; {n} entries of certificates expired over a day ago dropped"),
-        };
+        let pruned = self.revoke(&prunable, vec![entry], tx);
         Ok(changed(
             serial.clone(),
             format!("certificate {serial} revoked{who}{pruned}"),
@@ -92,12 +69,7 @@ impl State {
         certificates: &[CertificateRevocation],
         tx: &mut Tx,
     ) -> Result<CommandOutput, CommandError> {
-        let Some(actor) = tx.actor.clone() else {
-            return Err(CommandError::invalid(
-                "actor",
-                "a revocation must name who revoked the certificates",
-            ));
-        };
+        let actor = revoking_actor(tx)?;
         if certificates.is_empty() || certificates.len() > MAX_REVOKED_CERTIFICATES {
             return Err(CommandError::invalid(
                 "certificates",
@@ -110,58 +82,64 @@ impl State {
         let mut new: std::collections::BTreeMap<String, RevokedCertificate> =
             std::collections::BTreeMap::new();
         for (i, c) in certificates.iter().enumerate() {
-            let at = |e: CommandError| e.within(&format!("certificates[{i}]"));
-            let serial = normalise_serial(&c.serial)
-                .map_err(|e| at(CommandError::invalid("serial", e.to_string())))?;
-            check_reason(&c.reason).map_err(at)?;
-            let identity = c
-                .identity
-                .as_deref()
-                .map(parse_certificate_identity)
-                .transpose()
-                .map_err(at)?;
-            if self.revoked_certificates.get(&serial).is_some() || new.contains_key(&serial) {
-                continue;
+            let entry = revoked_entry(
+                &c.serial,
+                &c.reason,
+                c.identity.as_deref(),
+                c.not_after,
+                &actor,
+                tx,
+            )
+            .map_err(|e| e.within(&format!("certificates[{i}]")))?;
+            if self.revoked_certificates.get(&entry.serial).is_none() {
+                new.entry(entry.serial.clone()).or_insert(entry);
             }
-            let entry = RevokedCertificate {
-                serial: serial.clone(),
-                reason: c.reason.clone(),
-                identity,
-                not_after: c.not_after,
-                revoked_at: tx.now,
-                revoked_by: actor.clone(),
-                revoked_index: tx.index,
-            };
-            new.insert(serial, entry);
+        }
+        let (added, kept) = (new.len(), certificates.len() - new.len());
+        if added == 0 {
+            return Ok(changed(
+                "revocation-list",
+                format!("0 certificates revoked, {kept} already revoked or repeated"),
+            ));
         }
         let prunable = self.prunable_revocations(tx.now);
-        let after = self.revoked_certificates.len() - prunable.len() + new.len();
-        if !new.is_empty() && after > MAX_REVOKED_CERTIFICATES {
+        let after = self.revoked_certificates.len() - prunable.len() + added;
+        if after > MAX_REVOKED_CERTIFICATES {
             return Err(CommandError::FailedPrecondition(format!(
                 "the batch would make {after} revoked certificates, more than the \
                  {MAX_REVOKED_CERTIFICATES} the cluster keeps: a CA with that many compromised \
                  certificates is itself compromised, rotate it (docs/SECURITY.md)"
             )));
         }
-        let (added, kept) = (new.len(), certificates.len() - new.len());
-        if added > 0 {
-            for old in &prunable {
-                self.revoked_certificates.remove(old, &mut tx.changed);
-            }
-        }
-        for entry in new.into_values() {
-            self.revoked_certificates.put(entry, &mut tx.changed);
-        }
-        let pruned = match prunable.len() {
-            n if n > 0 && added > 0 => {
-                format!("; {n} entries of certificates expired over a day ago dropped")
-            }
-            _ => String::new(),
-        };
+        let pruned = self.revoke(&prunable, new.into_values().collect(), tx);
         Ok(changed(
             "revocation-list",
             format!("{added} certificates revoked, {kept} already revoked or repeated{pruned}"),
         ))
+    }
+
+    /// Drops the `prunable` entries, then adds the `new` ones (which must fit: checked by
+    /// the caller); returns the summary's note on what was dropped.
+    fn revoke(&mut self, prunable: &[String], new: Vec<RevokedCertificate>, tx: &mut Tx) -> String {
+        debug_assert!(
+            !new.is_empty(),
+            "an entry that revokes nothing prunes nothing"
+        );
+        for old in prunable {
+            self.revoked_certificates.remove(old, &mut tx.changed);
+        }
+        for entry in new {
+            debug_assert!(self.revoked_certificates.get(&entry.serial).is_none());
+            self.revoked_certificates.put(entry, &mut tx.changed);
+        }
+        debug_assert!(
+            self.revoked_certificates.len() <= MAX_REVOKED_CERTIFICATES,
+            "the revocation list outgrew its bound"
+        );
+        match prunable.len() {
+            0 => String::new(),
+            n => format!("; {n} entries of certificates expired over a day ago dropped"),
+        }
     }
 
     /// The serials of the entries an entry at time `now` may drop, oldest `notAfter` first.
@@ -174,4 +152,39 @@ impl State {
             .map(|(_, serial)| serial.clone())
             .collect()
     }
+}
+
+/// The actor a revocation is recorded under: every revocation names who made it.
+fn revoking_actor(tx: &Tx) -> Result<Identity, CommandError> {
+    tx.actor.clone().ok_or_else(|| {
+        CommandError::invalid(
+            "actor",
+            "a revocation must name who revoked the certificate",
+        )
+    })
+}
+
+/// One certificate's revocation, checked and recorded as revoked by `actor` at the entry's
+/// time and index.
+fn revoked_entry(
+    serial: &str,
+    reason: &str,
+    identity: Option<&str>,
+    not_after: Option<TimestampMs>,
+    actor: &Identity,
+    tx: &Tx,
+) -> Result<RevokedCertificate, CommandError> {
+    let serial =
+        normalise_serial(serial).map_err(|e| CommandError::invalid("serial", e.to_string()))?;
+    check_reason(reason)?;
+    let identity = identity.map(parse_certificate_identity).transpose()?;
+    Ok(RevokedCertificate {
+        serial,
+        reason: reason.to_string(),
+        identity,
+        not_after,
+        revoked_at: tx.now,
+        revoked_by: actor.clone(),
+        revoked_index: tx.index,
+    })
 }
