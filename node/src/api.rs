@@ -63,29 +63,8 @@ pub fn parse_submitted(json: &str) -> Result<Command, Status> {
             Status::invalid_argument(format!("bad command: {e}"))
         }
     })?;
-    match command {
-        Command::Evaluate { .. }
-        | Command::ExpireSuppressions
-        | Command::CanaryTick { .. }
-        | Command::CanaryJudgedTick { .. }
-        | Command::SetClusterKey { .. }
-        | Command::SetClusterLevel { .. }
-        | Command::RecordRefusal { .. } => Err(Status::permission_denied(
-            "evaluations, canary ticks, cluster keys and the cluster's feature level are proposed by the leader only, recorded refusals by the hub's nodes",
-        )),
-        Command::ReportEntityStates { .. }
-        | Command::ReportSampledEntityStates { .. }
-        | Command::ReportTask { .. }
-        | Command::ReportTasks { .. }
-        | Command::ReportCanaries { .. }
-        | Command::ReportCanariesWithSamples { .. } => Err(Status::permission_denied(
-            "agent reports go through the Agent API",
-        )),
-        Command::As { .. } => Err(Status::permission_denied(
-            "a command's actor is the caller's verified identity, never a field",
-        )),
-        other => Ok(other),
-    }
+    crate::command_origin::check_submitted(&command)?;
+    Ok(command)
 }
 
 fn stale(read: &Option<ReadOptions>) -> bool {

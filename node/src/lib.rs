@@ -57,6 +57,7 @@ pub mod cli;
 pub mod cluster_clock;
 pub mod cluster_keys;
 pub mod cluster_level;
+pub mod command_origin;
 pub mod crash_stop;
 pub mod dashboard;
 pub mod dead_leader;

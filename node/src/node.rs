@@ -551,18 +551,7 @@ impl HubNode {
         let (command, request_id): (Command, Option<String>) =
             codec::decode_bounded(encoded, codec::Limit::Command)
                 .map_err(|e| Status::invalid_argument(format!("bad forwarded command: {e}")))?;
-        if matches!(
-            command,
-            Command::Evaluate { .. }
-                | Command::ExpireSuppressions
-                | Command::CanaryTick { .. }
-                | Command::CanaryJudgedTick { .. }
-                | Command::SetClusterLevel { .. }
-        ) {
-            return Err(Status::permission_denied(
-                "evaluations, canary ticks and the feature level are proposed by the leader only, never forwarded",
-            ));
-        }
+        crate::command_origin::check_forwarded(&command)?;
         // A leader no majority acknowledges would only wait out the timeout: the forwarding
         // node hears so at once (nothing was proposed) and tells its caller.
         if let Some(refusal) = self.cut_off() {
