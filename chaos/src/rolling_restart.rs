@@ -169,7 +169,7 @@ pub async fn run(
         // SAFETY: kill(2) on the pid `hubctl dev up` recorded for a node it started.
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(30);
-        while crate::runner::cluster::is_alive(pid) {
+        while crate::runner::process::is_alive(pid) {
             if Instant::now() > deadline {
                 bail!("node {} did not stop within 30 s of SIGTERM", n.id);
             }

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use hub_chaos::runner::cluster::is_alive;
+use hub_chaos::runner::process::is_alive;
 use hub_chaos::stats::Latencies;
 use hub_proto::hub_client::HubClient;
 use hub_proto::{

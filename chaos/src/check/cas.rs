@@ -25,7 +25,7 @@
 use std::collections::HashSet;
 
 use super::history::{OpKind, Outcome, RegisterOp};
-use super::linear::{KeyReport, LinOptions, LinViolation, Verdict};
+use super::lin_report::{KeyReport, LinOptions, LinViolation, Verdict};
 
 /// The end of the event list.
 const NIL: usize = usize::MAX;

@@ -35,6 +35,7 @@ mod entry_times;
 mod fleet;
 mod history;
 mod jepsen;
+mod lin_report;
 mod linear;
 mod membership;
 mod plans;

@@ -351,7 +351,7 @@ async fn hub_failover(
         };
         samples.push(took);
         eprintln!("  hub kill {round}: {:.0} ms", ms(took));
-        while crate::runner::cluster::is_alive(old.pid) {
+        while crate::runner::process::is_alive(old.pid) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         hub.restart(old.id)?;

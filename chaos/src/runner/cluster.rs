@@ -12,6 +12,8 @@ use hub_proto::NodeStatusRequest;
 use serde::Deserialize;
 use tonic::transport::{Channel, Endpoint};
 
+use super::process::is_alive;
+
 /// The cluster the runner drives: its directory, whose PKI (`dev up` makes one) gives the
 /// runner its admin certificate and every agent it starts a certificate of its environment.
 /// A runner process drives exactly one cluster, so this is set once, when it starts.
@@ -467,15 +469,4 @@ fn signal(pid: u32, sig: i32) {
         // SAFETY: kill(2) on a pid from the cluster file of a cluster this runner started.
         unsafe { libc::kill(pid, sig) };
     }
-}
-
-/// Whether `pid` is a live (not zombie) process.
-pub fn is_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| !r.trim_start().starts_with('Z'))
-                .unwrap_or(false)
-        })
-        .unwrap_or(false)
 }

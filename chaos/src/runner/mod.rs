@@ -25,6 +25,7 @@ pub mod endpoints;
 pub mod faults;
 pub mod membership;
 pub mod net;
+pub mod process;
 pub mod register;
 pub mod relay;
 pub mod resources;

@@ -360,7 +360,7 @@ fn remove_stale() {
         name.strip_prefix("hc")
             .and_then(|r| r.split('-').next())
             .and_then(|pid| pid.parse::<u32>().ok())
-            .is_some_and(|pid| !super::cluster::is_alive(pid))
+            .is_some_and(|pid| !super::process::is_alive(pid))
     };
     if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
         for line in String::from_utf8_lossy(&out.stdout).lines() {

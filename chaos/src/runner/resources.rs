@@ -82,7 +82,7 @@ fn sample(dir: &Path, epoch: Instant, logs: &mut HashMap<u64, LogRead>) -> Vec<R
         .map(|n| {
             let log = logs.entry(n.id).or_default();
             count_log(&log_path(dir, n.id), log);
-            let process = super::cluster::is_alive(n.pid)
+            let process = super::process::is_alive(n.pid)
                 .then(|| read_process(n.pid))
                 .flatten();
             let (cpu_ms, rss_kib, fds) = process.unwrap_or_default();

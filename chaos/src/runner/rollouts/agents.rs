@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use anyhow::Context;
 
 use super::AgentHost;
-use crate::runner::cluster::is_alive;
+use crate::runner::process::is_alive;
 
 /// How an agent executes plans.
 #[derive(Debug, Clone, PartialEq)]
