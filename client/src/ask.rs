@@ -1,5 +1,5 @@
-//! Queries through the failover client: typed ([`FailoverClient::ask`]) or, for answers
-//! not typed yet, as JSON ([`FailoverClient::query_json`]).
+//! Queries through the failover client: typed ([`FailoverClient::ask`]) or, for a caller
+//! that wants the document itself, as JSON ([`FailoverClient::query_json`]).
 
 use hub_proto::{QueryRequest, ReadOptions};
 
@@ -37,7 +37,8 @@ impl FailoverClient {
         Ok(reply.json)
     }
 
-    /// Asks `query` and returns its answer as JSON, for answers not typed yet.
+    /// Asks `query` and returns its answer as JSON (every answer also has its type: see
+    /// [`FailoverClient::ask`]).
     pub async fn query_json(
         &self,
         query: &Query,

@@ -36,7 +36,7 @@ pub struct PlanView {
     /// SHA-256 of the config it replaces (full view; `Some(None)`: none known).
     #[serde(
         default,
-        deserialize_with = "present",
+        deserialize_with = "super::present",
         skip_serializing_if = "Option::is_none"
     )]
     pub from_config_sha256: Option<Option<String>>,
@@ -73,18 +73,12 @@ pub struct PlanView {
     /// The config it applies (full view; `Some(None)`: none).
     #[serde(
         default,
-        deserialize_with = "present",
+        deserialize_with = "super::present",
         skip_serializing_if = "Option::is_none"
     )]
     pub to_config: Option<Option<String>>,
     /// The version it deploys.
     pub to_version: Option<String>,
-}
-
-/// A field that is present, even as `null`: `Some(None)` for `null`, so the field reads back
-/// as it was written (a missing one is `None` through `#[serde(default)]`).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
-    Option::<String>::deserialize(d).map(Some)
 }
 
 /// Why a plan failed.
