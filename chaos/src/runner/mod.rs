@@ -30,6 +30,7 @@ pub mod register;
 pub mod relay;
 pub mod resources;
 pub mod rollouts;
+mod steps;
 pub mod upgrade;
 
 use std::path::PathBuf;
@@ -38,9 +39,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use crate::check::{check_all, AckedWrite, CheckReport, History, NodeDigest, OpKind, Outcome};
+use crate::check::{check_all, CheckReport, NodeDigest, Outcome};
 use cluster::Cluster;
-use faults::{Fault, Rng, Scheduled};
+use faults::{Fault, Scheduled};
 
 /// How long the healed cluster may take to converge.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -252,45 +253,9 @@ pub struct Report {
 }
 
 /// Runs the whole thing; `Ok` carries the report (check it: violations do not make an `Err`).
+/// The steps are in [`steps`].
 pub async fn run(cfg: Config) -> anyhow::Result<Report> {
-    if cfg.nodes != 3 && cfg.nodes != 5 {
-        bail!("--nodes: {} is not 3 or 5", cfg.nodes);
-    }
-    if !cfg.hubctl.exists() {
-        bail!(
-            "{} not found (cargo build --workspace --bins)",
-            cfg.hubctl.display()
-        );
-    }
-    if let Some(f) = cfg.faults.iter().find(|f| f.hits_agents()) {
-        if cfg.agents == 0 && !cfg.canary {
-            bail!("--faults {f}: needs agents to strike (--agents N, or the canary's process agent without --no-canary)");
-        }
-    }
-    let needs_layer = cfg.faults.iter().find(|f| f.needs_chaos_build());
-    if let Some(f) = needs_layer {
-        if let Err(why) = chaos_build(&cfg.hubctl) {
-            bail!("--faults {f}: needs the nodes' fault layer, and {why}");
-        }
-    }
-    let previous = previous_release(&cfg)?;
-    let disk_plan = disk::DiskPlan {
-        small_disk: cfg.faults.contains(&Fault::DiskFull),
-        sync_faults: cfg.faults.contains(&Fault::FsyncError),
-    };
-    let uses_disks = disk_plan.small_disk || disk_plan.sync_faults;
-    if let Some(why) = uses_disks.then(|| disk::unavailable(disk_plan)).flatten() {
-        let f = cfg.faults.iter().find(|f| f.disk().is_some()).copied();
-        bail!(
-            "--faults {}: needs a disk of the runner's under every node, and {why}",
-            f.map_or("", Fault::as_str)
-        );
-    }
-    let backend = if cfg.faults.iter().any(|f| f.needs_netns()) {
-        Some(choose_backend(cfg.network, &cfg.hubctl)?)
-    } else {
-        None
-    };
+    let needs = steps::check_config(&cfg)?;
     std::fs::create_dir_all(&cfg.out).with_context(|| cfg.out.display().to_string())?;
     let schedule = faults::schedule(cfg.seed, &cfg.faults, cfg.duration);
     let hub_dir = cfg.out.join("hub");
@@ -304,480 +269,44 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         cfg.duration,
         cfg.seed
     );
-    let hubctl = cfg.hubctl.clone();
-    let ids: Vec<u64> = (1..=cfg.nodes).collect();
-    // Every id a node may have in this run: the first members and one per membership change,
-    // each with its host (namespace) and disk made before the run.
-    let all_ids: Vec<u64> = ids
-        .iter()
-        .copied()
-        .chain(membership::spare_ids(cfg.nodes, &schedule))
-        .collect();
-    let changes_membership = cfg.faults.contains(&Fault::Membership);
-    // Declared before the cluster: dropped after it, once its processes are gone.
-    let namespaces = match backend {
-        Some(NetMode::Netns) => Some(tokio::task::block_in_place(|| {
-            net::Network::create(&all_ids)
-        })?),
-        _ => None,
-    };
-    // Declared before the cluster: unmounted after its processes are gone.
-    let disks = if uses_disks {
-        Some(tokio::task::block_in_place(|| {
-            disk::Disks::create(&hub_dir, &cfg.out.join("disks"), &all_ids, disk_plan)
-        })?)
-    } else {
-        None
-    };
-    // Snapshots and log compaction every 10,000 entries (the default is 100,000): a run of a
-    // few minutes then builds, installs and compacts through its faults too.
-    let node_args = if backend == Some(NetMode::Transport) || needs_layer.is_some() {
-        "--chaos-faults --snapshot-logs 10000 --keep-logs 1000"
-    } else {
-        "--snapshot-logs 10000 --keep-logs 1000"
-    };
-    let mut cluster = tokio::task::block_in_place(|| {
-        Cluster::start(
-            &hub_dir,
-            cfg.nodes,
-            &hubctl,
-            namespaces.as_ref(),
-            node_args,
-            previous.as_ref().map(|(bin, _)| bin.as_path()),
-        )
-    })?;
-    let mut upgrade = previous.map(|(_, from)| crate::check::UpgradeHistory {
-        from,
-        nodes: ids.clone(),
-        ..Default::default()
-    });
-    let mut network = match (backend, namespaces) {
-        (Some(NetMode::Netns), Some(ns)) => {
-            Some(net::Partitions::new(net::Backend::Netns(ns), &ids))
-        }
-        (Some(NetMode::Transport), _) => {
-            // `dev` keeps node N's data in DIR/node-N, new nodes' too.
-            let dir = cluster
-                .nodes()?
-                .first()
-                .and_then(|n| n.data_dir.parent().map(std::path::Path::to_path_buf))
-                .context("a cluster without nodes")?;
-            let files = all_ids
-                .iter()
-                .map(|id| {
-                    (
-                        *id,
-                        dir.join(format!("node-{id}")).join("chaos-faults.json"),
-                    )
-                })
-                .collect();
-            Some(net::Partitions::new(net::Backend::Transport(files), &ids))
-        }
-        _ => None,
-    };
-    let endpoints = cluster.endpoints()?;
-    let relay = relay::DelayRelay::start(&endpoints).await?;
-    register::create_keys(&endpoints, cfg.keys).await?;
-
-    let epoch = Instant::now();
-    let sampler = resources::Sampler::start(&hub_dir, epoch);
-    // The true wall time of the epoch: the runner's clock is the machine's, which no fault
-    // skews (a clock fault moves a node's own readings only).
-    let epoch_wall_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    // Every client of the runner follows the members, as a real client does.
-    let shared_endpoints = endpoints::SharedEndpoints::new(endpoints.clone());
-    let workload = register::Workload::start(
-        shared_endpoints.clone(),
-        cfg.keys,
-        cfg.clients,
-        cfg.seed,
-        epoch,
-    );
-    // Rollout workload: agents run on the runner's host (empty prefix) and reach the hub
-    // through the latency relay ("another region").
-    let mut rollouts = if cfg.agents > 0 || cfg.canary {
-        let hosts = (0..cfg.agents)
-            .map(|k| rollouts::AgentHost {
-                name: format!("sim-{k}"),
-                prefix: Vec::new(),
-            })
-            .collect();
-        let rc = rollout_config(&cfg, &shared_endpoints, relay.endpoints(), hosts, epoch);
-        Some(rollouts::Rollouts::start(rc).await?)
-    } else {
-        None
-    };
-    // The workloads run alone for a while: each node's pre-fault CPU.
-    let ready = epoch.elapsed();
-    let schedule_start = ready + BASELINE;
-    let mut windows: Vec<crate::check::FaultWindow> = Vec::new();
-    let mut injected = Vec::new();
-    let mut disk_strikes = Vec::new();
-    let mut membership_changes = Vec::new();
-    let mut member_samples = Vec::new();
-    let mut rng = Rng::new(cfg.seed ^ 0xFA17);
-    for s in &schedule {
-        let at = schedule_start + Duration::from_millis(s.at_ms);
-        if let Some(wait) = at.checked_sub(epoch.elapsed()) {
-            tokio::time::sleep(wait).await;
-        }
-        let nodes: Vec<u64> = cluster.nodes()?.iter().map(|n| n.id).collect();
-        // Faults strike members only: a removed node left running is outside the cluster
-        // (a disk fault on it would be judged as a member's, with no supervisor to restart it).
-        let leader = cluster.leader().await.filter(|l| nodes.contains(l));
-        if let Some(net) = network.as_mut() {
-            net.set_nodes(&nodes);
-        }
-        if changes_membership {
-            member_samples.extend(sample_members(&cluster, epoch, false).await);
-        }
-        let any = nodes[(s.pick % nodes.len() as u64) as usize];
-        let hold = Duration::from_millis(s.hold_ms);
-        let node = match s.fault {
-            Fault::KillLeader => leader,
-            Fault::KillAny => Some(any),
-            // The leader half the time.
-            Fault::Pause if rng.next_u64().is_multiple_of(2) => leader.or(Some(any)),
-            Fault::Pause => Some(any),
-            Fault::ClockSkew if rng.next_u64().is_multiple_of(2) => leader.or(Some(any)),
-            Fault::ClockSkew => Some(any),
-            Fault::DiskFull | Fault::FsyncError if rng.next_u64().is_multiple_of(2) => {
-                leader.or(Some(any))
-            }
-            Fault::DiskFull | Fault::FsyncError => Some(any),
-            Fault::Membership if rng.next_u64().is_multiple_of(2) => leader.or(Some(any)),
-            Fault::Membership => Some(any),
-            Fault::RestartAll | Fault::Latency | Fault::KillAgent | Fault::PauseAgent => None,
-            // The node the partition is about (isolated, cut one way, or ignored by a split).
-            Fault::Partition => leader.or(Some(any)),
-            // Followers first, the leader last, as an operator upgrades.
-            Fault::Upgrade => {
-                let old = cluster.not_upgraded()?;
-                old.iter()
-                    .copied()
-                    .find(|id| Some(*id) != leader)
-                    .or(old.first().copied())
-            }
-        };
-        // When the fault took effect (failover is measured from here).
-        let mut hit_ns = epoch.elapsed().as_nanos() as u64;
-        let mut detail = String::new();
-        let mut hit_leader = node.is_some() && node == leader;
-        match (s.fault, node) {
-            (Fault::KillLeader | Fault::KillAny, Some(n)) => {
-                tokio::task::block_in_place(|| cluster.kill(n))?;
-                hit_ns = epoch.elapsed().as_nanos() as u64;
-                tokio::time::sleep(hold).await;
-                tokio::task::block_in_place(|| cluster.restart(n))?;
-            }
-            (Fault::Pause, Some(n)) => {
-                cluster.pause(n)?;
-                hit_ns = epoch.elapsed().as_nanos() as u64;
-                tokio::time::sleep(hold).await;
-                cluster.resume(n);
-            }
-            (Fault::Upgrade, Some(n)) => {
-                let history = upgrade.as_mut().context("upgrade without --upgrade-from")?;
-                let step = upgrade_one(&mut cluster, n, &nodes, hit_leader, epoch, history).await?;
-                hit_ns = step.at_ns;
-                detail = format!("node {n} to this build (the gate before: {})", step.gate);
-                history.steps.push(step);
-                if cluster.not_upgraded()?.is_empty() {
-                    let after = after_upgrade(&mut cluster).await?;
-                    detail.push_str(&format!(
-                        "; every node upgraded, the level raised after {:?} ms, the new command {}, a node of the previous release joining {}",
-                        after.level_raised_ms, after.command, after.previous_release_join
-                    ));
-                    history.after = Some(after);
-                }
-            }
-            (Fault::Upgrade, None) => detail = "every node runs this build already".into(),
-            (Fault::RestartAll, _) => {
-                for n in &nodes {
-                    tokio::task::block_in_place(|| cluster.kill(*n))?;
-                }
-                hit_ns = epoch.elapsed().as_nanos() as u64;
-                tokio::time::sleep(hold).await;
-                for n in &nodes {
-                    tokio::task::block_in_place(|| cluster.restart(*n))?;
-                }
-            }
-            (Fault::Partition, Some(target)) => {
-                let net = network
-                    .as_mut()
-                    .context("partition without a test network")?;
-                let (what, leader_cut) = partition(net, &nodes, target, leader, s.pick)?;
-                hit_ns = epoch.elapsed().as_nanos() as u64;
-                detail = what;
-                hit_leader = leader_cut;
-                tokio::time::sleep(hold).await;
-                tokio::task::block_in_place(|| net.heal())?;
-            }
-            (Fault::Latency, _) => {
-                let delay = Duration::from_millis(100 + s.pick % 301);
-                relay.set_delay(delay);
-                hit_ns = epoch.elapsed().as_nanos() as u64;
-                detail = format!("agents' links delayed {} ms each way", delay.as_millis());
-                tokio::time::sleep(hold).await;
-                relay.set_delay(Duration::ZERO);
-            }
-            (Fault::ClockSkew, Some(n)) => {
-                let dir = cluster.node(n)?.data_dir;
-                let skew = clock::Skew::pick(s.pick);
-                tokio::task::block_in_place(|| clock::skew(&dir, skew))?;
-                hit_ns = epoch.elapsed().as_nanos() as u64;
-                detail = format!(
-                    "node {n}{} {skew}",
-                    if hit_leader { " (leader)" } else { "" }
-                );
-                tokio::time::sleep(hold * 3).await;
-                tokio::task::block_in_place(|| clock::restore(&dir))?;
-            }
-            (Fault::DiskFull | Fault::FsyncError, Some(n)) => {
-                let d = disks
-                    .as_ref()
-                    .context("disk fault without the runner's disks")?;
-                let kind = s.fault.disk().context("a disk fault")?;
-                // A full disk is held longer: a node may write into space it allocated
-                // before (RocksDB preallocates its log files).
-                let held = if kind == crate::check::DiskFault::DiskFull {
-                    hold * 3
-                } else {
-                    hold
-                };
-                let (strike, hit) = disk::strike(d, &mut cluster, &hub_dir, n, kind, held).await?;
-                hit_ns = hit.duration_since(epoch).as_nanos() as u64;
-                detail = format!(
-                    "node {n}{}: {}{}",
-                    if hit_leader { " (leader)" } else { "" },
-                    match kind {
-                        crate::check::DiskFault::DiskFull =>
-                            format!("filled ({} MiB of ballast)", strike.ballast_bytes >> 20),
-                        crate::check::DiskFault::FsyncError =>
-                            format!("{} syncs failed", strike.syncs_failed),
-                    },
-                    match (strike.stopped, strike.clean_stop, strike.served_again) {
-                        (false, _, true) => ", served on".to_string(),
-                        (true, true, true) => ", crash-stopped and served again".to_string(),
-                        (true, false, _) => ", DIED UNCLEANLY".to_string(),
-                        (_, _, false) => ", DID NOT SERVE AGAIN".to_string(),
-                    }
-                );
-                disk_strikes.push(strike);
-            }
-            (Fault::Membership, Some(n)) => {
-                let net = network.as_ref().and_then(net::Partitions::network);
-                let (change, what) =
-                    membership::change(&mut cluster, net, n, s.pick, epoch).await?;
-                hit_ns = change.at_ns;
-                hit_leader = hit_leader && change.removed == Some(n);
-                detail = what;
-                membership_changes.push(change);
-                let now: Vec<u64> = cluster.nodes()?.iter().map(|n| n.id).collect();
-                if let Some(net) = network.as_mut() {
-                    net.set_nodes(&now);
-                }
-                let current = cluster.endpoints()?;
-                relay.set_upstreams(&current);
-                shared_endpoints.set(current);
-            }
-            (Fault::KillAgent | Fault::PauseAgent, _) => {
-                let r = rollouts
-                    .as_mut()
-                    .context("agent fault without the rollout workload")?;
-                let kind = if s.fault == Fault::KillAgent {
-                    rollouts::AgentFault::Kill
-                } else {
-                    rollouts::AgentFault::Pause
-                };
-                let (strike, what) = r.strike_agent(kind, s.pick).await?;
-                hit_ns = epoch.elapsed().as_nanos() as u64;
-                detail = what;
-                tokio::time::sleep(hold).await;
-                r.heal_agent(strike)?;
-            }
-            _ => {}
-        }
-        println!(
-            "[{:>6.1}s] {} {}",
-            hit_ns as f64 / 1e9,
-            s.fault,
-            match (s.fault, node) {
-                (
-                    Fault::Partition
-                    | Fault::Latency
-                    | Fault::KillAgent
-                    | Fault::PauseAgent
-                    | Fault::ClockSkew
-                    | Fault::DiskFull
-                    | Fault::FsyncError
-                    | Fault::Membership
-                    | Fault::Upgrade,
-                    _,
-                ) => detail.clone(),
-                (_, Some(n)) => format!("node {n}"),
-                (_, None) => "all nodes".to_string(),
-            }
-        );
-        windows.push(fault_window(s, node, &nodes, hit_ns, epoch));
-        injected.push(Injected {
-            scheduled: s.clone(),
-            node,
-            detail,
-            was_leader: hit_leader,
-            failover_ms: None,
-            at_ns: hit_ns,
-            answers: None,
+    let mut world = steps::start_world(&cfg, &needs, &schedule, hub_dir)?;
+    let mut upgrade = needs
+        .previous
+        .map(|(_, from)| crate::check::UpgradeHistory {
+            from,
+            nodes: world.ids.clone(),
+            ..Default::default()
         });
-    }
-    if let Some(rest) = (schedule_start + cfg.duration).checked_sub(epoch.elapsed()) {
-        tokio::time::sleep(rest).await;
-    }
-    let (ops, answers) = workload.stop().await;
-    let partition_answers = partition_answer_times(&mut injected, &answers);
-    if let Some(r) = rollouts.as_mut() {
-        r.stop_issuing().await;
-    }
-
-    println!("[{:>6.1}s] healing", epoch.elapsed().as_secs_f64());
-    relay.set_delay(Duration::ZERO);
-    if let Some(net) = network.as_mut() {
-        tokio::task::block_in_place(|| net.heal())?;
-    }
-    tokio::task::block_in_place(|| cluster.heal())?;
-    let members = cluster.nodes()?.len() as u64;
-    let digests = converge(&cluster, members).await?;
-    if changes_membership {
-        member_samples.extend(sample_members(&cluster, epoch, true).await);
-    }
-    let rollout_history = match rollouts.take() {
-        Some(r) => {
-            println!(
-                "[{:>6.1}s] waiting for every rollout to finish",
-                epoch.elapsed().as_secs_f64()
-            );
-            shared_endpoints.set(cluster.endpoints()?);
-            Some(r.finish(shared_endpoints.clone()).await?)
-        }
-        None => None,
-    };
-    let resources = crate::check::ResourceHistory {
-        samples: sampler.stop(),
-        baseline_ns: {
-            let from = (ready + BASELINE_SETTLE).as_nanos() as u64;
-            let to = windows
-                .first()
-                .map_or(epoch.elapsed().as_nanos() as u64, |w| w.from_ns);
-            (to > from).then_some((from, to))
-        },
-        windows,
-    };
-
-    // Failover: from a fault that cut off the leader to the first acknowledgement of a write
-    // sent after it (a write already committed when the fault hit may still be answered).
-    let acked: Vec<(u64, u64)> = ops
-        .iter()
-        .filter(|o| {
-            matches!(o.kind, OpKind::Write { .. }) && matches!(o.outcome, Outcome::Ok { .. })
-        })
-        .filter_map(|o| o.complete_ns.map(|c| (o.invoke_ns, c)))
-        .collect();
-    let mut acks: Vec<u64> = acked.iter().map(|(_, c)| *c).collect();
-    acks.sort_unstable();
-    for i in injected.iter_mut() {
-        if i.was_leader || i.scheduled.fault == Fault::RestartAll {
-            let next = acked
-                .iter()
-                .filter(|(invoke, _)| *invoke > i.at_ns)
-                .map(|(_, complete)| *complete)
-                .min();
-            i.failover_ms = next.map(|t| (t - i.at_ns) / 1_000_000);
-        }
-    }
-    let mut failovers: Vec<u64> = injected
-        .iter()
-        .filter(|i| i.scheduled.fault != Fault::Pause)
-        .filter_map(|i| i.failover_ms)
-        .collect();
-    failovers.sort_unstable();
-    let pct = |p: f64| -> Option<u64> {
-        (!failovers.is_empty()).then(|| {
-            let idx = ((failovers.len() as f64 - 1.0) * p).round() as usize;
-            failovers[idx.min(failovers.len() - 1)]
-        })
-    };
-    let longest = acks.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0) / 1_000_000;
-
-    let acked_writes: Vec<AckedWrite> = ops
-        .iter()
-        .filter(|o| matches!(o.outcome, Outcome::Ok { .. }))
-        .filter_map(|o| match o.kind {
-            OpKind::Write { value } => Some(AckedWrite {
-                id: o.id,
-                key: o.key.clone(),
-                value,
-            }),
-            OpKind::Read | OpKind::Cas { .. } => None,
-        })
-        .collect();
-    // What every node holds after healing (each node's own state, converged above).
-    let mut final_reads = Vec::new();
-    for n in cluster.nodes()? {
-        match register::final_reads(&n.addr, cfg.keys).await {
-            Ok(r) => final_reads.extend(r),
-            Err(e) => eprintln!("chaos: final read from node {} failed: {e:#}", n.id),
-        }
-    }
-    let mut history = History {
-        register_ops: ops.clone(),
-        acked_writes,
-        final_reads,
-        node_digests: digests,
-        disk_strikes,
-        initial_members: if changes_membership {
-            ids.clone()
-        } else {
-            Vec::new()
-        },
-        membership_changes,
-        member_samples,
-        resources,
-        upgrade,
-        ..History::default()
-    };
-    let rollout_summary = rollout_history.map(|r| {
-        history.task_executions = r.task_executions;
-        history.hub_plans = r.hub_plans;
-        history.canary_runs = r.canary_runs;
-        history.rollouts = r.rollouts;
-        history.epoch_wall_ms = Some(epoch_wall_ms);
-        history.fleet = r.fleet;
-        // Faults that struck the leader, on the hub's clock (the true wall time): the fleet
-        // checker counts the soaks they fell in.
-        history.fleet.leader_faults_ms = injected
+    let mut workloads = steps::start_workloads(&cfg, &world).await?;
+    let epoch_wall_ms = workloads.epoch_wall_ms;
+    // The workloads run alone for a while: each node's pre-fault CPU.
+    let schedule_start = workloads.ready + BASELINE;
+    let mut struck = steps::inject_faults(
+        &cfg,
+        &schedule,
+        schedule_start,
+        &mut world,
+        &mut workloads,
+        &mut upgrade,
+    )
+    .await?;
+    let healed = steps::heal(&cfg, schedule_start, &mut world, workloads, &mut struck).await?;
+    let partition_answers = healed.partition_answers;
+    let availability = steps::availability(&healed.ops, &mut struck.injected);
+    let (operations, unknown) = (
+        healed.ops.len(),
+        healed
+            .ops
             .iter()
-            .filter(|i| i.was_leader || i.scheduled.fault == Fault::RestartAll)
-            .map(|i| epoch_wall_ms + (i.at_ns / 1_000_000) as i64)
-            .collect();
-        r.summary
-    });
+            .filter(|o| matches!(o.outcome, Outcome::Unknown))
+            .count(),
+    );
+    let (history, rollouts) =
+        steps::history(&cfg, &world, healed, &mut struck, upgrade, epoch_wall_ms).await?;
     std::fs::write(
         cfg.out.join("history.json"),
         serde_json::to_vec_pretty(&history)?,
     )?;
-    let check = check_all(&history);
-    let mut by_kind: Vec<(String, usize)> = Vec::new();
-    for i in &injected {
-        match by_kind
-            .iter_mut()
-            .find(|(k, _)| k == i.scheduled.fault.as_str())
-        {
-            Some((_, n)) => *n += 1,
-            None => by_kind.push((i.scheduled.fault.as_str().to_string(), 1)),
-        }
-    }
     let report = Report {
         seed: cfg.seed,
         nodes: cfg.nodes,
@@ -785,31 +314,26 @@ pub async fn run(cfg: Config) -> anyhow::Result<Report> {
         duration_ms: cfg.duration.as_millis() as u64,
         keys: cfg.keys,
         clients: cfg.clients,
-        mechanism: mechanism(&cfg.faults, network.as_ref()),
-        faults_by_kind: by_kind,
-        injected,
-        operations: ops.len(),
-        acknowledged_writes: acks.len(),
-        unknown: ops
-            .iter()
-            .filter(|o| matches!(o.outcome, Outcome::Unknown))
-            .count(),
-        longest_unavailable_ms: longest,
-        failover_p50_ms: pct(0.5),
-        failover_p99_ms: pct(0.99),
+        mechanism: mechanism(&cfg.faults, world.network.as_ref()),
+        faults_by_kind: steps::faults_by_kind(&struck.injected),
+        injected: struck.injected,
+        operations,
+        acknowledged_writes: availability.acknowledged,
+        unknown,
+        longest_unavailable_ms: availability.longest_unavailable_ms,
+        failover_p50_ms: availability.failover_p50_ms,
+        failover_p99_ms: availability.failover_p99_ms,
         agents: cfg.agents,
         canary: cfg.canary,
-        rollouts: rollout_summary,
+        rollouts,
         partition_answers,
-        check,
+        check: check_all(&history),
     };
     std::fs::write(
         cfg.out.join("report.json"),
         serde_json::to_vec_pretty(&report)?,
     )?;
-    drop(cluster);
-    drop(disks);
-    drop(network);
+    drop(world);
     Ok(report)
 }
 
