@@ -165,6 +165,74 @@ fn print_budgets(b: &hub_chaos::check::BudgetReport) {
     }
 }
 
+/// The rollout workload's part of the report.
+fn print_rollouts(
+    r: &hub_chaos::runner::rollouts::RolloutSummary,
+    check: &hub_chaos::check::CheckReport,
+) {
+    println!("  agents                {}", r.agents);
+    println!("  releases published    {}", r.releases_published);
+    println!(
+        "  module versions       {} ({} change requests approved)",
+        r.module_versions, r.change_requests_approved
+    );
+    println!(
+        "  canary revisions      {} ({} promoted, {} rolled back)",
+        r.canary_revisions, r.canary_promoted, r.canary_rolled_back
+    );
+    println!(
+        "  plans executed        {} ({} failed-plan suppressions lifted)",
+        r.plans_executed, r.suppressions_lifted
+    );
+    println!(
+        "  hub plans             {}",
+        r.hub_plans_by_status
+            .iter()
+            .map(|(s, n)| format!("{n} {s}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "  rollouts terminal     {} of {}",
+        r.rollouts_terminal, r.rollouts
+    );
+    let t = &check.entry_times;
+    println!(
+        "  entry times           {} plans, {} against their first start (max ahead {} ms; bound {} ms)",
+        t.plans,
+        t.checked_against_agents,
+        t.max_ahead_ms.map_or("-".to_string(), |m| m.to_string()),
+        hub_chaos::check::ENTRY_TIME_BOUND_MS
+    );
+    let w = &check.fleet;
+    if w.releases > 0 {
+        println!(
+            "  fleet waves           {} releases ({} rolled out, {} halted: {} by the driver, {} before wave 2 opened), {} waves passed, {} of {} plans checked against a soak end (min margin {} ms), {} soaks ({} crossed by a leader fault)",
+            w.releases,
+            w.rolled_out,
+            w.halted,
+            r.fleet_halted_by_operator,
+            w.halted_before_later_waves,
+            w.waves_passed,
+            w.plans_checked,
+            w.plans,
+            w.min_margin_ms.map_or("-".to_string(), |m| m.to_string()),
+            w.soaks,
+            w.soaks_crossed_by_leader_fault
+        );
+    }
+    let f = &r.agent_faults;
+    if f.kills + f.pauses > 0 {
+        println!(
+            "  agent faults          {} kills ({} mid-task), {} pauses ({} mid-task)",
+            f.kills, f.kills_mid_task, f.pauses, f.pauses_mid_task
+        );
+    }
+    for n in &r.notes {
+        println!("    note: {n}");
+    }
+}
+
 fn print(report: &Report) {
     println!(
         "\nchaos report (seed {}, {} nodes)",
@@ -198,67 +266,7 @@ fn print(report: &Report) {
         );
     }
     if let Some(r) = &report.rollouts {
-        println!("  agents                {}", r.agents);
-        println!("  releases published    {}", r.releases_published);
-        println!(
-            "  module versions       {} ({} change requests approved)",
-            r.module_versions, r.change_requests_approved
-        );
-        println!(
-            "  canary revisions      {} ({} promoted, {} rolled back)",
-            r.canary_revisions, r.canary_promoted, r.canary_rolled_back
-        );
-        println!(
-            "  plans executed        {} ({} failed-plan suppressions lifted)",
-            r.plans_executed, r.suppressions_lifted
-        );
-        println!(
-            "  hub plans             {}",
-            r.hub_plans_by_status
-                .iter()
-                .map(|(s, n)| format!("{n} {s}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        println!(
-            "  rollouts terminal     {} of {}",
-            r.rollouts_terminal, r.rollouts
-        );
-        let t = &report.check.entry_times;
-        println!(
-            "  entry times           {} plans, {} against their first start (max ahead {} ms; bound {} ms)",
-            t.plans,
-            t.checked_against_agents,
-            t.max_ahead_ms.map_or("-".to_string(), |m| m.to_string()),
-            hub_chaos::check::ENTRY_TIME_BOUND_MS
-        );
-        let w = &report.check.fleet;
-        if w.releases > 0 {
-            println!(
-                "  fleet waves           {} releases ({} rolled out, {} halted: {} by the driver, {} before wave 2 opened), {} waves passed, {} of {} plans checked against a soak end (min margin {} ms), {} soaks ({} crossed by a leader fault)",
-                w.releases,
-                w.rolled_out,
-                w.halted,
-                r.fleet_halted_by_operator,
-                w.halted_before_later_waves,
-                w.waves_passed,
-                w.plans_checked,
-                w.plans,
-                w.min_margin_ms.map_or("-".to_string(), |m| m.to_string()),
-                w.soaks,
-                w.soaks_crossed_by_leader_fault
-            );
-        }
-        let f = &r.agent_faults;
-        if f.kills + f.pauses > 0 {
-            println!(
-                "  agent faults          {} kills ({} mid-task), {} pauses ({} mid-task)",
-                f.kills, f.kills_mid_task, f.pauses, f.pauses_mid_task
-            );
-        }
-        for n in &r.notes {
-            println!("    note: {n}");
-        }
+        print_rollouts(r, &report.check);
     }
     print_budgets(&report.check.budgets);
     let u = &report.check.upgrade;

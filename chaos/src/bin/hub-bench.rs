@@ -272,6 +272,36 @@ enum SecurityArg {
     Plaintext,
 }
 
+impl From<SecurityArg> for hub_chaos::compare::Security {
+    fn from(arg: SecurityArg) -> Self {
+        match arg {
+            SecurityArg::Tls => hub_chaos::compare::Security::Tls,
+            SecurityArg::Plaintext => hub_chaos::compare::Security::Plaintext,
+        }
+    }
+}
+
+impl Cmd {
+    /// The dev cluster the command measures (`--cluster`), for those that run against one.
+    fn cluster(&self) -> Option<&Path> {
+        match self {
+            Cmd::Writes { cluster, .. }
+            | Cmd::Failover { cluster, .. }
+            | Cmd::Decide { cluster, .. }
+            | Cmd::Trigger { cluster, .. }
+            | Cmd::Agents { cluster, .. } => Some(cluster),
+            Cmd::CompareEtcd { .. }
+            | Cmd::RollingRestart { .. }
+            | Cmd::History { .. }
+            | Cmd::CatchUp { .. }
+            | Cmd::HistoryBuild { .. }
+            | Cmd::HistoryLoad { .. }
+            | Cmd::HistoryInstall { .. }
+            | Cmd::Journal { .. } => None,
+        }
+    }
+}
+
 #[derive(Deserialize, Clone)]
 struct ClusterFile {
     nodes: Vec<NodeEntry>,
@@ -1187,23 +1217,12 @@ fn catch_up(
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+// Long: one arm per subcommand, each handing its flags to the function that runs it.
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cmd = Args::parse().cmd;
-    match &cmd {
-        Cmd::Writes { cluster, .. }
-        | Cmd::Failover { cluster, .. }
-        | Cmd::Decide { cluster, .. }
-        | Cmd::Trigger { cluster, .. }
-        | Cmd::Agents { cluster, .. } => use_cluster(cluster)?,
-        Cmd::CompareEtcd { .. }
-        | Cmd::RollingRestart { .. }
-        | Cmd::History { .. }
-        | Cmd::CatchUp { .. }
-        | Cmd::HistoryBuild { .. }
-        | Cmd::HistoryLoad { .. }
-        | Cmd::HistoryInstall { .. }
-        | Cmd::Journal { .. } => {}
+    if let Some(cluster) = cmd.cluster() {
+        use_cluster(cluster)?;
     }
     match cmd {
         Cmd::Writes {
@@ -1252,61 +1271,7 @@ async fn main() -> anyhow::Result<()> {
             settle,
             runs,
             dir,
-        } => {
-            if clients == 0 || runs == 0 || settle == 0 {
-                bail!("--clients, --runs and --settle: at least 1");
-            }
-            let hubctl = std::env::current_exe()?.with_file_name("hubctl");
-            println!("| run | writes | failed calls | longest stall before the restarts (ms) | per node in restart order: id, longest stall (ms) at its start, events (ms after SIGTERM) | longest stall (ms) |");
-            println!("|---:|---:|---:|---:|---|---:|");
-            let mut worst = Duration::ZERO;
-            for run in 1..=runs {
-                let tmp = tempfile::Builder::new().prefix("rolling").tempdir()?;
-                let at = match &dir {
-                    Some(d) => d.join(format!("run-{run}")),
-                    None => tmp.path().to_path_buf(),
-                };
-                let s = hub_chaos::rolling_restart::run(
-                    &hubctl,
-                    &at,
-                    clients,
-                    Duration::from_secs(settle),
-                    256,
-                )
-                .await?;
-                let per: Vec<String> = s
-                    .per_node
-                    .iter()
-                    .map(|r| {
-                        let ms = |d: Duration| d.as_secs_f64() * 1e3;
-                        format!(
-                            "{}{}: {:.0} at +{:.0} (exited +{:.0}, serving +{:.0}, caught up +{:.0})",
-                            r.id,
-                            if r.led { " (leader)" } else { "" },
-                            ms(r.stall),
-                            ms(r.stall_at),
-                            ms(r.exited),
-                            ms(r.started),
-                            ms(r.caught_up)
-                        )
-                    })
-                    .collect();
-                println!(
-                    "| {run} | {} | {} | {:.0} | {} | {:.0} |",
-                    s.writes,
-                    s.errors,
-                    s.baseline.as_secs_f64() * 1e3,
-                    per.join(", "),
-                    s.longest.as_secs_f64() * 1e3
-                );
-                worst = worst.max(s.longest);
-            }
-            println!(
-                "\nlongest write stall over {runs} rolling restarts: {:.0} ms",
-                worst.as_secs_f64() * 1e3
-            );
-            Ok(())
-        }
+        } => rolling_restart(clients, settle, runs, dir.as_deref()).await,
         Cmd::History {
             entities,
             per_environment,
@@ -1332,39 +1297,13 @@ async fn main() -> anyhow::Result<()> {
                 per_environment,
                 rounds,
             };
-            let mut seat = hub_chaos::history::Seat::default();
-            if let Some(id) = cluster_id {
-                seat.cluster_id = id;
-            }
-            if let Some(addr) = node_addr {
-                seat.node_addr = addr;
-            }
-            let report = hub_chaos::history::build(shape, &dir, &seat).await?;
-            println!("{}", serde_json::to_string(&report)?);
-            Ok(())
+            history_build(shape, &dir, cluster_id, node_addr).await
         }
         Cmd::Journal {
             dir,
             steps,
             finished,
-        } => {
-            if steps == 0 {
-                bail!("--steps: at least 1");
-            }
-            println!("| design | finished plans held | changes | µs per change | changes/s |");
-            println!("|---|---:|---:|---:|---:|");
-            for r in hub_chaos::journal_bench::run(&dir, steps, &finished)? {
-                println!(
-                    "| {} | {} | {} | {:.0} | {:.0} |",
-                    r.design,
-                    r.finished,
-                    r.changes,
-                    r.per_change.as_secs_f64() * 1e6,
-                    1.0 / r.per_change.as_secs_f64().max(1e-9)
-                );
-            }
-            Ok(())
-        }
+        } => journal(&dir, steps, &finished),
         Cmd::HistoryLoad { dir } => {
             let report = hub_chaos::history::load(&dir).await?;
             println!("{}", serde_json::to_string(&report)?);
@@ -1386,32 +1325,141 @@ async fn main() -> anyhow::Result<()> {
             etcd,
             dir,
         } => {
-            let tmp = tempfile::Builder::new().prefix("compare-etcd").tempdir()?;
-            let mut settings = hub_chaos::compare::Settings {
+            let security = security.into_iter().map(Into::into).collect();
+            let settings = hub_chaos::compare::Settings {
                 clients,
                 seconds,
                 rounds,
                 value_bytes,
                 hub_kills,
                 etcd_kills,
-                security: security
-                    .into_iter()
-                    .map(|s| match s {
-                        SecurityArg::Tls => hub_chaos::compare::Security::Tls,
-                        SecurityArg::Plaintext => hub_chaos::compare::Security::Plaintext,
-                    })
-                    .collect(),
-                dir: dir.unwrap_or_else(|| tmp.path().to_path_buf()),
+                security,
+                dir: dir.unwrap_or_default(),
                 hubctl: std::env::current_exe()?.with_file_name("hubctl"),
                 etcd: PathBuf::new(),
             };
-            // Bad flags are refused before anything is installed or started.
-            settings.check()?;
-            settings.etcd = hub_chaos::compare::etcd::find_or_install(etcd.as_deref())?;
-            if !hub_chaos::compare::run(&settings).await? {
-                bail!("some writes failed: the tables above say where");
-            }
-            Ok(())
+            compare_etcd(settings, etcd.as_deref()).await
         }
     }
+}
+
+/// `hub-bench rolling-restart`: `runs` rolling restarts of a fresh 3-node cluster under
+/// `clients` writers, as a table of each run's longest write stall.
+async fn rolling_restart(
+    clients: usize,
+    settle: u64,
+    runs: usize,
+    dir: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    if clients == 0 || runs == 0 || settle == 0 {
+        bail!("--clients, --runs and --settle: at least 1");
+    }
+    let hubctl = std::env::current_exe()?.with_file_name("hubctl");
+    println!("| run | writes | failed calls | longest stall before the restarts (ms) | per node in restart order: id, longest stall (ms) at its start, events (ms after SIGTERM) | longest stall (ms) |");
+    println!("|---:|---:|---:|---:|---|---:|");
+    let mut worst = Duration::ZERO;
+    for run in 1..=runs {
+        let tmp = tempfile::Builder::new().prefix("rolling").tempdir()?;
+        let at = match &dir {
+            Some(d) => d.join(format!("run-{run}")),
+            None => tmp.path().to_path_buf(),
+        };
+        let s = hub_chaos::rolling_restart::run(
+            &hubctl,
+            &at,
+            clients,
+            Duration::from_secs(settle),
+            256,
+        )
+        .await?;
+        let per: Vec<String> = s
+            .per_node
+            .iter()
+            .map(|r| {
+                let ms = |d: Duration| d.as_secs_f64() * 1e3;
+                format!(
+                    "{}{}: {:.0} at +{:.0} (exited +{:.0}, serving +{:.0}, caught up +{:.0})",
+                    r.id,
+                    if r.led { " (leader)" } else { "" },
+                    ms(r.stall),
+                    ms(r.stall_at),
+                    ms(r.exited),
+                    ms(r.started),
+                    ms(r.caught_up)
+                )
+            })
+            .collect();
+        println!(
+            "| {run} | {} | {} | {:.0} | {} | {:.0} |",
+            s.writes,
+            s.errors,
+            s.baseline.as_secs_f64() * 1e3,
+            per.join(", "),
+            s.longest.as_secs_f64() * 1e3
+        );
+        worst = worst.max(s.longest);
+    }
+    println!(
+        "\nlongest write stall over {runs} rolling restarts: {:.0} ms",
+        worst.as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
+/// `hub-bench history-build`: the state of a hub whose entities carry their history, written
+/// into `dir` as a node's data directory, seated as `cluster_id`'s node at `node_addr`.
+async fn history_build(
+    shape: hub_chaos::history::Shape,
+    dir: &std::path::Path,
+    cluster_id: Option<String>,
+    node_addr: Option<String>,
+) -> anyhow::Result<()> {
+    let mut seat = hub_chaos::history::Seat::default();
+    if let Some(id) = cluster_id {
+        seat.cluster_id = id;
+    }
+    if let Some(addr) = node_addr {
+        seat.node_addr = addr;
+    }
+    let report = hub_chaos::history::build(shape, dir, &seat).await?;
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
+/// `hub-bench journal`: what journaling a task step costs an agent, per design, as a table.
+fn journal(dir: &std::path::Path, steps: usize, finished: &[usize]) -> anyhow::Result<()> {
+    if steps == 0 {
+        bail!("--steps: at least 1");
+    }
+    println!("| design | finished plans held | changes | µs per change | changes/s |");
+    println!("|---|---:|---:|---:|---:|");
+    for r in hub_chaos::journal_bench::run(dir, steps, finished)? {
+        println!(
+            "| {} | {} | {} | {:.0} | {:.0} |",
+            r.design,
+            r.finished,
+            r.changes,
+            r.per_change.as_secs_f64() * 1e6,
+            1.0 / r.per_change.as_secs_f64().max(1e-9)
+        );
+    }
+    Ok(())
+}
+
+/// `hub-bench compare-etcd`: the hub beside etcd in one run (`settings.dir` empty: a
+/// temporary directory). Bad flags are refused before anything is installed or started.
+async fn compare_etcd(
+    mut settings: hub_chaos::compare::Settings,
+    etcd: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let tmp = tempfile::Builder::new().prefix("compare-etcd").tempdir()?;
+    if settings.dir.as_os_str().is_empty() {
+        settings.dir = tmp.path().to_path_buf();
+    }
+    settings.check()?;
+    settings.etcd = hub_chaos::compare::etcd::find_or_install(etcd)?;
+    if !hub_chaos::compare::run(&settings).await? {
+        bail!("some writes failed: the tables above say where");
+    }
+    Ok(())
 }
