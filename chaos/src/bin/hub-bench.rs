@@ -538,47 +538,7 @@ async fn failover(dir: &Path, kills: usize) -> anyhow::Result<()> {
             old.id,
             took.as_secs_f64() * 1e3
         );
-        while is_alive(old.pid) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let st = Command::new(&hubctl)
-            .args(["dev", "restart-node", "--data-dir"])
-            .arg(dir)
-            .args(["--id", &old.id.to_string(), "-o", "json"])
-            .output()?;
-        if !st.status.success() {
-            bail!(
-                "restart node {}: {}",
-                old.id,
-                String::from_utf8_lossy(&st.stderr)
-            );
-        }
-        // Let the restarted node catch up before the next kill, so a quorum survives it.
-        let target = survivors[0].addr.clone();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let want = connect(&target)
-                .await?
-                .node_status(NodeStatusRequest::default())
-                .await?
-                .into_inner()
-                .last_applied;
-            let got = match connect(&old.addr).await {
-                Ok(mut c) => c
-                    .node_status(NodeStatusRequest::default())
-                    .await
-                    .map(|s| s.into_inner().last_applied)
-                    .unwrap_or(0),
-                Err(_) => 0,
-            };
-            if got >= want {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("node {} did not catch up", old.id);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        restart_and_catch_up(&hubctl, dir, &old, &survivors[0].addr).await?;
     }
     println!(
         "\nfailover over {} kills: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
@@ -587,6 +547,210 @@ async fn failover(dir: &Path, kills: usize) -> anyhow::Result<()> {
         samples.percentile(99.0).as_secs_f64() * 1e3,
         samples.percentile(100.0).as_secs_f64() * 1e3
     );
+    Ok(())
+}
+
+/// Restarts the killed node `old` once its process is gone, and waits until it has applied
+/// what the survivor at `survivor` has, so a quorum survives the next kill.
+async fn restart_and_catch_up(
+    hubctl: &Path,
+    dir: &Path,
+    old: &NodeEntry,
+    survivor: &str,
+) -> anyhow::Result<()> {
+    while is_alive(old.pid) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let st = Command::new(hubctl)
+        .args(["dev", "restart-node", "--data-dir"])
+        .arg(dir)
+        .args(["--id", &old.id.to_string(), "-o", "json"])
+        .output()?;
+    if !st.status.success() {
+        bail!(
+            "restart node {}: {}",
+            old.id,
+            String::from_utf8_lossy(&st.stderr)
+        );
+    }
+    let target = survivor;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let want = connect(target)
+            .await?
+            .node_status(NodeStatusRequest::default())
+            .await?
+            .into_inner()
+            .last_applied;
+        let got = match connect(&old.addr).await {
+            Ok(mut c) => c
+                .node_status(NodeStatusRequest::default())
+                .await
+                .map(|s| s.into_inner().last_applied)
+                .unwrap_or(0),
+            Err(_) => 0,
+        };
+        if got >= want {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("node {} did not catch up", old.id);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// Fan-out: `entities` entities of a fresh product wait with nothing to install; its first
+/// release is published, and the time until every one of them has an install plan is
+/// returned.
+async fn fan_out(c: &mut HubClient<Channel>, entities: usize) -> anyhow::Result<Duration> {
+    let fan = next_name("fan");
+    let product = format!("com.bench:{fan}");
+    submit(
+        c,
+        serde_json::json!({"CreateEnvironment": {"name": fan, "description": ""}}),
+    )
+    .await?;
+    submit(
+        c,
+        serde_json::json!({"CreateProduct": {"product_id": product, "description": ""}}),
+    )
+    .await?;
+    for i in 0..entities {
+        let mut e = entity(&fan, &format!("e{i}"));
+        e["CreateEntity"]["product_id"] = serde_json::json!(product);
+        submit(c, e).await?;
+    }
+    let manifest =
+        format!("product-group: com.bench\nproduct-name: {fan}\nproduct-version: 1.0.0\n");
+    let started = Instant::now();
+    submit(
+        c,
+        serde_json::json!({"PublishRelease": {"manifest": manifest}}),
+    )
+    .await?;
+    let mut seen = 0;
+    while seen < entities {
+        let v = query(
+            c,
+            serde_json::json!({"query": "plans", "environment": fan, "limit": 1_000_000}),
+        )
+        .await?;
+        seen = v["plans"].as_array().map_or(0, |p| p.len());
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!("only {seen} of {entities} plans after 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(started.elapsed())
+}
+
+/// Waits until the `idle` agents counted by `idle_metrics` and the one counted by `hot` all
+/// wait in a long poll.
+async fn wait_long_polling(
+    idle_metrics: &hub_agent::metrics::Metrics,
+    idle: usize,
+    hot: &hub_agent::metrics::Metrics,
+) -> anyhow::Result<()> {
+    use hub_agent::metrics::Metrics;
+    use std::sync::atomic::Ordering::Relaxed;
+    // An agent's first fetch returns at once (it knows no fingerprint yet); the one it sends
+    // after that success is the long poll. So every agent is connected and waiting once the
+    // fetches sent, less the failed ones, reach two per agent.
+    let connected = Instant::now();
+    // Failures are read first: a fetch is counted before its failure, so the later read of
+    // `fetches` is never below them.
+    let waiting = |m: &Metrics| {
+        let failed = m.fetch_errors.load(Relaxed);
+        m.fetches.load(Relaxed).saturating_sub(failed)
+    };
+    while waiting(idle_metrics) < 2 * idle as u64 || waiting(hot) < 2 {
+        if connected.elapsed() > Duration::from_secs(120) {
+            bail!(
+                "idle agents not all long-polling within 120 s: {} fetches, {} failed",
+                idle_metrics.fetches.load(Relaxed),
+                idle_metrics.fetch_errors.load(Relaxed)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "{idle} idle agents long-polling after {:?} ({} failed fetches)",
+        connected.elapsed(),
+        idle_metrics.fetch_errors.load(Relaxed)
+    );
+    Ok(())
+}
+
+/// What the simulated agents' calls were, besides their deliveries (to stderr).
+fn print_agent_calls(metrics: &hub_agent::metrics::Metrics) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (reports, writes) = (
+        metrics.reports_sent.load(Relaxed),
+        metrics.report_writes.load(Relaxed),
+    );
+    let plans = metrics.plans_succeeded.load(Relaxed).max(1);
+    eprintln!(
+        "task reports: {reports} in {writes} writes ({:.2} writes per succeeded plan)",
+        writes as f64 / plans as f64
+    );
+    // The calls an agent makes besides its task reports: every plan fetch that returned
+    // (a plan set changed, or a long poll's wait ran out) and every state report.
+    let (fetches, states) = (
+        metrics.fetches.load(Relaxed),
+        metrics.state_reports.load(Relaxed),
+    );
+    eprintln!(
+        "plan fetches: {fetches} ({:.2} per succeeded plan); state reports: {states} ({:.2} per succeeded plan)",
+        fetches as f64 / plans as f64,
+        states as f64 / plans as f64
+    );
+    // Calls that failed and were retried (after a backoff, or on another node): a delivery
+    // that waited for one shows in the tail.
+    eprintln!(
+        "failed plan fetches: {}; endpoint failovers: {}; report retries: {}",
+        metrics.fetch_errors.load(Relaxed),
+        metrics.endpoint_failovers.load(Relaxed),
+        metrics.report_retries.load(Relaxed)
+    );
+}
+
+/// Each release's deliveries (`marks`: how many were recorded when each was published, and
+/// the total), to stderr.
+fn print_release_deliveries(all: &[u64], marks: &[usize]) {
+    for (i, w) in marks.windows(2).enumerate() {
+        let mut part = all[w[0]..w[1]].to_vec();
+        part.sort_unstable();
+        if let (Some(first), false) = (part.first(), part.is_empty()) {
+            let at = |p: f64| part[((p / 100.0) * (part.len() - 1) as f64).round() as usize];
+            eprintln!(
+                "release {}: {} deliveries, min {first} ms, p50 {} ms, p99 {} ms",
+                i + 1,
+                part.len(),
+                at(50.0),
+                at(99.0)
+            );
+        }
+    }
+}
+
+/// Submits `command`, reconnecting to whoever leads after a failure (a reset connection or
+/// an overloaded leader), up to 5 retries.
+async fn publish_with_retries(
+    c: &mut HubClient<Channel>,
+    cluster: &ClusterFile,
+    command: serde_json::Value,
+) -> anyhow::Result<()> {
+    let mut tries = 0;
+    while let Err(e) = submit(c, command.clone()).await {
+        tries += 1;
+        if tries > 5 {
+            return Err(e);
+        }
+        let l = leader(cluster, None).await.context("no leader")?;
+        *c = connect(&l.addr).await?;
+    }
     Ok(())
 }
 
@@ -667,47 +831,7 @@ async fn decide(dir: &Path, entities: usize, rounds: usize) -> anyhow::Result<()
         }
         single.push(started.elapsed());
     }
-    // Fan-out: `entities` entities of a fresh product wait with nothing to install; its first
-    // release is published and every one of them gets an install plan.
-    let fan = next_name("fan");
-    let product = format!("com.bench:{fan}");
-    submit(
-        &mut c,
-        serde_json::json!({"CreateEnvironment": {"name": fan, "description": ""}}),
-    )
-    .await?;
-    submit(
-        &mut c,
-        serde_json::json!({"CreateProduct": {"product_id": product, "description": ""}}),
-    )
-    .await?;
-    for i in 0..entities {
-        let mut e = entity(&fan, &format!("e{i}"));
-        e["CreateEntity"]["product_id"] = serde_json::json!(product);
-        submit(&mut c, e).await?;
-    }
-    let manifest =
-        format!("product-group: com.bench\nproduct-name: {fan}\nproduct-version: 1.0.0\n");
-    let started = Instant::now();
-    submit(
-        &mut c,
-        serde_json::json!({"PublishRelease": {"manifest": manifest}}),
-    )
-    .await?;
-    let mut seen = 0;
-    while seen < entities {
-        let v = query(
-            &mut c,
-            serde_json::json!({"query": "plans", "environment": fan, "limit": 1_000_000}),
-        )
-        .await?;
-        seen = v["plans"].as_array().map_or(0, |p| p.len());
-        if started.elapsed() > Duration::from_secs(120) {
-            bail!("only {seen} of {entities} plans after 120 s");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let fan_out = started.elapsed();
+    let fan_out = fan_out(&mut c, entities).await?;
     println!("| trigger | decisions | p50 (ms) | p99 (ms) | max (ms) |");
     println!("|---|---:|---:|---:|---:|");
     println!(
@@ -795,31 +919,7 @@ async fn trigger_bench(dir: &Path, idle: usize, rounds: usize) -> anyhow::Result
         hub_chaos::sim_agents::spawn(dir, &endpoints, &idle_envs, &settings, &idle_metrics)?;
     let hot = Arc::new(Metrics::default());
     let _hot = hub_chaos::sim_agents::spawn(dir, &endpoints, &hot_env, &settings, &hot)?;
-    // An agent's first fetch returns at once (it knows no fingerprint yet); the one it sends
-    // after that success is the long poll. So every agent is connected and waiting once the
-    // fetches sent, less the failed ones, reach two per agent.
-    let connected = Instant::now();
-    // Failures are read first: a fetch is counted before its failure, so the later read of
-    // `fetches` is never below them.
-    let waiting = |m: &Metrics| {
-        let failed = m.fetch_errors.load(Relaxed);
-        m.fetches.load(Relaxed).saturating_sub(failed)
-    };
-    while waiting(&idle_metrics) < 2 * idle as u64 || waiting(&hot) < 2 {
-        if connected.elapsed() > Duration::from_secs(120) {
-            bail!(
-                "idle agents not all long-polling within 120 s: {} fetches, {} failed",
-                idle_metrics.fetches.load(Relaxed),
-                idle_metrics.fetch_errors.load(Relaxed)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    eprintln!(
-        "{idle} idle agents long-polling after {:?} ({} failed fetches)",
-        connected.elapsed(),
-        idle_metrics.fetch_errors.load(Relaxed)
-    );
+    wait_long_polling(&idle_metrics, idle, &hot).await?;
     let waiting_since = Instant::now();
     let mut c = connect(&l.addr).await?;
     let mut committed = Latencies::default();
@@ -940,16 +1040,9 @@ async fn agents_bench(
                 "product-group: com.bench\nproduct-name: {run}\nproduct-version: 1.{releases}.0\n"
             );
             let command = serde_json::json!({"PublishRelease": {"manifest": manifest}});
-            let mut tries = 0;
-            while let Err(e) = submit(&mut c, command.clone()).await {
-                tries += 1;
-                if tries > 5 {
-                    return Err(e.context(format!("publishing release {releases}")));
-                }
-                // A reset connection or an overloaded leader: reconnect to whoever leads.
-                let l = leader(&cluster, None).await.context("no leader")?;
-                c = connect(&l.addr).await?;
-            }
+            publish_with_retries(&mut c, &cluster, command)
+                .await
+                .with_context(|| format!("publishing release {releases}"))?;
             next_release += Duration::from_secs(release_every);
         }
         let rss: u64 = cluster
@@ -973,53 +1066,10 @@ async fn agents_bench(
         _ => f64::NAN,
     };
     eprintln!("load generator CPU: {own_cpu:.2} cores");
-    {
-        use std::sync::atomic::Ordering::Relaxed;
-        let (reports, writes) = (
-            metrics.reports_sent.load(Relaxed),
-            metrics.report_writes.load(Relaxed),
-        );
-        let plans = metrics.plans_succeeded.load(Relaxed).max(1);
-        eprintln!(
-            "task reports: {reports} in {writes} writes ({:.2} writes per succeeded plan)",
-            writes as f64 / plans as f64
-        );
-        // The calls an agent makes besides its task reports: every plan fetch that returned
-        // (a plan set changed, or a long poll's wait ran out) and every state report.
-        let (fetches, states) = (
-            metrics.fetches.load(Relaxed),
-            metrics.state_reports.load(Relaxed),
-        );
-        eprintln!(
-            "plan fetches: {fetches} ({:.2} per succeeded plan); state reports: {states} ({:.2} per succeeded plan)",
-            fetches as f64 / plans as f64,
-            states as f64 / plans as f64
-        );
-        // Calls that failed and were retried (after a backoff, or on another node): a delivery
-        // that waited for one shows in the tail.
-        eprintln!(
-            "failed plan fetches: {}; endpoint failovers: {}; report retries: {}",
-            metrics.fetch_errors.load(Relaxed),
-            metrics.endpoint_failovers.load(Relaxed),
-            metrics.report_retries.load(Relaxed)
-        );
-    }
+    print_agent_calls(&metrics);
     let all = metrics.delivery.samples();
     marks.push(all.len());
-    for (i, w) in marks.windows(2).enumerate() {
-        let mut part = all[w[0]..w[1]].to_vec();
-        part.sort_unstable();
-        if let (Some(first), false) = (part.first(), part.is_empty()) {
-            let at = |p: f64| part[((p / 100.0) * (part.len() - 1) as f64).round() as usize];
-            eprintln!(
-                "release {}: {} deliveries, min {first} ms, p50 {} ms, p99 {} ms",
-                i + 1,
-                part.len(),
-                at(50.0),
-                at(99.0)
-            );
-        }
-    }
+    print_release_deliveries(&all, &marks);
     let mut samples = all;
     samples.sort_unstable();
     let pct = |p: f64| {
