@@ -18,6 +18,7 @@ use hub_proto::CreateEnvironmentRequest;
 use tonic::transport::Channel;
 
 use crate::compare::hub::HubCluster;
+use hub_node::cli::dev::NodeEntry;
 
 /// What the run measured.
 #[derive(Debug, Clone)]
@@ -97,6 +98,52 @@ pub fn longest_gap(acks: &mut [Instant], from: Instant, to: Instant) -> (Duratio
     longest
 }
 
+/// Stops node `n` with SIGTERM, restarts it, and waits until it has caught up with the
+/// others of `nodes`; returns when it exited and when it was started again.
+async fn restart_one(
+    hub: &HubCluster,
+    n: &NodeEntry,
+    nodes: &[NodeEntry],
+) -> anyhow::Result<(Instant, Instant)> {
+    let pid = hub
+        .nodes()?
+        .into_iter()
+        .find(|m| m.id == n.id)
+        .context("node left cluster.json")?
+        .pid;
+    // SAFETY: kill(2) on the pid `hubctl dev up` recorded for a node it started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while crate::runner::process::is_alive(pid) {
+        if Instant::now() > deadline {
+            bail!("node {} did not stop within 30 s of SIGTERM", n.id);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let exited = Instant::now();
+    hub.restart(n.id)?;
+    let started = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let others: Vec<u64> = {
+            let mut v = Vec::new();
+            for m in nodes.iter().filter(|m| m.id != n.id) {
+                v.push(hub.applied(&m.addr).await);
+            }
+            v
+        };
+        let want = others.into_iter().max().unwrap_or(0);
+        if want > 0 && hub.applied(&n.addr).await + 64 >= want {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("node {} did not catch up within 60 s of its restart", n.id);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok((exited, started))
+}
+
 /// Starts a 3-node hub in `dir` (mutual TLS), runs `clients` writers, and after `settle`
 /// restarts each node in turn (waiting `settle` between restarts).
 pub async fn run(
@@ -159,43 +206,8 @@ pub async fn run(
         let n = pending.remove(at);
         let n = &n;
         let led = leader == Some(n.id);
-        let pid = hub
-            .nodes()?
-            .into_iter()
-            .find(|m| m.id == n.id)
-            .context("node left cluster.json")?
-            .pid;
         let from = Instant::now();
-        // SAFETY: kill(2) on the pid `hubctl dev up` recorded for a node it started.
-        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while crate::runner::process::is_alive(pid) {
-            if Instant::now() > deadline {
-                bail!("node {} did not stop within 30 s of SIGTERM", n.id);
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let exited = Instant::now();
-        hub.restart(n.id)?;
-        let started = Instant::now();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let others: Vec<u64> = {
-                let mut v = Vec::new();
-                for m in nodes.iter().filter(|m| m.id != n.id) {
-                    v.push(hub.applied(&m.addr).await);
-                }
-                v
-            };
-            let want = others.into_iter().max().unwrap_or(0);
-            if want > 0 && hub.applied(&n.addr).await + 64 >= want {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("node {} did not catch up within 60 s of its restart", n.id);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let (exited, started) = restart_one(&hub, n, &nodes).await?;
         windows.push((n.id, led, from, exited, started, Instant::now()));
         tokio::time::sleep(settle).await;
     }
