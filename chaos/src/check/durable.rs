@@ -67,19 +67,12 @@ struct Write {
     acked: bool,
 }
 
-/// Checks that the values read after healing keep every acknowledged register write.
-///
-/// Rules per key with final reads: all nodes agree; the value was written (by a write that
-/// did not fail); `None` only when no write was acknowledged; and no acknowledged write was
-/// invoked after every write of the final value had completed (it would have overwritten
-/// it). Writes known only from `acked` (no [`RegisterOp`] with the same id) have no times, so
-/// the last rule cannot blame or clear them. The full ordering argument is the
-/// linearizability checker's; this one names the lost writes.
-pub fn acked_writes_durable(
-    ops: &[RegisterOp],
-    acked: &[AckedWrite],
-    final_reads: &[(String, Option<u64>)],
-) -> DurabilityReport {
+/// Every write that may have taken effect, by key: the recorded ones (not failed) with their
+/// times, marked acknowledged from `acked` too, and writes known only from `acked`.
+fn writes_by_key<'a>(
+    ops: &'a [RegisterOp],
+    acked: &'a [AckedWrite],
+) -> BTreeMap<&'a str, Vec<Write>> {
     let mut writes: BTreeMap<&str, Vec<Write>> = BTreeMap::new();
     // Where each recorded write sits in `writes`.
     let mut index: HashMap<u64, (&str, usize)> = HashMap::new();
@@ -122,6 +115,23 @@ pub fn acked_writes_durable(
             }
         }
     }
+    writes
+}
+
+/// Checks that the values read after healing keep every acknowledged register write.
+///
+/// Rules per key with final reads: all nodes agree; the value was written (by a write that
+/// did not fail); `None` only when no write was acknowledged; and no acknowledged write was
+/// invoked after every write of the final value had completed (it would have overwritten
+/// it). Writes known only from `acked` (no [`RegisterOp`] with the same id) have no times, so
+/// the last rule cannot blame or clear them. The full ordering argument is the
+/// linearizability checker's; this one names the lost writes.
+pub fn acked_writes_durable(
+    ops: &[RegisterOp],
+    acked: &[AckedWrite],
+    final_reads: &[(String, Option<u64>)],
+) -> DurabilityReport {
+    let writes = writes_by_key(ops, acked);
     let acknowledged = writes.values().flatten().filter(|w| w.acked).count();
 
     let mut finals: BTreeMap<&str, BTreeSet<Option<u64>>> = BTreeMap::new();

@@ -118,34 +118,32 @@ struct SOp {
     required: bool,
 }
 
+/// Completion of `op`: `u64::MAX` unless it is Ok; an Ok op completing before its invoke
+/// (reported as malformed) counts as completing at its invoke.
+fn ret_of(op: &RegisterOp) -> u64 {
+    match (op.outcome, op.complete_ns) {
+        (Outcome::Ok { .. }, Some(c)) => c.max(op.invoke_ns),
+        _ => u64::MAX,
+    }
+}
+
+/// A key's report decided without the search.
+fn decided(key: &str, ops: &[&RegisterOp], verdict: Verdict) -> KeyReport {
+    KeyReport {
+        key: key.to_string(),
+        verdict,
+        operations: ops.len(),
+        explored: 0,
+    }
+}
+
 /// Checks one key: pre-checks, pruning, then the search.
 fn check_key(key: &str, ops: &[&RegisterOp], opts: &LinOptions) -> (KeyReport, Vec<LinViolation>) {
     // The pruning below holds for reads and writes only.
     if super::cas::has_cas(ops) {
         return super::cas::check_key(key, ops, opts);
     }
-    let mut violations = Vec::new();
-    // Completion of every op; Ok ops completing before invoke are reported, and checked as
-    // if they completed at invoke.
-    let ret_of = |op: &RegisterOp| -> u64 {
-        match (op.outcome, op.complete_ns) {
-            (Outcome::Ok { .. }, Some(c)) => c.max(op.invoke_ns),
-            _ => u64::MAX,
-        }
-    };
-    for op in ops {
-        if let (Outcome::Ok { .. }, Some(c)) = (op.outcome, op.complete_ns) {
-            if c < op.invoke_ns {
-                violations.push(LinViolation::Malformed {
-                    key: key.to_string(),
-                    op: op.id,
-                    invoke_ns: op.invoke_ns,
-                    complete_ns: c,
-                });
-            }
-        }
-    }
-
+    let mut violations = malformed(key, ops);
     // Writers of each value (all non-failed writes: `ops` holds no failed ones).
     let mut writers: HashMap<u64, Vec<usize>> = HashMap::new();
     for (i, op) in ops.iter().enumerate() {
@@ -153,50 +151,114 @@ fn check_key(key: &str, ops: &[&RegisterOp], opts: &LinOptions) -> (KeyReport, V
             writers.entry(value).or_default().push(i);
         }
     }
-    // Earliest completion of an Ok read returning each value. Reads no write explains are
-    // violations on their own; the search is skipped then.
-    let malformed = violations.len();
+    // Reads no write explains are violations on their own; the search is skipped then.
+    let (unexplained, first_read) = read_prechecks(key, ops, &writers);
+    if !unexplained.is_empty() {
+        violations.extend(unexplained);
+        return (decided(key, ops, Verdict::NotLinearizable), violations);
+    }
+    let (sops, values) = search_ops(ops, &writers, &first_read);
+    if opts.zone_precheck {
+        if let Some(conflict) = zone_violation(key, ops, &sops, &values) {
+            violations.push(conflict);
+            return (decided(key, ops, Verdict::NotLinearizable), violations);
+        }
+    }
+    let result = Search::new(&sops, values.len() + 1).run(opts.max_states_per_key);
+    let (verdict, explored) = match result {
+        SearchResult::Linearizable { explored } => (Verdict::Linearizable, explored),
+        SearchResult::Budget { explored } => {
+            violations.push(LinViolation::BudgetExceeded {
+                key: key.to_string(),
+                explored,
+            });
+            (Verdict::Unknown, explored)
+        }
+        SearchResult::NotLinearizable { explored, stuck } => {
+            let op = ops[sops[stuck.op].src];
+            violations.push(LinViolation::NotLinearizable {
+                key: key.to_string(),
+                op: op.id,
+                op_desc: describe(op),
+                linearized: stuck.depth,
+                partial_tail: stuck.tail.iter().map(|&s| ops[sops[s].src].id).collect(),
+                state: value_at(&values, stuck.state),
+                waiting_reads: stuck.waiting.iter().map(|&s| ops[sops[s].src].id).collect(),
+            });
+            (Verdict::NotLinearizable, explored)
+        }
+    };
+    let report = KeyReport {
+        explored,
+        ..decided(key, ops, verdict)
+    };
+    (report, violations)
+}
+
+/// Ok operations that completed before they were invoked (a recording bug).
+fn malformed(key: &str, ops: &[&RegisterOp]) -> Vec<LinViolation> {
+    ops.iter()
+        .filter_map(|op| match (op.outcome, op.complete_ns) {
+            (Outcome::Ok { .. }, Some(c)) if c < op.invoke_ns => Some(LinViolation::Malformed {
+                key: key.to_string(),
+                op: op.id,
+                invoke_ns: op.invoke_ns,
+                complete_ns: c,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Reads that no write explains (a value never written, or read before any write of it was
+/// invoked), and the earliest completion of an Ok read returning each value.
+fn read_prechecks(
+    key: &str,
+    ops: &[&RegisterOp],
+    writers: &HashMap<u64, Vec<usize>>,
+) -> (Vec<LinViolation>, HashMap<u64, u64>) {
+    let mut violations = Vec::new();
     let mut first_read: HashMap<u64, u64> = HashMap::new();
     for op in ops {
-        if let (
+        let (
             OpKind::Read,
             Outcome::Ok {
                 read_value: Some(v),
             },
         ) = (op.kind, op.outcome)
-        {
-            let r = ret_of(op);
-            let ws = writers.get(&v).map(Vec::as_slice).unwrap_or(&[]);
-            if ws.is_empty() {
-                violations.push(LinViolation::UnwrittenValue {
-                    key: key.to_string(),
-                    op: op.id,
-                    value: v,
-                });
-            } else if ws.iter().all(|&w| ops[w].invoke_ns > r) {
-                violations.push(LinViolation::ReadBeforeWrite {
-                    key: key.to_string(),
-                    op: op.id,
-                    value: v,
-                    read_complete_ns: r,
-                    writes: ws.iter().map(|&w| ops[w].id).collect(),
-                });
-            }
-            let e = first_read.entry(v).or_insert(r);
-            *e = (*e).min(r);
-        }
-    }
-    if violations.len() > malformed {
-        let report = KeyReport {
-            key: key.to_string(),
-            verdict: Verdict::NotLinearizable,
-            operations: ops.len(),
-            explored: 0,
+        else {
+            continue;
         };
-        return (report, violations);
+        let r = ret_of(op);
+        let ws = writers.get(&v).map(Vec::as_slice).unwrap_or(&[]);
+        if ws.is_empty() {
+            violations.push(LinViolation::UnwrittenValue {
+                key: key.to_string(),
+                op: op.id,
+                value: v,
+            });
+        } else if ws.iter().all(|&w| ops[w].invoke_ns > r) {
+            violations.push(LinViolation::ReadBeforeWrite {
+                key: key.to_string(),
+                op: op.id,
+                value: v,
+                read_complete_ns: r,
+                writes: ws.iter().map(|&w| ops[w].id).collect(),
+            });
+        }
+        let e = first_read.entry(v).or_insert(r);
+        *e = (*e).min(r);
     }
+    (violations, first_read)
+}
 
-    // Build the search operations, pruning Unknown writes.
+/// The search operations in call order, with Unknown writes pruned, and the values they
+/// name (value index `i > 0` is `values[i - 1]`; 0 is `None`).
+fn search_ops(
+    ops: &[&RegisterOp],
+    writers: &HashMap<u64, Vec<usize>>,
+    first_read: &HashMap<u64, u64>,
+) -> (Vec<SOp>, Vec<u64>) {
     let mut values: Vec<u64> = Vec::new();
     let mut value_index: HashMap<u64, u32> = HashMap::new();
     let mut index_of = |v: Option<u64>| -> u32 {
@@ -252,70 +314,37 @@ fn check_key(key: &str, ops: &[&RegisterOp], opts: &LinOptions) -> (KeyReport, V
         sops.push(sop);
     }
     sops.sort_by_key(|s| (s.call, ops[s.src].id));
+    (sops, values)
+}
 
-    let value_of = |idx: u32| -> Option<u64> {
-        if idx == 0 {
-            None
-        } else {
-            Some(values[idx as usize - 1])
-        }
+/// The value of value index `idx` ([`search_ops`]).
+fn value_at(values: &[u64], idx: u32) -> Option<u64> {
+    (idx > 0).then(|| values[idx as usize - 1])
+}
+
+/// The zone pre-check: two values written once each that must both be current over
+/// overlapping times, as a violation.
+fn zone_violation(
+    key: &str,
+    ops: &[&RegisterOp],
+    sops: &[SOp],
+    values: &[u64],
+) -> Option<LinViolation> {
+    let (held, other) = zone_conflict(sops, values.len() + 1)?;
+    let zone = |z: ZoneAt| Zone {
+        value: value_at(values, z.value),
+        forward: z.forward,
+        start_ns: u64::try_from(z.start).ok(),
+        // Ends are finite: an infinite end never conflicts.
+        end_ns: u64::try_from(z.end).unwrap_or(u64::MAX),
+        start_op: z.start_op.map(|s| ops[sops[s].src].id),
+        end_op: ops[sops[z.end_op].src].id,
     };
-    if opts.zone_precheck {
-        if let Some((held, other)) = zone_conflict(&sops, values.len() + 1) {
-            let zone = |z: ZoneAt| Zone {
-                value: value_of(z.value),
-                forward: z.forward,
-                start_ns: u64::try_from(z.start).ok(),
-                // Ends are finite: an infinite end never conflicts.
-                end_ns: u64::try_from(z.end).unwrap_or(u64::MAX),
-                start_op: z.start_op.map(|s| ops[sops[s].src].id),
-                end_op: ops[sops[z.end_op].src].id,
-            };
-            violations.push(LinViolation::ZoneConflict {
-                key: key.to_string(),
-                held: zone(held),
-                other: zone(other),
-            });
-            let report = KeyReport {
-                key: key.to_string(),
-                verdict: Verdict::NotLinearizable,
-                operations: ops.len(),
-                explored: 0,
-            };
-            return (report, violations);
-        }
-    }
-    let result = Search::new(&sops, values.len() + 1).run(opts.max_states_per_key);
-    let (verdict, explored) = match result {
-        SearchResult::Linearizable { explored } => (Verdict::Linearizable, explored),
-        SearchResult::Budget { explored } => {
-            violations.push(LinViolation::BudgetExceeded {
-                key: key.to_string(),
-                explored,
-            });
-            (Verdict::Unknown, explored)
-        }
-        SearchResult::NotLinearizable { explored, stuck } => {
-            let op = ops[sops[stuck.op].src];
-            violations.push(LinViolation::NotLinearizable {
-                key: key.to_string(),
-                op: op.id,
-                op_desc: describe(op),
-                linearized: stuck.depth,
-                partial_tail: stuck.tail.iter().map(|&s| ops[sops[s].src].id).collect(),
-                state: value_of(stuck.state),
-                waiting_reads: stuck.waiting.iter().map(|&s| ops[sops[s].src].id).collect(),
-            });
-            (Verdict::NotLinearizable, explored)
-        }
-    };
-    let report = KeyReport {
+    Some(LinViolation::ZoneConflict {
         key: key.to_string(),
-        verdict,
-        operations: ops.len(),
-        explored,
-    };
-    (report, violations)
+        held: zone(held),
+        other: zone(other),
+    })
 }
 
 /// A zone in search terms: times as `i128` (`-1`: before everything), ops as search indexes.

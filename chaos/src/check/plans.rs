@@ -125,6 +125,50 @@ fn list(refs: &[ExecRef]) -> String {
         .join(", ")
 }
 
+/// One plan per entity at a time: the spans of each entity's plans (first start to last
+/// end in the agents' logs), swept by start; each overlap is a violation.
+fn overlapping_plans(by_plan: &BTreeMap<&str, Vec<&TaskExecution>>) -> Vec<PlanViolation> {
+    let mut violations = Vec::new();
+    let mut by_entity: BTreeMap<&str, Vec<PlanSpan>> = BTreeMap::new();
+    for (&plan, events) in by_plan {
+        let starts = events.iter().filter(|e| e.state == TaskState::Started);
+        let ends = events.iter().filter(|e| e.state != TaskState::Started);
+        let start = starts.map(|e| e.at_ns).min();
+        let end = ends.map(|e| e.at_ns).max();
+        let start = start.or_else(|| events.iter().map(|e| e.at_ns).min());
+        let end = end.or_else(|| events.iter().map(|e| e.at_ns).max());
+        let (Some(start_ns), Some(end_ns)) = (start, end) else {
+            continue;
+        };
+        // Every plan in `by_plan` has at least one event.
+        let entity = events[0].entity.as_str();
+        by_entity.entry(entity).or_default().push(PlanSpan {
+            plan: plan.to_string(),
+            start_ns,
+            end_ns: end_ns.max(start_ns),
+        });
+    }
+    for (entity, mut spans) in by_entity {
+        spans.sort_by(|a, b| (a.start_ns, a.end_ns, &a.plan).cmp(&(b.start_ns, b.end_ns, &b.plan)));
+        let mut running: Option<&PlanSpan> = None;
+        for s in &spans {
+            if let Some(r) = running {
+                if s.start_ns < r.end_ns {
+                    violations.push(PlanViolation::OverlappingPlans {
+                        entity: entity.to_string(),
+                        first: r.clone(),
+                        second: s.clone(),
+                    });
+                }
+            }
+            if running.is_none_or(|r| s.end_ns > r.end_ns) {
+                running = Some(s);
+            }
+        }
+    }
+    violations
+}
+
 /// Checks the agent task logs `execs` against the hub's `plans` (read after healing).
 pub fn plans_at_most_once(execs: &[TaskExecution], plans: &[HubPlan]) -> PlanReport {
     let mut sorted: Vec<&TaskExecution> = execs.iter().collect();
@@ -193,44 +237,7 @@ pub fn plans_at_most_once(execs: &[TaskExecution], plans: &[HubPlan]) -> PlanRep
         }
     }
 
-    // One plan per entity at a time: sweep the spans of each entity by start.
-    let mut by_entity: BTreeMap<&str, Vec<PlanSpan>> = BTreeMap::new();
-    for (&plan, events) in &by_plan {
-        let starts = events.iter().filter(|e| e.state == TaskState::Started);
-        let ends = events.iter().filter(|e| e.state != TaskState::Started);
-        let start = starts.map(|e| e.at_ns).min();
-        let end = ends.map(|e| e.at_ns).max();
-        let start = start.or_else(|| events.iter().map(|e| e.at_ns).min());
-        let end = end.or_else(|| events.iter().map(|e| e.at_ns).max());
-        let (Some(start_ns), Some(end_ns)) = (start, end) else {
-            continue;
-        };
-        // Every plan in `by_plan` has at least one event.
-        let entity = events[0].entity.as_str();
-        by_entity.entry(entity).or_default().push(PlanSpan {
-            plan: plan.to_string(),
-            start_ns,
-            end_ns: end_ns.max(start_ns),
-        });
-    }
-    for (entity, mut spans) in by_entity {
-        spans.sort_by(|a, b| (a.start_ns, a.end_ns, &a.plan).cmp(&(b.start_ns, b.end_ns, &b.plan)));
-        let mut running: Option<&PlanSpan> = None;
-        for s in &spans {
-            if let Some(r) = running {
-                if s.start_ns < r.end_ns {
-                    report.violations.push(PlanViolation::OverlappingPlans {
-                        entity: entity.to_string(),
-                        first: r.clone(),
-                        second: s.clone(),
-                    });
-                }
-            }
-            if running.is_none_or(|r| s.end_ns > r.end_ns) {
-                running = Some(s);
-            }
-        }
-    }
+    report.violations.extend(overlapping_plans(&by_plan));
     report.ok = report.violations.is_empty();
     report
 }
