@@ -300,6 +300,70 @@ fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
+/// The products, their first releases and the module's first version.
+async fn setup_products(hub: &Hub, progress: &Shared) -> anyhow::Result<()> {
+    for p in [APP_PRODUCT, MOD_PRODUCT] {
+        setup(
+            hub,
+            &format!("product-{p}"),
+            json!({"CreateProduct": {"product_id": p, "description": "chaos"}}),
+        )
+        .await?;
+    }
+    setup(
+        hub,
+        "release-app-1.0.0",
+        json!({"PublishRelease": {"manifest": app_manifest("1.0.0")}}),
+    )
+    .await?;
+    lock(progress).releases.push("1.0.0".into());
+    setup(
+        hub,
+        "release-mod-1.0.0",
+        json!({"PublishRelease": {"manifest": "product-group: com.example\nproduct-name: chaos-mod-svc\nproduct-version: 1.0.0\n"}}),
+    )
+    .await?;
+    setup(
+        hub,
+        "module-0",
+        json!({"PublishModule": {"file_name": format!("{MODULE}.yml"), "yaml": module_yaml(0)}}),
+    )
+    .await?;
+    lock(progress).module_versions += 1;
+    Ok(())
+}
+
+/// One environment per sim agent, with its app entities and the module installed.
+async fn setup_sim_environments(hub: &Hub, agents: usize) -> anyhow::Result<()> {
+    for k in 0..agents {
+        let env = sim_env(k);
+        setup(
+            hub,
+            &format!("env-{env}"),
+            json!({"CreateEnvironment": {"name": env, "description": "chaos rollouts"}}),
+        )
+        .await?;
+        for i in 0..APP_ENTITIES {
+            setup(
+                hub,
+                &format!("entity-{env}-{i}"),
+                json!({"CreateEntity": {"environment": env, "kind": "HelmChart",
+                    "name": format!("app{i}"), "product_id": APP_PRODUCT,
+                    "k8s_namespace": "chaos", "account_id": null, "release_channel": null}}),
+            )
+            .await?;
+        }
+        setup(
+            hub,
+            &format!("install-{env}"),
+            json!({"InstallModule": {"environment": env, "module": MODULE, "version": null,
+                "variables": {}, "actor": "chaos"}}),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 impl Rollouts {
     /// Creates the environments, entities, releases, module and (with `process_agent`) the
     /// demo service and its canary; starts the agents, the driver, the canary and its traffic.
@@ -320,164 +384,11 @@ impl Rollouts {
             cfg: cfg.clone(),
         };
 
-        for p in [APP_PRODUCT, MOD_PRODUCT] {
-            setup(
-                &hub,
-                &format!("product-{p}"),
-                json!({"CreateProduct": {"product_id": p, "description": "chaos"}}),
-            )
-            .await?;
-        }
-        setup(
-            &hub,
-            "release-app-1.0.0",
-            json!({"PublishRelease": {"manifest": app_manifest("1.0.0")}}),
-        )
-        .await?;
-        lock(&this.progress).releases.push("1.0.0".into());
-        setup(
-            &hub,
-            "release-mod-1.0.0",
-            json!({"PublishRelease": {"manifest": "product-group: com.example\nproduct-name: chaos-mod-svc\nproduct-version: 1.0.0\n"}}),
-        )
-        .await?;
-        setup(
-            &hub,
-            "module-0",
-            json!({"PublishModule": {"file_name": format!("{MODULE}.yml"), "yaml": module_yaml(0)}}),
-        )
-        .await?;
-        lock(&this.progress).module_versions += 1;
-        for k in 0..cfg.sim_agents.len() {
-            let env = sim_env(k);
-            setup(
-                &hub,
-                &format!("env-{env}"),
-                json!({"CreateEnvironment": {"name": env, "description": "chaos rollouts"}}),
-            )
-            .await?;
-            for i in 0..APP_ENTITIES {
-                setup(
-                    &hub,
-                    &format!("entity-{env}-{i}"),
-                    json!({"CreateEntity": {"environment": env, "kind": "HelmChart",
-                        "name": format!("app{i}"), "product_id": APP_PRODUCT,
-                        "k8s_namespace": "chaos", "account_id": null, "release_channel": null}}),
-                )
-                .await?;
-            }
-            setup(
-                &hub,
-                &format!("install-{env}"),
-                json!({"InstallModule": {"environment": env, "module": MODULE, "version": null,
-                    "variables": {}, "actor": "chaos"}}),
-            )
-            .await?;
-        }
-        for (k, host) in cfg.sim_agents.iter().enumerate() {
-            this.agents.push(AgentProcess::start(
-                &cfg.bin_dir,
-                host,
-                &sim_env(k),
-                &cfg.agent_endpoints,
-                &cfg.dir,
-                &Driver::Sim {
-                    failure_rate: SIM_FAILURE_RATE,
-                    seed: cfg.seed.wrapping_add(k as u64),
-                    task_ms: 40,
-                },
-            )?);
-        }
-        if let Some(host) = cfg.sim_agents.first() {
-            fleet::setup(&hub, &this.progress).await?;
-            for k in 0..fleet::FLEET_ENVS {
-                this.agents.push(AgentProcess::start(
-                    &cfg.bin_dir,
-                    &AgentHost {
-                        name: format!("fleet-{k}"),
-                        prefix: host.prefix.clone(),
-                    },
-                    &fleet::fleet_env(k),
-                    &cfg.agent_endpoints,
-                    &cfg.dir,
-                    // No scripted failures: a failed plan would halt its release for good,
-                    // and one whose rollback failed too would hold every later release in
-                    // its wave (SPEC C10). Halts come from the driver instead.
-                    &Driver::Sim {
-                        failure_rate: 0.0,
-                        seed: cfg.seed.wrapping_add(1000 + k as u64),
-                        task_ms: fleet::FLEET_TASK_MS,
-                    },
-                )?);
-            }
-        }
-
+        setup_products(&hub, &this.progress).await?;
+        setup_sim_environments(&hub, cfg.sim_agents.len()).await?;
+        this.start_sim_agents(&hub).await?;
         if cfg.process_agent {
-            let port = free_port()?;
-            let registry = cfg.dir.join("registry");
-            let manifest = hub_node::cli::package_demo_service(
-                &cfg.bin_dir.join("demo-service"),
-                &registry,
-                "1.0.0",
-            )?;
-            setup(
-                &hub,
-                "env-canary",
-                json!({"CreateEnvironment": {"name": CANARY_ENV, "description": "chaos canary"}}),
-            )
-            .await?;
-            setup(
-                &hub,
-                "registry-canary",
-                json!({"SetRegistry": {"environment": CANARY_ENV, "name": "local",
-                    "url": format!("file://{}", registry.display()), "hub_access": "expected"}}),
-            )
-            .await?;
-            setup(
-                &hub,
-                "product-demo",
-                json!({"CreateProduct": {"product_id": DEMO_PRODUCT, "description": "demo"}}),
-            )
-            .await?;
-            setup(
-                &hub,
-                "entity-canary",
-                json!({"CreateEntity": {"environment": CANARY_ENV, "kind": "HelmChart",
-                    "name": CANARY_NAME, "product_id": DEMO_PRODUCT, "k8s_namespace": "demo",
-                    "account_id": null, "release_channel": null}}),
-            )
-            .await?;
-            setup(
-                &hub,
-                "config-canary-0",
-                json!({"SetConfigOverrides": {"entity": entity_id(CANARY_ENV, CANARY_NAME),
-                    "version": "0.0.0", "config": canary_config(port, 0, true)}}),
-            )
-            .await?;
-            setup(
-                &hub,
-                "release-demo-1.0.0",
-                json!({"PublishRelease": {"manifest": manifest}}),
-            )
-            .await?;
-            this.agents.push(AgentProcess::start(
-                &cfg.bin_dir,
-                &AgentHost {
-                    name: "process".into(),
-                    prefix: Vec::new(),
-                },
-                CANARY_ENV,
-                &cfg.agent_endpoints,
-                &cfg.dir,
-                &Driver::Process,
-            )?);
-            this.canary = Some(tokio::spawn(canary_loop(
-                hub.clone(),
-                this.progress.clone(),
-                this.stop.clone(),
-                port,
-            )));
-            this.traffic = Some(tokio::spawn(traffic(port, this.stop_traffic.clone())));
+            this.start_canary(&hub).await?;
         }
         this.driver = Some(tokio::spawn(drive(
             hub,
@@ -486,6 +397,177 @@ impl Rollouts {
             cfg.sim_agents.len(),
         )));
         Ok(this)
+    }
+
+    /// A sim agent per sim environment, and (with a sim agent's host) the fleet's agents.
+    async fn start_sim_agents(&mut self, hub: &Hub) -> anyhow::Result<()> {
+        for (k, host) in self.cfg.sim_agents.iter().enumerate() {
+            self.agents.push(AgentProcess::start(
+                &self.cfg.bin_dir,
+                host,
+                &sim_env(k),
+                &self.cfg.agent_endpoints,
+                &self.cfg.dir,
+                &Driver::Sim {
+                    failure_rate: SIM_FAILURE_RATE,
+                    seed: self.cfg.seed.wrapping_add(k as u64),
+                    task_ms: 40,
+                },
+            )?);
+        }
+        if let Some(host) = self.cfg.sim_agents.first() {
+            fleet::setup(hub, &self.progress).await?;
+            for k in 0..fleet::FLEET_ENVS {
+                self.agents.push(AgentProcess::start(
+                    &self.cfg.bin_dir,
+                    &AgentHost {
+                        name: format!("fleet-{k}"),
+                        prefix: host.prefix.clone(),
+                    },
+                    &fleet::fleet_env(k),
+                    &self.cfg.agent_endpoints,
+                    &self.cfg.dir,
+                    // No scripted failures: a failed plan would halt its release for good,
+                    // and one whose rollback failed too would hold every later release in
+                    // its wave (SPEC C10). Halts come from the driver instead.
+                    &Driver::Sim {
+                        failure_rate: 0.0,
+                        seed: self.cfg.seed.wrapping_add(1000 + k as u64),
+                        task_ms: fleet::FLEET_TASK_MS,
+                    },
+                )?);
+            }
+        }
+
+        Ok(())
+    }
+
+    /// The demo service's environment, entity and first release, its process agent, the
+    /// canary loop and its traffic.
+    async fn start_canary(&mut self, hub: &Hub) -> anyhow::Result<()> {
+        let port = free_port()?;
+        let registry = self.cfg.dir.join("registry");
+        let manifest = hub_node::cli::package_demo_service(
+            &self.cfg.bin_dir.join("demo-service"),
+            &registry,
+            "1.0.0",
+        )?;
+        setup(
+            hub,
+            "env-canary",
+            json!({"CreateEnvironment": {"name": CANARY_ENV, "description": "chaos canary"}}),
+        )
+        .await?;
+        setup(
+            hub,
+            "registry-canary",
+            json!({"SetRegistry": {"environment": CANARY_ENV, "name": "local",
+                "url": format!("file://{}", registry.display()), "hub_access": "expected"}}),
+        )
+        .await?;
+        setup(
+            hub,
+            "product-demo",
+            json!({"CreateProduct": {"product_id": DEMO_PRODUCT, "description": "demo"}}),
+        )
+        .await?;
+        setup(
+            hub,
+            "entity-canary",
+            json!({"CreateEntity": {"environment": CANARY_ENV, "kind": "HelmChart",
+                "name": CANARY_NAME, "product_id": DEMO_PRODUCT, "k8s_namespace": "demo",
+                "account_id": null, "release_channel": null}}),
+        )
+        .await?;
+        setup(
+            hub,
+            "config-canary-0",
+            json!({"SetConfigOverrides": {"entity": entity_id(CANARY_ENV, CANARY_NAME),
+                "version": "0.0.0", "config": canary_config(port, 0, true)}}),
+        )
+        .await?;
+        setup(
+            hub,
+            "release-demo-1.0.0",
+            json!({"PublishRelease": {"manifest": manifest}}),
+        )
+        .await?;
+        self.agents.push(AgentProcess::start(
+            &self.cfg.bin_dir,
+            &AgentHost {
+                name: "process".into(),
+                prefix: Vec::new(),
+            },
+            CANARY_ENV,
+            &self.cfg.agent_endpoints,
+            &self.cfg.dir,
+            &Driver::Process,
+        )?);
+        self.canary = Some(tokio::spawn(canary_loop(
+            hub.clone(),
+            self.progress.clone(),
+            self.stop.clone(),
+            port,
+        )));
+        self.traffic = Some(tokio::spawn(traffic(port, self.stop_traffic.clone())));
+        Ok(())
+    }
+
+    /// Approves what is still open and lifts failed-plan suppressions until every rollout is
+    /// terminal, or `deadline` (then a note names those that are not).
+    async fn settle_rollouts(&self, hub: &Hub, deadline: Instant) -> anyhow::Result<Vec<Rollout>> {
+        loop {
+            approve_open(hub, &self.progress, self.cfg.sim_agents.len()).await;
+            lift_suppressions(hub, &self.progress, self.cfg.sim_agents.len()).await;
+            match self.rollouts(hub).await {
+                Ok(r) if r.iter().all(|r| r.terminal) => return Ok(r),
+                Ok(r) if Instant::now() >= deadline => {
+                    lock(&self.progress).notes.push(format!(
+                        "rollouts not terminal after {FINISH_TIMEOUT:?}: {}",
+                        r.iter()
+                            .filter(|r| !r.terminal)
+                            .map(|r| format!("{} ({})", r.id, r.state))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ));
+                    return Ok(r);
+                }
+                Err(e) if Instant::now() >= deadline => {
+                    anyhow::bail!("rollouts: the healed hub does not answer: {e}")
+                }
+                _ => tokio::time::sleep(POLL).await,
+            }
+        }
+    }
+
+    /// Stops every agent (noting one that exited early) and reads their execution logs, in
+    /// time order.
+    fn stop_agents(&mut self) -> Vec<TaskExecution> {
+        for a in &mut self.agents {
+            if !a.is_running() {
+                lock(&self.progress).notes.push(format!(
+                    "agent {} exited before the end (see agent-{}.log)",
+                    a.name, a.name
+                ));
+            }
+            a.stop();
+        }
+        let mut task_executions = Vec::new();
+        for a in &self.agents {
+            let path = a.data_dir.join(hub_agent::execlog::EXEC_LOG_FILE);
+            match hub_agent::execlog::read_lines(&path) {
+                Ok(lines) => task_executions.extend(gather::task_executions(
+                    &a.name,
+                    &lines,
+                    self.epoch_monotonic_ns,
+                )),
+                Err(e) => lock(&self.progress)
+                    .notes
+                    .push(format!("{}: {e}", path.display())),
+            }
+        }
+        task_executions.sort_by_key(|e| e.at_ns);
+        task_executions
     }
 
     /// Stops issuing rollouts: no new release, module version or canary revision (the
@@ -523,29 +605,7 @@ impl Rollouts {
             let _ = t.await;
         }
 
-        // Approve what is still open; wait for every rollout to settle.
-        let rollouts = loop {
-            approve_open(&hub, &self.progress, self.cfg.sim_agents.len()).await;
-            lift_suppressions(&hub, &self.progress, self.cfg.sim_agents.len()).await;
-            match self.rollouts(&hub).await {
-                Ok(r) if r.iter().all(|r| r.terminal) => break r,
-                Ok(r) if Instant::now() >= deadline => {
-                    lock(&self.progress).notes.push(format!(
-                        "rollouts not terminal after {FINISH_TIMEOUT:?}: {}",
-                        r.iter()
-                            .filter(|r| !r.terminal)
-                            .map(|r| format!("{} ({})", r.id, r.state))
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    ));
-                    break r;
-                }
-                Err(e) if Instant::now() >= deadline => {
-                    anyhow::bail!("rollouts: the healed hub does not answer: {e}")
-                }
-                _ => tokio::time::sleep(POLL).await,
-            }
-        };
+        let rollouts = self.settle_rollouts(&hub, deadline).await?;
 
         let fleet = self.fleet(&hub, deadline).await?;
 
@@ -565,30 +625,7 @@ impl Rollouts {
         }
         let hub_plans = hub_plans(&hub, &envs).await?;
 
-        for a in &mut self.agents {
-            if !a.is_running() {
-                lock(&self.progress).notes.push(format!(
-                    "agent {} exited before the end (see agent-{}.log)",
-                    a.name, a.name
-                ));
-            }
-            a.stop();
-        }
-        let mut task_executions = Vec::new();
-        for a in &self.agents {
-            let path = a.data_dir.join(hub_agent::execlog::EXEC_LOG_FILE);
-            match hub_agent::execlog::read_lines(&path) {
-                Ok(lines) => task_executions.extend(gather::task_executions(
-                    &a.name,
-                    &lines,
-                    self.epoch_monotonic_ns,
-                )),
-                Err(e) => lock(&self.progress)
-                    .notes
-                    .push(format!("{}: {e}", path.display())),
-            }
-        }
-        task_executions.sort_by_key(|e| e.at_ns);
+        let task_executions = self.stop_agents();
 
         let progress = lock(&self.progress);
         let mut by_status: BTreeMap<String, usize> = BTreeMap::new();
@@ -993,10 +1030,15 @@ async fn wait_view(
     }
 }
 
-/// Applies the canary once the demo entity runs 1.0.0, then rolls out revisions one after
-/// the other (healthy, faulty, healthy, …) until `stop`.
-async fn canary_loop(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, port: u16) {
-    let entity = entity_id(CANARY_ENV, CANARY_NAME);
+/// Waits until the demo service is installed, applies the canary and waits until it is
+/// initialized; `false` (with a note) when the workload stopped first or the apply was refused.
+async fn canary_ready(
+    hub: &Hub,
+    progress: &Shared,
+    stop: &AtomicBool,
+    entity: &str,
+    port: u16,
+) -> bool {
     // The demo service installed.
     let installed = async {
         loop {
@@ -1015,34 +1057,104 @@ async fn canary_loop(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, port: u1
         }
     };
     if !installed.await {
-        lock(&progress)
+        lock(progress)
             .notes
             .push("the demo service was not installed before the workload stopped".into());
-        return;
+        return false;
     }
     let apply = json!({"ApplyCanary": {"environment": CANARY_ENV, "yaml": canary_yaml(port)}});
     loop {
         match hub.submit(&apply, "chaos-canary-apply").await {
             Ok(_) => break,
             Err(e @ CallError::Refused { .. }) => {
-                lock(&progress)
+                lock(progress)
                     .notes
                     .push(format!("canary apply refused: {e}"));
-                return;
+                return false;
             }
-            Err(CallError::Unavailable(_)) if stop.load(Ordering::Relaxed) => return,
+            Err(CallError::Unavailable(_)) if stop.load(Ordering::Relaxed) => return false,
             Err(CallError::Unavailable(_)) => tokio::time::sleep(POLL).await,
         }
     }
-    if wait_view(&hub, &progress, Some(&stop), REVISION_TIMEOUT, |v| {
+    if wait_view(hub, progress, Some(stop), REVISION_TIMEOUT, |v| {
         v["status"] == "Initialized"
     })
     .await
     .is_none()
     {
-        lock(&progress)
+        lock(progress)
             .notes
             .push("the canary was not initialized before the workload stopped".into());
+        return false;
+    }
+    true
+}
+
+/// Follows canary revision `index` (in `progress.revisions[slot]`): the hub picks it as the
+/// canary's target (other than `before`), then analyses it until it is promoted or rolled
+/// back; the revision's record says how far it got, and a note why when it stalled.
+async fn follow_revision(
+    hub: &Hub,
+    progress: &Shared,
+    slot: usize,
+    before: Option<String>,
+    index: u64,
+    entity: &str,
+) {
+    let update = |f: &dyn Fn(&mut Revision)| f(&mut lock(progress).revisions[slot]);
+    // The hub picks the new revision as the canary's target …
+    let Some(v) = wait_view(hub, progress, None, REVISION_TIMEOUT, |v| {
+        v["target"]["revision"].as_str().is_some()
+            && v["target"]["revision"].as_str().map(String::from) != before
+    })
+    .await
+    else {
+        update(&|r| r.phase = "never targeted".into());
+        let why = stall_diagnosis(hub, entity).await;
+        lock(progress)
+            .notes
+            .push(format!("canary revision {index} never targeted: {why}"));
+        return;
+    };
+    let revision = v["target"]["revision"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    update(&|r| r.revision = Some(revision.clone()));
+    // … and analyses it until it is promoted or rolled back.
+    let settled = wait_view(hub, progress, None, REVISION_TIMEOUT, |v| {
+        let phase = v["status"].as_str().unwrap_or_default();
+        let about = v["status_block"]["lastAppliedSpec"].as_str() == Some(revision.as_str());
+        about && (phase == "Succeeded" || phase == "Failed")
+    })
+    .await;
+    match settled {
+        Some(v) => {
+            let phase = v["status"].as_str().unwrap_or_default().to_string();
+            update(&|r| {
+                r.phase = phase.clone();
+                r.terminal = true;
+            });
+        }
+        None => {
+            let phase = canary_view(hub, progress)
+                .await
+                .and_then(|v| v["status"].as_str().map(String::from))
+                .unwrap_or_else(|| "unknown".into());
+            update(&|r| r.phase = phase.clone());
+            let why = stall_diagnosis(hub, entity).await;
+            lock(progress).notes.push(format!(
+                "canary revision {index} not settled ({phase}): {why}"
+            ));
+        }
+    }
+}
+
+/// Applies the canary once the demo entity runs 1.0.0, then rolls out revisions one after
+/// the other (healthy, faulty, healthy, …) until `stop`.
+async fn canary_loop(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, port: u16) {
+    let entity = entity_id(CANARY_ENV, CANARY_NAME);
+    if !canary_ready(&hub, &progress, &stop, &entity, port).await {
         return;
     }
     let mut index = 1u64;
@@ -1089,54 +1201,7 @@ async fn canary_loop(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, port: u1
             });
             p.revisions.len() - 1
         };
-        let update = |f: &dyn Fn(&mut Revision)| f(&mut lock(&progress).revisions[slot]);
-        // The hub picks the new revision as the canary's target …
-        let Some(v) = wait_view(&hub, &progress, None, REVISION_TIMEOUT, |v| {
-            v["target"]["revision"].as_str().is_some()
-                && v["target"]["revision"].as_str().map(String::from) != before
-        })
-        .await
-        else {
-            update(&|r| r.phase = "never targeted".into());
-            let why = stall_diagnosis(&hub, &entity).await;
-            lock(&progress)
-                .notes
-                .push(format!("canary revision {index} never targeted: {why}"));
-            index += 1;
-            continue;
-        };
-        let revision = v["target"]["revision"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        update(&|r| r.revision = Some(revision.clone()));
-        // … and analyses it until it is promoted or rolled back.
-        let settled = wait_view(&hub, &progress, None, REVISION_TIMEOUT, |v| {
-            let phase = v["status"].as_str().unwrap_or_default();
-            let about = v["status_block"]["lastAppliedSpec"].as_str() == Some(revision.as_str());
-            about && (phase == "Succeeded" || phase == "Failed")
-        })
-        .await;
-        match settled {
-            Some(v) => {
-                let phase = v["status"].as_str().unwrap_or_default().to_string();
-                update(&|r| {
-                    r.phase = phase.clone();
-                    r.terminal = true;
-                });
-            }
-            None => {
-                let phase = canary_view(&hub, &progress)
-                    .await
-                    .and_then(|v| v["status"].as_str().map(String::from))
-                    .unwrap_or_else(|| "unknown".into());
-                update(&|r| r.phase = phase.clone());
-                let why = stall_diagnosis(&hub, &entity).await;
-                lock(&progress).notes.push(format!(
-                    "canary revision {index} not settled ({phase}): {why}"
-                ));
-            }
-        }
+        follow_revision(&hub, &progress, slot, before, index, &entity).await;
         index += 1;
     }
 }
