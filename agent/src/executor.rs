@@ -22,9 +22,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hub_engine::entity::ReportedState;
 use hub_log_limit::{Change, Limits, LogLimiter};
 use hub_proto::EntityState;
+use hub_wire::entity_state::ReportedState;
 use tokio::sync::{Mutex, Notify, Semaphore};
 
 use crate::canary::CanaryRunner;

@@ -29,7 +29,7 @@ pub struct TasksAck {
     pub refused: Vec<Result<RefusedReport, WireError>>,
     /// What it records, as of `recorded_index`, for the entities whose plans the batch names
     /// and which are no longer active ([`wire::recorded`]).
-    pub recorded: Vec<(String, hub_engine::entity::ReportedState)>,
+    pub recorded: Vec<(String, hub_wire::entity_state::ReportedState)>,
     /// The log index `recorded` is read at (0 with none).
     pub recorded_index: u64,
 }

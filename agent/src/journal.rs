@@ -132,11 +132,11 @@ impl ReportedState {
     }
 
     /// The hub's task state.
-    pub fn task_state(self) -> hub_engine::plan::TaskState {
+    pub fn task_state(self) -> hub_wire::plan_state::TaskState {
         match self {
-            ReportedState::Running => hub_engine::plan::TaskState::Running,
-            ReportedState::Succeeded => hub_engine::plan::TaskState::Succeeded,
-            ReportedState::Failed => hub_engine::plan::TaskState::Failed,
+            ReportedState::Running => hub_wire::plan_state::TaskState::Running,
+            ReportedState::Succeeded => hub_wire::plan_state::TaskState::Succeeded,
+            ReportedState::Failed => hub_wire::plan_state::TaskState::Failed,
         }
     }
 }

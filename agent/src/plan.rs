@@ -31,7 +31,7 @@ impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registry")
             .field("name", &self.name)
-            .field("url", &hub_engine::artifact::redact_url(&self.url))
+            .field("url", &hub_wire::url_credentials::redact_url(&self.url))
             .field("ca_pem", &self.ca_pem.as_ref().map(String::len))
             .field("insecure_skip_verify", &self.insecure_skip_verify)
             .finish()
@@ -289,7 +289,7 @@ impl TaskFailure {
 }
 
 /// Reported health of an entity (the hub's own type).
-pub use hub_engine::entity::Health;
+pub use hub_wire::entity_state::Health;
 
 /// What a driver observes of one entity.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

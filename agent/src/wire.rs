@@ -6,11 +6,11 @@
 //! values it does not know): an unknown value, or `UNSPECIFIED` where a value is required,
 //! is a [`WireError`] naming the field, never a panic or a guess.
 
-use hub_engine::command::EntityReport;
-use hub_engine::entity::ReportedState;
-use hub_engine::plan::{PlanStatus, TaskState};
 use hub_proto as wire;
 use hub_proto::{AgentPlan, EntityState, FetchPlansReply, PlanArtifact, ReportTaskRequest};
+use hub_wire::entity_state::EntityReport;
+use hub_wire::entity_state::ReportedState;
+use hub_wire::plan_state::{PlanStatus, TaskState};
 
 use crate::journal::PendingReport;
 use crate::plan::{

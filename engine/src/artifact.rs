@@ -30,6 +30,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use hub_wire::url_credentials::{basic_authorization, redact_url};
+
 /// Longest registry URL or artifact URI accepted, in bytes.
 pub const MAX_URL_LEN: usize = 2048;
 
@@ -405,21 +407,6 @@ impl fmt::Display for ArtifactLocation {
     }
 }
 
-/// `url` with the `user:password@` of its authority removed, if it has one. Works on any
-/// string (validated or not); strings without `://` are returned unchanged.
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_string();
-    };
-    let rest_start = scheme_end + 3;
-    let rest = &url[rest_start..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{}{}", &url[..rest_start], &rest[at + 1..]),
-        None => url.to_string(),
-    }
-}
-
 /// How one artifact of a release resolves against an environment's registries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
@@ -776,58 +763,6 @@ fn check_host_port(shown: &str, host_port: &str) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// The `Authorization` header value for a registry URL's `user:password` (each part
-/// percent-decoded), as HTTP Basic authentication sends it.
-pub fn basic_authorization(userinfo: &str) -> String {
-    let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-    let mut raw = percent_decode(user);
-    raw.push(b':');
-    raw.extend(percent_decode(password));
-    format!("Basic {}", base64(&raw))
-}
-
-/// Decodes `%XX` escapes; malformed escapes are kept verbatim.
-fn percent_decode(text: &str) -> Vec<u8> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    out
-}
-
-/// Standard base64 with padding (RFC 4648).
-fn base64(input: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -1189,31 +1124,6 @@ mod tests {
                 availability
             );
         }
-    }
-
-    #[test]
-    fn basic_authorization_decodes_each_part() {
-        for (input, want) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-            ("user:pass", "dXNlcjpwYXNz"),
-        ] {
-            assert_eq!(base64(input.as_bytes()), want, "{input}");
-        }
-        assert_eq!(percent_decode("a%40b%3Ac"), b"a@b:c");
-        assert_eq!(percent_decode("100%"), b"100%");
-        assert_eq!(percent_decode("%zz%4"), b"%zz%4");
-        assert_eq!(basic_authorization("user:pass"), "Basic dXNlcjpwYXNz");
-        // A ':' escaped in the user name stays part of it.
-        assert_eq!(
-            basic_authorization("a%3Ab:c"),
-            format!("Basic {}", base64(b"a:b:c"))
-        );
     }
 
     /// A self-signed CA certificate (P-256), valid until 2126.

@@ -4,14 +4,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use semver::Version;
-
 use crate::artifact::{ArtifactLocation, Availability};
-use crate::entity::{EntityKind, Health, SecretValue};
+use crate::entity::{EntityKind, SecretValue};
 use crate::feature_level::{FeatureLevel, BASELINE_LEVEL, LEVEL_2};
 use crate::plan::{EmergencyCommand, TaskReport};
 use crate::suppression::Scope;
 use crate::TimestampMs;
+
+pub use hub_wire::entity_state::EntityReport;
 
 /// One Raft entry's payload: a command, the leader's clock when it proposed it, and an optional
 /// idempotency key.
@@ -847,23 +847,6 @@ pub struct TokenRole {
     pub products: BTreeSet<String>,
 }
 
-/// One entity's reported state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EntityReport {
-    /// The entity id.
-    pub entity: String,
-    /// Deployed version, `None` when not installed.
-    pub version: Option<Version>,
-    /// Health.
-    pub health: Health,
-    /// SHA-256 of the applied config text, if known.
-    pub config_sha256: Option<String>,
-    /// The applied secrets revision, if known.
-    pub secrets_revision: Option<u64>,
-    /// Free text (why unhealthy).
-    pub message: String,
-}
-
 /// One entity's state as an agent sampled it, with the plans it reflects
 /// ([`Command::ReportSampledEntityStates`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -876,24 +859,6 @@ pub struct SampledEntityReport {
     /// below the issued index of the entity's plan it listed and the agent has not finished.
     /// `None` (the agent has fetched nothing yet, or is older than this field): skips nothing.
     pub reflects_through: Option<u64>,
-}
-
-impl EntityReport {
-    /// Whether applying this report would change `reported` (a report that changes nothing
-    /// writes no record and fires no trigger). Absent `config_sha256` and `secrets_revision`
-    /// leave the recorded values as they are.
-    pub fn changes(&self, reported: &crate::entity::ReportedState) -> bool {
-        reported.version != self.version
-            || reported.health != self.health
-            || self
-                .config_sha256
-                .as_ref()
-                .is_some_and(|sha| reported.config_sha256.as_ref() != Some(sha))
-            || self
-                .secrets_revision
-                .is_some_and(|rev| reported.secrets_revision != rev)
-            || reported.message != self.message
-    }
 }
 
 impl Command {
@@ -1593,6 +1558,7 @@ pub(crate) use wire_tags;
 mod tests {
     use super::*;
     use crate::entity::{Health, ReportedState};
+    use semver::Version;
 
     #[test]
     fn bincode_writes_the_explicit_tag_and_refuses_an_unknown_one() {

@@ -219,57 +219,7 @@ impl Entity {
     }
 }
 
-/// Reported health (SPEC C10).
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-pub enum Health {
-    /// Nothing reported yet.
-    #[default]
-    Unknown,
-    /// Running and ready.
-    Healthy,
-    /// In error: ordinary plans do not upgrade it.
-    Error,
-}
-
-impl Health {
-    /// Lower-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Health::Unknown => "unknown",
-            Health::Healthy => "healthy",
-            Health::Error => "error",
-        }
-    }
-
-    /// Parses a lower-case name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "unknown" => Health::Unknown,
-            "healthy" => Health::Healthy,
-            "error" => Health::Error,
-            _ => return None,
-        })
-    }
-}
-
-/// What is deployed, as last reported.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReportedState {
-    /// The deployed version; `None` when not installed.
-    pub version: Option<Version>,
-    /// Its health.
-    pub health: Health,
-    /// SHA-256 (hex) of the applied config overrides text.
-    pub config_sha256: Option<String>,
-    /// The applied secrets revision.
-    pub secrets_revision: u64,
-    /// The agent's last message (e.g. why it is unhealthy).
-    pub message: String,
-    /// Entry time of the last report or finished plan.
-    pub reported_at_ms: Option<TimestampMs>,
-}
+pub use hub_wire::entity_state::{Health, ReportedState};
 
 /// A secret's value. Its `Debug` never shows the value, so it cannot leak into logs.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]

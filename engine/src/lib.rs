@@ -154,8 +154,8 @@ mod tables;
 pub mod token;
 pub mod window;
 pub mod window_exception;
-pub mod yaml_budget;
-pub mod yaml_error;
+pub use hub_wire::yaml_budget;
+pub use hub_wire::yaml_error;
 
 pub use command::{Command, CommandOutput, Request};
 pub use entity::{Entity, EntityId, EntityKind};

@@ -187,7 +187,7 @@ impl HttpClient {
         match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result,
             Err(_) => Err(HttpError::new(
-                hub_engine::artifact::redact_url(url),
+                hub_wire::url_credentials::redact_url(url),
                 ErrorKind::Timeout(timeout),
             )),
         }

@@ -47,7 +47,7 @@ pub fn endpoint(
 /// parser would take for the start of a fragment or a query).
 fn shown(address: &str) -> String {
     let Some((scheme, rest)) = address.split_once("://") else {
-        return hub_engine::artifact::redact_url(address);
+        return hub_wire::url_credentials::redact_url(address);
     };
     let authority_end = rest.find('/').unwrap_or(rest.len());
     match rest[..authority_end].rfind('@') {

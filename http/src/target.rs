@@ -32,7 +32,7 @@ impl fmt::Debug for Target {
 impl Target {
     /// Parses `url`: `http` or `https` only. Errors name the URL without its credentials.
     pub(crate) fn parse(url: &str) -> Result<Self, HttpError> {
-        let shown_input = hub_engine::artifact::redact_url(url);
+        let shown_input = hub_wire::url_credentials::redact_url(url);
         let mut parsed = Url::parse(url).map_err(|e| {
             HttpError::new(shown_input.clone(), ErrorKind::MalformedUrl(e.to_string()))
         })?;
@@ -49,7 +49,7 @@ impl Target {
             None
         } else {
             let userinfo = format!("{}:{}", parsed.username(), parsed.password().unwrap_or(""));
-            let value = hub_engine::artifact::basic_authorization(&userinfo);
+            let value = hub_wire::url_credentials::basic_authorization(&userinfo);
             // Base64 text is always a valid header value.
             let mut value = HeaderValue::from_str(&value).map_err(|_| {
                 HttpError::new(

@@ -158,7 +158,7 @@ async fn credentials_become_basic_auth_and_never_appear() {
     assert_eq!(get(&client, &url).await.unwrap().status, StatusCode::OK);
     assert_eq!(
         seen.lock().unwrap()[0].1.as_deref(),
-        Some(hub_engine::artifact::basic_authorization("user:p%40ss").as_str())
+        Some(hub_wire::url_credentials::basic_authorization("user:p%40ss").as_str())
     );
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -195,7 +195,7 @@ async fn authorization_stays_on_its_host_across_redirects() {
     .await;
     let client = client(&Trust::SystemRoots);
     let base = format!("http://user:pass@{}", srv.addr());
-    let basic = hub_engine::artifact::basic_authorization("user:pass");
+    let basic = hub_wire::url_credentials::basic_authorization("user:pass");
 
     let answer = get(&client, &format!("{base}/same")).await.unwrap();
     assert_eq!(&answer.body[..], b"here");

@@ -143,6 +143,7 @@ fn no_crate_has_a_module_cycle() {
     let root = repo_root();
     for krate in [
         "engine",
+        "wire",
         "node",
         "agent",
         "raft-store",
@@ -266,6 +267,7 @@ fn no_long_function_without_a_reason() {
     let mut found = Vec::new();
     for (name, code) in non_test_code(&[
         "engine",
+        "wire",
         "node",
         "agent",
         "raft-store",
@@ -343,4 +345,24 @@ fn a_decision_on_words_is_found() {
         vec![1, 3],
         "{found:?}"
     );
+}
+
+/// The agent carries none of the hub's engine (issue 54 item 5): what both sides share lives
+/// in `hub-wire`, so neither the agent nor the HTTP client it uses depends on `hub-engine`.
+#[test]
+fn the_agent_does_not_depend_on_the_engine() {
+    let root = repo_root();
+    for krate in ["agent", "http", "wire"] {
+        let manifest = std::fs::read_to_string(root.join(krate).join("Cargo.toml"))
+            .expect("readable manifest");
+        let dependencies = manifest
+            .split("[dependencies]")
+            .nth(1)
+            .and_then(|rest| rest.split("\n[").next())
+            .expect("a [dependencies] table");
+        assert!(
+            !dependencies.contains("hub-engine"),
+            "{krate}/Cargo.toml depends on hub-engine"
+        );
+    }
 }

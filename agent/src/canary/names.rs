@@ -106,7 +106,7 @@ impl WorkloadIds {
 /// becomes `port: N`. `what` names the config in errors (e.g. `primary workload config of
 /// revision 1a2b…`).
 pub fn config_with_port(what: &str, config: &str, port: u16) -> Result<String, CanaryError> {
-    use hub_engine::yaml_budget::{check, Document, YamlRefusal};
+    use hub_wire::yaml_budget::{check, Document, YamlRefusal};
     use serde_yaml_ng::{Mapping, Value};
     let refused = |why: String| CanaryError::Config {
         what: what.to_string(),

@@ -3,8 +3,8 @@
 //! the canary's and the primary's requests over each window. The hub keeps those of judged
 //! metrics and its statistical judges compare them.
 
-use hub_engine::canary::{FAILURE_VALUE, MILLI, SUCCESS_VALUE};
 use hub_proto::{CanaryHistogram, CanaryHistogramBin, CanarySampleWindow, CanaryWorkloadSamples};
+use hub_wire::canary_units::{FAILURE_VALUE, MILLI, SUCCESS_VALUE};
 
 use crate::proxy::WindowStats;
 

@@ -23,10 +23,7 @@ pub const MAX_BINS: usize = 128;
 pub const MAX_BIN_TOTAL: u64 = 1 << 32;
 /// Most sample windows in one report of one canary: one per metric window the agent measures.
 pub const MAX_SAMPLE_WINDOWS: usize = super::rollout::MAX_WINDOWS;
-/// The value of a successful request in a success histogram (100 %, in thousandths).
-pub const SUCCESS_VALUE: i64 = 100_000;
-/// The value of a failed (5xx) request in a success histogram.
-pub const FAILURE_VALUE: i64 = 0;
+pub use hub_wire::canary_units::{FAILURE_VALUE, SUCCESS_VALUE};
 
 /// One histogram bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

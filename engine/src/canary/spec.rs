@@ -27,8 +27,7 @@ pub const DEFAULT_WEBHOOK_TIMEOUT_MS: i64 = 10_000;
 pub const DEFAULT_METRIC_INTERVAL_MS: i64 = 60_000;
 /// All traffic, in percent: primary weight + canary weight.
 pub const TOTAL_WEIGHT: u8 = 100;
-/// Fixed-point scale of metric values and thresholds: a value `v` is stored as `v * 1000`.
-pub const MILLI: i64 = 1_000;
+pub use hub_wire::canary_units::MILLI;
 
 /// A validated canary resource.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

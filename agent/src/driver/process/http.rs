@@ -22,7 +22,7 @@ use hub_http::{
 };
 
 /// `url` with the `user:password@` of its authority removed.
-pub use hub_engine::artifact::redact_url as redact;
+pub use hub_wire::url_credentials::redact_url as redact;
 
 /// `User-Agent` of every request the agent sends.
 pub const USER_AGENT: &str = concat!("hub-agent/", env!("CARGO_PKG_VERSION"));

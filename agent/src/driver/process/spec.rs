@@ -205,7 +205,7 @@ pub fn substitute(s: &str, vars: &Vars) -> String {
 /// Validates the plan's config text (a YAML mapping; empty text is an empty mapping) and
 /// returns its top-level integer `port`, if any. Errors are validation errors.
 pub fn parse_config(text: &str) -> Result<Option<u16>, Vec<String>> {
-    use hub_engine::yaml_budget::{check, Document, YamlRefusal};
+    use hub_wire::yaml_budget::{check, Document, YamlRefusal};
     let value: serde_yaml_ng::Value = match check(Document::ConfigOverrides, text) {
         Ok(checked) => checked.parse(),
         Err(YamlRefusal::Syntax(e)) => Err(e),

@@ -1,6 +1,7 @@
 //! Errors of YAML documents operators write (canary resources, module definitions; SPEC S3):
 //! each names the YAML path of the offending field (`spec.analysis.stepWeights[2]`) and, when
-//! known, its line and column. Shared by [`crate::canary`] and [`crate::module`].
+//! known, its line and column. Shared by `hub-engine`'s parsers (canary resources, module
+//! definitions, rollout policies) and the agent's (process specs, canary names).
 
 use std::fmt;
 
@@ -101,7 +102,7 @@ impl YamlErrors {
     }
 
     /// Mutable access for locating errors after the fact.
-    pub(crate) fn iter_mut(&mut self) -> std::slice::IterMut<'_, YamlError> {
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, YamlError> {
         self.0.iter_mut()
     }
 }
@@ -131,7 +132,7 @@ impl std::error::Error for YamlErrors {}
 /// A serde_yaml_ng error as a [`YamlError`]: the location kept, the path serde prefixes
 /// its message with moved to `path`, and the field of "unknown field `x`" / "missing field
 /// `x`" / "duplicate field `x`" appended to it.
-pub(crate) fn from_serde(err: &serde_yaml_ng::Error) -> YamlError {
+pub fn from_serde(err: &serde_yaml_ng::Error) -> YamlError {
     let mut message = err.to_string();
     let location = err.location();
     if let Some(l) = &location {
@@ -168,7 +169,7 @@ pub(crate) fn from_serde(err: &serde_yaml_ng::Error) -> YamlError {
 }
 
 /// Debug-quotes operator input for a message, cut short when long.
-pub(crate) fn quote(s: &str) -> String {
+pub fn quote(s: &str) -> String {
     const MAX: usize = 64;
     let count = s.chars().count();
     if count <= MAX {
@@ -222,7 +223,7 @@ impl YamlShape {
 /// [`MAX_NODES_PER_BYTE`] nodes per input byte (plus a small allowance): a document that
 /// expands further is refused as an alias bomb. Texts reach it only through
 /// [`crate::yaml_budget::CheckedYaml::shape`], after their budget was checked.
-pub(crate) fn yaml_shape(text: &str) -> Result<YamlShape, serde_yaml_ng::Error> {
+pub fn yaml_shape(text: &str) -> Result<YamlShape, serde_yaml_ng::Error> {
     use serde::de::Deserializer;
     let budget = (text.len() as u64)
         .saturating_mul(MAX_NODES_PER_BYTE)
