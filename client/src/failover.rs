@@ -80,7 +80,8 @@ fn next_after(s: &Status) -> Next {
             Refusal::NoLeader
             | Refusal::NoQuorum
             | Refusal::NotCaughtUp
-            | Refusal::CallerNotAMember,
+            | Refusal::CallerNotAMember
+            | Refusal::FeatureLevelTooLow,
         ) => Next::Answer,
         Some(Refusal::CutOff) => Next::TryAnotherAndWait,
         Some(Refusal::Stopping | Refusal::NodeNotAMember) => Next::TryAnother,
@@ -222,7 +223,8 @@ mod tests {
             Refusal::NoLeader
             | Refusal::NoQuorum
             | Refusal::NotCaughtUp
-            | Refusal::CallerNotAMember => Next::Answer,
+            | Refusal::CallerNotAMember
+            | Refusal::FeatureLevelTooLow => Next::Answer,
             Refusal::CutOff => Next::TryAnotherAndWait,
             Refusal::Stopping | Refusal::NodeNotAMember => Next::TryAnother,
         };

@@ -998,7 +998,10 @@ impl HubNode {
             status.feature_level,
             &status.version,
         )
-        .map_err(|why| Status::failed_precondition(format!("node {id} at {addr} {why}")))?;
+        .map_err(|why| {
+            hub_proto::refusal::Refusal::FeatureLevelTooLow
+                .status(format!("node {id} at {addr} {why}"))
+        })?;
         Ok(())
     }
 

@@ -10,8 +10,11 @@ pub fn command_status(e: &CommandError) -> Status {
         CommandError::InvalidField { .. } => Status::invalid_argument(msg),
         CommandError::AlreadyExists { .. } => Status::already_exists(msg),
         CommandError::NotFound { .. } => Status::not_found(msg),
-        CommandError::FailedPrecondition(_) | CommandError::FeatureLevelTooLow { .. } => {
-            Status::failed_precondition(msg)
+        CommandError::FailedPrecondition(_) => Status::failed_precondition(msg),
+        // Typed: a client (and the upgrade test) tells "upgrade every node first" from any
+        // other refusal without reading the message.
+        CommandError::FeatureLevelTooLow { .. } => {
+            hub_proto::refusal::Refusal::FeatureLevelTooLow.status(msg)
         }
         CommandError::PermissionDenied(_) => Status::permission_denied(msg),
     }

@@ -33,11 +33,15 @@ pub enum Refusal {
     /// The answering node is not a member of the cluster: the leader refuses its calls, so it
     /// cannot serve them; another node can.
     NodeNotAMember,
+    /// The cluster does not run the feature level the call needs yet: a command of a newer
+    /// release before every member runs it, or a node of an older release asking to join a
+    /// cluster at a level it lacks. Every node answers the same until the upgrade is done.
+    FeatureLevelTooLow,
 }
 
 impl Refusal {
     /// Every refusal, for tests and tables.
-    pub const ALL: [Refusal; 7] = [
+    pub const ALL: [Refusal; 8] = [
         Refusal::NoLeader,
         Refusal::NoQuorum,
         Refusal::CutOff,
@@ -45,6 +49,7 @@ impl Refusal {
         Refusal::Stopping,
         Refusal::CallerNotAMember,
         Refusal::NodeNotAMember,
+        Refusal::FeatureLevelTooLow,
     ];
 
     /// Its value of [`KEY`] (stable across releases: `not-a-member` is what nodes sent before
@@ -58,6 +63,7 @@ impl Refusal {
             Refusal::Stopping => "stopping",
             Refusal::CallerNotAMember => "not-a-member",
             Refusal::NodeNotAMember => "node-not-a-member",
+            Refusal::FeatureLevelTooLow => "feature-level-too-low",
         }
     }
 
@@ -65,6 +71,7 @@ impl Refusal {
     pub const fn code(self) -> Code {
         match self {
             Refusal::CallerNotAMember => Code::PermissionDenied,
+            Refusal::FeatureLevelTooLow => Code::FailedPrecondition,
             Refusal::NoLeader
             | Refusal::NoQuorum
             | Refusal::CutOff

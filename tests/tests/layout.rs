@@ -307,10 +307,12 @@ fn a_long_function_is_found_unless_reasoned() {
 /// with `starts_with`, `contains` or `==`): what a caller does next must come from a typed
 /// refusal (`hub_proto::refusal`), not from a message a person may reword.
 fn message_decisions(code: &str) -> Vec<(usize, String)> {
-    const READS: [&str; 3] = [
+    const READS: [&str; 5] = [
         "message().starts_with(",
         "message().contains(",
         "message() ==",
+        "message.starts_with(",
+        "message.contains(",
     ];
     code.lines()
         .enumerate()
@@ -338,11 +340,12 @@ fn no_decision_reads_the_words_of_an_error() {
 #[test]
 fn a_decision_on_words_is_found() {
     let code = "if s.message().starts_with(\"cut off\") {}\n// s.message().contains(\"x\")\n\
-                let ok = status.message() == \"no leader\";\n";
+                let ok = status.message() == \"no leader\";\n\
+                Refused { message, .. } if message.contains(\"already exists\") => {}\n";
     let found = message_decisions(code);
     assert_eq!(
         found.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        vec![1, 3],
+        vec![1, 3, 4],
         "{found:?}"
     );
 }

@@ -15,8 +15,12 @@ use serde::{Deserialize, Serialize};
 pub enum GateProbe {
     /// Refused, with the node's message.
     Refused {
-        /// The status message.
+        /// The status message (for people: the checker never reads it).
         message: String,
+        /// Whether the refusal was the typed "the cluster's feature level is too low"
+        /// (`hub_proto::refusal::Refusal::FeatureLevelTooLow`, or `hubctl`'s exit status 75).
+        #[serde(default)]
+        feature_level_too_low: bool,
     },
     /// Applied.
     Accepted,
@@ -32,7 +36,7 @@ impl std::fmt::Display for GateProbe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let short = |m: &str| m.chars().take(100).collect::<String>();
         match self {
-            GateProbe::Refused { message } => write!(f, "refused: {}", short(message)),
+            GateProbe::Refused { message, .. } => write!(f, "refused: {}", short(message)),
             GateProbe::Accepted => f.write_str("accepted"),
             GateProbe::NoAnswer { error } => write!(f, "no answer: {}", short(error)),
         }
@@ -95,13 +99,6 @@ pub struct UpgradeReport {
     pub violations: Vec<String>,
 }
 
-/// The refusal a new node's gate gives (`hub_engine::CommandError::FeatureLevelTooLow`).
-const GATE_REFUSAL: &str = "upgrade every node first";
-
-/// The refusal of a node below the cluster's level that asks to join
-/// (`hub_node::cluster_level::check_joining`).
-const JOIN_REFUSAL: &str = "upgrade its hub-node first";
-
 /// Checks the upgrade of a run, if it had one.
 pub fn upgrade_gated(history: Option<&UpgradeHistory>) -> UpgradeReport {
     let Some(h) = history else {
@@ -122,9 +119,10 @@ pub fn upgrade_gated(history: Option<&UpgradeHistory>) -> UpgradeReport {
     }
     for s in &h.steps {
         match &s.gate {
-            GateProbe::Refused { message }
-                if s.probed_upgraded && !message.contains(GATE_REFUSAL) =>
-            {
+            GateProbe::Refused {
+                message,
+                feature_level_too_low: false,
+            } if s.probed_upgraded => {
                 violations.push(format!(
                     "before node {} was upgraded, an upgraded node refused the new command \
                      for another reason than the gate: {message}",
@@ -159,7 +157,10 @@ pub fn upgrade_gated(history: Option<&UpgradeHistory>) -> UpgradeReport {
                 ));
             }
             match &a.previous_release_join {
-                GateProbe::Refused { message } if message.contains(JOIN_REFUSAL) => {}
+                GateProbe::Refused {
+                    feature_level_too_low: true,
+                    ..
+                } => {}
                 other => violations.push(format!(
                     "a node of {} asked to join the cluster at the new level: {other} (it must \
                      be refused: it could not apply the log)",
@@ -183,6 +184,15 @@ mod tests {
     fn refused(message: &str) -> GateProbe {
         GateProbe::Refused {
             message: message.into(),
+            feature_level_too_low: false,
+        }
+    }
+
+    /// The typed refusal; its words do not matter.
+    fn too_low() -> GateProbe {
+        GateProbe::Refused {
+            message: "reworded: any words at all".into(),
+            feature_level_too_low: true,
         }
     }
 
@@ -197,22 +207,18 @@ mod tests {
     }
 
     fn good() -> UpgradeHistory {
-        let gate = "the cluster runs feature level 1; revoke_certificates needs 2: upgrade every node first";
         UpgradeHistory {
             from: "hub-node 0.3.0".into(),
             nodes: vec![1, 2, 3],
             steps: vec![
                 step(1, refused("invalid command: unknown variant"), false),
-                step(2, refused(gate), true),
-                step(3, refused(gate), true),
+                step(2, too_low(), true),
+                step(3, too_low(), true),
             ],
             after: Some(AfterUpgrade {
                 level_raised_ms: Some(900),
                 command: GateProbe::Accepted,
-                previous_release_join: refused(
-                    "node 4 at 127.0.0.1:4 runs release \"0.3.0\" (feature level 1); the \
-                     cluster runs feature level 2: upgrade its hub-node first",
-                ),
+                previous_release_join: too_low(),
             }),
         }
     }
@@ -252,5 +258,23 @@ mod tests {
         h.after = None;
         let r = upgrade_gated(Some(&h));
         assert!(r.violations.iter().any(|v| v.contains("never upgraded")));
+    }
+
+    /// The checker judges the typed refusal, never the words: the gate's or the join's
+    /// words without the typed refusal are another reason.
+    #[test]
+    fn the_words_of_a_refusal_are_not_the_gate() {
+        let mut h = good();
+        h.steps[1].gate = refused("upgrade every node first");
+        if let Some(a) = h.after.as_mut() {
+            a.previous_release_join = refused("upgrade its hub-node first");
+        }
+        let r = upgrade_gated(Some(&h));
+        let all = r.violations.join("\n");
+        assert!(all.contains("for another reason than the gate"), "{all}");
+        assert!(
+            all.contains("asked to join the cluster at the new level"),
+            "{all}"
+        );
     }
 }

@@ -14,6 +14,16 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::process::is_alive;
 
+/// Why `hubctl dev add-node` failed.
+#[derive(Debug, Clone)]
+pub struct AddNodeFailed {
+    /// What `hubctl` said (for people).
+    pub message: String,
+    /// Whether the hub refused the node as below the cluster's feature level (`hubctl`'s
+    /// exit status [`hub_node::cli::EXIT_FEATURE_LEVEL_TOO_LOW`]).
+    pub feature_level_too_low: bool,
+}
+
 /// The cluster the runner drives: its directory, whose PKI (`dev up` makes one) gives the
 /// runner its admin certificate and every agent it starts a certificate of its environment.
 /// A runner process drives exactly one cluster, so this is set once, when it starts.
@@ -217,7 +227,7 @@ impl Cluster {
     /// Starts a node of the previous release (`--upgrade-from`) with the next unused id and
     /// asks the cluster to add it, on loopback: its id, or why `hubctl dev add-node` failed
     /// (the node is then stopped and its id never used again).
-    pub fn add_previous_release_node(&mut self) -> anyhow::Result<Result<u64, String>> {
+    pub fn add_previous_release_node(&mut self) -> anyhow::Result<Result<u64, AddNodeFailed>> {
         let (bin, _) = self.previous.as_ref().context("no --upgrade-from")?;
         let mut cmd = Command::new(&self.hubctl);
         cmd.env("HUB_NODE_BIN", bin);
@@ -230,7 +240,7 @@ impl Cluster {
         // A node added during the run runs this build.
         let cmd = self.dev_for(None);
         self.run_add_node(cmd, place)
-            .map_err(|e| anyhow::anyhow!("add a node: {e}"))
+            .map_err(|e| anyhow::anyhow!("add a node: {}", e.message))
     }
 
     /// `hubctl dev add-node` with `cmd`'s environment: the new node's id, or why it failed.
@@ -238,23 +248,31 @@ impl Cluster {
         &self,
         mut cmd: Command,
         place: Option<(String, String)>,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, AddNodeFailed> {
         cmd.args(["dev", "add-node", "--data-dir"]).arg(&self.dir);
         if let Some((host, netns)) = place {
             cmd.args(["--host", &host, "--netns", &netns]);
         }
+        let failed = |message: String| AddNodeFailed {
+            message,
+            feature_level_too_low: false,
+        };
         let out = cmd
             .args(["-o", "json"])
             .output()
-            .map_err(|e| format!("run {}: {e}", self.hubctl.display()))?;
+            .map_err(|e| failed(format!("run {}: {e}", self.hubctl.display())))?;
         if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+            return Err(AddNodeFailed {
+                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                feature_level_too_low: out.status.code()
+                    == Some(hub_node::cli::EXIT_FEATURE_LEVEL_TOO_LOW),
+            });
         }
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .map_err(|_| "hubctl dev add-node printed no JSON".to_string())?;
+            .map_err(|_| failed("hubctl dev add-node printed no JSON".to_string()))?;
         v["id"]
             .as_u64()
-            .ok_or_else(|| "hubctl dev add-node printed no id".to_string())
+            .ok_or_else(|| failed("hubctl dev add-node printed no id".to_string()))
     }
 
     /// Removes node `id` from the cluster; stops it unless `keep_running`.

@@ -407,7 +407,10 @@ async fn after_upgrade(cluster: &mut Cluster) -> anyhow::Result<crate::check::Af
                 tokio::task::block_in_place(|| cluster.remove_node(id, false))?;
                 crate::check::GateProbe::Accepted
             }
-            Err(message) => crate::check::GateProbe::Refused { message },
+            Err(failed) => crate::check::GateProbe::Refused {
+                message: failed.message,
+                feature_level_too_low: failed.feature_level_too_low,
+            },
         };
     Ok(crate::check::AfterUpgrade {
         level_raised_ms: raised.map(|d| d.as_millis() as u64),

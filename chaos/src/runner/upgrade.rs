@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use hub_engine::feature_level::SUPPORTED_LEVEL;
+use hub_proto::refusal::Refusal;
 use hub_proto::SubmitRequest;
 
 use super::cluster::{connect, Cluster};
@@ -52,6 +53,7 @@ pub async fn probe(addr: &str, probe: u64) -> GateProbe {
         }
         Err(s) => GateProbe::Refused {
             message: s.message().to_string(),
+            feature_level_too_low: Refusal::of(&s) == Some(Refusal::FeatureLevelTooLow),
         },
     }
 }

@@ -459,16 +459,34 @@ pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:740
 /// it, since no later run would be let in. Any other failure exits 1.
 pub const EXIT_CREDENTIALS_REFUSED: i32 = 77;
 
+/// `hubctl`'s exit status when the cluster does not run the feature level the call needs yet
+/// (the typed refusal `feature-level-too-low`: a command of a newer release before every node
+/// runs it, or a node of an older release asking to join): 75, sysexits' `EX_TEMPFAIL`, as
+/// the same call succeeds once the upgrade is done.
+pub const EXIT_FEATURE_LEVEL_TOO_LOW: i32 = 75;
+
 /// The exit status for `hubctl`'s error `e`.
 pub fn exit_code(e: &anyhow::Error) -> i32 {
+    let status = |cause: &(dyn std::error::Error + 'static)| match cause
+        .downcast_ref::<::hub_client::ClientError>()
+    {
+        Some(::hub_client::ClientError::Status(s)) => Some(s.clone()),
+        _ => None,
+    };
     let refused = e.chain().any(|cause| {
-        matches!(
-            cause.downcast_ref::<::hub_client::ClientError>(),
-            Some(::hub_client::ClientError::Status(s)) if s.code() == tonic::Code::Unauthenticated
-        ) || cause.downcast_ref::<watch::CredentialsRefused>().is_some()
+        status(cause).is_some_and(|s| s.code() == tonic::Code::Unauthenticated)
+            || cause.downcast_ref::<watch::CredentialsRefused>().is_some()
+    });
+    let too_low = e.chain().any(|cause| {
+        status(cause).is_some_and(|s| {
+            hub_proto::refusal::Refusal::of(&s)
+                == Some(hub_proto::refusal::Refusal::FeatureLevelTooLow)
+        })
     });
     if refused {
         EXIT_CREDENTIALS_REFUSED
+    } else if too_low {
+        EXIT_FEATURE_LEVEL_TOO_LOW
     } else {
         1
     }

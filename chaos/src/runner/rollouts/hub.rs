@@ -38,10 +38,10 @@ pub enum CallError {
 }
 
 impl CallError {
-    /// Whether the hub refused because the thing exists already.
+    /// Whether the hub refused because the thing exists already: by the refusal's code,
+    /// never its words.
     pub fn already_exists(&self) -> bool {
-        matches!(self, CallError::Refused { code, message }
-            if *code == Code::AlreadyExists || message.contains("already exists"))
+        matches!(self, CallError::Refused { code, .. } if *code == Code::AlreadyExists)
     }
 }
 
