@@ -10,12 +10,14 @@ use hub_engine::State;
 use serde_json::{json, Value};
 
 use hub_client::answer::{
-    ApprovalPoliciesAnswer, ApproverGroupsAnswer, ArtifactView, ChangeRequestView,
-    ChangeRequestsAnswer, ClusterSettingsAnswer, ConstraintView, Explanation, FailureView,
-    IssuedView, LastExecution, MeetsConstraints, MetricProviderView, MetricTemplateView,
-    MetricTemplatesAnswer, PlanView, PlansAnswer, ProposedChange, RegistryRef, ResolvedEntity,
-    RevokedCertificateView, RevokedCertificatesAnswer, SuppressionView, SuppressionsAnswer,
-    TaskView, WindowExceptionsAnswer,
+    ActivityAnswer, ActivityEntry, ApprovalPoliciesAnswer, ApproverGroupsAnswer, ArtifactView,
+    ChangeRequestView, ChangeRequestsAnswer, ChannelView, ChannelsAnswer, ClusterSettingsAnswer,
+    ConstraintView, EntityView, Explanation, FailureView, IssuedView, LastExecution,
+    MeetsConstraints, MetricProviderView, MetricTemplateView, MetricTemplatesAnswer, PlanView,
+    PlansAnswer, ProductView, ProductsAnswer, ProposedChange, RecallView, RecallsAnswer,
+    RegistryRef, ReleaseView, ReleasesAnswer, ReportedView, ResolvedEntity, RevokedCertificateView,
+    RevokedCertificatesAnswer, SuppressionView, SuppressionsAnswer, TaskView,
+    WindowExceptionsAnswer, WindowOverrideView,
 };
 pub use hub_client::query::Query;
 
@@ -290,11 +292,6 @@ pub fn resolve_entity(state: &State, reference: &str) -> Result<String, QueryErr
     }
 }
 
-fn opt_version(v: &Option<semver::Version>) -> Value {
-    v.as_ref()
-        .map_or(Value::Null, |v| Value::String(v.to_string()))
-}
-
 fn time(t: Option<i64>) -> Value {
     t.map_or(Value::Null, |t| Value::String(format_time(t)))
 }
@@ -462,36 +459,7 @@ pub fn answer(
             let e = state
                 .entity(&id)
                 .ok_or_else(|| QueryError::NotFound(format!("entity {id} not found")))?;
-            json!({
-                "id": e.id.0,
-                "environment": e.environment,
-                "kind": e.kind.as_str(),
-                "name": e.name,
-                "product_id": e.product_id,
-                "k8s_namespace": e.k8s_namespace,
-                "account_id": e.account_id,
-                "release_channel": e.release_channel,
-                "dependency_groups": e.dependency_groups,
-                "ignored_dependencies": e.ignored_dependencies,
-                "maintenance_window": e.maintenance_window.as_ref().map(|w| w.to_string()),
-                "window_overrides": e.window_overrides.iter().map(|o| json!({
-                    "id": o.id, "start": time(Some(o.start_ms)), "end": time(Some(o.end_ms)), "reason": o.reason,
-                })).collect::<Vec<_>>(),
-                "config_overrides": e.config_overrides.iter().map(|(v, c)| (v.to_string(), c.clone())).collect::<std::collections::BTreeMap<_, _>>(),
-                "secrets": e.secrets.keys().collect::<Vec<_>>(),
-                "secrets_revision": e.secrets_revision,
-                "marked_for_uninstall": e.marked_for_uninstall,
-                "owner_module": e.owner_module,
-                "insecure_registries": insecure_registries(state, &e.environment),
-                "reported": {
-                    "version": opt_version(&e.reported.version),
-                    "health": e.reported.health.as_str(),
-                    "config_sha256": e.reported.config_sha256,
-                    "secrets_revision": e.reported.secrets_revision,
-                    "message": e.reported.message,
-                    "at": time(e.reported.reported_at_ms),
-                },
-            })
+            to_json(&entity_view(state, e))?
         }
         Query::Explain { entity } => {
             let id = resolve_entity(state, entity)?;
@@ -501,19 +469,7 @@ pub fn answer(
                 .ok_or_else(|| QueryError::NotFound(format!("entity {id} not found")))?;
             to_json(&explain_view(state, history, &eval)?)?
         }
-        Query::Activity { entity } => {
-            let id = resolve_entity(state, entity)?;
-            let entries: Vec<Value> = history
-                .activity_lines(&id, hub_engine::activity::ACTIVITY_KEPT)
-                .map_err(|e| {
-                    tracing::error!(entity = %id, error = %e, "reading stored activity");
-                    QueryError::Internal(format!("reading the activity of {id} failed on this node"))
-                })?
-                .iter()
-                .map(|e| json!({"time": format_time(e.time_ms), "index": e.index, "kind": e.kind, "message": e.message}))
-                .collect();
-            json!({ "entity": id, "entries": entries })
-        }
+        Query::Activity { entity } => to_json(&activity_view(state, history, entity)?)?,
         Query::Plans {
             environment,
             entity,
@@ -538,59 +494,31 @@ pub fn answer(
             };
             to_json(&plan_view(&p, true))?
         }
-        Query::Products => json!({ "products": state.products().map(|p| json!({
-            "id": p.id, "description": p.description,
-            "maintenance_window": p.maintenance_window.as_ref().map(|w| w.to_string()),
-            "releases": state.releases_desc(&p.id).count(),
-        })).collect::<Vec<_>>() }),
-        Query::Releases { product } => {
-            let products: Vec<String> = match product {
-                Some(p) => {
-                    if state.product(p).is_none() {
-                        return Err(QueryError::NotFound(format!("product {p:?} not found")));
-                    }
-                    vec![p.clone()]
-                }
-                None => state.products().map(|p| p.id.clone()).collect(),
-            };
-            let mut out = Vec::new();
-            for p in products {
-                for r in state.releases_desc(&p) {
-                    let mut channels: Vec<String> =
-                        hub_engine::release::builtin_channels_for(&r.version)
-                            .iter()
-                            .map(|c| c.to_string())
-                            .collect();
-                    channels.extend(r.custom_channels.iter().cloned());
-                    out.push(json!({
-                        "product": r.product_id,
-                        "version": r.version.to_string(),
-                        "channels": channels,
-                        "recalled": state.recall_covering(&r.product_id, &r.version).map(|x| x.id.clone()),
-                        "artifacts": r.artifacts.iter().map(|a| json!({"uri": a.uri, "sha256": a.sha256})).collect::<Vec<_>>(),
-                        "dependencies": r.dependencies.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
-                        "published": format_time(r.published_at_ms),
-                    }));
-                }
-            }
-            json!({ "releases": out })
-        }
-        Query::Channels => {
-            let mut channels: Vec<Value> = hub_engine::release::BUILTIN_CHANNELS
-                .iter()
-                .map(|c| json!({"name": c, "builtin": true, "description": "built in"}))
-                .collect();
-            channels.extend(
-                state.channels().map(
-                    |c| json!({"name": c.name, "builtin": false, "description": c.description}),
-                ),
-            );
-            json!({ "channels": channels })
-        }
-        Query::Recalls => json!({ "recalls": state.recalls().map(|r| json!({
-            "id": r.id, "product": r.product_id, "versions": r.range_text(), "reason": r.reason,
-            "created": format_time(r.created_at_ms),
-        })).collect::<Vec<_>>() }),
+        Query::Products => to_json(&ProductsAnswer {
+            products: state
+                .products()
+                .map(|p| ProductView {
+                    description: p.description.clone(),
+                    id: p.id.clone(),
+                    maintenance_window: p.maintenance_window.as_ref().map(ToString::to_string),
+                    releases: state.releases_desc(&p.id).count(),
+                })
+                .collect(),
+        })?,
+        Query::Releases { product } => to_json(&releases_view(state, product.as_deref())?)?,
+        Query::Channels => to_json(&channels_view(state))?,
+        Query::Recalls => to_json(&RecallsAnswer {
+            recalls: state
+                .recalls()
+                .map(|r| RecallView {
+                    created: format_time(r.created_at_ms),
+                    id: r.id.clone(),
+                    product: r.product_id.clone(),
+                    reason: r.reason.clone(),
+                    versions: r.range_text(),
+                })
+                .collect(),
+        })?,
         Query::Suppressions { environment } => to_json(&SuppressionsAnswer {
             suppressions: state
                 .suppressions()
@@ -1204,6 +1132,148 @@ fn change_request_view(
         reason: c.reason.clone(),
         status: c.status.as_str().to_string(),
         to_version: c.to_version.to_string(),
+    }
+}
+
+/// `entity`: one entity's settings and reported state (its secrets' names and revision,
+/// never a value).
+fn entity_view(state: &State, e: &hub_engine::entity::Entity) -> EntityView {
+    let r = &e.reported;
+    EntityView {
+        account_id: e.account_id.clone(),
+        config_overrides: e
+            .config_overrides
+            .iter()
+            .map(|(v, c)| (v.to_string(), c.clone()))
+            .collect(),
+        dependency_groups: e.dependency_groups.iter().cloned().collect(),
+        environment: e.environment.clone(),
+        id: e.id.0.clone(),
+        ignored_dependencies: e.ignored_dependencies.iter().cloned().collect(),
+        insecure_registries: insecure_registries(state, &e.environment),
+        k8s_namespace: e.k8s_namespace.clone(),
+        kind: e.kind.as_str().to_string(),
+        maintenance_window: e.maintenance_window.as_ref().map(ToString::to_string),
+        marked_for_uninstall: e.marked_for_uninstall,
+        name: e.name.clone(),
+        owner_module: e.owner_module.clone(),
+        product_id: e.product_id.clone(),
+        release_channel: e.release_channel.clone(),
+        reported: ReportedView {
+            at: r.reported_at_ms.map(format_time),
+            config_sha256: r.config_sha256.clone(),
+            health: r.health.as_str().to_string(),
+            message: r.message.clone(),
+            secrets_revision: r.secrets_revision,
+            version: r.version.as_ref().map(ToString::to_string),
+        },
+        secrets: e.secrets.keys().cloned().collect(),
+        secrets_revision: e.secrets_revision,
+        window_overrides: e
+            .window_overrides
+            .iter()
+            .map(window_override_view)
+            .collect(),
+    }
+}
+
+/// A maintenance-window override (of an environment or an entity).
+fn window_override_view(o: &hub_engine::settings::WindowOverride) -> WindowOverrideView {
+    WindowOverrideView {
+        end: format_time(o.end_ms),
+        id: o.id.clone(),
+        reason: o.reason.clone(),
+        start: format_time(o.start_ms),
+    }
+}
+
+/// `activity`: an entity's newest activity lines, read from history; a storage failure is
+/// logged and answered as an internal error.
+fn activity_view(
+    state: &State,
+    history: &raft_store::History,
+    entity: &str,
+) -> Result<ActivityAnswer, QueryError> {
+    let id = resolve_entity(state, entity)?;
+    let entries = history
+        .activity_lines(&id, hub_engine::activity::ACTIVITY_KEPT)
+        .map_err(|e| {
+            tracing::error!(entity = %id, error = %e, "reading stored activity");
+            QueryError::Internal(format!("reading the activity of {id} failed on this node"))
+        })?
+        .into_iter()
+        .map(|e| ActivityEntry {
+            index: e.index,
+            kind: e.kind,
+            message: e.message,
+            time: format_time(e.time_ms),
+        })
+        .collect();
+    Ok(ActivityAnswer {
+        entity: id,
+        entries,
+    })
+}
+
+/// `releases`: the releases of `product` (every product when `None`), each product's newest
+/// first.
+fn releases_view(state: &State, product: Option<&str>) -> Result<ReleasesAnswer, QueryError> {
+    let products: Vec<String> = match product {
+        Some(p) => {
+            if state.product(p).is_none() {
+                return Err(QueryError::NotFound(format!("product {p:?} not found")));
+            }
+            vec![p.to_string()]
+        }
+        None => state.products().map(|p| p.id.clone()).collect(),
+    };
+    let mut releases = Vec::new();
+    for p in products {
+        for r in state.releases_desc(&p) {
+            let mut channels: Vec<String> = hub_engine::release::builtin_channels_for(&r.version)
+                .iter()
+                .map(|c| c.to_string())
+                .collect();
+            channels.extend(r.custom_channels.iter().cloned());
+            releases.push(ReleaseView {
+                artifacts: r
+                    .artifacts
+                    .iter()
+                    .map(|a| ArtifactView {
+                        sha256: a.sha256.clone(),
+                        uri: a.uri.clone(),
+                    })
+                    .collect(),
+                channels,
+                dependencies: r.dependencies.iter().map(ToString::to_string).collect(),
+                product: r.product_id.clone(),
+                published: format_time(r.published_at_ms),
+                recalled: state
+                    .recall_covering(&r.product_id, &r.version)
+                    .map(|x| x.id.clone()),
+                version: r.version.to_string(),
+            });
+        }
+    }
+    Ok(ReleasesAnswer { releases })
+}
+
+/// `channels`: the built-in release channels, then the custom ones.
+fn channels_view(state: &State) -> ChannelsAnswer {
+    let builtin = hub_engine::release::BUILTIN_CHANNELS
+        .iter()
+        .map(|c| ChannelView {
+            builtin: true,
+            description: "built in".to_string(),
+            name: c.to_string(),
+        });
+    let custom = state.channels().map(|c| ChannelView {
+        builtin: false,
+        description: c.description.clone(),
+        name: c.name.clone(),
+    });
+    ChannelsAnswer {
+        channels: builtin.chain(custom).collect(),
     }
 }
 
