@@ -11,12 +11,14 @@ use serde_json::{json, Value};
 
 use hub_client::answer::{
     ActivityAnswer, ActivityEntry, ApprovalPoliciesAnswer, ApproverGroupsAnswer, ArtifactView,
-    ChangeRequestView, ChangeRequestsAnswer, ChannelView, ChannelsAnswer, ClusterSettingsAnswer,
-    ConstraintView, EntityView, Explanation, FailureView, IssuedView, LastExecution,
-    MeetsConstraints, MetricProviderView, MetricTemplateView, MetricTemplatesAnswer, PlanView,
-    PlansAnswer, ProductView, ProductsAnswer, ProposedChange, RecallView, RecallsAnswer,
-    RegistryRef, ReleaseView, ReleasesAnswer, ReportedView, ResolvedEntity, RevokedCertificateView,
-    RevokedCertificatesAnswer, SuppressionView, SuppressionsAnswer, TaskView,
+    AuditAnswer, AuditEntryView, ChangeRequestView, ChangeRequestsAnswer, ChannelView,
+    ChannelsAnswer, ClusterSettingsAnswer, ConstraintView, EntityView, EnvironmentLabelsAnswer,
+    EnvironmentLabelsView, EnvironmentSettingsView, Explanation, FailureView, IssuedView,
+    LastExecution, MeetsConstraints, MetricProviderView, MetricTemplateView, MetricTemplatesAnswer,
+    PlanView, PlansAnswer, ProductView, ProductsAnswer, ProposedChange, RecallView, RecallsAnswer,
+    RegistryRef, RegistryView, ReleaseView, ReleasesAnswer, ReportedView, ResolvedEntity,
+    RevokedCertificateView, RevokedCertificatesAnswer, RoleBindingView, RoleBindingsAnswer,
+    SuppressionView, SuppressionsAnswer, TaskView, TokenRoleView, TokenView, TokensAnswer,
     WindowExceptionsAnswer, WindowOverrideView,
 };
 pub use hub_client::query::Query;
@@ -190,31 +192,34 @@ impl AuditRow<'_> {
     /// The row as the `audit` query shows it. Every text is shown with its control
     /// characters escaped ([`crate::text::escape_controls`]): a refused write's target is
     /// whatever the caller wrote, and a newline in it must not print as a second row.
-    fn view(&self) -> Value {
+    fn view(&self) -> AuditEntryView {
         use crate::text::escape_controls as esc;
-        use hub_engine::audit::WriteOutcome;
+        use hub_engine::audit::{AuthMethod, WriteOutcome};
         let (w, l) = (self.write, self.entry);
         let (outcome, error) = match w.map(|w| &w.outcome) {
             Some(WriteOutcome::Refused(e)) => ("refused", esc(&e.to_string()).into_owned()),
             Some(WriteOutcome::Applied) | None => ("applied", String::new()),
         };
         let time_ms = self.time_ms();
-        json!({
-            "index": self.index,
-            "time": format_time(time_ms),
-            "time_ms": time_ms,
-            "actor": self.actor().map(|a| esc(&a).into_owned()),
-            "method": w.map(|w| match w.method {
-                hub_engine::audit::AuthMethod::Certificate => "certificate",
-                hub_engine::audit::AuthMethod::Token => "token",
+        AuditEntryView {
+            action: self.action().map(|a| esc(a).into_owned()),
+            actor: self.actor().map(|a| esc(&a).into_owned()),
+            command: w.map(|w| esc(&w.command).into_owned()),
+            error,
+            index: self.index,
+            method: w.map(|w| {
+                match w.method {
+                    AuthMethod::Certificate => "certificate",
+                    AuthMethod::Token => "token",
+                }
+                .to_string()
             }),
-            "command": w.map(|w| esc(&w.command)),
-            "action": self.action().map(esc),
-            "target": self.target().map(esc),
-            "outcome": outcome,
-            "error": error,
-            "reason": l.map(|l| esc(&l.reason)).unwrap_or_default(),
-        })
+            outcome: outcome.to_string(),
+            reason: l.map(|l| esc(&l.reason).into_owned()).unwrap_or_default(),
+            target: self.target().map(|t| esc(t).into_owned()),
+            time: format_time(time_ms),
+            time_ms,
+        }
     }
 }
 
@@ -539,26 +544,7 @@ pub fn answer(
                 .collect(),
         })?,
         Query::EnvironmentSettings { environment } => {
-            let env = state.environment(environment).ok_or_else(|| {
-                QueryError::NotFound(format!("environment {environment:?} not found"))
-            })?;
-            let s = &env.settings;
-            json!({
-                "environment": env.name,
-                "maintenance_window": s.maintenance_window.as_ref().map(|w| w.to_string()),
-                "registries": s.registries.iter().map(|r| json!({
-                    "name": r.name, "url": hub_engine::artifact::redact_url(&r.url), "hub_access": r.hub_access.as_str(),
-                    "tls": r.tls.label(), "insecure_skip_verify": r.tls.skips_verification(),
-                })).collect::<Vec<_>>(),
-                "suppress_deployment_after_num_autosuppressions": s.autosuppression_threshold,
-                "auto_suppression_ms": s.auto_suppression_ms,
-                "override_product_maintenance_windows": s.override_product_maintenance_windows,
-                "require_maintenance_windows_for_no_downtime_recalled_release_roll_offs": s.require_windows_for_recall_roll_offs,
-                "window_overrides": env.window_overrides.iter().map(|o| json!({
-                    "id": o.id, "start": time(Some(o.start_ms)), "end": time(Some(o.end_ms)), "reason": o.reason,
-                })).collect::<Vec<_>>(),
-                "autosuppressed_entities": state.autosuppressed_count(&env.name, now),
-            })
+            to_json(&environment_settings_view(state, environment, now)?)?
         }
         Query::Audit {
             limit,
@@ -568,31 +554,36 @@ pub fn answer(
             since_ms,
         } => {
             let log = state.audit_log();
-            let rows: Vec<Value> = audit_rows(state)
-                .filter(|r| {
-                    r.wanted(
-                        actor.as_deref(),
-                        environment.as_deref(),
-                        kind.as_deref(),
-                        *since_ms,
-                    )
-                })
-                .take(limit.unwrap_or(100).min(10_000))
-                .map(|r| r.view())
-                .collect();
-            json!({ "audit": rows, "retention": log.retention, "dropped": log.dropped })
+            to_json(&AuditAnswer {
+                audit: audit_rows(state)
+                    .filter(|r| {
+                        r.wanted(
+                            actor.as_deref(),
+                            environment.as_deref(),
+                            kind.as_deref(),
+                            *since_ms,
+                        )
+                    })
+                    .take(limit.unwrap_or(100).min(10_000))
+                    .map(|r| r.view())
+                    .collect(),
+                dropped: log.dropped,
+                retention: log.retention,
+            })?
         }
-        Query::RoleBindings => json!({ "bindings": state
-            .role_bindings()
-            .map(|b| json!({
-                "identity": b.identity.to_string(),
-                "role": b.role.as_str(),
-                "environments": b.environments,
-                "products": b.products,
-                "bound": format_time(b.bound_ms),
-                "bound_by": b.bound_by,
-            }))
-            .collect::<Vec<_>>() }),
+        Query::RoleBindings => to_json(&RoleBindingsAnswer {
+            bindings: state
+                .role_bindings()
+                .map(|b| RoleBindingView {
+                    bound: format_time(b.bound_ms),
+                    bound_by: b.bound_by.clone(),
+                    environments: b.environments.iter().cloned().collect(),
+                    identity: b.identity.to_string(),
+                    products: b.products.iter().cloned().collect(),
+                    role: b.role.as_str().to_string(),
+                })
+                .collect(),
+        })?,
         Query::RevokedCertificates => to_json(&RevokedCertificatesAnswer {
             certificates: state
                 .revoked_certificates()
@@ -609,28 +600,7 @@ pub fn answer(
         Query::ClusterSettings => to_json(&ClusterSettingsAnswer {
             canary_config_tracking: state.cluster_settings().canary_config_tracking,
         })?,
-        Query::Tokens => json!({ "tokens": state
-            .tokens()
-            .map(|t| {
-                let roles: Vec<Value> = state
-                    .bindings_of(&t.identity())
-                    .map(|b| json!({
-                        "role": b.role.as_str(),
-                        "environments": b.environments,
-                        "products": b.products,
-                    }))
-                    .collect();
-                json!({
-                    "name": t.name,
-                    "identity": t.identity().to_string(),
-                    "created": format_time(t.created_ms),
-                    "created_by": t.created_by,
-                    "expires": t.expires_ms.map(format_time),
-                    "expired": t.is_expired(now),
-                    "roles": roles,
-                })
-            })
-            .collect::<Vec<_>>() }),
+        Query::Tokens => to_json(&tokens_view(state, now))?,
         Query::Modules => modules_view(state),
         Query::Module { name, version } => {
             let m = match version {
@@ -717,12 +687,15 @@ pub fn answer(
             }
             v
         }
-        Query::EnvironmentLabels => json!({
-            "environments": state.environments().map(|e| json!({
-                "environment": e.name,
-                "labels": state.environment_labels(&e.name),
-            })).collect::<Vec<_>>()
-        }),
+        Query::EnvironmentLabels => to_json(&EnvironmentLabelsAnswer {
+            environments: state
+                .environments()
+                .map(|e| EnvironmentLabelsView {
+                    environment: e.name.clone(),
+                    labels: state.environment_labels(&e.name).clone(),
+                })
+                .collect(),
+        })?,
         Query::RolloutPolicies => json!({
             "policies": state.rollout_policies().map(|p| rollout_policy_view(p, false)).collect::<Vec<_>>()
         }),
@@ -1277,6 +1250,71 @@ fn channels_view(state: &State) -> ChannelsAnswer {
     }
 }
 
+/// `environment_settings`: one environment's settings (its registries' addresses without
+/// credentials), window overrides and how many of its entities are auto-suppressed at `now`.
+fn environment_settings_view(
+    state: &State,
+    environment: &str,
+    now: i64,
+) -> Result<EnvironmentSettingsView, QueryError> {
+    let env = state
+        .environment(environment)
+        .ok_or_else(|| QueryError::NotFound(format!("environment {environment:?} not found")))?;
+    let s = &env.settings;
+    Ok(EnvironmentSettingsView {
+        auto_suppression_ms: s.auto_suppression_ms,
+        autosuppressed_entities: state.autosuppressed_count(&env.name, now),
+        environment: env.name.clone(),
+        maintenance_window: s.maintenance_window.as_ref().map(ToString::to_string),
+        override_product_maintenance_windows: s.override_product_maintenance_windows,
+        registries: s
+            .registries
+            .iter()
+            .map(|r| RegistryView {
+                hub_access: r.hub_access.as_str().to_string(),
+                insecure_skip_verify: r.tls.skips_verification(),
+                name: r.name.clone(),
+                tls: r.tls.label(),
+                url: hub_engine::artifact::redact_url(&r.url),
+            })
+            .collect(),
+        require_maintenance_windows_for_no_downtime_recalled_release_roll_offs: s
+            .require_windows_for_recall_roll_offs,
+        suppress_deployment_after_num_autosuppressions: s.autosuppression_threshold,
+        window_overrides: env
+            .window_overrides
+            .iter()
+            .map(window_override_view)
+            .collect(),
+    })
+}
+
+/// `tokens`: every operator token with the roles bound to its identity (never its secret or
+/// hash); `expired` as of `now`.
+fn tokens_view(state: &State, now: i64) -> TokensAnswer {
+    TokensAnswer {
+        tokens: state
+            .tokens()
+            .map(|t| TokenView {
+                created: format_time(t.created_ms),
+                created_by: t.created_by.clone(),
+                expired: t.is_expired(now),
+                expires: t.expires_ms.map(format_time),
+                identity: t.identity().to_string(),
+                name: t.name.clone(),
+                roles: state
+                    .bindings_of(&t.identity())
+                    .map(|b| TokenRoleView {
+                        environments: b.environments.iter().cloned().collect(),
+                        products: b.products.iter().cloned().collect(),
+                        role: b.role.as_str().to_string(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
 /// The registries of `environment` whose certificates are not verified
 /// (`insecure-skip-verify`), which `hubctl` shows in red wherever an entity is shown.
 fn insecure_registries(state: &State, environment: &str) -> Vec<RegistryRef> {
@@ -1398,20 +1436,18 @@ mod tests {
             1,
         );
         assert!(applied.result.is_err(), "{:?}", applied.result);
-        let rows: Vec<Value> = audit_rows(&state)
+        let rows: Vec<AuditEntryView> = audit_rows(&state)
             .filter(|r| r.wanted(Some("operator/vic"), Some(env), Some("CreateEntity"), None))
             .map(|r| r.view())
             .collect();
         assert_eq!(rows.len(), 1, "{rows:?}");
-        let shown = rows[0].to_string();
-        for text in [&rows[0]["target"], &rows[0]["error"]] {
-            let text = text.as_str().expect("text");
+        let shown = format!("{:?}", rows[0]);
+        let target = rows[0].target.as_deref().expect("target");
+        for text in [target, &rows[0].error] {
             assert!(!text.contains(|c: char| c.is_control()), "{text:?}");
         }
         assert!(
-            rows[0]["target"]
-                .as_str()
-                .is_some_and(|t| t.contains("x\\n9999") && t.contains("\\u{1b}[2K")),
+            target.contains("x\\n9999") && target.contains("\\u{1b}[2K"),
             "{shown}"
         );
         assert_eq!(
