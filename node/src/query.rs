@@ -13,13 +13,15 @@ use hub_client::answer::{
     ActivityAnswer, ActivityEntry, ApprovalPoliciesAnswer, ApproverGroupsAnswer, ArtifactView,
     AuditAnswer, AuditEntryView, ChangeRequestView, ChangeRequestsAnswer, ChannelView,
     ChannelsAnswer, ClusterSettingsAnswer, ConstraintView, EntityView, EnvironmentLabelsAnswer,
-    EnvironmentLabelsView, EnvironmentSettingsView, Explanation, FailureView, IssuedView,
-    LastExecution, MeetsConstraints, MetricProviderView, MetricTemplateView, MetricTemplatesAnswer,
-    PlanView, PlansAnswer, ProductView, ProductsAnswer, ProposedChange, RecallView, RecallsAnswer,
-    RegistryRef, RegistryView, ReleaseView, ReleasesAnswer, ReportedView, ResolvedEntity,
-    RevokedCertificateView, RevokedCertificatesAnswer, RoleBindingView, RoleBindingsAnswer,
-    SuppressionView, SuppressionsAnswer, TaskView, TokenRoleView, TokenView, TokensAnswer,
-    WindowExceptionsAnswer, WindowOverrideView,
+    EnvironmentLabelsView, EnvironmentSettingsView, Explanation, FailureView,
+    InstallationEntityView, IssuedView, LastExecution, MeetsConstraints, MetricProviderView,
+    MetricTemplateView, MetricTemplatesAnswer, ModuleDryRunAnswer, ModuleEntityView,
+    ModuleInstallationDetail, ModuleInstallationView, ModuleInstallationsAnswer, ModuleSummaryView,
+    ModuleView, ModulesAnswer, PlanView, PlansAnswer, ProductView, ProductsAnswer, ProposedChange,
+    RecallView, RecallsAnswer, RegistryRef, RegistryView, ReleaseView, ReleasesAnswer,
+    ReportedView, ResolvedEntity, RevokedCertificateView, RevokedCertificatesAnswer,
+    RoleBindingView, RoleBindingsAnswer, SuppressionView, SuppressionsAnswer, TaskView,
+    TokenRoleView, TokenView, TokensAnswer, WindowExceptionsAnswer, WindowOverrideView,
 };
 pub use hub_client::query::Query;
 
@@ -601,7 +603,7 @@ pub fn answer(
             canary_config_tracking: state.cluster_settings().canary_config_tracking,
         })?,
         Query::Tokens => to_json(&tokens_view(state, now))?,
-        Query::Modules => modules_view(state),
+        Query::Modules => to_json(&modules_view(state))?,
         Query::Module { name, version } => {
             let m = match version {
                 Some(v) => {
@@ -612,45 +614,27 @@ pub fn answer(
                 None => state.latest_module(name),
             }
             .ok_or_else(|| QueryError::NotFound(format!("module {name:?} not found")))?;
-            let d = &m.definition;
-            json!({
-                "name": m.name, "version": m.version.to_string(),
-                "published": format_time(m.published_ms),
-                "display_name": d.display_name, "description": d.description,
-                "variables": d.variables.keys().collect::<Vec<_>>(),
-                "entities": d.entities.iter().map(|e| json!({
-                    "kind": e.kind.as_str(), "product_id": e.product_id, "name": e.name_template(),
-                })).collect::<Vec<_>>(),
-                "submodules": d.submodules.iter().map(|s| format!("{}@{}", s.name, s.version)).collect::<Vec<_>>(),
-                "new_installations_allowed": d.restrictions.new_installations_allowed,
-                "allow_entity_overrides": d.restrictions.allow_entity_overrides,
-                "yaml": m.yaml,
-            })
+            to_json(&module_view(m))?
         }
-        Query::ModuleDryRun { file_name, yaml } => {
-            dry_run_view(state.prepare_module_publish(file_name.as_deref(), yaml))?
-        }
+        Query::ModuleDryRun { file_name, yaml } => to_json(&dry_run_view(
+            state.prepare_module_publish(file_name.as_deref(), yaml),
+        )?)?,
         Query::ModuleInstallations {
             environment,
             module,
-        } => json!({ "installations": state
-            .installations()
-            .filter(|i| environment.as_ref().is_none_or(|e| *e == i.environment))
-            .filter(|i| module.as_ref().is_none_or(|m| *m == i.module))
-            .map(|i| installation_view(state, i))
-            .collect::<Vec<_>>() }),
+        } => to_json(&ModuleInstallationsAnswer {
+            installations: state
+                .installations()
+                .filter(|i| environment.as_ref().is_none_or(|e| *e == i.environment))
+                .filter(|i| module.as_ref().is_none_or(|m| *m == i.module))
+                .map(|i| installation_view(state, i))
+                .collect(),
+        })?,
         Query::ModuleInstallation { id } => {
             let i = state.installation(id).ok_or_else(|| {
                 QueryError::NotFound(format!("module installation {id:?} not found"))
             })?;
-            let mut v = installation_view(state, i);
-            v["variables"] = json!(i.variables);
-            v["entities"] = json!(i.entities.iter().map(|(id, m)| json!({
-                "id": id, "sync": m.sync_mode.as_str(), "source": m.source_module,
-                "secret_requirements": m.secret_requirements.keys().collect::<Vec<_>>(),
-                "marked_for_uninstall": state.entity(id).is_some_and(|e| e.marked_for_uninstall),
-            })).collect::<Vec<_>>());
-            v
+            to_json(&installation_detail(state, i))?
         }
         Query::ChangeRequests { installation, open } => to_json(&ChangeRequestsAnswer {
             change_requests: state
@@ -803,7 +787,9 @@ pub fn answer_shared(
     let s = shared.read();
     let value = match (query, parsed) {
         (Query::ModuleDryRun { file_name, .. }, Parsed::Module(parsed)) => {
-            dry_run_view(parsed.and_then(|p| s.state.check_parsed_module(p, file_name.as_deref())))?
+            to_json(&dry_run_view(parsed.and_then(|p| {
+                s.state.check_parsed_module(p, file_name.as_deref())
+            }))?)?
         }
         (query, _) => answer(&s.state, history, query, now, checker)?,
     };
@@ -816,12 +802,15 @@ fn dry_run_view(
         (hub_engine::module::ModuleDefinition, semver::Version),
         hub_engine::CommandError,
     >,
-) -> Result<Value, QueryError> {
+) -> Result<ModuleDryRunAnswer, QueryError> {
     match checked {
-        Ok((def, version)) => Ok(json!({
-            "valid": true, "name": def.name, "version": version.to_string(),
-            "entities": def.entities.len(), "variables": def.variables.len(),
-        })),
+        Ok((def, version)) => Ok(ModuleDryRunAnswer {
+            entities: def.entities.len(),
+            name: def.name,
+            valid: true,
+            variables: def.variables.len(),
+            version: version.to_string(),
+        }),
         Err(e) => Err(QueryError::Bad(e.to_string())),
     }
 }
@@ -1020,7 +1009,9 @@ fn rollout_status_view(r: &hub_engine::evaluate::RolloutStatus, now: i64) -> Val
     })
 }
 
-fn modules_view(state: &State) -> Value {
+/// `modules`: every module by name, with its versions (oldest first) and how many
+/// installations it has.
+fn modules_view(state: &State) -> ModulesAnswer {
     let mut by_name: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
     for m in state.modules() {
         by_name
@@ -1028,15 +1019,55 @@ fn modules_view(state: &State) -> Value {
             .or_default()
             .push(m.version.to_string());
     }
-    json!({ "modules": by_name.into_iter().map(|(name, versions)| json!({
-        "name": name,
-        "latest": versions.last(),
-        "versions": versions,
-        "installations": state.installations().filter(|i| i.module == name).count(),
-    })).collect::<Vec<_>>() })
+    ModulesAnswer {
+        modules: by_name
+            .into_iter()
+            .map(|(name, versions)| ModuleSummaryView {
+                installations: state.installations().filter(|i| i.module == name).count(),
+                latest: versions.last().cloned(),
+                name: name.to_string(),
+                versions,
+            })
+            .collect(),
+    }
 }
 
-fn installation_view(state: &State, i: &hub_engine::installation::Installation) -> Value {
+/// `module`: one published module version, with its definition's YAML.
+fn module_view(m: &hub_engine::installation::PublishedModule) -> ModuleView {
+    let d = &m.definition;
+    ModuleView {
+        allow_entity_overrides: d.restrictions.allow_entity_overrides,
+        description: d.description.clone(),
+        display_name: d.display_name.clone(),
+        entities: d
+            .entities
+            .iter()
+            .map(|e| ModuleEntityView {
+                kind: e.kind.as_str().to_string(),
+                name: e.name_template().to_string(),
+                product_id: e.product_id.clone(),
+            })
+            .collect(),
+        name: m.name.clone(),
+        new_installations_allowed: d.restrictions.new_installations_allowed,
+        published: format_time(m.published_ms),
+        submodules: d
+            .submodules
+            .iter()
+            .map(|s| format!("{}@{}", s.name, s.version))
+            .collect(),
+        variables: d.variables.keys().cloned().collect(),
+        version: m.version.to_string(),
+        yaml: m.yaml.clone(),
+    }
+}
+
+/// One module installation as `module_installations` lists it: its status in words and how
+/// many entities it manages.
+fn installation_view(
+    state: &State,
+    i: &hub_engine::installation::Installation,
+) -> ModuleInstallationView {
     let status = if i.paused {
         "Paused"
     } else if i.resuming {
@@ -1049,14 +1080,67 @@ fn installation_view(state: &State, i: &hub_engine::installation::Installation) 
     } else {
         "Up To Date"
     };
-    json!({
-        "id": i.id, "environment": i.environment, "module": i.module,
-        "version": i.version.to_string(), "status": status, "paused": i.paused,
-        "resuming": i.resuming, "entities": i.entities.len(),
-        "installed": format_time(i.created_ms), "updated": format_time(i.updated_ms),
-        "channel": state.tracked_channel(&i.id),
-        "policy": state.installation_policy(&i.id).map(|p| p.scope.key_name()),
-    })
+    ModuleInstallationView {
+        channel: state.tracked_channel(&i.id),
+        entities: i.entities.len(),
+        environment: i.environment.clone(),
+        id: i.id.clone(),
+        installed: format_time(i.created_ms),
+        module: i.module.clone(),
+        paused: i.paused,
+        policy: state.installation_policy(&i.id).map(|p| p.scope.key_name()),
+        resuming: i.resuming,
+        status: status.to_string(),
+        updated: format_time(i.updated_ms),
+        version: i.version.to_string(),
+    }
+}
+
+/// `module_installation`: the listing's view of one installation, with its entities listed
+/// (rather than counted) and its variables.
+fn installation_detail(
+    state: &State,
+    i: &hub_engine::installation::Installation,
+) -> ModuleInstallationDetail {
+    let ModuleInstallationView {
+        channel,
+        entities: _,
+        environment,
+        id,
+        installed,
+        module,
+        paused,
+        policy,
+        resuming,
+        status,
+        updated,
+        version,
+    } = installation_view(state, i);
+    ModuleInstallationDetail {
+        channel,
+        entities: i
+            .entities
+            .iter()
+            .map(|(id, m)| InstallationEntityView {
+                id: id.clone(),
+                marked_for_uninstall: state.entity(id).is_some_and(|e| e.marked_for_uninstall),
+                secret_requirements: m.secret_requirements.keys().cloned().collect(),
+                source: m.source_module.clone(),
+                sync: m.sync_mode.as_str().to_string(),
+            })
+            .collect(),
+        environment,
+        id,
+        installed,
+        module,
+        paused,
+        policy,
+        resuming,
+        status,
+        updated,
+        variables: i.variables.clone(),
+        version,
+    }
 }
 
 /// A MetricTemplate's view: header names and the secret's name, never a value; `full` adds
