@@ -13,15 +13,17 @@ use hub_client::answer::{
     ActivityAnswer, ActivityEntry, ApprovalPoliciesAnswer, ApproverGroupsAnswer, ArtifactView,
     AuditAnswer, AuditEntryView, ChangeRequestView, ChangeRequestsAnswer, ChannelView,
     ChannelsAnswer, ClusterSettingsAnswer, ConstraintView, EntityView, EnvironmentLabelsAnswer,
-    EnvironmentLabelsView, EnvironmentSettingsView, Explanation, FailureView,
+    EnvironmentLabelsView, EnvironmentSettingsView, Explanation, FailureView, HaltView,
     InstallationEntityView, IssuedView, LastExecution, MeetsConstraints, MetricProviderView,
     MetricTemplateView, MetricTemplatesAnswer, ModuleDryRunAnswer, ModuleEntityView,
     ModuleInstallationDetail, ModuleInstallationView, ModuleInstallationsAnswer, ModuleSummaryView,
     ModuleView, ModulesAnswer, PlanView, PlansAnswer, ProductView, ProductsAnswer, ProposedChange,
     RecallView, RecallsAnswer, RegistryRef, RegistryView, ReleaseView, ReleasesAnswer,
     ReportedView, ResolvedEntity, RevokedCertificateView, RevokedCertificatesAnswer,
-    RoleBindingView, RoleBindingsAnswer, SuppressionView, SuppressionsAnswer, TaskView,
-    TokenRoleView, TokenView, TokensAnswer, WindowExceptionsAnswer, WindowOverrideView,
+    RoleBindingView, RoleBindingsAnswer, RolloutEntityView, RolloutPoliciesAnswer,
+    RolloutPolicyView, RolloutStatusView, SuppressionView, SuppressionsAnswer, TaskView,
+    TokenRoleView, TokenView, TokensAnswer, WaveStatusView, WaveView, WindowExceptionsAnswer,
+    WindowOverrideView,
 };
 pub use hub_client::query::Query;
 
@@ -680,15 +682,18 @@ pub fn answer(
                 })
                 .collect(),
         })?,
-        Query::RolloutPolicies => json!({
-            "policies": state.rollout_policies().map(|p| rollout_policy_view(p, false)).collect::<Vec<_>>()
-        }),
-        Query::RolloutPolicy { product } => rollout_policy_view(
+        Query::RolloutPolicies => to_json(&RolloutPoliciesAnswer {
+            policies: state
+                .rollout_policies()
+                .map(|p| rollout_policy_view(p, false))
+                .collect(),
+        })?,
+        Query::RolloutPolicy { product } => to_json(&rollout_policy_view(
             state.rollout_policy_of(product).ok_or_else(|| {
                 QueryError::NotFound(format!("no rollout policy governs {product:?}"))
             })?,
             true,
-        ),
+        ))?,
         Query::RolloutStatus { product, version } => {
             let v = semver::Version::parse(version)
                 .map_err(|e| QueryError::Bad(format!("version: {version:?}: {e}")))?;
@@ -696,7 +701,7 @@ pub fn answer(
                 hub_engine::evaluate::rollout_status(state, product, &v, now).ok_or_else(|| {
                     QueryError::NotFound(format!("no rollout policy governs {product:?}"))
                 })?;
-            rollout_status_view(&status, now)
+            to_json(&rollout_status_view(&status, now))?
         }
         Query::ChangeRequest { id } => to_json(&change_request_view(
             state,
@@ -930,83 +935,102 @@ fn canary_history_view(history: Option<&hub_engine::canary_history::CanaryHistor
 }
 
 /// The waves of a rollout policy, in order: selector, soak, `maxParallel`, `onFailure`.
-pub(crate) fn waves_view(waves: &[hub_engine::rollout_policy::Wave]) -> Value {
+pub(crate) fn waves_view(waves: &[hub_engine::rollout_policy::Wave]) -> Vec<WaveView> {
     waves
         .iter()
-        .map(|w| {
-            json!({
-                "name": w.name,
-                "environments": w.selector.environments,
-                "labels": w.selector.labels,
-                "soak_ms": w.soak_ms,
-                "max_parallel": w.max_parallel,
-                "on_failure": w.on_failure.as_str(),
-            })
+        .map(|w| WaveView {
+            environments: w.selector.environments.iter().cloned().collect(),
+            labels: w.selector.labels.clone(),
+            max_parallel: w.max_parallel,
+            name: w.name.clone(),
+            on_failure: w.on_failure.as_str().to_string(),
+            soak_ms: w.soak_ms,
         })
         .collect()
 }
 
 /// A rollout policy: its product, group, waves (with the YAML when `full`).
-fn rollout_policy_view(p: &hub_engine::rollout_policy::RolloutPolicy, full: bool) -> Value {
-    let mut v = json!({
-        "product": p.product,
-        "products": p.products,
-        "waves": waves_view(&p.waves),
-        "updated": format_time(p.updated_ms),
-    });
-    if full {
-        v["yaml"] = json!(p.yaml);
+fn rollout_policy_view(
+    p: &hub_engine::rollout_policy::RolloutPolicy,
+    full: bool,
+) -> RolloutPolicyView {
+    RolloutPolicyView {
+        product: p.product.clone(),
+        products: p.products.clone(),
+        updated: format_time(p.updated_ms),
+        waves: waves_view(&p.waves),
+        yaml: full.then(|| p.yaml.clone()),
     }
-    v
 }
 
-/// A release's rollout as it stands: one row per wave and its entities.
-fn rollout_status_view(r: &hub_engine::evaluate::RolloutStatus, now: i64) -> Value {
-    let wave_state = |w: &hub_engine::evaluate::WaveStatus| -> String {
-        if w.progress.promoted.is_some() {
-            "promoted".into()
-        } else if w.passed {
-            "passed".into()
-        } else if let Some(until) = w.progress.soak_until_ms.filter(|t| *t > now) {
-            format!("soaking until {}", format_time(until))
-        } else if w.done == w.entities.len() {
-            "done".into()
-        } else if w.in_flight > 0 || w.done > 0 {
-            "rolling out".into()
-        } else {
-            "waiting".into()
-        }
+/// A release's rollout as it stands: one row per wave and its entities; the entities in no
+/// wave only when there are some.
+fn rollout_status_view(r: &hub_engine::evaluate::RolloutStatus, now: i64) -> RolloutStatusView {
+    RolloutStatusView {
+        halted: r.halt.as_ref().map(|h| HaltView {
+            at: format_time(h.at_ms),
+            cause: h.cause.to_string(),
+            recalls: h.recalls.clone(),
+        }),
+        policy: r.policy.clone(),
+        version: r.version.to_string(),
+        waves: r
+            .waves
+            .iter()
+            .filter(|w| w.name.is_some() || !w.entities.is_empty())
+            .map(|w| wave_status_view(w, now))
+            .collect(),
+    }
+}
+
+/// One wave of a rollout as it stands at `now`, with its entities.
+fn wave_status_view(w: &hub_engine::evaluate::WaveStatus, now: i64) -> WaveStatusView {
+    let state = if w.progress.promoted.is_some() {
+        "promoted".into()
+    } else if w.passed {
+        "passed".into()
+    } else if let Some(until) = w.progress.soak_until_ms.filter(|t| *t > now) {
+        format!("soaking until {}", format_time(until))
+    } else if w.done == w.entities.len() {
+        "done".into()
+    } else if w.in_flight > 0 || w.done > 0 {
+        "rolling out".into()
+    } else {
+        "waiting".into()
     };
-    json!({
-        "policy": r.policy,
-        "version": r.version.to_string(),
-        "halted": r.halt.as_ref().map(|h| json!({
-            "at": format_time(h.at_ms), "cause": h.cause.to_string(), "recalls": h.recalls,
-        })),
-        // The entities in no wave, shown only when there are some.
-        "waves": r.waves.iter().filter(|w| w.name.is_some() || !w.entities.is_empty()).map(|w| json!({
-            "wave": w.name.clone().unwrap_or_else(|| "(no wave)".into()),
-            "state": wave_state(w),
-            "done": w.done,
-            "in_flight": w.in_flight,
-            "entities_total": w.entities.len(),
-            "completed": time(w.progress.completed_at_ms),
-            "soak_until": time(w.progress.soak_until_ms),
-            // Milliseconds since the epoch, for scripts comparing with plan times.
-            "completed_ms": w.progress.completed_at_ms,
-            "soak_until_ms": w.progress.soak_until_ms,
-            "promoted_by": w.progress.promoted.as_ref().map(|p| p.actor.clone()),
-            "entities": w.entities.iter().map(|e| json!({
-                "entity": e.entity,
-                "product": e.product,
-                "environment": e.environment,
-                "runs": e.runs.as_ref().map(|v| v.to_string()),
-                "health": e.health.as_str(),
-                "canary": e.canary_phase.map(|p| p.as_str()),
-                "state": if e.done { "done" } else if e.in_flight { "in flight" } else { "waiting" },
-            })).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-    })
+    WaveStatusView {
+        completed: w.progress.completed_at_ms.map(format_time),
+        // Milliseconds since the epoch, for scripts comparing with plan times.
+        completed_ms: w.progress.completed_at_ms,
+        done: w.done,
+        entities: w
+            .entities
+            .iter()
+            .map(|e| RolloutEntityView {
+                canary: e.canary_phase.map(|p| p.as_str().to_string()),
+                entity: e.entity.clone(),
+                environment: e.environment.clone(),
+                health: e.health.as_str().to_string(),
+                product: e.product.clone(),
+                runs: e.runs.as_ref().map(ToString::to_string),
+                state: if e.done {
+                    "done"
+                } else if e.in_flight {
+                    "in flight"
+                } else {
+                    "waiting"
+                }
+                .to_string(),
+            })
+            .collect(),
+        entities_total: w.entities.len(),
+        in_flight: w.in_flight,
+        promoted_by: w.progress.promoted.as_ref().map(|p| p.actor.clone()),
+        soak_until: w.progress.soak_until_ms.map(format_time),
+        soak_until_ms: w.progress.soak_until_ms,
+        state,
+        wave: w.name.clone().unwrap_or_else(|| "(no wave)".into()),
+    }
 }
 
 /// `modules`: every module by name, with its versions (oldest first) and how many
