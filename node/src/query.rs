@@ -7,22 +7,25 @@ use hub_engine::access::{Need, Role, Target};
 use hub_engine::evaluate::{evaluate, format_time};
 use hub_engine::plan::Plan;
 use hub_engine::State;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use hub_client::answer::{
     ActivityAnswer, ActivityEntry, ApprovalPoliciesAnswer, ApproverGroupsAnswer, ArtifactView,
-    AuditAnswer, AuditEntryView, ChangeRequestView, ChangeRequestsAnswer, ChannelView,
-    ChannelsAnswer, ClusterSettingsAnswer, ConstraintView, EntityView, EnvironmentLabelsAnswer,
-    EnvironmentLabelsView, EnvironmentSettingsView, Explanation, FailureView, HaltView,
-    InstallationEntityView, IssuedView, LastExecution, MeetsConstraints, MetricProviderView,
-    MetricTemplateView, MetricTemplatesAnswer, ModuleDryRunAnswer, ModuleEntityView,
-    ModuleInstallationDetail, ModuleInstallationView, ModuleInstallationsAnswer, ModuleSummaryView,
-    ModuleView, ModulesAnswer, PlanView, PlansAnswer, ProductView, ProductsAnswer, ProposedChange,
-    RecallView, RecallsAnswer, RegistryRef, RegistryView, ReleaseView, ReleasesAnswer,
-    ReportedView, ResolvedEntity, RevokedCertificateView, RevokedCertificatesAnswer,
-    RoleBindingView, RoleBindingsAnswer, RolloutEntityView, RolloutPoliciesAnswer,
-    RolloutPolicyView, RolloutStatusView, SuppressionView, SuppressionsAnswer, TaskView,
-    TokenRoleView, TokenView, TokensAnswer, WaveStatusView, WaveView, WindowExceptionsAnswer,
+    AuditAnswer, AuditEntryView, CanariesAnswer, CanaryActionView, CanaryConditionView,
+    CanaryEventView, CanaryJudgesView, CanaryObservationView, CanarySampleView, CanaryStatusBlock,
+    CanaryTargetView, CanaryView, ChangeRequestView, ChangeRequestsAnswer, ChannelView,
+    ChannelsAnswer, ClusterSettingsAnswer, CommittedWeightView, ConstraintView, EntityView,
+    EnvironmentLabelsAnswer, EnvironmentLabelsView, EnvironmentSettingsView, Explanation,
+    FailureView, HaltView, IgnoredFieldView, InstallationEntityView, IssuedView, JudgedMetricView,
+    LastExecution, MeetsConstraints, MetricProviderView, MetricTemplateView, MetricTemplatesAnswer,
+    MetricWindowView, ModuleDryRunAnswer, ModuleEntityView, ModuleInstallationDetail,
+    ModuleInstallationView, ModuleInstallationsAnswer, ModuleSummaryView, ModuleView,
+    ModulesAnswer, PlanView, PlansAnswer, ProductView, ProductsAnswer, ProposedChange, RecallView,
+    RecallsAnswer, RegistryRef, RegistryView, ReleaseView, ReleasesAnswer, ReportedView,
+    ResolvedEntity, RevokedCertificateView, RevokedCertificatesAnswer, RoleBindingView,
+    RoleBindingsAnswer, RolloutEntityView, RolloutPoliciesAnswer, RolloutPolicyView,
+    RolloutStatusView, SuppressionView, SuppressionsAnswer, TaskView, TokenRoleView, TokenView,
+    TokensAnswer, VerdictView, WaveStatusView, WaveView, WindowExceptionsAnswer,
     WindowOverrideView,
 };
 pub use hub_client::query::Query;
@@ -299,10 +302,6 @@ pub fn resolve_entity(state: &State, reference: &str) -> Result<String, QueryErr
             matches.join(", ")
         ))),
     }
-}
-
-fn time(t: Option<i64>) -> Value {
-    t.map_or(Value::Null, |t| Value::String(format_time(t)))
 }
 
 /// A plan's view (no secrets: plans never hold values); `full` adds the record's
@@ -646,33 +645,14 @@ pub fn answer(
                 .map(|c| change_request_view(state, c, now))
                 .collect(),
         })?,
-        Query::Canaries { environment } => json!({ "canaries": state
-            .canaries()
-            .filter(|c| environment.as_ref().is_none_or(|e| *e == c.environment))
-            .map(|c| canary_view(c, false))
-            .collect::<Vec<_>>() }),
-        Query::Canary { id } => {
-            let mut v = canary_view(
-                state
-                    .canary(id)
-                    .ok_or_else(|| QueryError::NotFound(format!("canary {id:?} not found")))?,
-                true,
-            );
-            v["history"] = canary_history_view(state.canary_history(id));
-            // Flagger's events (`kubectl describe canary`), oldest first: at most 100.
-            v["status_block"]["events"] = json!(state
-                .canary_events(id)
-                .map(|e| json!({
-                    "type": e.kind.as_str(), "reason": e.reason.as_str(), "message": e.message,
-                    "count": e.count, "firstTimestamp": format_time(e.first_time_ms),
-                    "lastTimestamp": format_time(e.time_ms),
-                }))
-                .collect::<Vec<_>>());
-            if let Some(j) = state.canary_judging(id) {
-                v["status_block"]["judges"] = canary_judging_view(j);
-            }
-            v
-        }
+        Query::Canaries { environment } => to_json(&CanariesAnswer {
+            canaries: state
+                .canaries()
+                .filter(|c| environment.as_ref().is_none_or(|e| *e == c.environment))
+                .map(canary_row)
+                .collect(),
+        })?,
+        Query::Canary { id } => to_json(&canary_detail(state, id)?)?,
         Query::EnvironmentLabels => to_json(&EnvironmentLabelsAnswer {
             environments: state
                 .environments()
@@ -820,118 +800,212 @@ fn dry_run_view(
     }
 }
 
-/// The replicated judging state of a judged canary (issue 20): the judges, the inconclusive
-/// count against its limit, the last verdicts and when the agent's samples were taken.
-fn canary_judging_view(j: &hub_engine::canary_judging::CanaryJudging) -> Value {
-    json!({
-        "metrics": j.metrics.iter().map(|m| json!({
-            "name": m.name,
-            "intervalMs": m.interval_ms,
-            "baseline": m.judge.baseline.as_str(),
-            "direction": m.judge.direction.as_str(),
-            "effectSize": f64::from(m.judge.effect_size_milli) / 1000.0,
-            "confidence": f64::from(m.judge.confidence_milli) / 1000.0,
-        })).collect::<Vec<_>>(),
-        "inconclusive": j.inconclusive,
-        "inconclusiveLimit": j.inconclusive_limit,
-        "verdicts": j.verdicts.iter().map(|v| json!({
-            "metric": v.metric, "step": v.step, "verdict": v.verdict.as_str(), "reason": v.reason,
-        })).collect::<Vec<_>>(),
-        "samplesStep": j.samples_step,
-        "samplesTime": (j.samples_ms > 0).then(|| format_time(j.samples_ms)),
+/// `canaries`: one canary as listed (the fields of the full view left out).
+fn canary_row(c: &hub_engine::canary_record::Canary) -> CanaryView {
+    let st = &c.status;
+    CanaryView {
+        actions: None,
+        canary_revision: None,
+        committed_weights: None,
+        entity: c.entity.clone(),
+        history: None,
+        id: c.id.clone(),
+        last_transition: format_time(st.phase_started_ms),
+        name: c.name.clone(),
+        namespace: c.environment.clone(),
+        next_tick: None,
+        observation: None,
+        primary_revision: None,
+        promoted: st.is_promoted(),
+        queued_steps: None,
+        status: st.phase.as_str().to_string(),
+        status_block: None,
+        step: None,
+        target: None,
+        weight: st.canary_weight,
+        yaml: None,
+    }
+}
+
+/// `canary`: one canary's full view: its YAML, Flagger's status block (with its events and,
+/// when judged, its judges), the newest actions, the weights committed, the target, what the
+/// agent last observed and the samples.
+fn canary_detail(state: &State, id: &str) -> Result<CanaryView, QueryError> {
+    let c = state
+        .canary(id)
+        .ok_or_else(|| QueryError::NotFound(format!("canary {id:?} not found")))?;
+    let st = &c.status;
+    Ok(CanaryView {
+        actions: Some(
+            c.actions
+                .iter()
+                .rev()
+                .take(20)
+                .map(|(step, a)| CanaryActionView {
+                    action: hub_engine::canary_record::action_label(a),
+                    step: *step,
+                })
+                .collect(),
+        ),
+        canary_revision: Some(st.canary_revision.clone()),
+        committed_weights: Some(committed_weights(c)),
+        history: Some(canary_history_view(state.canary_history(id))),
+        next_tick: Some(st.next_tick_ms.map(format_time)),
+        observation: Some(c.observation.as_ref().map(canary_observation_view)),
+        primary_revision: Some(st.primary_revision.clone()),
+        queued_steps: Some(c.queued.len()),
+        status_block: Some(canary_status_block(state, id, c)),
+        step: Some(st.step),
+        target: Some(c.target.as_ref().map(|t| CanaryTargetView {
+            revision: t.revision.clone(),
+            version: t.version.to_string(),
+        })),
+        yaml: Some(c.yaml.clone()),
+        ..canary_row(c)
     })
 }
 
-fn canary_view(c: &hub_engine::canary_record::Canary, full: bool) -> Value {
+/// Flagger's status block of canary `id`, as `kubectl get canary -o yaml` shows it, with
+/// Flagger's events (`kubectl describe canary`, oldest first: at most 100) and, for a judged
+/// canary, its judging state.
+fn canary_status_block(
+    state: &State,
+    id: &str,
+    c: &hub_engine::canary_record::Canary,
+) -> CanaryStatusBlock {
     let st = &c.status;
-    let mut v = json!({
-        "id": c.id, "namespace": c.environment, "name": c.name, "entity": c.entity,
-        "status": st.phase.as_str(), "weight": st.canary_weight,
-        "last_transition": format_time(st.phase_started_ms),
-        "promoted": st.is_promoted(),
-    });
-    if full {
-        v["yaml"] = json!(c.yaml);
-        v["status_block"] = json!({
-            "phase": st.phase.as_str(),
-            "canaryWeight": st.canary_weight,
-            "failedChecks": st.failed_checks,
-            "iterations": st.iterations,
-            "lastAppliedSpec": st.last_applied_spec,
-            "lastPromotedSpec": st.last_promoted_spec,
-            "conditions": [{
-                "type": "Promoted",
-                "status": st.promoted.status.as_str(),
-                "reason": st.promoted.reason.as_str(),
-                "message": st.promoted.message,
-                "lastTransitionTime": format_time(st.promoted.last_transition_ms),
-                "lastUpdateTime": format_time(st.promoted.last_update_ms),
-            }],
-            "ignoredFields": c.ignored_fields(),
-        });
-        v["step"] = json!(st.step);
-        v["next_tick"] = time(st.next_tick_ms);
-        v["actions"] = json!(c
-            .actions
-            .iter()
-            .rev()
-            .take(20)
-            .map(|(step, a)| json!({"step": step, "action": hub_engine::canary_record::action_label(a)}))
-            .collect::<Vec<_>>());
-        // The canary weight each committed step set, by the step its plan brings the agent
-        // to (what the agent's applied log records).
-        let mut weights: Vec<(u64, u8)> = Vec::new();
-        for (step, a) in &c.actions {
-            if let Some((_, canary)) = a.weights() {
-                match weights.last_mut() {
-                    Some(last) if last.0 == step + 1 => last.1 = canary,
-                    _ => weights.push((step + 1, canary)),
-                }
+    CanaryStatusBlock {
+        canary_weight: st.canary_weight,
+        conditions: vec![CanaryConditionView {
+            last_transition_time: format_time(st.promoted.last_transition_ms),
+            last_update_time: format_time(st.promoted.last_update_ms),
+            message: st.promoted.message.clone(),
+            reason: st.promoted.reason.as_str().to_string(),
+            status: st.promoted.status.as_str().to_string(),
+            kind: "Promoted".to_string(),
+        }],
+        events: state
+            .canary_events(id)
+            .map(|e| CanaryEventView {
+                count: e.count,
+                first_timestamp: format_time(e.first_time_ms),
+                last_timestamp: format_time(e.time_ms),
+                message: e.message.clone(),
+                reason: e.reason.as_str().to_string(),
+                kind: e.kind.as_str().to_string(),
+            })
+            .collect(),
+        failed_checks: st.failed_checks,
+        ignored_fields: c
+            .ignored_fields()
+            .into_iter()
+            .map(|f| IgnoredFieldView {
+                path: f.path,
+                reason: f.reason,
+            })
+            .collect(),
+        iterations: st.iterations,
+        judges: state.canary_judging(id).map(canary_judging_view),
+        last_applied_spec: st.last_applied_spec.clone(),
+        last_promoted_spec: st.last_promoted_spec.clone(),
+        phase: st.phase.as_str().to_string(),
+    }
+}
+
+/// The canary weight each committed step set, by the step its plan brings the agent to
+/// (what the agent's applied log records).
+fn committed_weights(c: &hub_engine::canary_record::Canary) -> Vec<CommittedWeightView> {
+    let mut weights: Vec<CommittedWeightView> = Vec::new();
+    for (step, a) in &c.actions {
+        if let Some((_, canary)) = a.weights() {
+            match weights.last_mut() {
+                Some(last) if last.step == step + 1 => last.canary_weight = canary,
+                _ => weights.push(CommittedWeightView {
+                    canary_weight: canary,
+                    step: step + 1,
+                }),
             }
         }
-        v["committed_weights"] = json!(weights
-            .iter()
-            .map(|(step, w)| json!({"step": step, "canary_weight": w}))
-            .collect::<Vec<_>>());
-        v["target"] = c.target.as_ref().map_or(
-            Value::Null,
-            |t| json!({"revision": t.revision, "version": t.version.to_string()}),
-        );
-        v["primary_revision"] = json!(st.primary_revision);
-        v["canary_revision"] = json!(st.canary_revision);
-        v["observation"] = c.observation.as_ref().map_or(Value::Null, |o| {
-            json!({
-                "applied_step": o.applied_step,
-                "primary_revision": o.primary_revision,
-                "primary_ready_percent": o.primary_ready_percent,
-                "canary_revision": o.canary_revision,
-                "canary_ready_percent": o.canary_ready_percent,
-                "observed": format_time(o.observed_ms),
-                "windows": o.windows.iter().map(|w| json!({
-                    "interval_ms": w.interval_ms, "requests": w.requests,
-                    "success_rate": w.success_rate_milli.map(|m| m as f64 / 1000.0),
-                    "p99_ms": w.p99_ms_milli.map(|m| m as f64 / 1000.0),
-                })).collect::<Vec<_>>(),
-            })
-        });
-        v["queued_steps"] = json!(c.queued.len());
     }
-    v
+    weights
+}
+
+/// What the agent last observed of a canary: the workloads' revisions and readiness, and the
+/// canary proxy's metrics by window (in their unit: thousandths are divided out).
+fn canary_observation_view(o: &hub_engine::canary::CanaryObservation) -> CanaryObservationView {
+    CanaryObservationView {
+        applied_step: o.applied_step,
+        canary_ready_percent: o.canary_ready_percent,
+        canary_revision: o.canary_revision.clone(),
+        observed: format_time(o.observed_ms),
+        primary_ready_percent: o.primary_ready_percent,
+        primary_revision: o.primary_revision.clone(),
+        windows: o
+            .windows
+            .iter()
+            .map(|w| MetricWindowView {
+                interval_ms: w.interval_ms,
+                p99_ms: w.p99_ms_milli.map(|m| m as f64 / 1000.0),
+                requests: w.requests,
+                success_rate: w.success_rate_milli.map(|m| m as f64 / 1000.0),
+            })
+            .collect(),
+    }
+}
+
+/// The replicated judging state of a judged canary (issue 20): the judges, the inconclusive
+/// count against its limit, the last verdicts and when the agent's samples were taken.
+fn canary_judging_view(j: &hub_engine::canary_judging::CanaryJudging) -> CanaryJudgesView {
+    CanaryJudgesView {
+        inconclusive: j.inconclusive,
+        inconclusive_limit: j.inconclusive_limit,
+        metrics: j
+            .metrics
+            .iter()
+            .map(|m| JudgedMetricView {
+                baseline: m.judge.baseline.as_str().to_string(),
+                confidence: f64::from(m.judge.confidence_milli) / 1000.0,
+                direction: m.judge.direction.as_str().to_string(),
+                effect_size: f64::from(m.judge.effect_size_milli) / 1000.0,
+                interval_ms: m.interval_ms,
+                name: m.name.clone(),
+            })
+            .collect(),
+        samples_step: j.samples_step,
+        samples_time: (j.samples_ms > 0).then(|| format_time(j.samples_ms)),
+        verdicts: j
+            .verdicts
+            .iter()
+            .map(|v| VerdictView {
+                metric: v.metric.clone(),
+                reason: v.reason.clone(),
+                step: v.step,
+                verdict: v.verdict.as_str().to_string(),
+            })
+            .collect(),
+    }
 }
 
 /// A canary's samples, oldest first: where each committed step left phase and weight, and
 /// the metric values it judged (in the metric's unit: thousandths are divided out).
-fn canary_history_view(history: Option<&hub_engine::canary_history::CanaryHistory>) -> Value {
+fn canary_history_view(
+    history: Option<&hub_engine::canary_history::CanaryHistory>,
+) -> Vec<CanarySampleView> {
     let samples = history.map(|h| h.samples.iter()).into_iter().flatten();
-    json!(samples
-        .map(|s| json!({
-            "time": format_time(s.time_ms), "time_ms": s.time_ms, "step": s.step,
-            "phase": s.phase.as_str(), "canary_weight": s.canary_weight,
-            "metrics": s.metrics.iter()
-                .map(|(name, v)| (name.clone(), json!(v.map(|m| m as f64 / 1000.0))))
-                .collect::<serde_json::Map<_, _>>(),
-        }))
-        .collect::<Vec<_>>())
+    samples
+        .map(|s| CanarySampleView {
+            canary_weight: s.canary_weight,
+            metrics: s
+                .metrics
+                .iter()
+                .map(|(name, v)| (name.clone(), v.map(|m| m as f64 / 1000.0)))
+                .collect(),
+            phase: s.phase.as_str().to_string(),
+            step: s.step,
+            time: format_time(s.time_ms),
+            time_ms: s.time_ms,
+        })
+        .collect()
 }
 
 /// The waves of a rollout policy, in order: selector, soak, `maxParallel`, `onFailure`.
