@@ -84,7 +84,7 @@ pub fn run(hubctl: &Path, hub_bench: &Path, shape: Shape, dir: &Path) -> anyhow:
 
 fn measure(hubctl: &Path, hub_bench: &Path, shape: Shape, dir: &Path) -> anyhow::Result<Report> {
     hubctl_ok(hubctl, &["dev", "down"], dir)?;
-    let mut cluster = hub_node::cli::read_cluster_file(dir)?;
+    let mut cluster = hubctl::read_cluster_file(dir)?;
     let rest = cluster.nodes.split_off(1);
     for node in &rest {
         std::fs::remove_dir_all(&node.data_dir)
@@ -94,7 +94,7 @@ fn measure(hubctl: &Path, hub_bench: &Path, shape: Shape, dir: &Path) -> anyhow:
     let first = cluster.nodes[0].clone();
     std::fs::remove_dir_all(&first.data_dir)
         .with_context(|| format!("removing {}", first.data_dir.display()))?;
-    hub_node::cli::dev::write_cluster_file(dir, &cluster)?;
+    hubctl::dev::write_cluster_file(dir, &cluster)?;
 
     eprintln!(
         "catch-up: {} entities: generating {} rounds and seeding node 1",
@@ -124,7 +124,7 @@ fn measure(hubctl: &Path, hub_bench: &Path, shape: Shape, dir: &Path) -> anyhow:
     let started = Instant::now();
     hubctl_ok(hubctl, &["dev", "up"], dir)?;
     let leader_start_seconds = started.elapsed().as_secs_f64();
-    let leader_pid = hub_node::cli::read_cluster_file(dir)?.nodes[0].pid;
+    let leader_pid = hubctl::read_cluster_file(dir)?.nodes[0].pid;
     let leader_rss_kib = proc_kib(leader_pid, "VmRSS:");
     hubctl_ok(hubctl, &["role", "bind", "operator/admin", "admin"], dir)?;
 
@@ -134,7 +134,7 @@ fn measure(hubctl: &Path, hub_bench: &Path, shape: Shape, dir: &Path) -> anyhow:
         let started = Instant::now();
         hubctl_ok(hubctl, &["dev", "add-node"], dir)?;
         let add_seconds = started.elapsed().as_secs_f64();
-        let cluster = hub_node::cli::read_cluster_file(dir)?;
+        let cluster = hubctl::read_cluster_file(dir)?;
         let node = cluster
             .nodes
             .last()
@@ -173,7 +173,7 @@ fn measure(hubctl: &Path, hub_bench: &Path, shape: Shape, dir: &Path) -> anyhow:
 /// timeout: at 100,000 entities with history a hash takes seconds). Returns that index.
 fn digests_agree(hubctl: &Path, dir: &Path) -> anyhow::Result<u64> {
     let deadline = Instant::now() + std::time::Duration::from_secs(300);
-    let cluster = hub_node::cli::read_cluster_file(dir)?;
+    let cluster = hubctl::read_cluster_file(dir)?;
     loop {
         let mut own = Vec::new();
         for node in &cluster.nodes {

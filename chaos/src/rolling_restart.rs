@@ -18,7 +18,7 @@ use hub_proto::CreateEnvironmentRequest;
 use tonic::transport::Channel;
 
 use crate::compare::hub::HubCluster;
-use hub_node::cli::dev::NodeEntry;
+use hubctl::dev::NodeEntry;
 
 /// What the run measured.
 #[derive(Debug, Clone)]

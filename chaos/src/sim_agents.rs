@@ -49,7 +49,7 @@ pub fn spawn(
     } else {
         tempfile::tempdir()?
     };
-    let file = hub_node::cli::read_cluster_file(cluster_dir)?;
+    let file = hubctl::read_cluster_file(cluster_dir)?;
     for (i, env) in environments.iter().enumerate() {
         let journal = JournalFile::open(&journals.path().join(i.to_string()), env)?;
         let mut eps = endpoints.to_vec();
@@ -58,7 +58,7 @@ pub fn spawn(
         let mode = if file.insecure {
             hub_tls::client::ClientMode::Plaintext
         } else {
-            let files = hub_node::cli::dev::dev_issue(
+            let files = hubctl::dev::dev_issue(
                 cluster_dir,
                 &hub_tls::Identity::Agent(env.clone()),
                 &[],

@@ -40,8 +40,6 @@
 //! - [`status`]: the gRPC status of a refused command.
 //! - [`backup_save`]: `SnapshotSave`, a backup of the replicated state streamed from a live
 //!   node.
-//! - [`text`]: text from the cluster shown to people, control characters escaped.
-//! - [`cli`]: `hubctl`'s commands.
 //! - [`metrics`], [`metrics_server`] and [`dashboard`]: the node's Prometheus metrics and its
 //!   web dashboard, on HTTPS listeners sharing [`http_serve`]'s connection loop.
 //! - `fault_layer` (chaos builds and tests only): transport faults the chaos runner switches.
@@ -53,7 +51,6 @@ pub mod artifacts;
 pub mod auth;
 pub mod backup_save;
 pub mod canary_controller;
-pub mod cli;
 pub mod cluster_clock;
 pub mod cluster_keys;
 pub mod cluster_level;
@@ -86,6 +83,5 @@ pub mod raft_service;
 pub mod status;
 pub mod stopping;
 pub mod term;
-pub mod text;
 pub mod transport;
 pub mod webhooks;

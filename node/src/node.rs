@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hub_client::request_id::new_request_id;
 use hub_engine::Command;
 use hub_proto::hub_client::HubClient;
 use hub_proto::refusal::Refusal;
@@ -1174,7 +1175,3 @@ pub fn is_transient(status: &Status) -> bool {
     )
 }
 
-/// A fresh random request id.
-pub fn new_request_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
-}

@@ -197,10 +197,10 @@ impl AuditRow<'_> {
     }
 
     /// The row as the `audit` query shows it. Every text is shown with its control
-    /// characters escaped ([`crate::text::escape_controls`]): a refused write's target is
+    /// characters escaped ([`hub_client::text::escape_controls`]): a refused write's target is
     /// whatever the caller wrote, and a newline in it must not print as a second row.
     fn view(&self) -> AuditEntryView {
-        use crate::text::escape_controls as esc;
+        use hub_client::text::escape_controls as esc;
         use hub_engine::audit::{AuthMethod, WriteOutcome};
         let (w, l) = (self.write, self.entry);
         let (outcome, error) = match w.map(|w| &w.outcome) {
@@ -1008,21 +1008,6 @@ fn canary_history_view(
         .collect()
 }
 
-/// The waves of a rollout policy, in order: selector, soak, `maxParallel`, `onFailure`.
-pub(crate) fn waves_view(waves: &[hub_engine::rollout_policy::Wave]) -> Vec<WaveView> {
-    waves
-        .iter()
-        .map(|w| WaveView {
-            environments: w.selector.environments.iter().cloned().collect(),
-            labels: w.selector.labels.clone(),
-            max_parallel: w.max_parallel,
-            name: w.name.clone(),
-            on_failure: w.on_failure.as_str().to_string(),
-            soak_ms: w.soak_ms,
-        })
-        .collect()
-}
-
 /// A rollout policy: its product, group, waves (with the YAML when `full`).
 fn rollout_policy_view(
     p: &hub_engine::rollout_policy::RolloutPolicy,
@@ -1032,7 +1017,7 @@ fn rollout_policy_view(
         product: p.product.clone(),
         products: p.products.clone(),
         updated: format_time(p.updated_ms),
-        waves: waves_view(&p.waves),
+        waves: p.waves.iter().map(WaveView::from).collect(),
         yaml: full.then(|| p.yaml.clone()),
     }
 }

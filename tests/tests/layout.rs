@@ -150,6 +150,7 @@ fn no_crate_has_a_module_cycle() {
         "tls",
         "http",
         "client",
+        "hubctl",
         "chaos",
     ] {
         let graph = module_graph(&root.join(krate).join("src"));
@@ -274,6 +275,7 @@ fn no_long_function_without_a_reason() {
         "tls",
         "http",
         "client",
+        "hubctl",
         "chaos",
     ]) {
         for (f, line, len) in long_functions(&code, 100) {
@@ -325,7 +327,7 @@ fn message_decisions(code: &str) -> Vec<(usize, String)> {
 #[test]
 fn no_decision_reads_the_words_of_an_error() {
     let mut found = Vec::new();
-    for (name, code) in non_test_code(&["node", "agent", "chaos", "tls", "http", "client"]) {
+    for (name, code) in non_test_code(&["node", "agent", "chaos", "tls", "http", "client", "hubctl"]) {
         for (line, text) in message_decisions(&code) {
             found.push(format!("{name}:{line}: {text}"));
         }
@@ -368,4 +370,80 @@ fn the_agent_does_not_depend_on_the_engine() {
             "{krate}/Cargo.toml depends on hub-engine"
         );
     }
+}
+
+/// Lines of `code` that index a JSON value by a field name (`v["plans"]`, `x["a"]["b"]`): a
+/// hub answer is read as its `hub-client` struct, whose fields the compiler checks, so a
+/// renamed field fails the build instead of reading `null` at run time.
+fn field_lookups(code: &str) -> Vec<(usize, String)> {
+    code.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+        .filter(|(_, l)| {
+            l.match_indices("[\"").any(|(at, _)| {
+                l[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ']' || c == ')')
+            })
+        })
+        .map(|(i, l)| (i + 1, l.trim().to_string()))
+        .collect()
+}
+
+/// Lines of `code` that write a query as a JSON literal: a query is a typed
+/// `hub_client::answer` query (`GetPlan`, `ListPlans`, …) paired with its answer's type.
+fn query_literals(code: &str) -> Vec<(usize, String)> {
+    code.lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            let l: String = l.chars().filter(|c| !c.is_whitespace()).collect();
+            l.contains("json!({\"query\"")
+        })
+        .map(|(i, l)| (i + 1, l.trim().to_string()))
+        .collect()
+}
+
+/// `hubctl` reads the hub's answers as `hub-client`'s structs (issue 54 item 2): no module
+/// indexes a JSON value by a field name, except `output.rs`, the printer of the rows the
+/// commands build, and no query is a JSON literal.
+#[test]
+fn hubctl_reads_answers_as_structs() {
+    let mut found = Vec::new();
+    for (name, code) in non_test_code(&["hubctl"]) {
+        let lookups = if name.ends_with("/output.rs") {
+            Vec::new()
+        } else {
+            field_lookups(&code)
+        };
+        for (line, text) in lookups.into_iter().chain(query_literals(&code)) {
+            found.push(format!("{name}:{line}: {text}"));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "hubctl reads a hub answer as JSON; ask a typed query (hub_client::answer) instead:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_field_lookup_and_a_query_literal_are_found() {
+    let code = "let v = x[\"plans\"];\nlet cols = &[\"id\", \"name\"];\n\
+                // v[\"a\"]\nlet y = f()[\"a\"][\"b\"];\n\
+                let q = json!({\"query\": \"plans\"});\nlet q = json!({ \"query\" : \"x\" });\n";
+    let lines = |found: Vec<(usize, String)>| found.iter().map(|(l, _)| *l).collect::<Vec<_>>();
+    assert_eq!(lines(field_lookups(code)), vec![1, 4]);
+    assert_eq!(lines(query_literals(code)), vec![5, 6]);
+}
+
+/// `hubctl` talks to a hub only through `hub-client`: it never links the daemon.
+#[test]
+fn hubctl_does_not_depend_on_the_node() {
+    let manifest = std::fs::read_to_string(repo_root().join("hubctl/Cargo.toml"))
+        .expect("readable manifest");
+    assert!(
+        !manifest.contains("hub-node"),
+        "hubctl/Cargo.toml depends on hub-node"
+    );
 }

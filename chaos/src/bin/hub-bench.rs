@@ -325,8 +325,8 @@ fn read_cluster(dir: &Path) -> anyhow::Result<ClusterFile> {
 static HUB: std::sync::OnceLock<(PathBuf, hub_tls::client::Connector)> = std::sync::OnceLock::new();
 
 fn use_cluster(dir: &Path) -> anyhow::Result<()> {
-    let file = hub_node::cli::read_cluster_file(dir)?;
-    let connector = hub_node::cli::dev::dev_connector(dir, &file)?;
+    let file = hubctl::read_cluster_file(dir)?;
+    let connector = hubctl::dev::dev_connector(dir, &file)?;
     HUB.set((dir.to_path_buf(), connector))
         .map_err(|_| anyhow::anyhow!("one cluster per run"))
 }

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use hub_node::cli::dev::{ClusterFile, NodeEntry};
+use hubctl::dev::{ClusterFile, NodeEntry};
 use hub_proto::hub_client::HubClient;
 use hub_proto::{CreateEnvironmentRequest, NodeStatusRequest};
 use hub_tls::client::Connector;
@@ -49,8 +49,8 @@ impl HubCluster {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
-        let file = hub_node::cli::read_cluster_file(dir)?;
-        let connector = hub_node::cli::dev::dev_connector(dir, &file)?;
+        let file = hubctl::read_cluster_file(dir)?;
+        let connector = hubctl::dev::dev_connector(dir, &file)?;
         Ok(HubCluster {
             dir: dir.to_path_buf(),
             hubctl: hubctl.to_path_buf(),
@@ -59,7 +59,7 @@ impl HubCluster {
     }
 
     fn file(&self) -> anyhow::Result<ClusterFile> {
-        hub_node::cli::read_cluster_file(&self.dir)
+        hubctl::read_cluster_file(&self.dir)
     }
 
     /// The nodes as `cluster.json` has them now.

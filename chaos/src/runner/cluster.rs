@@ -20,7 +20,7 @@ pub struct AddNodeFailed {
     /// What `hubctl` said (for people).
     pub message: String,
     /// Whether the hub refused the node as below the cluster's feature level (`hubctl`'s
-    /// exit status [`hub_node::cli::EXIT_FEATURE_LEVEL_TOO_LOW`]).
+    /// exit status [`hubctl::EXIT_FEATURE_LEVEL_TOO_LOW`]).
     pub feature_level_too_low: bool,
 }
 
@@ -33,7 +33,7 @@ static HUB: std::sync::OnceLock<(PathBuf, hub_tls::client::Connector)> = std::sy
 pub fn agent_tls_args(environment: &str) -> anyhow::Result<Vec<std::ffi::OsString>> {
     let (dir, _) = HUB.get().context("the cluster has not been started")?;
     let files =
-        hub_node::cli::dev::dev_issue(dir, &hub_tls::Identity::Agent(environment.into()), &[])?;
+        hubctl::dev::dev_issue(dir, &hub_tls::Identity::Agent(environment.into()), &[])?;
     Ok(files.flags())
 }
 
@@ -142,8 +142,8 @@ impl Cluster {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
-        let file = hub_node::cli::read_cluster_file(dir)?;
-        let connector = hub_node::cli::dev::dev_connector(dir, &file)?;
+        let file = hubctl::read_cluster_file(dir)?;
+        let connector = hubctl::dev::dev_connector(dir, &file)?;
         if HUB.set((dir.to_path_buf(), connector)).is_err() {
             bail!("this runner already drives a cluster");
         }
@@ -265,7 +265,7 @@ impl Cluster {
             return Err(AddNodeFailed {
                 message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
                 feature_level_too_low: out.status.code()
-                    == Some(hub_node::cli::EXIT_FEATURE_LEVEL_TOO_LOW),
+                    == Some(hubctl::EXIT_FEATURE_LEVEL_TOO_LOW),
             });
         }
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)

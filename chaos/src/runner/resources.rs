@@ -74,7 +74,7 @@ struct LogRead {
 
 /// One sample of every member of the cluster in `dir`.
 fn sample(dir: &Path, epoch: Instant, logs: &mut HashMap<u64, LogRead>) -> Vec<ResourceSample> {
-    let Ok(file) = hub_node::cli::read_cluster_file(dir) else {
+    let Ok(file) = hubctl::read_cluster_file(dir) else {
         return Vec::new();
     };
     file.nodes

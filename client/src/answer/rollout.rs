@@ -25,6 +25,19 @@ pub struct WaveView {
     pub soak_ms: i64,
 }
 
+impl From<&hub_engine::rollout_policy::Wave> for WaveView {
+    fn from(w: &hub_engine::rollout_policy::Wave) -> Self {
+        WaveView {
+            environments: w.selector.environments.iter().cloned().collect(),
+            labels: w.selector.labels.clone(),
+            max_parallel: w.max_parallel,
+            name: w.name.clone(),
+            on_failure: w.on_failure.as_str().to_string(),
+            soak_ms: w.soak_ms,
+        }
+    }
+}
+
 /// One rollout policy. The YAML is in the answer to `rollout_policy` only.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RolloutPolicyView {

@@ -236,7 +236,7 @@ async fn run() -> anyhow::Result<()> {
     let outbound_ca_pem = args
         .outbound_ca_file
         .as_deref()
-        .map(hub_node::outbound::read_ca_file)
+        .map(hub_client::ca_file::read_ca_file)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--outbound-ca-file {e}"))?;
     if args.snapshot_logs == 0 {

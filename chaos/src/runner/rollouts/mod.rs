@@ -447,7 +447,7 @@ impl Rollouts {
     async fn start_canary(&mut self, hub: &Hub) -> anyhow::Result<()> {
         let port = free_port()?;
         let registry = self.cfg.dir.join("registry");
-        let manifest = hub_node::cli::package_demo_service(
+        let manifest = hubctl::package_demo_service(
             &self.cfg.bin_dir.join("demo-service"),
             &registry,
             "1.0.0",

@@ -1,5 +1,8 @@
-//! `hubctl`: the operator CLI. Global `-e/--endpoints` (any nodes; the CLI fails over between
-//! them) and `-o table|json|yaml`.
+//! `hubctl`: the operator CLI. Global `--endpoints` (any nodes; the CLI fails over between
+//! them) and `-o table|json|yaml`. It talks to the hub only through `hub-client`.
+//!
+//! The crate is also a library for its dev-cluster launcher ([`dev`], [`dev_cmd`],
+//! [`dev_members`], [`dev_registry`]), which the chaos runner starts its clusters with.
 //!
 //! This module parses the command line and dispatches every command to its module. The
 //! command modules (`canary`, `demo`, `dev`, `modules`, `orch`, `pki`, `plans`, `rollouts`,
@@ -41,7 +44,7 @@ use clap::{Parser, Subcommand};
 use hub_proto::*;
 use serde_json::{json, Value};
 
-use crate::node::new_request_id;
+use hub_client::request_id::new_request_id;
 use ::hub_client::FailoverClient;
 use args::ReadArgs;
 use output::{print, Format};
@@ -693,14 +696,15 @@ async fn cluster_status(client: &FailoverClient, fmt: Format) -> anyhow::Result<
             let mut v = json!({"id": m.id, "addr": m.addr, "role": m.role,
                 "last_applied": m.last_applied, "digest": m.digest,
                 "version": m.version, "feature_level": m.feature_level});
-            if !m.error.is_empty() {
-                v["error"] = json!(m.error);
+            if let (false, Value::Object(o)) = (m.error.is_empty(), &mut v) {
+                o.insert("error".into(), json!(m.error));
             }
             v
         })
         .collect();
+    let leader = if s.has_leader { json!(s.leader) } else { Value::Null };
     let v = json!({
-        "leader": if s.has_leader { json!(s.leader) } else { Value::Null },
+        "leader": leader,
         "term": s.term,
         "cluster_feature_level": s.cluster_feature_level,
         "members": members,
@@ -708,7 +712,7 @@ async fn cluster_status(client: &FailoverClient, fmt: Format) -> anyhow::Result<
     if fmt.is_table() {
         println!(
             "leader: {}  term: {}  feature level: {}",
-            v["leader"], s.term, s.cluster_feature_level
+            leader, s.term, s.cluster_feature_level
         );
         let mut columns = vec![
             "id",

@@ -24,7 +24,8 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::args::FRESH;
-use super::calls::{query, submit};
+use super::calls::{ask, submit};
+use hub_client::answer::{GetCanary, MetricWindowView};
 use hub_client::FailoverClient;
 
 /// The demo product.
@@ -84,6 +85,21 @@ impl Drop for Running {
     }
 }
 
+/// The one field of the process driver's state file (`hub-agent`'s) the demo reads.
+#[derive(serde::Deserialize)]
+struct ServiceState {
+    /// The running service's process id.
+    pid: Option<i64>,
+}
+
+/// How one release's canary ended in the demo.
+struct DemoResult {
+    release: &'static str,
+    result: String,
+    seconds: u64,
+    weights: Vec<u64>,
+}
+
 /// Pids in the process driver's state files under the agent's data directory.
 fn service_pids(agent_dir: &Path) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir(agent_dir.join("process")) else {
@@ -92,8 +108,8 @@ fn service_pids(agent_dir: &Path) -> Vec<i32> {
     entries
         .flatten()
         .filter_map(|e| std::fs::read(e.path().join("state.json")).ok())
-        .filter_map(|b| serde_json::from_slice::<Value>(&b).ok())
-        .filter_map(|v| v["pid"].as_i64())
+        .filter_map(|b| serde_json::from_slice::<ServiceState>(&b).ok())
+        .filter_map(|v| v.pid)
         .filter_map(|p| i32::try_from(p).ok())
         .collect()
 }
@@ -263,10 +279,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         let t = Instant::now();
         publish(&client, &manifests[i + 1]).await?;
         let (phase, weights) = follow(&client, started, expect, Some(*expect)).await?;
-        results.push(
-            json!({"release": version, "result": phase, "seconds": t.elapsed().as_secs(),
-            "weights": weights}),
-        );
+        results.push(DemoResult {
+            release: *version,
+            result: phase,
+            seconds: t.elapsed().as_secs(),
+            weights,
+        });
     }
     let serving = current_version(port).await.unwrap_or_else(|| "-".into());
     let (ok, errors, failed) = traffic.stop();
@@ -275,10 +293,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     for r in &results {
         println!(
             "  {:<6} {:<10} in {:>3}s  weights {}",
-            r["release"].as_str().unwrap_or(""),
-            r["result"].as_str().unwrap_or(""),
-            r["seconds"],
-            r["weights"]
+            r.release,
+            r.result,
+            r.seconds,
+            json!(r.weights)
         );
     }
     println!("  the service now serves {serving}");
@@ -291,7 +309,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     }
     let expected = results
         .iter()
-        .map(|r| r["result"].as_str().unwrap_or(""))
+        .map(|r| r.result.as_str())
         .eq(["Succeeded", "Failed"]);
     drop(running);
     if !expected || serving != "1.1.0" {
@@ -436,15 +454,10 @@ async fn follow(
     let mut weights: Vec<u64> = Vec::new();
     let mut analysing = false;
     loop {
-        let v = query(
-            client,
-            json!({"query": "canary", "id": format!("{ENV}/demo-service")}),
-            FRESH,
-        )
-        .await?;
-        let phase = v["status"].as_str().unwrap_or("").to_string();
-        let weight = v["weight"].as_u64().unwrap_or(0);
-        let failed = v["status_block"]["failedChecks"].as_u64().unwrap_or(0);
+        let v = ask(client, &GetCanary(format!("{ENV}/demo-service")), FRESH).await?;
+        let phase = v.status.clone();
+        let weight = u64::from(v.weight);
+        let failed = v.status_block.as_ref().map_or(0, |b| u64::from(b.failed_checks));
         if matches!(
             phase.as_str(),
             "Progressing" | "WaitingPromotion" | "Promoting"
@@ -452,8 +465,9 @@ async fn follow(
             analysing = true;
         }
         if (phase.clone(), weight, failed) != last {
-            let w = &v["observation"]["windows"][0];
-            let mut metrics = match (w["success_rate"].as_f64(), w["p99_ms"].as_f64()) {
+            let w = v.observation.flatten().and_then(|o| o.windows.into_iter().next());
+            let window = |f: fn(&MetricWindowView) -> Option<f64>| w.as_ref().and_then(f);
+            let mut metrics = match (window(|w| w.success_rate), window(|w| w.p99_ms)) {
                 (Some(s), Some(p)) => format!("  canary: success {s:.1}%, p99 {p:.0} ms"),
                 _ => String::new(),
             };

@@ -9,13 +9,14 @@ use clap::Subcommand;
 use hub_engine::access::{Role, ScopeKind};
 use hub_engine::command::TokenRole;
 use hub_engine::token::{TokenSecret, SECRET_BYTES};
-use hub_engine::Command;
+use hub_engine::{Command, CommandOutput};
 use rand::TryRngCore;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::args::ReadArgs;
-use super::calls::{query, submit};
-use super::output::{items, print, print_list, Format};
+use super::calls::{ask, submit};
+use super::output::{print, print_list, Format};
+use hub_client::answer::{ListTokens, TokenRoleView};
 use super::roles::parse_role;
 use super::timeparse::parse_duration;
 use hub_client::FailoverClient;
@@ -118,13 +119,16 @@ pub async fn run(client: &FailoverClient, cmd: TokenCmd, fmt: Format) -> anyhow:
                 roles,
             };
             let v = submit(client, &command).await?;
-            let summary = v["output"]["Changed"]["summary"].clone();
+            let summary = match v.command_output {
+                Some(CommandOutput::Changed { summary, .. }) => Some(summary),
+                _ => None,
+            };
             print(
                 fmt,
                 &json!({
                     "name": name,
                     "identity": format!("token/{name}"),
-                    "index": v["index"],
+                    "index": v.index,
                     "result": summary,
                     "secret": secret.reveal(),
                 }),
@@ -138,31 +142,26 @@ pub async fn run(client: &FailoverClient, cmd: TokenCmd, fmt: Format) -> anyhow:
             Ok(())
         }
         TokenCmd::List { read } => {
-            let v = query(client, json!({"query": "tokens"}), read).await?;
+            let v = ask(client, &ListTokens, read).await?;
             print_list(
                 fmt,
-                items(&v, "tokens"),
+                &v.tokens,
                 &["name", "roles", "expires", "created_by", "created"],
                 |t| {
-                    let roles: Vec<String> = t["roles"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(role_text)
-                        .collect();
-                    let expires = match (&t["expires"], t["expired"].as_bool()) {
-                        (Value::String(at), Some(true)) => format!("{at} (expired)"),
-                        (Value::String(at), _) => at.clone(),
-                        _ => "never".to_string(),
+                    let roles: Vec<String> = t.roles.iter().map(role_text).collect();
+                    let expires = match (&t.expires, t.expired) {
+                        (Some(at), true) => format!("{at} (expired)"),
+                        (Some(at), false) => at.clone(),
+                        (None, _) => "never".to_string(),
                     };
                     // `identity` only in `-o wide`.
                     json!({
-                        "name": t["name"],
-                        "identity": t["identity"],
+                        "name": t.name,
+                        "identity": t.identity,
                         "roles": if roles.is_empty() { "-".to_string() } else { roles.join(" ") },
                         "expires": expires,
-                        "created_by": t["created_by"],
-                        "created": t["created"],
+                        "created_by": t.created_by,
+                        "created": t.created,
                     })
                 },
             )
@@ -170,23 +169,23 @@ pub async fn run(client: &FailoverClient, cmd: TokenCmd, fmt: Format) -> anyhow:
         }
         TokenCmd::Revoke { name } => {
             let v = submit(client, &Command::RevokeToken { name }).await?;
-            print(fmt, &v, &["index", "leader", "result", "id"])
+            print(fmt, &json!(v), &["index", "leader", "result", "id"])
         }
     }
 }
 
 /// `environment-operator=prod,stage` from a listed role.
-fn role_text(r: &Value) -> String {
-    let role = r["role"].as_str().unwrap_or("?");
-    let scope: Vec<&str> = ["environments", "products"]
+fn role_text(r: &TokenRoleView) -> String {
+    let scope: Vec<&str> = r
+        .environments
         .iter()
-        .flat_map(|k| r[*k].as_array().into_iter().flatten())
-        .filter_map(Value::as_str)
+        .chain(&r.products)
+        .map(String::as_str)
         .collect();
     if scope.is_empty() {
-        role.to_string()
+        r.role.clone()
     } else {
-        format!("{role}={}", scope.join(","))
+        format!("{}={}", r.role, scope.join(","))
     }
 }
 

@@ -49,7 +49,7 @@ pub(crate) async fn run() -> anyhow::Result<()> {
                         .map(|a| a.to_string_lossy())
                         .collect::<Vec<_>>()
                         .join(" "),
-                    hub_engine::evaluate::format_time(crate::propose::now_ms())
+                    hub_engine::evaluate::format_time(crate::timeparse::now_ms())
                 )?;
             } else if last.is_some() {
                 writeln!(stdout)?;

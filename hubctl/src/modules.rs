@@ -14,8 +14,12 @@ use hub_engine::Command;
 use serde_json::{json, Value};
 
 use super::args::{read_file, ActorArg, ReadArgs, FRESH};
-use super::calls::{query, submit_and_print};
-use super::output::{items, print, print_list, Format};
+use super::calls::{ask, submit_and_print};
+use super::output::{print, print_list, Format};
+use hub_client::answer::{
+    ChangeRequestView, GetChangeRequest, GetModule, GetModuleInstallation, ListChangeRequests,
+    ListModuleInstallations, ListModules, ModuleDryRun,
+};
 use hub_client::FailoverClient;
 
 /// `hubctl module …`.
@@ -253,30 +257,24 @@ pub async fn module(client: &FailoverClient, cmd: ModuleCmd, fmt: Format) -> any
             let yaml = read_file(&file, "module definition")?;
             let file_name = file.file_name().map(|n| n.to_string_lossy().into_owned());
             if dry_run {
-                let v = query(
-                    client,
-                    json!({"query": "module_dry_run", "file_name": file_name, "yaml": yaml}),
-                    FRESH,
-                )
-                .await?;
+                let v = ask(client, &ModuleDryRun { file_name, yaml }, FRESH).await?;
                 return print(
                     fmt,
-                    &v,
+                    &json!(v),
                     &["valid", "name", "version", "entities", "variables"],
                 );
             }
             Command::PublishModule { file_name, yaml }
         }
         ModuleCmd::List { read } => {
-            let v = query(client, json!({"query": "modules"}), read).await?;
+            let v = ask(client, &ListModules, read).await?;
             return print_list(
                 fmt,
-                items(&v, "modules"),
+                &v.modules,
                 &["name", "latest", "versions", "installations"],
                 |m| {
-                    json!({"name": m["name"], "latest": m["latest"],
-                        "versions": m["versions"].as_array().map(|a| a.len()).unwrap_or(0),
-                        "installations": m["installations"]})
+                    json!({"name": m.name, "latest": m.latest,
+                        "versions": m.versions.len(), "installations": m.installations})
                 },
             );
         }
@@ -286,27 +284,16 @@ pub async fn module(client: &FailoverClient, cmd: ModuleCmd, fmt: Format) -> any
             download,
             read,
         } => {
-            let v = query(
-                client,
-                json!({"query": "module", "name": name, "version": version}),
-                read,
-            )
-            .await?;
+            let v = ask(client, &GetModule { name, version }, read).await?;
             if let Some(path) = download {
-                let yaml = v["yaml"].as_str().unwrap_or_default();
-                std::fs::write(&path, yaml)
+                std::fs::write(&path, &v.yaml)
                     .with_context(|| format!("--download {}: cannot write", path.display()))?;
-                eprintln!(
-                    "wrote {} {} to {}",
-                    v["name"].as_str().unwrap_or_default(),
-                    v["version"].as_str().unwrap_or_default(),
-                    path.display()
-                );
+                eprintln!("wrote {} {} to {}", v.name, v.version, path.display());
                 return Ok(());
             }
             return print(
                 fmt,
-                &v,
+                &json!(v),
                 &[
                     "name",
                     "version",
@@ -350,29 +337,32 @@ pub async fn module(client: &FailoverClient, cmd: ModuleCmd, fmt: Format) -> any
         },
         ModuleCmd::Channel(cmd) => module_channel(cmd),
         ModuleCmd::Installations { env, module, read } => {
-            let v = query(
+            let v = ask(
                 client,
-                json!({"query": "module_installations", "environment": env, "module": module}),
+                &ListModuleInstallations {
+                    environment: env,
+                    module,
+                },
                 read,
             )
             .await?;
             return print_list(
                 fmt,
-                items(&v, "installations"),
+                &v.installations,
                 &["id", "version", "channel", "status", "entities", "updated"],
-                Value::clone,
+                |i| json!(i),
             );
         }
         ModuleCmd::Installation { name, env, read } => {
-            let v = query(
+            let v = ask(
                 client,
-                json!({"query": "module_installation", "id": installation_id(&env, &name)}),
+                &GetModuleInstallation(installation_id(&env, &name)),
                 read,
             )
             .await?;
             return print(
                 fmt,
-                &v,
+                &json!(v),
                 &[
                     "id",
                     "version",
@@ -467,25 +457,17 @@ fn module_channel(cmd: ModuleChannelCmd) -> Command {
 
 /// One change request as a table row: the approval state flattened (who approved, who still
 /// must, the policy, the expiry).
-fn change_request_row(c: &Value) -> Value {
-    let mut row = c.clone();
-    let a = &c["approval"];
-    if a.is_object() {
-        let approved_by: Vec<Value> = a["approvals"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|g| g["identity"].clone())
-            .collect();
-        row["policy"] = a["policy"].clone();
-        row["requester"] = a["requester"].clone();
-        row["approved_by"] = super::orch::join(&Value::Array(approved_by));
-        row["outstanding"] = super::orch::outstanding(a);
-        row["expires"] = a["expires"].clone();
-        row["expired"] = a["expired"].clone();
+fn change_request_row(c: &ChangeRequestView) -> Value {
+    match &c.approval {
+        Some(a) => {
+            let mut row = super::orch::with_approval(json!(c), a);
+            if let Value::Object(o) = &mut row {
+                o.insert("expired".into(), json!(a.expired));
+            }
+            row
+        }
+        None => json!(c),
     }
-    row.as_object_mut().map(|o| o.remove("approval"));
-    row
 }
 
 pub async fn change_request(
@@ -499,15 +481,10 @@ pub async fn change_request(
             open,
             read,
         } => {
-            let v = query(
-                client,
-                json!({"query": "change_requests", "installation": installation, "open": open}),
-                read,
-            )
-            .await?;
+            let v = ask(client, &ListChangeRequests { installation, open }, read).await?;
             return print_list(
                 fmt,
-                items(&v, "change_requests"),
+                &v.change_requests,
                 &[
                     "id",
                     "installation",
@@ -521,11 +498,11 @@ pub async fn change_request(
             );
         }
         ChangeRequestCmd::Get { id, read } => {
-            let v = query(client, json!({"query": "change_request", "id": id}), read).await?;
+            let v = ask(client, &GetChangeRequest(id), read).await?;
             let v = if fmt.is_table() {
                 change_request_row(&v)
             } else {
-                v
+                json!(v)
             };
             return print(
                 fmt,

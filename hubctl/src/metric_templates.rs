@@ -10,7 +10,7 @@ use hub_engine::Command;
 use serde_json::json;
 
 use super::args::{read_file, ReadArgs};
-use super::calls::{freshness, submit_and_print};
+use super::calls::{ask, submit_and_print};
 use super::output::{print, print_list, Format};
 use hub_client::answer::{GetMetricTemplate, ListMetricTemplates};
 use hub_client::FailoverClient;
@@ -82,12 +82,7 @@ pub async fn run(
             ..
         } => {
             let namespace = namespace.context("-n ENVIRONMENT: required with a name")?;
-            let t = client
-                .ask(
-                    &GetMetricTemplate(format!("{namespace}/{name}")),
-                    freshness(read),
-                )
-                .await?;
+            let t = ask(client, &GetMetricTemplate(format!("{namespace}/{name}")), read).await?;
             if fmt.is_table() {
                 if let Some(yaml) = &t.yaml {
                     print!("{yaml}");
@@ -110,18 +105,15 @@ pub async fn run(
                 anyhow::bail!("give -n ENVIRONMENT, or -A for every environment");
             }
             let environment = if all_namespaces { None } else { namespace };
-            let answer = client
-                .ask(&ListMetricTemplates { environment }, freshness(read))
-                .await?;
-            let list = serde_json::to_value(&answer.metric_templates)?;
+            let answer = ask(client, &ListMetricTemplates { environment }, read).await?;
             return print_list(
                 fmt,
-                list.as_array().cloned().unwrap_or_default(),
+                &answer.metric_templates,
                 &["NAMESPACE", "NAME", "PROVIDER", "ADDRESS", "UPDATED"],
                 |t| {
-                    json!({"NAMESPACE": t["environment"], "NAME": t["name"],
-                        "PROVIDER": t["provider"]["type"], "ADDRESS": t["provider"]["address"],
-                        "UPDATED": t["updated"], "QUERY": t["query"]})
+                    json!({"NAMESPACE": t.environment, "NAME": t.name,
+                        "PROVIDER": t.provider.kind, "ADDRESS": t.provider.address,
+                        "UPDATED": t.updated, "QUERY": t.query})
                 },
             );
         }

@@ -13,9 +13,21 @@ use hub_engine::Command;
 use serde_json::{json, Value};
 
 use super::args::{read_file, ActorArg, ReadArgs, WatchArgs};
-use super::calls::{query, submit_and_print};
-use super::output::{items, print, print_list, table, Format};
+use super::calls::{ask, submit_and_print};
+use super::output::{print_answer, print_list, table, Format};
+use hub_client::answer::{
+    GetRolloutPolicy, GetRolloutStatus, ListRolloutPolicies, RolloutStatusView, WaveView,
+};
 use hub_client::FailoverClient;
+
+/// What `rollout-policy apply --dry-run -o json` prints: the policy as it would be applied
+/// (the fields of a rollout policy's answer that a file gives).
+#[derive(serde::Serialize)]
+struct DryRunPolicy {
+    product: String,
+    products: Vec<String>,
+    waves: Vec<WaveView>,
+}
 
 /// `hubctl rollout-policy …`.
 #[derive(Subcommand, Debug)]
@@ -140,22 +152,23 @@ pub async fn policy(
                     hub_engine::rollout_policy::parse_rollout_policy(&yaml).map_err(|errors| {
                         anyhow::anyhow!("{}: invalid rollout policy:\n{errors}", file.display())
                     })?;
-                let out = json!({
-                    "product": spec.product,
-                    "products": spec.products,
-                    "waves": crate::query::waves_view(&spec.waves),
-                });
+                let out = DryRunPolicy {
+                    product: spec.product,
+                    products: spec.products,
+                    waves: spec.waves.iter().map(WaveView::from).collect(),
+                };
                 if fmt.is_table() {
                     println!(
                         "rollout policy of {} is valid (dry run: nothing was sent)",
-                        spec.product
+                        out.product
                     );
-                    let rows: Vec<Value> = items(&out, "waves")
+                    let rows: Vec<Value> = out
+                        .waves
                         .iter()
                         .map(|w| {
-                            json!({"WAVE": w["name"], "ENVIRONMENTS": w["environments"],
-                            "LABELS": w["labels"], "SOAK MS": w["soak_ms"],
-                            "MAX PARALLEL": w["max_parallel"], "ON FAILURE": w["on_failure"]})
+                            json!({"WAVE": w.name, "ENVIRONMENTS": w.environments,
+                            "LABELS": w.labels, "SOAK MS": w.soak_ms,
+                            "MAX PARALLEL": w.max_parallel, "ON FAILURE": w.on_failure})
                         })
                         .collect();
                     return table(
@@ -170,7 +183,7 @@ pub async fn policy(
                         ],
                     );
                 }
-                return print(fmt, &out, &[]);
+                return print_answer(fmt, &out);
             }
             Command::ApplyRolloutPolicy { yaml }
         }
@@ -178,20 +191,15 @@ pub async fn policy(
             product: None,
             read,
         } => {
-            let v = query(client, json!({"query": "rollout_policies"}), read).await?;
+            let v = ask(client, &ListRolloutPolicies, read).await?;
             return print_list(
                 fmt,
-                items(&v, "policies"),
+                &v.policies,
                 &["PRODUCT", "GROUP", "WAVES", "UPDATED"],
                 |p| {
-                    let waves: Vec<String> = p["waves"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|w| w["name"].as_str().map(String::from))
-                        .collect();
-                    json!({"PRODUCT": p["product"], "GROUP": p["products"], "WAVES": waves.join(" -> "),
-                        "UPDATED": p["updated"]})
+                    let waves: Vec<&str> = p.waves.iter().map(|w| w.name.as_str()).collect();
+                    json!({"PRODUCT": p.product, "GROUP": p.products, "WAVES": waves.join(" -> "),
+                        "UPDATED": p.updated})
                 },
             );
         }
@@ -199,17 +207,12 @@ pub async fn policy(
             product: Some(product),
             read,
         } => {
-            let v = query(
-                client,
-                json!({"query": "rollout_policy", "product": product}),
-                read,
-            )
-            .await?;
+            let v = ask(client, &GetRolloutPolicy(product), read).await?;
             if fmt.is_table() {
-                println!("{}", v["yaml"].as_str().unwrap_or_default().trim_end());
+                println!("{}", v.yaml.as_deref().unwrap_or_default().trim_end());
                 return Ok(());
             }
-            return print(fmt, &v, &[]);
+            return print_answer(fmt, &v);
         }
         RolloutPolicyCmd::Delete { product } => Command::DeleteRolloutPolicy { product },
     };
@@ -225,9 +228,12 @@ pub async fn rollout(client: &FailoverClient, cmd: RolloutCmd, fmt: Format) -> a
             read,
             ..
         } => {
-            let v = query(
+            let v = ask(
                 client,
-                json!({"query": "rollout_status", "product": product, "version": version}),
+                &GetRolloutStatus {
+                    product: product.clone(),
+                    version: version.clone(),
+                },
                 read,
             )
             .await
@@ -268,41 +274,34 @@ pub async fn rollout(client: &FailoverClient, cmd: RolloutCmd, fmt: Format) -> a
 }
 
 /// The status as a header line, one row per wave, then one row per entity.
-fn print_status(v: &Value, fmt: Format) -> anyhow::Result<()> {
+fn print_status(v: &RolloutStatusView, fmt: Format) -> anyhow::Result<()> {
     if !fmt.is_table() {
-        return print(fmt, v, &[]);
+        return print_answer(fmt, v);
     }
-    let halted = match &v["halted"] {
-        Value::Null => "rolling".to_string(),
-        h => format!(
-            "HALTED at {}: {}",
-            h["at"].as_str().unwrap_or("-"),
-            h["cause"].as_str().unwrap_or("-")
-        ),
+    let halted = match &v.halted {
+        None => "rolling".to_string(),
+        Some(h) => format!("HALTED at {}: {}", h.at, h.cause),
     };
-    println!(
-        "rollout of {} {} ({halted})",
-        v["policy"].as_str().unwrap_or("-"),
-        v["version"].as_str().unwrap_or("-")
-    );
-    let waves = items(v, "waves");
-    let rows: Vec<Value> = waves
+    println!("rollout of {} {} ({halted})", v.policy, v.version);
+    let rows: Vec<Value> = v
+        .waves
         .iter()
         .map(|w| {
-            json!({"WAVE": w["wave"], "STATE": w["state"],
-                "DONE": format!("{}/{}", w["done"], w["entities_total"]),
-                "IN FLIGHT": w["in_flight"], "SOAK UNTIL": w["soak_until"]})
+            json!({"WAVE": w.wave, "STATE": w.state,
+                "DONE": format!("{}/{}", w.done, w.entities_total),
+                "IN FLIGHT": w.in_flight, "SOAK UNTIL": w.soak_until})
         })
         .collect();
     table(&rows, &["WAVE", "STATE", "DONE", "IN FLIGHT", "SOAK UNTIL"])?;
     println!();
-    let rows: Vec<Value> = waves
+    let rows: Vec<Value> = v
+        .waves
         .iter()
         .flat_map(|w| {
-            items(w, "entities").into_iter().map(move |e| {
-                json!({"WAVE": w["wave"], "ENVIRONMENT": e["environment"], "ENTITY": e["entity"],
-                    "PRODUCT": e["product"], "RUNS": e["runs"], "HEALTH": e["health"],
-                    "CANARY": e["canary"], "STATE": e["state"]})
+            w.entities.iter().map(move |e| {
+                json!({"WAVE": w.wave, "ENVIRONMENT": e.environment, "ENTITY": e.entity,
+                    "PRODUCT": e.product, "RUNS": e.runs, "HEALTH": e.health,
+                    "CANARY": e.canary, "STATE": e.state})
             })
         })
         .collect();

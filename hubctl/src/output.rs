@@ -47,14 +47,24 @@ pub fn print(fmt: Format, v: &Value, columns: &[&str]) -> anyhow::Result<()> {
 }
 
 /// One table cell or `key: value` value. A cell is one line: its control characters are
-/// shown as escapes ([`crate::text::escape_controls`]), whatever the node sent (a newline in
+/// shown as escapes ([`hub_client::text::escape_controls`]), whatever the node sent (a newline in
 /// a name a caller wrote would otherwise print a forged row).
 fn cell(v: &Value) -> String {
     match v {
-        Value::String(s) => crate::text::escape_controls(s).into_owned(),
+        Value::String(s) => hub_client::text::escape_controls(s).into_owned(),
         Value::Null => "-".into(),
         other => other.to_string(),
     }
+}
+
+/// Prints a typed answer as it travels (JSON or YAML), or for tables as indented JSON.
+pub fn print_answer<T: serde::Serialize>(fmt: Format, answer: &T) -> anyhow::Result<()> {
+    print(fmt, &serde_json::to_value(answer)?, &[])
+}
+
+/// An optional value for people: the value, or `-`.
+pub(crate) fn or_dash(v: Option<&str>) -> &str {
+    v.unwrap_or("-")
 }
 
 /// `text` for stdout in red (ANSI) when stdout is a terminal and `NO_COLOR` is not set; as
@@ -76,20 +86,25 @@ fn paint_red(text: &str, terminal: bool) -> String {
     }
 }
 
-/// One warning line per registry of `v["insecure_registries"]` (as the `entity` and
+/// One warning line per registry of an answer's `insecure_registries` (as the `entity` and
 /// `explain` queries give them), in red on a terminal.
-pub fn print_insecure_registries(v: &Value) {
-    for r in v["insecure_registries"].as_array().into_iter().flatten() {
+pub fn print_insecure_registries(registries: &[hub_client::answer::RegistryRef]) {
+    for r in registries {
         println!(
             "{}",
             red(&format!(
                 "WARNING: registry {} ({}) is insecure-skip-verify: its TLS certificate is NOT \
                  verified, anyone on the network path can serve its artifacts",
-                cell(&r["name"]),
-                cell(&r["url"])
+                escaped(&r.name),
+                escaped(&r.url)
             ))
         );
     }
+}
+
+/// Text from the cluster as one line ([`cell`] of a string).
+pub(crate) fn escaped(text: &str) -> String {
+    hub_client::text::escape_controls(text).into_owned()
 }
 
 /// Prints rows as aligned columns with an upper-case header.
@@ -123,17 +138,12 @@ pub fn table(rows: &[Value], columns: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The array under `key` of a query answer (empty if absent).
-pub(crate) fn items(v: &Value, key: &str) -> Vec<Value> {
-    v[key].as_array().cloned().unwrap_or_default()
-}
-
 /// Prints a list: a table of `columns` (rows mapped by `row`), or the array as JSON/YAML.
-pub(crate) fn print_list(
+pub(crate) fn print_list<T: serde::Serialize>(
     fmt: Format,
-    list: Vec<Value>,
+    list: &[T],
     columns: &[&str],
-    row: impl Fn(&Value) -> Value,
+    row: impl Fn(&T) -> Value,
 ) -> anyhow::Result<()> {
     let rows = || list.iter().map(&row).collect::<Vec<Value>>();
     match fmt {
@@ -152,6 +162,6 @@ pub(crate) fn print_list(
             let all: Vec<&str> = all.iter().map(String::as_str).collect();
             table(&rows, &all)
         }
-        Format::Json | Format::Yaml => print(fmt, &Value::Array(list), &[]),
+        Format::Json | Format::Yaml => print(fmt, &serde_json::to_value(list)?, &[]),
     }
 }

@@ -12,9 +12,10 @@ use hub_engine::Command;
 use serde_json::{json, Value};
 
 use super::args::{read_file, ActorArg, ReadArgs, FRESH};
-use super::calls::{query, submit_and_print};
+use super::calls::{ask, submit_and_print};
 use super::metric_templates::split_documents;
-use super::output::{items, print, print_list, Format};
+use super::output::{print, print_list, Format};
+use hub_client::answer::{CanaryEventView, GetCanary, ListCanaries};
 use super::timeparse::parse_duration;
 use hub_client::FailoverClient;
 
@@ -141,15 +142,11 @@ pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow
             if namespace.is_none() && !all_namespaces {
                 anyhow::bail!("give -n ENVIRONMENT, or -A for every environment");
             }
-            let v = query(
-                client,
-                json!({"query": "canaries", "environment": if all_namespaces { None } else { namespace }}),
-                read,
-            )
-            .await?;
+            let environment = if all_namespaces { None } else { namespace };
+            let v = ask(client, &ListCanaries { environment }, read).await?;
             return print_list(
                 fmt,
-                items(&v, "canaries"),
+                &v.canaries,
                 &[
                     "NAMESPACE",
                     "NAME",
@@ -159,9 +156,9 @@ pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow
                 ],
                 |c| {
                     // ENTITY and PROMOTED only in `-o wide`.
-                    json!({"NAMESPACE": c["namespace"], "NAME": c["name"], "STATUS": c["status"],
-                        "WEIGHT": c["weight"], "LASTTRANSITIONTIME": c["last_transition"],
-                        "ENTITY": c["entity"], "PROMOTED": c["promoted"]})
+                    json!({"NAMESPACE": c.namespace, "NAME": c.name, "STATUS": c.status,
+                        "WEIGHT": c.weight, "LASTTRANSITIONTIME": c.last_transition,
+                        "ENTITY": c.entity, "PROMOTED": c.promoted})
                 },
             );
         }
@@ -172,20 +169,15 @@ pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow
             ..
         } => {
             let namespace = namespace.context("-n ENVIRONMENT: required with a name")?;
-            let v = query(
-                client,
-                json!({"query": "canary", "id": id(&namespace, &name)}),
-                read,
-            )
-            .await?;
+            let v = ask(client, &GetCanary(id(&namespace, &name)), read).await?;
             if matches!(fmt, Format::Yaml | Format::Json) {
-                let out = json!({"metadata": {"name": v["name"], "namespace": v["namespace"]},
-                    "spec": {"entity": v["entity"]}, "status": v["status_block"]});
+                let out = json!({"metadata": {"name": v.name, "namespace": v.namespace},
+                    "spec": {"entity": v.entity}, "status": v.status_block});
                 return print(fmt, &out, &[]);
             }
             return print(
                 fmt,
-                &v,
+                &json!(v),
                 &[
                     "namespace",
                     "name",
@@ -201,17 +193,12 @@ pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow
             namespace,
             read,
         } => {
-            let v = query(
-                client,
-                json!({"query": "canary", "id": id(&namespace, &name)}),
-                read,
-            )
-            .await?;
-            let events = items(&v["status_block"], "events");
+            let v = ask(client, &GetCanary(id(&namespace, &name)), read).await?;
+            let events = v.status_block.map(|b| b.events).unwrap_or_default();
             let now = super::timeparse::now_ms();
-            return print_list(fmt, events, &["TYPE", "REASON", "AGE", "MESSAGE"], |e| {
-                json!({"TYPE": e["type"], "REASON": e["reason"], "AGE": age(e, now),
-                    "MESSAGE": e["message"]})
+            return print_list(fmt, &events, &["TYPE", "REASON", "AGE", "MESSAGE"], |e| {
+                json!({"TYPE": e.kind, "REASON": e.reason, "AGE": age(e, now),
+                    "MESSAGE": e.message})
             });
         }
         CanaryCmd::Wait {
@@ -389,16 +376,15 @@ fn dry_run_apply(
 
 /// An event's age as `kubectl describe` shows it: `42s`, or `3m (x5 over 10m)` for a repeated
 /// one.
-fn age(event: &Value, now_ms: i64) -> String {
-    let since = |key: &str| {
-        event[key]
-            .as_str()
-            .and_then(|t| super::timeparse::parse_time(t).ok())
+fn age(event: &CanaryEventView, now_ms: i64) -> String {
+    let since = |time: &str| {
+        super::timeparse::parse_time(time)
+            .ok()
             .map(|t| short_duration((now_ms - t.ms()) / 1000))
     };
-    let last = since("lastTimestamp").unwrap_or_else(|| "-".into());
-    match (event["count"].as_u64(), since("firstTimestamp")) {
-        (Some(n), Some(first)) if n > 1 => format!("{last} (x{n} over {first})"),
+    let last = since(&event.last_timestamp).unwrap_or_else(|| "-".into());
+    match since(&event.first_timestamp) {
+        Some(first) if event.count > 1 => format!("{last} (x{} over {first})", event.count),
         _ => last,
     }
 }
@@ -431,17 +417,18 @@ async fn wait(
     // Progress on a terminal only: a script sees the verdict line and nothing else.
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     loop {
-        let v: Value = query(client, json!({"query": "canary", "id": id}), FRESH).await?;
-        let phase = v["status"].as_str().unwrap_or_default().to_string();
+        let v = ask(client, &GetCanary(id.to_string()), FRESH).await?;
+        let phase = v.status.as_str();
+        let block = v.status_block.as_ref();
         if terminal {
             eprint!(
                 "\r\x1b[2Kwaiting for canary {id}: {phase}, weight {}%, failed checks {} ({}s)",
-                v["weight"],
-                v["status_block"]["failedChecks"],
+                v.weight,
+                json!(block.map(|b| b.failed_checks)),
                 started.elapsed().as_secs()
             );
         }
-        if v["promoted"] == true && phase == "Succeeded" {
+        if v.promoted && phase == "Succeeded" {
             if terminal {
                 eprintln!();
             }
@@ -452,10 +439,9 @@ async fn wait(
             eprintln!();
         }
         if phase == "Failed" {
-            anyhow::bail!(
-                "canary {id} failed: {}",
-                v["status_block"]["conditions"][0]["message"]
-            );
+            // As JSON text: quoted, or `null` when the canary has no condition yet.
+            let message = block.and_then(|b| b.conditions.first()).map(|c| &c.message);
+            anyhow::bail!("canary {id} failed: {}", json!(message));
         }
         if Instant::now() >= deadline {
             anyhow::bail!("canary {id}: still {phase} after {timeout:?}");

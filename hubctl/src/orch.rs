@@ -16,10 +16,13 @@ use semver::Version;
 use serde_json::{json, Value};
 
 use super::args::{parse_version, read_file, ActorArg, ReadArgs};
-use super::calls::{freshness, query, resolve, submit_and_print};
-use super::output::{items, print_list, Format};
+use super::calls::{ask, resolve, submit_and_print};
+use super::output::{print_list, Format};
 use super::timeparse::{parse_duration, parse_time, TimeArg};
-use hub_client::answer::ListWindowExceptions;
+use hub_client::answer::{
+    ApprovalView, ListAudit, ListChannels, ListProducts, ListRecalls, ListReleases,
+    ListSuppressions, ListWindowExceptions, RecallView,
+};
 use hub_client::FailoverClient;
 
 /// An environment or an entity (exactly one).
@@ -45,19 +48,12 @@ impl ScopeArgs {
     }
 }
 
-/// Joins a JSON array of strings with `,` ("-" when empty or absent).
-pub(crate) fn join(v: &Value) -> Value {
-    let parts: Vec<String> = v
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|x| x.as_str().map_or_else(|| x.to_string(), String::from))
-                .collect()
-        })
-        .unwrap_or_default();
+/// Joins strings with `,` for a cell (`null`, shown as "-", when there are none).
+pub(crate) fn join<S: AsRef<str>>(parts: &[S]) -> Value {
     if parts.is_empty() {
         Value::Null
     } else {
+        let parts: Vec<&str> = parts.iter().map(AsRef::as_ref).collect();
         json!(parts.join(","))
     }
 }
@@ -430,24 +426,27 @@ pub async fn audit(client: &FailoverClient, a: AuditArgs, fmt: Format) -> anyhow
         let command = Command::SetAuditRetention { entries };
         return submit_and_print(client, &command, fmt).await.map(drop);
     }
-    let q = json!({
-        "query": "audit", "limit": a.limit, "actor": a.actor, "environment": a.environment,
-        "kind": a.kind, "since_ms": a.since,
-    });
-    let v = query(client, q, a.read).await?;
-    if fmt.is_table() && v["dropped"].as_u64().unwrap_or(0) > 0 {
+    let q = ListAudit {
+        limit: Some(a.limit),
+        actor: a.actor,
+        environment: a.environment,
+        kind: a.kind,
+        since_ms: a.since,
+    };
+    let v = ask(client, &q, a.read).await?;
+    if fmt.is_table() && v.dropped > 0 {
         eprintln!(
             "({} older entries dropped by retention, which keeps {})",
-            v["dropped"], v["retention"]
+            v.dropped, v.retention
         );
     }
     print_list(
         fmt,
-        items(&v, "audit"),
+        &v.audit,
         &[
             "index", "time", "actor", "action", "target", "outcome", "reason",
         ],
-        Value::clone,
+        |e| json!(e),
     )
 }
 
@@ -458,14 +457,14 @@ pub async fn product(client: &FailoverClient, cmd: ProductCmd, fmt: Format) -> a
             description,
         },
         ProductCmd::List { read } => {
-            let v = query(client, json!({"query": "products"}), read).await?;
+            let v = ask(client, &ListProducts, read).await?;
             return print_list(
                 fmt,
-                items(&v, "products"),
+                &v.products,
                 &["id", "releases", "window", "description"],
                 |p| {
-                    json!({"id": p["id"], "releases": p["releases"],
-                        "window": p["maintenance_window"], "description": p["description"]})
+                    json!({"id": p.id, "releases": p.releases,
+                        "window": p.maintenance_window, "description": p.description})
                 },
             );
         }
@@ -494,20 +493,15 @@ pub async fn release(client: &FailoverClient, cmd: ReleaseCmd, fmt: Format) -> a
             manifest: read_file(&file, "manifest")?,
         },
         ReleaseCmd::List { product, read } => {
-            let v = query(
-                client,
-                json!({"query": "releases", "product": product}),
-                read,
-            )
-            .await?;
+            let v = ask(client, &ListReleases { product }, read).await?;
             return print_list(
                 fmt,
-                items(&v, "releases"),
+                &v.releases,
                 &["product", "version", "channels", "recalled", "published"],
                 |r| {
-                    json!({"product": r["product"], "version": r["version"],
-                        "channels": join(&r["channels"]), "recalled": r["recalled"],
-                        "published": r["published"]})
+                    json!({"product": r.product, "version": r.version,
+                        "channels": join(&r.channels), "recalled": r.recalled,
+                        "published": r.published})
                 },
             );
         }
@@ -532,16 +526,17 @@ pub async fn release(client: &FailoverClient, cmd: ReleaseCmd, fmt: Format) -> a
         }
         ReleaseCmd::Unrecall { id } => Command::DeleteRecall { id },
         ReleaseCmd::Recalls { product, read } => {
-            let v = query(client, json!({"query": "recalls"}), read).await?;
-            let list: Vec<Value> = items(&v, "recalls")
+            let v = ask(client, &ListRecalls, read).await?;
+            let list: Vec<RecallView> = v
+                .recalls
                 .into_iter()
-                .filter(|r| product.as_ref().is_none_or(|p| r["product"] == p.as_str()))
+                .filter(|r| product.as_ref().is_none_or(|p| &r.product == p))
                 .collect();
             return print_list(
                 fmt,
-                list,
+                &list,
                 &["id", "product", "versions", "reason", "created"],
-                Value::clone,
+                |r| json!(r),
             );
         }
     };
@@ -552,12 +547,12 @@ pub async fn channel(client: &FailoverClient, cmd: ChannelCmd, fmt: Format) -> a
     let command = match cmd {
         ChannelCmd::Create { name, description } => Command::CreateChannel { name, description },
         ChannelCmd::List { read } => {
-            let v = query(client, json!({"query": "channels"}), read).await?;
+            let v = ask(client, &ListChannels, read).await?;
             return print_list(
                 fmt,
-                items(&v, "channels"),
+                &v.channels,
                 &["name", "builtin", "description"],
-                Value::clone,
+                |c| json!(c),
             );
         }
         ChannelCmd::Add {
@@ -673,13 +668,10 @@ async fn window_exceptions(
     read: ReadArgs,
     fmt: Format,
 ) -> anyhow::Result<()> {
-    let answer = client
-        .ask(&ListWindowExceptions { environment, open }, freshness(read))
-        .await?;
-    let list = serde_json::to_value(&answer.window_exceptions)?;
+    let answer = ask(client, &ListWindowExceptions { environment, open }, read).await?;
     print_list(
         fmt,
-        list.as_array().cloned().unwrap_or_default(),
+        &answer.window_exceptions,
         &[
             "id",
             "scope",
@@ -690,38 +682,31 @@ async fn window_exceptions(
             "approved_by",
             "outstanding",
         ],
-        |w| {
-            let a = &w["approval"];
-            let approved_by: Vec<Value> = a["approvals"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|g| g["identity"].clone())
-                .collect();
-            let mut row = w.clone();
-            row["requester"] = a["requester"].clone();
-            row["approved_by"] = join(&Value::Array(approved_by));
-            row["outstanding"] = outstanding(a);
-            row["policy"] = a["policy"].clone();
-            row["expires"] = a["expires"].clone();
-            row.as_object_mut().map(|o| o.remove("approval"));
-            row
-        },
+        |w| with_approval(json!(w), &w.approval),
     )
 }
 
+/// A row of a request that needs approval (`row`, with its `approval` object) with that
+/// object replaced by its columns: requester, approved by, outstanding, policy, expires.
+pub(crate) fn with_approval(mut row: Value, a: &ApprovalView) -> Value {
+    let approved_by: Vec<&str> = a.approvals.iter().map(|g| g.identity.as_str()).collect();
+    if let Value::Object(o) = &mut row {
+        o.remove("approval");
+        o.insert("requester".into(), json!(a.requester));
+        o.insert("approved_by".into(), join(&approved_by));
+        o.insert("outstanding".into(), outstanding(a));
+        o.insert("policy".into(), json!(a.policy));
+        o.insert("expires".into(), json!(a.expires));
+    }
+    row
+}
+
 /// Who still must approve, `;`-separated (`-` when nobody must).
-pub(crate) fn outstanding(approval: &Value) -> Value {
-    let each: Vec<&str> = approval["outstanding"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    if each.is_empty() {
+fn outstanding(approval: &ApprovalView) -> Value {
+    if approval.outstanding.is_empty() {
         Value::Null
     } else {
-        json!(each.join("; "))
+        json!(approval.outstanding.join("; "))
     }
 }
 
@@ -763,17 +748,12 @@ pub async fn suppression(
             }
         }
         SuppressionCmd::List { environment, read } => {
-            let v = query(
-                client,
-                json!({"query": "suppressions", "environment": environment}),
-                read,
-            )
-            .await?;
+            let v = ask(client, &ListSuppressions { environment }, read).await?;
             return print_list(
                 fmt,
-                items(&v, "suppressions"),
+                &v.suppressions,
                 &["id", "scope", "source", "start", "end", "active", "reason"],
-                Value::clone,
+                |s| json!(s),
             );
         }
         SuppressionCmd::Delete { id, actor } => Command::DeleteSuppression {

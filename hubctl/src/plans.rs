@@ -7,8 +7,13 @@ use hub_engine::Command;
 use serde_json::{json, Value};
 
 use super::args::{ActorArg, ReadArgs};
-use super::calls::{query, resolve, submit};
-use super::output::{items, print, print_insecure_registries, print_list, table, Format};
+use super::calls::{ask, resolve, submit};
+use super::output::{
+    or_dash, print, print_answer, print_insecure_registries, print_list, table, Format,
+};
+use hub_client::answer::{
+    Explain, FailureView, GetActivity, GetPlan, ListPlans, MeetsConstraints, PlanView,
+};
 use super::timeparse::parse_duration;
 use hub_client::FailoverClient;
 
@@ -76,31 +81,36 @@ pub async fn run(client: &FailoverClient, cmd: PlanCmd, fmt: Format) -> anyhow::
             read,
             ..
         } => {
-            let v = query(
+            let v = ask(
                 client,
-                json!({"query": "plans", "environment": environment, "entity": entity,
-                    "active": active, "limit": limit}),
+                &ListPlans {
+                    environment,
+                    entity,
+                    active,
+                    limit: Some(limit),
+                },
                 read,
             )
             .await?;
             print_list(
                 fmt,
-                items(&v, "plans"),
+                &v.plans,
                 &["id", "entity", "kind", "from", "to", "status", "issued"],
                 |p| {
                     // The last four only in `-o wide`.
-                    json!({"id": p["id"], "entity": p["entity"], "kind": plan_kind(p),
-                        "from": p["from_version"], "to": p["to_version"],
-                        "status": p["status"], "issued": p["issued"],
-                        "started": p["started"], "ended": p["ended"],
-                        "reason": p["reason"], "failure": p["failure"]["message"]})
+                    json!({"id": p.id, "entity": p.entity, "kind": plan_kind(p),
+                        "from": p.from_version, "to": p.to_version,
+                        "status": p.status, "issued": p.issued,
+                        "started": p.started, "ended": p.ended,
+                        "reason": p.reason,
+                        "failure": p.failure.as_ref().map(|f| &f.message)})
                 },
             )
         }
         PlanCmd::Get { id, read } => {
-            let p = query(client, json!({"query": "plan", "id": id}), read).await?;
+            let p = ask(client, &GetPlan(id), read).await?;
             if !fmt.is_table() {
-                return print(fmt, &p, &[]);
+                return print_answer(fmt, &p);
             }
             print_plan(&p)
         }
@@ -123,7 +133,7 @@ pub async fn run(client: &FailoverClient, cmd: PlanCmd, fmt: Format) -> anyhow::
                 actor: actor.name(),
             };
             let v = submit(client, &command).await?;
-            print(fmt, &v, &["index", "leader", "result"])?;
+            print(fmt, &json!(v), &["index", "leader", "result"])?;
             if suppress_for.is_none() {
                 // SPEC P12: the orchestrator may issue the same plan again right away.
                 eprintln!(
@@ -151,90 +161,84 @@ fn cancel_target(
 }
 
 /// A plan's kind for tables: `command:restart` for break-glass commands.
-fn plan_kind(p: &Value) -> Value {
-    match p["command"].as_str() {
-        Some(c) => json!(format!("command:{c}")),
-        None => p["kind"].clone(),
+fn plan_kind(p: &PlanView) -> String {
+    match &p.command {
+        Some(c) => format!("command:{c}"),
+        None => p.kind.clone(),
     }
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+/// A plan's fields as `key: value` lines: `None` is a field the answer leaves out (not
+/// shown), `Some(None)` one that is empty (`-`).
+fn plan_fields(p: &PlanView) -> Vec<(&'static str, Option<Option<String>>)> {
+    let always = |v: &str| Some(Some(v.to_string()));
+    let nullable = |v: &Option<String>| Some(v.clone());
+    let optional = |v: &Option<String>| v.clone().map(Some);
+    vec![
+        ("id", always(&p.id)),
+        ("entity", always(&p.entity)),
+        ("environment", always(&p.environment)),
+        ("kind", always(&p.kind)),
+        ("command", optional(&p.command)),
+        ("actor", optional(&p.actor)),
+        ("rolls_back", optional(&p.rolls_back)),
+        ("status", always(&p.status)),
+        ("from_version", nullable(&p.from_version)),
+        ("to_version", nullable(&p.to_version)),
+        ("reason", always(&p.reason)),
+        ("cancel_reason", optional(&p.cancel_reason)),
+        ("created", always(&p.created)),
+        ("issued", always(&p.issued)),
+        ("started", nullable(&p.started)),
+        ("ended", nullable(&p.ended)),
+        (
+            "secrets_revision",
+            p.secrets_revision.map(|r| Some(r.to_string())),
+        ),
+        ("from_config_sha256", p.from_config_sha256.clone()),
+    ]
 }
 
-fn print_plan(p: &Value) -> anyhow::Result<()> {
-    for key in [
-        "id",
-        "entity",
-        "environment",
-        "kind",
-        "command",
-        "actor",
-        "rolls_back",
-        "status",
-        "from_version",
-        "to_version",
-        "reason",
-        "cancel_reason",
-        "created",
-        "issued",
-        "started",
-        "ended",
-        "secrets_revision",
-        "from_config_sha256",
-    ] {
-        if key == "kind" || p.get(key).is_some() {
-            println!("{key}: {}", text(&p[key]));
+fn print_plan(p: &PlanView) -> anyhow::Result<()> {
+    for (key, value) in plan_fields(p) {
+        if let Some(value) = value {
+            println!("{key}: {}", or_dash(value.as_deref()));
         }
     }
-    let artifacts = items(p, "artifacts");
+    let artifacts = p.artifacts.as_deref().unwrap_or_default();
     if !artifacts.is_empty() {
         println!("artifacts:");
         for a in artifacts {
-            println!("  {} (sha256 {})", text(&a["uri"]), text(&a["sha256"]));
+            println!("  {} (sha256 {})", a.uri, a.sha256);
         }
     }
-    let tasks = items(p, "tasks");
+    let tasks = p.tasks.as_deref().unwrap_or_default();
     println!("tasks:");
     if tasks.is_empty() {
         println!("  none");
     } else {
+        let rows: Vec<Value> = tasks
+            .iter()
+            .map(|t| serde_json::to_value(t).map_err(anyhow::Error::from))
+            .collect::<anyhow::Result<_>>()?;
         table(
-            &tasks,
+            &rows,
             &["name", "state", "attempt", "started", "ended", "error"],
         )?;
     }
-    match p.get("failure") {
-        Some(f) if !f.is_null() => {
-            println!("failure:");
-            println!("  stage: {}", text(&f["stage"]));
-            println!("  message: {}", text(&f["message"]));
-            for (key, label) in [
-                ("not_ready", "never became ready"),
-                ("validation_errors", "validation errors"),
-            ] {
-                let list = items(f, key);
-                if !list.is_empty() {
-                    println!("  {label}:");
-                    for x in list {
-                        println!("    - {}", text(&x));
-                    }
-                }
-            }
-        }
-        _ => println!("failure: -"),
-    }
-    if let Some(config) = p["to_config"].as_str().filter(|c| !c.trim().is_empty()) {
+    print_failure(p.failure.as_ref());
+    if let Some(config) = p
+        .to_config
+        .as_ref()
+        .and_then(|c| c.as_deref())
+        .filter(|c| !c.trim().is_empty())
+    {
         println!("config:");
         for line in config.lines() {
             println!("  {line}");
         }
     }
-    match p["output"].as_str().filter(|o| !o.is_empty()) {
+    match p.output.as_deref().filter(|o| !o.is_empty()) {
         Some(out) => {
             println!("output:");
             for line in out.lines() {
@@ -246,6 +250,28 @@ fn print_plan(p: &Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A plan's failure: its stage and message, and what never became ready or did not validate.
+fn print_failure(failure: Option<&FailureView>) {
+    let Some(f) = failure else {
+        println!("failure: -");
+        return;
+    };
+    println!("failure:");
+    println!("  stage: {}", f.stage);
+    println!("  message: {}", f.message);
+    for (list, label) in [
+        (&f.not_ready, "never became ready"),
+        (&f.validation_errors, "validation errors"),
+    ] {
+        if !list.is_empty() {
+            println!("  {label}:");
+            for x in list {
+                println!("    - {x}");
+            }
+        }
+    }
+}
+
 /// `entity explain REF`: SPEC P3's four questions, then every constraint.
 pub async fn explain(
     client: &FailoverClient,
@@ -253,81 +279,66 @@ pub async fn explain(
     read: ReadArgs,
     fmt: Format,
 ) -> anyhow::Result<()> {
-    let v = query(
-        client,
-        json!({"query": "explain", "entity": reference}),
-        read,
-    )
-    .await?;
+    let v = ask(client, &Explain(reference.to_string()), read).await?;
     if !fmt.is_table() {
-        return print(fmt, &v, &[]);
+        return print_answer(fmt, &v);
     }
-    println!("entity: {}", text(&v["entity"]));
-    print_insecure_registries(&v);
-    println!("evaluated at: {}", text(&v["evaluated_at"]));
-    println!("summary: {}", text(&v["summary"]));
-    let c = &v["candidate"];
-    if c.is_null() {
-        println!("candidate: none");
-    } else {
-        println!(
+    println!("entity: {}", v.entity);
+    print_insecure_registries(&v.insecure_registries);
+    println!("evaluated at: {}", v.evaluated_at);
+    println!("summary: {}", v.summary);
+    match &v.candidate {
+        None => println!("candidate: none"),
+        Some(c) => println!(
             "candidate: {} {} -> {} ({})",
-            text(&c["kind"]),
-            text(&c["from_version"]),
-            text(&c["to_version"]),
-            text(&c["reason"])
-        );
+            c.kind,
+            or_dash(c.from_version.as_deref()),
+            or_dash(c.to_version.as_deref()),
+            c.reason
+        ),
     }
-    let meets = match &v["meets_constraints"] {
-        Value::Bool(true) => "yes".to_string(),
-        Value::Bool(false) => match v["may_clear_at"].as_str() {
+    let meets = match v.meets_constraints {
+        MeetsConstraints::Yes => "yes".to_string(),
+        MeetsConstraints::No => match &v.may_clear_at {
             Some(t) => format!("no (may clear at {t})"),
             None => "no".to_string(),
         },
-        Value::String(s) if s == "issued" => "yes (already issued)".to_string(),
-        Value::Null => "- (no candidate)".to_string(),
-        other => text(other),
+        MeetsConstraints::Issued => "yes (already issued)".to_string(),
+        MeetsConstraints::Undecided => "- (no candidate)".to_string(),
     };
     println!("meets constraints: {meets}");
-    let issued = &v["issued"];
-    if issued.is_null() {
-        println!("issued: no");
-    } else {
-        println!(
-            "issued: plan {} ({})",
-            text(&issued["plan"]),
-            text(&issued["status"])
-        );
+    match &v.issued {
+        None => println!("issued: no"),
+        Some(issued) => println!("issued: plan {} ({})", issued.plan, issued.status),
     }
-    let last = &v["last_execution"];
-    if last.is_null() {
-        println!("last execution: none");
-    } else {
-        let failure = last["failure"]
-            .as_str()
-            .map(|f| format!(": {f}"))
-            .unwrap_or_default();
-        println!(
-            "last execution: plan {} {} {}{failure}",
-            text(&last["plan"]),
-            text(&last["kind"]),
-            text(&last["status"])
-        );
+    match &v.last_execution {
+        None => println!("last execution: none"),
+        Some(last) => {
+            let failure = last
+                .failure
+                .as_ref()
+                .map(|f| format!(": {f}"))
+                .unwrap_or_default();
+            println!(
+                "last execution: plan {} {} {}{failure}",
+                last.plan, last.kind, last.status
+            );
+        }
     }
-    let skipped = items(&v, "skipped");
-    for s in &skipped {
-        println!("skipped: {}", text(s));
+    for s in &v.skipped {
+        println!("skipped: {s}");
     }
-    let rows: Vec<Value> = items(&v, "constraints")
+    let rows: Vec<Value> = v
+        .constraints
         .iter()
         .map(|c| {
-            json!({"constraint": c["constraint"],
-                "passed": if c["passed"] == true { "yes" } else { "no" },
-                "reason": c["reason"], "may-clear-at": c["may_clear_at"]})
+            json!({"constraint": c.constraint,
+                "passed": if c.passed { "yes" } else { "no" },
+                "reason": c.reason, "may-clear-at": c.may_clear_at})
         })
         .collect();
     if rows.is_empty() {
-        if issued.is_null() {
+        if v.issued.is_none() {
             println!("constraints: none (no candidate)");
         } else {
             println!("constraints: not re-checked while the plan is active");
@@ -345,19 +356,11 @@ pub async fn activity(
     read: ReadArgs,
     fmt: Format,
 ) -> anyhow::Result<()> {
-    let v = query(
-        client,
-        json!({"query": "activity", "entity": reference}),
-        read,
-    )
-    .await?;
+    let v = ask(client, &GetActivity(reference.to_string()), read).await?;
     if !fmt.is_table() {
-        return print(fmt, &v, &[]);
+        return print_answer(fmt, &v);
     }
-    print_list(
-        fmt,
-        items(&v, "entries"),
-        &["time", "kind", "message"],
-        Value::clone,
-    )
+    print_list(fmt, &v.entries, &["time", "kind", "message"], |e| {
+        json!(e)
+    })
 }

@@ -5,11 +5,12 @@ use clap::Subcommand;
 use hub_engine::access::{Role, ROLES};
 use hub_engine::Command;
 use hub_tls::Identity;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::args::ReadArgs;
-use super::calls::{query, submit_and_print};
-use super::output::{items, print_list, Format};
+use super::calls::{ask, submit_and_print};
+use super::output::{print_list, Format};
+use hub_client::answer::ListRoleBindings;
 use hub_client::FailoverClient;
 
 /// `hubctl role …`
@@ -93,31 +94,20 @@ pub async fn run(client: &FailoverClient, cmd: RoleCmd, fmt: Format) -> anyhow::
                 .map(drop)
         }
         RoleCmd::List { read } => {
-            let v = query(client, json!({"query": "role_bindings"}), read).await?;
-            let scope = |b: &Value, key: &str| {
-                b[key]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(Value::as_str)
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    })
-                    .unwrap_or_default()
-            };
+            let v = ask(client, &ListRoleBindings, read).await?;
             print_list(
                 fmt,
-                items(&v, "bindings"),
+                &v.bindings,
                 &["identity", "role", "scope", "bound_by", "bound"],
                 |b| {
-                    let mut s = scope(b, "environments");
+                    let mut s = b.environments.join(",");
                     if s.is_empty() {
-                        s = scope(b, "products");
+                        s = b.products.join(",");
                     }
                     json!({
-                        "identity": b["identity"], "role": b["role"],
+                        "identity": b.identity, "role": b.role,
                         "scope": if s.is_empty() { "-".to_string() } else { s },
-                        "bound_by": b["bound_by"], "bound": b["bound"],
+                        "bound_by": b.bound_by, "bound": b.bound,
                     })
                 },
             )

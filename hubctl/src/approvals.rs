@@ -17,10 +17,10 @@ use hub_tls::Identity;
 use serde_json::{json, Value};
 
 use super::args::ReadArgs;
-use super::calls::{freshness, submit_and_print};
+use super::calls::{ask, submit_and_print};
 use super::output::{print_list, Format};
 use super::timeparse::parse_duration;
-use hub_client::answer::{ListApprovalPolicies, ListApproverGroups};
+use hub_client::answer::{ApprovalPolicyView, ListApprovalPolicies, ListApproverGroups};
 use hub_client::FailoverClient;
 
 /// `hubctl approval …`.
@@ -185,16 +185,14 @@ async fn group(client: &FailoverClient, cmd: GroupCmd, fmt: Format) -> anyhow::R
         }
         GroupCmd::Delete { name } => Command::DeleteApproverGroup { name },
         GroupCmd::List { read } => {
-            let answer = client.ask(&ListApproverGroups, freshness(read)).await?;
-            let list = serde_json::to_value(&answer.groups)?;
+            let answer = ask(client, &ListApproverGroups, read).await?;
             return print_list(
                 fmt,
-                list.as_array().cloned().unwrap_or_default(),
+                &answer.groups,
                 &["name", "members", "updated"],
                 |g| {
-                    let mut row = g.clone();
-                    row["members"] = super::orch::join(&g["members"]);
-                    row
+                    json!({"name": g.name, "members": super::orch::join(&g.members),
+                        "updated": g.updated})
                 },
             );
         }
@@ -249,11 +247,10 @@ async fn policy(client: &FailoverClient, cmd: PolicyCmd, fmt: Format) -> anyhow:
             policy: None,
         },
         PolicyCmd::List { read } => {
-            let answer = client.ask(&ListApprovalPolicies, freshness(read)).await?;
-            let list = serde_json::to_value(&answer.policies)?;
+            let answer = ask(client, &ListApprovalPolicies, read).await?;
             return print_list(
                 fmt,
-                list.as_array().cloned().unwrap_or_default(),
+                &answer.policies,
                 &[
                     "scope",
                     "approvers",
@@ -271,29 +268,28 @@ async fn policy(client: &FailoverClient, cmd: PolicyCmd, fmt: Format) -> anyhow:
 }
 
 /// One policy as a table row: requirements as `group=count`, auto-approval as one word.
-fn policy_row(p: &Value) -> Value {
-    let required: Vec<String> = p["required_groups"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|g| format!("{}={}", g["group"].as_str().unwrap_or("?"), g["count"]))
+fn policy_row(p: &ApprovalPolicyView) -> Value {
+    let required: Vec<String> = p
+        .required_groups
+        .iter()
+        .map(|g| format!("{}={}", g.group, g.count))
         .collect();
-    let auto = &p["auto_approve"];
-    let mut auto_text = auto["up_to"].as_str().unwrap_or("none").to_string();
-    if auto["variable_changes"] == json!(true) {
+    let auto = &p.auto_approve;
+    let mut auto_text = auto.up_to.as_deref().unwrap_or("none").to_string();
+    if auto.variable_changes {
         auto_text.push_str("+variables");
     }
-    if auto["entity_changes"] == json!(true) {
+    if auto.entity_changes {
         auto_text.push_str("+entities");
     }
     json!({
-        "scope": p["scope"],
-        "approvers": p["approvers"],
+        "scope": p.scope,
+        "approvers": p.approvers,
         "required": if required.is_empty() { Value::Null } else { json!(required.join(",")) },
         "auto_approve": auto_text,
-        "self_approval": p["allow_self_approval"],
-        "expire_after": p["expire_after_ms"].as_u64().map(|ms| format!("{}s", ms / 1000)),
-        "default_channel": p["default_channel"],
-        "set": p["set"],
+        "self_approval": p.allow_self_approval,
+        "expire_after": p.expire_after_ms.map(|ms| format!("{}s", ms / 1000)),
+        "default_channel": p.default_channel,
+        "set": p.set,
     })
 }

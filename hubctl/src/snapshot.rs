@@ -153,7 +153,9 @@ async fn save(client: &FailoverClient, file: &Path, fmt: Format) -> anyhow::Resu
         .and_then(|d| d.sync_all())
         .with_context(|| format!("{}: sync", dir.display()))?;
     let mut v = header_json(backup.header(), backup.len());
-    v["file"] = json!(file.display().to_string());
+    if let Value::Object(o) = &mut v {
+        o.insert("file".into(), json!(file.display().to_string()));
+    }
     print(fmt, &v, COLUMNS)
 }
 

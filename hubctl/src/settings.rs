@@ -13,8 +13,13 @@ use semver::Version;
 use serde_json::{json, Value};
 
 use super::args::{parse_bool, parse_version, read_file, ReadArgs};
-use super::calls::{query, resolve, submit_and_print};
-use super::output::{items, print, print_insecure_registries, red, red_stderr, table, Format};
+use super::calls::{ask, resolve, submit_and_print};
+use super::output::{
+    or_dash, print_answer, print_insecure_registries, red, red_stderr, table, Format,
+};
+use hub_client::answer::{
+    EntityView, EnvironmentSettingsView, GetEntity, GetEnvironmentSettings, WindowOverrideView,
+};
 use super::timeparse::{format_duration, parse_duration};
 use hub_client::FailoverClient;
 
@@ -214,7 +219,7 @@ pub async fn entity(
 ) -> anyhow::Result<()> {
     let command = match cmd {
         EntityOrchCmd::Get { entity, read } => {
-            let v = query(client, json!({"query": "entity", "entity": entity}), read).await?;
+            let v = ask(client, &GetEntity(entity), read).await?;
             return print_entity(fmt, &v);
         }
         EntityOrchCmd::Set {
@@ -318,63 +323,63 @@ fn text(v: &Value) -> String {
     }
 }
 
-fn print_entity(fmt: Format, v: &Value) -> anyhow::Result<()> {
+fn print_entity(fmt: Format, v: &EntityView) -> anyhow::Result<()> {
     if !fmt.is_table() {
-        return print(fmt, v, &[]);
+        return print_answer(fmt, v);
     }
-    for key in [
-        "id",
-        "environment",
-        "kind",
-        "name",
-        "product_id",
-        "k8s_namespace",
-        "account_id",
-        "release_channel",
-        "dependency_groups",
-        "ignored_dependencies",
-        "maintenance_window",
-        "secrets",
-        "secrets_revision",
-        "marked_for_uninstall",
-        "owner_module",
-    ] {
-        println!("{key}: {}", text(&v[key]));
+    let fields = [
+        ("id", json!(v.id)),
+        ("environment", json!(v.environment)),
+        ("kind", json!(v.kind)),
+        ("name", json!(v.name)),
+        ("product_id", json!(v.product_id)),
+        ("k8s_namespace", json!(v.k8s_namespace)),
+        ("account_id", json!(v.account_id)),
+        ("release_channel", json!(v.release_channel)),
+        ("dependency_groups", json!(v.dependency_groups)),
+        ("ignored_dependencies", json!(v.ignored_dependencies)),
+        ("maintenance_window", json!(v.maintenance_window)),
+        ("secrets", json!(v.secrets)),
+        ("secrets_revision", json!(v.secrets_revision)),
+        ("marked_for_uninstall", json!(v.marked_for_uninstall)),
+        ("owner_module", json!(v.owner_module)),
+    ];
+    for (key, value) in fields {
+        println!("{key}: {}", text(&value));
     }
-    print_insecure_registries(v);
-    let r = &v["reported"];
+    print_insecure_registries(&v.insecure_registries);
+    let r = &v.reported;
     println!(
         "reported: version {} health {} at {}",
-        text(&r["version"]),
-        text(&r["health"]),
-        text(&r["at"])
+        or_dash(r.version.as_deref()),
+        r.health,
+        or_dash(r.at.as_deref())
     );
-    if let Some(m) = r["message"].as_str().filter(|m| !m.is_empty()) {
-        println!("reported message: {m}");
+    if !r.message.is_empty() {
+        println!("reported message: {}", r.message);
     }
-    match v["config_overrides"].as_object().filter(|o| !o.is_empty()) {
-        Some(overrides) => {
-            println!("config overrides:");
-            for (version, text) in overrides {
-                println!("  from {version}:");
-                for line in text.as_str().unwrap_or_default().lines() {
-                    println!("    {line}");
-                }
+    if v.config_overrides.is_empty() {
+        println!("config overrides: -");
+    } else {
+        println!("config overrides:");
+        for (version, text) in &v.config_overrides {
+            println!("  from {version}:");
+            for line in text.lines() {
+                println!("    {line}");
             }
         }
-        None => println!("config overrides: -"),
     }
-    print_overrides(v)
+    print_overrides(&v.window_overrides)
 }
 
-fn print_overrides(v: &Value) -> anyhow::Result<()> {
-    let overrides = items(v, "window_overrides");
+fn print_overrides(overrides: &[WindowOverrideView]) -> anyhow::Result<()> {
     if overrides.is_empty() {
         println!("window overrides: -");
         return Ok(());
     }
     println!("window overrides:");
-    table(&overrides, &["id", "start", "end", "reason"])
+    let rows: Vec<Value> = overrides.iter().map(|o| json!(o)).collect();
+    table(&rows, &["id", "start", "end", "reason"])
 }
 
 /// Runs an environment settings command.
@@ -399,12 +404,7 @@ pub async fn env(client: &FailoverClient, cmd: EnvOrchCmd, fmt: Format) -> anyho
                 require_windows_for_recall_roll_offs,
             };
             if patch == EnvironmentSettingsPatch::default() {
-                let v = query(
-                    client,
-                    json!({"query": "environment_settings", "environment": environment}),
-                    read,
-                )
-                .await?;
+                let v = ask(client, &GetEnvironmentSettings(environment), read).await?;
                 return print_env_settings(fmt, &v);
             }
             Command::SetEnvironmentSettings { environment, patch }
@@ -419,7 +419,7 @@ pub async fn env(client: &FailoverClient, cmd: EnvOrchCmd, fmt: Format) -> anyho
         }) => {
             let ca_pem = ca_file
                 .as_deref()
-                .map(crate::outbound::read_ca_file)
+                .map(hub_client::ca_file::read_ca_file)
                 .transpose()
                 .map_err(|e| anyhow::anyhow!("--ca-file {e}"))?;
             if insecure_skip_verify {
@@ -447,52 +447,47 @@ pub async fn env(client: &FailoverClient, cmd: EnvOrchCmd, fmt: Format) -> anyho
     submit_and_print(client, &command, fmt).await.map(drop)
 }
 
-fn print_env_settings(fmt: Format, v: &Value) -> anyhow::Result<()> {
+fn print_env_settings(fmt: Format, v: &EnvironmentSettingsView) -> anyhow::Result<()> {
     if !fmt.is_table() {
-        return print(fmt, v, &[]);
+        return print_answer(fmt, v);
     }
-    println!("environment: {}", text(&v["environment"]));
-    println!("maintenance_window: {}", text(&v["maintenance_window"]));
+    println!("environment: {}", v.environment);
+    println!(
+        "maintenance_window: {}",
+        or_dash(v.maintenance_window.as_deref())
+    );
     println!(
         "suppress_deployment_after_num_autosuppressions: {}",
-        text(&v["suppress_deployment_after_num_autosuppressions"])
+        v.suppress_deployment_after_num_autosuppressions
     );
     println!(
         "auto_suppression: {}",
-        v["auto_suppression_ms"]
-            .as_i64()
-            .map_or_else(|| "-".to_string(), format_duration)
+        format_duration(v.auto_suppression_ms)
     );
     println!(
         "override_product_maintenance_windows: {}",
-        text(&v["override_product_maintenance_windows"])
+        v.override_product_maintenance_windows
     );
     println!(
         "require_maintenance_windows_for_no_downtime_recalled_release_roll_offs: {}",
-        text(&v["require_maintenance_windows_for_no_downtime_recalled_release_roll_offs"])
+        v.require_maintenance_windows_for_no_downtime_recalled_release_roll_offs
     );
-    println!(
-        "autosuppressed_entities: {}",
-        text(&v["autosuppressed_entities"])
-    );
-    let registries = items(v, "registries");
-    if registries.is_empty() {
+    println!("autosuppressed_entities: {}", v.autosuppressed_entities);
+    if v.registries.is_empty() {
         println!("registries: -");
     } else {
         println!("registries:");
-        table(&registries, &["name", "url", "hub_access", "tls"])?;
-        for r in registries
-            .iter()
-            .filter(|r| r["insecure_skip_verify"] == true)
-        {
+        let rows: Vec<Value> = v.registries.iter().map(|r| json!(r)).collect();
+        table(&rows, &["name", "url", "hub_access", "tls"])?;
+        for r in v.registries.iter().filter(|r| r.insecure_skip_verify) {
             println!(
                 "{}",
                 red(&format!(
                     "WARNING: registry {} is insecure-skip-verify: its TLS certificate is NOT verified",
-                    text(&r["name"])
+                    r.name
                 ))
             );
         }
     }
-    print_overrides(v)
+    print_overrides(&v.window_overrides)
 }
