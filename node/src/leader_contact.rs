@@ -9,8 +9,7 @@
 //! timeout is *cut off*: a healthy cluster elects a leader, and that leader reaches every
 //! connected node, well within that time. A cut-off node answers writes and linearizable
 //! reads with UNAVAILABLE and the members it knows, and clients and agents move to another
-//! node (`node/src/client.rs` tries the next endpoint on any UNAVAILABLE that is not the
-//! hub's own "no leader" or "no quorum" answer).
+//! node (`client/src/failover.rs` moves on by the answer's typed refusal, `cut-off`).
 //!
 //! A node that just started has had no contact yet; it is not counted as cut off until the
 //! timeout has passed since it started, so a restart does not refuse calls while the first
