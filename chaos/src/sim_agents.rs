@@ -58,11 +58,8 @@ pub fn spawn(
         let mode = if file.insecure {
             hub_tls::client::ClientMode::Plaintext
         } else {
-            let files = hubctl::dev::dev_issue(
-                cluster_dir,
-                &hub_tls::Identity::Agent(env.clone()),
-                &[],
-            )?;
+            let files =
+                hubctl::dev::dev_issue(cluster_dir, &hub_tls::Identity::Agent(env.clone()), &[])?;
             hub_tls::client::ClientMode::Tls(Arc::new(hub_tls::client::ClientTls::load(
                 files,
                 None,

@@ -186,15 +186,10 @@ async fn group(client: &FailoverClient, cmd: GroupCmd, fmt: Format) -> anyhow::R
         GroupCmd::Delete { name } => Command::DeleteApproverGroup { name },
         GroupCmd::List { read } => {
             let answer = ask(client, &ListApproverGroups, read).await?;
-            return print_list(
-                fmt,
-                &answer.groups,
-                &["name", "members", "updated"],
-                |g| {
-                    json!({"name": g.name, "members": super::orch::join(&g.members),
+            return print_list(fmt, &answer.groups, &["name", "members", "updated"], |g| {
+                json!({"name": g.name, "members": super::orch::join(&g.members),
                         "updated": g.updated})
-                },
-            );
+            });
         }
     };
     submit_and_print(client, &command, fmt).await.map(drop)

@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::args::{ReadArgs, FRESH};
 use super::output::{print, Format};
-use hub_client::request_id::new_request_id;
 use hub_client::answer::{ResolveEntity, Typed};
+use hub_client::request_id::new_request_id;
 use hub_client::{FailoverClient, Freshness};
 
 /// A write's outcome as `hubctl` shows it. The fields are in alphabetical order, the order

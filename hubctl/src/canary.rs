@@ -9,14 +9,14 @@ use anyhow::Context;
 use clap::Subcommand;
 use hub_engine::canary::Manual;
 use hub_engine::Command;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::args::{read_file, ActorArg, ReadArgs, FRESH};
 use super::calls::{ask, submit_and_print};
 use super::metric_templates::split_documents;
 use super::output::{print, print_list, Format};
-use hub_client::answer::{CanaryEventView, GetCanary, ListCanaries};
 use super::timeparse::parse_duration;
+use hub_client::answer::{CanaryEventView, GetCanary, ListCanaries};
 use hub_client::FailoverClient;
 
 /// `hubctl canary …`.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Args;
 use hub_engine::Command;
-use serde_json::{json, Value};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::args::FRESH;
@@ -280,7 +280,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         publish(&client, &manifests[i + 1]).await?;
         let (phase, weights) = follow(&client, started, expect, Some(*expect)).await?;
         results.push(DemoResult {
-            release: *version,
+            release: version,
             result: phase,
             seconds: t.elapsed().as_secs(),
             weights,
@@ -457,7 +457,10 @@ async fn follow(
         let v = ask(client, &GetCanary(format!("{ENV}/demo-service")), FRESH).await?;
         let phase = v.status.clone();
         let weight = u64::from(v.weight);
-        let failed = v.status_block.as_ref().map_or(0, |b| u64::from(b.failed_checks));
+        let failed = v
+            .status_block
+            .as_ref()
+            .map_or(0, |b| u64::from(b.failed_checks));
         if matches!(
             phase.as_str(),
             "Progressing" | "WaitingPromotion" | "Promoting"
@@ -465,7 +468,10 @@ async fn follow(
             analysing = true;
         }
         if (phase.clone(), weight, failed) != last {
-            let w = v.observation.flatten().and_then(|o| o.windows.into_iter().next());
+            let w = v
+                .observation
+                .flatten()
+                .and_then(|o| o.windows.into_iter().next());
             let window = |f: fn(&MetricWindowView) -> Option<f64>| w.as_ref().and_then(f);
             let mut metrics = match (window(|w| w.success_rate), window(|w| w.p99_ms)) {
                 (Some(s), Some(p)) => format!("  canary: success {s:.1}%, p99 {p:.0} ms"),

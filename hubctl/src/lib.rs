@@ -44,7 +44,7 @@ use clap::{Parser, Subcommand};
 use hub_proto::*;
 use serde_json::{json, Value};
 
-use hub_client::request_id::new_request_id;
+use ::hub_client::request_id::new_request_id;
 use ::hub_client::FailoverClient;
 use args::ReadArgs;
 use output::{print, Format};
@@ -702,7 +702,11 @@ async fn cluster_status(client: &FailoverClient, fmt: Format) -> anyhow::Result<
             v
         })
         .collect();
-    let leader = if s.has_leader { json!(s.leader) } else { Value::Null };
+    let leader = if s.has_leader {
+        json!(s.leader)
+    } else {
+        Value::Null
+    };
     let v = json!({
         "leader": leader,
         "term": s.term,

@@ -82,7 +82,12 @@ pub async fn run(
             ..
         } => {
             let namespace = namespace.context("-n ENVIRONMENT: required with a name")?;
-            let t = ask(client, &GetMetricTemplate(format!("{namespace}/{name}")), read).await?;
+            let t = ask(
+                client,
+                &GetMetricTemplate(format!("{namespace}/{name}")),
+                read,
+            )
+            .await?;
             if fmt.is_table() {
                 if let Some(yaml) = &t.yaml {
                     print!("{yaml}");

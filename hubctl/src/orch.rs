@@ -548,12 +548,9 @@ pub async fn channel(client: &FailoverClient, cmd: ChannelCmd, fmt: Format) -> a
         ChannelCmd::Create { name, description } => Command::CreateChannel { name, description },
         ChannelCmd::List { read } => {
             let v = ask(client, &ListChannels, read).await?;
-            return print_list(
-                fmt,
-                &v.channels,
-                &["name", "builtin", "description"],
-                |c| json!(c),
-            );
+            return print_list(fmt, &v.channels, &["name", "builtin", "description"], |c| {
+                json!(c)
+            });
         }
         ChannelCmd::Add {
             name,

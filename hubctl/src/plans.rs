@@ -11,10 +11,10 @@ use super::calls::{ask, resolve, submit};
 use super::output::{
     or_dash, print, print_answer, print_insecure_registries, print_list, table, Format,
 };
+use super::timeparse::parse_duration;
 use hub_client::answer::{
     Explain, FailureView, GetActivity, GetPlan, ListPlans, MeetsConstraints, PlanView,
 };
-use super::timeparse::parse_duration;
 use hub_client::FailoverClient;
 
 /// `hubctl plan …`
@@ -360,7 +360,5 @@ pub async fn activity(
     if !fmt.is_table() {
         return print_answer(fmt, &v);
     }
-    print_list(fmt, &v.entries, &["time", "kind", "message"], |e| {
-        json!(e)
-    })
+    print_list(fmt, &v.entries, &["time", "kind", "message"], |e| json!(e))
 }

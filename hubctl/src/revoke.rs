@@ -10,7 +10,7 @@ use hub_engine::revocation::{serial_from_der_bytes, CertificateRevocation};
 use hub_engine::Command;
 
 use super::args::ReadArgs;
-use super::calls::{freshness, submit_and_print};
+use super::calls::submit_and_print;
 use super::output::{print_list, Format};
 
 /// `hubctl pki revoke (--serial S | --cert FILE | --crl-file FILE) [--reason R]`
@@ -196,16 +196,11 @@ fn from_certificate(path: &Path, ca: &Path, reason: String) -> anyhow::Result<Co
 
 /// `hubctl pki revoked`: the revocation list.
 pub async fn list(client: &FailoverClient, read: ReadArgs, fmt: Format) -> anyhow::Result<()> {
-    let answer = client
-        .ask(
-            &hub_client::answer::ListRevokedCertificates,
-            freshness(read),
-        )
-        .await?;
-    let rows = serde_json::to_value(&answer.certificates)?;
+    let answer =
+        super::calls::ask(client, &hub_client::answer::ListRevokedCertificates, read).await?;
     print_list(
         fmt,
-        rows.as_array().cloned().unwrap_or_default(),
+        &answer.certificates,
         &[
             "serial",
             "identity",
@@ -214,6 +209,6 @@ pub async fn list(client: &FailoverClient, read: ReadArgs, fmt: Format) -> anyho
             "revoked_by",
             "not_after",
         ],
-        Clone::clone,
+        |c| serde_json::json!(c),
     )
 }

@@ -17,10 +17,10 @@ use super::calls::{ask, resolve, submit_and_print};
 use super::output::{
     or_dash, print_answer, print_insecure_registries, red, red_stderr, table, Format,
 };
+use super::timeparse::{format_duration, parse_duration};
 use hub_client::answer::{
     EntityView, EnvironmentSettingsView, GetEntity, GetEnvironmentSettings, WindowOverrideView,
 };
-use super::timeparse::{format_duration, parse_duration};
 use hub_client::FailoverClient;
 
 /// Orchestration commands under `hubctl entity`.

@@ -16,9 +16,9 @@ use serde_json::json;
 use super::args::ReadArgs;
 use super::calls::{ask, submit};
 use super::output::{print, print_list, Format};
-use hub_client::answer::{ListTokens, TokenRoleView};
 use super::roles::parse_role;
 use super::timeparse::parse_duration;
+use hub_client::answer::{ListTokens, TokenRoleView};
 use hub_client::FailoverClient;
 
 /// A token's time to live: a duration, or `never`.

@@ -1174,4 +1174,3 @@ pub fn is_transient(status: &Status) -> bool {
             | tonic::Code::Unknown
     )
 }
-

@@ -327,7 +327,9 @@ fn message_decisions(code: &str) -> Vec<(usize, String)> {
 #[test]
 fn no_decision_reads_the_words_of_an_error() {
     let mut found = Vec::new();
-    for (name, code) in non_test_code(&["node", "agent", "chaos", "tls", "http", "client", "hubctl"]) {
+    for (name, code) in
+        non_test_code(&["node", "agent", "chaos", "tls", "http", "client", "hubctl"])
+    {
         for (line, text) in message_decisions(&code) {
             found.push(format!("{name}:{line}: {text}"));
         }
@@ -440,8 +442,8 @@ fn a_field_lookup_and_a_query_literal_are_found() {
 /// `hubctl` talks to a hub only through `hub-client`: it never links the daemon.
 #[test]
 fn hubctl_does_not_depend_on_the_node() {
-    let manifest = std::fs::read_to_string(repo_root().join("hubctl/Cargo.toml"))
-        .expect("readable manifest");
+    let manifest =
+        std::fs::read_to_string(repo_root().join("hubctl/Cargo.toml")).expect("readable manifest");
     assert!(
         !manifest.contains("hub-node"),
         "hubctl/Cargo.toml depends on hub-node"

@@ -6,10 +6,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use hubctl::dev::{ClusterFile, NodeEntry};
 use hub_proto::hub_client::HubClient;
 use hub_proto::{CreateEnvironmentRequest, NodeStatusRequest};
 use hub_tls::client::Connector;
+use hubctl::dev::{ClusterFile, NodeEntry};
 use tonic::transport::{Channel, Endpoint};
 
 use super::load::Writer;

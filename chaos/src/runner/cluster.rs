@@ -32,8 +32,7 @@ static HUB: std::sync::OnceLock<(PathBuf, hub_tls::client::Connector)> = std::sy
 /// `--ca-file --cert-file --key-file` for an agent of `environment` of the running cluster.
 pub fn agent_tls_args(environment: &str) -> anyhow::Result<Vec<std::ffi::OsString>> {
     let (dir, _) = HUB.get().context("the cluster has not been started")?;
-    let files =
-        hubctl::dev::dev_issue(dir, &hub_tls::Identity::Agent(environment.into()), &[])?;
+    let files = hubctl::dev::dev_issue(dir, &hub_tls::Identity::Agent(environment.into()), &[])?;
     Ok(files.flags())
 }
 
