@@ -18,7 +18,7 @@ use hub_engine::canary::{
 use hub_engine::command::{EntityReport, SampledEntityReport};
 use hub_engine::entity::{config_sha256, EntityId};
 use hub_engine::plan::{FailureMetadata, TaskReport};
-use hub_engine::{Command, CommandOutput, State};
+use hub_engine::{Command, State};
 use hub_proto::agent_server::Agent;
 use hub_proto::*;
 use raft_store::StateEvent;
@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use crate::agent_wire;
+use crate::committed::Committed;
 use crate::node::HubNode;
 
 /// How long a `ReportTasks` reply waits for this node to apply the batch's write before it
@@ -170,7 +171,7 @@ impl AgentService {
         (endpoints, leader)
     }
 
-    fn reply(&self, w: WriteReply, refused: Vec<RefusedReport>) -> AgentReply {
+    fn reply(&self, w: Committed, refused: Vec<RefusedReport>) -> AgentReply {
         let (endpoints, leader) = self.endpoints();
         AgentReply {
             result: w.result,
@@ -736,9 +737,8 @@ impl Agent for AgentService {
                 &caller,
             )
             .await?;
-        // The leader's typed output, as the write reply carries it (also when forwarded).
-        let output: CommandOutput = serde_json::from_str(&w.output_json)
-            .map_err(|e| Status::internal(format!("the write's output did not decode: {e}")))?;
+        // The leader's typed output (a forwarded write's decoded from the leader's reply).
+        let output = w.typed_output()?;
         let refused = agent_wire::refused_reports(&output, &reports);
         // What the hub now records for the entities whose plans ended: the agent need not
         // send a state sample that would change none of it. Read once this node has applied

@@ -172,7 +172,7 @@ impl Hub for HubService {
         self.node
             .propose(cmd, opt(r.request_id), &caller)
             .await
-            .map(Response::new)
+            .map(|c| Response::new(c.reply()))
     }
 
     async fn delete_environment(
@@ -185,7 +185,7 @@ impl Hub for HubService {
         self.node
             .propose(cmd, opt(r.request_id), &caller)
             .await
-            .map(Response::new)
+            .map(|c| Response::new(c.reply()))
     }
 
     async fn create_entity(
@@ -210,7 +210,7 @@ impl Hub for HubService {
         self.node
             .propose(cmd, opt(r.request_id), &caller)
             .await
-            .map(Response::new)
+            .map(|c| Response::new(c.reply()))
     }
 
     async fn get_environment(
@@ -598,7 +598,7 @@ impl Hub for HubService {
             .node
             .propose(command, opt(r.request_id), &caller)
             .await?;
-        Ok(Response::new(reply))
+        Ok(Response::new(reply.reply()))
     }
 
     async fn query(&self, req: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {

@@ -12,6 +12,7 @@
 //! - [`founding`]: a new cluster's founding nodes initialise it at start
 //!   (`--initial-members`).
 //! - [`propose`]: the one way into the log: stamps the time and calls `client_write`.
+//! - [`committed`]: a write's outcome inside the node, typed until it leaves as a reply.
 //! - [`leader_contact`]: whether this node is cut off from the leader (or, as leader, from a
 //!   majority), so it refuses writes and linearizable reads at once.
 //! - [`dead_leader`]: a follower whose leader's port refuses connections drops its leader
@@ -55,6 +56,7 @@ pub mod cluster_clock;
 pub mod cluster_keys;
 pub mod cluster_level;
 pub mod command_origin;
+pub mod committed;
 pub mod crash_stop;
 pub mod dashboard;
 pub mod dead_leader;

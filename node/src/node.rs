@@ -12,6 +12,8 @@ use hub_engine::Command;
 use hub_proto::hub_client::HubClient;
 use hub_proto::refusal::Refusal;
 use hub_proto::{ForwardRequest, ReadIndexRequest, WriteReply};
+
+use crate::committed::Committed;
 use openraft::async_runtime::watch::WatchReceiver;
 use openraft::errors::{ClientWriteError, LinearizableReadError, RaftError};
 use openraft::{BasicNode, ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
@@ -408,7 +410,7 @@ impl HubNode {
         mut command: Command,
         request_id: Option<String>,
         caller: &Caller,
-    ) -> Result<WriteReply, Status> {
+    ) -> Result<Committed, Status> {
         let request_id = request_id.filter(|r| !r.is_empty());
         if let Some(r) = &request_id {
             if r.len() > MAX_REQUEST_ID_BYTES {
@@ -488,7 +490,7 @@ impl HubNode {
         &self,
         command: Command,
         request_id: Option<String>,
-    ) -> Result<WriteReply, Status> {
+    ) -> Result<Committed, Status> {
         let encoded = codec::encode(&(&command, &request_id));
         if encoded.len() > MAX_COMMAND_BYTES {
             return Err(Status::invalid_argument(format!(
@@ -560,7 +562,7 @@ impl HubNode {
         }
         let deadline = Instant::now() + self.request_timeout;
         match self.propose_local(command, request_id, deadline).await {
-            Attempt::Done(r) => r,
+            Attempt::Done(r) => r.map(Committed::reply),
             Attempt::Retry => Err(Status::unavailable("not leader")),
         }
     }
@@ -570,7 +572,7 @@ impl HubNode {
         command: Command,
         request_id: Option<String>,
         deadline: Instant,
-    ) -> Attempt<WriteReply> {
+    ) -> Attempt<Committed> {
         match propose(
             &self.raft,
             &self.metrics,
@@ -583,12 +585,7 @@ impl HubNode {
         {
             Proposal::TimedOut => Attempt::Done(Err(no_quorum(self.request_timeout))),
             Proposal::Applied { result, index } => Attempt::Done(match result {
-                Ok(output) => Ok(WriteReply {
-                    output_json: serde_json::to_string(&output).unwrap_or_default(),
-                    index,
-                    leader_id: self.id,
-                    result: output.summary(),
-                }),
+                Ok(output) => Ok(Committed::applied(output, index, self.id)),
                 Err(e) => Err(crate::status::command_status(&e)),
             }),
             Proposal::NotLeader => Attempt::Retry,
@@ -623,7 +620,7 @@ impl HubNode {
         addr: &str,
         encoded: Vec<u8>,
         deadline: Instant,
-    ) -> Attempt<WriteReply> {
+    ) -> Attempt<Committed> {
         let mut client = match self.hub_client(addr) {
             Ok(c) => c,
             Err(e) => return Attempt::Done(Err(e)),
@@ -643,7 +640,7 @@ impl HubNode {
         }
         match tokio::time::timeout_at(deadline, client.forward(req)).await {
             Err(_) => Attempt::Retry,
-            Ok(Ok(reply)) => Attempt::Done(Ok(reply.into_inner())),
+            Ok(Ok(reply)) => Attempt::Done(Ok(Committed::forwarded(reply.into_inner()))),
             // The leader refused before proposing: this node's callers are cut off with it.
             Ok(Err(status)) if Refusal::of(&status) == Some(Refusal::CutOff) => {
                 Attempt::Done(Err(Refusal::CutOff.status(format!(
