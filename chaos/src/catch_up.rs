@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use chrono::{DateTime, FixedOffset};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::history::{BuildReport, Shape};
 
@@ -191,12 +191,8 @@ fn digests_agree(hubctl: &Path, dir: &Path) -> anyhow::Result<u64> {
                 ],
                 dir,
             )?;
-            let d: serde_json::Value =
-                serde_json::from_slice(&out).context("hubctl digest -o json")?;
-            own.push((
-                d["applied_index"].as_u64().unwrap_or(0),
-                d["digest"].as_str().unwrap_or_default().to_string(),
-            ));
+            let d: Digest = serde_json::from_slice(&out).context("hubctl digest -o json")?;
+            own.push((d.applied_index, d.digest));
         }
         if own.iter().all(|o| o.0 == own[0].0) {
             if own.iter().any(|o| o.1 != own[0].1 || o.1.is_empty()) {
@@ -212,6 +208,18 @@ fn digests_agree(hubctl: &Path, dir: &Path) -> anyhow::Result<u64> {
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+}
+
+/// What `hubctl digest -o json` prints, as far as the benchmark reads it (missing fields
+/// read as 0 and empty; an empty digest never counts as agreeing).
+#[derive(Deserialize)]
+struct Digest {
+    /// The index the digest was taken at.
+    #[serde(default)]
+    applied_index: u64,
+    /// The state digest.
+    #[serde(default)]
+    digest: String,
 }
 
 /// Runs `hubctl ARGS --data-dir DIR` (with the dev cluster's client files for the calls

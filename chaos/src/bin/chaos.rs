@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use hub_chaos::runner::{self, faults, Config, Report};
+use serde::Deserialize;
 
 #[derive(Parser)]
 #[command(
@@ -456,36 +457,34 @@ impl SweepRow {
     const HEADER: &'static str = "| seed | faults | operations | lost | duplicates | linearizable | canary exact | entry times | rollouts terminal | fleet waves | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|";
 
     /// The row of a run's `report.json`.
-    fn of(seed: u64, r: &serde_json::Value) -> SweepRow {
-        let n = |v: &serde_json::Value| v.as_u64().map_or("-".to_string(), |n| n.to_string());
-        let yes = |v: &serde_json::Value| match v.as_bool() {
+    fn of(seed: u64, r: &SweepReport) -> SweepRow {
+        let n = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
+        let yes = |v: &Verdict| match v.ok {
             Some(true) => "yes",
             Some(false) => "NO",
             None => "-",
         };
-        let check = &r["check"];
-        let ok = check["ok"].as_bool() == Some(true);
-        let rollouts = &r["rollouts"];
+        let check = &r.check;
+        let ok = check.ok == Some(true);
         SweepRow {
             seed,
             cells: vec![
-                r["injected"].as_array().map_or(0, Vec::len).to_string(),
-                n(&r["operations"]),
-                n(&check["summary"]["lost"]),
-                n(&check["summary"]["duplicates"]),
-                yes(&check["linearizability"]["ok"]).into(),
-                yes(&check["canary"]["ok"]).into(),
-                yes(&check["entry_times"]["ok"]).into(),
-                if rollouts.is_null() {
-                    "-".into()
-                } else {
-                    format!(
+                r.injected.len().to_string(),
+                n(r.operations),
+                n(check.summary.lost),
+                n(check.summary.duplicates),
+                yes(&check.linearizability).into(),
+                yes(&check.canary).into(),
+                yes(&check.entry_times).into(),
+                match &r.rollouts {
+                    None => "-".into(),
+                    Some(rollouts) => format!(
                         "{} of {}",
-                        n(&rollouts["rollouts_terminal"]),
-                        n(&rollouts["rollouts"])
-                    )
+                        n(rollouts.rollouts_terminal),
+                        n(rollouts.rollouts)
+                    ),
                 },
-                fleet_cell(&check["fleet"]),
+                fleet_cell(&check.fleet),
                 if ok { "OK" } else { "VIOLATIONS" }.into(),
             ],
             ok,
@@ -509,22 +508,93 @@ impl SweepRow {
 
 /// The fleet column: verdict, releases, plans checked against a soak end, soaks crossed by a
 /// leader fault (`-` without the fleet workload).
-fn fleet_cell(f: &serde_json::Value) -> String {
-    let n = |k: &str| f[k].as_u64().unwrap_or(0);
-    if n("releases") == 0 {
+fn fleet_cell(f: &SweepFleet) -> String {
+    if f.releases == 0 {
         return "-".into();
     }
     format!(
         "{} ({} releases, {} plans, {} soaks hit)",
-        if f["ok"].as_bool() == Some(true) {
-            "yes"
-        } else {
-            "NO"
-        },
-        n("releases"),
-        n("plans_checked"),
-        n("soaks_crossed_by_leader_fault")
+        if f.ok == Some(true) { "yes" } else { "NO" },
+        f.releases,
+        f.plans_checked,
+        f.soaks_crossed_by_leader_fault
     )
+}
+
+/// What the sweep's table reads of a run's `report.json` (the runner's own [`Report`]);
+/// what a report lacks (an older one, or a run without the rollout workload) shows as `-`.
+#[derive(Deserialize)]
+struct SweepReport {
+    /// Every fault injected (only counted).
+    #[serde(default)]
+    injected: Vec<serde::de::IgnoredAny>,
+    /// Register operations.
+    operations: Option<u64>,
+    /// The rollout workload's counts.
+    #[serde(default)]
+    rollouts: Option<SweepRollouts>,
+    /// The checkers' verdict.
+    #[serde(default)]
+    check: SweepCheck,
+}
+
+/// The rollout counts of a report.
+#[derive(Deserialize)]
+struct SweepRollouts {
+    /// Rollouts.
+    rollouts: Option<u64>,
+    /// Rollouts that reached a terminal state.
+    rollouts_terminal: Option<u64>,
+}
+
+/// The checkers' verdict, as far as the table shows it.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct SweepCheck {
+    /// The overall verdict.
+    ok: Option<bool>,
+    /// The register counts.
+    summary: SweepSummary,
+    /// The linearizability checker.
+    linearizability: Verdict,
+    /// The canary checker.
+    canary: Verdict,
+    /// The Activity entry-time checker.
+    entry_times: Verdict,
+    /// The fleet checker.
+    fleet: SweepFleet,
+}
+
+/// Lost and duplicated register writes.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct SweepSummary {
+    /// Acknowledged writes lost.
+    lost: Option<u64>,
+    /// Writes applied twice.
+    duplicates: Option<u64>,
+}
+
+/// One checker's verdict.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Verdict {
+    /// Whether it passed.
+    ok: Option<bool>,
+}
+
+/// The fleet checker's counts (all 0 without the fleet workload).
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct SweepFleet {
+    /// Its verdict.
+    ok: Option<bool>,
+    /// Releases checked.
+    releases: u64,
+    /// Plans checked against a soak end.
+    plans_checked: u64,
+    /// Soaks crossed by a leader fault.
+    soaks_crossed_by_leader_fault: u64,
 }
 
 impl std::fmt::Display for SweepRow {

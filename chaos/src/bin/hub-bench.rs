@@ -35,6 +35,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use hub_chaos::runner::process::is_alive;
 use hub_chaos::stats::Latencies;
+use hub_client::answer::{ListPlans, Typed};
 use hub_proto::hub_client::HubClient;
 use hub_proto::{
     CreateEnvironmentRequest, NodeStatusRequest, QueryRequest, ReadOptions, SubmitRequest,
@@ -391,11 +392,8 @@ async fn fill_entities(addr: &str, n: usize) -> anyhow::Result<Duration> {
     submit_all(&c, environments.collect())
         .await
         .context("creating the fill's environments")?;
-    let entities = (0..n).map(|i| {
-        let mut command = entity(&envs[i / PER_ENVIRONMENT], &format!("svc-{i}"));
-        command["CreateEntity"]["product_id"] = serde_json::json!(product);
-        command
-    });
+    let entities =
+        (0..n).map(|i| entity(&envs[i / PER_ENVIRONMENT], &format!("svc-{i}"), &product));
     submit_all(&c, entities.collect())
         .await
         .context("creating the fill's entities")?;
@@ -582,14 +580,7 @@ async fn restart_and_catch_up(
             .await?
             .into_inner()
             .last_applied;
-        let got = match connect(&old.addr).await {
-            Ok(mut c) => c
-                .node_status(NodeStatusRequest::default())
-                .await
-                .map(|s| s.into_inner().last_applied)
-                .unwrap_or(0),
-            Err(_) => 0,
-        };
+        let got = hub_chaos::compare::hub::applied_via(connect(&old.addr)).await;
         if got >= want {
             break;
         }
@@ -618,9 +609,7 @@ async fn fan_out(c: &mut HubClient<Channel>, entities: usize) -> anyhow::Result<
     )
     .await?;
     for i in 0..entities {
-        let mut e = entity(&fan, &format!("e{i}"));
-        e["CreateEntity"]["product_id"] = serde_json::json!(product);
-        submit(c, e).await?;
+        submit(c, entity(&fan, &format!("e{i}"), &product)).await?;
     }
     let manifest =
         format!("product-group: com.bench\nproduct-name: {fan}\nproduct-version: 1.0.0\n");
@@ -632,12 +621,12 @@ async fn fan_out(c: &mut HubClient<Channel>, entities: usize) -> anyhow::Result<
     .await?;
     let mut seen = 0;
     while seen < entities {
-        let v = query(
-            c,
-            serde_json::json!({"query": "plans", "environment": fan, "limit": 1_000_000}),
-        )
-        .await?;
-        seen = v["plans"].as_array().map_or(0, |p| p.len());
+        let all = ListPlans {
+            environment: Some(fan.clone()),
+            limit: Some(1_000_000),
+            ..ListPlans::default()
+        };
+        seen = ask(c, &all).await?.plans.len();
         if started.elapsed() > Duration::from_secs(120) {
             bail!("only {seen} of {entities} plans after 120 s");
         }
@@ -764,13 +753,11 @@ async fn submit(c: &mut HubClient<Channel>, command: serde_json::Value) -> anyho
     Ok(())
 }
 
-async fn query(
-    c: &mut HubClient<Channel>,
-    q: serde_json::Value,
-) -> anyhow::Result<serde_json::Value> {
+/// Asks a typed query of the node behind `c`, from its own (stale) state.
+async fn ask<T: Typed>(c: &mut HubClient<Channel>, typed: &T) -> anyhow::Result<T::Answer> {
     let r = c
         .query(QueryRequest {
-            query_json: q.to_string(),
+            query_json: serde_json::to_string(&typed.query())?,
             read: Some(ReadOptions { stale: true }),
         })
         .await
@@ -782,9 +769,13 @@ fn manifest(version: &str) -> String {
     format!("product-group: com.bench\nproduct-name: svc\nproduct-version: {version}\n")
 }
 
-fn entity(env: &str, name: &str) -> serde_json::Value {
+/// The product of `decide`'s entities (its releases are [`manifest`]'s).
+const BENCH_PRODUCT: &str = "com.bench:svc";
+
+/// The command creating helm-chart entity `name` of `product` in `env`.
+fn entity(env: &str, name: &str, product: &str) -> serde_json::Value {
     serde_json::json!({"CreateEntity": {"environment": env, "kind": "HelmChart", "name": name,
-        "product_id": "com.bench:svc", "k8s_namespace": "svc", "account_id": null, "release_channel": null}})
+        "product_id": product, "k8s_namespace": "svc", "account_id": null, "release_channel": null}})
 }
 
 /// Plans are issued on the leader; polling its own (stale, so local) state sees them at the
@@ -803,7 +794,7 @@ async fn decide(dir: &Path, entities: usize, rounds: usize) -> anyhow::Result<()
     .await?;
     let _ = submit(
         &mut c,
-        serde_json::json!({"CreateProduct": {"product_id": "com.bench:svc", "description": ""}}),
+        serde_json::json!({"CreateProduct": {"product_id": BENCH_PRODUCT, "description": ""}}),
     )
     .await;
     let _ = submit(
@@ -817,11 +808,14 @@ async fn decide(dir: &Path, entities: usize, rounds: usize) -> anyhow::Result<()
         let name = format!("one{i}");
         let id = format!("eid:{env}:helmChart:{name}");
         let started = Instant::now();
-        submit(&mut c, entity(&env, &name)).await?;
+        submit(&mut c, entity(&env, &name, BENCH_PRODUCT)).await?;
         committed.push(started.elapsed());
         loop {
-            let v = query(&mut c, serde_json::json!({"query": "plans", "entity": id})).await?;
-            if v["plans"].as_array().is_some_and(|p| !p.is_empty()) {
+            let of_entity = ListPlans {
+                entity: Some(id.clone()),
+                ..ListPlans::default()
+            };
+            if !ask(&mut c, &of_entity).await?.plans.is_empty() {
                 break;
             }
             if started.elapsed() > Duration::from_secs(30) {
@@ -876,9 +870,7 @@ async fn create_agent_environments(
                 serde_json::json!({"CreateEnvironment": {"name": env, "description": ""}}),
             )
             .await?;
-            let mut e = entity(&env, "svc");
-            e["CreateEntity"]["product_id"] = serde_json::json!(product);
-            submit(&mut c, e).await
+            submit(&mut c, entity(&env, "svc", product)).await
         })
         .buffer_unordered(16)
         .collect::<Vec<anyhow::Result<()>>>()

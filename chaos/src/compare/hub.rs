@@ -118,14 +118,7 @@ impl HubCluster {
 
     /// The applied index node `addr` reports (0 when it does not answer).
     pub async fn applied(&self, addr: &str) -> u64 {
-        match self.connect(addr).await {
-            Ok(mut c) => c
-                .node_status(NodeStatusRequest::default())
-                .await
-                .map(|s| s.into_inner().last_applied)
-                .unwrap_or(0),
-            Err(_) => 0,
-        }
+        applied_via(self.connect(addr)).await
     }
 
     /// Starts node `id` again on its data (`hubctl dev restart-node`).
@@ -142,6 +135,21 @@ impl HubCluster {
             );
         }
         Ok(())
+    }
+}
+
+/// The applied index the node reached by `client` reports (0 when it cannot be reached or
+/// does not answer). `hub-bench failover` waits on it too, with its own connector.
+pub async fn applied_via(
+    client: impl std::future::Future<Output = anyhow::Result<HubClient<Channel>>>,
+) -> u64 {
+    match client.await {
+        Ok(mut c) => c
+            .node_status(NodeStatusRequest::default())
+            .await
+            .map(|s| s.into_inner().last_applied)
+            .unwrap_or(0),
+        Err(_) => 0,
     }
 }
 

@@ -57,6 +57,13 @@ struct ClusterFile {
     removed: Vec<Node>,
 }
 
+/// What `hubctl dev add-node -o json` prints, as far as the runner reads it.
+#[derive(Deserialize)]
+struct AddedNode {
+    /// The new node's id.
+    id: u64,
+}
+
 /// What one process (a member, or a removed node still running) says of the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberView {
@@ -267,11 +274,9 @@ impl Cluster {
                     == Some(hubctl::EXIT_FEATURE_LEVEL_TOO_LOW),
             });
         }
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .map_err(|_| failed("hubctl dev add-node printed no JSON".to_string()))?;
-        v["id"]
-            .as_u64()
-            .ok_or_else(|| failed("hubctl dev add-node printed no id".to_string()))
+        let added: AddedNode = serde_json::from_slice(&out.stdout)
+            .map_err(|_| failed("hubctl dev add-node printed no node id".to_string()))?;
+        Ok(added.id)
     }
 
     /// Removes node `id` from the cluster; stops it unless `keep_running`.

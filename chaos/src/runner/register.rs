@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hub_client::answer::{EnvironmentSettingsView, GetEnvironmentSettings, Typed};
 use hub_proto::{QueryRequest, ReadOptions, SubmitRequest};
 use serde_json::json;
 use tonic::Code;
@@ -256,16 +257,14 @@ async fn read(endpoints: &[String], first: usize, key: usize) -> anyhow::Result<
 async fn read_key(addr: &str, key: usize, stale: bool) -> anyhow::Result<Option<u64>> {
     let mut c = connect(addr).await?;
     let mut req = tonic::Request::new(QueryRequest {
-        query_json: json!({"query": "environment_settings", "environment": key_env(key)})
-            .to_string(),
+        query_json: serde_json::to_string(&GetEnvironmentSettings(key_env(key)).query())?,
         read: Some(ReadOptions { stale }),
     });
     req.set_timeout(OP_TIMEOUT);
     let r = c.query(req).await?.into_inner();
-    let v: serde_json::Value = serde_json::from_str(&r.json)?;
-    let ms = v["auto_suppression_ms"]
-        .as_u64()
-        .ok_or_else(|| anyhow::anyhow!("no auto_suppression_ms in {v}"))?;
+    let v: EnvironmentSettingsView = serde_json::from_str(&r.json)?;
+    let ms = u64::try_from(v.auto_suppression_ms)
+        .map_err(|_| anyhow::anyhow!("negative auto_suppression_ms in {v:?}"))?;
     Ok(ms.checked_sub(VALUE_BASE_MS).filter(|v| *v >= FIRST_VALUE))
 }
 

@@ -13,7 +13,8 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use hub_client::answer::{GetRolloutStatus, ListPlans, PlansAnswer, RolloutStatusView};
+use serde_json::json;
 
 use super::hub::{CallError, Hub};
 use super::{entity_id, lock, setup as setup_command, Shared};
@@ -166,15 +167,10 @@ impl FleetDriver {
     }
 
     async fn halt_when_soaking(&mut self, hub: &Hub, progress: &Shared, version: &str) {
-        let Ok(status) = hub
-            .query(
-                &json!({"query": "rollout_status", "product": FLEET_PRODUCT, "version": version}),
-            )
-            .await
-        else {
+        let Ok(status) = hub.ask(&rollout_status(version)).await else {
             return;
         };
-        if status["waves"][0]["soak_until_ms"].as_i64().is_none() {
+        if status.waves.first().and_then(|w| w.soak_until_ms).is_none() {
             return;
         }
         let r = hub
@@ -200,35 +196,35 @@ impl FleetDriver {
     }
 }
 
-/// A release's rollout status (`{"query": "rollout_status"}` answer) as the history's
+/// The fleet product's rollout status of release `version`.
+fn rollout_status(version: &str) -> GetRolloutStatus {
+    GetRolloutStatus {
+        product: FLEET_PRODUCT.to_string(),
+        version: version.to_string(),
+    }
+}
+
+/// A release's rollout status (the answer to `GetRolloutStatus`) as the history's
 /// [`FleetRelease`]; the entities in no wave are left out.
-pub fn release_from_status(version: &str, status: &Value) -> FleetRelease {
-    let waves = status["waves"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|w| w["wave"] != "(no wave)")
+pub fn release_from_status(version: &str, status: &RolloutStatusView) -> FleetRelease {
+    let waves = status
+        .waves
+        .iter()
+        .filter(|w| w.wave != "(no wave)")
         .map(|w| FleetWave {
-            name: w["wave"].as_str().unwrap_or_default().to_string(),
-            entities: w["entities"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|e| e["entity"].as_str().map(String::from))
-                .collect(),
-            done: w["done"].as_u64().unwrap_or(0) as usize,
-            passed: w["state"] == "passed" || w["state"] == "promoted",
-            promoted: w["state"] == "promoted",
-            completed_ms: w["completed_ms"].as_i64(),
-            soak_until_ms: w["soak_until_ms"].as_i64(),
+            name: w.wave.clone(),
+            entities: w.entities.iter().map(|e| e.entity.clone()).collect(),
+            done: w.done,
+            passed: w.state == "passed" || w.state == "promoted",
+            promoted: w.state == "promoted",
+            completed_ms: w.completed_ms,
+            soak_until_ms: w.soak_until_ms,
         })
         .collect();
     FleetRelease {
         version: version.to_string(),
         status_read: true,
-        halted: status["halted"]
-            .get("cause")
-            .map(|c| c.as_str().unwrap_or_default().to_string()),
+        halted: status.halted.as_ref().map(|h| h.cause.clone()),
         waves,
     }
 }
@@ -242,8 +238,7 @@ pub fn settled(r: &FleetRelease) -> bool {
 pub async fn releases(hub: &Hub, versions: &[String]) -> Vec<FleetRelease> {
     let mut out = Vec::new();
     for v in versions {
-        let q = json!({"query": "rollout_status", "product": FLEET_PRODUCT, "version": v});
-        out.push(match hub.query(&q).await {
+        out.push(match hub.ask(&rollout_status(v)).await {
             Ok(status) => release_from_status(v, &status),
             Err(_) => FleetRelease {
                 version: v.clone(),
@@ -256,24 +251,21 @@ pub async fn releases(hub: &Hub, versions: &[String]) -> Vec<FleetRelease> {
     out
 }
 
-/// The fleet product's plans of a `{"query": "plans"}` answer.
-pub fn plans_of(answer: &Value) -> Vec<FleetPlan> {
+/// The fleet product's plans of a `ListPlans` answer.
+pub fn plans_of(answer: &PlansAnswer) -> Vec<FleetPlan> {
     let fleet: Vec<String> = (0..FLEET_ENVS).map(fleet_entity).collect();
-    answer["plans"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| {
-            let entity = p["entity"].as_str()?.to_string();
-            fleet.contains(&entity).then(|| FleetPlan {
-                id: p["id"].as_str().unwrap_or_default().to_string(),
-                entity,
-                kind: p["kind"].as_str().unwrap_or_default().to_string(),
-                to_version: p["to_version"].as_str().map(String::from),
-                status: p["status"].as_str().unwrap_or_default().to_string(),
-                issued_ms: p["issued_ms"].as_i64(),
-                issued_index: p["issued_index"].as_u64(),
-            })
+    answer
+        .plans
+        .iter()
+        .filter(|p| fleet.contains(&p.entity))
+        .map(|p| FleetPlan {
+            id: p.id.clone(),
+            entity: p.entity.clone(),
+            kind: p.kind.clone(),
+            to_version: p.to_version.clone(),
+            status: p.status.clone(),
+            issued_ms: Some(p.issued_ms),
+            issued_index: Some(p.issued_index),
         })
         .collect()
 }
@@ -282,12 +274,12 @@ pub fn plans_of(answer: &Value) -> Vec<FleetPlan> {
 pub async fn plans(hub: &Hub, timeout: Duration) -> Result<Vec<FleetPlan>, CallError> {
     let mut out = Vec::new();
     for k in 0..FLEET_ENVS {
-        let answer = hub
-            .query_until(
-                &json!({"query": "plans", "environment": fleet_env(k), "limit": 10000}),
-                timeout,
-            )
-            .await?;
+        let list = ListPlans {
+            environment: Some(fleet_env(k)),
+            limit: Some(10000),
+            ..ListPlans::default()
+        };
+        let answer = hub.ask_until(&list, timeout).await?;
         out.extend(plans_of(&answer));
     }
     Ok(out)
@@ -295,7 +287,9 @@ pub async fn plans(hub: &Hub, timeout: Duration) -> Result<Vec<FleetPlan>, CallE
 
 #[cfg(test)]
 mod tests {
+    use super::super::gather::views;
     use super::*;
+    use hub_client::answer::{HaltView, RolloutEntityView, WaveStatusView};
 
     #[test]
     fn the_policy_has_a_soaking_wave_then_one_entity_at_a_time() {
@@ -319,31 +313,77 @@ mod tests {
         );
     }
 
+    fn wave(
+        name: &str,
+        state: &str,
+        completed_ms: Option<i64>,
+        soak_until_ms: Option<i64>,
+        entities: &[String],
+    ) -> WaveStatusView {
+        WaveStatusView {
+            completed: None,
+            completed_ms,
+            done: 1,
+            entities: entities
+                .iter()
+                .map(|e| RolloutEntityView {
+                    canary: None,
+                    entity: e.clone(),
+                    environment: "env".into(),
+                    health: "healthy".into(),
+                    product: FLEET_PRODUCT.into(),
+                    runs: None,
+                    state: "done".into(),
+                })
+                .collect(),
+            entities_total: entities.len(),
+            in_flight: 0,
+            promoted_by: None,
+            soak_until: None,
+            soak_until_ms,
+            state: state.into(),
+            wave: name.into(),
+        }
+    }
+
     #[test]
     fn rollout_status_and_plans_convert() {
-        let status = json!({"policy": FLEET_PRODUCT, "version": "1.0.3", "halted": null,
-        "waves": [
-            {"wave": "first", "state": "passed", "done": 1, "completed_ms": 10,
-             "soak_until_ms": 4010, "entities": [{"entity": fleet_entity(0)}]},
-            {"wave": "second", "state": "rolling out", "done": 1, "completed_ms": null,
-             "soak_until_ms": null,
-             "entities": [{"entity": fleet_entity(1)}, {"entity": fleet_entity(2)}]},
-        ]});
+        let mut status = RolloutStatusView {
+            halted: None,
+            policy: FLEET_PRODUCT.into(),
+            version: "1.0.3".into(),
+            waves: vec![
+                wave("first", "passed", Some(10), Some(4010), &[fleet_entity(0)]),
+                wave(
+                    "second",
+                    "rolling out",
+                    None,
+                    None,
+                    &[fleet_entity(1), fleet_entity(2)],
+                ),
+            ],
+        };
         let r = release_from_status("1.0.3", &status);
         assert_eq!(r.waves.len(), 2);
         assert_eq!(r.waves[0].soak_until_ms, Some(4010));
         assert!(r.waves[0].passed && !r.waves[1].passed && !settled(&r));
         assert_eq!(r.waves[1].entities.len(), 2);
-        let halted = json!({"halted": {"at": "…", "cause": "halted by chaos: why", "recalls": []},
-            "waves": status["waves"]});
-        assert!(settled(&release_from_status("1.0.3", &halted)));
+        status.halted = Some(HaltView {
+            at: "…".into(),
+            cause: "halted by chaos: why".into(),
+            recalls: Vec::new(),
+        });
+        assert!(settled(&release_from_status("1.0.3", &status)));
 
-        let answer = json!({"plans": [
-            {"id": "p-5-0", "entity": fleet_entity(1), "kind": "version-change",
-             "to_version": "1.0.3", "status": "succeeded", "issued_ms": 4100, "issued_index": 5},
-            {"id": "p-6-0", "entity": "eid:other:helmChart:x", "kind": "install",
-             "to_version": "1.0.3", "status": "succeeded", "issued_ms": 1, "issued_index": 6},
-        ]});
+        let plan = |id: &str, entity: &str, kind: &str, issued_ms, issued_index| {
+            let mut p = views::plan(id, entity, "succeeded", Some("1.0.3"));
+            (p.kind, p.issued_ms, p.issued_index) = (kind.into(), issued_ms, issued_index);
+            p
+        };
+        let answer = views::plans(vec![
+            plan("p-5-0", &fleet_entity(1), "version-change", 4100, 5),
+            plan("p-6-0", "eid:other:helmChart:x", "install", 1, 6),
+        ]);
         let ps = plans_of(&answer);
         assert_eq!(ps.len(), 1);
         assert_eq!(

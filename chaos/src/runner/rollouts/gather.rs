@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use hub_agent::execlog::{ExecLine, ExecState};
-use serde_json::Value;
+use hub_client::answer::{CanaryView, ChangeRequestView, EntityView, PlanView, PlansAnswer};
+use serde::Deserialize;
 
 use crate::check::{HubPlan, Rollout, TaskExecution, TaskState};
 
@@ -39,46 +40,48 @@ pub fn task_executions(
 /// then reports as a mismatch).
 pub fn applied_weights(text: &str) -> Vec<(u64, u8)> {
     text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|v| {
-            let step = v["step"].as_u64()?;
-            let w = v["canary_weight"].as_u64()?;
-            Some((step, u8::try_from(w.min(255)).unwrap_or(u8::MAX)))
+        .filter_map(|l| serde_json::from_str::<AppliedLine>(l).ok())
+        .map(|a| {
+            let w = a.canary_weight;
+            (a.step, u8::try_from(w.min(255)).unwrap_or(u8::MAX))
         })
         .collect()
+}
+
+/// The fields of a line of a canary's `applied.jsonl` that the checker reads (the agent's
+/// own file; its other fields are ignored).
+#[derive(Deserialize)]
+struct AppliedLine {
+    /// The step the agent applied.
+    step: u64,
+    /// The canary weight it applied.
+    canary_weight: u64,
 }
 
 /// Merges the `committed_weights` of a canary view into `into` (step → weight). The view
 /// holds the newest actions only; a step's weight never changes once committed, so the union
 /// of views taken over the run is the committed sequence of all of it.
-pub fn merge_committed(view: &Value, into: &mut BTreeMap<u64, u8>) {
-    let Some(list) = view["committed_weights"].as_array() else {
-        return;
-    };
-    for w in list {
-        if let (Some(step), Some(weight)) = (w["step"].as_u64(), w["canary_weight"].as_u64()) {
-            into.insert(step, u8::try_from(weight.min(255)).unwrap_or(u8::MAX));
-        }
+pub fn merge_committed(view: &CanaryView, into: &mut BTreeMap<u64, u8>) {
+    for w in view.committed_weights.iter().flatten() {
+        into.insert(w.step, w.canary_weight);
     }
 }
 
-/// A plan's full view (`{"query": "plan"}`) as the checker's [`HubPlan`].
-pub fn hub_plan(view: &Value) -> Option<HubPlan> {
-    Some(HubPlan {
-        id: view["id"].as_str()?.to_string(),
-        entity: view["entity"].as_str()?.to_string(),
-        status: view["status"].as_str()?.to_string(),
-        tasks: view["tasks"]
-            .as_array()
-            .map(|t| {
-                t.iter()
-                    .filter_map(|t| t["name"].as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        issued_ms: view["issued_ms"].as_i64(),
-        issued_index: view["issued_index"].as_u64(),
-    })
+/// A plan's full view (the answer to `GetPlan`) as the checker's [`HubPlan`].
+pub fn hub_plan(view: &PlanView) -> HubPlan {
+    HubPlan {
+        id: view.id.clone(),
+        entity: view.entity.clone(),
+        status: view.status.clone(),
+        tasks: view
+            .tasks
+            .iter()
+            .flatten()
+            .map(|t| t.name.clone())
+            .collect(),
+        issued_ms: Some(view.issued_ms),
+        issued_index: Some(view.issued_index),
+    }
 }
 
 /// One plan of the plan list, as far as rollouts need it.
@@ -101,26 +104,18 @@ impl PlanRow {
     }
 }
 
-/// The rows of a `{"query": "plans"}` answer.
-pub fn plan_rows(answer: &Value) -> Vec<PlanRow> {
-    answer["plans"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|p| {
-                    Some(PlanRow {
-                        id: p["id"].as_str()?.to_string(),
-                        entity: p["entity"].as_str()?.to_string(),
-                        status: p["status"].as_str()?.to_string(),
-                        to_version: p["to_version"]
-                            .as_str()
-                            .filter(|v| *v != "-")
-                            .map(String::from),
-                    })
-                })
-                .collect()
+/// The rows of a `ListPlans` answer.
+pub fn plan_rows(answer: &PlansAnswer) -> Vec<PlanRow> {
+    answer
+        .plans
+        .iter()
+        .map(|p| PlanRow {
+            id: p.id.clone(),
+            entity: p.entity.clone(),
+            status: p.status.clone(),
+            to_version: p.to_version.clone().filter(|v| v != "-"),
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// What the hub records as an entity's reported state.
@@ -133,14 +128,11 @@ pub struct Reported {
 }
 
 impl Reported {
-    /// From an `{"query": "entity"}` answer.
-    pub fn from_view(v: &Value) -> Reported {
+    /// From a `GetEntity` answer.
+    pub fn from_view(v: &EntityView) -> Reported {
         Reported {
-            version: v["reported"]["version"]
-                .as_str()
-                .filter(|v| *v != "-")
-                .map(String::from),
-            error: v["reported"]["health"] == "error",
+            version: v.reported.version.clone().filter(|v| v != "-"),
+            error: v.reported.health == "error",
         }
     }
 }
@@ -223,19 +215,19 @@ pub fn release_rollout(
     }
 }
 
-/// The rollout of a module change request (`{"query": "change_requests"}` row): terminal once
+/// The rollout of a module change request (a `ListChangeRequests` row): terminal once
 /// decided (merged, rejected, cancelled, error) and, for a merged one marked `latest`, once no
 /// plan of `module_entities` is active any more.
 pub fn module_rollout(
-    cr: &Value,
+    cr: &ChangeRequestView,
     latest: bool,
     module_entities: &BTreeSet<String>,
     plans: &[PlanRow],
-) -> Option<Rollout> {
-    let id = cr["id"].as_str()?;
-    let installation = cr["installation"].as_str().unwrap_or_default();
-    let status = cr["status"].as_str().unwrap_or("unknown").to_string();
-    let to = cr["to_version"].as_str().unwrap_or_default();
+) -> Rollout {
+    let id = &cr.id;
+    let installation = &cr.installation;
+    let status = cr.status.clone();
+    let to = &cr.to_version;
     let active = plans
         .iter()
         .filter(|p| p.active() && module_entities.contains(&p.entity))
@@ -245,18 +237,168 @@ pub fn module_rollout(
         "merged" if latest && active > 0 => (format!("merged ({active} plans active)"), false),
         _ => (status, true),
     };
-    Some(Rollout {
+    Rollout {
         id: format!("{installation}#{id}->{to}"),
         kind: "module".into(),
         state,
         terminal,
-    })
+    }
+}
+
+/// Hub answers built for tests: only the fields the conversions read carry meaning.
+#[cfg(test)]
+pub(crate) mod views {
+    use hub_client::answer::{
+        CanaryView, ChangeRequestView, CommittedWeightView, EntityView, PlanView, PlansAnswer,
+        ReportedView, TaskView,
+    };
+
+    /// A plan row (no tasks) or, with `tasks`, a plan's full view.
+    pub fn plan(id: &str, entity: &str, status: &str, to_version: Option<&str>) -> PlanView {
+        PlanView {
+            actor: None,
+            artifacts: None,
+            cancel_reason: None,
+            command: None,
+            created: "2026-12-07T00:00:00Z".into(),
+            ended: None,
+            entity: entity.into(),
+            environment: "env".into(),
+            failure: None,
+            from_config_sha256: None,
+            from_version: None,
+            id: id.into(),
+            issued: "2026-12-07T00:00:00Z".into(),
+            issued_index: 0,
+            issued_ms: 0,
+            kind: "version-change".into(),
+            output: None,
+            reason: String::new(),
+            rolls_back: None,
+            secrets_revision: None,
+            started: None,
+            status: status.into(),
+            tasks: None,
+            to_config: None,
+            to_version: to_version.map(String::from),
+        }
+    }
+
+    /// The plan with tasks named `names`.
+    pub fn with_tasks(mut p: PlanView, names: &[&str]) -> PlanView {
+        p.tasks = Some(
+            names
+                .iter()
+                .map(|n| TaskView {
+                    attempt: 1,
+                    ended: None,
+                    error: None,
+                    name: n.to_string(),
+                    started: None,
+                    state: "succeeded".into(),
+                })
+                .collect(),
+        );
+        p
+    }
+
+    /// A `plans` answer.
+    pub fn plans(plans: Vec<PlanView>) -> PlansAnswer {
+        PlansAnswer { plans }
+    }
+
+    /// An entity reporting `version` with `health`.
+    pub fn entity(version: Option<&str>, health: &str) -> EntityView {
+        EntityView {
+            account_id: None,
+            config_overrides: Default::default(),
+            dependency_groups: Vec::new(),
+            environment: "env".into(),
+            id: "eid:env:helmChart:a".into(),
+            ignored_dependencies: Vec::new(),
+            insecure_registries: Vec::new(),
+            k8s_namespace: None,
+            kind: "helmChart".into(),
+            maintenance_window: None,
+            marked_for_uninstall: false,
+            name: "a".into(),
+            owner_module: None,
+            product_id: "com.example:a".into(),
+            release_channel: "stable".into(),
+            reported: ReportedView {
+                at: None,
+                config_sha256: None,
+                health: health.into(),
+                message: String::new(),
+                secrets_revision: 0,
+                version: version.map(String::from),
+            },
+            secrets: Vec::new(),
+            secrets_revision: 0,
+            window_overrides: Vec::new(),
+        }
+    }
+
+    /// A change request.
+    pub fn change_request(
+        id: &str,
+        installation: &str,
+        status: &str,
+        to: &str,
+    ) -> ChangeRequestView {
+        ChangeRequestView {
+            approval: None,
+            blocked: None,
+            closed: None,
+            created: "2026-12-07T00:00:00Z".into(),
+            decided_by: None,
+            from_version: "0.1.0".into(),
+            id: id.into(),
+            installation: installation.into(),
+            message: String::new(),
+            reason: String::new(),
+            status: status.into(),
+            to_version: to.into(),
+        }
+    }
+
+    /// A canary in `status`, with `committed` weights (`None`: a listing row, without them).
+    pub fn canary(status: &str, committed: Option<&[(u64, u8)]>) -> CanaryView {
+        CanaryView {
+            actions: None,
+            canary_revision: None,
+            committed_weights: committed.map(|c| {
+                c.iter()
+                    .map(|&(step, canary_weight)| CommittedWeightView {
+                        canary_weight,
+                        step,
+                    })
+                    .collect()
+            }),
+            entity: "eid:env:helmChart:a".into(),
+            history: None,
+            id: "env/a".into(),
+            last_transition: "2026-12-07T00:00:00Z".into(),
+            name: "a".into(),
+            namespace: "env".into(),
+            next_tick: None,
+            observation: None,
+            primary_revision: None,
+            promoted: false,
+            queued_steps: None,
+            status: status.into(),
+            status_block: None,
+            step: None,
+            target: None,
+            weight: 0,
+            yaml: None,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn execution_lines_move_to_the_runner_epoch() {
@@ -301,15 +443,15 @@ mod tests {
 
         let mut committed = BTreeMap::new();
         merge_committed(
-            &json!({"committed_weights": [{"step": 1, "canary_weight": 0}, {"step": 3, "canary_weight": 10}]}),
+            &views::canary("Progressing", Some(&[(1, 0), (3, 10)])),
             &mut committed,
         );
         // A later view has dropped the oldest step and added one.
         merge_committed(
-            &json!({"committed_weights": [{"step": 3, "canary_weight": 10}, {"step": 4, "canary_weight": 20}]}),
+            &views::canary("Progressing", Some(&[(3, 10), (4, 20)])),
             &mut committed,
         );
-        merge_committed(&json!({"status": "Progressing"}), &mut committed);
+        merge_committed(&views::canary("Progressing", None), &mut committed);
         assert_eq!(
             committed.into_iter().collect::<Vec<_>>(),
             vec![(1, 0), (3, 10), (4, 20)]
@@ -318,24 +460,28 @@ mod tests {
 
     #[test]
     fn plans_parse_from_the_hub_views() {
-        let full = json!({"id": "p-9-0", "entity": "eid:e:helmChart:a", "status": "succeeded",
-            "tasks": [{"name": "fetch", "state": "succeeded"}, {"name": "start", "state": "succeeded"}]});
+        let mut full = views::with_tasks(
+            views::plan("p-9-0", "eid:e:helmChart:a", "succeeded", None),
+            &["fetch", "start"],
+        );
+        (full.issued_ms, full.issued_index) = (1_700, 9);
         assert_eq!(
             hub_plan(&full),
-            Some(HubPlan {
+            HubPlan {
                 id: "p-9-0".into(),
                 entity: "eid:e:helmChart:a".into(),
                 status: "succeeded".into(),
                 tasks: vec!["fetch".into(), "start".into()],
-                issued_ms: None,
-                issued_index: None,
-            })
+                issued_ms: Some(1_700),
+                issued_index: Some(9),
+            }
         );
-        assert_eq!(hub_plan(&json!({"id": "p-1"})), None);
-        let rows = plan_rows(&json!({"plans": [
-            {"id": "p-1", "entity": "a", "status": "running", "to_version": "1.0.1"},
-            {"id": "p-2", "entity": "a", "status": "succeeded", "to_version": "-"},
-        ]}));
+        // A view without the plan's id, entity or status is no plan view at all.
+        assert!(serde_json::from_str::<PlanView>(r#"{"id": "p-1"}"#).is_err());
+        let rows = plan_rows(&views::plans(vec![
+            views::plan("p-1", "a", "running", Some("1.0.1")),
+            views::plan("p-2", "a", "succeeded", Some("-")),
+        ]));
         assert!(rows[0].active() && !rows[1].active());
         assert_eq!(rows[1].to_version, None);
     }
@@ -387,7 +533,7 @@ mod tests {
         let r = release_rollout("env", "1.0.1", true, &entities, &rolling_back);
         assert!(!r.terminal && r.state == "pending on b", "{r:?}");
         assert_eq!(
-            Reported::from_view(&json!({"reported": {"version": "-", "health": "error"}})),
+            Reported::from_view(&views::entity(Some("-"), "error")),
             Reported {
                 version: None,
                 error: true
@@ -401,25 +547,13 @@ mod tests {
     #[test]
     fn module_rollouts_wait_for_approval_and_plans() {
         let mods: BTreeSet<String> = ["m".to_string()].into();
-        let cr = |status: &str| json!({"id": "cr-4", "installation": "env/mod", "status": status, "to_version": "0.3.0"});
+        let cr = |status: &str| views::change_request("cr-4", "env/mod", status, "0.3.0");
         let busy = vec![row("p-1", "m", "running", "1.0.0")];
-        let r = module_rollout(&cr("pending-approval"), true, &mods, &[]).unwrap();
+        let r = module_rollout(&cr("pending-approval"), true, &mods, &[]);
         assert!(!r.terminal);
         assert_eq!(r.id, "env/mod#cr-4->0.3.0");
-        assert!(
-            !module_rollout(&cr("merged"), true, &mods, &busy)
-                .unwrap()
-                .terminal
-        );
-        assert!(
-            module_rollout(&cr("merged"), false, &mods, &busy)
-                .unwrap()
-                .terminal
-        );
-        assert!(
-            module_rollout(&cr("cancelled"), true, &mods, &busy)
-                .unwrap()
-                .terminal
-        );
+        assert!(!module_rollout(&cr("merged"), true, &mods, &busy).terminal);
+        assert!(module_rollout(&cr("merged"), false, &mods, &busy).terminal);
+        assert!(module_rollout(&cr("cancelled"), true, &mods, &busy).terminal);
     }
 }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hub_client::answer::Typed;
 use hub_proto::hub_client::HubClient;
 use hub_proto::{QueryRequest, ReadOptions, SubmitRequest};
 use serde_json::Value;
@@ -149,27 +150,37 @@ impl Hub {
         }
     }
 
-    /// A linearizable `Hub.Query`; one try on every node at most.
-    pub async fn query(&self, query: &Value) -> Result<Value, CallError> {
+    /// A linearizable `Hub.Query` of a typed query; one try on every node at most. An answer
+    /// that does not read as the query's answer type counts as no answer (like bad JSON).
+    pub async fn ask<T: Typed>(&self, typed: &T) -> Result<T::Answer, CallError> {
+        let query_json = serde_json::to_string(&typed.query())
+            .map_err(|e| CallError::Unavailable(format!("query not encoded: {e}")))?;
         let (addr, reply) = self
-            .on_some_node(|mut c| async move {
-                let mut req = tonic::Request::new(QueryRequest {
-                    query_json: query.to_string(),
-                    read: Some(ReadOptions { stale: false }),
-                });
-                req.set_timeout(CALL_TIMEOUT);
-                c.query(req).await
+            .on_some_node(|mut c| {
+                let query_json = query_json.clone();
+                async move {
+                    let mut req = tonic::Request::new(QueryRequest {
+                        query_json,
+                        read: Some(ReadOptions { stale: false }),
+                    });
+                    req.set_timeout(CALL_TIMEOUT);
+                    c.query(req).await
+                }
             })
             .await?;
         serde_json::from_str(&reply.json)
-            .map_err(|e| CallError::Unavailable(format!("{addr}: bad JSON: {e}")))
+            .map_err(|e| CallError::Unavailable(format!("{addr}: bad answer: {e}")))
     }
 
-    /// [`Hub::query`] retried until it is answered or `timeout` passes.
-    pub async fn query_until(&self, query: &Value, timeout: Duration) -> Result<Value, CallError> {
+    /// [`Hub::ask`] retried until it is answered or `timeout` passes.
+    pub async fn ask_until<T: Typed>(
+        &self,
+        typed: &T,
+        timeout: Duration,
+    ) -> Result<T::Answer, CallError> {
         let deadline = Instant::now() + timeout;
         loop {
-            match self.query(query).await {
+            match self.ask(typed).await {
                 Err(CallError::Unavailable(e)) if Instant::now() < deadline => {
                     tracing_free_pause(&e).await
                 }

@@ -46,6 +46,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use hub_client::answer::{
+    CanaryView, Explain, GetActivity, GetCanary, GetEntity, GetPlan, ListChangeRequests, ListPlans,
+    ListSuppressions,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -717,14 +721,11 @@ impl Rollouts {
         let mut out = Vec::new();
         for k in 0..self.cfg.sim_agents.len() {
             let env = sim_env(k);
-            let plans = gather::plan_rows(
-                &hub.query(&json!({"query": "plans", "environment": env, "limit": 10000}))
-                    .await?,
-            );
+            let plans = gather::plan_rows(&hub.ask(&env_plans(&env)).await?);
             let mut entities = BTreeMap::new();
             for i in 0..APP_ENTITIES {
                 let id = entity_id(&env, &format!("app{i}"));
-                let v = hub.query(&json!({"query": "entity", "entity": id})).await?;
+                let v = hub.ask(&GetEntity(id.clone())).await?;
                 entities.insert(id, gather::Reported::from_view(&v));
             }
             for (i, version) in releases.iter().enumerate() {
@@ -738,19 +739,19 @@ impl Rollouts {
             }
             let installation = format!("{env}/{MODULE}");
             let crs = hub
-                .query(&json!({"query": "change_requests", "installation": installation}))
-                .await?;
-            let crs = crs["change_requests"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
+                .ask(&ListChangeRequests {
+                    installation: Some(installation),
+                    open: false,
+                })
+                .await?
+                .change_requests;
             let module_entities: BTreeSet<String> =
                 [entity_id(&env, "chaos-mod-svc")].into_iter().collect();
             // The newest change request is the one whose plans may still run.
-            let newest = crs.iter().filter_map(|c| cr_number(&c["id"])).max();
+            let newest = crs.iter().filter_map(|c| cr_number(&c.id)).max();
             for cr in &crs {
-                let latest = cr_number(&cr["id"]) == newest;
-                out.extend(gather::module_rollout(cr, latest, &module_entities, &plans));
+                let latest = cr_number(&cr.id) == newest;
+                out.push(gather::module_rollout(cr, latest, &module_entities, &plans));
             }
         }
         for r in &revisions {
@@ -790,12 +791,7 @@ impl Rollouts {
             });
         let id = format!("{CANARY_ENV}/{CANARY_NAME}");
         loop {
-            if let Ok(v) = hub.query(&json!({"query": "canary", "id": id})).await {
-                let view = if v.get("canary").is_some() {
-                    v["canary"].clone()
-                } else {
-                    v
-                };
+            if let Ok(view) = hub.ask(&GetCanary(id.clone())).await {
                 gather::merge_committed(&view, &mut lock(&self.progress).committed);
             }
             let committed: Vec<(u64, u8)> = lock(&self.progress)
@@ -828,9 +824,18 @@ impl Rollouts {
     }
 }
 
+/// The plans of environment `env` (all of them: beyond the default limit of 100).
+fn env_plans(env: &str) -> ListPlans {
+    ListPlans {
+        environment: Some(env.to_string()),
+        limit: Some(10000),
+        ..ListPlans::default()
+    }
+}
+
 /// The order of a change request id: `cr-<log index>-<n>` → (index, n).
-fn cr_number(id: &Value) -> Option<(u64, u64)> {
-    let rest = id.as_str()?.strip_prefix("cr-")?;
+fn cr_number(id: &str) -> Option<(u64, u64)> {
+    let rest = id.strip_prefix("cr-")?;
     let (index, n) = rest.split_once('-').unwrap_or((rest, "0"));
     Some((index.parse().ok()?, n.parse().ok()?))
 }
@@ -840,18 +845,12 @@ async fn hub_plans(hub: &Hub, envs: &[String]) -> anyhow::Result<Vec<HubPlan>> {
     let mut out = Vec::new();
     for env in envs {
         let list = hub
-            .query_until(
-                &json!({"query": "plans", "environment": env, "limit": 10000}),
-                SETUP_TIMEOUT,
-            )
+            .ask_until(&env_plans(env), SETUP_TIMEOUT)
             .await
             .with_context(|| format!("plans of {env}"))?;
         for row in gather::plan_rows(&list) {
-            match hub
-                .query_until(&json!({"query": "plan", "id": row.id}), SETUP_TIMEOUT)
-                .await
-            {
-                Ok(v) => out.extend(gather::hub_plan(&v)),
+            match hub.ask_until(&GetPlan(row.id.clone()), SETUP_TIMEOUT).await {
+                Ok(v) => out.push(gather::hub_plan(&v)),
                 // Pruned between the two reads (finished plans beyond the newest kept).
                 Err(CallError::Refused { .. }) => {}
                 Err(e) => return Err(anyhow::anyhow!("plan {}: {e}", row.id)),
@@ -866,16 +865,16 @@ async fn hub_plans(hub: &Hub, envs: &[String]) -> anyhow::Result<Vec<HubPlan>> {
 async fn lift_suppressions(hub: &Hub, progress: &Shared, sim_envs: usize) {
     for k in 0..sim_envs {
         let Ok(v) = hub
-            .query(&json!({"query": "suppressions", "environment": sim_env(k)}))
+            .ask(&ListSuppressions {
+                environment: Some(sim_env(k)),
+            })
             .await
         else {
             continue;
         };
-        for sup in v["suppressions"].as_array().into_iter().flatten() {
-            let Some(id) = sup["id"].as_str() else {
-                continue;
-            };
-            if sup["source"] != "failed-plan" {
+        for sup in &v.suppressions {
+            let id = &sup.id;
+            if sup.source != "failed-plan" {
                 continue;
             }
             let r = hub
@@ -896,16 +895,17 @@ async fn approve_open(hub: &Hub, progress: &Shared, sim_envs: usize) {
     for k in 0..sim_envs {
         let installation = format!("{}/{MODULE}", sim_env(k));
         let Ok(v) = hub
-            .query(&json!({"query": "change_requests", "installation": installation, "open": true}))
+            .ask(&ListChangeRequests {
+                installation: Some(installation),
+                open: true,
+            })
             .await
         else {
             continue;
         };
-        for cr in v["change_requests"].as_array().into_iter().flatten() {
-            let Some(id) = cr["id"].as_str() else {
-                continue;
-            };
-            if cr["status"] != "pending-approval" {
+        for cr in &v.change_requests {
+            let id = &cr.id;
+            if cr.status != "pending-approval" {
                 continue;
             }
             let r = hub
@@ -915,7 +915,7 @@ async fn approve_open(hub: &Hub, progress: &Shared, sim_envs: usize) {
                 )
                 .await;
             if r.is_ok() {
-                lock(progress).approved.insert(id.to_string());
+                lock(progress).approved.insert(id.clone());
             }
         }
     }
@@ -993,19 +993,21 @@ async fn drive(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, sim_envs: usiz
     }
 }
 
+/// The canary of the workload.
+fn the_canary() -> GetCanary {
+    GetCanary(format!("{CANARY_ENV}/{CANARY_NAME}"))
+}
+
 /// The canary's view (`None` while the hub does not answer).
-async fn canary_view(hub: &Hub, progress: &Shared) -> Option<Value> {
-    let v = hub
-        .query(&json!({"query": "canary", "id": format!("{CANARY_ENV}/{CANARY_NAME}")}))
-        .await
-        .ok()?;
-    let view = if v.get("canary").is_some() {
-        v["canary"].clone()
-    } else {
-        v
-    };
+async fn canary_view(hub: &Hub, progress: &Shared) -> Option<CanaryView> {
+    let view = hub.ask(&the_canary()).await.ok()?;
     gather::merge_committed(&view, &mut lock(progress).committed);
     Some(view)
+}
+
+/// The revision the canary's analysis is about (`None`: none yet).
+fn target_revision(v: &CanaryView) -> Option<&str> {
+    v.target.as_ref()?.as_ref().map(|t| t.revision.as_str())
 }
 
 /// Polls until `f` holds for the canary's view (or `stop`, or `timeout`).
@@ -1014,8 +1016,8 @@ async fn wait_view(
     progress: &Shared,
     stop: Option<&AtomicBool>,
     timeout: Duration,
-    f: impl Fn(&Value) -> bool,
-) -> Option<Value> {
+    f: impl Fn(&CanaryView) -> bool,
+) -> Option<CanaryView> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = canary_view(hub, progress).await {
@@ -1045,11 +1047,8 @@ async fn canary_ready(
             if stop.load(Ordering::Relaxed) {
                 return false;
             }
-            if let Ok(v) = hub
-                .query(&json!({"query": "entity", "entity": entity}))
-                .await
-            {
-                if v["reported"]["version"] == "1.0.0" {
+            if let Ok(v) = hub.ask(&GetEntity(entity.to_string())).await {
+                if v.reported.version.as_deref() == Some("1.0.0") {
                     return true;
                 }
             }
@@ -1077,7 +1076,7 @@ async fn canary_ready(
         }
     }
     if wait_view(hub, progress, Some(stop), REVISION_TIMEOUT, |v| {
-        v["status"] == "Initialized"
+        v.status == "Initialized"
     })
     .await
     .is_none()
@@ -1104,8 +1103,7 @@ async fn follow_revision(
     let update = |f: &dyn Fn(&mut Revision)| f(&mut lock(progress).revisions[slot]);
     // The hub picks the new revision as the canary's target …
     let Some(v) = wait_view(hub, progress, None, REVISION_TIMEOUT, |v| {
-        v["target"]["revision"].as_str().is_some()
-            && v["target"]["revision"].as_str().map(String::from) != before
+        target_revision(v).is_some() && target_revision(v) != before.as_deref()
     })
     .await
     else {
@@ -1116,21 +1114,22 @@ async fn follow_revision(
             .push(format!("canary revision {index} never targeted: {why}"));
         return;
     };
-    let revision = v["target"]["revision"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let revision = target_revision(&v).unwrap_or_default().to_string();
     update(&|r| r.revision = Some(revision.clone()));
     // … and analyses it until it is promoted or rolled back.
     let settled = wait_view(hub, progress, None, REVISION_TIMEOUT, |v| {
-        let phase = v["status"].as_str().unwrap_or_default();
-        let about = v["status_block"]["lastAppliedSpec"].as_str() == Some(revision.as_str());
+        let phase = v.status.as_str();
+        let about = v
+            .status_block
+            .as_ref()
+            .and_then(|b| b.last_applied_spec.as_deref())
+            == Some(revision.as_str());
         about && (phase == "Succeeded" || phase == "Failed")
     })
     .await;
     match settled {
         Some(v) => {
-            let phase = v["status"].as_str().unwrap_or_default().to_string();
+            let phase = v.status.clone();
             update(&|r| {
                 r.phase = phase.clone();
                 r.terminal = true;
@@ -1139,7 +1138,7 @@ async fn follow_revision(
         None => {
             let phase = canary_view(hub, progress)
                 .await
-                .and_then(|v| v["status"].as_str().map(String::from))
+                .map(|v| v.status)
                 .unwrap_or_else(|| "unknown".into());
             update(&|r| r.phase = phase.clone());
             let why = stall_diagnosis(hub, entity).await;
@@ -1164,7 +1163,7 @@ async fn canary_loop(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, port: u1
         // must not re-read it, as the first send may already have moved it.
         let before = canary_view(&hub, &progress)
             .await
-            .and_then(|v| v["target"]["revision"].as_str().map(String::from));
+            .and_then(|v| target_revision(&v).map(String::from));
         let command = json!({"SetConfigOverrides": {"entity": entity, "version": "0.0.0",
             "config": canary_config(port, index, healthy)}});
         let sent = loop {
@@ -1210,58 +1209,57 @@ async fn canary_loop(hub: Hub, progress: Shared, stop: Arc<AtomicBool>, port: u1
 /// evaluation, its active plans, the canary's status and the last Activity lines (for the
 /// report of a run whose canary stalled).
 async fn stall_diagnosis(hub: &Hub, entity: &str) -> String {
+    // Text fields are shown quoted, as JSON writes them.
+    let quoted = |t: &str| Value::from(t).to_string();
     let explain = hub
-        .query(&json!({"query": "explain", "entity": entity}))
-        .await
-        .map(|v| format!("{} (issued {})", v["summary"], v["issued"]))
-        .unwrap_or_else(|e| format!("explain failed: {e}"));
-    let active = hub
-        .query(&json!({"query": "plans", "entity": entity, "active": true}))
+        .ask(&Explain(entity.to_string()))
         .await
         .map(|v| {
-            v["plans"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|p| format!("{} {} {}", p["id"], p["kind"], p["status"]))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+            let issued = serde_json::to_string(&v.issued).unwrap_or_default();
+            format!("{} (issued {issued})", quoted(&v.summary))
+        })
+        .unwrap_or_else(|e| format!("explain failed: {e}"));
+    let active = hub
+        .ask(&ListPlans {
+            entity: Some(entity.to_string()),
+            active: true,
+            ..ListPlans::default()
+        })
+        .await
+        .map(|v| {
+            v.plans
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} {} {}",
+                        quoted(&p.id),
+                        quoted(&p.kind),
+                        quoted(&p.status)
+                    )
                 })
-                .unwrap_or_default()
+                .collect::<Vec<_>>()
+                .join(", ")
         })
         .unwrap_or_else(|e| format!("plans failed: {e}"));
     let canary = hub
-        .query(&json!({"query": "canary", "id": format!("{CANARY_ENV}/{CANARY_NAME}")}))
+        .ask(&the_canary())
         .await
-        .map(|v| {
-            let c = if v.get("canary").is_some() {
-                &v["canary"]
-            } else {
-                &v
-            };
-            let mut c = c.clone();
-            if let Some(o) = c.as_object_mut() {
-                for noise in ["history", "yaml", "actions", "committed_weights"] {
-                    o.remove(noise);
-                }
-            }
-            c.to_string()
+        .map(|mut c| {
+            // Left out as noise.
+            (c.history, c.yaml, c.actions, c.committed_weights) = (None, None, None, None);
+            serde_json::to_string(&c).unwrap_or_default()
         })
         .unwrap_or_else(|e| format!("canary failed: {e}"));
     let activity = hub
-        .query(&json!({"query": "activity", "entity": entity}))
+        .ask(&GetActivity(entity.to_string()))
         .await
         .map(|v| {
-            v["entries"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .take(8)
-                        .map(|e| format!("[{} {}] {}", e["index"], e["kind"], e["message"]))
-                        .collect::<Vec<_>>()
-                        .join(" | ")
-                })
-                .unwrap_or_default()
+            v.entries
+                .iter()
+                .take(8)
+                .map(|e| format!("[{} {}] {}", e.index, quoted(&e.kind), quoted(&e.message)))
+                .collect::<Vec<_>>()
+                .join(" | ")
         })
         .unwrap_or_else(|e| format!("activity failed: {e}"));
     format!("explain: {explain}; active plans: [{active}]; canary: {canary}; activity: {activity}")
@@ -1290,10 +1288,10 @@ mod tests {
 
     #[test]
     fn change_request_ids_order_by_log_index() {
-        assert_eq!(cr_number(&json!("cr-1791-0")), Some((1791, 0)));
-        assert_eq!(cr_number(&json!("cr-12")), Some((12, 0)));
-        assert!(cr_number(&json!("cr-9-1")) < cr_number(&json!("cr-10-0")));
-        assert_eq!(cr_number(&json!("x-1")), None);
+        assert_eq!(cr_number("cr-1791-0"), Some((1791, 0)));
+        assert_eq!(cr_number("cr-12"), Some((12, 0)));
+        assert!(cr_number("cr-9-1") < cr_number("cr-10-0"));
+        assert_eq!(cr_number("x-1"), None);
     }
 
     #[test]
