@@ -406,13 +406,13 @@ fn query_literals(code: &str) -> Vec<(usize, String)> {
         .collect()
 }
 
-/// `hubctl` reads the hub's answers as `hub-client`'s structs (issue 54 item 2): no module
-/// indexes a JSON value by a field name, except `output.rs`, the printer of the rows the
-/// commands build, and no query is a JSON literal.
+/// `hubctl` and the chaos runner read the hub's answers as `hub-client`'s structs (issue 54
+/// items 2 and 7): no module indexes a JSON value by a field name, except hubctl's
+/// `output.rs`, the printer of the rows the commands build, and no query is a JSON literal.
 #[test]
-fn hubctl_reads_answers_as_structs() {
+fn hubctl_and_chaos_read_answers_as_structs() {
     let mut found = Vec::new();
-    for (name, code) in non_test_code(&["hubctl"]) {
+    for (name, code) in non_test_code(&["hubctl", "chaos"]) {
         let lookups = if name.ends_with("/output.rs") {
             Vec::new()
         } else {
@@ -424,7 +424,7 @@ fn hubctl_reads_answers_as_structs() {
     }
     assert!(
         found.is_empty(),
-        "hubctl reads a hub answer as JSON; ask a typed query (hub_client::answer) instead:\n{}",
+        "a hub answer read as JSON; ask a typed query (hub_client::answer) instead:\n{}",
         found.join("\n")
     );
 }
