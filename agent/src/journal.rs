@@ -71,8 +71,81 @@ pub enum JournalError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        reason: String,
+        reason: Damage,
     },
+}
+
+/// What is wrong with a journal file. Each message carries its cause, which is not also
+/// returned as `source()`: the journal's error ends the agent's start, whose report lists
+/// every `source()` and would print the cause twice.
+#[derive(Debug, thiserror::Error)]
+pub enum Damage {
+    /// The checkpoint is not a journal's JSON, or the journal or a record could not be
+    /// written as JSON.
+    #[error("{0}")]
+    Json(serde_json::Error),
+    /// The data directory belongs to another environment.
+    #[error("this data directory belongs to environment {found:?}, not {expected:?}")]
+    OtherEnvironment {
+        /// The checkpoint's environment.
+        found: String,
+        /// The environment this agent serves.
+        expected: String,
+    },
+    /// A log line is not a record, and records follow it (not a torn end).
+    #[error("line {number}: {reason}, with intact lines after it")]
+    DamagedLine {
+        /// The line's number (from 1).
+        number: usize,
+        /// Why it is not a record.
+        reason: LineDamage,
+    },
+    /// The log's records skip numbers.
+    #[error("record {seq} follows record {previous}: records are missing")]
+    Gap {
+        /// The record read.
+        seq: u64,
+        /// The last record before it.
+        previous: u64,
+    },
+    /// A record of the log cannot be applied.
+    #[error("record {seq}: {reason}")]
+    Replay {
+        /// The record.
+        seq: u64,
+        /// Why.
+        reason: Overacknowledged,
+    },
+    /// A change just written cannot be applied.
+    #[error("{0}")]
+    Apply(Overacknowledged),
+}
+
+/// Why one log line is not a record.
+#[derive(Debug, thiserror::Error)]
+pub enum LineDamage {
+    /// The line does not start with a checksum and a space.
+    #[error("no checksum")]
+    NoChecksum,
+    /// The checksum is not 8 hex digits.
+    #[error("an unreadable checksum")]
+    UnreadableChecksum,
+    /// The checksum is not the JSON's.
+    #[error("checksum mismatch")]
+    ChecksumMismatch,
+    /// The JSON is not a record.
+    #[error("{0}")]
+    Json(serde_json::Error),
+}
+
+/// An acknowledgement of more reports than are queued (only a damaged log holds one).
+#[derive(Debug, thiserror::Error)]
+#[error("acknowledges {reports} reports, {queued} are queued")]
+pub struct Overacknowledged {
+    /// Reports acknowledged.
+    pub reports: usize,
+    /// Reports queued.
+    pub queued: usize,
 }
 
 /// Where one task is.
@@ -233,7 +306,11 @@ pub struct WalRecord {
 impl Journal {
     /// Applies `change`; `finished` is the index of [`Journal::finished`]. An acknowledgement
     /// of more reports than are queued is refused (only a damaged log holds one).
-    fn apply(&mut self, finished: &mut HashSet<String>, change: Change) -> Result<(), String> {
+    fn apply(
+        &mut self,
+        finished: &mut HashSet<String>,
+        change: Change,
+    ) -> Result<(), Overacknowledged> {
         match change {
             Change::Task {
                 plan,
@@ -274,10 +351,10 @@ impl Journal {
             }
             Change::Acknowledge { reports } => {
                 if reports > self.outbox.len() {
-                    return Err(format!(
-                        "acknowledges {reports} reports, {} are queued",
-                        self.outbox.len()
-                    ));
+                    return Err(Overacknowledged {
+                        reports,
+                        queued: self.outbox.len(),
+                    });
                 }
                 self.outbox.drain(..reports);
             }
@@ -310,8 +387,8 @@ pub struct JournalFile {
 }
 
 /// A log line for `record` (CRC-32 of the JSON, space, the JSON, newline).
-fn encode_line(record: &WalRecord) -> Result<Vec<u8>, String> {
-    let json = serde_json::to_vec(record).map_err(|e| e.to_string())?;
+fn encode_line(record: &WalRecord) -> Result<Vec<u8>, serde_json::Error> {
+    let json = serde_json::to_vec(record)?;
     let mut line = format!("{:08x} ", crc32fast::hash(&json)).into_bytes();
     line.extend_from_slice(&json);
     line.push(b'\n');
@@ -319,25 +396,25 @@ fn encode_line(record: &WalRecord) -> Result<Vec<u8>, String> {
 }
 
 /// The record of one log line (without its newline), or why it is not one.
-fn decode_line(line: &[u8]) -> Result<WalRecord, String> {
+fn decode_line(line: &[u8]) -> Result<WalRecord, LineDamage> {
     let (crc, json) = match line.split_first_chunk::<9>() {
         Some((head, json)) if head[8] == b' ' => (&head[..8], json),
-        _ => return Err("no checksum".into()),
+        _ => return Err(LineDamage::NoChecksum),
     };
     let crc = std::str::from_utf8(crc)
         .ok()
         .and_then(|c| u32::from_str_radix(c, 16).ok())
-        .ok_or("an unreadable checksum")?;
+        .ok_or(LineDamage::UnreadableChecksum)?;
     if crc32fast::hash(json) != crc {
-        return Err("checksum mismatch".into());
+        return Err(LineDamage::ChecksumMismatch);
     }
-    serde_json::from_slice(json).map_err(|e| e.to_string())
+    serde_json::from_slice(json).map_err(LineDamage::Json)
 }
 
 /// The whole lines of `bytes` that are log records, in order, and the length of the prefix
 /// they take. A line that is not a record ends the log if nothing after it is one (the torn
 /// end of an interrupted append); otherwise the log is damaged, and the error says where.
-fn read_lines(bytes: &[u8]) -> Result<(Vec<WalRecord>, usize), String> {
+fn read_lines(bytes: &[u8]) -> Result<(Vec<WalRecord>, usize), Damage> {
     let mut records = Vec::new();
     let mut at = 0;
     let mut number = 0;
@@ -351,9 +428,7 @@ fn read_lines(bytes: &[u8]) -> Result<(Vec<WalRecord>, usize), String> {
                     .split(|b| *b == b'\n')
                     .any(|line| decode_line(line).is_ok());
                 if intact_after {
-                    return Err(format!(
-                        "line {number}: {reason}, with intact lines after it"
-                    ));
+                    return Err(Damage::DamagedLine { number, reason });
                 }
                 return Ok((records, at));
             }
@@ -385,7 +460,7 @@ impl JournalFile {
             let path = path.to_path_buf();
             move |source| JournalError::Io { path, source }
         };
-        let corrupt = |path: &Path, reason: String| JournalError::Corrupt {
+        let corrupt = |path: &Path, reason: Damage| JournalError::Corrupt {
             path: path.to_path_buf(),
             reason,
         };
@@ -393,14 +468,14 @@ impl JournalFile {
         let mut journal = match read_limited(&path, MAX_JOURNAL_BYTES) {
             Ok(bytes) => {
                 let j: Journal =
-                    serde_json::from_slice(&bytes).map_err(|e| corrupt(&path, e.to_string()))?;
+                    serde_json::from_slice(&bytes).map_err(|e| corrupt(&path, Damage::Json(e)))?;
                 if j.environment != environment {
                     return Err(corrupt(
                         &path,
-                        format!(
-                            "this data directory belongs to environment {:?}, not {environment:?}",
-                            j.environment
-                        ),
+                        Damage::OtherEnvironment {
+                            found: j.environment,
+                            expected: environment.to_string(),
+                        },
                     ));
                 }
                 j
@@ -432,15 +507,23 @@ impl JournalFile {
             if record.seq != journal.seq + 1 {
                 return Err(corrupt(
                     &wal_path,
-                    format!(
-                        "record {} follows record {}: records are missing",
-                        record.seq, journal.seq
-                    ),
+                    Damage::Gap {
+                        seq: record.seq,
+                        previous: journal.seq,
+                    },
                 ));
             }
             journal
                 .apply(&mut finished, record.change)
-                .map_err(|r| corrupt(&wal_path, format!("record {}: {r}", record.seq)))?;
+                .map_err(|reason| {
+                    corrupt(
+                        &wal_path,
+                        Damage::Replay {
+                            seq: record.seq,
+                            reason,
+                        },
+                    )
+                })?;
             journal.seq = record.seq;
         }
         let mut f = JournalFile {
@@ -466,7 +549,7 @@ impl JournalFile {
     pub fn save(&mut self) -> Result<(), JournalError> {
         let bytes = serde_json::to_vec(&self.journal).map_err(|e| JournalError::Corrupt {
             path: self.path.clone(),
-            reason: e.to_string(),
+            reason: Damage::Json(e),
         })?;
         // Owner-only (SECURITY "At rest"): temp file 0600, fsync, rename, fsync of the dir.
         crate::driver::process::layout::write_atomic(&self.path, &bytes, 0o600).map_err(
@@ -504,9 +587,9 @@ impl JournalFile {
             seq: self.journal.seq + 1,
             change,
         };
-        let line = encode_line(&record).map_err(|reason| JournalError::Corrupt {
+        let line = encode_line(&record).map_err(|e| JournalError::Corrupt {
             path: self.wal.path.clone(),
-            reason,
+            reason: Damage::Json(e),
         })?;
         let wal_io = |source| JournalError::Io {
             path: self.wal.path.clone(),
@@ -530,7 +613,7 @@ impl JournalFile {
             .apply(&mut self.finished, record.change)
             .map_err(|reason| JournalError::Corrupt {
                 path: self.wal.path.clone(),
-                reason,
+                reason: Damage::Apply(reason),
             })?;
         if self.wal.lines >= self.wal.fold_lines || self.wal.len >= COMPACT_BYTES {
             if let Err(e) = self.save() {

@@ -60,13 +60,11 @@ pub enum HubAccess {
 
 impl HubAccess {
     /// Parses `expected` or `not-expected`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnknownHubAccess> {
         match s {
             "expected" => Ok(Self::Expected),
             "not-expected" => Ok(Self::NotExpected),
-            other => Err(format!(
-                "{other:?} is not a hub-access value; use \"expected\" or \"not-expected\""
-            )),
+            other => Err(UnknownHubAccess(other.to_string())),
         }
     }
 
@@ -83,6 +81,211 @@ impl fmt::Display for HubAccess {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// A hub-access value other than `expected` and `not-expected` ([`HubAccess::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a hub-access value; use \"expected\" or \"not-expected\"")]
+pub struct UnknownHubAccess(pub String);
+
+/// Why a CA bundle's PEM text is refused ([`check_ca_pem`]).
+#[derive(Debug, thiserror::Error)]
+pub enum CaPemError {
+    /// Longer than [`MAX_CA_PEM_LEN`] bytes.
+    #[error("{len} bytes, at most {MAX_CA_PEM_LEN} allowed")]
+    TooLarge {
+        /// Its length.
+        len: usize,
+    },
+    /// Not PEM.
+    #[error("not valid PEM: {0}")]
+    Pem(#[source] rustls_pki_types::pem::Error),
+    /// A section other than `CERTIFICATE` (e.g. a private key pasted by mistake).
+    #[error("holds a {0:?} section; a CA bundle holds CERTIFICATE sections only")]
+    Section(rustls_pki_types::pem::SectionKind),
+    /// More than [`MAX_CA_CERTIFICATES`] certificates.
+    #[error("more than {MAX_CA_CERTIFICATES} certificates")]
+    TooMany,
+    /// A section that is not an X.509 certificate usable as a trust anchor.
+    #[error("certificate {number} is not a valid X.509 certificate: {source}")]
+    Certificate {
+        /// Its number, from 1.
+        number: usize,
+        /// The error.
+        source: webpki::Error,
+    },
+    /// No certificate at all.
+    #[error("holds no certificate (expected one or more -----BEGIN CERTIFICATE----- sections)")]
+    NoCertificate,
+    /// A deserialised bundle whose fingerprint is not its text's.
+    #[error("the bundle's fingerprint does not match its text")]
+    Fingerprint,
+}
+
+/// Why a registry name, a registry url or an artifact uri is refused. `shown` is the text
+/// without credentials, `uri` an artifact uri as written (one with credentials is refused
+/// before it is quoted).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    /// Empty.
+    #[error("must not be empty")]
+    Empty,
+    /// Longer than [`MAX_URL_LEN`] bytes.
+    #[error("{len} bytes, at most {MAX_URL_LEN} allowed")]
+    TooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// Whitespace or control characters.
+    #[error("{shown:?} contains whitespace or control characters")]
+    Whitespace {
+        /// The text.
+        shown: String,
+    },
+    /// A backslash.
+    #[error("{shown:?} contains '\\'")]
+    Backslash {
+        /// The text.
+        shown: String,
+    },
+    /// A query or fragment.
+    #[error("{shown:?} must not have a query or fragment")]
+    QueryOrFragment {
+        /// The text.
+        shown: String,
+    },
+    /// A `.` or `..` segment (also written with `%2e`).
+    #[error("{shown:?} has a {segment:?} path segment")]
+    DotSegment {
+        /// The text.
+        shown: String,
+        /// The segment as written.
+        segment: String,
+    },
+    /// No `://`.
+    #[error("{shown:?} must start with http://, https:// or file://")]
+    NoScheme {
+        /// The text.
+        shown: String,
+    },
+    /// A `file` URL with a host or a relative path.
+    #[error("{shown:?}: a file URL has no host and an absolute path (file:///dir)")]
+    FileUrl {
+        /// The text.
+        shown: String,
+    },
+    /// A scheme other than `http`, `https` and `file`.
+    #[error("{shown:?}: scheme {scheme:?} is not supported; use http, https or file")]
+    Scheme {
+        /// The text.
+        shown: String,
+        /// The scheme.
+        scheme: String,
+    },
+    /// An empty segment inside the path of an absolute URL.
+    #[error("{shown:?} has an empty path segment (\"//\")")]
+    EmptySegment {
+        /// The text.
+        shown: String,
+    },
+    /// A `[` host without `]`.
+    #[error("{shown:?}: unterminated '[' in the host")]
+    UnterminatedIpv6 {
+        /// The text.
+        shown: String,
+    },
+    /// A bracketed host that is not an IPv6 address.
+    #[error("{shown:?}: malformed IPv6 host")]
+    MalformedIpv6 {
+        /// The text.
+        shown: String,
+    },
+    /// Something other than `:port` after a bracketed host.
+    #[error("{shown:?}: junk after the IPv6 host")]
+    AfterIpv6 {
+        /// The text.
+        shown: String,
+    },
+    /// No host.
+    #[error("{shown:?} has no host")]
+    NoHost {
+        /// The text.
+        shown: String,
+    },
+    /// A host with other characters than letters, digits, `-`, `.` and `_`.
+    #[error("{shown:?}: host {host:?} may contain only letters, digits, '-', '.' and '_'")]
+    HostCharacters {
+        /// The text.
+        shown: String,
+        /// The host.
+        host: String,
+    },
+    /// A port that is not 1–65535.
+    #[error("{shown:?}: port {port:?} must be 1-65535")]
+    Port {
+        /// The text.
+        shown: String,
+        /// The port as written.
+        port: String,
+    },
+    /// An artifact uri with `user:password@`.
+    #[error("{shown} must not carry credentials (user:password@); put them in the registry url")]
+    Credentials {
+        /// The uri, without the credentials.
+        shown: String,
+    },
+    /// An artifact uri naming a directory.
+    #[error("{uri:?} must name a file, not a directory")]
+    Directory {
+        /// The uri.
+        uri: String,
+    },
+    /// An artifact uri with a leading `/` and no scheme.
+    #[error("{uri:?} must be relative (no leading '/') or an absolute URL (file:///…)")]
+    LeadingSlash {
+        /// The uri.
+        uri: String,
+    },
+    /// A relative artifact uri with an empty segment.
+    #[error("{uri:?} has an empty path segment (\"//\" or a trailing '/')")]
+    RelativeEmptySegment {
+        /// The uri.
+        uri: String,
+    },
+}
+
+/// Why a registry name is refused (a DNS label).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryNameError {
+    /// Empty.
+    #[error("must not be empty")]
+    Empty,
+    /// Longer than [`MAX_REGISTRY_NAME_LEN`] characters.
+    #[error("{len} characters, at most {MAX_REGISTRY_NAME_LEN} allowed")]
+    TooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// A character other than `a-z`, `0-9` and `-`.
+    #[error("{name:?} contains {bad:?}; only a-z, 0-9 and '-' are allowed")]
+    Character {
+        /// The name.
+        name: String,
+        /// The first such character.
+        bad: char,
+    },
+    /// Not starting with a letter.
+    #[error("{name:?} must start with a letter")]
+    Start {
+        /// The name.
+        name: String,
+    },
+    /// Ending with `-`.
+    #[error("{name:?} must not end with '-'")]
+    TrailingDash {
+        /// The name.
+        name: String,
+    },
 }
 
 /// Why [`ArtifactRegistry::new`] refused a registry: the field at fault (`name`, `url`,
@@ -126,8 +329,8 @@ impl CaBundle {
     /// certificate usable as a trust anchor, and there must be at least one. Other sections
     /// (e.g. a private key pasted by mistake) are refused, so the bundle holds exactly what
     /// it claims to.
-    pub fn parse(pem: &str) -> Result<Self, String> {
-        validate_ca_pem(pem)?;
+    pub fn parse(pem: &str) -> Result<Self, CaPemError> {
+        check_ca_pem(pem)?;
         Ok(Self {
             pem: pem.to_string(),
             sha256: sha256_hex(pem.as_bytes()),
@@ -145,49 +348,49 @@ impl CaBundle {
     }
 
     /// Re-checks a deserialised value: the PEM parses and the fingerprint matches it.
-    fn validate(&self) -> Result<(), String> {
-        validate_ca_pem(&self.pem)?;
+    fn validate(&self) -> Result<(), CaPemError> {
+        check_ca_pem(&self.pem)?;
         if sha256_hex(self.pem.as_bytes()) != self.sha256 {
-            return Err("the bundle's fingerprint does not match its text".to_string());
+            return Err(CaPemError::Fingerprint);
         }
         Ok(())
     }
 }
 
 /// Checks a CA bundle's PEM text (the rules of [`CaBundle::parse`]); the number of
-/// certificates.
+/// certificates. [`check_ca_pem`] with the reason as text, for the CA file of a node's
+/// configuration (whose error carries the reason as text).
 pub fn validate_ca_pem(pem: &str) -> Result<usize, String> {
+    check_ca_pem(pem).map_err(|e| e.to_string())
+}
+
+/// Checks a CA bundle's PEM text (the rules of [`CaBundle::parse`]); the number of
+/// certificates.
+pub fn check_ca_pem(pem: &str) -> Result<usize, CaPemError> {
     use rustls_pki_types::pem::{PemObject, SectionKind};
     use rustls_pki_types::CertificateDer;
 
     if pem.len() > MAX_CA_PEM_LEN {
-        return Err(format!(
-            "{} bytes, at most {MAX_CA_PEM_LEN} allowed",
-            pem.len()
-        ));
+        return Err(CaPemError::TooLarge { len: pem.len() });
     }
     let mut certificates = 0usize;
     for section in <(SectionKind, Vec<u8>)>::pem_slice_iter(pem.as_bytes()) {
-        let (kind, der) = section.map_err(|e| format!("not valid PEM: {e}"))?;
+        let (kind, der) = section.map_err(CaPemError::Pem)?;
         if kind != SectionKind::Certificate {
-            return Err(format!(
-                "holds a {kind:?} section; a CA bundle holds CERTIFICATE sections only"
-            ));
+            return Err(CaPemError::Section(kind));
         }
         certificates += 1;
         if certificates > MAX_CA_CERTIFICATES {
-            return Err(format!("more than {MAX_CA_CERTIFICATES} certificates"));
+            return Err(CaPemError::TooMany);
         }
         let der = CertificateDer::from(der);
-        webpki::anchor_from_trusted_cert(&der).map_err(|e| {
-            format!("certificate {certificates} is not a valid X.509 certificate: {e}")
+        webpki::anchor_from_trusted_cert(&der).map_err(|source| CaPemError::Certificate {
+            number: certificates,
+            source,
         })?;
     }
     if certificates == 0 {
-        return Err(
-            "holds no certificate (expected one or more -----BEGIN CERTIFICATE----- sections)"
-                .to_string(),
-        );
+        return Err(CaPemError::NoCertificate);
     }
     Ok(certificates)
 }
@@ -224,9 +427,9 @@ impl RegistryTls {
             (Some(pem), false) => {
                 CaBundle::parse(pem)
                     .map(Self::ExtraCa)
-                    .map_err(|reason| InvalidRegistry {
+                    .map_err(|e| InvalidRegistry {
                         field: "ca_pem",
-                        reason,
+                        reason: e.to_string(),
                     })
             }
             (Some(_), true) => Err(InvalidRegistry {
@@ -335,20 +538,20 @@ impl ArtifactRegistry {
     /// and a bundle must parse ([`CaBundle::parse`]). Useful for values that were
     /// deserialised rather than built.
     pub fn validate(&self) -> Result<(), InvalidRegistry> {
-        validate_registry_name(&self.name).map_err(|reason| InvalidRegistry {
+        validate_registry_name(&self.name).map_err(|e| InvalidRegistry {
             field: "name",
-            reason,
+            reason: e.to_string(),
         })?;
-        parse_url(&self.url).map_err(|reason| InvalidRegistry {
+        parse_url(&self.url).map_err(|e| InvalidRegistry {
             field: "url",
-            reason,
+            reason: e.to_string(),
         })?;
         let field = match &self.tls {
             RegistryTls::SystemRoots => return Ok(()),
             RegistryTls::ExtraCa(bundle) => {
-                bundle.validate().map_err(|reason| InvalidRegistry {
+                bundle.validate().map_err(|e| InvalidRegistry {
                     field: "ca_pem",
-                    reason,
+                    reason: e.to_string(),
                 })?;
                 "ca_pem"
             }
@@ -505,32 +708,33 @@ pub fn resolve(artifact_uri: &str, registries: &[ArtifactRegistry]) -> Resolutio
 /// relative (no leading `/`, no empty, `.` or `..` segments); in both cases no whitespace or
 /// control characters, no `\`, no query or fragment, at most [`MAX_URL_LEN`] bytes, and it
 /// must name a file (not end with `/`). `..` written as `%2e%2e` counts as `..`.
-pub fn validate_artifact_uri(uri: &str) -> Result<(), String> {
+pub fn validate_artifact_uri(uri: &str) -> Result<(), UrlError> {
     check_common(uri)?;
     if has_scheme(uri) {
         let parsed = parse_url(uri)?;
         if parsed.userinfo {
-            return Err(format!(
-                "{} must not carry credentials (user:password@); put them in the registry url",
-                redact_url(uri)
-            ));
+            return Err(UrlError::Credentials {
+                shown: redact_url(uri),
+            });
         }
         if parsed.path.is_empty() || parsed.path.ends_with('/') {
-            return Err(format!("{uri:?} must name a file, not a directory"));
+            return Err(UrlError::Directory {
+                uri: uri.to_string(),
+            });
         }
         return Ok(());
     }
     if uri.starts_with('/') {
-        return Err(format!(
-            "{uri:?} must be relative (no leading '/') or an absolute URL (file:///…)"
-        ));
+        return Err(UrlError::LeadingSlash {
+            uri: uri.to_string(),
+        });
     }
     for segment in uri.split('/') {
         check_segment(uri, segment)?;
         if segment.is_empty() {
-            return Err(format!(
-                "{uri:?} has an empty path segment (\"//\" or a trailing '/')"
-            ));
+            return Err(UrlError::RelativeEmptySegment {
+                uri: uri.to_string(),
+            });
         }
     }
     Ok(())
@@ -583,29 +787,31 @@ fn strip_one_slash(url: &str) -> &str {
     url.strip_suffix('/').unwrap_or(url)
 }
 
-fn validate_registry_name(name: &str) -> Result<(), String> {
+fn validate_registry_name(name: &str) -> Result<(), RegistryNameError> {
     if name.is_empty() {
-        return Err("must not be empty".to_string());
+        return Err(RegistryNameError::Empty);
     }
     if name.len() > MAX_REGISTRY_NAME_LEN {
-        return Err(format!(
-            "{} characters, at most {MAX_REGISTRY_NAME_LEN} allowed",
-            name.len()
-        ));
+        return Err(RegistryNameError::TooLong { len: name.len() });
     }
     if let Some(bad) = name
         .chars()
         .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
     {
-        return Err(format!(
-            "{name:?} contains {bad:?}; only a-z, 0-9 and '-' are allowed"
-        ));
+        return Err(RegistryNameError::Character {
+            name: name.to_string(),
+            bad,
+        });
     }
     if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
-        return Err(format!("{name:?} must start with a letter"));
+        return Err(RegistryNameError::Start {
+            name: name.to_string(),
+        });
     }
     if name.ends_with('-') {
-        return Err(format!("{name:?} must not end with '-'"));
+        return Err(RegistryNameError::TrailingDash {
+            name: name.to_string(),
+        });
     }
     Ok(())
 }
@@ -624,39 +830,34 @@ fn has_scheme(uri: &str) -> bool {
 }
 
 /// Checks shared by registry urls and artifact uris.
-fn check_common(uri: &str) -> Result<(), String> {
+fn check_common(uri: &str) -> Result<(), UrlError> {
     if uri.is_empty() {
-        return Err("must not be empty".to_string());
+        return Err(UrlError::Empty);
     }
     if uri.len() > MAX_URL_LEN {
-        return Err(format!(
-            "{} bytes, at most {MAX_URL_LEN} allowed",
-            uri.len()
-        ));
+        return Err(UrlError::TooLong { len: uri.len() });
     }
     let shown = redact_url(uri);
     if uri.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "{shown:?} contains whitespace or control characters"
-        ));
+        return Err(UrlError::Whitespace { shown });
     }
     if uri.contains('\\') {
-        return Err(format!("{shown:?} contains '\\'"));
+        return Err(UrlError::Backslash { shown });
     }
     if uri.contains(['?', '#']) {
-        return Err(format!("{shown:?} must not have a query or fragment"));
+        return Err(UrlError::QueryOrFragment { shown });
     }
     Ok(())
 }
 
 /// Refuses `.` and `..` segments, also when written with `%2e`.
-fn check_segment(uri: &str, segment: &str) -> Result<(), String> {
+fn check_segment(uri: &str, segment: &str) -> Result<(), UrlError> {
     let decoded = segment.replace("%2e", ".").replace("%2E", ".");
     if decoded == "." || decoded == ".." {
-        return Err(format!(
-            "{:?} has a {segment:?} path segment",
-            redact_url(uri)
-        ));
+        return Err(UrlError::DotSegment {
+            shown: redact_url(uri),
+            segment: segment.to_string(),
+        });
     }
     Ok(())
 }
@@ -671,20 +872,16 @@ struct ParsedUrl<'a> {
 
 /// Validates an absolute `http`, `https` or `file` URL (the rules of
 /// [`ArtifactRegistry::validate`]).
-fn parse_url(url: &str) -> Result<ParsedUrl<'_>, String> {
+fn parse_url(url: &str) -> Result<ParsedUrl<'_>, UrlError> {
     check_common(url)?;
     let shown = redact_url(url);
     let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(format!(
-            "{shown:?} must start with http://, https:// or file://"
-        ));
+        return Err(UrlError::NoScheme { shown });
     };
     let (userinfo, path) = match scheme {
         "file" => {
             if !rest.starts_with('/') {
-                return Err(format!(
-                    "{shown:?}: a file URL has no host and an absolute path (file:///dir)"
-                ));
+                return Err(UrlError::FileUrl { shown });
             }
             (false, rest)
         }
@@ -699,9 +896,10 @@ fn parse_url(url: &str) -> Result<ParsedUrl<'_>, String> {
             (userinfo, path)
         }
         other => {
-            return Err(format!(
-                "{shown:?}: scheme {other:?} is not supported; use http, https or file"
-            ))
+            return Err(UrlError::Scheme {
+                shown,
+                scheme: other.to_string(),
+            })
         }
     };
     if let Some(segments) = path.strip_prefix('/') {
@@ -709,30 +907,31 @@ fn parse_url(url: &str) -> Result<ParsedUrl<'_>, String> {
         for (i, segment) in segments.split('/').enumerate() {
             check_segment(url, segment)?;
             if segment.is_empty() && i + 1 != count {
-                return Err(format!("{shown:?} has an empty path segment (\"//\")"));
+                return Err(UrlError::EmptySegment { shown });
             }
         }
     }
     Ok(ParsedUrl { userinfo, path })
 }
 
-fn check_host_port(shown: &str, host_port: &str) -> Result<(), String> {
+fn check_host_port(shown: &str, host_port: &str) -> Result<(), UrlError> {
+    let shown = || shown.to_string();
     let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
         let Some((addr, after)) = v6.split_once(']') else {
-            return Err(format!("{shown:?}: unterminated '[' in the host"));
+            return Err(UrlError::UnterminatedIpv6 { shown: shown() });
         };
         if addr.is_empty()
             || !addr
                 .chars()
                 .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
         {
-            return Err(format!("{shown:?}: malformed IPv6 host"));
+            return Err(UrlError::MalformedIpv6 { shown: shown() });
         }
         match after {
             "" => (addr, None),
             _ => match after.strip_prefix(':') {
                 Some(port) => (addr, Some(port)),
-                None => return Err(format!("{shown:?}: junk after the IPv6 host")),
+                None => return Err(UrlError::AfterIpv6 { shown: shown() }),
             },
         }
     } else {
@@ -742,16 +941,17 @@ fn check_host_port(shown: &str, host_port: &str) -> Result<(), String> {
         }
     };
     if host.is_empty() {
-        return Err(format!("{shown:?} has no host"));
+        return Err(UrlError::NoHost { shown: shown() });
     }
     if !host_port.starts_with('[')
         && !host
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
     {
-        return Err(format!(
-            "{shown:?}: host {host:?} may contain only letters, digits, '-', '.' and '_'"
-        ));
+        return Err(UrlError::HostCharacters {
+            shown: shown(),
+            host: host.to_string(),
+        });
     }
     if let Some(port) = port {
         let ok = !port.is_empty()
@@ -759,7 +959,10 @@ fn check_host_port(shown: &str, host_port: &str) -> Result<(), String> {
             && port.chars().all(|c| c.is_ascii_digit())
             && port.parse::<u16>().is_ok_and(|p| p != 0);
         if !ok {
-            return Err(format!("{shown:?}: port {port:?} must be 1-65535"));
+            return Err(UrlError::Port {
+                shown: shown(),
+                port: port.to_string(),
+            });
         }
     }
     Ok(())
@@ -1052,10 +1255,11 @@ mod tests {
         ];
         for uri in bad {
             let err = validate_artifact_uri(uri).expect_err(uri);
-            assert!(!err.is_empty(), "{uri}");
+            assert!(!err.to_string().is_empty(), "{uri}");
         }
         let err = validate_artifact_uri("http://user:pw@r/x.tgz").unwrap_err();
-        assert!(!err.contains("pw"), "{err}");
+        assert!(matches!(err, UrlError::Credentials { .. }), "{err}");
+        assert!(!err.to_string().contains("pw"), "{err}");
     }
 
     // SPEC C9: only Unavailable blocks.
@@ -1139,6 +1343,10 @@ mod tests {
         // Text around the sections is ignored, as in any PEM file.
         assert_eq!(validate_ca_pem(&format!("# my CA\n{TEST_CA}")), Ok(1));
 
+        assert!(matches!(
+            check_ca_pem("just some text\n"),
+            Err(CaPemError::NoCertificate)
+        ));
         let no_cert = validate_ca_pem("just some text\n").unwrap_err();
         assert!(no_cert.contains("holds no certificate"), "{no_cert}");
         assert!(validate_ca_pem("").unwrap_err().contains("no certificate"));

@@ -99,15 +99,36 @@ pub(crate) fn supported_level() -> FeatureLevel {
 /// Whether a node whose binary advertises `advertised` (0 from a release before levels) may
 /// join a cluster at `cluster`: a binary below the cluster's level could not apply the log it
 /// would be sent, and would stop at the first entry it does not know.
-pub fn check_joining(cluster: FeatureLevel, advertised: u32, version: &str) -> Result<(), String> {
+pub fn check_joining(
+    cluster: FeatureLevel,
+    advertised: u32,
+    version: &str,
+) -> Result<(), JoinRefused> {
     let advertised = FeatureLevel(advertised.max(BASELINE_LEVEL.0));
     if advertised < cluster {
-        return Err(format!(
-            "runs release {version:?} (feature level {advertised}); the cluster runs feature \
-             level {cluster}: upgrade its hub-node first"
-        ));
+        return Err(JoinRefused {
+            version: version.to_string(),
+            advertised,
+            cluster,
+        });
     }
     Ok(())
+}
+
+/// Why a node may not join ([`check_joining`]): its binary is below the cluster's level. The
+/// message follows the node's name (`node 4 at host:port runs release …`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "runs release {version:?} (feature level {advertised}); the cluster runs feature level \
+     {cluster}: upgrade its hub-node first"
+)]
+pub struct JoinRefused {
+    /// The node's release.
+    pub version: String,
+    /// The level its binary applies (at least the baseline).
+    pub advertised: FeatureLevel,
+    /// The cluster's level.
+    pub cluster: FeatureLevel,
 }
 
 /// A newer binary, simulated in one test thread, so the refusal of a command above this
@@ -177,13 +198,19 @@ mod joining_tests {
         assert_eq!(check_joining(FeatureLevel(1), 0, "0.2.0"), Ok(()));
         assert_eq!(check_joining(FeatureLevel(2), 2, "0.4.0"), Ok(()));
         assert_eq!(check_joining(FeatureLevel(1), 2, "0.4.0"), Ok(()));
+        let refused = check_joining(FeatureLevel(2), 1, "0.3.0").unwrap_err();
         assert_eq!(
-            check_joining(FeatureLevel(2), 1, "0.3.0"),
-            Err(
-                "runs release \"0.3.0\" (feature level 1); the cluster runs feature level 2: \
-                 upgrade its hub-node first"
-                    .into()
-            )
+            refused,
+            JoinRefused {
+                version: "0.3.0".into(),
+                advertised: FeatureLevel(1),
+                cluster: FeatureLevel(2),
+            }
+        );
+        assert_eq!(
+            refused.to_string(),
+            "runs release \"0.3.0\" (feature level 1); the cluster runs feature level 2: \
+             upgrade its hub-node first"
         );
         assert!(check_joining(FeatureLevel(2), 0, "").is_err());
     }

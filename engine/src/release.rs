@@ -150,6 +150,60 @@ pub struct VersionBound {
 #[derive(Serialize, Deserialize)]
 struct BoundRepr(Option<u64>, Option<u64>, Option<u64>);
 
+/// Why a text or a stored value is not a [`VersionBound`]. `text` is the input, quoted and
+/// cut short when long.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BoundError {
+    /// Not three dot-separated numbers or `x`.
+    #[error("{text} is not a version bound (expected e.g. 1.2.3, 1.2.x or 1.x.x)")]
+    Shape {
+        /// The input.
+        text: String,
+    },
+    /// A `-` or `+` suffix.
+    #[error(
+        "{text} is not a version bound: pre-release and build suffixes are not allowed in \
+         bounds (expected e.g. 1.2.3, 1.2.x or 1.x.x)"
+    )]
+    Suffix {
+        /// The input.
+        text: String,
+    },
+    /// A number with a leading zero.
+    #[error(
+        "{text} is not a version bound: leading zeros are not allowed (expected e.g. 1.2.3, \
+         1.2.x or 1.x.x)"
+    )]
+    LeadingZero {
+        /// The input.
+        text: String,
+    },
+    /// A number after an `x`.
+    #[error(
+        "{text} is not a version bound: a number cannot follow an x (expected e.g. 1.2.3, \
+         1.2.x or 1.x.x)"
+    )]
+    NumberAfterX {
+        /// The input.
+        text: String,
+    },
+    /// A number above `u64`.
+    #[error(
+        "{text} is not a version bound: number too large (expected e.g. 1.2.3, 1.2.x or \
+         1.x.x)"
+    )]
+    TooLarge {
+        /// The input.
+        text: String,
+    },
+    /// A stored bound with a number after a none.
+    #[error("{bound} is not a version bound: a number follows an x")]
+    Stored {
+        /// The bound as read.
+        bound: VersionBound,
+    },
+}
+
 impl From<VersionBound> for BoundRepr {
     fn from(b: VersionBound) -> Self {
         BoundRepr(b.major, b.minor, b.patch)
@@ -157,37 +211,30 @@ impl From<VersionBound> for BoundRepr {
 }
 
 impl TryFrom<BoundRepr> for VersionBound {
-    type Error = String;
-    fn try_from(r: BoundRepr) -> Result<Self, String> {
+    type Error = BoundError;
+    fn try_from(r: BoundRepr) -> Result<Self, BoundError> {
         let bound = VersionBound {
             major: r.0,
             minor: r.1,
             patch: r.2,
         };
         if (r.0.is_none() && r.1.is_some()) || (r.1.is_none() && r.2.is_some()) {
-            return Err(format!(
-                "{bound} is not a version bound: a number follows an x"
-            ));
+            return Err(BoundError::Stored { bound });
         }
         Ok(bound)
     }
 }
 
 impl VersionBound {
-    /// Parses `1.2.3`, `1.2.x`, `1.x.x` or `x.x.x`; the error is the reason text.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let fail = |detail: &str| {
-            Err(format!(
-                "{} is not a version bound{detail} (expected e.g. 1.2.3, 1.2.x or 1.x.x)",
-                quote(s)
-            ))
-        };
+    /// Parses `1.2.3`, `1.2.x`, `1.x.x` or `x.x.x`.
+    pub fn parse(s: &str) -> Result<Self, BoundError> {
+        let text = || quote(s);
         if s.contains(['-', '+']) {
-            return fail(": pre-release and build suffixes are not allowed in bounds");
+            return Err(BoundError::Suffix { text: text() });
         }
         let parts: Vec<&str> = s.split('.').collect();
         if parts.len() != 3 {
-            return fail("");
+            return Err(BoundError::Shape { text: text() });
         }
         let mut comps = [None; 3];
         let mut seen_x = false;
@@ -197,17 +244,17 @@ impl VersionBound {
                 continue;
             }
             if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
-                return fail("");
+                return Err(BoundError::Shape { text: text() });
             }
             if part.len() > 1 && part.starts_with('0') {
-                return fail(": leading zeros are not allowed");
+                return Err(BoundError::LeadingZero { text: text() });
             }
             if seen_x {
-                return fail(": a number cannot follow an x");
+                return Err(BoundError::NumberAfterX { text: text() });
             }
             match part.parse::<u64>() {
                 Ok(n) => *slot = Some(n),
-                Err(_) => return fail(": number too large"),
+                Err(_) => return Err(BoundError::TooLarge { text: text() }),
             }
         }
         Ok(VersionBound {
@@ -269,8 +316,8 @@ impl fmt::Display for VersionBound {
 }
 
 impl FromStr for VersionBound {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = BoundError;
+    fn from_str(s: &str) -> Result<Self, BoundError> {
         VersionBound::parse(s)
     }
 }
@@ -432,7 +479,7 @@ fn check_product_part(path: &str, value: &str) -> Result<(), ManifestError> {
 }
 
 fn parse_bound(path: String, text: &ScalarText) -> Result<VersionBound, ManifestError> {
-    VersionBound::parse(&text.0).map_err(|reason| ManifestError::invalid(path, reason))
+    VersionBound::parse(&text.0).map_err(|e| ManifestError::invalid(path, e.to_string()))
 }
 
 fn check_artifact(path: &str, raw: RawArtifact) -> Result<Artifact, ManifestError> {
@@ -779,11 +826,17 @@ extensions:
             ("1.2.99999999999999999999", "too large"),
         ];
         for (s, want) in bad {
-            let err = VersionBound::parse(s).unwrap_err();
+            let err = VersionBound::parse(s).unwrap_err().to_string();
             assert!(err.contains(want), "{s:?}: {err}");
         }
         assert_eq!(
             VersionBound::parse("1.y.x").unwrap_err(),
+            BoundError::Shape {
+                text: "\"1.y.x\"".into()
+            }
+        );
+        assert_eq!(
+            VersionBound::parse("1.y.x").unwrap_err().to_string(),
             "\"1.y.x\" is not a version bound (expected e.g. 1.2.3, 1.2.x or 1.x.x)"
         );
         // Persisted shape: three optional numbers.

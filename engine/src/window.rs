@@ -55,11 +55,48 @@ pub enum WindowError {
         /// The range as written (shortened if very long).
         range: String,
         /// What is wrong with it.
-        reason: String,
+        #[source]
+        reason: RangeError,
     },
     /// More than 64 ranges.
     #[error("too many ranges in maintenance window: {0} (at most 64)")]
     TooManyRanges(usize),
+}
+
+/// What is wrong with one range of a window spec ([`WindowError::BadRange`]). The quoted
+/// text is shortened to 80 characters.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RangeError {
+    /// Two commas with nothing between them.
+    #[error("nothing between commas")]
+    Nothing,
+    /// `all-time` among other ranges.
+    #[error("`all-time` cannot be combined with other ranges")]
+    AllTimeCombined,
+    /// No `-` between the two ends.
+    #[error("expected DAY/HH:MM-DAY/HH:MM, e.g. MONDAY/22:00-TUESDAY/06:00")]
+    Shape,
+    /// Both ends at the same time of the week.
+    #[error(
+        "empty range: it starts and ends at the same time of the week \
+         (write `all-time` for a window that is always open)"
+    )]
+    EmptyRange,
+    /// An end without `/`.
+    #[error("{0:?} must be DAY/HH:MM, e.g. MONDAY/22:00")]
+    Point(String),
+    /// A day that is not MONDAY to SUNDAY.
+    #[error("unknown day {0:?} (expected MONDAY to SUNDAY)")]
+    UnknownDay(String),
+    /// A time that is not `HH:MM`.
+    #[error("time {0:?} must be HH:MM with two-digit hours and minutes, e.g. 06:00")]
+    TimeShape(String),
+    /// `24:00` as a start.
+    #[error("24:00 is allowed only as the end of a range")]
+    MidnightStart,
+    /// Hours or minutes out of range.
+    #[error("time {0:?} is out of range (00:00 to 23:59, or 24:00 as an end)")]
+    TimeRange(String),
 }
 
 /// A weekly maintenance window in a named time zone. Persisted as `{spec, time_zone}`.
@@ -122,7 +159,7 @@ impl MaintenanceWindow {
         let mut pieces = Vec::with_capacity(2 * count);
         for raw in spec.split(',') {
             let raw = raw.trim();
-            let bad = |reason: String| WindowError::BadRange {
+            let bad = |reason: RangeError| WindowError::BadRange {
                 range: shorten(raw),
                 reason,
             };
@@ -331,26 +368,20 @@ fn shorten(s: &str) -> String {
 
 /// Parses `DAY/HH:MM-DAY/HH:MM` into start and end minute-of-week (end taken modulo the week)
 /// and its canonical text.
-fn parse_range(raw: &str) -> Result<(u32, u32, String), String> {
+fn parse_range(raw: &str) -> Result<(u32, u32, String), RangeError> {
     if raw.is_empty() {
-        return Err("nothing between commas".into());
+        return Err(RangeError::Nothing);
     }
     if raw.eq_ignore_ascii_case(ALL_TIME) {
-        return Err("`all-time` cannot be combined with other ranges".into());
+        return Err(RangeError::AllTimeCombined);
     }
-    let (a, b) = raw
-        .split_once('-')
-        .ok_or("expected DAY/HH:MM-DAY/HH:MM, e.g. MONDAY/22:00-TUESDAY/06:00")?;
+    let (a, b) = raw.split_once('-').ok_or(RangeError::Shape)?;
     let (start_day, start) = parse_point(a.trim(), false)?;
     let (end_day, end) = parse_point(b.trim(), true)?;
     let s = start_day as u32 * MINUTES_PER_DAY + start;
     let e = (end_day as u32 * MINUTES_PER_DAY + end) % MINUTES_PER_WEEK;
     if s == e {
-        return Err(
-            "empty range: it starts and ends at the same time of the week \
-                    (write `all-time` for a window that is always open)"
-                .into(),
-        );
+        return Err(RangeError::EmptyRange);
     }
     let text = format!(
         "{}/{:02}:{:02}-{}/{:02}:{:02}",
@@ -365,14 +396,14 @@ fn parse_range(raw: &str) -> Result<(u32, u32, String), String> {
 }
 
 /// Parses `DAY/HH:MM` into a day index (Monday = 0) and minute of the day (1440 for `24:00`).
-fn parse_point(p: &str, is_end: bool) -> Result<(usize, u32), String> {
+fn parse_point(p: &str, is_end: bool) -> Result<(usize, u32), RangeError> {
     let (day, time) = p
         .split_once('/')
-        .ok_or_else(|| format!("{:?} must be DAY/HH:MM, e.g. MONDAY/22:00", shorten(p)))?;
+        .ok_or_else(|| RangeError::Point(shorten(p)))?;
     let day_index = DAYS
         .iter()
         .position(|d| d.eq_ignore_ascii_case(day.trim()))
-        .ok_or_else(|| format!("unknown day {:?} (expected MONDAY to SUNDAY)", shorten(day)))?;
+        .ok_or_else(|| RangeError::UnknownDay(shorten(day)))?;
     let b = time.trim().as_bytes();
     let digit = |i: usize| (b[i] as char).to_digit(10);
     let parsed = if b.len() == 5 && b[2] == b':' {
@@ -383,20 +414,12 @@ fn parse_point(p: &str, is_end: bool) -> Result<(usize, u32), String> {
     } else {
         None
     };
-    let (h, m) = parsed.ok_or_else(|| {
-        format!(
-            "time {:?} must be HH:MM with two-digit hours and minutes, e.g. 06:00",
-            shorten(time)
-        )
-    })?;
+    let (h, m) = parsed.ok_or_else(|| RangeError::TimeShape(shorten(time)))?;
     match (h, m) {
         (24, 0) if is_end => Ok((day_index, MINUTES_PER_DAY)),
-        (24, 0) => Err("24:00 is allowed only as the end of a range".into()),
+        (24, 0) => Err(RangeError::MidnightStart),
         (0..=23, 0..=59) => Ok((day_index, h * 60 + m)),
-        _ => Err(format!(
-            "time {:?} is out of range (00:00 to 23:59, or 24:00 as an end)",
-            shorten(time)
-        )),
+        _ => Err(RangeError::TimeRange(shorten(time))),
     }
 }
 

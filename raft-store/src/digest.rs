@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::error::StoreError;
+
 /// After a computation that took `t`, the next one starts no earlier than this many times
 /// `t` after it ended (computing at most 1 / (1 + 4) of the time).
 pub(crate) const REST_FACTOR: u32 = 4;
@@ -34,7 +36,22 @@ pub enum DigestFreshness {
 }
 
 /// A digest computation's result: the applied index and the digest at it, or why it failed.
-pub(crate) type Outcome = Result<(u64, String), String>;
+pub(crate) type Outcome = Result<(u64, String), DigestError>;
+
+/// Why a digest computation gave no digest. `Clone`: one computation's outcome goes to every
+/// caller waiting on it, so the causes are shared.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum DigestError {
+    /// The store could not be read.
+    #[error(transparent)]
+    Store(Arc<StoreError>),
+    /// The computation's task failed (it panicked or was cancelled).
+    #[error("the digest computation failed: {0}")]
+    Failed(#[source] Arc<tokio::task::JoinError>),
+    /// The computation's task was dropped (the runtime is shutting down).
+    #[error("the digest computation was stopped")]
+    Stopped,
+}
 
 /// The last digest computed and the computation under way. Cheap to clone; clones share.
 #[derive(Clone, Default)]
@@ -117,7 +134,7 @@ impl DigestCache {
                     if inner.running.as_ref().map(|r| r.generation) == Some(generation) {
                         inner.running = None;
                     }
-                    return Err("the digest computation was stopped".to_string());
+                    return Err(DigestError::Stopped);
                 }
             };
             match (freshness, &result) {
@@ -205,7 +222,7 @@ impl DigestCache {
             let began = Instant::now();
             let outcome = tokio::task::spawn_blocking(compute)
                 .await
-                .unwrap_or_else(|e| Err(format!("the digest computation failed: {e}")));
+                .unwrap_or_else(|e| Err(DigestError::Failed(Arc::new(e))));
             let took = began.elapsed();
             {
                 let mut inner = cache.lock();
@@ -275,7 +292,7 @@ mod tests {
                 let release = gated.release.lock().expect("gate");
                 release
                     .recv_timeout(Duration::from_secs(30))
-                    .unwrap_or_else(|_| Err("the test never released the gate".into()))
+                    .expect("the test never released the gate")
             }
         }
 
@@ -293,8 +310,13 @@ mod tests {
         }
     }
 
-    fn digest(index: u64) -> Outcome {
-        Ok((index, format!("digest-{index}")))
+    fn digest(index: u64) -> (u64, String) {
+        (index, format!("digest-{index}"))
+    }
+
+    /// The digest an outcome gave (the test fails if it gave none).
+    fn digested(outcome: Outcome) -> (u64, String) {
+        outcome.expect("a digest")
     }
 
     #[tokio::test]
@@ -307,24 +329,26 @@ mod tests {
         );
         assert!(futures::poll!(&mut probes).is_pending());
         gated.until_called(1).await;
-        gate.send(digest(1)).expect("release");
+        gate.send(Ok(digest(1))).expect("release");
         for reply in probes.await {
-            assert_eq!(reply, digest(1));
+            assert_eq!(digested(reply), digest(1));
         }
         assert_eq!((cache.started(), gated.calls()), (1, 1));
 
         // Cached at the index asked for: nothing computed.
         assert_eq!(
-            cache.get(1, DigestFreshness::Probe, gated.compute()).await,
+            digested(cache.get(1, DigestFreshness::Probe, gated.compute()).await),
             digest(1)
         );
         assert_eq!(cache.started(), 1);
         // A read at a newer index: one more.
-        gate.send(digest(7)).expect("release");
+        gate.send(Ok(digest(7))).expect("release");
         assert_eq!(
-            cache
-                .get(7, DigestFreshness::AtLeast(7), gated.compute())
-                .await,
+            digested(
+                cache
+                    .get(7, DigestFreshness::AtLeast(7), gated.compute())
+                    .await
+            ),
             digest(7)
         );
         assert_eq!((cache.started(), gated.calls()), (2, 2));
@@ -341,20 +365,22 @@ mod tests {
         let took = Duration::from_millis(300);
         tokio::time::sleep(took).await;
         let released = Instant::now();
-        gate.send(digest(1)).expect("release");
-        assert_eq!(first.await, digest(1));
+        gate.send(Ok(digest(1))).expect("release");
+        assert_eq!(digested(first.await), digest(1));
         // A probe at a newer index while the next computation may not start: the last one.
         assert_eq!(
-            cache.get(5, DigestFreshness::Probe, gated.compute()).await,
+            digested(cache.get(5, DigestFreshness::Probe, gated.compute()).await),
             digest(1)
         );
         assert_eq!(gated.calls(), 1);
         // A read at that index waits until it may, then computes.
-        gate.send(digest(5)).expect("release");
+        gate.send(Ok(digest(5))).expect("release");
         assert_eq!(
-            cache
-                .get(5, DigestFreshness::AtLeast(5), gated.compute())
-                .await,
+            digested(
+                cache
+                    .get(5, DigestFreshness::AtLeast(5), gated.compute())
+                    .await
+            ),
             digest(5)
         );
         assert_eq!(gated.calls(), 2);
@@ -388,33 +414,39 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         assert_eq!(gated.calls(), 1);
-        gate.send(digest(1)).expect("release");
+        gate.send(Ok(digest(1))).expect("release");
         assert_eq!(
-            probe.await,
+            digested(probe.await),
             digest(1),
             "a probe takes the computation under way"
         );
         // The reads start exactly one computation of their own, from index 3.
         gated.until_called(2).await;
-        gate.send(digest(3)).expect("release");
+        gate.send(Ok(digest(3))).expect("release");
         for read in reads {
-            assert_eq!(read.await.expect("read task"), digest(3));
+            assert_eq!(digested(read.await.expect("read task")), digest(3));
         }
         assert_eq!((cache.started(), gated.calls()), (2, 2));
-        assert_eq!(cache.done(), digest(3).ok());
+        assert_eq!(cache.done(), Some(digest(3)));
     }
 
     #[tokio::test]
     async fn a_failed_computation_is_not_cached() {
         let cache = DigestCache::default();
         let (gated, gate) = Gated::new();
-        gate.send(Err("disk on fire".into())).expect("release");
+        let fire = StoreError::IdentityMismatch("disk on fire".into());
+        gate.send(Err(DigestError::Store(Arc::new(fire))))
+            .expect("release");
         let failed = cache.get(4, DigestFreshness::Probe, gated.compute()).await;
-        assert_eq!(failed, Err("disk on fire".to_string()));
+        assert!(
+            matches!(&failed, Err(DigestError::Store(e))
+                if matches!(&**e, StoreError::IdentityMismatch(m) if m == "disk on fire")),
+            "{failed:?}"
+        );
         assert_eq!(cache.done(), None);
-        gate.send(digest(4)).expect("release");
+        gate.send(Ok(digest(4))).expect("release");
         assert_eq!(
-            cache.get(4, DigestFreshness::Probe, gated.compute()).await,
+            digested(cache.get(4, DigestFreshness::Probe, gated.compute()).await),
             digest(4)
         );
         assert_eq!(cache.started(), 2);
@@ -427,7 +459,7 @@ mod tests {
         let mut probe = Box::pin(cache.get(9, DigestFreshness::Probe, gated.compute()));
         assert!(futures::poll!(&mut probe).is_pending());
         drop(probe);
-        gate.send(digest(9)).expect("release");
+        gate.send(Ok(digest(9))).expect("release");
         let deadline = Instant::now() + Duration::from_secs(30);
         while cache.done().is_none() {
             assert!(
@@ -436,9 +468,9 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        assert_eq!(cache.done(), digest(9).ok());
+        assert_eq!(cache.done(), Some(digest(9)));
         assert_eq!(
-            cache.get(9, DigestFreshness::Probe, gated.compute()).await,
+            digested(cache.get(9, DigestFreshness::Probe, gated.compute()).await),
             digest(9)
         );
         assert_eq!(gated.calls(), 1);

@@ -12,7 +12,7 @@ use openraft::{EntryPayload, RaftSnapshotBuilder};
 use rocksdb::{WriteBatch, WriteOptions};
 
 use crate::codec::{self, Limit};
-use crate::digest::{DigestCache, DigestFreshness};
+use crate::digest::{DigestCache, DigestError, DigestFreshness};
 use crate::error::{io_err, StoreError};
 use crate::history::History;
 use crate::install;
@@ -251,7 +251,7 @@ impl StateMachine {
         let store = self.store.clone();
         self.digest
             .get(applied, freshness, move || {
-                stored_digest(&store).map_err(|e| e.to_string())
+                stored_digest(&store).map_err(|e| DigestError::Store(Arc::new(e)))
             })
             .await
             .map_err(io::Error::other)

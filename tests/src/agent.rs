@@ -90,6 +90,21 @@ impl Cluster {
         TestAgent { child, log }
     }
 
+    /// A typed query through [`Cluster::query`] (the same `Hub.Query` call, as JSON on the
+    /// wire): its answer read as the query's answer type; `Err` carries the server's message.
+    /// Panics if the answer is not of that type (the hub and `hub-client` disagree).
+    #[track_caller]
+    pub fn ask<T: hub_client::answer::Typed>(&self, q: &T) -> Result<T::Answer, String> {
+        let query = serde_json::to_value(q.query()).expect("a query is JSON");
+        let v = self.query(query.clone())?;
+        Ok(serde_json::from_value(v.clone()).unwrap_or_else(|e| {
+            panic!(
+                "the answer to {query} is not a {} ({e}): {v}",
+                std::any::type_name::<T::Answer>()
+            )
+        }))
+    }
+
     /// `Hub.Query` against the first node that answers; `Err` carries the server's message.
     pub fn query(&self, query: Value) -> Result<Value, String> {
         let endpoints: Vec<String> = self.endpoints().split(',').map(String::from).collect();

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use hub_client::answer::{CanaryView, GetCanary};
 use serde_json::{json, Value};
 
 use crate::agent::{http_get, HubAgent};
@@ -137,23 +138,20 @@ impl CanaryHub {
 
     /// The canary's full view (the `canary` query `hubctl canary get` reads): `status` is the
     /// phase, `weight` the canary weight, plus `status_block`, `committed_weights`, ...
-    pub fn canary(&self, name: &str) -> Option<Value> {
-        let v = self
-            .cluster
-            .query(json!({"query": "canary", "id": format!("prod/{name}")}))
-            .ok()?;
-        if v.get("canary").is_some() {
-            Some(v["canary"].clone())
-        } else {
-            Some(v)
-        }
+    pub fn canary(&self, name: &str) -> Option<CanaryView> {
+        self.cluster.ask(&GetCanary(format!("prod/{name}"))).ok()
     }
 
     /// Waits until the canary's phase satisfies `f`; returns its view.
-    pub fn wait_phase(&self, name: &str, timeout: Duration, f: impl Fn(&str) -> bool) -> Value {
+    pub fn wait_phase(
+        &self,
+        name: &str,
+        timeout: Duration,
+        f: impl Fn(&str) -> bool,
+    ) -> CanaryView {
         poll_until(timeout, || {
             let v = self.canary(name)?;
-            f(v["status"].as_str()?).then_some(v)
+            f(&v.status).then_some(v)
         })
         .unwrap_or_else(|| {
             panic!(
@@ -188,20 +186,12 @@ impl CanaryHub {
     }
 
     /// The committed weights of the canary's view: (step, canary weight).
-    pub fn committed(view: &Value) -> Vec<(u64, u64)> {
-        view["committed_weights"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|w| {
-                        (
-                            w["step"].as_u64().unwrap_or(0),
-                            w["canary_weight"].as_u64().unwrap_or(0),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+    pub fn committed(view: &CanaryView) -> Vec<(u64, u64)> {
+        view.committed_weights
+            .iter()
+            .flatten()
+            .map(|w| (w.step, u64::from(w.canary_weight)))
+            .collect()
     }
 
     /// Asserts that the agent applied exactly the committed weights: every committed step's

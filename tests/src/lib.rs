@@ -128,6 +128,19 @@ impl CmdOutput {
         })
     }
 
+    /// Stdout read as `A`, a hub answer (for `hubctl` outputs that print the hub's answer to
+    /// a query unchanged); panics with the output if it is not one.
+    #[track_caller]
+    pub fn answer<A: serde::de::DeserializeOwned>(&self) -> A {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not a {} ({e}): {}",
+                std::any::type_name::<A>(),
+                self.describe()
+            );
+        })
+    }
+
     /// A one-paragraph description for assertion messages.
     pub fn describe(&self) -> String {
         format!(
@@ -234,14 +247,27 @@ pub fn poll_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Opt
     }
 }
 
-/// True if `pid` is a live (not zombie) process.
+/// True while process `pid` runs or still holds what it had open: not gone, and not a
+/// zombie whose threads have all exited.
 pub fn is_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-        Err(_) => false,
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The fields after the parenthesised command name: the state, then (17 later) the
+    // number of threads. A SIGKILLed process's first thread can be a zombie while its other
+    // threads are still exiting and still hold its files (a listening socket among them):
+    // only a zombie left alone is dead.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    match fields.first() {
+        None => false,
+        Some(&"Z") => fields
+            .get(17)
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|threads| threads > 1),
+        Some(_) => true,
     }
 }
 

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use hub_client::answer::{GetEntity, GetPlan, ListPlans, ListSuppressions, PlanView};
 use hub_tests::agent::http_get;
 use hub_tests::{free_port, poll_until, Cluster, CONVERGE_TIMEOUT};
 use serde_json::{json, Value};
@@ -66,15 +67,19 @@ impl Demo {
             .unwrap_or_else(|e| panic!("publish {version}: {e}"));
     }
 
-    fn plans(&self) -> Option<Vec<Value>> {
+    fn plans(&self) -> Option<Vec<PlanView>> {
         let v = self
             .cluster
-            .query(json!({"query": "plans", "entity": self.entity, "limit": 1000}))
+            .ask(&ListPlans {
+                entity: Some(self.entity.clone()),
+                limit: Some(1000),
+                ..ListPlans::default()
+            })
             .ok()?;
-        v["plans"].as_array().cloned()
+        Some(v.plans)
     }
 
-    fn wait_plan(&self, what: &str, f: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    fn wait_plan(&self, what: &str, f: impl Fn(&[PlanView]) -> bool) -> Vec<PlanView> {
         poll_until(CONVERGE_TIMEOUT * 2, || {
             let p = self.plans()?;
             f(&p).then_some(p)
@@ -115,10 +120,10 @@ fn count_starts(path: &Path, version: &str) -> usize {
         .count()
 }
 
-fn has(plans: &[Value], kind: &str, to: &str, status: &str) -> bool {
+fn has(plans: &[PlanView], kind: &str, to: &str, status: &str) -> bool {
     plans
         .iter()
-        .any(|p| p["kind"] == kind && p["to_version"] == to && p["status"] == status)
+        .any(|p| p.kind == kind && p.to_version.as_deref() == Some(to) && p.status == status)
 }
 
 #[test]
@@ -141,48 +146,50 @@ fn install_upgrade_broken_release_rollback() {
     });
     let failed = plans
         .iter()
-        .find(|p| p["status"] == "failed")
+        .find(|p| p.status == "failed")
         .expect("failed plan");
-    let full = d
-        .cluster
-        .query(json!({"query": "plan", "id": failed["id"]}))
-        .expect("plan");
-    assert_eq!(full["failure"]["stage"], "readiness", "{full}");
+    let full = d.cluster.ask(&GetPlan(failed.id.clone())).expect("plan");
+    let failure = full.failure.as_ref().expect("a failure");
+    assert_eq!(failure.stage, "readiness", "{full:?}");
     assert!(
-        full["failure"]["not_ready"].to_string().contains("healthz"),
-        "names what never became ready: {full}"
+        failure.not_ready.iter().any(|w| w.contains("healthz")),
+        "names what never became ready: {full:?}"
     );
     let sups = d
         .cluster
-        .query(json!({"query": "suppressions", "environment": "prod"}))
+        .ask(&ListSuppressions {
+            environment: Some("prod".into()),
+        })
         .expect("suppressions");
-    assert!(sups.to_string().contains("failed-plan"), "{sups}");
+    assert!(
+        sups.suppressions.iter().any(|s| s.source == "failed-plan"),
+        "{sups:?}"
+    );
     d.serves("1.1.0");
-    let e = d
-        .cluster
-        .query(json!({"query": "entity", "entity": d.entity}))
-        .expect("entity");
-    assert_eq!(e["reported"]["version"], "1.1.0", "{e}");
+    let e = d.cluster.ask(&GetEntity(d.entity.clone())).expect("entity");
+    assert_eq!(e.reported.version.as_deref(), Some("1.1.0"), "{e:?}");
     // The agent restored 1.1.0 itself before it reported the failure; the hub's rollback
     // (issued whichever report won) found it running and adopted it: 1.1.0 started twice
     // (the upgrade, the agent's restore), never a third time.
     assert!(
-        full["output"]
-            .to_string()
+        full.output
+            .as_deref()
+            .unwrap_or_default()
             .contains("restored previous version 1.1.0"),
-        "{full}"
+        "{full:?}"
     );
     let rollback = plans
         .iter()
-        .find(|p| p["kind"] == "rollback")
+        .find(|p| p.kind == "rollback")
         .expect("rollback plan");
-    let rollback = d
-        .cluster
-        .query(json!({"query": "plan", "id": rollback["id"]}))
-        .expect("plan");
+    let rollback = d.cluster.ask(&GetPlan(rollback.id.clone())).expect("plan");
     assert!(
-        rollback["output"].to_string().contains("adopted"),
-        "the rollback adopts the restored version: {rollback}"
+        rollback
+            .output
+            .as_deref()
+            .unwrap_or_default()
+            .contains("adopted"),
+        "the rollback adopts the restored version: {rollback:?}"
     );
     assert_eq!(
         d.starts("1.1.0"),
@@ -227,7 +234,7 @@ fn hub_leader_killed_during_an_upgrade_the_upgrade_completes_once() {
         .plans()
         .expect("plans")
         .iter()
-        .filter(|p| p["kind"] == "version-change")
+        .filter(|p| p.kind == "version-change")
         .count();
     assert_eq!(upgrades, 1);
 }
@@ -242,16 +249,20 @@ fn agent_killed_mid_plan_resumes_without_running_anything_twice() {
     poll_until(CONVERGE_TIMEOUT, || {
         let full = d
             .cluster
-            .query(json!({"query": "plans", "entity": d.entity}))
+            .ask(&ListPlans {
+                entity: Some(d.entity.clone()),
+                ..ListPlans::default()
+            })
             .ok()?;
-        let id = full["plans"].as_array()?.first()?["id"].clone();
-        let plan = d.cluster.query(json!({"query": "plan", "id": id})).ok()?;
-        let readiness = plan["tasks"]
-            .as_array()?
+        let id = full.plans.first()?.id.clone();
+        let plan = d.cluster.ask(&GetPlan(id)).ok()?;
+        let readiness = plan
+            .tasks
+            .as_ref()?
             .iter()
-            .find(|t| t["name"] == "readiness")?
+            .find(|t| t.name == "readiness")?
             .clone();
-        (readiness["state"] == "running").then_some(())
+        (readiness.state == "running").then_some(())
     })
     .expect("the install reaches readiness");
     agent.kill9();
@@ -267,20 +278,17 @@ fn agent_killed_mid_plan_resumes_without_running_anything_twice() {
         "the service was started once: {:?}",
         std::fs::read_to_string(&d.starts)
     );
-    let plan = d
-        .cluster
-        .query(json!({"query": "plan", "id": plans[0]["id"]}))
-        .expect("plan");
-    let tasks = plan["tasks"].as_array().expect("tasks");
-    let start = tasks.iter().find(|t| t["name"] == "start").expect("start");
-    assert_eq!(start["attempt"], 1, "start ran once: {plan}");
+    let plan = d.cluster.ask(&GetPlan(plans[0].id.clone())).expect("plan");
+    let tasks = plan.tasks.as_ref().expect("tasks");
+    let start = tasks.iter().find(|t| t.name == "start").expect("start");
+    assert_eq!(start.attempt, 1, "start ran once: {plan:?}");
     let readiness = tasks
         .iter()
-        .find(|t| t["name"] == "readiness")
+        .find(|t| t.name == "readiness")
         .expect("readiness");
     assert_eq!(
-        readiness["attempt"], 2,
-        "readiness resumed with attempt 2: {plan}"
+        readiness.attempt, 2,
+        "readiness resumed with attempt 2: {plan:?}"
     );
 }
 
@@ -305,20 +313,14 @@ fn an_agent_sees_only_its_environment() {
         String::from_utf8_lossy(&journal)
     );
     // And a report about prod's plan from a staging agent is refused, changing nothing.
-    let plan_id = d.plans().expect("plans")[0]["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let plan_id = d.plans().expect("plans")[0].id.clone();
     let err = d
         .cluster
         .agent_report_task("staging", &plan_id, "fetch", "failed")
         .expect_err("another environment's plan");
     assert!(err.contains("not found"), "{err}");
-    let plan = d
-        .cluster
-        .query(json!({"query": "plan", "id": plan_id}))
-        .expect("plan");
-    assert_eq!(plan["status"], "succeeded", "{plan}");
+    let plan = d.cluster.ask(&GetPlan(plan_id)).expect("plan");
+    assert_eq!(plan.status, "succeeded", "{plan:?}");
 
     // A data directory belongs to one environment: started (from an agent.toml) as prod on
     // staging's data directory, hub-agent refuses at start-up, names both, and leaves the
@@ -382,7 +384,7 @@ fn a_clean_stop_leaves_the_whole_journal_in_its_checkpoint() {
     let mut a = d.cluster.start_hub_agent("prod", &[]);
     d.publish("1.0.0");
     let plans = d.wait_plan("install", |p| has(p, "install", "1.0.0", "succeeded"));
-    let plan = plans[0]["id"].as_str().expect("id").to_string();
+    let plan = plans[0].id.clone();
     // The plan's end is journaled before its last reports go; the hub recorded them.
     let log = std::fs::read_to_string(a.data_dir.join("journal.wal")).expect("journal log");
     assert!(log.contains(&plan), "{log}");
@@ -468,12 +470,10 @@ fn refused_reports_come_back_as_data_and_unknown_enum_values_are_refused() {
         "{reply:?}"
     );
     assert_eq!(reply.refused[0].plan_id, "p-999999-0");
-    let record = cluster
-        .query(json!({"query": "plan", "id": plan}))
-        .expect("plan");
+    let record = cluster.ask(&GetPlan(plan.clone())).expect("plan");
     assert_eq!(
-        record["status"], "running",
-        "the valid report was applied: {record}"
+        record.status, "running",
+        "the valid report was applied: {record:?}"
     );
     // Unknown enum values, and the never-sent UNSPECIFIED, are refused naming the field.
     let mut bad = report(&plan, "stop", 2);
@@ -491,13 +491,11 @@ fn refused_reports_come_back_as_data_and_unknown_enum_values_are_refused() {
         .agent_report_tasks(leader, "prod", vec![unset])
         .expect_err("unset task state");
     assert!(err.contains("reports[0].state"), "{err}");
-    let record = cluster
-        .query(json!({"query": "plan", "id": plan}))
-        .expect("plan");
-    let stop = &record["tasks"][0];
+    let record = cluster.ask(&GetPlan(plan.clone())).expect("plan");
+    let stop = &record.tasks.as_ref().expect("tasks")[0];
     assert_eq!(
-        stop["attempt"], 1,
-        "refused batches changed nothing: {record}"
+        stop.attempt, 1,
+        "refused batches changed nothing: {record:?}"
     );
 }
 
@@ -536,10 +534,8 @@ fn an_unchanged_state_report_is_answered_without_a_write() {
         "unchanged",
         "a change is written"
     );
-    let e = cluster
-        .query(json!({"query": "entity", "entity": entity}))
-        .expect("entity");
-    assert_eq!(e["reported"]["health"], "error", "{e}");
+    let e = cluster.ask(&GetEntity(entity.clone())).expect("entity");
+    assert_eq!(e.reported.health, "error", "{e:?}");
     assert_eq!(report(1, "1.0.0", "error"), "unchanged");
     // Bad input is still refused, whether or not it would change anything.
     let err = cluster
@@ -556,11 +552,9 @@ fn an_unchanged_state_report_is_answered_without_a_write() {
         )
         .expect_err("agents only");
     assert!(err.contains("Agent API"), "{err}");
-    let e = cluster
-        .query(json!({"query": "entity", "entity": entity}))
-        .expect("entity");
-    assert_eq!(e["reported"]["health"], "error", "{e}");
-    assert_eq!(e["reported"]["version"], "1.0.0", "{e}");
+    let e = cluster.ask(&GetEntity(entity.clone())).expect("entity");
+    assert_eq!(e.reported.health, "error", "{e:?}");
+    assert_eq!(e.reported.version.as_deref(), Some("1.0.0"), "{e:?}");
 }
 
 /// The value of metric `name` (with its labels) in a Prometheus text exposition.
@@ -702,28 +696,34 @@ fn plans_in_turn_then(
         (counter(&body, "hub_agent_fetches_total")? >= 2).then_some(())
     })
     .unwrap_or_else(|| panic!("the agent polls again; agent: {}", agent.log_tail(20)));
-    let mut plan = json!(null);
+    let mut plan: Option<PlanView> = None;
     for (n, version) in versions.iter().enumerate() {
         let manifest =
             format!("product-group: com.example\nproduct-name: web\nproduct-version: {version}\n");
         c.submit(json!({"PublishRelease": {"manifest": manifest}}))
             .expect("publish");
-        plan = poll_until(CONVERGE_TIMEOUT, || {
-            let plans = c.query(json!({"query": "plans", "entity": entity})).ok()?;
-            let succeeded: Vec<Value> = plans["plans"]
-                .as_array()?
-                .iter()
-                .filter(|p| p["status"] == "succeeded")
-                .cloned()
-                .collect();
-            (succeeded.len() > n).then(|| succeeded.last().cloned())?
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "the plan to {version} succeeds; agent: {}",
-                agent.log_tail(20)
-            )
-        });
+        plan = Some(
+            poll_until(CONVERGE_TIMEOUT, || {
+                let plans = c
+                    .ask(&ListPlans {
+                        entity: Some(entity.clone()),
+                        ..ListPlans::default()
+                    })
+                    .ok()?;
+                let succeeded: Vec<PlanView> = plans
+                    .plans
+                    .into_iter()
+                    .filter(|p| p.status == "succeeded")
+                    .collect();
+                (succeeded.len() > n).then(|| succeeded.last().cloned())?
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "the plan to {version} succeeds; agent: {}",
+                    agent.log_tail(20)
+                )
+            }),
+        );
         if samples > 0 {
             let samples_now = || {
                 let (_, body) = http_get(port, "/metrics")?;
@@ -742,10 +742,10 @@ fn plans_in_turn_then(
         }
     }
     let plan = c
-        .query(json!({"query": "plan", "id": plan["id"]}))
+        .ask(&GetPlan(plan.expect("a version was published").id))
         .expect("plan");
-    let tasks = plan["tasks"].as_array().expect("tasks").len() as u64;
-    assert!(tasks >= 2, "{plan}");
+    let tasks = plan.tasks.as_ref().expect("tasks").len() as u64;
+    assert!(tasks >= 2, "{plan:?}");
     let metrics = poll_until(CONVERGE_TIMEOUT, || {
         let (_, body) = http_get(port, "/metrics")?;
         (counter(&body, "hub_agent_outbox") == Some(0)).then_some(body)

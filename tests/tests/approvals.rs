@@ -5,9 +5,11 @@
 //! module installation that follows a custom channel, its change request showing the policy,
 //! who approved and who still must.
 
+use hub_client::answer::{
+    ApprovalPolicyView, ChangeRequestView, EntityView, ModuleInstallationView, WindowExceptionView,
+};
 use hub_tests::{poll_until, Cluster, CmdOutput, CONVERGE_TIMEOUT};
 use hub_tls::Identity;
-use serde_json::Value;
 
 /// Exit code of a refused write.
 const REFUSED: i32 = 1;
@@ -21,20 +23,21 @@ fn ok(out: CmdOutput, what: &str) -> CmdOutput {
     out.expect_ok(what)
 }
 
-/// The admin's JSON answer to `args`.
+/// The admin's answer to `args` (`-o json`: the hub's answer, or its rows, unchanged).
 #[track_caller]
-fn json(c: &Cluster, args: &[&str]) -> Value {
+fn json<A: serde::de::DeserializeOwned>(c: &Cluster, args: &[&str]) -> A {
     let mut all = args.to_vec();
     all.extend(["-o", "json"]);
-    ok(c.hubctl(&all), &args.join(" ")).json()
+    ok(c.hubctl(&all), &args.join(" ")).answer()
 }
 
 /// The window-exception request `id` as the admin reads it.
-fn request(c: &Cluster, id: &str) -> Value {
-    let list = json(c, &["window", "override", "requests"]);
-    list.as_array()
-        .and_then(|a| a.iter().find(|w| w["id"] == id).cloned())
-        .unwrap_or_else(|| panic!("request {id} not listed: {list}"))
+fn request(c: &Cluster, id: &str) -> WindowExceptionView {
+    let list: Vec<WindowExceptionView> = json(c, &["window", "override", "requests"]);
+    list.iter()
+        .find(|w| w.id == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("request {id} not listed: {list:?}"))
 }
 
 /// Binds `who` to `role` on environment prod.
@@ -125,9 +128,9 @@ fn a_window_exception_opens_only_once_every_requirement_is_met() {
         ]),
         "policy set",
     );
-    let policies = json(&c, &["approval", "policy", "list"]);
-    assert_eq!(policies[0]["scope"], "environment/prod", "{policies}");
-    assert_eq!(policies[0]["required_groups"][0]["group"], "compliance");
+    let policies: Vec<ApprovalPolicyView> = json(&c, &["approval", "policy", "list"]);
+    assert_eq!(policies[0].scope, "environment/prod", "{policies:?}");
+    assert_eq!(policies[0].required_groups[0].group, "compliance");
 
     let asked = c
         .hubctl_as(
@@ -150,8 +153,11 @@ fn a_window_exception_opens_only_once_every_requirement_is_met() {
         .json();
     let id = asked["id"].as_str().expect("an id").to_string();
     let pending = request(&c, &id);
-    assert_eq!(pending["status"], "pending", "{pending}");
-    assert_eq!(pending["approval"]["requester"], "operator/alice");
+    assert_eq!(pending.status, "pending", "{pending:?}");
+    assert_eq!(
+        pending.approval.requester.as_deref(),
+        Some("operator/alice")
+    );
 
     // Refusals: one's own request, a viewer, the same approver twice. Nothing changes.
     c.hubctl_as(&op("alice"), &["window", "override", "approve", &id])
@@ -170,13 +176,13 @@ fn a_window_exception_opens_only_once_every_requirement_is_met() {
         half,
         "a refused approval changed the request"
     );
-    assert_eq!(half["status"], "pending", "{half}");
+    assert_eq!(half.status, "pending", "{half:?}");
     assert_eq!(
-        half["approval"]["outstanding"][0], "1 more: member of group compliance",
-        "{half}"
+        half.approval.outstanding[0], "1 more: member of group compliance",
+        "{half:?}"
     );
-    let entity = json(&c, &["entity", "get", "prod/web"]);
-    assert_eq!(entity["window_overrides"], Value::Array(vec![]), "{entity}");
+    let entity: EntityView = json(&c, &["entity", "get", "prod/web"]);
+    assert!(entity.window_overrides.is_empty(), "{entity:?}");
 
     // The compliance member's approval meets the policy and opens the window.
     ok(
@@ -184,15 +190,11 @@ fn a_window_exception_opens_only_once_every_requirement_is_met() {
         "carol approves",
     );
     let done = request(&c, &id);
-    assert_eq!(done["status"], "approved", "{done}");
-    assert_eq!(
-        done["approval"]["outstanding"],
-        Value::Array(vec![]),
-        "{done}"
-    );
-    let opened = done["override_id"].as_str().expect("an override id");
-    let entity = json(&c, &["entity", "get", "prod/web"]);
-    assert_eq!(entity["window_overrides"][0]["id"], opened, "{entity}");
+    assert_eq!(done.status, "approved", "{done:?}");
+    assert!(done.approval.outstanding.is_empty(), "{done:?}");
+    let opened = done.override_id.as_deref().expect("an override id");
+    let entity: EntityView = json(&c, &["entity", "get", "prod/web"]);
+    assert_eq!(entity.window_overrides[0].id, opened, "{entity:?}");
     // The table a person reads says who approved.
     let table = ok(c.hubctl(&["window", "override", "requests"]), "requests").stdout;
     assert!(
@@ -271,9 +273,13 @@ fn an_installation_follows_its_channel_and_its_change_request_shows_the_policy()
         ]),
         "policy",
     );
-    let installed = json(&c, &["module", "installations"]);
-    assert_eq!(installed[0]["channel"], "STABLE", "{installed}");
-    assert_eq!(installed[0]["policy"], "environment/prod", "{installed}");
+    let installed: Vec<ModuleInstallationView> = json(&c, &["module", "installations"]);
+    assert_eq!(installed[0].channel, "STABLE", "{installed:?}");
+    assert_eq!(
+        installed[0].policy.as_deref(),
+        Some("environment/prod"),
+        "{installed:?}"
+    );
 
     // 0.2.0 is published but not on STABLE: no change request.
     std::fs::write(
@@ -285,12 +291,8 @@ fn an_installation_follows_its_channel_and_its_change_request_shows_the_policy()
     )
     .expect("write module");
     ok(c.hubctl(&["module", "create", "-f", file]), "publish 0.2.0");
-    let none = json(&c, &["changerequest", "list"]);
-    assert_eq!(
-        none,
-        Value::Array(vec![]),
-        "a version off the channel: {none}"
-    );
+    let none: Vec<ChangeRequestView> = json(&c, &["changerequest", "list"]);
+    assert!(none.is_empty(), "a version off the channel: {none:?}");
 
     // On STABLE, it reaches the installation as a change request under the policy.
     ok(
@@ -298,25 +300,27 @@ fn an_installation_follows_its_channel_and_its_change_request_shows_the_policy()
         "channel add",
     );
     let cr = poll_until(CONVERGE_TIMEOUT, || {
-        let list = json(&c, &["changerequest", "list"]);
-        list.as_array()?.first().cloned()
+        let list: Vec<ChangeRequestView> = json(&c, &["changerequest", "list"]);
+        list.first().cloned()
     })
     .expect("a change request once 0.2.0 is on STABLE");
-    assert_eq!(cr["to_version"], "0.2.0", "{cr}");
-    assert_eq!(cr["approval"]["policy"], "policy environment/prod", "{cr}");
+    assert_eq!(cr.to_version, "0.2.0", "{cr:?}");
+    let approval = cr.approval.as_ref().expect("an approval");
+    assert_eq!(approval.policy, "policy environment/prod", "{cr:?}");
     assert_eq!(
-        cr["approval"]["outstanding"][0], "1 more: approver on prod",
-        "{cr}"
+        approval.outstanding[0], "1 more: approver on prod",
+        "{cr:?}"
     );
-    let id = cr["id"].as_str().expect("an id");
+    let id = cr.id.as_str();
     ok(
         c.hubctl_as(&op("alice"), &["changerequest", "approve", id]),
         "alice approves",
     );
-    let merged = json(&c, &["changerequest", "get", id]);
-    assert_eq!(merged["status"], "merged", "{merged}");
+    let merged: ChangeRequestView = json(&c, &["changerequest", "get", id]);
+    assert_eq!(merged.status, "merged", "{merged:?}");
     assert_eq!(
-        merged["approval"]["approvals"][0]["identity"], "operator/alice",
-        "{merged}"
+        merged.approval.as_ref().expect("an approval").approvals[0].identity,
+        "operator/alice",
+        "{merged:?}"
     );
 }

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use hub_client::answer::ListPlans;
 use hub_tests::agent::http_get;
 use hub_tests::{free_port, poll_until, Cluster, CONVERGE_TIMEOUT};
 use serde_json::{json, Value};
@@ -57,20 +58,22 @@ fn publish(cluster: &Cluster, dir: &Path, version: &str) {
 
 /// Waits until one of `entity`'s plans is of `kind` to `to` in `status`.
 fn wait_plan(cluster: &Cluster, entity: &str, kind: &str, to: &str, status: &str) {
+    let query = ListPlans {
+        entity: Some(entity.to_string()),
+        limit: Some(100),
+        ..ListPlans::default()
+    };
     poll_until(CONVERGE_TIMEOUT * 2, || {
-        let v = cluster
-            .query(json!({"query": "plans", "entity": entity, "limit": 100}))
-            .ok()?;
-        v["plans"]
-            .as_array()?
+        let v = cluster.ask(&query).ok()?;
+        v.plans
             .iter()
-            .any(|p| p["kind"] == kind && p["to_version"] == to && p["status"] == status)
+            .any(|p| p.kind == kind && p.to_version.as_deref() == Some(to) && p.status == status)
             .then_some(())
     })
     .unwrap_or_else(|| {
         panic!(
             "no {kind} plan to {to} {status}: {:?}\n{}",
-            cluster.query(json!({"query": "plans", "entity": entity, "limit": 100})),
+            cluster.ask(&query),
             cluster.log_tails(20)
         )
     });

@@ -6,12 +6,21 @@
 
 use std::time::{Duration, Instant};
 
+use hub_client::answer::{CanaryView, GetEntity, VerdictView};
 use hub_tests::agent::http_get;
 use hub_tests::canary::{CanaryHub, Traffic, WebhookServer};
 use hub_tests::{poll_until, CONVERGE_TIMEOUT};
 use serde_json::{json, Value};
 
 const ROLLOUT: Duration = Duration::from_secs(120);
+
+/// The failed checks of a canary's full view (its Flagger status block).
+fn failed_checks(v: &CanaryView) -> u32 {
+    v.status_block
+        .as_ref()
+        .unwrap_or_else(|| panic!("no status block: {v:?}"))
+        .failed_checks
+}
 
 /// The test canary: 1 s ticks, weights up by `step` to `max`, the proxy's success rate over
 /// 2 s must stay at 99% or more, rollback after `threshold` failed checks.
@@ -73,7 +82,7 @@ fn a_healthy_release_is_promoted_and_a_faulty_one_rolled_back() {
 
     hub.publish("1.1.0");
     let v = hub.wait_phase("demo", ROLLOUT, |p| p == "Succeeded");
-    assert_eq!(v["promoted"], true);
+    assert!(v.promoted);
     hub.serves("1.1.0");
     let weights = hub.assert_applied_equals_committed("demo");
     // Initialisation at 0; the canary deployed at 0, then 10, 20, 30; promotion keeps 30
@@ -81,21 +90,18 @@ fn a_healthy_release_is_promoted_and_a_faulty_one_rolled_back() {
     assert_eq!(weights, vec![0, 10, 20, 30, 0], "{weights:?}");
     // The entity reports the promoted primary.
     poll_until(CONVERGE_TIMEOUT, || {
-        let e = hub
-            .cluster
-            .query(json!({"query": "entity", "entity": hub.entity}))
-            .ok()?;
-        (e["reported"]["version"] == "1.1.0").then_some(())
+        let e = hub.cluster.ask(&GetEntity(hub.entity.clone())).ok()?;
+        (e.reported.version.as_deref() == Some("1.1.0")).then_some(())
     })
     .expect("entity reported at 1.1.0");
 
     // 1.2.0 answers 20% of requests with 500: two failed checks roll it back.
     hub.publish("1.2.0");
     let v = hub.wait_phase("demo", ROLLOUT, |p| p == "Failed");
-    assert_eq!(v["promoted"], false);
+    assert!(!v.promoted);
     let full = hub.canary("demo").unwrap();
-    assert_eq!(full["status_block"]["failedChecks"], 2, "{full}");
-    assert_eq!(full["weight"], 0);
+    assert_eq!(failed_checks(&full), 2, "{full:?}");
+    assert_eq!(full.weight, 0);
     // Why, in Flagger's words (issue 52 item 5): `hubctl canary events` lists the promotion
     // of 1.1.0, then 1.2.0's failed checks as warnings and its rollback.
     let events = hub
@@ -132,9 +138,9 @@ fn a_healthy_release_is_promoted_and_a_faulty_one_rolled_back() {
     }
     let entity = hub
         .cluster
-        .query(json!({"query": "entity", "entity": hub.entity}))
+        .ask(&GetEntity(hub.entity.clone()))
         .expect("entity");
-    assert_eq!(entity["reported"]["version"], "1.1.0");
+    assert_eq!(entity.reported.version.as_deref(), Some("1.1.0"));
 }
 
 /// A hub whose release 1.2.0 answers 30 ms slower (no errors), with the test canary and a
@@ -159,8 +165,12 @@ fn judged_hub(baseline: &str) -> (CanaryHub, Traffic) {
 }
 
 /// The judges' last verdicts (`status.judges.verdicts` of `canary get`).
-fn verdicts(hub: &CanaryHub) -> Value {
-    hub.canary("demo").expect("view")["status_block"]["judges"]["verdicts"].clone()
+fn verdicts(hub: &CanaryHub) -> Vec<VerdictView> {
+    let view = hub.canary("demo").expect("view");
+    view.status_block
+        .and_then(|b| b.judges)
+        .map(|j| j.verdicts)
+        .unwrap_or_default()
 }
 
 #[test]
@@ -176,22 +186,16 @@ fn a_latency_judge_promotes_an_equal_release_and_fails_a_slower_one() {
     hub.wait_phase("demo", ROLLOUT, |p| p == "Succeeded");
     hub.serves("1.1.0");
     let v = verdicts(&hub);
-    assert_eq!(v[0]["metric"], "request-duration", "{v}");
-    assert_eq!(v[0]["verdict"], "pass", "{v}");
-    assert!(
-        v[0]["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("Cliff's delta"),
-        "{v}"
-    );
+    assert_eq!(v[0].metric, "request-duration", "{v:?}");
+    assert_eq!(v[0].verdict, "pass", "{v:?}");
+    assert!(v[0].reason.contains("Cliff's delta"), "{v:?}");
 
     hub.publish("1.2.0");
     hub.wait_phase("demo", ROLLOUT, |p| p == "Failed");
     let full = hub.canary("demo").expect("view");
-    assert_eq!(full["status_block"]["failedChecks"], 2, "{full}");
+    assert_eq!(failed_checks(&full), 2, "{full:?}");
     let v = verdicts(&hub);
-    assert_eq!(v[0]["verdict"], "fail", "{v}");
+    assert_eq!(v[0].verdict, "fail", "{v:?}");
     let weights = hub.assert_applied_equals_committed("demo");
     assert_eq!(weights.last(), Some(&0), "{weights:?}");
     hub.serves("1.1.0");
@@ -225,14 +229,8 @@ fn a_fresh_baseline_runs_beside_the_canary_and_the_judge_compares_with_it() {
     hub.wait_phase("demo", ROLLOUT, |p| p == "Succeeded");
     hub.serves("1.1.0");
     let v = verdict(&hub);
-    assert_eq!(v["verdict"], "pass", "{v}");
-    assert!(
-        v["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("vs baseline"),
-        "{v}"
-    );
+    assert_eq!(v.verdict, "pass", "{v:?}");
+    assert!(v.reason.contains("vs baseline"), "{v:?}");
     poll_until(CONVERGE_TIMEOUT, || {
         let st = state();
         (st["baseline"]["running"].is_null() && st["baseline"]["started"] == false).then_some(())
@@ -246,8 +244,8 @@ fn a_fresh_baseline_runs_beside_the_canary_and_the_judge_compares_with_it() {
     .unwrap_or_else(|| panic!("no baseline at 1.1.0: {}", state()));
     hub.wait_phase("demo", ROLLOUT, |p| p == "Failed");
     let full = hub.canary("demo").expect("view");
-    assert_eq!(full["status_block"]["failedChecks"], 2, "{full}");
-    assert_eq!(verdict(&hub)["verdict"], "fail", "{full}");
+    assert_eq!(failed_checks(&full), 2, "{full:?}");
+    assert_eq!(verdict(&hub).verdict, "fail", "{full:?}");
     hub.assert_applied_equals_committed("demo");
     hub.serves("1.1.0");
     poll_until(CONVERGE_TIMEOUT, || {
@@ -284,8 +282,8 @@ fn webhooks_hold_promotion_until_confirmed_and_a_rollback_webhook_aborts() {
     let held_until = Instant::now() + Duration::from_secs(4);
     while Instant::now() < held_until {
         let v = hub.canary("demo").expect("view");
-        assert_eq!(v["status"], "WaitingPromotion", "{v}");
-        assert_eq!(v["weight"], 30, "{v}");
+        assert_eq!(v.status, "WaitingPromotion", "{v:?}");
+        assert_eq!(v.weight, 30, "{v:?}");
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(
@@ -301,8 +299,8 @@ fn webhooks_hold_promotion_until_confirmed_and_a_rollback_webhook_aborts() {
     new_config(&hub, "second");
     let v = hub.wait_phase("demo", ROLLOUT, |p| p == "Failed");
     let full = hub.canary("demo").unwrap();
-    assert_eq!(full["status_block"]["failedChecks"], 0, "{full}");
-    assert_eq!(v["weight"], 0);
+    assert_eq!(failed_checks(&full), 0, "{full:?}");
+    assert_eq!(v.weight, 0);
     hub.serves("1.1.0");
     hub.assert_applied_equals_committed("demo");
     // The leader sent the event webhook's notifications and the alerts (SPEC K5).
@@ -329,20 +327,18 @@ fn suspend_freezes_weights_and_operators_promote_and_abort() {
 
     hub.publish("1.1.0");
     hub.wait_phase("demo", ROLLOUT, |_| {
-        hub.canary("demo")
-            .and_then(|v| v["weight"].as_u64())
-            .is_some_and(|w| w >= 20)
+        hub.canary("demo").is_some_and(|v| v.weight >= 20)
     });
     hub.apply(&yaml.replace("spec:\n", "spec:\n  suspend: true\n"));
     // Frozen: over 5 s (five intervals) the step moves at most once more (a tick the leader
     // proposed before the suspension committed) and the weight at most one step with it.
     let first = hub.canary("demo").expect("view");
-    let step0 = first["step"].as_u64().expect("step");
-    let mut seen = vec![(step0, first["weight"].as_u64().expect("weight"))];
+    let step0 = first.step.expect("step");
+    let mut seen = vec![(step0, first.weight)];
     let until = Instant::now() + Duration::from_secs(5);
     while Instant::now() < until {
         let v = hub.canary("demo").expect("view");
-        let now = (v["step"].as_u64().unwrap(), v["weight"].as_u64().unwrap());
+        let now = (v.step.unwrap(), v.weight);
         if seen.last() != Some(&now) {
             seen.push(now);
         }
@@ -369,7 +365,7 @@ fn suspend_freezes_weights_and_operators_promote_and_abort() {
         .hubctl(&["canary", "abort", "demo", "-n", "prod"])
         .expect_ok("abort");
     let v = hub.wait_phase("demo", ROLLOUT, |p| p == "Failed");
-    assert_eq!(v["weight"], 0);
+    assert_eq!(v.weight, 0);
     hub.serves("1.1.0");
     hub.assert_applied_equals_committed("demo");
 }
@@ -390,9 +386,9 @@ fn a_canary_that_never_becomes_ready_fails_at_its_deadline() {
     let v = hub.wait_phase("demo", ROLLOUT, |p| p == "Failed");
     assert!(
         started.elapsed() >= Duration::from_secs(5),
-        "failed before its deadline: {v}"
+        "failed before its deadline: {v:?}"
     );
-    assert_eq!(v["weight"], 0);
+    assert_eq!(v.weight, 0);
     hub.serves("1.0.0");
     hub.assert_applied_equals_committed("demo");
 }
@@ -428,15 +424,15 @@ fn leaders_killed_in_progressing_waiting_promotion_and_promoting() {
 
     hub.wait_phase("demo", ROLLOUT, |_| {
         hub.canary("demo")
-            .is_some_and(|v| v["status"] == "Progressing" && v["weight"].as_u64() >= Some(20))
+            .is_some_and(|v| v.status == "Progressing" && v.weight >= 20)
     });
     kill_leader(&mut hub);
     hub.wait_phase("demo", ROLLOUT, |p| p == "WaitingPromotion");
     kill_leader(&mut hub);
     let v = hub.canary("demo").expect("view");
     assert_eq!(
-        v["status"], "WaitingPromotion",
-        "held across the failover: {v}"
+        v.status, "WaitingPromotion",
+        "held across the failover: {v:?}"
     );
     hooks.set("/confirm", 200);
     hub.wait_phase("demo", ROLLOUT, |p| p == "Promoting");

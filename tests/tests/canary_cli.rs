@@ -6,8 +6,11 @@
 
 use std::path::{Path, PathBuf};
 
+use hub_client::answer::{
+    CanaryView, ClusterSettingsAnswer, GetCanary, ListAudit, MetricTemplateView,
+};
 use hub_tests::{Cluster, CmdOutput};
-use serde_json::{json, Value};
+use serde_json::json;
 
 fn fixture() -> String {
     let path = std::path::PathBuf::from(
@@ -36,12 +39,8 @@ fn create_podinfo(cluster: &Cluster, environment: &str, namespace: &str) {
         .expect("entity");
 }
 
-fn list(cluster: &Cluster) -> Vec<Value> {
-    ok(cluster, &["canary", "get", "-A", "-o", "json"])
-        .json()
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+fn list(cluster: &Cluster) -> Vec<CanaryView> {
+    ok(cluster, &["canary", "get", "-A", "-o", "json"]).answer()
 }
 
 #[test]
@@ -66,17 +65,12 @@ fn canary_resources_through_hubctl() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(
         (
-            rows[0]["namespace"].clone(),
-            rows[0]["name"].clone(),
-            rows[0]["status"].clone(),
-            rows[0]["weight"].clone()
+            rows[0].namespace.as_str(),
+            rows[0].name.as_str(),
+            rows[0].status.as_str(),
+            rows[0].weight
         ),
-        (
-            json!("prod"),
-            json!("podinfo"),
-            json!("Initializing"),
-            json!(0)
-        )
+        ("prod", "podinfo", "Initializing", 0)
     );
     let table = ok(&cluster, &["canary", "get", "-A"]).stdout;
     assert!(table.contains("LASTTRANSITIONTIME"), "{table}");
@@ -137,11 +131,17 @@ fn canary_resources_through_hubctl() {
         ],
     );
     let v = cluster
-        .query(json!({"query": "canary", "id": "prod/podinfo"}))
+        .ask(&GetCanary("prod/podinfo".into()))
         .expect("canary");
-    assert_eq!(v["step"], 1, "{v}");
-    let audit = cluster.query(json!({"query": "audit"})).expect("audit");
-    assert!(audit.to_string().contains("canary-abort"), "{audit}");
+    assert_eq!(v.step, Some(1), "{v:?}");
+    let audit = cluster.ask(&ListAudit::default()).expect("audit");
+    assert!(
+        audit
+            .audit
+            .iter()
+            .any(|a| a.action.as_deref() == Some("canary-abort")),
+        "{audit:?}"
+    );
 
     // Ticks are the leader's alone.
     let err = cluster
@@ -314,22 +314,16 @@ fn flagger_resources_apply_as_written() {
     );
 
     // The hub's config tracking (issue 55): on by default, turned off by an admin, shown.
-    let settings = ok(&cluster, &["cluster", "settings", "-o", "json"]).json();
-    assert_eq!(
-        settings["canary_config_tracking"],
-        json!(true),
-        "{settings}"
-    );
+    let settings: ClusterSettingsAnswer =
+        ok(&cluster, &["cluster", "settings", "-o", "json"]).answer();
+    assert!(settings.canary_config_tracking, "{settings:?}");
     ok(
         &cluster,
         &["cluster", "settings", "--canary-config-tracking", "false"],
     );
-    let settings = ok(&cluster, &["cluster", "settings", "-o", "json"]).json();
-    assert_eq!(
-        settings["canary_config_tracking"],
-        json!(false),
-        "{settings}"
-    );
+    let settings: ClusterSettingsAnswer =
+        ok(&cluster, &["cluster", "settings", "-o", "json"]).answer();
+    assert!(!settings.canary_config_tracking, "{settings:?}");
 }
 
 fn flagger(name: &str) -> String {
@@ -379,19 +373,14 @@ fn metric_templates_through_hubctl() {
     );
     ok(&cluster, &["canary", "apply", "-f", all.to_str().unwrap()]);
     assert_eq!(list(&cluster).len(), 1);
-    let templates = ok(
+    let templates: Vec<MetricTemplateView> = ok(
         &cluster,
         &["metric-template", "get", "-n", "test", "-o", "json"],
     )
-    .json();
-    let names: Vec<&str> = templates
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
-    assert_eq!(names, ["latency", "success-rate"], "{templates}");
-    assert_eq!(templates[0]["provider"]["type"], "prometheus");
+    .answer();
+    let names: Vec<&str> = templates.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["latency", "success-rate"], "{templates:?}");
+    assert_eq!(templates[0].provider.kind, "prometheus");
     let shown = ok(
         &cluster,
         &["metric-template", "get", "latency", "-n", "test"],
@@ -410,6 +399,7 @@ fn metric_templates_through_hubctl() {
         &cluster,
         &["metric-template", "delete", "latency", "-n", "test"],
     );
-    let left = ok(&cluster, &["metric-template", "get", "-A", "-o", "json"]).json();
-    assert_eq!(left.as_array().map(Vec::len), Some(1), "{left}");
+    let left: Vec<MetricTemplateView> =
+        ok(&cluster, &["metric-template", "get", "-A", "-o", "json"]).answer();
+    assert_eq!(left.len(), 1, "{left:?}");
 }

@@ -8,6 +8,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use hub_client::answer::{
+    AuditEntryView, ChannelView, EntityView, EnvironmentSettingsView, Explanation,
+    MeetsConstraints, PlanView, ProductView, RecallView, ReleaseView, SuppressionView,
+};
 use hub_tests::{poll_until, Cluster, CmdOutput, CONVERGE_TIMEOUT};
 use serde_json::Value;
 
@@ -38,6 +42,14 @@ fn ok_json(cluster: &Cluster, args: &[&str]) -> Value {
     let mut all = args.to_vec();
     all.extend(["-o", "json"]);
     ok(cluster, &all).json()
+}
+
+/// `hubctl ARGS -o json` read as `A`: the hub's answer (or its list of rows) unchanged.
+#[track_caller]
+fn ok_answer<A: serde::de::DeserializeOwned>(cluster: &Cluster, args: &[&str]) -> A {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    ok(cluster, &all).answer()
 }
 
 /// Waits until the state digest stops changing (the orchestrator acts asynchronously).
@@ -94,20 +106,10 @@ fn domain_state(cluster: &Cluster) -> Value {
     Value::Object(all)
 }
 
-fn release<'a>(list: &'a Value, version: &str) -> &'a Value {
-    list.as_array()
-        .expect("releases array")
-        .iter()
-        .find(|r| r["version"] == version)
-        .unwrap_or_else(|| panic!("no release {version} in {list}"))
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not an array: {v}"))
-        .iter()
-        .map(|x| x.as_str().expect("a string").to_string())
-        .collect()
+fn release<'a>(list: &'a [ReleaseView], version: &str) -> &'a ReleaseView {
+    list.iter()
+        .find(|r| r.version == version)
+        .unwrap_or_else(|| panic!("no release {version} in {list:?}"))
 }
 
 /// Env `prod`, product, entity `prod/web` (helm chart).
@@ -146,8 +148,8 @@ fn products_releases_channels_and_recalls() {
         &["product", "create", PRODUCT, "--description", "web app"],
     );
     assert_eq!(out["id"], PRODUCT, "{out}");
-    let products = ok_json(&cluster, &["product", "list"]);
-    assert_eq!(products[0]["id"], PRODUCT, "{products}");
+    let products: Vec<ProductView> = ok_answer(&cluster, &["product", "list"]);
+    assert_eq!(products[0].id, PRODUCT, "{products:?}");
 
     for v in ["1.0.0", "1.1.0-rc1"] {
         let path = write_file(dir.path(), &format!("{v}.yml"), &manifest(v));
@@ -162,13 +164,13 @@ fn products_releases_channels_and_recalls() {
     }
 
     // A plain release is in every built-in channel, an -rc only in DEV and RELEASE_CANDIDATE.
-    let list = ok_json(&cluster, &["release", "list", PRODUCT]);
+    let list: Vec<ReleaseView> = ok_answer(&cluster, &["release", "list", PRODUCT]);
     assert_eq!(
-        strings(&release(&list, "1.0.0")["channels"]),
+        release(&list, "1.0.0").channels,
         ["DEV", "RELEASE_CANDIDATE", "RELEASE"]
     );
     assert_eq!(
-        strings(&release(&list, "1.1.0-rc1")["channels"]),
+        release(&list, "1.1.0-rc1").channels,
         ["DEV", "RELEASE_CANDIDATE"]
     );
     let table = ok(&cluster, &["release", "list"]);
@@ -202,19 +204,17 @@ fn products_releases_channels_and_recalls() {
         &cluster,
         &["channel", "add", "CANARY", PRODUCT, "1.1.0-rc1"],
     );
-    let channels = ok_json(&cluster, &["channel", "list"]);
+    let channels: Vec<ChannelView> = ok_answer(&cluster, &["channel", "list"]);
     assert!(
-        channels
-            .as_array()
-            .expect("array")
-            .iter()
-            .any(|c| c["name"] == "CANARY" && c["builtin"] == false),
-        "{channels}"
+        channels.iter().any(|c| c.name == "CANARY" && !c.builtin),
+        "{channels:?}"
     );
-    let list = ok_json(&cluster, &["release", "list", PRODUCT]);
+    let list: Vec<ReleaseView> = ok_answer(&cluster, &["release", "list", PRODUCT]);
     assert!(
-        strings(&release(&list, "1.1.0-rc1")["channels"]).contains(&"CANARY".to_string()),
-        "{list}"
+        release(&list, "1.1.0-rc1")
+            .channels
+            .contains(&"CANARY".to_string()),
+        "{list:?}"
     );
     ok(
         &cluster,
@@ -236,15 +236,18 @@ fn products_releases_channels_and_recalls() {
     );
     let rid = recall["id"].as_str().expect("recall id").to_string();
     assert!(rid.starts_with("r-"), "{recall}");
-    let list = ok_json(&cluster, &["release", "list", PRODUCT]);
-    assert_eq!(release(&list, "1.1.0-rc1")["recalled"], rid.as_str());
-    assert!(release(&list, "1.0.0")["recalled"].is_null(), "{list}");
-    let recalls = ok_json(&cluster, &["release", "recalls"]);
-    assert_eq!(recalls[0]["id"], rid.as_str(), "{recalls}");
-    assert_eq!(recalls[0]["reason"], "bad rc", "{recalls}");
+    let list: Vec<ReleaseView> = ok_answer(&cluster, &["release", "list", PRODUCT]);
+    assert_eq!(
+        release(&list, "1.1.0-rc1").recalled.as_deref(),
+        Some(rid.as_str())
+    );
+    assert!(release(&list, "1.0.0").recalled.is_none(), "{list:?}");
+    let recalls: Vec<RecallView> = ok_answer(&cluster, &["release", "recalls"]);
+    assert_eq!(recalls[0].id, rid, "{recalls:?}");
+    assert_eq!(recalls[0].reason, "bad rc", "{recalls:?}");
     ok(&cluster, &["release", "unrecall", &rid]);
-    let list = ok_json(&cluster, &["release", "list", PRODUCT]);
-    assert!(release(&list, "1.1.0-rc1")["recalled"].is_null(), "{list}");
+    let list: Vec<ReleaseView> = ok_answer(&cluster, &["release", "list", PRODUCT]);
+    assert!(release(&list, "1.1.0-rc1").recalled.is_none(), "{list:?}");
 
     // Product window.
     ok(
@@ -260,12 +263,12 @@ fn products_releases_channels_and_recalls() {
             "Europe/Berlin",
         ],
     );
-    let products = ok_json(&cluster, &["product", "list"]);
-    let window = products[0]["maintenance_window"].as_str().unwrap_or("");
-    assert!(window.contains("Europe/Berlin"), "{products}");
+    let products: Vec<ProductView> = ok_answer(&cluster, &["product", "list"]);
+    let window = products[0].maintenance_window.as_deref().unwrap_or("");
+    assert!(window.contains("Europe/Berlin"), "{products:?}");
     ok(&cluster, &["product", "window", "clear", PRODUCT]);
-    let products = ok_json(&cluster, &["product", "list"]);
-    assert!(products[0]["maintenance_window"].is_null(), "{products}");
+    let products: Vec<ProductView> = ok_answer(&cluster, &["product", "list"]);
+    assert!(products[0].maintenance_window.is_none(), "{products:?}");
 }
 
 #[test]
@@ -417,19 +420,14 @@ fn bad_input_is_refused_with_the_field_named_and_changes_nothing() {
     let after = domain_state(&cluster);
     assert_eq!(before, after, "a refused command changed the state");
     // Every refusal the hub decided is in the audit, with the caller and the error.
-    let refused = ok_json(&cluster, &["audit", "--limit", "1000"]);
-    let refused: Vec<&Value> = refused
-        .as_array()
-        .expect("rows")
-        .iter()
-        .filter(|r| r["outcome"] == "refused")
-        .collect();
+    let refused: Vec<AuditEntryView> = ok_answer(&cluster, &["audit", "--limit", "1000"]);
+    let refused: Vec<&AuditEntryView> = refused.iter().filter(|r| r.outcome == "refused").collect();
     assert!(
-        refused.iter().any(|r| r["command"] == "PutSecret"
-            && r["actor"] == "operator/admin"
-            && r["error"]
-                .as_str()
-                .is_some_and(|e| e.contains("invalid name"))),
+        refused
+            .iter()
+            .any(|r| r.command.as_deref() == Some("PutSecret")
+                && r.actor.as_deref() == Some("operator/admin")
+                && r.error.contains("invalid name")),
         "{refused:?}"
     );
 }
@@ -478,49 +476,36 @@ fn entity_settings_explain_suppression_secrets_plans_and_audit() {
             "UTC",
         ],
     );
-    let e = ok_json(&cluster, &["entity", "get", "prod/web"]);
-    assert_eq!(
-        strings(&e["dependency_groups"]),
-        ["edge", "frontend"],
-        "{e}"
-    );
-    assert_eq!(
-        strings(&e["ignored_dependencies"]),
-        ["com.example:db"],
-        "{e}"
-    );
-    assert!(e["maintenance_window"].as_str().is_some(), "{e}");
+    let e: EntityView = ok_answer(&cluster, &["entity", "get", "prod/web"]);
+    assert_eq!(e.dependency_groups, ["edge", "frontend"], "{e:?}");
+    assert_eq!(e.ignored_dependencies, ["com.example:db"], "{e:?}");
+    assert!(e.maintenance_window.is_some(), "{e:?}");
 
     // SPEC P3: a candidate install, blocked by the suppression, every constraint listed.
-    let mut last = Value::Null;
+    let mut last = None;
     let explain = poll_until(CONVERGE_TIMEOUT, || {
-        let v = ok_json(&cluster, &["entity", "explain", "prod/web"]);
-        last = v.clone();
-        let blocked = v["candidate"]["kind"] == "install"
-            && v["candidate"]["to_version"] == "1.0.0"
-            && v["meets_constraints"] == false
-            && v["constraints"].as_array().is_some_and(|c| {
-                c.iter().any(|c| {
-                    c["constraint"] == "suppression"
-                        && c["passed"] == false
-                        && c["reason"]
-                            .as_str()
-                            .is_some_and(|r| r.contains("freeze for launch"))
-                })
+        let v: Explanation = ok_answer(&cluster, &["entity", "explain", "prod/web"]);
+        last = Some(v.clone());
+        let blocked = v
+            .candidate
+            .as_ref()
+            .is_some_and(|c| c.kind == "install" && c.to_version.as_deref() == Some("1.0.0"))
+            && v.meets_constraints == MeetsConstraints::No
+            && v.constraints.iter().any(|c| {
+                c.constraint == "suppression" && !c.passed && c.reason.contains("freeze for launch")
             });
         blocked.then_some(v)
     })
-    .unwrap_or_else(|| panic!("explain never showed the suppression: {last}"));
-    let constraints: Vec<&str> = explain["constraints"]
-        .as_array()
-        .expect("constraints")
+    .unwrap_or_else(|| panic!("explain never showed the suppression: {last:?}"));
+    let constraints: Vec<&str> = explain
+        .constraints
         .iter()
-        .map(|c| c["constraint"].as_str().expect("name"))
+        .map(|c| c.constraint.as_str())
         .collect();
     for c in ["suppression", "maintenance-window", "artifacts"] {
-        assert!(constraints.contains(&c), "{c} missing: {explain}");
+        assert!(constraints.contains(&c), "{c} missing: {explain:?}");
     }
-    assert!(explain["issued"].is_null(), "{explain}");
+    assert!(explain.issued.is_none(), "{explain:?}");
     let table = ok(&cluster, &["entity", "explain", "prod/web"]).stdout;
     for needle in [
         "candidate: install",
@@ -559,7 +544,7 @@ fn entity_settings_explain_suppression_secrets_plans_and_audit() {
     );
     let got = ok(&cluster, &["entity", "get", "prod/web", "-o", "json"]);
     assert!(!got.stdout.contains(value), "{}", got.stdout);
-    assert_eq!(strings(&got.json()["secrets"]), ["db-password"]);
+    assert_eq!(got.answer::<EntityView>().secrets, ["db-password"]);
     let table = ok(&cluster, &["entity", "get", "prod/web"]).stdout;
     assert!(
         table.contains("secrets: db-password") && !table.contains(value),
@@ -571,35 +556,35 @@ fn entity_settings_explain_suppression_secrets_plans_and_audit() {
         .hubctl(&["command", "prod/web", "restart"])
         .expect_err(2, "--reason");
 
-    let sup = ok_json(&cluster, &["suppression", "list", "--env", "prod"]);
+    let sup: Vec<SuppressionView> = ok_answer(&cluster, &["suppression", "list", "--env", "prod"]);
     assert!(
-        sup.as_array()
-            .expect("array")
-            .iter()
-            .any(|s| s["id"] == sid.as_str() && s["active"] == true && s["source"] == "manual"),
-        "{sup}"
+        sup.iter()
+            .any(|s| s.id == sid && s.active && s.source == "manual"),
+        "{sup:?}"
     );
 
     // Lifting the suppression lets the orchestrator issue the install (no agent runs).
     ok(&cluster, &["suppression", "delete", &sid]);
     let plan = poll_until(CONVERGE_TIMEOUT, || {
-        let plans = ok_json(&cluster, &["plan", "list", "--entity", "prod/web"]);
+        let plans: Vec<PlanView> = ok_answer(&cluster, &["plan", "list", "--entity", "prod/web"]);
         plans
-            .as_array()?
-            .iter()
-            .find(|p| p["kind"] == "install" && p["status"] == "issued")
-            .cloned()
+            .into_iter()
+            .find(|p| p.kind == "install" && p.status == "issued")
     })
     .expect("the install plan was never issued");
-    let pid = plan["id"].as_str().expect("plan id").to_string();
-    assert_eq!(plan["to_version"], "1.0.0", "{plan}");
+    let pid = plan.id.clone();
+    assert_eq!(plan.to_version.as_deref(), Some("1.0.0"), "{plan:?}");
     let table = ok(&cluster, &["plan", "list", "--entity", "prod/web"]).stdout;
     assert!(table.starts_with("ID") && table.contains(&pid), "{table}");
-    let explain = ok_json(&cluster, &["entity", "explain", "prod/web"]);
-    assert_eq!(explain["issued"]["plan"], pid.as_str(), "{explain}");
-    let got = ok_json(&cluster, &["plan", "get", &pid]);
-    assert_eq!(got["status"], "issued", "{got}");
-    assert!(!got["tasks"].as_array().expect("tasks").is_empty(), "{got}");
+    let explain: Explanation = ok_answer(&cluster, &["entity", "explain", "prod/web"]);
+    assert_eq!(
+        explain.issued.as_ref().map(|i| i.plan.as_str()),
+        Some(pid.as_str()),
+        "{explain:?}"
+    );
+    let got: PlanView = ok_answer(&cluster, &["plan", "get", &pid]);
+    assert_eq!(got.status, "issued", "{got:?}");
+    assert!(!got.tasks.as_ref().expect("tasks").is_empty(), "{got:?}");
 
     // SPEC P12: a bare cancel suggests a short suppression.
     let out = ok(
@@ -625,13 +610,11 @@ fn entity_settings_explain_suppression_secrets_plans_and_audit() {
         ],
     );
     assert!(!out.stderr.contains("hint"), "{}", out.describe());
-    let sup = ok_json(&cluster, &["suppression", "list"]);
+    let sup: Vec<SuppressionView> = ok_answer(&cluster, &["suppression", "list"]);
     assert!(
-        sup.as_array()
-            .expect("array")
-            .iter()
-            .any(|s| s["reason"] == "after cancel: hold" && s["active"] == true),
-        "{sup}"
+        sup.iter()
+            .any(|s| s.reason == "after cancel: hold" && s.active),
+        "{sup:?}"
     );
 
     // A break-glass command asks first: from a script (no terminal) without --yes it is
@@ -639,14 +622,12 @@ fn entity_settings_explain_suppression_secrets_plans_and_audit() {
     cluster
         .hubctl(&["command", "prod/web", "restart", "--reason", "hotfix"])
         .expect_err(1, "pass --yes");
-    let plans = ok_json(&cluster, &["plan", "list", "--active"]);
+    let plans: Vec<PlanView> = ok_answer(&cluster, &["plan", "list", "--active"]);
     assert!(
         !plans
-            .as_array()
-            .expect("array")
             .iter()
-            .any(|p| p["command"] == "restart"),
-        "an unconfirmed command was sent: {plans}"
+            .any(|p| p.command.as_deref() == Some("restart")),
+        "an unconfirmed command was sent: {plans:?}"
     );
     // A break-glass command bypasses the suppression.
     let out = ok_json(
@@ -665,14 +646,12 @@ fn entity_settings_explain_suppression_secrets_plans_and_audit() {
         ],
     );
     let cid = out["id"].as_str().expect("command plan id").to_string();
-    let plans = ok_json(&cluster, &["plan", "list", "--active"]);
+    let plans: Vec<PlanView> = ok_answer(&cluster, &["plan", "list", "--active"]);
     assert!(
         plans
-            .as_array()
-            .expect("array")
             .iter()
-            .any(|p| p["id"] == cid.as_str() && p["command"] == "install"),
-        "{plans}"
+            .any(|p| p.id == cid && p.command.as_deref() == Some("install")),
+        "{plans:?}"
     );
 
     // Window override and environment settings.
@@ -718,15 +697,15 @@ fn entity_settings_explain_suppression_secrets_plans_and_audit() {
             "not-expected",
         ],
     );
-    let settings = ok_json(&cluster, &["env", "settings", "prod"]);
-    assert_eq!(settings["auto_suppression_ms"], 7_200_000, "{settings}");
+    let settings: EnvironmentSettingsView = ok_answer(&cluster, &["env", "settings", "prod"]);
+    assert_eq!(settings.auto_suppression_ms, 7_200_000, "{settings:?}");
     assert_eq!(
-        settings["suppress_deployment_after_num_autosuppressions"], 3,
-        "{settings}"
+        settings.suppress_deployment_after_num_autosuppressions, 3,
+        "{settings:?}"
     );
-    assert_eq!(settings["override_product_maintenance_windows"], true);
-    assert_eq!(settings["registries"][0]["hub_access"], "not-expected");
-    assert_eq!(settings["window_overrides"][0]["id"], oid.as_str());
+    assert!(settings.override_product_maintenance_windows);
+    assert_eq!(settings.registries[0].hub_access, "not-expected");
+    assert_eq!(settings.window_overrides[0].id, oid);
     ok(
         &cluster,
         &["window", "override", "remove", "--env", "prod", &oid],
@@ -734,20 +713,19 @@ fn entity_settings_explain_suppression_secrets_plans_and_audit() {
     ok(&cluster, &["env", "registry", "remove", "prod", "charts"]);
 
     // Every change above that SPEC S2 requires to be audited.
-    let audit = ok_json(&cluster, &["audit"]);
-    let entries = audit.as_array().expect("audit array");
+    let entries: Vec<AuditEntryView> = ok_answer(&cluster, &["audit"]);
     assert!(
         entries
             .iter()
-            .any(|a| a["action"] == "suppression" && a["reason"] == "freeze for launch"),
-        "{audit}"
+            .any(|a| a.action.as_deref() == Some("suppression") && a.reason == "freeze for launch"),
+        "{entries:?}"
     );
     assert!(
         entries
             .iter()
             // The certificate's identity, not the --actor the client typed (SPEC S4).
-            .any(|a| a["actor"] == "operator/admin" && a["reason"] == "hotfix"),
-        "{audit}"
+            .any(|a| a.actor.as_deref() == Some("operator/admin") && a.reason == "hotfix"),
+        "{entries:?}"
     );
     let table = ok(&cluster, &["audit", "--limit", "50"]).stdout;
     assert!(table.contains("freeze for launch"), "{table}");
@@ -764,16 +742,16 @@ fn clear_window_removes_the_entity_window() {
         &cluster,
         &["entity", "set", "prod/web", "--window", "all-time"],
     );
-    let e = ok_json(&cluster, &["entity", "get", "prod/web"]);
-    assert!(e["maintenance_window"].is_string(), "{e}");
+    let e: EntityView = ok_answer(&cluster, &["entity", "get", "prod/web"]);
+    assert!(e.maintenance_window.is_some(), "{e:?}");
     ok(&cluster, &["entity", "set", "prod/web", "--clear-window"]);
-    let e = ok_json(&cluster, &["entity", "get", "prod/web"]);
-    assert!(e["maintenance_window"].is_null(), "{e}");
+    let e: EntityView = ok_answer(&cluster, &["entity", "get", "prod/web"]);
+    assert!(e.maintenance_window.is_none(), "{e:?}");
     ok(
         &cluster,
         &["env", "settings", "prod", "--window", "all-time"],
     );
     ok(&cluster, &["env", "settings", "prod", "--clear-window"]);
-    let s = ok_json(&cluster, &["env", "settings", "prod"]);
-    assert!(s["maintenance_window"].is_null(), "{s}");
+    let s: EnvironmentSettingsView = ok_answer(&cluster, &["env", "settings", "prod"]);
+    assert!(s.maintenance_window.is_none(), "{s:?}");
 }

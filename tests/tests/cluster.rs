@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use hub_client::answer::{ListProducts, Typed};
+use hub_proto::refusal::Refusal;
 use hub_tests::{poll_until, Cluster, CONVERGE_TIMEOUT};
 
 fn names(prefix: &str, range: std::ops::Range<usize>) -> Vec<String> {
@@ -1099,13 +1101,14 @@ fn wait_cut_off(cluster: &Cluster, addr: &str, what: &str) -> tonic::Status {
                 let channel = cluster.channel_as(&admin, addr).await.expect("connect");
                 hub_proto::hub_client::HubClient::new(channel)
                     .query(hub_proto::QueryRequest {
-                        query_json: r#"{"query":"products"}"#.into(),
+                        query_json: serde_json::to_string(&ListProducts.query())
+                            .expect("a query is JSON"),
                         read: None,
                     })
                     .await
             })
             .err()?;
-        e.message().starts_with("cut off").then_some(e)
+        (Refusal::of(&e) == Some(Refusal::CutOff)).then_some(e)
     })
     .unwrap_or_else(|| panic!("{what} never said it is cut off"))
 }

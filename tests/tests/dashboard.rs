@@ -16,6 +16,7 @@ use base64::Engine as _;
 use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
 use headless_chrome::{Browser, LaunchOptions, Tab};
 use http_body_util::BodyExt;
+use hub_client::answer::{ChangeRequestView, GetChangeRequest, ListTokens, Typed};
 use hub_tests::canary::{CanaryHub, Traffic};
 use hub_tests::{poll_until, Cluster, CONVERGE_TIMEOUT};
 use hub_tls::Identity;
@@ -177,14 +178,11 @@ fn change_request(c: &Cluster) -> String {
     std::fs::write(&file, fixture.replacen("small: 1Gi", "small: 1.5Gi", 1)).expect("write");
     c.hubctl(&["module", "create", "-f", path])
         .expect_ok("module create 0.2.0");
-    let crs = c
+    let crs: Vec<ChangeRequestView> = c
         .hubctl(&["changerequest", "list", "--open", "-o", "json"])
         .expect_ok("changerequest list")
-        .json();
-    crs[0]["id"]
-        .as_str()
-        .expect("an open change request")
-        .to_string()
+        .answer();
+    crs.first().expect("an open change request").id.clone()
 }
 
 /// The canary: 1 s ticks up to 30% in steps of 10, judged on the success rate and p99, and
@@ -519,8 +517,8 @@ fn watch_a_rollout(hub: &CanaryHub, tab: &Tab) {
         CONVERGE_TIMEOUT,
     );
     let view = hub.canary("demo").expect("canary");
-    let samples = view["history"].as_array().map_or(0, Vec::len) as i64;
-    assert!(samples >= 5, "{view}");
+    let samples = view.history.as_ref().map_or(0, Vec::len) as i64;
+    assert!(samples >= 5, "{view:?}");
     assert!(points("weight") >= 5, "{}", points("weight"));
     assert!(points("request-success-rate") >= 2);
     assert!(points("request-duration") >= 2);
@@ -705,7 +703,11 @@ fn refusals(c: &Cluster, addr: &str, viewer: &str, cr: &str) {
         let (status, _, body) = post("/api/query", "x".repeat(100 << 10)).await;
         assert_eq!(status, 413, "{body}");
 
-        let (status, _, body) = post("/api/query", json!({"query": "tokens"}).to_string()).await;
+        let (status, _, body) = post(
+            "/api/query",
+            serde_json::to_string(&ListTokens.query()).expect("JSON"),
+        )
+        .await;
         assert_eq!(status, 403, "a viewer does not list tokens: {body}");
 
         let (status, _, body) = call(
@@ -722,7 +724,7 @@ fn refusals(c: &Cluster, addr: &str, viewer: &str, cr: &str) {
     });
     // Nothing the refusals sent changed the change request.
     let v = c
-        .query(json!({"query": "change_request", "id": cr}))
+        .ask(&GetChangeRequest(cr.to_string()))
         .expect("change request");
-    assert_eq!(v["status"], "pending-approval", "{v}");
+    assert_eq!(v.status, "pending-approval", "{v:?}");
 }

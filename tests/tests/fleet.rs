@@ -5,8 +5,12 @@
 
 use std::time::Duration;
 
+use hub_client::answer::{
+    AuditEntryView, ConstraintView, Explain, GetEntity, ListPlans, PlanView, RolloutStatusView,
+    WaveStatusView,
+};
 use hub_tests::{poll_until, Cluster, CONVERGE_TIMEOUT};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const PRODUCT: &str = "com.example:web";
 
@@ -30,38 +34,36 @@ fn env_with_entity(c: &Cluster, env: &str, labels: &[&str]) -> String {
         .to_string()
 }
 
-fn plans_of(c: &Cluster, entity: &str) -> Vec<Value> {
-    c.query(json!({"query": "plans", "entity": entity}))
-        .ok()
-        .and_then(|v| v["plans"].as_array().cloned())
-        .unwrap_or_default()
+fn plans_of(c: &Cluster, entity: &str) -> Vec<PlanView> {
+    c.ask(&ListPlans {
+        entity: Some(entity.to_string()),
+        ..ListPlans::default()
+    })
+    .map(|v| v.plans)
+    .unwrap_or_default()
 }
 
-fn status(c: &Cluster) -> Value {
+fn status(c: &Cluster) -> RolloutStatusView {
     c.hubctl(&["rollout", "status", PRODUCT, "1.0.0", "-o", "json"])
         .expect_ok("rollout status")
-        .json()
+        .answer()
 }
 
-fn wave<'a>(status: &'a Value, name: &str) -> &'a Value {
-    status["waves"]
-        .as_array()
-        .and_then(|w| w.iter().find(|w| w["wave"] == name))
-        .unwrap_or_else(|| panic!("no wave {name}: {status}"))
+fn wave<'a>(status: &'a RolloutStatusView, name: &str) -> &'a WaveStatusView {
+    status
+        .waves
+        .iter()
+        .find(|w| w.wave == name)
+        .unwrap_or_else(|| panic!("no wave {name}: {status:?}"))
 }
 
-fn wave_constraint(c: &Cluster, entity: &str) -> Value {
-    let e = c
-        .query(json!({"query": "explain", "entity": entity}))
-        .expect("explain");
-    e["constraints"]
-        .as_array()
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| c["constraint"] == "rollout-wave")
-                .cloned()
-        })
-        .unwrap_or_else(|| panic!("no rollout-wave constraint: {e}"))
+fn wave_constraint(c: &Cluster, entity: &str) -> ConstraintView {
+    let e = c.ask(&Explain(entity.to_string())).expect("explain");
+    e.constraints
+        .iter()
+        .find(|c| c.constraint == "rollout-wave")
+        .cloned()
+        .unwrap_or_else(|| panic!("no rollout-wave constraint: {e:?}"))
 }
 
 #[test]
@@ -133,51 +135,45 @@ fn a_release_rolls_through_waves_with_a_soak_and_a_failure_in_a_later_wave_halts
     let soaking = poll_until(CONVERGE_TIMEOUT, || {
         let s = status(&c);
         let w = wave(&s, "canary");
-        (w["done"] == 1 && w["soak_until"].is_string()).then_some(s)
+        (w.done == 1 && w.soak_until.is_some()).then_some(s)
     })
     .expect("wave canary done and soaking");
     assert!(
         plans_of(&c, &eu).is_empty() && plans_of(&c, &us).is_empty(),
-        "a later wave moved before the canary wave passed: {soaking}"
+        "a later wave moved before the canary wave passed: {soaking:?}"
     );
     let r = wave_constraint(&c, &eu);
-    if r["passed"] == false {
-        let reason = r["reason"].as_str().unwrap_or_default();
+    if !r.passed {
+        let reason = &r.reason;
         assert!(
             reason.starts_with("waiting for wave `canary` to soak until")
                 && reason.contains("(1 of 1 entities done)"),
-            "{r}"
+            "{r:?}"
         );
-        assert_eq!(r["may_clear_at"], wave(&soaking, "canary")["soak_until"]);
+        assert_eq!(r.may_clear_at, wave(&soaking, "canary").soak_until);
     }
 
     // After the soak, wave 2 moves: its plan fails, and the rollout halts.
     let halted = poll_until(CONVERGE_TIMEOUT, || {
         let s = status(&c);
-        s["halted"].is_object().then_some(s)
+        s.halted.is_some().then_some(s)
     })
     .expect("the rollout halts after the failure in wave eu");
     assert!(
-        halted["halted"]["cause"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("failed in wave `eu`"),
-        "{halted}"
+        halted
+            .halted
+            .as_ref()
+            .is_some_and(|h| h.cause.contains("failed in wave `eu`")),
+        "{halted:?}"
     );
     assert!(
-        plans_of(&c, &eu).iter().any(|p| p["status"] == "failed"),
+        plans_of(&c, &eu).iter().any(|p| p.status == "failed"),
         "{:?}",
         plans_of(&c, &eu)
     );
     let r = wave_constraint(&c, &us);
-    assert_eq!(r["passed"], false, "{r}");
-    assert!(
-        r["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("rollout of 1.0.0 halted"),
-        "{r}"
-    );
+    assert!(!r.passed, "{r:?}");
+    assert!(r.reason.starts_with("rollout of 1.0.0 halted"), "{r:?}");
     // The table shows the halt too.
     let table = c
         .hubctl(&["rollout", "status", PRODUCT, "1.0.0"])
@@ -192,7 +188,7 @@ fn a_release_rolls_through_waves_with_a_soak_and_a_failure_in_a_later_wave_halts
     c.wait_leader(CONVERGE_TIMEOUT, |l| l != leader);
     let still = poll_until(Duration::from_secs(10), || {
         let s = status(&c);
-        (s["halted"].is_object() && !plans_of(&c, &us).is_empty()).then_some(s)
+        (s.halted.is_some() && !plans_of(&c, &us).is_empty()).then_some(s)
     });
     assert!(still.is_none(), "wave us moved while halted: {still:?}");
 
@@ -202,19 +198,20 @@ fn a_release_rolls_through_waves_with_a_soak_and_a_failure_in_a_later_wave_halts
     c.hubctl(&["rollout", "promote-wave", PRODUCT, "1.0.0"])
         .expect_ok("promote-wave");
     poll_until(CONVERGE_TIMEOUT, || {
-        let e = c.query(json!({"query": "entity", "entity": us})).ok()?;
-        (e["reported"]["version"] == "1.0.0").then_some(())
+        let e = c.ask(&GetEntity(us.clone())).ok()?;
+        (e.reported.version.as_deref() == Some("1.0.0")).then_some(())
     })
-    .unwrap_or_else(|| panic!("wave us never ran 1.0.0: {}", status(&c)));
-    let audit = c.hubctl(&["audit", "-o", "json"]).expect_ok("audit").json();
+    .unwrap_or_else(|| panic!("wave us never ran 1.0.0: {:?}", status(&c)));
+    let audit: Vec<AuditEntryView> = c
+        .hubctl(&["audit", "-o", "json"])
+        .expect_ok("audit")
+        .answer();
+    let target = format!("{PRODUCT}@1.0.0");
     for action in ["resume-rollout", "promote-wave"] {
         assert!(
-            audit
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|r| r["action"] == action && r["target"] == format!("{PRODUCT}@1.0.0")),
-            "{action} not audited: {audit}"
+            audit.iter().any(|r| r.action.as_deref() == Some(action)
+                && r.target.as_deref() == Some(target.as_str())),
+            "{action} not audited: {audit:?}"
         );
     }
     let canary_plans = plans_of(&c, &canary);
@@ -223,7 +220,7 @@ fn a_release_rolls_through_waves_with_a_soak_and_a_failure_in_a_later_wave_halts
 
 /// The wave `name`'s committed soak end, in ms (polls until a leader answers).
 fn soak_until_ms(c: &Cluster, name: &str) -> Option<i64> {
-    wave(&status(c), name)["soak_until_ms"].as_i64()
+    wave(&status(c), name).soak_until_ms
 }
 
 #[test]
@@ -275,13 +272,12 @@ fn leaders_killed_during_a_soak_and_during_a_wave_change_nothing_the_waves_decid
 
     // Wave 2 opens no earlier than the soak end, one entity at a time.
     let in_flight = poll_until(CONVERGE_TIMEOUT, || {
-        let mut all: Vec<Value> = plans_of(&c, &eu);
+        let mut all: Vec<PlanView> = plans_of(&c, &eu);
         all.extend(plans_of(&c, &us));
-        all.iter()
-            .find(|p| p["status"] == "issued" || p["status"] == "running")
-            .cloned()
+        all.into_iter()
+            .find(|p| p.status == "issued" || p.status == "running")
     })
-    .unwrap_or_else(|| panic!("wave prod never started: {}", status(&c)));
+    .unwrap_or_else(|| panic!("wave prod never started: {:?}", status(&c)));
     // Kill the leader while that plan runs.
     let leader = c.leader_id();
     c.kill9(leader);
@@ -292,14 +288,14 @@ fn leaders_killed_during_a_soak_and_during_a_wave_change_nothing_the_waves_decid
         [&eu, &us]
             .iter()
             .all(|e| {
-                c.query(json!({"query": "entity", "entity": e}))
-                    .is_ok_and(|v| v["reported"]["version"] == "1.0.0")
+                c.ask(&GetEntity(e.to_string()))
+                    .is_ok_and(|v| v.reported.version.as_deref() == Some("1.0.0"))
             })
             .then_some(())
     })
     .unwrap_or_else(|| {
         panic!(
-            "wave prod never finished: {} (in flight was {in_flight})",
+            "wave prod never finished: {:?} (in flight was {in_flight:?})",
             status(&c)
         )
     });
@@ -307,9 +303,9 @@ fn leaders_killed_during_a_soak_and_during_a_wave_change_nothing_the_waves_decid
     for entity in [&first, &eu, &us] {
         let ps = plans_of(&c, entity);
         assert_eq!(ps.len(), 1, "{entity}: one plan, executed once: {ps:?}");
-        assert_eq!(ps[0]["status"], "succeeded", "{ps:?}");
+        assert_eq!(ps[0].status, "succeeded", "{ps:?}");
         if entity != &first {
-            let issued = ps[0]["issued_ms"].as_i64().expect("issued_ms");
+            let issued = ps[0].issued_ms;
             assert!(
                 issued >= soak_end,
                 "{entity}: issued at {issued}, before the soak end {soak_end}"
@@ -317,12 +313,14 @@ fn leaders_killed_during_a_soak_and_during_a_wave_change_nothing_the_waves_decid
         }
     }
     // maxParallel 1: the second plan of wave prod was issued after the first one ended.
-    let mut wave2: Vec<Value> = plans_of(&c, &eu);
+    let mut wave2: Vec<PlanView> = plans_of(&c, &eu);
     wave2.extend(plans_of(&c, &us));
-    wave2.sort_by_key(|p| p["issued_ms"].as_i64());
-    let ended = |p: &Value| p["ended"].as_str().map(str::to_string);
+    wave2.sort_by_key(|p| p.issued_ms);
     assert!(
-        ended(&wave2[0]).is_some_and(|e| e.as_str() <= wave2[1]["issued"].as_str().unwrap_or("")),
+        wave2[0]
+            .ended
+            .as_deref()
+            .is_some_and(|e| e <= wave2[1].issued.as_str()),
         "{wave2:?}"
     );
     assert_eq!(soak_until_ms(&c, "canary"), Some(soak_end));

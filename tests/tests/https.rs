@@ -7,11 +7,12 @@
 //! Prometheus are https, reached through a proxy (except `NO_PROXY` hosts) on reused
 //! connections, with a webhook to a denied address refused without a connection.
 
+use hub_client::answer::{Explain, GetActivity, GetEnvironmentSettings, ListPlans};
 use hub_tests::agent::http_get;
 use hub_tests::canary::{CanaryHub, Traffic};
 use hub_tests::https::{ConnectProxy, DevRegistry, Route, TestCa, TestServer};
 use hub_tests::{free_port, poll_until, Cluster, CONVERGE_TIMEOUT};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const PRODUCT: &str = "com.example:web";
 
@@ -34,29 +35,22 @@ enum Expect {
 
 fn install_plans(cluster: &Cluster, env: &str) -> Option<usize> {
     let v = cluster
-        .query(json!({"query": "plans", "environment": env}))
+        .ask(&ListPlans {
+            environment: Some(env.to_string()),
+            ..ListPlans::default()
+        })
         .ok()?;
-    Some(
-        v["plans"]
-            .as_array()?
-            .iter()
-            .filter(|p| p["kind"] == "install")
-            .count(),
-    )
+    Some(v.plans.iter().filter(|p| p.kind == "install").count())
 }
 
 /// The artifacts constraint's reason in `explain`, once it has been checked.
 fn artifacts_reason(cluster: &Cluster, env: &str) -> Option<String> {
-    let x = cluster
-        .query(json!({"query": "explain", "entity": format!("{env}/web")}))
-        .ok()?;
-    let c = x["constraints"]
-        .as_array()?
-        .iter()
-        .find(|c| c["constraint"] == "artifacts")?
-        .clone();
-    let reason = c["reason"].as_str()?.to_string();
-    (c["passed"] == false && reason.contains("unavailable")).then_some(reason)
+    let x = cluster.ask(&Explain(format!("{env}/web"))).ok()?;
+    let c = x
+        .constraints
+        .into_iter()
+        .find(|c| c.constraint == "artifacts")?;
+    (!c.passed && c.reason.contains("unavailable")).then_some(c.reason)
 }
 
 #[test]
@@ -169,7 +163,7 @@ fn the_hub_checks_https_registries_and_names_every_failure() {
                 .unwrap_or_else(|| {
                     panic!(
                         "{env}: no install plan; explain: {:?}",
-                        cluster.query(json!({"query": "explain", "entity": format!("{env}/web")}))
+                        cluster.ask(&Explain(format!("{env}/web")))
                     )
                 });
             }
@@ -323,9 +317,9 @@ fn bad_registry_input_is_refused_naming_the_field_and_changes_nothing() {
         .expect_err("a broken certificate");
     assert!(err.contains("ca_pem"), "{err}");
     let settings = cluster
-        .query(json!({"query": "environment_settings", "environment": "prod"}))
+        .ask(&GetEnvironmentSettings("prod".into()))
         .expect("settings");
-    assert_eq!(settings["registries"], json!([]), "{settings}");
+    assert!(settings.registries.is_empty(), "{settings:?}");
 }
 
 /// The agent's process-driver download directory of the demo entity.
@@ -430,17 +424,19 @@ fn an_agent_installs_from_an_https_registry_through_a_proxy() {
     publish("1.1.0");
     let failed = poll_until(CONVERGE_TIMEOUT, || {
         let v = cluster
-            .query(json!({"query": "plans", "environment": "prod"}))
+            .ask(&ListPlans {
+                environment: Some("prod".into()),
+                ..ListPlans::default()
+            })
             .ok()?;
-        v["plans"]
-            .as_array()?
-            .iter()
-            .find(|p| p["kind"] == "version-change" && p["status"] == "failed")
-            .cloned()
+        v.plans
+            .into_iter()
+            .find(|p| p.kind == "version-change" && p.status == "failed")
     })
     .unwrap_or_else(|| panic!("the upgrade never failed\n{}", agent.log_tail(40)));
-    assert_eq!(failed["failure"]["stage"], "fetch", "{failed}");
-    let message = failed["failure"]["message"].as_str().expect("message");
+    let failure = failed.failure.as_ref().expect("a failure");
+    assert_eq!(failure.stage, "fetch", "{failed:?}");
+    let message = failure.message.as_str();
     assert_eq!(
         message,
         format!(
@@ -612,11 +608,8 @@ fn canary_calls_go_over_https_through_a_proxy_and_never_to_a_denied_address() {
         .expect("config");
     hub.wait_phase("demo", CONVERGE_TIMEOUT * 2, |p| p == "Waiting");
     let activity = poll_until(CONVERGE_TIMEOUT, || {
-        let v: Value = hub
-            .cluster
-            .query(json!({"query": "activity", "entity": hub.entity}))
-            .ok()?;
-        let text = v["entries"].to_string();
+        let v = hub.cluster.ask(&GetActivity(hub.entity.clone())).ok()?;
+        let text = serde_json::to_string(&v.entries).expect("JSON");
         text.contains("in the denied range 127.0.0.2/32")
             .then_some(text)
     })

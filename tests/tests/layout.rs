@@ -393,14 +393,15 @@ fn field_lookups(code: &str) -> Vec<(usize, String)> {
         .collect()
 }
 
-/// Lines of `code` that write a query as a JSON literal: a query is a typed
-/// `hub_client::answer` query (`GetPlan`, `ListPlans`, …) paired with its answer's type.
+/// Lines of `code` that write a query as JSON (a `json!` literal or a JSON string): a query
+/// is a typed `hub_client::answer` query (`GetPlan`, `ListPlans`, …) paired with its
+/// answer's type.
 fn query_literals(code: &str) -> Vec<(usize, String)> {
     code.lines()
         .enumerate()
         .filter(|(_, l)| {
             let l: String = l.chars().filter(|c| !c.is_whitespace()).collect();
-            l.contains("json!({\"query\"")
+            l.contains("{\"query\":") || l.contains("{\\\"query\\\":")
         })
         .map(|(i, l)| (i + 1, l.trim().to_string()))
         .collect()
@@ -429,14 +430,40 @@ fn hubctl_and_chaos_read_answers_as_structs() {
     );
 }
 
+/// The black-box tests ask typed queries too (issue 54 item 7): no query is written as JSON
+/// anywhere under `tests/` (the wire's own bytes are pinned by `node/tests/query_wire.rs`),
+/// except in `tests/tests/abuse/`, where malformed and oversized bytes are the point.
+#[test]
+fn the_tests_ask_typed_queries() {
+    let mut files = Vec::new();
+    rust_files(&repo_root().join("tests"), &mut files);
+    let abuse = repo_root().join("tests/tests/abuse");
+    let mut found = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| !f.ends_with("tests/layout.rs") && !f.starts_with(&abuse))
+    {
+        let code = std::fs::read_to_string(file).expect("readable source");
+        for (line, text) in query_literals(&code) {
+            found.push(format!("{}:{line}: {text}", file.display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a query written as JSON; ask a typed query (hub_client::answer) instead:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn a_field_lookup_and_a_query_literal_are_found() {
     let code = "let v = x[\"plans\"];\nlet cols = &[\"id\", \"name\"];\n\
                 // v[\"a\"]\nlet y = f()[\"a\"][\"b\"];\n\
-                let q = json!({\"query\": \"plans\"});\nlet q = json!({ \"query\" : \"x\" });\n";
+                let q = json!({\"query\": \"plans\"});\nlet q = json!({ \"query\" : \"x\" });\n\
+                let q = r#\"{\"query\":\"products\"}\"#;\nlet q = \"{\\\"query\\\":\\\"x\\\"}\";\n";
     let lines = |found: Vec<(usize, String)>| found.iter().map(|(l, _)| *l).collect::<Vec<_>>();
     assert_eq!(lines(field_lookups(code)), vec![1, 4]);
-    assert_eq!(lines(query_literals(code)), vec![5, 6]);
+    assert_eq!(lines(query_literals(code)), vec![5, 6, 7, 8]);
 }
 
 /// `hubctl` talks to a hub only through `hub-client`: it never links the daemon.

@@ -5,8 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
+use hub_client::answer::{
+    ChangeRequestView, Explain, GetEntity, GetPlan, ListModules, ListPlans, ModuleDryRunAnswer,
+    ModuleInstallationDetail, ModuleSummaryView, ModuleView, PlanView,
+};
 use hub_tests::{poll_until, Cluster, CmdOutput, CONVERGE_TIMEOUT};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const SHA: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
@@ -30,11 +34,12 @@ fn ok(cluster: &Cluster, args: &[&str]) -> CmdOutput {
     cluster.hubctl(args).expect_ok(&args.join(" "))
 }
 
+/// `hubctl ARGS -o json` read as `A`: the hub's answer (or its list of rows) unchanged.
 #[track_caller]
-fn ok_json(cluster: &Cluster, args: &[&str]) -> Value {
+fn ok_answer<A: serde::de::DeserializeOwned>(cluster: &Cluster, args: &[&str]) -> A {
     let mut all = args.to_vec();
     all.extend(["-o", "json"]);
-    ok(cluster, &all).json()
+    ok(cluster, &all).answer()
 }
 
 fn release(cluster: &Cluster, product: &str, version: &str) {
@@ -54,40 +59,34 @@ fn wait_plans(
     cluster: &Cluster,
     entity: &str,
     what: &str,
-    pred: impl Fn(&[Value]) -> bool,
-) -> Vec<Value> {
+    pred: impl Fn(&[PlanView]) -> bool,
+) -> Vec<PlanView> {
+    let query = ListPlans {
+        entity: Some(entity.to_string()),
+        ..ListPlans::default()
+    };
     poll_until(CONVERGE_TIMEOUT, || {
-        let v = cluster
-            .query(json!({"query": "plans", "entity": entity}))
-            .ok()?;
-        let plans = v["plans"].as_array()?.clone();
+        let plans = cluster.ask(&query).ok()?.plans;
         pred(&plans).then_some(plans)
     })
-    .unwrap_or_else(|| {
-        panic!(
-            "{what}: {:?}",
-            cluster.query(json!({"query": "plans", "entity": entity}))
-        )
-    })
+    .unwrap_or_else(|| panic!("{what}: {:?}", cluster.ask(&query)))
 }
 
 /// The config a plan of `kind` carried (the full plan view).
-fn plan_config(cluster: &Cluster, plans: &[Value], kind: &str) -> String {
+fn plan_config(cluster: &Cluster, plans: &[PlanView], kind: &str) -> String {
     let id = plans
         .iter()
-        .find(|p| p["kind"] == kind)
-        .and_then(|p| p["id"].as_str())
+        .find(|p| p.kind == kind)
+        .map(|p| p.id.clone())
         .unwrap_or_else(|| panic!("no {kind} plan: {plans:?}"));
-    let plan = cluster
-        .query(json!({"query": "plan", "id": id}))
-        .expect("plan");
-    plan["to_config"].as_str().unwrap_or_default().to_string()
+    let plan = cluster.ask(&GetPlan(id)).expect("plan");
+    plan.to_config.flatten().unwrap_or_default()
 }
 
-fn succeeded(plans: &[Value], kind: &str) -> usize {
+fn succeeded(plans: &[PlanView], kind: &str) -> usize {
     plans
         .iter()
-        .filter(|p| p["kind"] == kind && p["status"] == "succeeded")
+        .filter(|p| p.kind == kind && p.status == "succeeded")
         .count()
 }
 
@@ -108,10 +107,11 @@ fn control_plane_module_installed_updated_and_an_entity_moved() {
         &fixture("control-plane-module.yml"),
     );
     let file = file.to_str().expect("utf-8 path");
-    let dry = ok_json(&cluster, &["module", "create", "-f", file, "--dry-run"]);
-    assert_eq!(dry["version"], "0.1.0", "{dry}");
-    let list = ok_json(&cluster, &["module", "list"]);
-    assert_eq!(list.as_array().map(Vec::len), Some(0), "{list}");
+    let dry: ModuleDryRunAnswer =
+        ok_answer(&cluster, &["module", "create", "-f", file, "--dry-run"]);
+    assert_eq!(dry.version, "0.1.0", "{dry:?}");
+    let list: Vec<ModuleSummaryView> = ok_answer(&cluster, &["module", "list"]);
+    assert!(list.is_empty(), "{list:?}");
     // Bad input: the error names the file, the path and the line; nothing is published.
     let bad = write(
         &dir,
@@ -126,8 +126,8 @@ fn control_plane_module_installed_updated_and_an_entity_moved() {
         out.describe()
     );
     ok(&cluster, &["module", "create", "-f", file]);
-    let got = ok_json(&cluster, &["module", "get", "control-plane-module"]);
-    assert_eq!(got["version"], "0.1.0", "{got}");
+    let got: ModuleView = ok_answer(&cluster, &["module", "get", "control-plane-module"]);
+    assert_eq!(got.version, "0.1.0", "{got:?}");
     let download = dir.join("downloaded.yml");
     ok(
         &cluster,
@@ -166,10 +166,9 @@ fn control_plane_module_installed_updated_and_an_entity_moved() {
     // The database's required secret (SPEC M4) holds its install until it is set.
     let db = "eid:prod:helmChart:database-service";
     let explain = poll_until(CONVERGE_TIMEOUT, || {
-        let x = cluster
-            .query(json!({"query": "explain", "entity": db}))
-            .ok()?;
-        x.to_string()
+        let x = cluster.ask(&Explain(db.to_string())).ok()?;
+        serde_json::to_string(&x)
+            .expect("JSON")
             .contains("service-secret.api-key")
             .then_some(x)
     });
@@ -201,7 +200,7 @@ fn control_plane_module_installed_updated_and_an_entity_moved() {
         &fixture("control-plane-module.yml").replacen("small: 1Gi", "small: 1.5Gi", 1),
     );
     ok(&cluster, &["module", "create", "-f", file]);
-    let crs = ok_json(
+    let crs: Vec<ChangeRequestView> = ok_answer(
         &cluster,
         &[
             "changerequest",
@@ -211,11 +210,10 @@ fn control_plane_module_installed_updated_and_an_entity_moved() {
             "--open",
         ],
     );
-    let crs = crs.as_array().cloned().unwrap_or_default();
     assert_eq!(crs.len(), 1, "{crs:?}");
-    assert_eq!(crs[0]["to_version"], "0.2.0");
-    let cr = crs[0]["id"].as_str().expect("id").to_string();
-    let inst = ok_json(
+    assert_eq!(crs[0].to_version, "0.2.0");
+    let cr = crs[0].id.clone();
+    let inst: ModuleInstallationDetail = ok_answer(
         &cluster,
         &[
             "module",
@@ -225,14 +223,14 @@ fn control_plane_module_installed_updated_and_an_entity_moved() {
             "prod",
         ],
     );
-    assert_eq!(inst["status"], "Update Pending", "{inst}");
+    assert_eq!(inst.status, "Update Pending", "{inst:?}");
     ok(&cluster, &["changerequest", "approve", &cr]);
     let plans = wait_plans(&cluster, backend, "config plan", |p| {
         succeeded(p, "config-change") == 1
     });
     let config = plan_config(&cluster, &plans, "config-change");
     assert!(config.contains("memory: 1.5Gi"), "{config}");
-    let inst = ok_json(
+    let inst: ModuleInstallationDetail = ok_answer(
         &cluster,
         &[
             "module",
@@ -243,8 +241,8 @@ fn control_plane_module_installed_updated_and_an_entity_moved() {
         ],
     );
     assert_eq!(
-        (inst["version"].clone(), inst["status"].clone()),
-        (json!("0.2.0"), json!("Up To Date"))
+        (inst.version.as_str(), inst.status.as_str()),
+        ("0.2.0", "Up To Date")
     );
 
     // SPEC M12: move the monitoring entity from core-services to observability.
@@ -279,7 +277,7 @@ fn control_plane_module_installed_updated_and_an_entity_moved() {
     );
     write(&dir, "core-services.yml", &module("core-services", false));
     ok(&cluster, &["module", "create", "-f", core]);
-    let crs = ok_json(
+    let crs: Vec<ChangeRequestView> = ok_answer(
         &cluster,
         &[
             "changerequest",
@@ -289,30 +287,31 @@ fn control_plane_module_installed_updated_and_an_entity_moved() {
             "--open",
         ],
     );
-    let cr = crs[0]["id"].as_str().expect("cr").to_string();
+    let cr = crs.first().expect("cr").id.clone();
     ok(&cluster, &["changerequest", "approve", &cr]);
     ok(
         &cluster,
         &["module", "install", "observability", "-e", "prod"],
     );
     let e = cluster
-        .query(json!({"query": "entity", "entity": monitoring}))
+        .ask(&GetEntity(monitoring.to_string()))
         .expect("entity");
-    assert_eq!(e["owner_module"], "observability", "{e}");
+    assert_eq!(e.owner_module.as_deref(), Some("observability"), "{e:?}");
     // No plan follows the move: explain says it is at its target.
     let explain = poll_until(CONVERGE_TIMEOUT, || {
-        let x = cluster
-            .query(json!({"query": "explain", "entity": monitoring}))
-            .ok()?;
-        (x["has_candidate"] == false).then_some(x)
+        let x = cluster.ask(&Explain(monitoring.to_string())).ok()?;
+        (!x.has_candidate).then_some(x)
     });
     let plans = cluster
-        .query(json!({"query": "plans", "entity": monitoring}))
+        .ask(&ListPlans {
+            entity: Some(monitoring.to_string()),
+            ..ListPlans::default()
+        })
         .expect("plans");
     assert_eq!(
-        plans["plans"].as_array().map(Vec::len),
-        Some(1),
-        "only the install: {plans} {explain:?}"
+        plans.plans.len(),
+        1,
+        "only the install: {plans:?} {explain:?}"
     );
 }
 
@@ -333,10 +332,6 @@ fn a_publish_retried_across_a_leader_kill_creates_one_version() {
         .submit_with_id(command, "publish-once")
         .expect("retry");
     assert_eq!(first, retry);
-    let modules = cluster.query(json!({"query": "modules"})).expect("modules");
-    assert_eq!(
-        modules["modules"][0]["versions"],
-        json!(["0.1.0"]),
-        "{modules}"
-    );
+    let modules = cluster.ask(&ListModules).expect("modules");
+    assert_eq!(modules.modules[0].versions, ["0.1.0"], "{modules:?}");
 }

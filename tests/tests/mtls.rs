@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use hub_client::answer::{GetEntity, ListAudit};
 use hub_proto::agent_client::AgentClient;
 use hub_proto::hub_client::HubClient;
 use hub_proto::raft_client::RaftClient;
@@ -276,15 +277,18 @@ fn the_actor_is_the_certificate_identity() {
             "actor": "somebody-else"}}),
         )
         .expect("suppression");
-    let audit = cluster.query(json!({"query": "audit"})).expect("audit");
-    let rows = audit["audit"].as_array().expect("rows");
+    let audit = cluster.ask(&ListAudit::default()).expect("audit");
+    let rows = &audit.audit;
     assert!(
-        rows.iter().any(|r| r["actor"] == "operator/admin"),
-        "{audit}"
+        rows.iter()
+            .any(|r| r.actor.as_deref() == Some("operator/admin")),
+        "{audit:?}"
     );
     assert!(
-        !audit.to_string().contains("somebody-else"),
-        "the client's actor field was recorded: {audit}"
+        !serde_json::to_string(&audit)
+            .expect("JSON")
+            .contains("somebody-else"),
+        "the client's actor field was recorded: {audit:?}"
     );
 }
 
@@ -428,10 +432,8 @@ fn certificates_rotate_on_sighup_under_a_live_agent() {
     };
     let reported = |v: &str| {
         poll_until(CONVERGE_TIMEOUT * 2, || {
-            let e = cluster
-                .query(json!({"query": "entity", "entity": entity}))
-                .ok()?;
-            (e["reported"]["version"] == v).then_some(())
+            let e = cluster.ask(&GetEntity(entity.clone())).ok()?;
+            (e.reported.version.as_deref() == Some(v)).then_some(())
         })
         .unwrap_or_else(|| panic!("the agent never reported {v}:\n{}", agent.log_tail(20)))
     };

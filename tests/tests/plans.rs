@@ -3,8 +3,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use hub_client::answer::{
+    Explain, GetActivity, GetEntity, GetPlan, ListAudit, ListPlans, ListSuppressions,
+    MeetsConstraints, PlanView,
+};
 use hub_tests::{poll_until, Cluster, CONVERGE_TIMEOUT};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const PRODUCT: &str = "com.example:web";
 
@@ -50,41 +54,43 @@ fn publish(cluster: &Cluster, manifest: &str) {
 
 /// Every plan of `env` (the hub keeps the newest 20 finished ones per entity); `None` while
 /// no node can answer (e.g. during an election).
-fn try_plans(cluster: &Cluster, env: &str) -> Option<Vec<Value>> {
+fn try_plans(cluster: &Cluster, env: &str) -> Option<Vec<PlanView>> {
     let v = cluster
-        .query(json!({"query": "plans", "environment": env, "limit": 100000}))
+        .ask(&ListPlans {
+            environment: Some(env.to_string()),
+            limit: Some(100000),
+            ..ListPlans::default()
+        })
         .ok()?;
-    v["plans"].as_array().cloned()
+    Some(v.plans)
 }
 
-fn plans(cluster: &Cluster, env: &str) -> Vec<Value> {
+fn plans(cluster: &Cluster, env: &str) -> Vec<PlanView> {
     poll_until(CONVERGE_TIMEOUT, || try_plans(cluster, env)).expect("the hub answers a plan query")
 }
 
-fn count(plans: &[Value], kind: &str, status: &str) -> usize {
+fn count(plans: &[PlanView], kind: &str, status: &str) -> usize {
     plans
         .iter()
-        .filter(|p| p["kind"] == kind && p["status"] == status)
+        .filter(|p| p.kind == kind && p.status == status)
         .count()
 }
 
 /// (entity, kind, to_version) -> plan ids: more than one id means a plan was issued twice.
-fn by_target(plans: &[Value]) -> BTreeMap<(String, String, String), Vec<String>> {
+fn by_target(plans: &[PlanView]) -> BTreeMap<(String, String, String), Vec<String>> {
     let mut m: BTreeMap<_, Vec<String>> = BTreeMap::new();
     for p in plans {
         let key = (
-            p["entity"].as_str().unwrap_or_default().to_string(),
-            p["kind"].as_str().unwrap_or_default().to_string(),
-            p["to_version"].as_str().unwrap_or("-").to_string(),
+            p.entity.clone(),
+            p.kind.clone(),
+            p.to_version.as_deref().unwrap_or("-").to_string(),
         );
-        m.entry(key)
-            .or_default()
-            .push(p["id"].as_str().unwrap_or_default().to_string());
+        m.entry(key).or_default().push(p.id.clone());
     }
     m
 }
 
-fn wait_for(cluster: &Cluster, what: &str, mut f: impl FnMut(&[Value]) -> bool, env: &str) {
+fn wait_for(cluster: &Cluster, what: &str, mut f: impl FnMut(&[PlanView]) -> bool, env: &str) {
     let ok = poll_until(CONVERGE_TIMEOUT * 2, || {
         let p = try_plans(cluster, env)?;
         f(&p).then_some(())
@@ -95,7 +101,7 @@ fn wait_for(cluster: &Cluster, what: &str, mut f: impl FnMut(&[Value]) -> bool, 
             "timed out waiting for {what}; {} plans, statuses {:?}\n{}",
             p.len(),
             p.iter()
-                .map(|p| format!("{} {} {}", p["entity"], p["kind"], p["status"]))
+                .map(|p| format!("{} {} {}", p.entity, p.kind, p.status))
                 .take(20)
                 .collect::<Vec<_>>(),
             cluster.log_tails(30)
@@ -155,13 +161,11 @@ fn leader_killed_while_plans_are_issued_issues_each_plan_exactly_once() {
             ids.len()
         );
     }
-    let entities: BTreeSet<&str> = all.iter().filter_map(|p| p["entity"].as_str()).collect();
+    let entities: BTreeSet<&str> = all.iter().map(|p| p.entity.as_str()).collect();
     assert_eq!(entities.len(), N);
     for id in &ids {
-        let e = cluster
-            .query(json!({"query": "entity", "entity": id}))
-            .expect("entity");
-        assert_eq!(e["reported"]["version"], "1.1.0", "{id}: {e}");
+        let e = cluster.ask(&GetEntity(id.clone())).expect("entity");
+        assert_eq!(e.reported.version.as_deref(), Some("1.1.0"), "{id}: {e:?}");
     }
     // The agent started each plan exactly once.
     let exec = agent.executions();
@@ -206,47 +210,39 @@ fn a_failed_upgrade_suppresses_the_entity_and_rolls_back() {
     let all = plans(&cluster, "prod");
     let failed = all
         .iter()
-        .find(|p| p["status"] == "failed")
+        .find(|p| p.status == "failed")
         .expect("failed plan");
-    let full = cluster
-        .query(json!({"query": "plan", "id": failed["id"]}))
-        .expect("plan");
-    assert_eq!(full["failure"]["stage"], "readiness", "{full}");
-    assert_eq!(full["failure"]["not_ready"][0], format!("{}:http", ids[0]));
-    let rollback = all
-        .iter()
-        .find(|p| p["kind"] == "rollback")
-        .expect("rollback");
-    assert_eq!(rollback["to_version"], "1.0.0");
-    assert_eq!(rollback["rolls_back"], failed["id"]);
+    let full = cluster.ask(&GetPlan(failed.id.clone())).expect("plan");
+    let failure = full.failure.as_ref().expect("a failure");
+    assert_eq!(failure.stage, "readiness", "{full:?}");
+    assert_eq!(failure.not_ready[0], format!("{}:http", ids[0]));
+    let rollback = all.iter().find(|p| p.kind == "rollback").expect("rollback");
+    assert_eq!(rollback.to_version.as_deref(), Some("1.0.0"));
+    assert_eq!(rollback.rolls_back.as_deref(), Some(failed.id.as_str()));
     // The automatic suppression is in force and blocks the retry of 2.0.0.
     let sups = cluster
-        .query(json!({"query": "suppressions", "environment": "prod"}))
+        .ask(&ListSuppressions {
+            environment: Some("prod".into()),
+        })
         .expect("suppressions");
-    let auto: Vec<&Value> = sups["suppressions"]
-        .as_array()
-        .expect("list")
+    let auto: Vec<_> = sups
+        .suppressions
         .iter()
-        .filter(|s| s["source"] == "failed-plan")
+        .filter(|s| s.source == "failed-plan")
         .collect();
-    assert_eq!(auto.len(), 1, "{sups}");
-    let explain = cluster
-        .query(json!({"query": "explain", "entity": ids[0]}))
-        .expect("explain");
-    assert_eq!(explain["meets_constraints"], false, "{explain}");
-    let blocking: Vec<&Value> = explain["constraints"]
-        .as_array()
-        .expect("constraints")
-        .iter()
-        .filter(|c| c["passed"] == false)
-        .collect();
-    assert_eq!(blocking.len(), 1, "{explain}");
-    assert_eq!(blocking[0]["constraint"], "suppression");
-    assert!(explain["may_clear_at"].is_string(), "{explain}");
-    let e = cluster
-        .query(json!({"query": "entity", "entity": ids[0]}))
-        .expect("entity");
-    assert_eq!(e["reported"]["version"], "1.0.0", "{e}");
+    assert_eq!(auto.len(), 1, "{sups:?}");
+    let explain = cluster.ask(&Explain(ids[0].clone())).expect("explain");
+    assert_eq!(
+        explain.meets_constraints,
+        MeetsConstraints::No,
+        "{explain:?}"
+    );
+    let blocking: Vec<_> = explain.constraints.iter().filter(|c| !c.passed).collect();
+    assert_eq!(blocking.len(), 1, "{explain:?}");
+    assert_eq!(blocking[0].constraint, "suppression");
+    assert!(explain.may_clear_at.is_some(), "{explain:?}");
+    let e = cluster.ask(&GetEntity(ids[0].clone())).expect("entity");
+    assert_eq!(e.reported.version.as_deref(), Some("1.0.0"), "{e:?}");
 }
 
 #[test]
@@ -276,25 +272,39 @@ fn missing_artifacts_block_until_they_appear() {
 
     publish(&cluster, &manifest("1.1.0", &[("web/web-1.1.0.tgz", &sha)]));
     let blocked = poll_until(CONVERGE_TIMEOUT, || {
-        let x = cluster
-            .query(json!({"query": "explain", "entity": ids[0]}))
-            .ok()?;
-        let c = x["constraints"]
-            .as_array()?
+        let x = cluster.ask(&Explain(ids[0].clone())).ok()?;
+        let c = x
+            .constraints
             .iter()
-            .find(|c| c["constraint"] == "artifacts")?
+            .find(|c| c.constraint == "artifacts")?
             .clone();
-        (c["passed"] == false && c["reason"].as_str()?.contains("unavailable")).then_some(x)
+        (!c.passed && c.reason.contains("unavailable")).then_some(x)
     })
     .expect("the missing artifact blocks the upgrade");
-    assert_eq!(blocked["candidate"]["to_version"], "1.1.0", "{blocked}");
-    let activity = cluster
-        .query(json!({"query": "activity", "entity": ids[0]}))
-        .expect("activity");
-    assert!(
-        activity["entries"].to_string().contains("artifacts"),
-        "Activity names the blocking constraint: {activity}"
+    assert_eq!(
+        blocked
+            .candidate
+            .as_ref()
+            .and_then(|c| c.to_version.as_deref()),
+        Some("1.1.0"),
+        "{blocked:?}"
     );
+    // The leader records its decision in Activity in an entry of its own, which may commit
+    // after `explain` (computed when asked) already shows the block.
+    poll_until(CONVERGE_TIMEOUT, || {
+        let activity = cluster.ask(&GetActivity(ids[0].clone())).ok()?;
+        activity
+            .entries
+            .iter()
+            .any(|e| e.kind.contains("artifacts") || e.message.contains("artifacts"))
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "Activity never named the blocking constraint: {:?}",
+            cluster.ask(&GetActivity(ids[0].clone()))
+        )
+    });
     assert_eq!(
         count(&plans(&cluster, "prod"), "version-change", "issued"),
         0
@@ -339,13 +349,15 @@ fn an_emergency_command_bypasses_a_manual_suppression_and_is_audited() {
     let _agent = cluster.start_test_agent("prod", &["--task-ms", "5"]);
     // Frozen: the install candidate is blocked by the manual suppression.
     let explain = poll_until(CONVERGE_TIMEOUT, || {
-        let x = cluster
-            .query(json!({"query": "explain", "entity": ids[0]}))
-            .ok()?;
-        (x["meets_constraints"] == false).then_some(x)
+        let x = cluster.ask(&Explain(ids[0].clone())).ok()?;
+        (x.meets_constraints == MeetsConstraints::No).then_some(x)
     })
     .expect("blocked by the suppression");
-    assert_eq!(explain["candidate"]["kind"], "install", "{explain}");
+    assert_eq!(
+        explain.candidate.as_ref().map(|c| c.kind.as_str()),
+        Some("install"),
+        "{explain:?}"
+    );
 
     let refused = cluster
         .submit(
@@ -366,25 +378,31 @@ fn an_emergency_command_bypasses_a_manual_suppression_and_is_audited() {
         |p| count(p, "command", "succeeded") == 1,
         "prod",
     );
-    let e = cluster
-        .query(json!({"query": "entity", "entity": ids[0]}))
-        .expect("entity");
-    assert_eq!(e["reported"]["version"], "1.0.0", "{e}");
+    let e = cluster.ask(&GetEntity(ids[0].clone())).expect("entity");
+    assert_eq!(e.reported.version.as_deref(), Some("1.0.0"), "{e:?}");
     // Still frozen for ordinary plans: 1.1.0 is not installed.
-    let explain = cluster
-        .query(json!({"query": "explain", "entity": ids[0]}))
-        .expect("explain");
-    assert_eq!(explain["candidate"]["to_version"], "1.1.0", "{explain}");
-    assert_eq!(explain["meets_constraints"], false, "{explain}");
-    let audit = cluster.query(json!({"query": "audit"})).expect("audit");
-    let entry = audit["audit"]
-        .as_array()
-        .expect("audit list")
+    let explain = cluster.ask(&Explain(ids[0].clone())).expect("explain");
+    assert_eq!(
+        explain
+            .candidate
+            .as_ref()
+            .and_then(|c| c.to_version.as_deref()),
+        Some("1.1.0"),
+        "{explain:?}"
+    );
+    assert_eq!(
+        explain.meets_constraints,
+        MeetsConstraints::No,
+        "{explain:?}"
+    );
+    let audit = cluster.ask(&ListAudit::default()).expect("audit");
+    let entry = audit
+        .audit
         .iter()
-        .find(|a| a["action"] == "command install")
+        .find(|a| a.action.as_deref() == Some("command install"))
         .cloned()
-        .unwrap_or_else(|| panic!("no audit entry: {audit}"));
+        .unwrap_or_else(|| panic!("no audit entry: {audit:?}"));
     // The certificate's identity, not the actor field the client sent (SPEC S4).
-    assert_eq!(entry["actor"], "operator/admin");
-    assert_eq!(entry["reason"], "hotfix for INC-42");
+    assert_eq!(entry.actor.as_deref(), Some("operator/admin"));
+    assert_eq!(entry.reason, "hotfix for INC-42");
 }

@@ -8,6 +8,7 @@ use hub_tests::{hubctl_bin, hubctl_raw, poll_until, run_with_limit, Cluster, Cmd
 use hub_tests::{CONVERGE_TIMEOUT, HUBCTL_LIMIT};
 use std::path::Path;
 
+use hub_client::answer::RevokedCertificateView;
 use hub_tls::Identity;
 
 /// `hubctl --endpoints ADDR ARGS` as `who`, at one node only.
@@ -85,18 +86,22 @@ fn a_revoked_operator_certificate_is_refused_by_every_node() {
             hubctl_at_node(&cluster, &bob, &node.addr, &["digest"])
         });
     }
-    let listed = cluster
+    let listed: Vec<RevokedCertificateView> = cluster
         .hubctl(&["pki", "revoked", "-o", "json"])
         .expect_ok("pki revoked")
-        .json();
-    let rows = listed.as_array().expect("a list");
-    assert_eq!(rows.len(), 1, "{listed}");
-    assert_eq!(rows[0]["identity"], "operator/bob", "{listed}");
-    assert_eq!(rows[0]["reason"], "laptop stolen", "{listed}");
-    assert_eq!(rows[0]["revoked_by"], "operator/admin", "{listed}");
+        .answer();
+    let rows = &listed;
+    assert_eq!(rows.len(), 1, "{listed:?}");
+    assert_eq!(
+        rows[0].identity.as_deref(),
+        Some("operator/bob"),
+        "{listed:?}"
+    );
+    assert_eq!(rows[0].reason, "laptop stolen", "{listed:?}");
+    assert_eq!(rows[0].revoked_by, "operator/admin", "{listed:?}");
     assert!(
-        rows[0]["not_after"].is_string(),
-        "read from the certificate: {listed}"
+        rows[0].not_after.is_some(),
+        "read from the certificate: {listed:?}"
     );
     // A repeat succeeds and changes nothing; the admin is unaffected.
     revoke_cert(&cluster, &cluster.endpoints(), &bob_cert, "again").expect_ok("a repeat");
@@ -238,11 +243,11 @@ fn a_crl_of_the_cluster_ca_revokes_what_it_lists_and_another_cas_is_refused() {
             &["pki", "revoke", "--crl-file", crl.to_str().unwrap()],
         )
         .expect_err(1, "may not RevokeCertificates: needs admin");
-    let listed = cluster
+    let listed: Vec<RevokedCertificateView> = cluster
         .hubctl(&["pki", "revoked", "-o", "json"])
         .expect_ok("list")
-        .json();
-    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+        .answer();
+    assert!(listed.is_empty(), "{listed:?}");
     hubctl_at_node(&cluster, &carol, &addr, &["digest"]).expect_ok("bob revoked nothing");
     cluster
         .hubctl(&["pki", "revoke", "--crl-file", crl.to_str().unwrap()])
@@ -251,16 +256,14 @@ fn a_crl_of_the_cluster_ca_revokes_what_it_lists_and_another_cas_is_refused() {
         hubctl_at_node(&cluster, &carol, &addr, &["digest"])
     });
     hubctl_at_node(&cluster, &dave, &addr, &["digest"]).expect_ok("dave was not listed");
-    let listed = cluster
+    let listed: Vec<RevokedCertificateView> = cluster
         .hubctl(&["pki", "revoked", "-o", "json"])
         .expect_ok("list")
-        .json();
-    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+        .answer();
+    assert_eq!(listed.len(), 1, "{listed:?}");
     assert!(
-        listed[0]["reason"]
-            .as_str()
-            .is_some_and(|r| r.starts_with("listed in a CRL")),
-        "{listed}"
+        listed[0].reason.starts_with("listed in a CRL"),
+        "{listed:?}"
     );
 }
 
@@ -281,11 +284,15 @@ fn a_revoked_node_is_refused_by_its_peers() {
     refused_as_revoked("the revoked node's forwarded write", || {
         cluster.hubctl_at(&at_revoked, &["env", "create", "after"])
     });
-    let listed = cluster
+    let listed: Vec<RevokedCertificateView> = cluster
         .hubctl_at(&at_leader, &["pki", "revoked", "-o", "json"])
         .expect_ok("pki revoked")
-        .json();
-    assert_eq!(listed[0]["identity"], format!("node/{revoked}"), "{listed}");
+        .answer();
+    assert_eq!(
+        listed[0].identity,
+        Some(format!("node/{revoked}")),
+        "{listed:?}"
+    );
     // The others keep serving writes.
     cluster
         .hubctl_at(&at_leader, &["env", "create", "still"])
@@ -314,11 +321,11 @@ fn a_revoked_operators_watch_ends_and_only_admins_revoke_and_list() {
     cluster
         .hubctl_as(&bob, &["pki", "revoked"])
         .expect_err(1, "admin");
-    let listed = cluster
+    let listed: Vec<RevokedCertificateView> = cluster
         .hubctl(&["pki", "revoked", "-o", "json"])
         .expect_ok("the admin lists")
-        .json();
-    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+        .answer();
+    assert!(listed.is_empty(), "{listed:?}");
 
     // Bob watches the cluster's status (a pipe: each change printed), then is revoked.
     let f = cluster.tls_files(&bob);
@@ -403,11 +410,11 @@ fn a_large_crl_goes_in_batches_and_one_beyond_the_budget_is_refused_whole() {
             1,
             "lists 10001 certificates, more than the 10000 a hub keeps",
         );
-    let listed = cluster
+    let listed: Vec<RevokedCertificateView> = cluster
         .hubctl(&["pki", "revoked", "-o", "json"])
         .expect_ok("pki revoked")
-        .json();
-    assert_eq!(listed.as_array().map(Vec::len), Some(0), "nothing revoked");
+        .answer();
+    assert!(listed.is_empty(), "nothing revoked");
 
     // 1,201 entries: three entries of at most 500 each.
     let big = cluster.dir().join("big.crl");
@@ -425,16 +432,13 @@ fn a_large_crl_goes_in_batches_and_one_beyond_the_budget_is_refused_whole() {
         .json();
     assert_eq!(out["listed"], 1_201, "{out}");
     assert_eq!(out["batches"], 3, "{out}");
-    let listed = cluster
+    let listed: Vec<RevokedCertificateView> = cluster
         .hubctl(&["pki", "revoked", "-o", "json"])
         .expect_ok("pki revoked")
-        .json();
-    let rows = listed.as_array().expect("a list");
+        .answer();
+    let rows = &listed;
     assert_eq!(rows.len(), 1_201);
-    assert!(
-        rows.iter().any(|r| r["serial"] == "100004b0"),
-        "the last one"
-    );
+    assert!(rows.iter().any(|r| r.serial == "100004b0"), "the last one");
     // Again: every entry is already there, and it succeeds.
     cluster
         .hubctl(&["pki", "revoke", "--crl-file", big.to_str().unwrap()])

@@ -4,6 +4,7 @@
 //! revoked binding stops working at once; the last admin stays; agents stay in their
 //! environment.
 
+use hub_client::answer::{AuditEntryView, RoleBindingView};
 use hub_tests::tls::ADMIN;
 use hub_tests::{poll_until, Cluster, CmdOutput, CONVERGE_TIMEOUT};
 use hub_tls::Identity;
@@ -152,13 +153,12 @@ fn every_family_needs_its_role_and_a_refusal_names_it_and_changes_nothing() {
     // The audit shows both: each refusal (recorded by the refusing node, in the background)
     // and the write that was applied, all with bob as the actor.
     let audit = poll_until(CONVERGE_TIMEOUT, || {
-        let v = ok(
+        let rows: Vec<AuditEntryView> = ok(
             c.hubctl(&["audit", "--actor", "operator/bob", "-o", "json"]),
             "audit",
         )
-        .json();
-        let rows = v.as_array().cloned().unwrap_or_default();
-        let refused = rows.iter().filter(|r| r["outcome"] == "refused").count();
+        .answer();
+        let refused = rows.iter().filter(|r| r.outcome == "refused").count();
         (refused >= denied.len()).then_some(rows)
     })
     .expect("every refusal reaches the audit");
@@ -166,14 +166,14 @@ fn every_family_needs_its_role_and_a_refusal_names_it_and_changes_nothing() {
         assert!(
             audit
                 .iter()
-                .any(|r| r["outcome"] == "refused" && r["error"] == *refusal),
+                .any(|r| r.outcome == "refused" && r.error == *refusal),
             "{refusal} not in the audit: {audit:?}"
         );
     }
     assert!(
-        audit.iter().any(|r| r["outcome"] == "applied"
-            && r["command"] == "CreateSuppression"
-            && r["target"] == "environment stage"),
+        audit.iter().any(|r| r.outcome == "applied"
+            && r.command.as_deref() == Some("CreateSuppression")
+            && r.target.as_deref() == Some("environment stage")),
         "{audit:?}"
     );
     // A product editor of the group creates products, not environments.
@@ -254,18 +254,13 @@ fn the_last_admin_stays_and_bad_bindings_are_refused_naming_the_field() {
     let dir = tempfile::tempdir().expect("tempdir");
     let c = setup(dir.path());
     let admin = format!("operator/{ADMIN}");
-    let list = ok(c.hubctl(&["role", "list", "-o", "json"]), "role list").json();
-    let bound: Vec<String> = list
-        .as_array()
-        .expect("a list")
+    let list: Vec<RoleBindingView> =
+        ok(c.hubctl(&["role", "list", "-o", "json"]), "role list").answer();
+    let bound: Vec<(&str, &str)> = list
         .iter()
-        .map(|b| format!("{} {}", b["identity"].as_str().unwrap_or(""), b["role"]))
+        .map(|b| (b.identity.as_str(), b.role.as_str()))
         .collect();
-    assert_eq!(
-        bound,
-        [format!("{admin} \"admin\"")],
-        "dev up binds its admin"
-    );
+    assert_eq!(bound, [(admin.as_str(), "admin")], "dev up binds its admin");
     let roles = || ok(c.hubctl(&["role", "list", "-o", "json"]), "role list").stdout;
     let before = roles();
     c.hubctl(&["role", "unbind", &admin, "admin"])
@@ -343,8 +338,8 @@ fn the_last_admin_stays_and_bad_bindings_are_refused_naming_the_field() {
         c.hubctl(&["audit", "--set-retention", "3"]),
         "set retention",
     );
-    let rows = ok(c.hubctl(&["audit", "-o", "json"]), "audit").json();
-    assert_eq!(rows.as_array().map(Vec::len), Some(3), "{rows}");
+    let rows: Vec<AuditEntryView> = ok(c.hubctl(&["audit", "-o", "json"]), "audit").answer();
+    assert_eq!(rows.len(), 3, "{rows:?}");
     let table = ok(c.hubctl(&["audit"]), "audit table");
     assert!(
         table

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use hub_client::answer::{AuditEntryView, ListProducts, Typed};
 use hub_proto::hub_client::HubClient;
 use hub_proto::{QueryRequest, ReadOptions};
 use hub_tests::{poll_until, Cluster, CmdOutput, CONVERGE_TIMEOUT};
@@ -42,7 +43,7 @@ async fn query_envs(
     secret: &str,
 ) -> Result<String, tonic::Status> {
     let mut req = tonic::Request::new(QueryRequest {
-        query_json: r#"{"query":"products"}"#.into(),
+        query_json: serde_json::to_string(&ListProducts.query()).expect("JSON"),
         read: Some(ReadOptions { stale: true }),
     });
     req.metadata_mut().insert(
@@ -113,16 +114,16 @@ fn a_token_acts_with_its_roles_on_every_node_until_revoked() {
     c.hubctl_with_token(&secret, &c.endpoints(), &["token", "list"])
         .expect_err(REFUSED, "token/ci may not read");
     // Audited as the token.
-    let audit = json(
-        c.hubctl(&["audit", "--actor", "token/ci", "-o", "json"]),
-        "audit",
-    );
-    let rows = audit.as_array().expect("rows").clone();
+    let audit = c
+        .hubctl(&["audit", "--actor", "token/ci", "-o", "json"])
+        .expect_ok("audit");
+    let rows: Vec<AuditEntryView> = audit.answer();
     assert!(
-        rows.iter().any(|r| r["command"] == "CreateSuppression"
-            && r["method"] == "token"
-            && r["outcome"] == "applied"),
-        "{audit}"
+        rows.iter()
+            .any(|r| r.command.as_deref() == Some("CreateSuppression")
+                && r.method.as_deref() == Some("token")
+                && r.outcome == "applied"),
+        "{rows:?}"
     );
     // The list names it and its roles, never a secret.
     let list = c.hubctl(&["token", "list", "-o", "json"]).expect_ok("list");
@@ -133,7 +134,7 @@ fn a_token_acts_with_its_roles_on_every_node_until_revoked() {
         list.stdout
     );
     let digits = &secret["hubtok_".len()..];
-    for text in [&list.stdout, &audit.to_string()] {
+    for text in [&list.stdout, &audit.stdout] {
         assert!(!text.contains(digits), "a secret leaked: {text}");
     }
 

@@ -56,7 +56,9 @@ use crate::plan::{
     CanaryStepSpec, CanaryWorkloadSpec, Health, Observed, PlanKind, PlanSpec, TaskFailure,
     TaskOutcome,
 };
-use crate::proxy::{CanaryProxy, HeaderMatch, ProxyAddrs, Routing, Upstreams, Workload};
+use crate::proxy::{
+    CanaryProxy, HeaderMatch, InvalidHeaderMatch, ProxyAddrs, Routing, Upstreams, Workload,
+};
 
 /// The one task of a canary-step plan.
 pub const APPLY_TASK: &str = "apply";
@@ -195,8 +197,10 @@ impl std::fmt::Debug for CanaryRunner {
     }
 }
 
-fn fail(message: impl Into<String>) -> TaskFailure {
-    TaskFailure::new(APPLY_TASK, message)
+/// A failure of the apply task: `message` is its text (a typed error's message, or text
+/// written here).
+fn fail(message: impl std::fmt::Display) -> TaskFailure {
+    TaskFailure::new(APPLY_TASK, message.to_string())
 }
 
 fn now_ms() -> i64 {
@@ -230,7 +234,7 @@ fn routing_state(step: &CanaryStepSpec) -> RoutingState {
 }
 
 /// The proxy routing for a step (A/B rules only when `match_routing`).
-fn routing_of(r: &RoutingState) -> Result<Routing, String> {
+fn routing_of(r: &RoutingState) -> Result<Routing, InvalidHeaderMatch> {
     let mut match_rules = Vec::new();
     if r.match_routing {
         for rule in &r.match_rules {
@@ -250,7 +254,7 @@ fn routing_of(r: &RoutingState) -> Result<Routing, String> {
 
 /// [`routing_of`] for a proxy whose upstreams are `st`'s: no traffic to a baseline that does
 /// not run (yet, or any more).
-fn routing_for(r: &RoutingState, st: &CanaryState) -> Result<Routing, String> {
+fn routing_for(r: &RoutingState, st: &CanaryState) -> Result<Routing, InvalidHeaderMatch> {
     let mut routing = routing_of(r)?;
     if st.baseline.running.is_none() {
         routing.baseline_weight = 0;
@@ -476,7 +480,7 @@ impl CanaryRunner {
             .filter(|p| *p > 0)
             .ok_or_else(|| fail(format!("port {} is not between 1 and 65535", step.port)))?;
         routing_of(&routing_state(step)).map_err(|e| TaskFailure {
-            validation_errors: vec![e.clone()],
+            validation_errors: vec![e.to_string()],
             ..fail(format!("invalid match rule: {e}"))
         })?;
         let managed = self.managed(&id);

@@ -85,8 +85,9 @@ pub enum DriverError {
     InvalidEnvironment {
         /// The name given.
         name: String,
-        /// What is wrong with it.
-        why: String,
+        /// What is wrong with it (in the message, so not also a `source()`: the agent's
+        /// start reports every `source()`).
+        why: names::LabelError,
     },
     /// The data directory cannot be created or read.
     #[error("{}: {source}", path.display())]
@@ -230,8 +231,9 @@ impl Driver for ProcessDriver {
     }
 }
 
-fn fail(stage: &str, message: impl Into<String>) -> TaskFailure {
-    TaskFailure::new(stage, message)
+/// A task failure: `message` is its text (a typed error's message, or text written here).
+fn fail(stage: &str, message: impl std::fmt::Display) -> TaskFailure {
+    TaskFailure::new(stage, message.to_string())
 }
 
 fn invalid(stage: &str, message: &str, errors: Vec<String>) -> TaskFailure {
@@ -290,7 +292,7 @@ impl Inner {
             .collect()
     }
 
-    fn entity(&self, id: &str) -> Result<Arc<Entity>, String> {
+    fn entity(&self, id: &str) -> Result<Arc<Entity>, names::NameError> {
         let name = names::entity_dir_name(id, &self.environment)?;
         let mut entities = self.entities.lock().unwrap_or_else(PoisonError::into_inner);
         let entity = entities.entry(id.to_string()).or_insert_with(|| {
@@ -528,10 +530,10 @@ impl Inner {
                 .await
                 .map_err(|e| fail("configure", format!("unpacking failed: {e}")))?;
         result.map_err(|e| match e {
-            unpack::UnpackError::Corrupt(m) | unpack::UnpackError::Io(m) => fail("configure", m),
             unpack::UnpackError::Invalid(errors) => {
                 invalid("configure", "invalid service.json in the artifact", errors)
             }
+            other => fail("configure", other),
         })
     }
 
@@ -553,7 +555,7 @@ impl Inner {
         let pid = match entity.launch(&prepared, LaunchMode::Plan(&plan.id)) {
             Ok(pid) => pid,
             Err(e) => {
-                let restored = self.restore(entity, plan, &e).await;
+                let restored = self.restore(entity, plan, &e.to_string()).await;
                 return Err(TaskFailure {
                     output: restored,
                     ..fail("start", e)

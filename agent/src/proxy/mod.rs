@@ -35,7 +35,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-pub use route::{HeaderMatch, Routing, Workload};
+pub use route::{HeaderMatch, InvalidHeaderMatch, Routing, Workload};
 pub use stats::WindowStats;
 
 use hub_tls::budget::PerSource;
@@ -398,28 +398,57 @@ async fn accept_loop(proxy: Arc<CanaryProxy>, listener: TcpListener, entry: Entr
     }
 }
 
+/// Why a request could not be forwarded to a workload (the 502's text).
+#[derive(Debug, thiserror::Error)]
+enum ForwardError {
+    /// No connection to the workload.
+    #[error("connect {addr}: {source}")]
+    Connect {
+        /// The workload's address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The HTTP/1 handshake failed.
+    #[error("handshake {addr}: {source}")]
+    Handshake {
+        /// The workload's address.
+        addr: SocketAddr,
+        /// The error.
+        source: hyper::Error,
+    },
+    /// The request failed.
+    #[error("request to {addr}: {source}")]
+    Request {
+        /// The workload's address.
+        addr: SocketAddr,
+        /// The error.
+        source: hyper::Error,
+    },
+}
+
 /// Sends `req` to the workload at `addr` over a fresh connection; its body fails when the
 /// client sends nothing for `body_idle`.
 async fn forward(
     addr: SocketAddr,
     req: Request<Incoming>,
     body_idle: Duration,
-) -> Result<Response<ProxyBody>, String> {
+) -> Result<Response<ProxyBody>, ForwardError> {
     let req = req.map(|b| IdleTimeoutBody::new(b, body_idle));
     let stream = TcpStream::connect(addr)
         .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
+        .map_err(|source| ForwardError::Connect { addr, source })?;
     let _ = stream.set_nodelay(true);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| format!("handshake {addr}: {e}"))?;
+        .map_err(|source| ForwardError::Handshake { addr, source })?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
     let response = sender
         .send_request(req)
         .await
-        .map_err(|e| format!("request to {addr}: {e}"))?;
+        .map_err(|source| ForwardError::Request { addr, source })?;
     Ok(response.map(|b| b.boxed()))
 }
 

@@ -38,6 +38,29 @@ pub enum HeaderCondition {
     Regex(regex::Regex),
 }
 
+/// Why a header condition cannot be built ([`HeaderMatch::new`]).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum InvalidHeaderMatch {
+    /// The regex does not compile.
+    #[error("header {name}: regex {value:?}: {source}")]
+    Regex {
+        /// The header.
+        name: String,
+        /// The pattern.
+        value: String,
+        /// The error.
+        source: regex::Error,
+    },
+    /// An operator other than `exact`, `prefix` and `regex`.
+    #[error("header {name}: unknown match {op:?}")]
+    UnknownOp {
+        /// The header.
+        name: String,
+        /// The operator.
+        op: String,
+    },
+}
+
 /// One A/B condition: the request's header `name` (lowercase) satisfies `condition`.
 #[derive(Debug, Clone)]
 pub struct HeaderMatch {
@@ -49,15 +72,25 @@ pub struct HeaderMatch {
 
 impl HeaderMatch {
     /// Builds a condition; `op` is `exact`, `prefix` or `regex` (anchored to the whole value).
-    pub fn new(name: &str, op: &str, value: &str) -> Result<Self, String> {
+    pub fn new(name: &str, op: &str, value: &str) -> Result<Self, InvalidHeaderMatch> {
         let condition = match op {
             "exact" => HeaderCondition::Exact(value.to_string()),
             "prefix" => HeaderCondition::Prefix(value.to_string()),
-            "regex" => HeaderCondition::Regex(
-                regex::Regex::new(&format!("^(?:{value})$"))
-                    .map_err(|e| format!("header {name}: regex {value:?}: {e}"))?,
-            ),
-            other => return Err(format!("header {name}: unknown match {other:?}")),
+            "regex" => {
+                HeaderCondition::Regex(regex::Regex::new(&format!("^(?:{value})$")).map_err(
+                    |source| InvalidHeaderMatch::Regex {
+                        name: name.to_string(),
+                        value: value.to_string(),
+                        source,
+                    },
+                )?)
+            }
+            other => {
+                return Err(InvalidHeaderMatch::UnknownOp {
+                    name: name.to_string(),
+                    op: other.to_string(),
+                })
+            }
         };
         Ok(HeaderMatch {
             name: name.to_ascii_lowercase(),
@@ -216,6 +249,13 @@ mod tests {
         let r = HeaderMatch::new("user-agent", "regex", ".*Firefox.*").unwrap();
         assert!(r.matches("Mozilla/5.0 Firefox/120"));
         assert!(!HeaderMatch::new("a", "prefix", "ab").unwrap().matches("a"));
-        assert!(HeaderMatch::new("a", "glob", "x").is_err());
+        assert!(matches!(
+            HeaderMatch::new("a", "glob", "x"),
+            Err(InvalidHeaderMatch::UnknownOp { .. })
+        ));
+        assert!(matches!(
+            HeaderMatch::new("a", "regex", "("),
+            Err(InvalidHeaderMatch::Regex { .. })
+        ));
     }
 }

@@ -78,8 +78,9 @@ impl State {
         let m = parse_manifest(manifest)
             .map_err(|e| CommandError::invalid("manifest", e.to_string()))?;
         for (i, a) in m.artifacts.iter().enumerate() {
-            validate_artifact_uri(&a.uri)
-                .map_err(|e| CommandError::invalid(&format!("manifest: artifacts[{i}].uri"), e))?;
+            validate_artifact_uri(&a.uri).map_err(|e| {
+                CommandError::invalid(&format!("manifest: artifacts[{i}].uri"), e.to_string())
+            })?;
         }
         if !self.products.contains_key(&m.product_id) {
             return Err(CommandError::NotFound {

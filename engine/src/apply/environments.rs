@@ -170,8 +170,8 @@ impl State {
             insecure_skip_verify,
         } = command;
         validate_name("name", name)?;
-        let access =
-            HubAccess::parse(hub_access).map_err(|e| CommandError::invalid("hub_access", e))?;
+        let access = HubAccess::parse(hub_access)
+            .map_err(|e| CommandError::invalid("hub_access", e.to_string()))?;
         let invalid = |e: InvalidRegistry| CommandError::invalid(e.field, e.reason);
         let tls =
             RegistryTls::from_input(ca_pem.as_deref(), insecure_skip_verify).map_err(invalid)?;

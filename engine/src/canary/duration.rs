@@ -5,14 +5,63 @@
 /// Longest duration accepted anywhere in a canary resource: 7 days.
 pub const MAX_DURATION_MS: i64 = 7 * 24 * 3_600_000;
 
-/// Parses a duration into milliseconds. The message of an error says what is wrong, without
-/// naming the field (the caller does).
-pub fn parse_duration(text: &str) -> Result<i64, String> {
+/// What a malformed duration's message ends with.
+const EXPECTED: &str = "expected a duration such as 30s, 1m, 1m30s or 500ms";
+
+/// Why a text is not a duration. The message says what is wrong, without naming the field
+/// (the caller does); `text` is the input as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// Empty or blank.
+    #[error("empty duration: {EXPECTED}")]
+    Empty,
+    /// A part that does not start with a number.
+    #[error("{text:?} is not a duration: {EXPECTED}")]
+    NotADuration {
+        /// The input.
+        text: String,
+    },
+    /// A number without a unit.
+    #[error("{text:?} has a number without a unit (h, m, s or ms): {EXPECTED}")]
+    NoUnit {
+        /// The input.
+        text: String,
+    },
+    /// A unit other than `h`, `m`, `s` and `ms`.
+    #[error("{text:?} has unknown unit {unit:?} (use h, m, s or ms): {EXPECTED}")]
+    UnknownUnit {
+        /// The input.
+        text: String,
+        /// The unit.
+        unit: String,
+    },
+    /// A unit twice, or units out of order.
+    #[error("{text:?} repeats a unit or has them out of order (h, m, s, ms)")]
+    UnitOrder {
+        /// The input.
+        text: String,
+    },
+    /// A number too long for milliseconds.
+    #[error("{text:?} is too long a duration")]
+    TooLong {
+        /// The input.
+        text: String,
+    },
+    /// Above [`MAX_DURATION_MS`].
+    #[error("{text:?} is longer than the maximum of 168h")]
+    AboveMaximum {
+        /// The input.
+        text: String,
+    },
+}
+
+/// Parses a duration into milliseconds.
+pub fn parse_duration(text: &str) -> Result<i64, DurationError> {
     const UNITS: [(&str, i64); 4] = [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)];
-    let expected = "expected a duration such as 30s, 1m, 1m30s or 500ms";
+    let owned = || text.to_string();
     let s = text.trim();
     if s.is_empty() {
-        return Err(format!("empty duration: {expected}"));
+        return Err(DurationError::Empty);
     }
     let bytes = s.as_bytes();
     let mut total: i64 = 0;
@@ -25,7 +74,7 @@ pub fn parse_duration(text: &str) -> Result<i64, String> {
             i += 1;
         }
         if i == start {
-            return Err(format!("{:?} is not a duration: {expected}", text));
+            return Err(DurationError::NotADuration { text: owned() });
         }
         let digits = &s[start..i];
         let unit_start = i;
@@ -34,32 +83,26 @@ pub fn parse_duration(text: &str) -> Result<i64, String> {
         }
         let unit = &s[unit_start..i];
         if unit.is_empty() {
-            return Err(format!(
-                "{:?} has a number without a unit (h, m, s or ms): {expected}",
-                text
-            ));
+            return Err(DurationError::NoUnit { text: owned() });
         }
         let Some(index) = UNITS.iter().position(|(u, _)| *u == unit) else {
-            return Err(format!(
-                "{:?} has unknown unit {unit:?} (use h, m, s or ms): {expected}",
-                text
-            ));
+            return Err(DurationError::UnknownUnit {
+                text: owned(),
+                unit: unit.to_string(),
+            });
         };
         if last_unit.is_some_and(|last| index <= last) {
-            return Err(format!(
-                "{:?} repeats a unit or has them out of order (h, m, s, ms)",
-                text
-            ));
+            return Err(DurationError::UnitOrder { text: owned() });
         }
         last_unit = Some(index);
         let value: i64 = digits
             .parse()
-            .map_err(|_| format!("{:?} is too long a duration", text))?;
+            .map_err(|_| DurationError::TooLong { text: owned() })?;
         total = value
             .checked_mul(UNITS[index].1)
             .and_then(|part| total.checked_add(part))
             .filter(|t| *t <= MAX_DURATION_MS)
-            .ok_or_else(|| format!("{:?} is longer than the maximum of 168h", text))?;
+            .ok_or_else(|| DurationError::AboveMaximum { text: owned() })?;
     }
     Ok(total)
 }
@@ -103,8 +146,16 @@ mod tests {
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
         }
-        assert!(parse_duration("169h").unwrap_err().contains("maximum"));
-        assert!(parse_duration("99999999999999999999s").is_err());
+        let long = parse_duration("169h").unwrap_err();
+        assert!(
+            matches!(long, DurationError::AboveMaximum { .. }),
+            "{long:?}"
+        );
+        assert!(long.to_string().contains("maximum"), "{long}");
+        assert!(matches!(
+            parse_duration("99999999999999999999s"),
+            Err(DurationError::TooLong { .. })
+        ));
     }
 
     #[test]

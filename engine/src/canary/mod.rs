@@ -48,7 +48,7 @@ mod templated;
 mod webhook;
 
 pub use action::{Action, TickOutcome};
-pub use duration::{format_duration, parse_duration, MAX_DURATION_MS};
+pub use duration::{format_duration, parse_duration, DurationError, MAX_DURATION_MS};
 pub use error::{CanaryError, CanaryErrors};
 pub use event::{
     event_message, CanaryEvent, EventKind, EventReason, MAX_EVENT_MESSAGE_BYTES, REDACTED,

@@ -176,14 +176,26 @@ fn reason(e: CommandError) -> String {
     }
 }
 
+/// Why an outbound address is refused ([`check_outbound_address`]). The message names the
+/// problem, not the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum OutboundAddressError {
+    /// A `?` or `#`.
+    #[error("'{0}' is not allowed in an outbound address")]
+    QueryOrFragment(char),
+    /// Not an absolute `http(s)://` URL with a host (the address, quoted).
+    #[error("{0} is not an http:// or https:// URL with a host")]
+    NotHttpUrl(String),
+}
+
 /// Checks an address the leader calls (a webhook, an alert destination, a Prometheus server):
 /// an absolute `http://` or `https://` URL with a host, without whitespace, and without `?`
 /// or `#` — the hub appends paths and queries to some addresses, and a `#` or `?` in the
 /// address would turn what it appends into a fragment or a query (SSRF to an arbitrary path).
 /// The reason names the problem, not the field.
-pub(super) fn check_outbound_address(address: &str) -> Result<(), String> {
+pub(super) fn check_outbound_address(address: &str) -> Result<(), OutboundAddressError> {
     if let Some(c) = address.chars().find(|c| matches!(c, '#' | '?')) {
-        return Err(format!("'{c}' is not allowed in an outbound address"));
+        return Err(OutboundAddressError::QueryOrFragment(c));
     }
     let parsed = url::Url::parse(address).ok().filter(|u| {
         matches!(u.scheme(), "http" | "https")
@@ -192,10 +204,7 @@ pub(super) fn check_outbound_address(address: &str) -> Result<(), String> {
     });
     match parsed {
         Some(_) => Ok(()),
-        None => Err(format!(
-            "{} is not an http:// or https:// URL with a host",
-            quote(address)
-        )),
+        None => Err(OutboundAddressError::NotHttpUrl(quote(address))),
     }
 }
 
@@ -308,7 +317,7 @@ impl Validator {
             }
             Ok(ms) => ms,
             Err(e) => {
-                self.err(path, e);
+                self.err(path, e.to_string());
                 default
             }
         }
@@ -323,7 +332,7 @@ impl Validator {
             Some(u) => match check_outbound_address(&u) {
                 Ok(()) => Some(u),
                 Err(reason) => {
-                    self.err(path, reason);
+                    self.err(path, reason.to_string());
                     None
                 }
             },
@@ -1534,7 +1543,7 @@ spec:
             ("http://127.0.0.1:1/internal/secret#", "'#' is not allowed"),
             ("http://p/#/x?y", "'#' is not allowed"),
         ] {
-            let err = check_outbound_address(bad).unwrap_err();
+            let err = check_outbound_address(bad).unwrap_err().to_string();
             assert!(err.contains(why), "{bad}: {err}");
         }
     }

@@ -251,7 +251,7 @@ fn provider(
         Some(a) => match check_outbound_address(&a) {
             Ok(()) => Some(a),
             Err(reason) => {
-                errors.push(CanaryError::new(format!("{P}.address"), reason));
+                errors.push(CanaryError::new(format!("{P}.address"), reason.to_string()));
                 None
             }
         },

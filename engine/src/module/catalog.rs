@@ -77,7 +77,7 @@ pub fn validate_against(
                 Some(var) => {
                     if !value.contains("{{") {
                         if let Err(why) = var.check_value(value) {
-                            errors.push(DefinitionError::new(p, why));
+                            errors.push(DefinitionError::new(p, why.to_string()));
                         }
                     }
                 }
@@ -117,7 +117,7 @@ pub fn validate_against(
                     path,
                     format!("submodule cycle: {}", cycle.join(" → ")),
                 )),
-                Err(too_deep) => errors.push(DefinitionError::new(path, too_deep)),
+                Err(too_large) => errors.push(DefinitionError::new(path, too_large.to_string())),
             }
         }
     }
@@ -127,14 +127,28 @@ pub fn validate_against(
     }
 }
 
+/// A submodule tree past [`MAX_SUBMODULE_DEPTH`] levels or [`MAX_VISITS`] visits: the chain
+/// followed and the submodule it reached.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "submodules nest too deeply or too widely (at most {MAX_SUBMODULE_DEPTH} levels): {} → {next}",
+    chain.join(" → ")
+)]
+struct TreeTooLarge {
+    /// The modules followed, outermost first.
+    chain: Vec<String>,
+    /// The submodule it reached.
+    next: String,
+}
+
 /// Follows `def`'s submodules depth-first; a name already on `chain` closes a cycle, returned
-/// as the chain ending with that name. The error says the tree is too deep or too large.
+/// as the chain ending with that name.
 fn find_cycle(
     catalog: &dyn ModuleCatalog,
     def: &ModuleDefinition,
     chain: &mut Vec<String>,
     visits: &mut usize,
-) -> Result<Option<Vec<String>>, String> {
+) -> Result<Option<Vec<String>>, TreeTooLarge> {
     for s in &def.submodules {
         if chain.contains(&s.name) {
             let mut cycle = chain.clone();
@@ -143,12 +157,10 @@ fn find_cycle(
         }
         *visits += 1;
         if chain.len() >= MAX_SUBMODULE_DEPTH || *visits > MAX_VISITS {
-            return Err(format!(
-                "submodules nest too deeply or too widely (at most {MAX_SUBMODULE_DEPTH} levels): \
-                 {} → {}",
-                chain.join(" → "),
-                s.name
-            ));
+            return Err(TreeTooLarge {
+                chain: chain.clone(),
+                next: s.name.clone(),
+            });
         }
         if let Some(sd) = catalog.definition(&s.name, &s.version) {
             chain.push(s.name.clone());

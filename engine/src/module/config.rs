@@ -269,8 +269,20 @@ pub(crate) fn leaf_paths(m: &Mapping, prefix: &[String], out: &mut Vec<KeyPath>)
     }
 }
 
+/// Why an overrides text is not a mapping, or a mapping cannot be written as YAML.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OverridesError {
+    /// Not YAML, past a limit, or not writable: the YAML library's message (kept as text:
+    /// the errors that carry this one are `Clone` and `Eq`, the library's error is not).
+    #[error("{0}")]
+    Yaml(String),
+    /// YAML, but not a mapping: what it is (`a sequence`).
+    #[error("expected a mapping, got {0}")]
+    NotAMapping(&'static str),
+}
+
 /// The [`ModuleConfig`] of one version's overrides mapping (unset values still in).
-pub(crate) fn finalize(module: &str, raw: Mapping) -> Result<ModuleConfig, String> {
+pub(crate) fn finalize(module: &str, raw: Mapping) -> Result<ModuleConfig, OverridesError> {
     let mut unset = Vec::new();
     let kept = split_unset(raw, &[], &mut unset);
     let mut controlled = Vec::new();
@@ -287,13 +299,14 @@ pub(crate) fn finalize(module: &str, raw: Mapping) -> Result<ModuleConfig, Strin
 
 /// Parses an entity's overrides text (one version's mapping): empty text or null is an
 /// empty mapping.
-pub(crate) fn parse_mapping(text: &str) -> Result<Mapping, String> {
-    let checked = yaml_budget::check(Document::ConfigOverrides, text).map_err(|e| e.to_string())?;
+pub(crate) fn parse_mapping(text: &str) -> Result<Mapping, OverridesError> {
+    let checked = yaml_budget::check(Document::ConfigOverrides, text)
+        .map_err(|e| OverridesError::Yaml(e.to_string()))?;
     match checked.parse::<Value>() {
         Ok(Value::Mapping(m)) => Ok(m),
         Ok(Value::Null) => Ok(Mapping::new()),
-        Ok(other) => Err(format!("expected a mapping, got {}", describe(&other))),
-        Err(e) => Err(e.to_string()),
+        Ok(other) => Err(OverridesError::NotAMapping(describe(&other))),
+        Err(e) => Err(OverridesError::Yaml(e.to_string())),
     }
 }
 
@@ -323,8 +336,9 @@ fn sorted_mapping(m: Mapping) -> Mapping {
 }
 
 /// Canonical YAML text of `m` (keys sorted at every level).
-pub(crate) fn emit(m: &Mapping) -> Result<String, String> {
-    serde_yaml_ng::to_string(&Value::Mapping(sorted_mapping(m.clone()))).map_err(|e| e.to_string())
+pub(crate) fn emit(m: &Mapping) -> Result<String, OverridesError> {
+    serde_yaml_ng::to_string(&Value::Mapping(sorted_mapping(m.clone())))
+        .map_err(|e| OverridesError::Yaml(e.to_string()))
 }
 
 /// Deep-merges `top` into `base`: mappings merge key by key, anything else in `top`

@@ -28,7 +28,7 @@ mod variable;
 pub use catalog::{
     parse_and_validate, validate_against, ModuleCatalog, ParsedDefinition, MAX_SUBMODULE_DEPTH,
 };
-pub use config::{KeyPath, ModuleConfig};
+pub use config::{KeyPath, ModuleConfig, OverridesError};
 pub use definition::{
     EntityOverride, EntityTemplate, ModuleDefinition, MultikeySecret, Restrictions, SubmoduleRef,
     SyncMode, Uninstall, UnmanageAfterUninstall,
@@ -38,4 +38,6 @@ pub use parse::{parse_definition, MAX_DEFINITION_BYTES, MAX_FILLED_BYTES};
 pub use placeholder::VARIABLE_NAMESPACE;
 pub use render::{render, RenderError, RenderedEntity, MAX_RENDERED_BYTES};
 pub use sync::{check_user_edit, sync_config, ConfigSyncError};
-pub use variable::{is_variable_name, Constraint, Variable, MAX_VARIABLE_NAME_LEN};
+pub use variable::{
+    is_variable_name, Constraint, InvalidRegex, ValueError, Variable, MAX_VARIABLE_NAME_LEN,
+};

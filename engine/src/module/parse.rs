@@ -538,7 +538,7 @@ impl Validator<'_> {
             ("regex", None, Some(re)) => match anchored_regex(&re) {
                 Ok(_) => Constraint::Regex(re),
                 Err(e) => {
-                    self.err(format!("{path}.regex"), e);
+                    self.err(format!("{path}.regex"), e.to_string());
                     Constraint::None
                 }
             },

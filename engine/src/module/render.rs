@@ -270,9 +270,9 @@ fn resolve<'a>(
         match own.get(name.as_str()).copied().or(var.default_value()) {
             Some(value) => {
                 var.check_value(value)
-                    .map_err(|reason| RenderError::InvalidValue {
+                    .map_err(|e| RenderError::InvalidValue {
                         variable: format!("{prefix}{name}"),
-                        reason,
+                        reason: e.to_string(),
                     })?;
                 values.insert(name.clone(), value.to_string());
             }
@@ -420,13 +420,13 @@ fn emit(
         let finalize_all = |m: BTreeMap<Version, Mapping>, field: &str| {
             m.into_iter()
                 .map(|(v, raw)| {
-                    finalize(&r.source, raw).map(|c| (v, c)).map_err(|reason| {
+                    finalize(&r.source, raw).map(|c| (v, c)).map_err(|e| {
                         RenderError::InvalidConfig {
                             module: r.source.clone(),
                             product_id: template.product_id.clone(),
                             field: field.to_string(),
                             variable: None,
-                            reason,
+                            reason: e.to_string(),
                         }
                     })
                 })

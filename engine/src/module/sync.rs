@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use semver::Version;
 use serde_yaml_ng::Mapping;
 
-use super::config::{emit, get_path, merge, parse_mapping, remove_path, KeyPath, ModuleConfig};
+use super::config::{
+    emit, get_path, merge, parse_mapping, remove_path, KeyPath, ModuleConfig, OverridesError,
+};
 use super::definition::SyncMode;
 
 /// Why config overrides could not be synced, or a user's edit is refused.
@@ -21,16 +23,18 @@ pub enum ConfigSyncError {
     InvalidExisting {
         /// The version key.
         version: Version,
-        /// The YAML library's message.
-        reason: String,
+        /// Why.
+        #[source]
+        reason: OverridesError,
     },
     /// The proposed overrides under `version` are not a YAML mapping.
     #[error("{version}: the proposed config overrides are not a YAML mapping: {reason}")]
     InvalidProposed {
         /// The version key.
         version: Version,
-        /// The YAML library's message.
-        reason: String,
+        /// Why.
+        #[source]
+        reason: OverridesError,
     },
     /// The module's overrides under `version` are not a YAML mapping (not produced by
     /// [`render`](super::render)).
@@ -38,8 +42,9 @@ pub enum ConfigSyncError {
     InvalidModule {
         /// The version key.
         version: Version,
-        /// The YAML library's message.
-        reason: String,
+        /// Why.
+        #[source]
+        reason: OverridesError,
     },
     /// A user's edit changes a key the module controls.
     #[error("{version}: {path} is controlled by module {module}")]

@@ -56,42 +56,88 @@ pub enum Constraint {
     Regex(String),
 }
 
+/// Why a variable's value is refused ([`Constraint::check`], [`Variable::check_value`]).
+/// Values and patterns are quoted (and cut short when long) as the messages show them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    /// Not one of the listed values.
+    #[error("{value} is not one of {allowed}")]
+    NotOneOf {
+        /// The value, quoted.
+        value: String,
+        /// The values allowed, backquoted and comma-separated.
+        allowed: String,
+    },
+    /// The regex does not match the whole value.
+    #[error(
+        "{value} does not match the regular expression {pattern} (the whole value must match)"
+    )]
+    NoMatch {
+        /// The value, quoted.
+        value: String,
+        /// The pattern, quoted.
+        pattern: String,
+    },
+    /// The constraint's regex does not compile.
+    #[error(transparent)]
+    Regex(#[from] InvalidRegex),
+    /// A `stringPreset` is set directly.
+    #[error("a stringPreset cannot be set directly; choose a value of `{options}`")]
+    Preset {
+        /// Its options variable.
+        options: String,
+    },
+}
+
+/// A regex constraint that does not compile ([`anchored_regex`]): the pattern, quoted, and
+/// the last line of the regex library's message (kept as text: the error is `Clone` and
+/// `Eq`, the library's is not `Eq`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid regular expression {pattern}: {why}")]
+pub struct InvalidRegex {
+    /// The pattern, quoted.
+    pub pattern: String,
+    /// What is wrong with it.
+    pub why: String,
+}
+
 impl Constraint {
-    /// Whether `value` is acceptable; the error is the reason.
-    pub fn check(&self, value: &str) -> Result<(), String> {
+    /// Whether `value` is acceptable.
+    pub fn check(&self, value: &str) -> Result<(), ValueError> {
         match self {
             Constraint::None => Ok(()),
-            Constraint::OneOf(values) => {
-                if values.iter().any(|v| v == value) {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "{} is not one of {}",
-                        quote(value),
-                        list(values.iter().map(String::as_str))
-                    ))
-                }
-            }
+            Constraint::OneOf(values) => one_of(values, value),
             Constraint::Regex(pattern) => {
                 let re = anchored_regex(pattern)?;
                 if re.is_match(value) {
                     Ok(())
                 } else {
-                    Err(format!(
-                        "{} does not match the regular expression {} (the whole value must match)",
-                        quote(value),
-                        quote(pattern)
-                    ))
+                    Err(ValueError::NoMatch {
+                        value: quote(value),
+                        pattern: quote(pattern),
+                    })
                 }
             }
         }
     }
 }
 
+/// Whether `value` is one of `values`.
+fn one_of(values: &[String], value: &str) -> Result<(), ValueError> {
+    if values.iter().any(|v| v == value) {
+        Ok(())
+    } else {
+        Err(ValueError::NotOneOf {
+            value: quote(value),
+            allowed: list(values.iter().map(String::as_str)),
+        })
+    }
+}
+
 /// Compiles `pattern` so that it matches only the whole value: `^(?:pattern)$`. The pattern
 /// is first compiled alone, so that errors describe it as written and a pattern such as
 /// `a)|(b` cannot escape the anchors.
-pub(crate) fn anchored_regex(pattern: &str) -> Result<regex::Regex, String> {
+pub(crate) fn anchored_regex(pattern: &str) -> Result<regex::Regex, InvalidRegex> {
     let build = |p: &str| {
         regex::RegexBuilder::new(p)
             .size_limit(MAX_REGEX_SIZE)
@@ -110,7 +156,10 @@ pub(crate) fn anchored_regex(pattern: &str) -> Result<regex::Regex, String> {
                 .unwrap_or_default()
                 .trim();
             let why = why.strip_prefix("error: ").unwrap_or(why);
-            format!("invalid regular expression {}: {why}", quote(pattern))
+            InvalidRegex {
+                pattern: quote(pattern),
+                why: why.to_string(),
+            }
         })
 }
 
@@ -156,23 +205,13 @@ impl Variable {
 
     /// Whether `value` is acceptable for this `string` or `options` variable; a preset
     /// accepts nothing directly.
-    pub fn check_value(&self, value: &str) -> Result<(), String> {
+    pub fn check_value(&self, value: &str) -> Result<(), ValueError> {
         match self {
             Variable::String { constraint, .. } => constraint.check(value),
-            Variable::Options { values, .. } => {
-                if values.iter().any(|v| v == value) {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "{} is not one of {}",
-                        quote(value),
-                        list(values.iter().map(String::as_str))
-                    ))
-                }
-            }
-            Variable::StringPreset { options, .. } => Err(format!(
-                "a stringPreset cannot be set directly; choose a value of `{options}`"
-            )),
+            Variable::Options { values, .. } => one_of(values, value),
+            Variable::StringPreset { options, .. } => Err(ValueError::Preset {
+                options: options.clone(),
+            }),
         }
     }
 
@@ -246,7 +285,8 @@ mod tests {
         let c = Constraint::Regex(r"\d+[kmg]".to_string());
         assert!(c.check("3g").is_ok());
         let err = c.check("heap-3g").unwrap_err();
-        assert!(err.contains("does not match"), "{err}");
+        assert!(matches!(err, ValueError::NoMatch { .. }), "{err}");
+        assert!(err.to_string().contains("does not match"), "{err}");
         assert!(c.check("3gb").is_err());
         // Alternation stays inside the anchors.
         let c = Constraint::Regex("a|b".to_string());
@@ -254,7 +294,7 @@ mod tests {
         assert!(c.check("ab").is_err() && c.check("xa").is_err());
         assert!(anchored_regex("a)|(b").is_err());
         assert_eq!(
-            anchored_regex("[a-").unwrap_err(),
+            anchored_regex("[a-").unwrap_err().to_string(),
             "invalid regular expression \"[a-\": unclosed character class"
         );
     }
@@ -263,10 +303,9 @@ mod tests {
     fn one_of_and_options() {
         let c = Constraint::OneOf(vec!["default".into(), "ns1".into()]);
         assert!(c.check("ns1").is_ok());
-        assert_eq!(
-            c.check("ns2").unwrap_err(),
-            "\"ns2\" is not one of `default`, `ns1`"
-        );
+        let err = c.check("ns2").unwrap_err();
+        assert!(matches!(err, ValueError::NotOneOf { .. }), "{err}");
+        assert_eq!(err.to_string(), "\"ns2\" is not one of `default`, `ns1`");
         let v = Variable::Options {
             values: vec!["small".into(), "large".into()],
             default: None,

@@ -252,7 +252,7 @@ impl Validator {
                 }
                 Ok(ms) => Some(ms),
                 Err(e) => {
-                    self.err(format!("{path}.soak"), e);
+                    self.err(format!("{path}.soak"), e.to_string());
                     None
                 }
             },

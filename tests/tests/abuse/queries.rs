@@ -23,11 +23,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hub_client::answer::{ModuleDryRun, ModuleDryRunAnswer, Typed};
 use hub_proto::hub_client::HubClient;
 use hub_proto::{NodeStatusRequest, QueryRequest, ReadOptions, SubmitRequest};
 use hub_tests::{Cluster, CONVERGE_TIMEOUT};
 use hub_tls::Identity;
-use serde_json::{json, Value};
+use serde_json::json;
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -71,8 +72,14 @@ fn heavy_module() -> String {
 
 fn dry_run_query(yaml: &str) -> QueryRequest {
     QueryRequest {
-        query_json: json!({"query": "module_dry_run", "file_name": "storm.yml", "yaml": yaml})
-            .to_string(),
+        query_json: serde_json::to_string(
+            &ModuleDryRun {
+                file_name: Some("storm.yml".into()),
+                yaml: yaml.to_string(),
+            }
+            .query(),
+        )
+        .expect("JSON"),
         read: Some(ReadOptions { stale: true }),
     }
 }
@@ -138,11 +145,12 @@ async fn storm(
             let mut t = tally.lock().unwrap();
             match answer {
                 Ok(r) => {
-                    let v: Value = serde_json::from_str(&r.into_inner().json).expect("json");
-                    if v["valid"] == true {
+                    let v: ModuleDryRunAnswer =
+                        serde_json::from_str(&r.into_inner().json).expect("json");
+                    if v.valid {
                         t.answered += 1;
                     } else {
-                        t.failed.push(format!("not valid: {v}"));
+                        t.failed.push(format!("not valid: {v:?}"));
                     }
                     false
                 }
@@ -193,8 +201,8 @@ fn a_viewers_storm_of_dry_runs_slows_no_write_and_causes_no_election() {
             .await
             .expect("one dry run");
         let one_dry_run = started.elapsed();
-        let v: Value = serde_json::from_str(&v.into_inner().json).expect("json");
-        assert_eq!(v["valid"], true, "{v}");
+        let v: ModuleDryRunAnswer = serde_json::from_str(&v.into_inner().json).expect("json");
+        assert!(v.valid, "{v:?}");
 
         // Built once: the loops send copies (the client's own work stays small).
         let query = Arc::new(dry_run_query(&yaml));

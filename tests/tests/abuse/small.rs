@@ -11,10 +11,10 @@
 
 use std::time::Duration;
 
+use hub_client::answer::{AuditEntryView, EntityView};
 use hub_proto::{InitClusterRequest, Member, NodeStatusRequest, QueryReply, RaftReply};
 use hub_tests::{poll_until, Cluster, CmdOutput, CONVERGE_TIMEOUT};
 use hub_tls::Identity;
-use serde_json::Value;
 use tonic::Code;
 
 fn op(name: &str) -> Identity {
@@ -149,20 +149,17 @@ fn audit_text_is_escaped(cluster: &Cluster) {
         .expect_err(1, "may not CreateEntity");
     let rows = poll_until(CONVERGE_TIMEOUT, || {
         let out = cluster.hubctl(&["audit", "--actor", "operator/vic", "-o", "json"]);
-        let rows: Vec<Value> = serde_json::from_str::<Value>(&out.stdout)
-            .ok()?
-            .as_array()?
-            .clone();
+        let rows: Vec<AuditEntryView> = serde_json::from_str(&out.stdout).ok()?;
         rows.iter()
-            .any(|r| r["command"] == "CreateEntity")
+            .any(|r| r.command.as_deref() == Some("CreateEntity"))
             .then_some(rows)
     })
     .expect("the refusal is audited");
     let row = rows
         .iter()
-        .find(|r| r["command"] == "CreateEntity")
+        .find(|r| r.command.as_deref() == Some("CreateEntity"))
         .expect("the row");
-    let target = row["target"].as_str().expect("target");
+    let target = row.target.as_deref().expect("target");
     assert!(
         !target.contains(|c: char| c.is_control())
             && target.contains("\\n9999")
@@ -204,15 +201,12 @@ fn a_secret_set_confirms_no_guess(cluster: &Cluster) {
             "secret set",
         );
         let result = out.json()["result"].as_str().expect("result").to_string();
-        let entity = ok(
+        let entity: EntityView = ok(
             cluster.hubctl(&["entity", "get", "prod/web", "-o", "json"]),
             "entity get",
         )
-        .json();
-        (
-            result,
-            entity["secrets_revision"].as_u64().expect("revision"),
-        )
+        .answer();
+        (result, entity.secrets_revision)
     };
     let (_, first) = set("hunter2");
     let (right, after_right) = set("hunter2");

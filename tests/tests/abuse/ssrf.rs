@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use hub_client::answer::{FailureView, GetActivity, ListPlans};
 use hub_tests::agent::HubAgent;
 use hub_tests::canary::CanaryHub;
 use hub_tests::https::{Route, TestServer};
@@ -112,8 +113,8 @@ fn refuses_query_and_fragment_in_addresses(hub: &CanaryHub) {
 /// The activity of the demo entity as text.
 fn activity(hub: &CanaryHub) -> String {
     hub.cluster
-        .query(json!({"query": "activity", "entity": hub.entity}))
-        .map(|v| v["entries"].to_string())
+        .ask(&GetActivity(hub.entity.clone()))
+        .map(|v| serde_json::to_string(&v.entries).expect("JSON"))
         .unwrap_or_default()
 }
 
@@ -139,7 +140,7 @@ fn denies_a_loopback_gate_until_opened(hub: &mut CanaryHub) {
         "the leader called a loopback address its nodes deny by default"
     );
     let waiting = hub.wait_phase("demo", ROLLOUT, |p| p == "Waiting");
-    assert_eq!(waiting["status"], "Waiting", "{waiting}");
+    assert_eq!(waiting.status, "Waiting", "{waiting:?}");
 
     // The operator opens loopback: the same gate is called and the analysis starts.
     hub.cluster
@@ -197,16 +198,19 @@ fn publish_probe(cluster: &Cluster, name: &str, uri: &str, sha256: &str) -> Stri
 }
 
 /// The failure of `entity`'s first failed plan, once it has one.
-fn failure(cluster: &Cluster, agent: &HubAgent, entity: &str) -> Value {
+fn failure(cluster: &Cluster, agent: &HubAgent, entity: &str) -> FailureView {
     poll_until(ROLLOUT, || {
         let v = cluster
-            .query(json!({"query": "plans", "entity": entity, "limit": 10}))
+            .ask(&ListPlans {
+                entity: Some(entity.to_string()),
+                limit: Some(10),
+                ..ListPlans::default()
+            })
             .ok()?;
-        v["plans"]
-            .as_array()?
-            .iter()
-            .find(|p| p["status"] == "failed")
-            .map(|p| p["failure"].clone())
+        v.plans
+            .into_iter()
+            .find(|p| p.status == "failed")
+            .and_then(|p| p.failure)
     })
     .unwrap_or_else(|| panic!("no failed plan for {entity}\n{}", agent.log_tail(30)))
 }
@@ -221,14 +225,17 @@ fn agents_refuse_local_files(cluster: &Cluster, agent: &HubAgent) {
     let local = publish_probe(cluster, "local-file", "file:///etc/passwd", &claimed());
     let refused = failure(cluster, agent, &local);
     assert!(
-        !refused.to_string().contains(&sha256_hex(&passwd)),
-        "the agent read /etc/passwd and showed its digest: {refused}"
+        !serde_json::to_string(&refused)
+            .expect("JSON")
+            .contains(&sha256_hex(&passwd)),
+        "the agent read /etc/passwd and showed its digest: {refused:?}"
     );
-    assert_eq!(refused["stage"], "fetch", "{refused}");
-    let message = refused["message"].as_str().unwrap_or_default();
+    assert_eq!(refused.stage, "fetch", "{refused:?}");
     assert!(
-        message.starts_with("file:///etc/passwd: refused: a file:// artifact"),
-        "{refused}"
+        refused
+            .message
+            .starts_with("file:///etc/passwd: refused: a file:// artifact"),
+        "{refused:?}"
     );
 }
 
@@ -244,15 +251,18 @@ fn a_mismatch_shows_only_the_expected_digest(
     );
     let mismatch = publish_probe(cluster, "mismatch", "probe/probe-1.0.0.tar.gz", &claimed());
     let failed = failure(cluster, agent, &mismatch);
-    assert_eq!(failed["stage"], "verify", "{failed}");
-    let message = failed["message"].as_str().unwrap_or_default();
+    assert_eq!(failed.stage, "verify", "{failed:?}");
     assert!(
-        message.contains(&format!("sha256 mismatch: expected {}", claimed())),
-        "{failed}"
+        failed
+            .message
+            .contains(&format!("sha256 mismatch: expected {}", claimed())),
+        "{failed:?}"
     );
     assert!(
-        !failed.to_string().contains(&sha256_hex(&served)),
-        "the digest of what was read is shown: {failed}"
+        !serde_json::to_string(&failed)
+            .expect("JSON")
+            .contains(&sha256_hex(&served)),
+        "the digest of what was read is shown: {failed:?}"
     );
 }
 

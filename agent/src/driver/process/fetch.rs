@@ -7,7 +7,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hub_http::{ClientPool, Method, Trust};
+use hub_http::{ClientPool, ErrorKind, Method, StatusCode, Trust};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
@@ -20,6 +20,163 @@ pub const MAX_ARTIFACT_BYTES: u64 = 512 * 1024 * 1024;
 /// Time to connect (TLS included), follow redirects and receive the response head, and the
 /// longest pause between two body chunks.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why an artifact URI does not resolve to a source this agent may read. `uri` and `shown`
+/// are the URI as written and the resolved URL without credentials.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// A relative URI, and the environment has no registry.
+    #[error("{uri}: a relative artifact URI needs a registry, and the environment has none")]
+    NoRegistry {
+        /// The URI.
+        uri: String,
+    },
+    /// A relative URI with a leading `/` or an empty, `.` or `..` segment.
+    #[error(
+        "{uri:?}: a relative artifact URI must not start with '/' or contain empty, \
+         '.' or '..' segments"
+    )]
+    RelativePath {
+        /// The URI.
+        uri: String,
+    },
+    /// A `file://` URL under no `file://` registry of the environment.
+    #[error(
+        "{shown}: refused: a file:// artifact is read only from under a file:// \
+         registry of this environment, and none contains it"
+    )]
+    FileOutsideRegistries {
+        /// The URL.
+        shown: String,
+    },
+    /// A `file://` URL that is not absolute or has `..`.
+    #[error("{shown}: a file URL must be absolute (file:///…) without '..'")]
+    FilePath {
+        /// The URL.
+        shown: String,
+    },
+    /// A scheme other than `http`, `https` and `file`.
+    #[error("{shown}: unsupported URL scheme (this agent fetches http://, https:// and file://)")]
+    Scheme {
+        /// The URL.
+        shown: String,
+    },
+}
+
+/// Why a download failed. The messages do not name the source (the caller shows it) nor
+/// credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum DownloadError {
+    /// No download client for the registry's TLS setting.
+    #[error("{0}")]
+    Client(#[source] ErrorKind),
+    /// No response head in time.
+    #[error("no response within {} s", HTTP_TIMEOUT.as_secs())]
+    NoResponse,
+    /// The request failed.
+    #[error("{0}")]
+    Request(#[source] ErrorKind),
+    /// A redirect (never followed).
+    #[error("HTTP {status}: redirect to {location:?} not followed")]
+    Redirect {
+        /// The status.
+        status: StatusCode,
+        /// Its `Location`, without credentials.
+        location: String,
+    },
+    /// Another status than a success.
+    #[error("HTTP {status}")]
+    Status {
+        /// The status.
+        status: StatusCode,
+    },
+    /// The declared length is above [`MAX_ARTIFACT_BYTES`].
+    #[error("artifact is larger than {MAX_ARTIFACT_BYTES} bytes (Content-Length {length})")]
+    TooLargeDeclared {
+        /// The `Content-Length`.
+        length: u64,
+    },
+    /// More than [`MAX_ARTIFACT_BYTES`] bytes came, or the file holds more.
+    #[error("artifact is larger than {MAX_ARTIFACT_BYTES} bytes")]
+    TooLarge,
+    /// The body paused too long.
+    #[error("no data for {} s after {total} bytes", HTTP_TIMEOUT.as_secs())]
+    Stalled {
+        /// Bytes received.
+        total: u64,
+    },
+    /// Reading the body failed.
+    #[error("reading the body after {total} bytes: {kind}")]
+    Body {
+        /// Bytes received.
+        total: u64,
+        /// The error.
+        #[source]
+        kind: ErrorKind,
+    },
+    /// The body is shorter than declared.
+    #[error("body ended after {total} of {length} bytes")]
+    Short {
+        /// Bytes received.
+        total: u64,
+        /// The `Content-Length`.
+        length: u64,
+    },
+    /// The `file://` source cannot be read.
+    #[error("{0}")]
+    Stat(#[source] std::io::Error),
+    /// The `file://` source is not a regular file.
+    #[error("not a regular file")]
+    NotAFile,
+    /// A file operation on the download failed: `what` it was (`cannot create`,
+    /// `cannot write`, `cannot sync`, `cannot copy to`, `cannot open`, `cannot store the
+    /// download at`), the file, and the error.
+    #[error("{what} {}: {source}", path.display())]
+    File {
+        /// The operation.
+        what: FileOp,
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// A file operation of a download ([`DownloadError::File`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileOp {
+    /// Creating the temporary file.
+    Create,
+    /// Writing to it.
+    Write,
+    /// Syncing it.
+    Sync,
+    /// Copying a `file://` source into it.
+    Copy,
+    /// Opening it.
+    Open,
+    /// Renaming it into place.
+    Store,
+}
+
+impl std::fmt::Display for FileOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Create => "cannot create",
+            Self::Write => "cannot write",
+            Self::Sync => "cannot sync",
+            Self::Copy => "cannot copy to",
+            Self::Open => "cannot open",
+            Self::Store => "cannot store the download at",
+        })
+    }
+}
+
+/// A [`DownloadError::File`] builder for `map_err`.
+fn file_error(what: FileOp, path: &Path) -> impl FnOnce(std::io::Error) -> DownloadError {
+    let path = path.to_path_buf();
+    move |source| DownloadError::File { what, path, source }
+}
 
 /// Where an artifact comes from.
 #[derive(Clone, PartialEq, Eq)]
@@ -60,7 +217,7 @@ impl Source {
 /// **first** registry, joined with one `/`. A `file://` artifact is refused unless it lies
 /// under a `file://` registry of the environment: a manifest cannot make the agent read
 /// `/etc/shadow` (and report its digest).
-pub fn resolve(uri: &str, registries: &[Registry]) -> Result<Source, String> {
+pub fn resolve(uri: &str, registries: &[Registry]) -> Result<Source, ResolveError> {
     let (full, registry) = if has_scheme(uri) {
         match registry_of(uri, registries) {
             Some((registry, base, key_len)) => {
@@ -70,19 +227,18 @@ pub fn resolve(uri: &str, registries: &[Registry]) -> Result<Source, String> {
         }
     } else {
         let Some(registry) = registries.first() else {
-            return Err(format!(
-                "{uri}: a relative artifact URI needs a registry, and the environment has none"
-            ));
+            return Err(ResolveError::NoRegistry {
+                uri: uri.to_string(),
+            });
         };
         if uri.starts_with('/')
             || uri
                 .split('/')
                 .any(|s| s.is_empty() || s == "." || s == ".." || s.eq_ignore_ascii_case("%2e%2e"))
         {
-            return Err(format!(
-                "{uri:?}: a relative artifact URI must not start with '/' or contain empty, \
-                 '.' or '..' segments"
-            ));
+            return Err(ResolveError::RelativePath {
+                uri: uri.to_string(),
+            });
         }
         let base = registry.url.strip_suffix('/').unwrap_or(&registry.url);
         (format!("{base}/{uri}"), Some(registry))
@@ -90,20 +246,15 @@ pub fn resolve(uri: &str, registries: &[Registry]) -> Result<Source, String> {
     source_of(&full, registry)
 }
 
-fn source_of(url: &str, registry: Option<&Registry>) -> Result<Source, String> {
+fn source_of(url: &str, registry: Option<&Registry>) -> Result<Source, ResolveError> {
     let shown = redact(url);
     if let Some(path) = url.strip_prefix("file://") {
         // `url` starts with the registry's own url when one matched: a file:// registry.
         if registry.is_none() {
-            return Err(format!(
-                "{shown}: refused: a file:// artifact is read only from under a file:// \
-                 registry of this environment, and none contains it"
-            ));
+            return Err(ResolveError::FileOutsideRegistries { shown });
         }
         if !path.starts_with('/') || path.split('/').any(|s| s == "..") {
-            return Err(format!(
-                "{shown}: a file URL must be absolute (file:///…) without '..'"
-            ));
+            return Err(ResolveError::FilePath { shown });
         }
         return Ok(Source::File(PathBuf::from(path)));
     }
@@ -113,9 +264,7 @@ fn source_of(url: &str, registry: Option<&Registry>) -> Result<Source, String> {
             trust: registry.map(Registry::trust).unwrap_or(Trust::SystemRoots),
         });
     }
-    Err(format!(
-        "{shown}: unsupported URL scheme (this agent fetches http://, https:// and file://)"
-    ))
+    Err(ResolveError::Scheme { shown })
 }
 
 fn has_scheme(uri: &str) -> bool {
@@ -151,7 +300,11 @@ fn registry_of<'a>(
 /// Downloads `source` into `dest` (temp file, fsync, rename) through `clients`: at most
 /// [`MAX_ARTIFACT_BYTES`]. Returns the size. Errors do not name credentials; nothing is left
 /// behind on failure.
-pub async fn download(clients: &ClientPool, source: &Source, dest: &Path) -> Result<u64, String> {
+pub async fn download(
+    clients: &ClientPool,
+    source: &Source,
+    dest: &Path,
+) -> Result<u64, DownloadError> {
     let tmp = temp_sibling(dest);
     let result = match source {
         Source::Http { url, trust } => download_http(clients, url, trust, &tmp).await,
@@ -162,7 +315,7 @@ pub async fn download(clients: &ClientPool, source: &Source, dest: &Path) -> Res
             .await
             .and_then(|()| sync_parent(dest))
             .map(|()| size)
-            .map_err(|e| format!("cannot store the download at {}: {e}", dest.display())),
+            .map_err(file_error(FileOp::Store, dest)),
         Err(e) => Err(e),
     };
     if result.is_err() {
@@ -171,102 +324,82 @@ pub async fn download(clients: &ClientPool, source: &Source, dest: &Path) -> Res
     result
 }
 
-/// The error of a download, without the URL the caller already shows.
-fn reason(e: hub_http::HttpError) -> String {
-    e.kind.to_string()
-}
-
 async fn download_http(
     clients: &ClientPool,
     url: &str,
     trust: &Trust,
     tmp: &Path,
-) -> Result<u64, String> {
-    let client = clients.client(trust).map_err(|e| e.to_string())?;
+) -> Result<u64, DownloadError> {
+    let client = clients.client(trust).map_err(DownloadError::Client)?;
     let mut response =
         match tokio::time::timeout(HTTP_TIMEOUT, client.send(Method::GET, url, None)).await {
-            Err(_) => return Err(format!("no response within {} s", HTTP_TIMEOUT.as_secs())),
-            Ok(result) => result.map_err(reason)?,
+            Err(_) => return Err(DownloadError::NoResponse),
+            Ok(result) => result.map_err(|e| DownloadError::Request(e.kind))?,
         };
     let status = response.status();
     if status.is_redirection() {
         let location = response.header("location").map(redact).unwrap_or_default();
-        return Err(format!(
-            "HTTP {status}: redirect to {location:?} not followed"
-        ));
+        return Err(DownloadError::Redirect { status, location });
     }
     if !status.is_success() {
-        return Err(format!("HTTP {status}"));
+        return Err(DownloadError::Status { status });
     }
     let length = response.content_length();
-    if length.is_some_and(|l| l > MAX_ARTIFACT_BYTES) {
-        return Err(format!(
-            "artifact is larger than {MAX_ARTIFACT_BYTES} bytes (Content-Length {})",
-            length.unwrap_or_default()
-        ));
+    if let Some(length) = length.filter(|l| *l > MAX_ARTIFACT_BYTES) {
+        return Err(DownloadError::TooLargeDeclared { length });
     }
     let mut file = tokio::fs::File::create(tmp)
         .await
-        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+        .map_err(file_error(FileOp::Create, tmp))?;
     let mut total: u64 = 0;
     loop {
         let data = match tokio::time::timeout(HTTP_TIMEOUT, response.chunk()).await {
-            Err(_) => {
-                return Err(format!(
-                    "no data for {} s after {total} bytes",
-                    HTTP_TIMEOUT.as_secs()
-                ))
-            }
+            Err(_) => return Err(DownloadError::Stalled { total }),
             Ok(Ok(None)) => break,
             Ok(Err(e)) => {
-                return Err(format!(
-                    "reading the body after {total} bytes: {}",
-                    reason(e)
-                ))
+                return Err(DownloadError::Body {
+                    total,
+                    kind: e.kind,
+                })
             }
             Ok(Ok(Some(data))) => data,
         };
         total += data.len() as u64;
         if total > MAX_ARTIFACT_BYTES {
-            return Err(format!(
-                "artifact is larger than {MAX_ARTIFACT_BYTES} bytes"
-            ));
+            return Err(DownloadError::TooLarge);
         }
         file.write_all(&data)
             .await
-            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+            .map_err(file_error(FileOp::Write, tmp))?;
     }
-    if length.is_some_and(|l| l != total) {
-        return Err(format!(
-            "body ended after {total} of {} bytes",
-            length.unwrap_or_default()
-        ));
+    if let Some(length) = length.filter(|l| *l != total) {
+        return Err(DownloadError::Short { total, length });
     }
     file.sync_all()
         .await
-        .map_err(|e| format!("cannot sync {}: {e}", tmp.display()))?;
+        .map_err(file_error(FileOp::Sync, tmp))?;
     Ok(total)
 }
 
-async fn copy_file(path: &Path, tmp: &Path) -> Result<u64, String> {
-    let meta = tokio::fs::metadata(path).await.map_err(|e| e.to_string())?;
+async fn copy_file(path: &Path, tmp: &Path) -> Result<u64, DownloadError> {
+    let meta = tokio::fs::metadata(path)
+        .await
+        .map_err(DownloadError::Stat)?;
     if !meta.is_file() {
-        return Err("not a regular file".into());
+        return Err(DownloadError::NotAFile);
     }
     if meta.len() > MAX_ARTIFACT_BYTES {
-        return Err(format!(
-            "artifact is larger than {MAX_ARTIFACT_BYTES} bytes"
-        ));
+        return Err(DownloadError::TooLarge);
     }
     let size = tokio::fs::copy(path, tmp)
         .await
-        .map_err(|e| format!("cannot copy to {}: {e}", tmp.display()))?;
+        .map_err(file_error(FileOp::Copy, tmp))?;
     let file = tokio::fs::File::open(tmp)
         .await
-        .map_err(|e| format!("cannot open {}: {e}", tmp.display()))?;
+        .map_err(file_error(FileOp::Open, tmp))?;
     file.sync_all()
         .await
-        .map_err(|e| format!("cannot sync {}: {e}", tmp.display()))?;
+        .map_err(file_error(FileOp::Sync, tmp))?;
     Ok(size)
 }
 
@@ -336,13 +469,27 @@ mod tests {
         // A file outside every file:// registry is refused, with or without registries.
         for registries in [&regs[..], &[], &[reg("https://r.example/base")]] {
             let refused = resolve("file:///etc/shadow", registries).unwrap_err();
+            assert_eq!(
+                refused,
+                ResolveError::FileOutsideRegistries {
+                    shown: "file:///etc/shadow".into()
+                }
+            );
             assert!(
-                refused.starts_with("file:///etc/shadow: refused: a file:// artifact"),
+                refused
+                    .to_string()
+                    .starts_with("file:///etc/shadow: refused: a file:// artifact"),
                 "{refused}"
             );
         }
-        assert!(resolve("file:///srv/rx/b.tar.gz", &regs).is_err());
-        assert!(resolve("file:///srv/r/../../etc/shadow", &regs).is_err());
+        assert!(matches!(
+            resolve("file:///srv/rx/b.tar.gz", &regs),
+            Err(ResolveError::FileOutsideRegistries { .. })
+        ));
+        assert!(matches!(
+            resolve("file:///srv/r/../../etc/shadow", &regs),
+            Err(ResolveError::FilePath { .. })
+        ));
         // https: the registry's trust comes along, relative or absolute.
         let tls = [
             Registry {
@@ -383,12 +530,19 @@ mod tests {
             ))
         );
         for bad in ["../x.tar.gz", "a//b", "./a", "/abs"] {
-            assert!(resolve(bad, &regs).is_err(), "{bad}");
+            assert!(
+                matches!(resolve(bad, &regs), Err(ResolveError::RelativePath { .. })),
+                "{bad}"
+            );
         }
-        assert!(resolve("x", &[]).unwrap_err().contains("no"));
-        assert!(resolve("ftp://x/y", &[])
-            .unwrap_err()
-            .contains("unsupported"));
+        assert!(matches!(
+            resolve("x", &[]),
+            Err(ResolveError::NoRegistry { .. })
+        ));
+        assert!(matches!(
+            resolve("ftp://x/y", &[]),
+            Err(ResolveError::Scheme { .. })
+        ));
         assert!(resolve("file://relative/x", &[]).is_err());
     }
 }

@@ -8,57 +8,143 @@ const MAX_VERSION_LEN: usize = 128;
 /// Longest secret name accepted as a file name.
 const MAX_SECRET_NAME_LEN: usize = 128;
 
+/// Why a name cannot become a file name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// An entity id without its four parts.
+    #[error("entity id {id:?} is not of the form eid:<environment>:<kind>:<name>")]
+    EntityIdForm {
+        /// The id.
+        id: String,
+    },
+    /// An entity id whose first part is not `eid`.
+    #[error("entity id {id:?} does not start with \"eid:\"")]
+    EntityIdPrefix {
+        /// The id.
+        id: String,
+    },
+    /// An entity of another environment.
+    #[error("entity {id} belongs to environment {env:?}, this agent serves {environment:?}")]
+    OtherEnvironment {
+        /// The id.
+        id: String,
+        /// Its environment.
+        env: String,
+        /// The agent's.
+        environment: String,
+    },
+    /// An entity kind that is not 1–63 ASCII letters or digits.
+    #[error("entity id {id:?}: kind {kind:?} must be 1-63 ASCII letters or digits")]
+    EntityKind {
+        /// The id.
+        id: String,
+        /// Its kind.
+        kind: String,
+    },
+    /// An entity name that is not a DNS-label-like name.
+    #[error("entity id {id:?}: name {name:?} {reason}")]
+    EntityName {
+        /// The id.
+        id: String,
+        /// Its name.
+        name: String,
+        /// What is wrong with it.
+        #[source]
+        reason: LabelError,
+    },
+    /// The plan has no target version.
+    #[error("the plan names no target version")]
+    NoVersion,
+    /// A version that cannot be a directory name.
+    #[error(
+        "version {version:?} is not usable as a directory name (1-{MAX_VERSION_LEN} of \
+         A-Z a-z 0-9 . + _ -, starting with a letter or digit)"
+    )]
+    Version {
+        /// The version.
+        version: String,
+    },
+    /// A secret name that cannot be a file name.
+    #[error(
+        "secret name {name:?} is not usable as a file name (1-{MAX_SECRET_NAME_LEN} of \
+         A-Z a-z 0-9 . _ -, not starting with '.')"
+    )]
+    SecretName {
+        /// The name.
+        name: String,
+    },
+}
+
+/// What is wrong with a DNS-label-like name ([`check_label`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    /// Empty or longer than 63 characters.
+    #[error("must be 1-63 characters")]
+    Length,
+    /// A character other than `a-z`, `0-9` and `-`.
+    #[error("may only contain a-z, 0-9 and '-'")]
+    Characters,
+    /// A leading or trailing `-`.
+    #[error("must not start or end with '-'")]
+    Dash,
+}
+
 /// The filesystem-safe directory name of entity `id` (`eid:<env>:<kind>:<name>` →
 /// `<kind>--<name>`), after checking that the entity belongs to `environment`.
 ///
 /// `kind` must be ASCII alphanumeric (`helmChart`) and `name` a DNS-label-like name
 /// (`a-z`, `0-9`, `-`), so the mapping is injective (the kind holds no `-`).
-pub fn entity_dir_name(id: &str, environment: &str) -> Result<String, String> {
+pub fn entity_dir_name(id: &str, environment: &str) -> Result<String, NameError> {
     let parts: Vec<&str> = id.split(':').collect();
     let [eid, env, kind, name] = parts.as_slice() else {
-        return Err(format!(
-            "entity id {id:?} is not of the form eid:<environment>:<kind>:<name>"
-        ));
+        return Err(NameError::EntityIdForm { id: id.to_string() });
     };
     if *eid != "eid" {
-        return Err(format!("entity id {id:?} does not start with \"eid:\""));
+        return Err(NameError::EntityIdPrefix { id: id.to_string() });
     }
     if *env != environment {
-        return Err(format!(
-            "entity {id} belongs to environment {env:?}, this agent serves {environment:?}"
-        ));
+        return Err(NameError::OtherEnvironment {
+            id: id.to_string(),
+            env: env.to_string(),
+            environment: environment.to_string(),
+        });
     }
     if kind.is_empty() || kind.len() > 63 || !kind.chars().all(|c| c.is_ascii_alphanumeric()) {
-        return Err(format!(
-            "entity id {id:?}: kind {kind:?} must be 1-63 ASCII letters or digits"
-        ));
+        return Err(NameError::EntityKind {
+            id: id.to_string(),
+            kind: kind.to_string(),
+        });
     }
-    check_label(name).map_err(|why| format!("entity id {id:?}: name {name:?} {why}"))?;
+    check_label(name).map_err(|reason| NameError::EntityName {
+        id: id.to_string(),
+        name: name.to_string(),
+        reason,
+    })?;
     Ok(format!("{kind}--{name}"))
 }
 
 /// Checks a DNS-label-like name: 1–63 of `a-z`, `0-9`, `-`, not starting or ending with `-`.
-pub fn check_label(name: &str) -> Result<(), String> {
+pub fn check_label(name: &str) -> Result<(), LabelError> {
     if name.is_empty() || name.len() > 63 {
-        return Err("must be 1-63 characters".into());
+        return Err(LabelError::Length);
     }
     if !name
         .chars()
         .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
     {
-        return Err("may only contain a-z, 0-9 and '-'".into());
+        return Err(LabelError::Characters);
     }
     if name.starts_with('-') || name.ends_with('-') {
-        return Err("must not start or end with '-'".into());
+        return Err(LabelError::Dash);
     }
     Ok(())
 }
 
 /// Checks a version (used as a directory name): 1–128 of `A-Z a-z 0-9 . + _ -`, starting
 /// with an alphanumeric character (so never `.` or `..`).
-pub fn check_version(version: &str) -> Result<(), String> {
+pub fn check_version(version: &str) -> Result<(), NameError> {
     if version.is_empty() {
-        return Err("the plan names no target version".into());
+        return Err(NameError::NoVersion);
     }
     if version.len() > MAX_VERSION_LEN
         || !version.starts_with(|c: char| c.is_ascii_alphanumeric())
@@ -66,17 +152,16 @@ pub fn check_version(version: &str) -> Result<(), String> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '_' | '-'))
     {
-        return Err(format!(
-            "version {version:?} is not usable as a directory name (1-{MAX_VERSION_LEN} of \
-             A-Z a-z 0-9 . + _ -, starting with a letter or digit)"
-        ));
+        return Err(NameError::Version {
+            version: version.to_string(),
+        });
     }
     Ok(())
 }
 
 /// Checks a secret name (used as a file name): 1–128 of `A-Z a-z 0-9 . _ -`, not starting
 /// with `.`.
-pub fn check_secret_name(name: &str) -> Result<(), String> {
+pub fn check_secret_name(name: &str) -> Result<(), NameError> {
     if name.is_empty()
         || name.len() > MAX_SECRET_NAME_LEN
         || name.starts_with('.')
@@ -84,10 +169,9 @@ pub fn check_secret_name(name: &str) -> Result<(), String> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
     {
-        return Err(format!(
-            "secret name {name:?} is not usable as a file name (1-{MAX_SECRET_NAME_LEN} of \
-             A-Z a-z 0-9 . _ -, not starting with '.')"
-        ));
+        return Err(NameError::SecretName {
+            name: name.to_string(),
+        });
     }
     Ok(())
 }
@@ -122,7 +206,11 @@ mod tests {
             assert!(entity_dir_name(bad, "prod").is_err(), "{bad}");
         }
         let other = entity_dir_name("eid:dev:helmChart:web", "prod").unwrap_err();
-        assert!(other.contains("environment"), "{other}");
+        assert!(
+            matches!(&other, NameError::OtherEnvironment { env, .. } if env == "dev"),
+            "{other}"
+        );
+        assert!(other.to_string().contains("environment"), "{other}");
     }
 
     #[test]

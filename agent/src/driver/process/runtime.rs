@@ -37,6 +37,95 @@ const LEFTOVER_EXIT_WAIT: Duration = Duration::from_secs(2);
 /// Longest single readiness probe.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Why launching, stopping or recording an entity's process failed. The messages are the
+/// task failures a plan reports.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The version's files are not unpacked.
+    #[error(
+        "version {version} is not unpacked on this agent (fetch, verify and configure it first)"
+    )]
+    NotUnpacked {
+        /// The version.
+        version: String,
+    },
+    /// The version's `service.json` is invalid (the validation errors).
+    #[error("{}", errors.join("; "))]
+    InvalidSpec {
+        /// What is wrong, one line each.
+        errors: Vec<String>,
+    },
+    /// The deployment's config file cannot be read.
+    #[error(
+        "version {version} is not configured with config {config}: {}: {source}",
+        path.display()
+    )]
+    NotConfigured {
+        /// The version.
+        version: String,
+        /// The config's SHA-256 (its first 16 digits).
+        config: String,
+        /// The config file.
+        path: std::path::PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The deployment's config text is invalid (the validation errors).
+    #[error("{}", errors.join("; "))]
+    InvalidConfig {
+        /// What is wrong, one line each.
+        errors: Vec<String>,
+    },
+    /// The deployment's secrets are not written.
+    #[error("version {version} is not configured with secrets revision {revision}")]
+    NoSecrets {
+        /// The version.
+        version: String,
+        /// The secrets revision.
+        revision: u64,
+    },
+    /// The service's data directory cannot be created.
+    #[error("cannot create {}: {source}", path.display())]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The program cannot be started.
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The program ended before its pid was known.
+    #[error("{program} exited at once")]
+    ExitedAtOnce {
+        /// The program.
+        program: String,
+    },
+    /// The started process cannot be recorded (it was killed).
+    #[error("cannot record the started process in state.json: {source}")]
+    Record {
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The process outlived SIGKILL.
+    #[error("pid {pid} did not exit after SIGKILL")]
+    NotKilled {
+        /// The process.
+        pid: u32,
+    },
+    /// `state.json` cannot be written.
+    #[error("cannot write state.json: {source}")]
+    WriteState {
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -221,7 +310,7 @@ impl Entity {
             let mut rt = entity.lock();
             match entity.prepare(&state.current) {
                 Ok(p) => rt.running = Some(p.running),
-                Err(e) => rt.probe = Probe::NotReady(e),
+                Err(e) => rt.probe = Probe::NotReady(e.to_string()),
             }
             rt.state = Some(state);
             match rt.liveness(&entity.dir) {
@@ -255,30 +344,29 @@ impl Entity {
     }
 
     /// Loads what launching `d` needs; the error says what is missing.
-    pub fn prepare(&self, d: &Deployment) -> Result<Prepared, String> {
+    pub fn prepare(&self, d: &Deployment) -> Result<Prepared, RuntimeError> {
         let v = &d.version;
         let version_dir = self.dir.version(v);
         if !self.dir.is_unpacked(v) {
-            return Err(format!(
-                "version {v} is not unpacked on this agent (fetch, verify and configure it first)"
-            ));
+            return Err(RuntimeError::NotUnpacked { version: v.clone() });
         }
-        let spec = ServiceSpec::load(&version_dir).map_err(|e| e.join("; "))?;
+        let spec = ServiceSpec::load(&version_dir)
+            .map_err(|errors| RuntimeError::InvalidSpec { errors })?;
         let config = self.dir.config(d);
-        let text = std::fs::read_to_string(&config).map_err(|e| {
-            format!(
-                "version {v} is not configured with config {}: {}: {e}",
-                &d.config_sha256[..16.min(d.config_sha256.len())],
-                config.display()
-            )
-        })?;
-        let port = parse_config(&text).map_err(|e| e.join("; "))?;
+        let text =
+            std::fs::read_to_string(&config).map_err(|source| RuntimeError::NotConfigured {
+                version: v.clone(),
+                config: d.config_sha256[..16.min(d.config_sha256.len())].to_string(),
+                path: config.clone(),
+                source,
+            })?;
+        let port = parse_config(&text).map_err(|errors| RuntimeError::InvalidConfig { errors })?;
         let secrets_dir = self.dir.secrets(d);
         if !secrets_dir.is_dir() {
-            return Err(format!(
-                "version {v} is not configured with secrets revision {}",
-                d.secrets_revision
-            ));
+            return Err(RuntimeError::NoSecrets {
+                version: v.clone(),
+                revision: d.secrets_revision,
+            });
         }
         let vars = Vars {
             config,
@@ -306,13 +394,15 @@ impl Entity {
     }
 
     /// Starts `p` and records it in `state.json` as the current deployment. Returns the pid.
-    pub fn launch(&self, p: &Prepared, mode: LaunchMode<'_>) -> Result<u32, String> {
+    pub fn launch(&self, p: &Prepared, mode: LaunchMode<'_>) -> Result<u32, RuntimeError> {
         let by = match mode {
             LaunchMode::Plan(plan) | LaunchMode::Restore(plan) => plan,
             LaunchMode::Supervisor => "supervisor",
         };
-        std::fs::create_dir_all(self.dir.data())
-            .map_err(|e| format!("cannot create {}: {e}", self.dir.data().display()))?;
+        std::fs::create_dir_all(self.dir.data()).map_err(|source| RuntimeError::DataDir {
+            path: self.dir.data(),
+            source,
+        })?;
         let header = format!(
             "{} starting {} {} (by {by})",
             now_ms(),
@@ -321,10 +411,12 @@ impl Entity {
         );
         self.stop_leftovers();
         let program = p.launch.program.display().to_string();
-        let child =
-            os::spawn(&p.launch, &header).map_err(|e| format!("cannot start {program}: {e}"))?;
+        let child = os::spawn(&p.launch, &header).map_err(|source| RuntimeError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
         let Some(pid) = child.id() else {
-            return Err(format!("{program} exited at once"));
+            return Err(RuntimeError::ExitedAtOnce { program });
         };
         let start_ticks = os::proc_stat(pid).map(|s| s.start_ticks);
         let mut rt = self.lock();
@@ -347,12 +439,10 @@ impl Entity {
             previous,
             good,
         };
-        if let Err(e) = state.save(&self.dir.state()) {
+        if let Err(source) = state.save(&self.dir.state()) {
             // A process the agent cannot track must not keep running.
             os::signal_group(pid, libc::SIGKILL);
-            return Err(format!(
-                "cannot record the started process in state.json: {e}"
-            ));
+            return Err(RuntimeError::Record { source });
         }
         info!(entity = %self.id, version = %p.deployment.version, pid, by, "service started");
         rt.state = Some(state);
@@ -425,7 +515,7 @@ impl Entity {
 
     /// Stops the recorded process: SIGTERM to its process group, up to `stop_timeout_ms`,
     /// then SIGKILL. Clears the pid in memory (the caller persists). Returns what happened.
-    pub async fn stop(&self) -> Result<String, String> {
+    pub async fn stop(&self) -> Result<String, RuntimeError> {
         let timeout = self.stop_timeout();
         let (pid, mut child, ident) = {
             let mut rt = self.lock();
@@ -468,7 +558,7 @@ impl Entity {
                     Some(how) => format!("{how} after {} ms", timeout.as_millis()),
                     None => {
                         self.lock().child = child;
-                        return Err(format!("pid {pid} did not exit after SIGKILL"));
+                        return Err(RuntimeError::NotKilled { pid });
                     }
                 }
             }
@@ -491,7 +581,7 @@ impl Entity {
     }
 
     /// Records that nothing runs (`reason` is reported) and persists it.
-    pub fn mark_down(&self, reason: String) -> Result<(), String> {
+    pub fn mark_down(&self, reason: String) -> Result<(), RuntimeError> {
         let mut rt = self.lock();
         rt.child = None;
         rt.crash = None;
@@ -502,7 +592,7 @@ impl Entity {
         state.down = Some(reason);
         state
             .save(&self.dir.state())
-            .map_err(|e| format!("cannot write state.json: {e}"))
+            .map_err(|source| RuntimeError::WriteState { source })
     }
 
     /// Polls readiness (every 100 ms) until it passes or `deadline`; fails at once if the
@@ -560,7 +650,7 @@ impl Entity {
                     rt.ready_since.get_or_insert_with(Instant::now);
                     return Ok(what);
                 }
-                Err(e) => e,
+                Err(e) => e.to_string(),
             };
             if Instant::now() >= deadline {
                 self.lock().probe = Probe::NotReady(format!("{what} (last: {last})"));

@@ -4,12 +4,53 @@
 //! layout's paths are built from too).
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::deployment::Deployment;
+use super::deployment::{Deployment, InvalidDeployment};
 use super::layout::{read_limited, write_atomic};
+
+/// Why a `state.json` cannot be acted on.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The file cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// The file is not a state's JSON.
+    #[error("{}: invalid JSON: {source}", path.display())]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: serde_json::Error,
+    },
+    /// A field is not safe to act on.
+    #[error("{}: {reason}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        reason: InvalidState,
+    },
+}
+
+/// What is wrong with a parsed `state.json`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidState {
+    /// A deployment it names.
+    #[error(transparent)]
+    Deployment(#[from] InvalidDeployment),
+    /// A pid that would signal more than one service (0, 1 or above `i32::MAX`).
+    #[error("pid {0} is not a service's pid")]
+    Pid(u32),
+}
 
 /// Most known-good deployments remembered.
 const MAX_GOOD: usize = 4;
@@ -49,17 +90,26 @@ const MAX_STATE_BYTES: u64 = 16 << 20;
 impl RunState {
     /// Loads `state.json` from `path`: `Ok(None)` when absent, `Err` when unreadable or
     /// invalid (so that it is never acted on).
-    pub fn load(path: &Path) -> Result<Option<Self>, String> {
+    pub fn load(path: &Path) -> Result<Option<Self>, StateError> {
         let bytes = match read_limited(path, MAX_STATE_BYTES) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("{}: {e}", path.display())),
+            Err(source) => {
+                return Err(StateError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
         };
-        let state: RunState = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("{}: invalid JSON: {e}", path.display()))?;
-        state
-            .validate()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let state: RunState =
+            serde_json::from_slice(&bytes).map_err(|source| StateError::Json {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        state.validate().map_err(|reason| StateError::Invalid {
+            path: path.to_path_buf(),
+            reason,
+        })?;
         Ok(Some(state))
     }
 
@@ -69,7 +119,7 @@ impl RunState {
         write_atomic(path, &bytes, 0o600)
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), InvalidState> {
         self.current.validate()?;
         for d in self.previous.iter().chain(&self.good) {
             d.validate()?;
@@ -77,7 +127,7 @@ impl RunState {
         if let Some(pid) = self.pid {
             // kill(0) and kill(-1) would signal far more than one service.
             if pid <= 1 || i32::try_from(pid).is_err() {
-                return Err(format!("pid {pid} is not a service's pid"));
+                return Err(InvalidState::Pid(pid));
             }
         }
         Ok(())
@@ -169,7 +219,13 @@ mod tests {
                "down":null,"previous":null}"#,
         )
         .unwrap();
-        assert!(RunState::load(&path).is_err());
+        assert!(matches!(
+            RunState::load(&path),
+            Err(StateError::Invalid {
+                reason: InvalidState::Deployment(InvalidDeployment::Version(_)),
+                ..
+            })
+        ));
         let good = "a".repeat(64);
         std::fs::write(
             &path,
@@ -180,7 +236,18 @@ mod tests {
             ),
         )
         .unwrap();
-        assert!(RunState::load(&path).unwrap_err().contains("pid 1"));
-        assert_eq!(RunState::load(&dir.path().join("none")), Ok(None));
+        let err = RunState::load(&path).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StateError::Invalid {
+                    reason: InvalidState::Pid(1),
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("pid 1"), "{err}");
+        assert!(matches!(RunState::load(&dir.path().join("none")), Ok(None)));
     }
 }

@@ -170,8 +170,8 @@ async fn wait_observed(
 }
 
 /// `GET http://127.0.0.1:port/path` → (status, body).
-async fn get(port: u16, path: &str) -> Result<(u16, String), String> {
-    let client = super::http::probes().map_err(|e| e.to_string())?;
+async fn get(port: u16, path: &str) -> Result<(u16, String), hub_http::ErrorKind> {
+    let client = super::http::probes()?;
     let url = format!("http://127.0.0.1:{port}{path}");
     let answer = client
         .call(
@@ -182,7 +182,7 @@ async fn get(port: u16, path: &str) -> Result<(u16, String), String> {
             1 << 20,
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.kind)?;
     Ok((
         answer.status.as_u16(),
         String::from_utf8_lossy(&answer.body).into_owned(),

@@ -7,7 +7,7 @@
 //! and setuid bits are not restored; group/world write bits are masked.
 
 use std::fs;
-use std::io::BufReader;
+use std::io::{self, BufReader};
 use std::path::{Component, Path, PathBuf};
 
 use tar::EntryType;
@@ -28,14 +28,158 @@ pub struct Budget {
 }
 
 /// Why a version could not be unpacked.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum UnpackError {
-    /// An artifact is not a well-formed, safe `.tar.gz` (one line).
-    Corrupt(String),
-    /// The artifact's `service.json` is invalid (validation errors).
+    /// An artifact is not a well-formed, safe `.tar.gz`.
+    #[error("corrupt artifact {uri}: {reason}")]
+    Corrupt {
+        /// The artifact (without credentials).
+        uri: String,
+        /// What is wrong.
+        #[source]
+        reason: ArchiveError,
+    },
+    /// A symlink of the unpacked artifacts resolves outside them, or they cannot be walked.
+    #[error("corrupt artifact: {0}")]
+    Symlinks(#[source] ArchiveError),
+    /// The artifact's `service.json` is invalid (validation errors, reported as a list).
+    #[error("{}", .0.join("; "))]
     Invalid(Vec<String>),
-    /// The filesystem failed (one line).
-    Io(String),
+    /// The filesystem failed: what was being done and the error.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+    /// The completion marker cannot be written as JSON.
+    #[error("{0}")]
+    Marker(#[source] serde_json::Error),
+}
+
+/// Why an artifact is not a well-formed, safe `.tar.gz`. `entry` is the offending entry's
+/// path as shown.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    /// The download cannot be opened.
+    #[error("cannot open the download: {0}")]
+    Open(#[source] io::Error),
+    /// The archive (gzip or tar) cannot be read, or the unpacked tree cannot be walked.
+    #[error("{0}")]
+    Read(#[source] io::Error),
+    /// More than [`MAX_ENTRIES`] entries.
+    #[error("more than {MAX_ENTRIES} entries")]
+    TooManyEntries,
+    /// An entry's path cannot be read.
+    #[error("entry with an invalid path: {0}")]
+    EntryPath(#[source] io::Error),
+    /// An entry's path is refused.
+    #[error("entry {entry:?}: {reason}")]
+    Path {
+        /// The entry.
+        entry: String,
+        /// Why.
+        #[source]
+        reason: PathRefusal,
+    },
+    /// A link's target cannot be read.
+    #[error("entry {entry:?}: bad link name: {source}")]
+    LinkName {
+        /// The entry.
+        entry: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// A link without a target.
+    #[error("entry {entry:?}: {kind} without a target")]
+    NoTarget {
+        /// The entry.
+        entry: String,
+        /// The link's kind.
+        kind: LinkKind,
+    },
+    /// A link's target is refused.
+    #[error("{kind} {entry:?} -> {target:?}: {reason}")]
+    Target {
+        /// The link's kind.
+        kind: LinkKind,
+        /// The entry.
+        entry: String,
+        /// Its target.
+        target: PathBuf,
+        /// Why.
+        #[source]
+        reason: PathRefusal,
+    },
+    /// An entry that is not a file, a directory or a link.
+    #[error(
+        "entry {entry:?}: unsupported entry type {kind:?} (only files, directories and links)"
+    )]
+    EntryType {
+        /// The entry.
+        entry: String,
+        /// Its type.
+        kind: EntryType,
+    },
+    /// More than [`MAX_UNPACKED_BYTES`] bytes.
+    #[error("more than {MAX_UNPACKED_BYTES} bytes unpacked")]
+    TooManyBytes,
+    /// Writing an entry failed.
+    #[error("entry {entry:?}: {source}")]
+    Unpack {
+        /// The entry.
+        entry: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// The unpacker refused an entry (it would land outside the destination).
+    #[error("entry {entry:?}: refused by the unpacker")]
+    Refused {
+        /// The entry.
+        entry: String,
+    },
+    /// A symlink of the unpacked tree resolves outside it.
+    #[error("symlink {link:?} resolves outside the artifact")]
+    Escapes {
+        /// The link, relative to the tree's root.
+        link: PathBuf,
+    },
+}
+
+/// A link entry's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkKind {
+    /// A symbolic link.
+    Symlink,
+    /// A hard link.
+    HardLink,
+}
+
+impl std::fmt::Display for LinkKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Symlink => "symlink",
+            Self::HardLink => "hard link",
+        })
+    }
+}
+
+/// Why an entry's path or a link's target is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PathRefusal {
+    /// An absolute entry path.
+    #[error("absolute paths are not allowed")]
+    Absolute,
+    /// A `..` component.
+    #[error("'..' is not allowed")]
+    ParentDir,
+    /// An absolute symlink target.
+    #[error("absolute targets are not allowed")]
+    AbsoluteTarget,
+    /// A relative symlink target above the root.
+    #[error("points outside the artifact")]
+    OutsideArtifact,
 }
 
 /// Unpacks `archives` (uri for messages, sha256, downloaded file), in order, into
@@ -46,19 +190,21 @@ pub fn unpack_version(
     archives: &[(String, String, PathBuf)],
     version_dir: &Path,
 ) -> Result<(), UnpackError> {
-    let io = |what: &str, e: std::io::Error| UnpackError::Io(format!("{what}: {e}"));
+    let io = |what: &'static str, source: io::Error| UnpackError::Io { what, source };
     let tmp = temp_sibling(version_dir);
     fs::create_dir(&tmp).map_err(|e| io("cannot create the unpack directory", e))?;
     let result = (|| {
         let mut budget = Budget::default();
         for (uri, _, path) in archives {
-            unpack_into(path, &tmp, &mut budget)
-                .map_err(|e| UnpackError::Corrupt(format!("corrupt artifact {uri}: {e}")))?;
+            unpack_into(path, &tmp, &mut budget).map_err(|reason| UnpackError::Corrupt {
+                uri: uri.clone(),
+                reason,
+            })?;
         }
-        check_symlinks(&tmp).map_err(|e| UnpackError::Corrupt(format!("corrupt artifact: {e}")))?;
+        check_symlinks(&tmp).map_err(UnpackError::Symlinks)?;
         ServiceSpec::load(&tmp).map_err(UnpackError::Invalid)?;
         let shas: Vec<&str> = archives.iter().map(|(_, sha, _)| sha.as_str()).collect();
-        let marker = serde_json::to_vec(&shas).map_err(|e| UnpackError::Io(e.to_string()))?;
+        let marker = serde_json::to_vec(&shas).map_err(UnpackError::Marker)?;
         write_atomic(&tmp.join(UNPACKED_MARKER), &marker, 0o644)
             .map_err(|e| io("cannot write the completion marker", e))?;
         // An incomplete leftover (no marker) is replaced.
@@ -74,8 +220,8 @@ pub fn unpack_version(
 
 /// Unpacks the gzip'd tarball `archive` into the existing directory `dest`. The error is
 /// one line naming the offending entry or the decoding error.
-pub fn unpack_into(archive: &Path, dest: &Path, budget: &mut Budget) -> Result<(), String> {
-    let file = fs::File::open(archive).map_err(|e| format!("cannot open the download: {e}"))?;
+pub fn unpack_into(archive: &Path, dest: &Path, budget: &mut Budget) -> Result<(), ArchiveError> {
+    let file = fs::File::open(archive).map_err(ArchiveError::Open)?;
     let mut tarball = tar::Archive::new(flate2::read::GzDecoder::new(BufReader::new(file)));
     tarball.set_preserve_permissions(false);
     tarball.set_preserve_ownerships(false);
@@ -83,74 +229,92 @@ pub fn unpack_into(archive: &Path, dest: &Path, budget: &mut Budget) -> Result<(
     tarball.set_unpack_xattrs(false);
     tarball.set_overwrite(true);
     tarball.set_mask(0o022);
-    let entries = tarball.entries().map_err(|e| e.to_string())?;
+    let entries = tarball.entries().map_err(ArchiveError::Read)?;
     for entry in entries {
-        let mut entry = entry.map_err(|e| e.to_string())?;
+        let mut entry = entry.map_err(ArchiveError::Read)?;
         budget.entries += 1;
         if budget.entries > MAX_ENTRIES {
-            return Err(format!("more than {MAX_ENTRIES} entries"));
+            return Err(ArchiveError::TooManyEntries);
         }
-        let path = entry
-            .path()
-            .map_err(|e| format!("entry with an invalid path: {e}"))?
-            .into_owned();
+        let path = entry.path().map_err(ArchiveError::EntryPath)?.into_owned();
         let shown = path.display().to_string();
-        check_entry_path(&path).map_err(|why| format!("entry {shown:?}: {why}"))?;
+        check_entry_path(&path).map_err(|reason| ArchiveError::Path {
+            entry: shown.clone(),
+            reason,
+        })?;
         let kind = entry.header().entry_type();
-        match kind {
-            EntryType::Regular | EntryType::Continuous | EntryType::Directory => {}
-            EntryType::Symlink => {
-                let target = entry
-                    .link_name()
-                    .map_err(|e| format!("entry {shown:?}: bad link name: {e}"))?
-                    .ok_or_else(|| format!("entry {shown:?}: symlink without a target"))?
-                    .into_owned();
-                check_symlink_target(&path, &target)
-                    .map_err(|why| format!("symlink {shown:?} -> {:?}: {why}", target.display()))?;
-            }
-            EntryType::Link => {
-                let target = entry
-                    .link_name()
-                    .map_err(|e| format!("entry {shown:?}: bad link name: {e}"))?
-                    .ok_or_else(|| format!("entry {shown:?}: hard link without a target"))?
-                    .into_owned();
-                check_entry_path(&target).map_err(|why| {
-                    format!("hard link {shown:?} -> {:?}: {why}", target.display())
-                })?;
-            }
+        let link = match kind {
+            EntryType::Regular | EntryType::Continuous | EntryType::Directory => None,
+            EntryType::Symlink => Some(LinkKind::Symlink),
+            EntryType::Link => Some(LinkKind::HardLink),
             // Metadata entries the reader normally consumes itself.
             EntryType::XGlobalHeader
             | EntryType::XHeader
             | EntryType::GNULongName
             | EntryType::GNULongLink => continue,
             other => {
-                return Err(format!(
-                    "entry {shown:?}: unsupported entry type {other:?} (only files, \
-                     directories and links)"
-                ))
+                return Err(ArchiveError::EntryType {
+                    entry: shown,
+                    kind: other,
+                })
             }
+        };
+        if let Some(link) = link {
+            check_link(&entry, link, &path, &shown)?;
         }
         budget.bytes = budget.bytes.saturating_add(entry.size());
         if budget.bytes > MAX_UNPACKED_BYTES {
-            return Err(format!("more than {MAX_UNPACKED_BYTES} bytes unpacked"));
+            return Err(ArchiveError::TooManyBytes);
         }
         let unpacked = entry
             .unpack_in(dest)
-            .map_err(|e| format!("entry {shown:?}: {e}"))?;
+            .map_err(|source| ArchiveError::Unpack {
+                entry: shown.clone(),
+                source,
+            })?;
         if !unpacked {
-            return Err(format!("entry {shown:?}: refused by the unpacker"));
+            return Err(ArchiveError::Refused { entry: shown });
         }
     }
     Ok(())
 }
 
-fn check_entry_path(path: &Path) -> Result<(), String> {
+/// Checks the target of link entry `entry` (at `path`, shown as `shown`): a symlink's must
+/// stay inside the artifact, a hard link's must be a safe entry path.
+fn check_link<R: io::Read>(
+    entry: &tar::Entry<'_, R>,
+    kind: LinkKind,
+    path: &Path,
+    shown: &str,
+) -> Result<(), ArchiveError> {
+    let target = entry
+        .link_name()
+        .map_err(|source| ArchiveError::LinkName {
+            entry: shown.to_string(),
+            source,
+        })?
+        .ok_or_else(|| ArchiveError::NoTarget {
+            entry: shown.to_string(),
+            kind,
+        })?
+        .into_owned();
+    let checked = match kind {
+        LinkKind::Symlink => check_symlink_target(path, &target),
+        LinkKind::HardLink => check_entry_path(&target),
+    };
+    checked.map_err(|reason| ArchiveError::Target {
+        kind,
+        entry: shown.to_string(),
+        target,
+        reason,
+    })
+}
+
+fn check_entry_path(path: &Path) -> Result<(), PathRefusal> {
     for c in path.components() {
         match c {
-            Component::RootDir | Component::Prefix(_) => {
-                return Err("absolute paths are not allowed".into())
-            }
-            Component::ParentDir => return Err("'..' is not allowed".into()),
+            Component::RootDir | Component::Prefix(_) => return Err(PathRefusal::Absolute),
+            Component::ParentDir => return Err(PathRefusal::ParentDir),
             Component::CurDir | Component::Normal(_) => {}
         }
     }
@@ -159,18 +323,16 @@ fn check_entry_path(path: &Path) -> Result<(), String> {
 
 /// A relative symlink target must not climb above the unpacked root (checked lexically
 /// from the link's directory).
-fn check_symlink_target(link: &Path, target: &Path) -> Result<(), String> {
+fn check_symlink_target(link: &Path, target: &Path) -> Result<(), PathRefusal> {
     let normal = |c: &Component| matches!(c, Component::Normal(_));
     let mut depth = link.components().filter(normal).count() as i64 - 1;
     for c in target.components() {
         match c {
-            Component::RootDir | Component::Prefix(_) => {
-                return Err("absolute targets are not allowed".into())
-            }
+            Component::RootDir | Component::Prefix(_) => return Err(PathRefusal::AbsoluteTarget),
             Component::ParentDir => {
                 depth -= 1;
                 if depth < 0 {
-                    return Err("points outside the artifact".into());
+                    return Err(PathRefusal::OutsideArtifact);
                 }
             }
             Component::Normal(_) => depth += 1,
@@ -182,22 +344,19 @@ fn check_symlink_target(link: &Path, target: &Path) -> Result<(), String> {
 
 /// Checks, after unpacking, that every symlink under `root` that resolves at all resolves
 /// inside `root` (chains of individually harmless links can still escape).
-pub fn check_symlinks(root: &Path) -> Result<(), String> {
-    let canonical_root = fs::canonicalize(root).map_err(|e| e.to_string())?;
+pub fn check_symlinks(root: &Path) -> Result<(), ArchiveError> {
+    let canonical_root = fs::canonicalize(root).map_err(ArchiveError::Read)?;
     let mut dirs = vec![root.to_path_buf()];
     while let Some(dir) = dirs.pop() {
-        for entry in fs::read_dir(&dir).map_err(|e| e.to_string())? {
-            let entry = entry.map_err(|e| e.to_string())?;
-            let file_type = entry.file_type().map_err(|e| e.to_string())?;
+        for entry in fs::read_dir(&dir).map_err(ArchiveError::Read)? {
+            let entry = entry.map_err(ArchiveError::Read)?;
+            let file_type = entry.file_type().map_err(ArchiveError::Read)?;
             let path = entry.path();
             if file_type.is_symlink() {
                 if let Ok(resolved) = fs::canonicalize(&path) {
                     if !resolved.starts_with(&canonical_root) {
-                        let shown = path.strip_prefix(root).unwrap_or(&path);
-                        return Err(format!(
-                            "symlink {:?} resolves outside the artifact",
-                            shown.display()
-                        ));
+                        let link = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
+                        return Err(ArchiveError::Escapes { link });
                     }
                 }
             } else if file_type.is_dir() {
@@ -242,7 +401,7 @@ mod tests {
         b.append(&h, data).unwrap();
     }
 
-    fn unpack(bytes: &[u8]) -> (tempfile::TempDir, Result<(), String>) {
+    fn unpack(bytes: &[u8]) -> (tempfile::TempDir, Result<(), ArchiveError>) {
         let dir = tempfile::tempdir().unwrap();
         let archive = dir.path().join("a.tar.gz");
         std::fs::write(&archive, bytes).unwrap();
@@ -300,7 +459,7 @@ mod tests {
         ];
         for (bytes, want) in cases {
             let (dir, r) = unpack(&bytes);
-            let e = r.unwrap_err();
+            let e = r.unwrap_err().to_string();
             assert!(e.contains(want), "want {want:?}, got {e:?}");
             assert!(!dir.path().join("evil").exists());
         }
