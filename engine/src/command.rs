@@ -1064,10 +1064,30 @@ impl Command {
 }
 
 impl Command {
-    /// Records `who` as the command's actor, wherever the command has one. The node calls it
-    /// with the caller's verified identity before proposing, so the actor in audit records,
-    /// plans and emergency commands is never what a client typed. Exhaustive: a new command
-    /// must say whether it has an actor.
+    /// The entry a node proposes for `self` from the verified caller `actor`, when the
+    /// cluster runs feature level `level`: `self` wrapped in [`Command::As`], the record of
+    /// who asked. From [`LEVEL_2`] on that is the only record: the command's own `actor`
+    /// field, where it has one, is left empty whatever the client wrote, and apply names the
+    /// wrapper's identity. Below it the field is stamped with the same identity, because
+    /// binaries of the first release read the field.
+    pub fn as_verified(mut self, actor: &hub_identity::Identity, level: FeatureLevel) -> Command {
+        if level >= LEVEL_2 {
+            self.stamp_actor("");
+        } else {
+            self.stamp_actor(&actor.to_string());
+        }
+        Command::As {
+            actor: actor.clone(),
+            command: Box::new(self),
+        }
+    }
+}
+
+impl Command {
+    /// Sets the command's own `actor` field to `who`, wherever the command has one: what an
+    /// insecure node's dashboard writes, and what [`Command::as_verified`] stamps (or clears)
+    /// for a verified caller, so the actor in audit records, plans and emergency commands is
+    /// never what a client typed. Exhaustive: a new command must say whether it has an actor.
     pub fn stamp_actor(&mut self, who: &str) {
         let actor = match self {
             Command::AddWindowOverride { actor, .. }

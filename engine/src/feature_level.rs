@@ -21,7 +21,8 @@
 //! # Adding a command after a release
 //!
 //! Level 1 is the first tagged release (v0.3.0): every command that existed then is level 1.
-//! Level 2 ([`LEVEL_2`]) adds `RevokeCertificates`.
+//! Level 2 ([`LEVEL_2`]) adds `RevokeCertificates`, and records a verified caller's actor
+//! once, in the `Command::As` wrapper (`Command::as_verified`; issue 54).
 //! A command added after a release is given `SUPPORTED_LEVEL + 1` in [`Command::level`], and
 //! `SUPPORTED_LEVEL` is bumped to it, once per release (every command new in a release shares
 //! its level). Until every node runs the new release and the leader has raised the cluster's
@@ -64,7 +65,8 @@ impl fmt::Display for FeatureLevel {
 /// release.
 pub const BASELINE_LEVEL: FeatureLevel = FeatureLevel(1);
 
-/// The level of the release after v0.3.0: `RevokeCertificates` (a CRL in one entry).
+/// The level of the release after v0.3.0: `RevokeCertificates` (a CRL in one entry), and
+/// the actor of a verified write recorded once, in its `Command::As` wrapper.
 pub const LEVEL_2: FeatureLevel = FeatureLevel(2);
 
 /// The highest level this binary applies (and advertises).

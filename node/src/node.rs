@@ -402,12 +402,13 @@ impl HubNode {
     /// timeout. Every write carries a request id (one is made up if the client gave none), so a
     /// forwarded write retried after a failover is applied at most once.
     ///
-    /// The caller's verified identity becomes the command's actor, and its request id is
-    /// scoped to that identity (`<identity>:<id>`), so no caller can claim or replay
-    /// another's idempotency key.
+    /// The caller's verified identity becomes the entry's actor (`Command::as_verified`: the
+    /// `As` wrapper, never what the client wrote), and its request id is scoped to that
+    /// identity (`<identity>:<id>`), so no caller can claim or replay another's idempotency
+    /// key.
     pub async fn propose(
         self: &Arc<Self>,
-        mut command: Command,
+        command: Command,
         request_id: Option<String>,
         caller: &Caller,
     ) -> Result<Committed, Status> {
@@ -437,20 +438,17 @@ impl HubNode {
         if let Err(e) = hub_engine::feature_gate::check_level(&self.state.read().state, &command) {
             return Err(crate::status::command_status(&e));
         }
-        let request_id = Some(match caller.actor() {
-            Some(actor) => {
-                command.stamp_actor(&actor);
-                format!("{actor}:{request_id}")
+        let (command, request_id) = match caller {
+            Caller::Verified(identity) => {
+                let level = self.state.read().state.cluster_level();
+                (
+                    command.as_verified(identity, level),
+                    format!("{identity}:{request_id}"),
+                )
             }
-            None => request_id,
-        });
-        if let Caller::Verified(identity) = caller {
-            command = Command::As {
-                actor: identity.clone(),
-                command: Box::new(command),
-            };
-        }
-        self.commit(command, request_id).await
+            Caller::Insecure => (command, request_id),
+        };
+        self.commit(command, Some(request_id)).await
     }
 
     /// Records a refused write in the write audit, in the background and at a bounded rate

@@ -70,6 +70,7 @@ use semver::Version;
 
 use crate::command::{Command, CommandOutput, Request, WindowSpec};
 use crate::entity::MAX_ENTITY_ID_LEN;
+use crate::feature_level::LEVEL_2;
 use crate::error::CommandError;
 use crate::record::{AuditEntry, RecordKey, RequestRecord};
 use crate::state::{Applied, HistoryWrite, State, Trigger, REQUEST_TTL_MS};
@@ -201,6 +202,8 @@ impl State {
     // Long: the one exhaustive match on `Command`, one delegating arm per variant.
     fn execute(&mut self, command: &Command, tx: &mut Tx) -> Result<CommandOutput, CommandError> {
         crate::feature_gate::check_level(self, command)?;
+        let recorded = self.recorded_actor(tx);
+        let actor_of = |field: &str| recorded.clone().unwrap_or_else(|| field.to_string());
         match command {
             Command::CreateEnvironment { name, description } => {
                 self.create_environment(name, description, tx)
@@ -298,7 +301,7 @@ impl State {
                 end_ms,
                 reason,
                 actor,
-            } => self.add_window_override(scope, start_ms, end_ms, reason, actor, tx),
+            } => self.add_window_override(scope, start_ms, end_ms, reason, &actor_of(actor), tx),
             Command::RemoveWindowOverride { scope, id } => {
                 self.remove_window_override(scope, id, tx)
             }
@@ -316,11 +319,11 @@ impl State {
                     end_ms,
                     reason,
                     cancel_active_plans: *cancel_active_plans,
-                    actor,
+                    actor: &actor_of(actor),
                 },
                 tx,
             ),
-            Command::DeleteSuppression { id, actor } => self.delete_suppression(id, actor, tx),
+            Command::DeleteSuppression { id, actor } => self.delete_suppression(id, &actor_of(actor), tx),
             Command::PublishModule { file_name, yaml } => {
                 self.publish_module(file_name.as_deref(), yaml, tx)
             }
@@ -338,7 +341,7 @@ impl State {
                     version: version.as_deref(),
                     variables,
                     channel: None,
-                    actor,
+                    actor: &actor_of(actor),
                 },
                 tx,
             ),
@@ -350,16 +353,16 @@ impl State {
                 installation,
                 paused,
                 actor,
-            } => self.set_updates_paused(installation, *paused, actor, tx),
+            } => self.set_updates_paused(installation, *paused, &actor_of(actor), tx),
             Command::UnlinkModule {
                 installation,
                 actor,
-            } => self.unlink_module(installation, actor, tx),
+            } => self.unlink_module(installation, &actor_of(actor), tx),
             Command::ApproveChangeRequest { id, actor } => {
-                self.approve_change_request(id, actor, tx)
+                self.approve_change_request(id, &actor_of(actor), tx)
             }
             Command::RejectChangeRequest { id, actor, reason } => {
-                self.reject_change_request(id, actor, reason, tx)
+                self.reject_change_request(id, &actor_of(actor), reason, tx)
             }
             Command::ApplyCanary { environment, yaml } => {
                 self.apply_canary(environment.as_deref(), yaml, tx)
@@ -373,20 +376,20 @@ impl State {
                 samples,
             } => self.canary_tick(id, *step, input, Some(samples), tx),
             Command::CanaryManual { id, action, actor } => {
-                self.canary_manual_command(id, action, actor, tx)
+                self.canary_manual_command(id, action, &actor_of(actor), tx)
             }
             Command::CancelPlans {
                 target,
                 reason,
                 suppress_for_ms,
                 actor,
-            } => self.cancel_plans(target, reason, suppress_for_ms, actor, tx),
+            } => self.cancel_plans(target, reason, suppress_for_ms, &actor_of(actor), tx),
             Command::IssueCommand {
                 entity,
                 command,
                 reason,
                 actor,
-            } => self.issue_command(entity, command, reason, actor, tx),
+            } => self.issue_command(entity, command, reason, &actor_of(actor), tx),
             Command::Evaluate {
                 entities,
                 artifacts,
@@ -449,18 +452,18 @@ impl State {
                 product,
                 version,
                 actor,
-            } => self.promote_wave(product, version, actor, tx),
+            } => self.promote_wave(product, version, &actor_of(actor), tx),
             Command::HaltRollout {
                 product,
                 version,
                 reason,
                 actor,
-            } => self.halt_rollout(product, version, reason, actor, tx),
+            } => self.halt_rollout(product, version, reason, &actor_of(actor), tx),
             Command::ResumeRollout {
                 product,
                 version,
                 actor,
-            } => self.resume_rollout(product, version, actor, tx),
+            } => self.resume_rollout(product, version, &actor_of(actor), tx),
             Command::SetCanaryConfigTracking { enabled } => {
                 self.set_canary_config_tracking(*enabled, tx)
             }
@@ -500,7 +503,7 @@ impl State {
                     version: version.as_deref(),
                     variables,
                     channel: channel.as_deref(),
-                    actor,
+                    actor: &actor_of(actor),
                 },
                 tx,
             ),
@@ -508,7 +511,7 @@ impl State {
                 installation,
                 channel,
                 actor,
-            } => self.set_installation_channel(installation, channel.as_deref(), actor, tx),
+            } => self.set_installation_channel(installation, channel.as_deref(), &actor_of(actor), tx),
             Command::SetModuleChannel {
                 module,
                 version,
@@ -532,6 +535,17 @@ impl State {
             // The envelope is opened by `apply`; one reaching here is nested.
             Command::As { .. } => Err(CommandError::invalid("command", "an As inside an As")),
         }
+    }
+
+    /// The actor a command's own `actor` field stands for, when the entry records it
+    /// elsewhere: from [`LEVEL_2`] on, a write a node wrapped in `Command::As` names its
+    /// caller only there (the node leaves the field empty), so apply takes the verified
+    /// identity. `None` (the field is the record) for a write without a wrapper (an insecure
+    /// node names nobody: the field is what the client or the dashboard wrote) and for an
+    /// entry from before that level, whose field the node stamped with the same identity.
+    fn recorded_actor(&self, tx: &Tx) -> Option<String> {
+        let once = self.cluster_level() >= LEVEL_2;
+        tx.actor.as_ref().filter(|_| once).map(Identity::to_string)
     }
 
     /// Runs `command` as `actor`, if `actor`'s role bindings allow it now.
