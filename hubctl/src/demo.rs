@@ -189,23 +189,34 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             served.url,
             tls.join("ca.pem").display()
         ));
-        let set = json!({"SetRegistry": {"environment": ENV, "name": "local",
-            "url": served.url.clone(), "hub_access": "expected", "ca_pem": served.ca_pem.clone()}});
+        let set = local_registry(served.url.clone(), Some(served.ca_pem.clone()));
         (set, Some(served))
     } else {
-        let set = json!({"SetRegistry": {"environment": ENV, "name": "local",
-            "url": format!("file://{}", registry.display()), "hub_access": "expected"}});
+        let set = local_registry(format!("file://{}", registry.display()), None);
         (set, None)
     };
     let port = free_port()?;
     for command in [
-        json!({"CreateEnvironment": {"name": ENV, "description": "hubctl demo"}}),
+        Command::CreateEnvironment {
+            name: ENV.into(),
+            description: "hubctl demo".into(),
+        },
         registry_set,
-        json!({"CreateProduct": {"product_id": PRODUCT, "description": "the demo service"}}),
-        json!({"CreateEntity": {"environment": ENV, "kind": "HelmChart", "name": "demo-service",
-            "product_id": PRODUCT, "k8s_namespace": "demo", "account_id": null, "release_channel": null}}),
+        Command::CreateProduct {
+            product_id: PRODUCT.into(),
+            description: "the demo service".into(),
+        },
+        Command::CreateEntity {
+            environment: ENV.into(),
+            kind: hub_engine::EntityKind::HelmChart,
+            name: "demo-service".into(),
+            product_id: PRODUCT.into(),
+            k8s_namespace: Some("demo".into()),
+            account_id: None,
+            release_channel: None,
+        },
     ] {
-        submit(&client, &serde_json::from_value::<Command>(command)?).await?;
+        submit(&client, &command).await?;
     }
     let entity = format!("eid:{ENV}:helmChart:demo-service");
     for (version, config) in [
@@ -427,6 +438,18 @@ spec:
         interval: {window}
 "
     )
+}
+
+/// The demo environment's registry, `local`, at `url`; with `ca_pem` when served over https.
+fn local_registry(url: String, ca_pem: Option<String>) -> Command {
+    Command::SetRegistry {
+        environment: ENV.into(),
+        name: "local".into(),
+        url,
+        hub_access: "expected".into(),
+        ca_pem,
+        insecure_skip_verify: false,
+    }
 }
 
 async fn publish(client: &FailoverClient, manifest: &str) -> anyhow::Result<()> {

@@ -158,15 +158,29 @@ pub(crate) fn hub_node_binary() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-/// True if `pid` is a live (not zombie) process.
+/// True while process `pid` runs or still holds what it had open: not gone, and not a
+/// zombie whose threads have all exited. (The chaos runner uses it too.)
 pub fn is_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state is the field after the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-        Err(_) => false,
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| stat_is_alive(&stat))
+}
+
+/// [`is_alive`] on the text of `/proc/PID/stat`. The fields after the parenthesised command
+/// name are the state, then (17 later) the number of threads. A SIGKILLed process's first
+/// thread can be a zombie while its other threads are still exiting and still hold its files
+/// (a listening socket among them, so a restart on its port would fail): only a zombie left
+/// alone is dead.
+fn stat_is_alive(stat: &str) -> bool {
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    match fields.first() {
+        None => false,
+        Some(&"Z") => fields
+            .get(17)
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|threads| threads > 1),
+        Some(_) => true,
     }
 }
 
@@ -702,6 +716,24 @@ pub(crate) async fn restart(dir: &Path, id: u64, fmt: Format) -> anyhow::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `/proc/PID/stat` of a process in `state` with `threads` threads, named with a `) Z`
+    /// of its own to show the name is skipped.
+    fn stat(state: &str, threads: u32) -> String {
+        format!("4242 (hub-node) Z x) {state} 1 4242 4242 0 -1 4194560 10 0 0 0 5 3 0 0 20 0 {threads} 0 99 123456 789")
+    }
+
+    #[test]
+    fn a_zombie_is_dead_only_once_its_threads_have_exited() {
+        assert!(stat_is_alive(&stat("S", 12)), "running");
+        assert!(stat_is_alive(&stat("D", 1)), "in uninterruptible sleep");
+        // SIGKILLed: the first thread is a zombie, 11 others still hold the sockets.
+        assert!(stat_is_alive(&stat("Z", 12)), "zombie first thread, threads exiting");
+        assert!(!stat_is_alive(&stat("Z", 1)), "zombie left alone");
+        assert!(!stat_is_alive("garbage"), "unreadable");
+        assert!(is_alive(std::process::id()), "this test");
+        assert!(!is_alive(u32::MAX), "no such pid");
+    }
 
     #[test]
     fn picked_ports_are_distinct_and_below_the_ephemeral_range() {

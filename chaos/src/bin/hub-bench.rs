@@ -35,7 +35,9 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use hub_chaos::runner::process::is_alive;
 use hub_chaos::stats::Latencies;
+use hub_chaos::compare::hub::{connect_with, leader_among};
 use hub_client::answer::{ListPlans, Typed};
+use hubctl::dev::{ClusterFile, NodeEntry};
 use hub_proto::hub_client::HubClient;
 use hub_proto::{
     CreateEnvironmentRequest, NodeStatusRequest, QueryRequest, ReadOptions, SubmitRequest,
@@ -303,23 +305,6 @@ impl Cmd {
     }
 }
 
-#[derive(Deserialize, Clone)]
-struct ClusterFile {
-    nodes: Vec<NodeEntry>,
-}
-
-#[derive(Deserialize, Clone)]
-struct NodeEntry {
-    id: u64,
-    addr: String,
-    pid: u32,
-}
-
-fn read_cluster(dir: &Path) -> anyhow::Result<ClusterFile> {
-    let p = dir.join("cluster.json");
-    serde_json::from_slice(&std::fs::read(&p).with_context(|| p.display().to_string())?)
-        .with_context(|| p.display().to_string())
-}
 
 /// The benchmarked cluster's directory and how its admin dials it (mutual TLS unless the
 /// cluster was started with `dev up --insecure`). One cluster per run: set once in `main`.
@@ -337,27 +322,11 @@ fn connector() -> anyhow::Result<&'static hub_tls::client::Connector> {
 }
 
 async fn connect(addr: &str) -> anyhow::Result<HubClient<Channel>> {
-    let ch = connector()?
-        .channel(addr, |ep: Endpoint| {
-            ep.connect_timeout(Duration::from_millis(300))
-                .tcp_nodelay(true)
-        })
-        .await?;
-    Ok(HubClient::new(ch))
+    connect_with(connector()?, addr).await
 }
 
 async fn leader(cluster: &ClusterFile, skip: Option<u64>) -> Option<NodeEntry> {
-    for n in cluster.nodes.iter().filter(|n| Some(n.id) != skip) {
-        if let Ok(mut c) = connect(&n.addr).await {
-            if let Ok(s) = c.node_status(NodeStatusRequest::default()).await {
-                let s = s.into_inner();
-                if s.has_leader && Some(s.leader_id) != skip {
-                    return cluster.nodes.iter().find(|m| m.id == s.leader_id).cloned();
-                }
-            }
-        }
-    }
-    None
+    leader_among(connector().ok()?, &cluster.nodes, skip).await
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -423,7 +392,7 @@ async fn writes(
     seconds: u64,
     entities: usize,
 ) -> anyhow::Result<()> {
-    let cluster = read_cluster(dir)?;
+    let cluster = hubctl::read_cluster_file(dir)?;
     let leader = leader(&cluster, None).await.context("no leader")?;
     if entities > 0 {
         let took = fill_entities(&leader.addr, entities).await?;
@@ -486,7 +455,7 @@ async fn failover(dir: &Path, kills: usize) -> anyhow::Result<()> {
     let hubctl = std::env::current_exe()?.with_file_name("hubctl");
     let mut samples = Latencies::default();
     for round in 1..=kills {
-        let cluster = read_cluster(dir)?;
+        let cluster = hubctl::read_cluster_file(dir)?;
         let Some(old) = leader(&cluster, None).await else {
             bail!("round {round}: no leader")
         };
@@ -781,7 +750,7 @@ fn entity(env: &str, name: &str, product: &str) -> serde_json::Value {
 /// Plans are issued on the leader; polling its own (stale, so local) state sees them at the
 /// moment they are applied there.
 async fn decide(dir: &Path, entities: usize, rounds: usize) -> anyhow::Result<()> {
-    let cluster = read_cluster(dir)?;
+    let cluster = hubctl::read_cluster_file(dir)?;
     let Some(l) = leader(&cluster, None).await else {
         bail!("no leader");
     };
@@ -888,7 +857,7 @@ async fn trigger_bench(dir: &Path, idle: usize, rounds: usize) -> anyhow::Result
     use hub_agent::metrics::Metrics;
     use std::sync::atomic::Ordering::Relaxed;
 
-    let cluster = read_cluster(dir)?;
+    let cluster = hubctl::read_cluster_file(dir)?;
     let Some(l) = leader(&cluster, None).await else {
         bail!("no leader");
     };
@@ -995,7 +964,7 @@ async fn agents_bench(
 ) -> anyhow::Result<()> {
     use hub_agent::metrics::Metrics;
 
-    let cluster = read_cluster(dir)?;
+    let cluster = hubctl::read_cluster_file(dir)?;
     let Some(l) = leader(&cluster, None).await else {
         bail!("no leader");
     };

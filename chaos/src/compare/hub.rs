@@ -69,33 +69,12 @@ impl HubCluster {
 
     /// A client of `addr` (its own connection).
     pub async fn connect(&self, addr: &str) -> anyhow::Result<HubClient<Channel>> {
-        let ch = self
-            .connector
-            .channel(addr, |ep: Endpoint| {
-                ep.connect_timeout(Duration::from_millis(500))
-                    .tcp_nodelay(true)
-            })
-            .await?;
-        Ok(HubClient::new(ch))
+        connect_with(&self.connector, addr).await
     }
 
     /// The leader as the first reachable node other than `skip` knows it.
     pub async fn leader(&self, skip: Option<u64>) -> Option<NodeEntry> {
-        let nodes = self.nodes().ok()?;
-        for n in nodes.iter().filter(|n| Some(n.id) != skip) {
-            let Ok(mut c) = self.connect(&n.addr).await else {
-                continue;
-            };
-            let mut req = tonic::Request::new(NodeStatusRequest::default());
-            req.set_timeout(Duration::from_secs(1));
-            if let Ok(s) = c.node_status(req).await {
-                let s = s.into_inner();
-                if s.has_leader && Some(s.leader_id) != skip {
-                    return nodes.iter().find(|m| m.id == s.leader_id).cloned();
-                }
-            }
-        }
-        None
+        leader_among(&self.connector, &self.nodes().ok()?, skip).await
     }
 
     /// Waits until a leader other than `skip` is known.
@@ -205,4 +184,39 @@ impl Writer for HubWriter {
     async fn write(&mut self, seq: u64) -> Result<(), String> {
         self.write_with_leader(seq).await.map(|_| ())
     }
+}
+
+/// A client of node `addr` dialled through `connector` (its own connection; 500 ms to
+/// connect).
+pub async fn connect_with(connector: &Connector, addr: &str) -> anyhow::Result<HubClient<Channel>> {
+    let ch = connector
+        .channel(addr, |ep: Endpoint| {
+            ep.connect_timeout(Duration::from_millis(500))
+                .tcp_nodelay(true)
+        })
+        .await?;
+    Ok(HubClient::new(ch))
+}
+
+/// The leader of `nodes` as the first reachable one other than `skip` knows it (each asked
+/// with a 1 s deadline), or `None` when none knows one.
+pub async fn leader_among(
+    connector: &Connector,
+    nodes: &[NodeEntry],
+    skip: Option<u64>,
+) -> Option<NodeEntry> {
+    for n in nodes.iter().filter(|n| Some(n.id) != skip) {
+        let Ok(mut c) = connect_with(connector, &n.addr).await else {
+            continue;
+        };
+        let mut req = tonic::Request::new(NodeStatusRequest::default());
+        req.set_timeout(Duration::from_secs(1));
+        if let Ok(s) = c.node_status(req).await {
+            let s = s.into_inner();
+            if s.has_leader && Some(s.leader_id) != skip {
+                return nodes.iter().find(|m| m.id == s.leader_id).cloned();
+            }
+        }
+    }
+    None
 }

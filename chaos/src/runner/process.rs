@@ -1,13 +1,6 @@
 //! Facts about the processes the runner starts, read from `/proc`: a leaf module the
 //! cluster, the network and the workloads all use.
 
-/// Whether `pid` is a live (not zombie) process.
-pub fn is_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| !r.trim_start().starts_with('Z'))
-                .unwrap_or(false)
-        })
-        .unwrap_or(false)
-}
+/// Whether `pid` runs or still holds what it had open (a zombie first thread whose other
+/// threads are still exiting counts as alive): the launcher's own test.
+pub use hubctl::dev::is_alive;
