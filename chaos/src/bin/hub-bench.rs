@@ -42,8 +42,7 @@ use hub_proto::hub_client::HubClient;
 use hub_proto::{
     CreateEnvironmentRequest, NodeStatusRequest, QueryRequest, ReadOptions, SubmitRequest,
 };
-use serde::Deserialize;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 #[derive(Parser)]
 #[command(name = "hub-bench")]
