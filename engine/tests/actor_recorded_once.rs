@@ -42,7 +42,12 @@ fn suppression(field: &str) -> Command {
 
 /// The actor of the newest audit row.
 fn last_audited_actor(h: &Hub) -> String {
-    h.state.audit().next_back().expect("an audit row").actor.clone()
+    h.state
+        .audit()
+        .next_back()
+        .expect("an audit row")
+        .actor
+        .clone()
 }
 
 /// The actor field of the command inside an `As` entry.

@@ -728,7 +728,10 @@ mod tests {
         assert!(stat_is_alive(&stat("S", 12)), "running");
         assert!(stat_is_alive(&stat("D", 1)), "in uninterruptible sleep");
         // SIGKILLed: the first thread is a zombie, 11 others still hold the sockets.
-        assert!(stat_is_alive(&stat("Z", 12)), "zombie first thread, threads exiting");
+        assert!(
+            stat_is_alive(&stat("Z", 12)),
+            "zombie first thread, threads exiting"
+        );
         assert!(!stat_is_alive(&stat("Z", 1)), "zombie left alone");
         assert!(!stat_is_alive("garbage"), "unreadable");
         assert!(is_alive(std::process::id()), "this test");

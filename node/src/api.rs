@@ -396,10 +396,11 @@ impl Hub for HubService {
                     (_, Ok(s)) => member_row(&m, Ok(s)),
                     (Ok(s), Err(e)) => {
                         let mut row = member_row(&m, Ok(s));
-                        row.error = if e == PROBE_TIMED_OUT {
-                            DIGEST_NOT_READY.to_string()
-                        } else {
-                            format!("digest: {e}")
+                        row.error = match e {
+                            ProbeError::TimedOut => DIGEST_NOT_READY.to_string(),
+                            ProbeError::Connect(_) | ProbeError::Refused(_) => {
+                                format!("digest: {e}")
+                            }
                         };
                         row
                     }
@@ -714,8 +715,19 @@ impl Hub for HubService {
 /// How long `ClusterStatus` waits for each member's answer, and for each digest.
 const MEMBER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// A member's probe that ran out of time.
-const PROBE_TIMED_OUT: &str = "timed out after 1s";
+/// Why a member's `NodeStatus` gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ProbeError {
+    /// No channel to its address.
+    #[error("{0}")]
+    Connect(String),
+    /// No answer within [`MEMBER_PROBE_TIMEOUT`].
+    #[error("timed out after 1s")]
+    TimedOut,
+    /// It refused the call (the refusal's message).
+    #[error("{0}")]
+    Refused(String),
+}
 
 /// A member that answered but whose digest was not ready in time.
 const DIGEST_NOT_READY: &str =
@@ -726,20 +738,23 @@ pub(crate) async fn probe_member(
     node: &HubNode,
     addr: &str,
     with_digest: bool,
-) -> Result<NodeStatusReply, String> {
-    let channel = node.peers.channel(addr).map_err(|e| e.to_string())?;
+) -> Result<NodeStatusReply, ProbeError> {
+    let channel = node
+        .peers
+        .channel(addr)
+        .map_err(|e| ProbeError::Connect(e.to_string()))?;
     let mut client = HubClient::new(channel);
     let mut req = Request::new(NodeStatusRequest { with_digest });
     req.set_timeout(MEMBER_PROBE_TIMEOUT);
     tokio::time::timeout(MEMBER_PROBE_TIMEOUT, client.node_status(req))
         .await
-        .map_err(|_| PROBE_TIMED_OUT.to_string())?
+        .map_err(|_| ProbeError::TimedOut)?
         .map(|r| r.into_inner())
-        .map_err(|s| s.message().to_string())
+        .map_err(|s| ProbeError::Refused(s.message().to_string()))
 }
 
 /// Member `m`'s row from its status, or unreachable with why.
-fn member_row(m: &Member, status: Result<NodeStatusReply, String>) -> MemberStatus {
+fn member_row(m: &Member, status: Result<NodeStatusReply, ProbeError>) -> MemberStatus {
     match status {
         Ok(s) => MemberStatus {
             id: m.id,
@@ -759,7 +774,7 @@ fn member_row(m: &Member, status: Result<NodeStatusReply, String>) -> MemberStat
             last_applied: 0,
             digest: String::new(),
             term: 0,
-            error,
+            error: error.to_string(),
             version: String::new(),
             feature_level: 0,
         },

@@ -216,13 +216,36 @@ pub fn token_verdict(state: &hub_engine::State, hash: &TokenHash, now_ms: i64) -
 }
 
 /// The `authorization` header's bearer secret. The errors never repeat the header.
-fn bearer(value: &http::HeaderValue) -> Result<TokenSecret, String> {
+fn bearer(value: &http::HeaderValue) -> Result<TokenSecret, TokenRefusal> {
     let text = value
         .to_str()
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or("the authorization header is not \"Bearer <token>\"")?;
-    TokenSecret::parse(text.trim()).map_err(|e| e.to_string())
+        .ok_or(TokenRefusal::NotBearer)?;
+    TokenSecret::parse(text.trim()).map_err(TokenRefusal::Malformed)
+}
+
+/// Why a bearer token does not identify its caller. No variant holds the secret or the
+/// header: the text goes back to a caller that may not own it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenRefusal {
+    /// The header is not `Bearer <token>`.
+    #[error("the authorization header is not \"Bearer <token>\"")]
+    NotBearer,
+    /// The token does not have a token's shape.
+    #[error(transparent)]
+    Malformed(hub_engine::token::TokenFormatError),
+    /// No token of this hub has this secret's hash.
+    #[error("the token is not known to this hub: it was revoked, or never created here")]
+    Unknown,
+    /// The token expired.
+    #[error("token/{name} expired at {at}: an admin creates a new one")]
+    Expired {
+        /// The token's name.
+        name: String,
+        /// When it expired (RFC 3339).
+        at: String,
+    },
 }
 
 /// Counts of refused calls.
@@ -415,7 +438,9 @@ impl Policy {
             (Authenticated::NoCertificate, Some(header)) => {
                 let id = self
                     .token_caller(header)
-                    .map_err(|reason| self.refuse_unauthenticated(path, &remote, reason))?;
+                    .map_err(|refusal| {
+                        self.refuse_unauthenticated(path, &remote, refusal.to_string())
+                    })?;
                 // The token admits its connection: it leaves the budget of connections that
                 // have not proved who they are, and their deadline (hub_tls::budget).
                 if let Some(info) = info {
@@ -439,16 +464,12 @@ impl Policy {
     }
 
     /// The identity of a bearer token, or why it is refused.
-    fn token_caller(&self, header: &http::HeaderValue) -> Result<Identity, String> {
+    fn token_caller(&self, header: &http::HeaderValue) -> Result<Identity, TokenRefusal> {
         let secret = bearer(header)?;
         match (self.tokens)(&secret.hash()) {
             TokenVerdict::Valid(id) => Ok(id),
-            TokenVerdict::Unknown => Err(
-                "the token is not known to this hub: it was revoked, or never created here".into(),
-            ),
-            TokenVerdict::Expired { name, at } => Err(format!(
-                "token/{name} expired at {at}: an admin creates a new one"
-            )),
+            TokenVerdict::Unknown => Err(TokenRefusal::Unknown),
+            TokenVerdict::Expired { name, at } => Err(TokenRefusal::Expired { name, at }),
         }
     }
 

@@ -43,7 +43,7 @@ use tokio::sync::Notify;
 
 use crate::metrics::{NodeMetrics, OutcomeLabel};
 use crate::outbound::MAX_ANSWER_BYTES;
-use crate::term::Term;
+use crate::term::{Term, TermEnded};
 use crate::{prometheus, webhooks};
 
 /// The longest the controller sleeps without a commit or a timer (a safety net: every wake
@@ -82,7 +82,7 @@ fn observe(
 }
 
 /// Runs the controller for one term of leadership (the caller stops it when the term ends).
-pub(crate) async fn run(term: &Term, events: Receiver<StateEvent>) -> Result<(), String> {
+pub(crate) async fn run(term: &Term, events: Receiver<StateEvent>) -> Result<(), TermEnded> {
     Controller::new(term.clone()).run(events).await
 }
 
@@ -121,7 +121,7 @@ impl Controller {
         }
     }
 
-    async fn run(&mut self, mut events: Receiver<StateEvent>) -> Result<(), String> {
+    async fn run(&mut self, mut events: Receiver<StateEvent>) -> Result<(), TermEnded> {
         // Notifications committed before this term are not sent again.
         {
             let node = self.term.node.clone();
@@ -142,10 +142,10 @@ impl Controller {
                         match events.try_recv() {
                             Ok(_) | Err(TryRecvError::Lagged(_)) => continue,
                             Err(TryRecvError::Empty) => break,
-                            Err(TryRecvError::Closed) => return Err("state machine closed".into()),
+                            Err(TryRecvError::Closed) => return Err(TermEnded::StateMachineClosed),
                         }
                     },
-                    Err(RecvError::Closed) => return Err("state machine closed".into()),
+                    Err(RecvError::Closed) => return Err(TermEnded::StateMachineClosed),
                 },
                 _ = self.tick_ended.notified() => {}
                 _ = tokio::time::sleep(sleep_for) => {}
@@ -368,10 +368,9 @@ async fn query_prometheus(
     {
         // Never query without the credentials or headers a template asks for: the check
         // fails, saying why, until the node carries them (issue 52 item 3).
-        Err(format!(
-            "metric template {}: secretRef, insecureSkipVerify and headers are not supported by this hub yet",
-            check.template.unwrap_or("-")
-        ))
+        Err(prometheus::PrometheusError::UnsupportedTemplate {
+            template: check.template.unwrap_or("-").to_string(),
+        })
     } else {
         let query = hub_engine::canary::prometheus_query_text(check.query);
         prometheus::query(client, check.address, &query, PROMETHEUS_TIMEOUT).await

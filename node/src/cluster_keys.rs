@@ -11,14 +11,14 @@ use hub_engine::Command;
 use rand::TryRngCore;
 
 use crate::node::HubNode;
-use crate::term::Term;
+use crate::term::{Term, TermEnded};
 
 /// Pause after a failed attempt (no quorum, lost leadership).
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Sets the key during one term of leadership (started by [`crate::leader`] only while the
 /// state has none); returns once the replicated state holds a key.
-pub(crate) async fn run(term: &Term) -> Result<(), String> {
+pub(crate) async fn run(term: &Term) -> Result<(), TermEnded> {
     let node = &term.node;
     while !has_key(node) {
         let key = match fresh_key() {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use hub_engine::feature_level::{FeatureLevel, BASELINE_LEVEL, SUPPORTED_LEVEL};
 use hub_engine::Command;
 
-use crate::term::Term;
+use crate::term::{Term, TermEnded};
 
 /// How soon the members are asked again after their answers changed.
 pub const PROBE_EVERY: Duration = Duration::from_secs(1);
@@ -81,7 +81,7 @@ pub fn level_to_raise(current: FeatureLevel, advertised: &[Option<u32>]) -> Opti
 
 /// Raises the level during one term of leadership; returns once the cluster runs at this
 /// binary's level.
-pub(crate) async fn run(term: &Term) -> Result<(), String> {
+pub(crate) async fn run(term: &Term) -> Result<(), TermEnded> {
     let node = &term.node;
     let mut rounds = ProbeRounds::default();
     loop {

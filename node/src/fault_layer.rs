@@ -62,8 +62,32 @@ pub struct Faults {
 }
 
 /// Parses the control file.
-pub fn parse(bytes: &[u8]) -> Result<Faults, String> {
-    serde_json::from_slice(bytes).map_err(|e| format!("{FILE}: {e}"))
+pub fn parse(bytes: &[u8]) -> Result<Faults, ControlFileError> {
+    serde_json::from_slice(bytes).map_err(|e| ControlFileError::Malformed {
+        file: FILE,
+        reason: e.to_string(),
+    })
+}
+
+/// Why a control file was not taken up.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlFileError {
+    /// It could not be read.
+    #[error("{path}: {source}")]
+    Unreadable {
+        /// The file.
+        path: String,
+        /// The read's error.
+        source: std::io::Error,
+    },
+    /// It is not the file's JSON.
+    #[error("{file}: {reason}")]
+    Malformed {
+        /// The file's name.
+        file: &'static str,
+        /// What the parser said.
+        reason: String,
+    },
 }
 
 /// The clock control file's content.
@@ -79,8 +103,11 @@ pub struct ClockFault {
 }
 
 /// Parses the clock control file.
-pub fn parse_clock(bytes: &[u8]) -> Result<ClockFault, String> {
-    serde_json::from_slice(bytes).map_err(|e| format!("{CLOCK_FILE}: {e}"))
+pub fn parse_clock(bytes: &[u8]) -> Result<ClockFault, ControlFileError> {
+    serde_json::from_slice(bytes).map_err(|e| ControlFileError::Malformed {
+        file: CLOCK_FILE,
+        reason: e.to_string(),
+    })
 }
 
 struct Layer {
@@ -142,13 +169,20 @@ pub fn install(self_id: NodeId, data_dir: &Path) {
 
 /// Reads `path` every [`POLL`] and hands new contents (empty for a missing file) to `take`;
 /// acknowledges what it took in `applied`. A malformed file is logged and ignored.
-async fn poll(path: PathBuf, applied: PathBuf, take: impl Fn(&[u8]) -> Result<(), String>) {
+async fn poll(
+    path: PathBuf,
+    applied: PathBuf,
+    take: impl Fn(&[u8]) -> Result<(), ControlFileError>,
+) {
     let mut last: Option<Vec<u8>> = None;
     loop {
         let read = match std::fs::read(&path) {
             Ok(bytes) => Ok(bytes),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(format!("{}: {e}", path.display())),
+            Err(e) => Err(ControlFileError::Unreadable {
+                path: path.display().to_string(),
+                source: e,
+            }),
         };
         match read.and_then(|bytes| {
             if last.as_ref() == Some(&bytes) {
@@ -252,7 +286,7 @@ mod tests {
             parse(br#"{"cut_to":[3,2]}"#).unwrap().cut_to,
             BTreeSet::from([2, 3])
         );
-        let e = parse(br#"{"cut_too":[2]}"#).unwrap_err();
+        let e = parse(br#"{"cut_too":[2]}"#).unwrap_err().to_string();
         assert!(
             e.contains("chaos-faults.json") && e.contains("cut_too"),
             "{e}"
@@ -265,7 +299,7 @@ mod tests {
                 drift_ms_per_s: 0
             }
         );
-        let e = parse_clock(br#"{"offset":5}"#).unwrap_err();
+        let e = parse_clock(br#"{"offset":5}"#).unwrap_err().to_string();
         assert!(
             e.contains("chaos-clock.json") && e.contains("offset"),
             "{e}"

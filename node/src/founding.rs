@@ -19,38 +19,57 @@ use raft_store::NodeId;
 use crate::node::HubNode;
 
 /// Parses one member, `ID=HOST:PORT` (an id of 1 or more).
-pub fn parse_member(s: &str) -> Result<(NodeId, String), String> {
-    let (id, addr) = s
-        .split_once('=')
-        .ok_or_else(|| format!("{s:?} is not ID=HOST:PORT"))?;
+pub fn parse_member(s: &str) -> Result<(NodeId, String), MembersError> {
+    let not_a_member = || MembersError::NotAMember(s.to_string());
+    let (id, addr) = s.split_once('=').ok_or_else(not_a_member)?;
     let id: NodeId = id
         .trim()
         .parse()
-        .map_err(|_| format!("{id:?} is not a node id"))?;
+        .map_err(|_| MembersError::NotAnId(id.to_string()))?;
     let addr = addr.trim();
     if id == 0 || !addr.contains(':') {
-        return Err(format!("{s:?} is not ID=HOST:PORT with an id of 1 or more"));
+        return Err(not_a_member());
     }
     Ok((id, addr.to_string()))
 }
 
 /// Parses `--initial-members` (`ID=HOST:PORT`, comma-separated) for node `me`: every id
 /// once, `me` among them.
-pub fn parse_initial_members(s: &str, me: NodeId) -> Result<BTreeMap<NodeId, String>, String> {
+pub fn parse_initial_members(
+    s: &str,
+    me: NodeId,
+) -> Result<BTreeMap<NodeId, String>, MembersError> {
     let mut members = BTreeMap::new();
     for m in s.split(',').filter(|m| !m.trim().is_empty()) {
         let (id, addr) = parse_member(m)?;
         if members.insert(id, addr).is_some() {
-            return Err(format!("node {id} is listed twice"));
+            return Err(MembersError::Twice(id));
         }
     }
     if !members.contains_key(&me) {
-        return Err(format!(
-            "this node ({me}) is not listed: only a founding member is started with \
-             --initial-members (a node to add to a running cluster is started without it)"
-        ));
+        return Err(MembersError::NotListed(me));
     }
     Ok(members)
+}
+
+/// What is wrong with a `--initial-members` list.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MembersError {
+    /// An entry that is not `ID=HOST:PORT` with an id of 1 or more.
+    #[error("{0:?} is not ID=HOST:PORT with an id of 1 or more")]
+    NotAMember(String),
+    /// An id that is not a number.
+    #[error("{0:?} is not a node id")]
+    NotAnId(String),
+    /// An id listed twice.
+    #[error("node {0} is listed twice")]
+    Twice(NodeId),
+    /// This node is not among them.
+    #[error(
+        "this node ({0}) is not listed: only a founding member is started with \
+         --initial-members (a node to add to a running cluster is started without it)"
+    )]
+    NotListed(NodeId),
 }
 
 /// Initialises a new cluster of `members` on `node` if it is the founder (the lowest id) and
@@ -93,16 +112,20 @@ mod tests {
         assert_eq!(m.len(), 3);
         assert_eq!(m[&2], "b:2");
         assert_eq!(founder(&m), Some(1), "the lowest id, whatever the order");
-        for (bad, needle) in [
-            ("1=a:1,1=b:2", "listed twice"),
-            ("1=a:1,2=b:2", "this node (3) is not listed"),
-            ("0=a:1", "id of 1 or more"),
-            ("1=nohost", "id of 1 or more"),
-            ("x=a:1", "not a node id"),
-            ("a:1", "not ID=HOST:PORT"),
+        for (bad, want) in [
+            ("1=a:1,1=b:2", MembersError::Twice(1)),
+            ("1=a:1,2=b:2", MembersError::NotListed(3)),
+            ("0=a:1", MembersError::NotAMember("0=a:1".into())),
+            ("1=nohost", MembersError::NotAMember("1=nohost".into())),
+            ("x=a:1", MembersError::NotAnId("x".into())),
+            ("a:1", MembersError::NotAMember("a:1".into())),
         ] {
-            let err = parse_initial_members(bad, 3).expect_err(bad);
-            assert!(err.contains(needle), "{bad}: {err}");
+            assert_eq!(parse_initial_members(bad, 3), Err(want), "{bad}");
         }
+        assert_eq!(
+            MembersError::NotListed(3).to_string(),
+            "this node (3) is not listed: only a founding member is started with \
+             --initial-members (a node to add to a running cluster is started without it)"
+        );
     }
 }

@@ -28,7 +28,7 @@ use tokio::sync::broadcast::Receiver;
 use tokio::task::JoinSet;
 
 use crate::node::HubNode;
-use crate::term::Term;
+use crate::term::{Term, TermEnded};
 
 /// Pause before the term's start is repeated after a failed barrier or loop.
 const RESTART_AFTER: Duration = Duration::from_millis(200);
@@ -73,7 +73,7 @@ async fn lead(term: &Term) {
         term = term.term,
         "leader: starting the leader loops"
     );
-    let mut loops: JoinSet<(Loop, Result<(), String>)> = JoinSet::new();
+    let mut loops: JoinSet<(Loop, Result<(), TermEnded>)> = JoinSet::new();
     let t = term.clone();
     loops.spawn(async move {
         let r = crate::orchestrator::run(&t, orchestration_events).await;

@@ -28,7 +28,7 @@ use tokio::sync::broadcast::Receiver;
 use tokio::time::Instant;
 
 use crate::artifacts::ArtifactChecker;
-use crate::term::Term;
+use crate::term::{Term, TermEnded};
 
 /// Entities evaluated per read-lock hold, so apply is never held up for long.
 const EVAL_CHUNK: usize = 1_000;
@@ -38,7 +38,7 @@ const PROPOSE_CHUNK: usize = 500;
 
 /// Runs the loop for one term of leadership, until a proposal fails (the caller stops it when
 /// the term ends).
-pub(crate) async fn run(term: &Term, mut events: Receiver<StateEvent>) -> Result<(), String> {
+pub(crate) async fn run(term: &Term, mut events: Receiver<StateEvent>) -> Result<(), TermEnded> {
     let mut lead = Leadership::new(term.clone());
     lead.run(&mut events).await
 }
@@ -82,7 +82,7 @@ impl Leadership {
         }
     }
 
-    async fn run(&mut self, events: &mut Receiver<StateEvent>) -> Result<(), String> {
+    async fn run(&mut self, events: &mut Receiver<StateEvent>) -> Result<(), TermEnded> {
         // The term passed its read barrier (crate::leader): the state includes everything
         // committed before it.
         self.mark_all_dirty();
@@ -111,7 +111,7 @@ impl Leadership {
                 ev = events.recv() => match ev {
                     Ok(StateEvent::Applied { triggers, .. }) => self.expand(&triggers),
                     Ok(StateEvent::Replaced) | Err(RecvError::Lagged(_)) => self.mark_all_dirty(),
-                    Err(RecvError::Closed) => return Err("state machine closed".into()),
+                    Err(RecvError::Closed) => return Err(TermEnded::StateMachineClosed),
                 },
                 _ = tokio::time::sleep(sleep_for) => self.fire_timers().await?,
                 changed = artifacts_rx.changed() => {
@@ -154,7 +154,7 @@ impl Leadership {
         self.housekeeping_at = next_suppression_end(&s.state);
     }
 
-    async fn fire_timers(&mut self) -> Result<(), String> {
+    async fn fire_timers(&mut self) -> Result<(), TermEnded> {
         let now = self.term.node.cluster_now_ms();
         while let Some((t, id)) = self.timers.first().cloned() {
             if t > now {
@@ -182,7 +182,7 @@ impl Leadership {
     }
 
     /// Evaluates the dirty entities and proposes the decisions that change something.
-    async fn process(&mut self) -> Result<(), String> {
+    async fn process(&mut self) -> Result<(), TermEnded> {
         let started = Instant::now();
         let triggered = self.dirty_since.take().unwrap_or(started);
         let batch: Vec<String> = std::mem::take(&mut self.dirty).into_iter().collect();
@@ -315,7 +315,7 @@ impl Leadership {
         Some((id.clone(), observed))
     }
 
-    async fn propose(&self, command: Command) -> Result<(), String> {
+    async fn propose(&self, command: Command) -> Result<(), TermEnded> {
         if let Err(e) = self.term.propose(command).await? {
             tracing::warn!(error = %e, "orchestrator proposal refused");
         }

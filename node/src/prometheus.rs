@@ -18,49 +18,123 @@ pub async fn query(
     address: &str,
     query: &str,
     timeout: Duration,
-) -> Result<Option<f64>, String> {
+) -> Result<Option<f64>, PrometheusError> {
     let url = hub_http::endpoint(address, &["api", "v1", "query"], &[("query", query)])
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| PrometheusError::Address(e.to_string()))?;
     let answer = client
         .call(Method::GET, &url, None, timeout, MAX_ANSWER_BYTES)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| PrometheusError::Call(e.to_string()))?;
     if !answer.status.is_success() {
-        return Err(format!(
-            "prometheus answered HTTP {}: {}",
-            answer.status.as_u16(),
-            excerpt(&answer.body)
-        ));
+        return Err(PrometheusError::Status {
+            status: answer.status.as_u16(),
+            excerpt: excerpt(&answer.body),
+        });
     }
     parse_answer(&answer.body)
 }
 
+/// Why a metric's Prometheus query gave no value. Every text is an excerpt of at most a few
+/// hundred bytes of what the address or Prometheus said.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrometheusError {
+    /// The address cannot be queried (a `?` or `#` in it, a scheme other than http(s), …).
+    #[error("{0}")]
+    Address(String),
+    /// The call failed: connection, TLS, the deny list, the timeout, the size budget.
+    #[error("{0}")]
+    Call(String),
+    /// Prometheus answered with an HTTP error status.
+    #[error("prometheus answered HTTP {status}: {excerpt}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// The start of its body.
+        excerpt: String,
+    },
+    /// The answer is not Prometheus's JSON.
+    #[error("prometheus answer is not JSON ({reason}): {excerpt}")]
+    NotJson {
+        /// What the JSON parser said.
+        reason: String,
+        /// The start of the answer.
+        excerpt: String,
+    },
+    /// Prometheus refused the query (`"status": "error"`).
+    #[error("prometheus query failed: {0}")]
+    QueryFailed(String),
+    /// A result type other than vector or scalar.
+    #[error("unsupported result type {0:?}")]
+    UnsupportedResultType(String),
+    /// A sample that is not `[time, "value"]` with a numeric value.
+    #[error("sample {0:?} is not a number")]
+    NotANumber(String),
+    /// The metric template asks for what this hub cannot send yet.
+    #[error("metric template {template}: secretRef, insecureSkipVerify and headers are not supported by this hub yet")]
+    UnsupportedTemplate {
+        /// The template's name.
+        template: String,
+    },
+}
+
+/// An `/api/v1/query` answer, as far as the hub reads it.
+#[derive(serde::Deserialize)]
+struct Answer {
+    status: String,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    data: Option<AnswerData>,
+}
+
+/// The `data` of a successful answer: a vector's samples are `{metric, value}`, a scalar's
+/// result is its one sample.
+#[derive(serde::Deserialize)]
+#[serde(tag = "resultType", content = "result", rename_all = "lowercase")]
+enum AnswerData {
+    Vector(Vec<VectorSample>),
+    Scalar(Sample),
+    Matrix(serde::de::IgnoredAny),
+    String(serde::de::IgnoredAny),
+}
+
+/// One series of a vector answer.
+#[derive(serde::Deserialize)]
+struct VectorSample {
+    value: Sample,
+}
+
+/// `[time, "value"]`: Prometheus writes the value as a string.
+#[derive(serde::Deserialize)]
+struct Sample(serde::de::IgnoredAny, String);
+
 /// The first sample's value of a Prometheus `/api/v1/query` answer.
-fn parse_answer(body: &[u8]) -> Result<Option<f64>, String> {
-    let v: serde_json::Value = serde_json::from_slice(body)
-        .map_err(|e| format!("prometheus answer is not JSON ({e}): {}", excerpt(body)))?;
-    if v["status"] != "success" {
-        return Err(format!(
-            "prometheus query failed: {}",
-            excerpt(v["error"].as_str().unwrap_or("unknown error").as_bytes())
-        ));
+fn parse_answer(body: &[u8]) -> Result<Option<f64>, PrometheusError> {
+    let answer: Answer = serde_json::from_slice(body).map_err(|e| PrometheusError::NotJson {
+        reason: e.to_string(),
+        excerpt: excerpt(body),
+    })?;
+    if answer.status != "success" {
+        let error = answer.error.as_deref().unwrap_or("unknown error");
+        return Err(PrometheusError::QueryFailed(excerpt(error.as_bytes())));
     }
-    let data = &v["data"];
-    let sample = match data["resultType"].as_str() {
-        Some("vector") => data["result"].get(0).map(|r| &r["value"]),
-        Some("scalar") => Some(&data["result"]),
-        other => return Err(format!("unsupported result type {other:?}")),
+    let sample = match answer.data {
+        Some(AnswerData::Vector(series)) => series.into_iter().next().map(|s| s.value),
+        Some(AnswerData::Scalar(sample)) => Some(sample),
+        Some(AnswerData::Matrix(_)) => {
+            return Err(PrometheusError::UnsupportedResultType("matrix".into()))
+        }
+        Some(AnswerData::String(_)) => {
+            return Err(PrometheusError::UnsupportedResultType("string".into()))
+        }
+        None => return Err(PrometheusError::UnsupportedResultType("none".into())),
     };
-    let Some(sample) = sample else {
+    let Some(Sample(_, text)) = sample else {
         return Ok(None);
     };
-    let text = sample
-        .get(1)
-        .and_then(|v| v.as_str())
-        .ok_or_else(|| "malformed sample".to_string())?;
     let value: f64 = text
         .parse()
-        .map_err(|_| format!("sample {:?} is not a number", excerpt(text.as_bytes())))?;
+        .map_err(|_| PrometheusError::NotANumber(excerpt(text.as_bytes())))?;
     Ok(value.is_finite().then_some(value))
 }
 
@@ -79,7 +153,10 @@ mod tests {
         let nan = br#"{"status":"success","data":{"resultType":"scalar","result":[1,"NaN"]}}"#;
         assert_eq!(parse_answer(nan), Ok(None));
         let err = br#"{"status":"error","error":"parse error"}"#;
-        assert!(parse_answer(err).unwrap_err().contains("parse error"));
+        assert_eq!(
+            parse_answer(err),
+            Err(PrometheusError::QueryFailed("parse error".into()))
+        );
         assert!(parse_answer(b"nope").is_err());
     }
 
@@ -110,7 +187,10 @@ mod tests {
         let address = format!("https://{}", server.addr());
         let t = Duration::from_secs(5);
         assert_eq!(query(&client, &address, "up", t).await, Ok(Some(42.0)));
-        let err = query(&client, &address, "down", t).await.unwrap_err();
+        let err = query(&client, &address, "down", t)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("prometheus answered HTTP 503: eee"),
             "{err}"
@@ -119,7 +199,10 @@ mod tests {
         // The review's address: the '#' would have made the query a fragment and sent the
         // GET to /internal/secret. It is refused before any connection.
         let secret = format!("https://{}/internal/secret#", server.addr());
-        let err = query(&client, &secret, "up", t).await.unwrap_err();
+        let err = query(&client, &secret, "up", t)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
             err.ends_with("'#' is not allowed in an outbound address"),
             "{err}"

@@ -35,9 +35,9 @@ impl Term {
     pub async fn propose(
         &self,
         command: Command,
-    ) -> Result<Result<CommandOutput, CommandError>, String> {
+    ) -> Result<Result<CommandOutput, CommandError>, TermEnded> {
         if !self.is_current() {
-            return Err("lost leadership".into());
+            return Err(TermEnded::LostLeadership);
         }
         let deadline = Instant::now() + self.node.request_timeout;
         match propose(
@@ -51,9 +51,27 @@ impl Term {
         .await
         {
             Proposal::Applied { result, .. } => Ok(result),
-            Proposal::NotLeader => Err("lost leadership".into()),
-            Proposal::TimedOut => Err("proposal timed out (no quorum?)".into()),
-            Proposal::Failed(e) => Err(format!("proposal failed: {e}")),
+            Proposal::NotLeader => Err(TermEnded::LostLeadership),
+            Proposal::TimedOut => Err(TermEnded::TimedOut),
+            Proposal::Failed(e) => Err(TermEnded::ProposalFailed(e)),
         }
     }
+}
+
+/// Why a leader loop stopped before its term ended: [`crate::leader`] then restarts the
+/// term's loops, or stops them when the term is over.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TermEnded {
+    /// This node no longer leads the term.
+    #[error("lost leadership")]
+    LostLeadership,
+    /// A decision was not committed within the request timeout (no quorum?).
+    #[error("proposal timed out (no quorum?)")]
+    TimedOut,
+    /// Raft refused the proposal (its error, as text).
+    #[error("proposal failed: {0}")]
+    ProposalFailed(String),
+    /// The state machine's event stream closed: the node is stopping.
+    #[error("state machine closed")]
+    StateMachineClosed,
 }

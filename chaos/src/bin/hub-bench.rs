@@ -33,15 +33,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
+use hub_chaos::compare::hub::{connect_with, leader_among};
 use hub_chaos::runner::process::is_alive;
 use hub_chaos::stats::Latencies;
-use hub_chaos::compare::hub::{connect_with, leader_among};
 use hub_client::answer::{ListPlans, Typed};
-use hubctl::dev::{ClusterFile, NodeEntry};
 use hub_proto::hub_client::HubClient;
 use hub_proto::{
     CreateEnvironmentRequest, NodeStatusRequest, QueryRequest, ReadOptions, SubmitRequest,
 };
+use hubctl::dev::{ClusterFile, NodeEntry};
 use tonic::transport::Channel;
 
 #[derive(Parser)]
@@ -303,7 +303,6 @@ impl Cmd {
         }
     }
 }
-
 
 /// The benchmarked cluster's directory and how its admin dials it (mutual TLS unless the
 /// cluster was started with `dev up --insecure`). One cluster per run: set once in `main`.

@@ -70,8 +70,8 @@ use semver::Version;
 
 use crate::command::{Command, CommandOutput, Request, WindowSpec};
 use crate::entity::MAX_ENTITY_ID_LEN;
-use crate::feature_level::LEVEL_2;
 use crate::error::CommandError;
+use crate::feature_level::LEVEL_2;
 use crate::record::{AuditEntry, RecordKey, RequestRecord};
 use crate::state::{Applied, HistoryWrite, State, Trigger, REQUEST_TTL_MS};
 use crate::suppression::Scope;
@@ -323,7 +323,9 @@ impl State {
                 },
                 tx,
             ),
-            Command::DeleteSuppression { id, actor } => self.delete_suppression(id, &actor_of(actor), tx),
+            Command::DeleteSuppression { id, actor } => {
+                self.delete_suppression(id, &actor_of(actor), tx)
+            }
             Command::PublishModule { file_name, yaml } => {
                 self.publish_module(file_name.as_deref(), yaml, tx)
             }
@@ -511,7 +513,12 @@ impl State {
                 installation,
                 channel,
                 actor,
-            } => self.set_installation_channel(installation, channel.as_deref(), &actor_of(actor), tx),
+            } => self.set_installation_channel(
+                installation,
+                channel.as_deref(),
+                &actor_of(actor),
+                tx,
+            ),
             Command::SetModuleChannel {
                 module,
                 version,
