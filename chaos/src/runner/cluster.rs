@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use hub_proto::hub_client::HubClient;
 use hub_proto::NodeStatusRequest;
 use serde::Deserialize;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use super::process::is_alive;
 
@@ -467,13 +467,7 @@ impl Drop for Cluster {
 /// A gRPC client to `addr` as the cluster's admin (short connect timeout).
 pub async fn connect(addr: &str) -> anyhow::Result<HubClient<Channel>> {
     let (_, connector) = HUB.get().context("the cluster has not been started")?;
-    let ch = connector
-        .channel(addr, |ep: Endpoint| {
-            ep.connect_timeout(Duration::from_millis(500))
-                .tcp_nodelay(true)
-        })
-        .await?;
-    Ok(HubClient::new(ch))
+    crate::compare::hub::connect_with(connector, addr).await
 }
 
 /// Sends `sig` to `pid` and waits up to `limit` for it to be gone; whether it is.
