@@ -951,6 +951,7 @@ mod tests {
                 restore_original: false,
                 metric_windows_ms: vec![60_000],
                 baseline: None,
+                loads: Vec::new(),
             }),
             ..Default::default()
         }

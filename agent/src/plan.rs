@@ -232,6 +232,37 @@ pub struct CanaryStepSpec {
     /// The fresh baseline (issue 20): the primary's revision, run beside the canary with the
     /// canary's weight out of the primary's share; `None` when none runs.
     pub baseline: Option<CanaryWorkloadSpec>,
+    /// The built-in load tester's `hey` loads to keep running after this step (issue 52
+    /// item 4; empty unless the canary is progressing).
+    #[serde(default)]
+    pub loads: Vec<LoadSpec>,
+}
+
+/// One `hey` load (proto `CanaryLoad`; docs/CANARY.md "The built-in load tester").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadSpec {
+    /// The webhook's name.
+    pub name: String,
+    /// The URL (`<svc>`, `<svc>-primary`, `<svc>-canary` hosts are the proxy's addresses).
+    pub url: String,
+    /// `-z` in ms (0: `requests` requests).
+    pub duration_ms: i64,
+    /// `-n`.
+    pub requests: u64,
+    /// `-c`.
+    pub workers: u32,
+    /// `-q` per worker, thousandths of a request per second (0: unlimited).
+    pub rate_milli_per_worker: u64,
+    /// `-m`.
+    pub method: String,
+    /// `-H` and friends.
+    pub headers: Vec<(String, String)>,
+    /// `-d`.
+    pub body: String,
+    /// `-host`.
+    pub host: String,
+    /// `-t` in ms.
+    pub timeout_ms: i64,
 }
 
 impl std::fmt::Debug for PlanSpec {

@@ -15,7 +15,7 @@ use hub_wire::plan_state::{PlanStatus, TaskState};
 use crate::journal::PendingReport;
 use crate::plan::{
     Artifact, CanaryHeaderMatchSpec, CanaryStepSpec, CanaryWorkloadSpec, CommandKind, Health,
-    Observed, PlanKind, PlanSpec, Registry,
+    LoadSpec, Observed, PlanKind, PlanSpec, Registry,
 };
 
 /// Why a value from the hub's wire was refused.
@@ -255,6 +255,27 @@ fn canary_spec(c: &wire::CanaryStep) -> CanaryStepSpec {
         restore_original: c.restore_original,
         metric_windows_ms: c.metric_windows_ms.clone(),
         baseline: c.baseline.as_ref().map(workload),
+        loads: c
+            .loads
+            .iter()
+            .map(|l| LoadSpec {
+                name: l.name.clone(),
+                url: l.url.clone(),
+                duration_ms: l.duration_ms,
+                requests: l.requests,
+                workers: l.workers,
+                rate_milli_per_worker: l.rate_milli_per_worker,
+                method: l.method.clone(),
+                headers: l
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.clone(), h.value.clone()))
+                    .collect(),
+                body: l.body.clone(),
+                host: l.host.clone(),
+                timeout_ms: l.timeout_ms,
+            })
+            .collect(),
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use hub_client::answer::{
     ActivityAnswer, ApprovalPoliciesAnswer, ApproverGroupsAnswer, AuditAnswer, CanariesAnswer,
-    CanaryActionView, CanaryConditionView, CanaryEventView, CanaryJudgesView,
+    CanaryActionView, CanaryAddressesView, CanaryConditionView, CanaryEventView, CanaryJudgesView,
     CanaryObservationView, CanarySampleView, CanaryStatusBlock, CanaryTargetView, CanaryView,
     ChangeRequestView, ChangeRequestsAnswer, ChannelsAnswer, ClusterSettingsAnswer,
     CommittedWeightView, EntityView, EnvironmentLabelsAnswer, EnvironmentSettingsView, Explanation,
@@ -99,6 +99,11 @@ fn same_after_round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt:
 fn full_canary() -> CanaryView {
     let time = "2025-10-09T08:53:35Z".to_string();
     CanaryView {
+        addresses: Some(CanaryAddressesView {
+            canary: "127.0.0.3:9898".into(),
+            primary: "127.0.0.2:9898".into(),
+            service: "127.0.0.1:9898".into(),
+        }),
         actions: Some(vec![CanaryActionView {
             action: "weights 90/10".into(),
             step: 3,

@@ -155,10 +155,13 @@ pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow
                     "LASTTRANSITIONTIME",
                 ],
                 |c| {
-                    // ENTITY and PROMOTED only in `-o wide`.
+                    // ENTITY, PROMOTED and the proxy's stable addresses only in `-o wide`.
+                    let a = c.addresses.as_ref();
                     json!({"NAMESPACE": c.namespace, "NAME": c.name, "STATUS": c.status,
                         "WEIGHT": c.weight, "LASTTRANSITIONTIME": c.last_transition,
-                        "ENTITY": c.entity, "PROMOTED": c.promoted})
+                        "ENTITY": c.entity, "PROMOTED": c.promoted,
+                        "PRIMARY": a.map(|a| a.primary.as_str()),
+                        "CANARY": a.map(|a| a.canary.as_str())})
                 },
             );
         }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hub_engine::canary::HeaderMatch;
+use hub_engine::canary::{analysis_loads, HeaderMatch, Phase};
 use hub_engine::canary::{
     Bin, CanaryObservation as EngineObservation, CanaryRevision, CanaryStepSpec, Histogram,
     MetricWindow, SampleWindow, WorkloadSamples, MAX_SAMPLE_WINDOWS,
@@ -236,7 +236,11 @@ fn task_report(r: ReportTaskRequest, prefix: &str) -> Result<TaskReport, Status>
 }
 
 /// A canary step plan's desired state on the wire, with its fresh baseline if it runs one.
-fn canary_step(s: &CanaryStepSpec, baseline: Option<&CanaryRevision>) -> CanaryStep {
+fn canary_step(
+    s: &CanaryStepSpec,
+    baseline: Option<&CanaryRevision>,
+    spec: Option<&hub_engine::canary::CanarySpec>,
+) -> CanaryStep {
     let workload = |r: &CanaryRevision| CanaryWorkload {
         revision: r.revision.clone(),
         version: r.version.to_string(),
@@ -286,7 +290,36 @@ fn canary_step(s: &CanaryStepSpec, baseline: Option<&CanaryRevision>) -> CanaryS
         restore_original: s.restore_original,
         metric_windows_ms: s.metric_windows_ms.clone(),
         baseline: baseline.map(workload),
+        loads: match spec {
+            Some(spec) if s.phase == Phase::Progressing => canary_loads(spec),
+            _ => Vec::new(),
+        },
     }
+}
+
+/// The built-in load tester's `hey` loads of a canary being analysed (from its committed
+/// resource, so every node sends the same).
+fn canary_loads(spec: &hub_engine::canary::CanarySpec) -> Vec<CanaryLoad> {
+    analysis_loads(&spec.analysis.webhooks)
+        .into_iter()
+        .map(|(name, h)| CanaryLoad {
+            name,
+            url: h.url,
+            duration_ms: h.duration_ms.unwrap_or(0),
+            requests: h.requests,
+            workers: h.workers,
+            rate_milli_per_worker: h.rate_milli_per_worker.unwrap_or(0),
+            method: h.method,
+            headers: h
+                .headers
+                .into_iter()
+                .map(|(name, value)| CanaryLoadHeader { name, value })
+                .collect(),
+            body: h.body.unwrap_or_default(),
+            host: h.host.unwrap_or_default(),
+            timeout_ms: h.timeout_ms,
+        })
+        .collect()
 }
 
 /// An agent's sample windows of observation `i`, converted and checked (bounds named by field).
@@ -564,10 +597,10 @@ fn build_plans(state: &State, environment: &str) -> (Vec<AgentPlan>, Vec<Registr
                 reason: p.reason.clone(),
                 issued_ms: p.issued_ms,
                 issued_index: p.issued_index,
-                canary: p
-                    .kind
-                    .canary_step()
-                    .map(|s| canary_step(s, p.kind.canary_baseline())),
+                canary: p.kind.canary_step().map(|s| {
+                    let spec = state.canary(&s.canary).map(|c| &c.spec);
+                    canary_step(s, p.kind.canary_baseline(), spec)
+                }),
             }
         })
         .collect();

@@ -338,6 +338,12 @@ async fn call_webhook(
     metrics: &NodeMetrics,
     call: &WebhookCall,
 ) -> WebhookResult {
+    if let Some(answer) = hub_engine::canary::built_in_answer(call) {
+        // The built-in load tester (issue 52 item 4): nothing to call.
+        metrics.webhooks.get_or_create(&outcome(answer.ok)).inc();
+        tracing::debug!(webhook = %call.name, ok = answer.ok, "canary webhook answered by the built-in load tester");
+        return answer;
+    }
     let timeout = Duration::from_millis(u64::try_from(call.timeout_ms).unwrap_or(0));
     let started = std::time::Instant::now();
     let out = webhooks::call(client, &call.url, &call.payload, timeout, call.retries).await;

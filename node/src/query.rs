@@ -11,22 +11,22 @@ use serde_json::Value;
 
 use hub_client::answer::{
     ActivityAnswer, ActivityEntry, ApprovalPoliciesAnswer, ApproverGroupsAnswer, ArtifactView,
-    AuditAnswer, AuditEntryView, CanariesAnswer, CanaryActionView, CanaryConditionView,
-    CanaryEventView, CanaryJudgesView, CanaryObservationView, CanarySampleView, CanaryStatusBlock,
-    CanaryTargetView, CanaryView, ChangeRequestView, ChangeRequestsAnswer, ChannelView,
-    ChannelsAnswer, ClusterSettingsAnswer, CommittedWeightView, ConstraintView, EntityView,
-    EnvironmentLabelsAnswer, EnvironmentLabelsView, EnvironmentSettingsView, Explanation,
-    FailureView, HaltView, IgnoredFieldView, InstallationEntityView, IssuedView, JudgedMetricView,
-    LastExecution, MeetsConstraints, MetricProviderView, MetricTemplateView, MetricTemplatesAnswer,
-    MetricWindowView, ModuleDryRunAnswer, ModuleEntityView, ModuleInstallationDetail,
-    ModuleInstallationView, ModuleInstallationsAnswer, ModuleSummaryView, ModuleView,
-    ModulesAnswer, PlanView, PlansAnswer, ProductView, ProductsAnswer, ProposedChange, RecallView,
-    RecallsAnswer, RegistryRef, RegistryView, ReleaseView, ReleasesAnswer, ReportedView,
-    ResolvedEntity, RevokedCertificateView, RevokedCertificatesAnswer, RoleBindingView,
-    RoleBindingsAnswer, RolloutEntityView, RolloutPoliciesAnswer, RolloutPolicyView,
-    RolloutStatusView, SuppressionView, SuppressionsAnswer, TaskView, TokenRoleView, TokenView,
-    TokensAnswer, VerdictView, WaveStatusView, WaveView, WindowExceptionsAnswer,
-    WindowOverrideView,
+    AuditAnswer, AuditEntryView, CanariesAnswer, CanaryActionView, CanaryAddressesView,
+    CanaryConditionView, CanaryEventView, CanaryJudgesView, CanaryObservationView,
+    CanarySampleView, CanaryStatusBlock, CanaryTargetView, CanaryView, ChangeRequestView,
+    ChangeRequestsAnswer, ChannelView, ChannelsAnswer, ClusterSettingsAnswer, CommittedWeightView,
+    ConstraintView, EntityView, EnvironmentLabelsAnswer, EnvironmentLabelsView,
+    EnvironmentSettingsView, Explanation, FailureView, HaltView, IgnoredFieldView,
+    InstallationEntityView, IssuedView, JudgedMetricView, LastExecution, MeetsConstraints,
+    MetricProviderView, MetricTemplateView, MetricTemplatesAnswer, MetricWindowView,
+    ModuleDryRunAnswer, ModuleEntityView, ModuleInstallationDetail, ModuleInstallationView,
+    ModuleInstallationsAnswer, ModuleSummaryView, ModuleView, ModulesAnswer, PlanView, PlansAnswer,
+    ProductView, ProductsAnswer, ProposedChange, RecallView, RecallsAnswer, RegistryRef,
+    RegistryView, ReleaseView, ReleasesAnswer, ReportedView, ResolvedEntity,
+    RevokedCertificateView, RevokedCertificatesAnswer, RoleBindingView, RoleBindingsAnswer,
+    RolloutEntityView, RolloutPoliciesAnswer, RolloutPolicyView, RolloutStatusView,
+    SuppressionView, SuppressionsAnswer, TaskView, TokenRoleView, TokenView, TokensAnswer,
+    VerdictView, WaveStatusView, WaveView, WindowExceptionsAnswer, WindowOverrideView,
 };
 pub use hub_client::query::Query;
 
@@ -801,10 +801,21 @@ fn dry_run_view(
 }
 
 /// `canaries`: one canary as listed (the fields of the full view left out).
+/// Where the agent's proxy serves the canary's three names.
+fn canary_addresses(c: &hub_engine::canary_record::Canary) -> CanaryAddressesView {
+    let a = hub_engine::canary::StableAddresses::of(c.spec.service.port);
+    CanaryAddressesView {
+        canary: a.canary.to_string(),
+        primary: a.primary.to_string(),
+        service: a.main.to_string(),
+    }
+}
+
 fn canary_row(c: &hub_engine::canary_record::Canary) -> CanaryView {
     let st = &c.status;
     CanaryView {
         actions: None,
+        addresses: Some(canary_addresses(c)),
         canary_revision: None,
         committed_weights: None,
         entity: c.entity.clone(),
@@ -836,6 +847,7 @@ fn canary_detail(state: &State, id: &str) -> Result<CanaryView, QueryError> {
         .ok_or_else(|| QueryError::NotFound(format!("canary {id:?} not found")))?;
     let st = &c.status;
     Ok(CanaryView {
+        addresses: Some(canary_addresses(c)),
         actions: Some(
             c.actions
                 .iter()

@@ -384,12 +384,13 @@ impl Cluster {
 
 /// `GET http://127.0.0.1:<port><path>`: status and body, or `None` if nothing answers.
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http_get_at(std::net::SocketAddr::from(([127, 0, 0, 1], port)), path)
+}
+
+/// [`http_get`] on any address (a canary's stable `127.0.0.2`/`127.0.0.3` addresses).
+pub fn http_get_at(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(
-        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-        Duration::from_secs(1),
-    )
-    .ok()?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
         s,

@@ -31,6 +31,8 @@ pub struct CanaryHub {
     pub cluster: Cluster,
     /// The entity id.
     pub entity: String,
+    /// The environment (the canary's namespace).
+    pub environment: String,
     /// The service port (`<svc>`).
     pub port: u16,
     /// The packaged releases (`registry/`, `manifests/`).
@@ -46,16 +48,22 @@ impl CanaryHub {
 
     /// [`CanaryHub::start`] on a hub the test started (e.g. with more node flags).
     pub fn start_on(cluster: Cluster) -> CanaryHub {
+        Self::start_in(cluster, "prod", "demo", free_port())
+    }
+
+    /// [`CanaryHub::start_on`] with the entity `name` in `environment`, its service on
+    /// `port`.
+    pub fn start_in(cluster: Cluster, environment: &str, name: &str, port: u16) -> CanaryHub {
         let dir = cluster.package_demo();
         let submit =
             |what: &str, v: Value| cluster.submit(v).unwrap_or_else(|e| panic!("{what}: {e}"));
         submit(
             "env",
-            json!({"CreateEnvironment": {"name": "prod", "description": ""}}),
+            json!({"CreateEnvironment": {"name": environment, "description": ""}}),
         );
         submit(
             "registry",
-            json!({"SetRegistry": {"environment": "prod", "name": "local",
+            json!({"SetRegistry": {"environment": environment, "name": "local",
             "url": format!("file://{}", dir.join("registry").display()), "hub_access": "expected"}}),
         );
         submit(
@@ -64,11 +72,10 @@ impl CanaryHub {
         );
         let out = submit(
             "entity",
-            json!({"CreateEntity": {"environment": "prod", "kind": "HelmChart", "name": "demo",
+            json!({"CreateEntity": {"environment": environment, "kind": "HelmChart", "name": name,
             "product_id": PRODUCT, "k8s_namespace": "demo", "account_id": null, "release_channel": null}}),
         );
         let entity = out["EntityCreated"].as_str().expect("id").to_string();
-        let port = free_port();
         submit(
             "config",
             json!({"SetConfigOverrides": {"entity": entity, "version": "0.0.0",
@@ -79,11 +86,12 @@ impl CanaryHub {
             json!({"SetConfigOverrides": {"entity": entity, "version": "1.2.0",
             "config": format!("port: {port}\nerror_rate: 0.2\n")}}),
         );
-        let agent = cluster.start_hub_agent("prod", &["--driver", "process"]);
+        let agent = cluster.start_hub_agent(environment, &["--driver", "process"]);
         let hub = CanaryHub {
             cluster,
             agent,
             entity,
+            environment: environment.to_string(),
             port,
             dir,
         };
@@ -131,7 +139,7 @@ impl CanaryHub {
                 "-f",
                 path.to_str().unwrap(),
                 "-n",
-                "prod",
+                &self.environment,
             ])
             .expect_ok("canary apply");
     }
@@ -139,7 +147,9 @@ impl CanaryHub {
     /// The canary's full view (the `canary` query `hubctl canary get` reads): `status` is the
     /// phase, `weight` the canary weight, plus `status_block`, `committed_weights`, ...
     pub fn canary(&self, name: &str) -> Option<CanaryView> {
-        self.cluster.ask(&GetCanary(format!("prod/{name}"))).ok()
+        self.cluster
+            .ask(&GetCanary(format!("{}/{name}", self.environment)))
+            .ok()
     }
 
     /// Waits until the canary's phase satisfies `f`; returns its view.
@@ -170,7 +180,7 @@ impl CanaryHub {
         let path = self
             .agent
             .data_dir
-            .join(format!("canary/prod--{name}/applied.jsonl"));
+            .join(format!("canary/{}--{name}/applied.jsonl", self.environment));
         std::fs::read_to_string(path)
             .unwrap_or_default()
             .lines()

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use hub_client::answer::{CanaryView, GetEntity, VerdictView};
-use hub_tests::agent::http_get;
+use hub_tests::agent::{http_get, http_get_at};
 use hub_tests::canary::{CanaryHub, Traffic, WebhookServer};
 use hub_tests::{poll_until, CONVERGE_TIMEOUT};
 use serde_json::{json, Value};
@@ -446,4 +446,68 @@ fn leaders_killed_in_progressing_waiting_promotion_and_promoting() {
         vec![0, 10, 20, 30, 40, 50, 40, 30, 20, 10, 0],
         "{weights:?}"
     );
+}
+
+/// Issue 52 item 4: the seed's canary (Flagger's how-it-works example, the file in
+/// `tests/fixtures/flagger/`) runs as written but for its analysis interval, 1m made 1s so
+/// the test takes seconds rather than 25 minutes. Its only traffic is its `load-test`
+/// webhook's `hey -z 1m -q 10 -c 2 http://podinfo-canary.test:9898/`: no Flagger load tester
+/// exists here, so the leader hands the command to the agent's built-in one, which sends the
+/// load to the stable `<svc>-canary` address (127.0.0.3 at the service port), and the
+/// request checks measure it. A healthy release is promoted, a faulty one rolled back.
+#[test]
+fn the_seed_canary_promotes_and_rolls_back_with_the_built_in_load_tester() {
+    let port = 9898;
+    let hub = CanaryHub::start_in(
+        hub_tests::Cluster::up(3, "--artifact-ttl-ms 500"),
+        "test",
+        "podinfo",
+        port,
+    );
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/flagger/how-it-works.yaml"
+    );
+    let seed = std::fs::read_to_string(path).expect("the seed canary");
+    let yaml = seed.replacen(
+        "    interval: 1m\n    threshold",
+        "    interval: 1s\n    threshold",
+        1,
+    );
+    assert_ne!(yaml, seed, "the analysis interval was not found");
+    hub.apply(&yaml);
+    hub.wait_phase("podinfo", ROLLOUT, |p| p == "Initialized");
+    let stable = |ip: [u8; 4]| std::net::SocketAddr::from((ip, port));
+    let answers = |ip: [u8; 4]| {
+        http_get_at(stable(ip), "/version").map(|(status, body)| (status, body.trim().to_string()))
+    };
+    // The primary's stable address serves it.
+    assert_eq!(answers([127, 0, 0, 2]), Some((200, "1.0.0".to_string())));
+
+    hub.publish("1.1.0");
+    let v = hub.wait_phase("podinfo", ROLLOUT, |p| p == "Succeeded");
+    assert!(v.promoted, "{v:?}");
+    hub.serves("1.1.0");
+    assert_eq!(answers([127, 0, 0, 2]), Some((200, "1.1.0".to_string())));
+    let full = hub.canary("podinfo").expect("canary");
+    let addresses = full.addresses.expect("the stable addresses are shown");
+    assert_eq!(addresses.canary, "127.0.0.3:9898");
+    assert_eq!(addresses.primary, "127.0.0.2:9898");
+    let log = hub.agent.log_tail(2000);
+    assert!(
+        log.contains("load test running") && log.contains("127.0.0.3:9898"),
+        "the built-in load tester never ran against the canary's address:\n{log}"
+    );
+
+    hub.publish("1.2.0");
+    let v = hub.wait_phase("podinfo", ROLLOUT, |p| p == "Failed");
+    assert!(!v.promoted);
+    let full = hub.canary("podinfo").expect("canary");
+    assert_eq!(failed_checks(&full), 10, "{full:?}");
+    for _ in 0..10 {
+        assert_eq!(
+            http_get(port, "/version").map(|(s, b)| (s, b.trim().to_string())),
+            Some((200, "1.1.0".to_string()))
+        );
+    }
 }

@@ -35,6 +35,7 @@
 //! (the sim records versions) and the metrics reported are perfect while the canary is
 //! healthy.
 
+mod load;
 pub mod names;
 pub mod samples;
 pub mod store;
@@ -53,12 +54,13 @@ use self::names::{config_with_port, CanaryId, WorkloadIds};
 use self::store::{AppliedLine, CanaryDir, CanaryState, Deployed, Ports, RoutingState, Slot};
 use crate::driver::Driver;
 use crate::plan::{
-    CanaryStepSpec, CanaryWorkloadSpec, Health, Observed, PlanKind, PlanSpec, TaskFailure,
-    TaskOutcome,
+    CanaryStepSpec, CanaryWorkloadSpec, Health, LoadSpec, Observed, PlanKind, PlanSpec,
+    TaskFailure, TaskOutcome,
 };
 use crate::proxy::{
     CanaryProxy, HeaderMatch, InvalidHeaderMatch, ProxyAddrs, Routing, Upstreams, Workload,
 };
+use hub_wire::canary_addresses::StableAddresses;
 
 /// The one task of a canary-step plan.
 pub const APPLY_TASK: &str = "apply";
@@ -140,6 +142,8 @@ struct Managed {
     state: Mutex<Option<CanaryState>>,
     /// The proxy, while it runs.
     proxy: Mutex<Option<Arc<CanaryProxy>>>,
+    /// The built-in load tester's loads that run (issue 52 item 4).
+    loads: Mutex<load::Loads>,
 }
 
 impl Managed {
@@ -149,6 +153,7 @@ impl Managed {
             op: tokio::sync::Mutex::new(()),
             state: Mutex::new(state),
             proxy: Mutex::new(None),
+            loads: Mutex::new(load::Loads::default()),
         }
     }
 
@@ -164,6 +169,15 @@ impl Managed {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Makes exactly `wanted` of the canary's loads run (none for a forgotten canary), and
+    /// remembers them for a restart.
+    fn set_loads(&self, service: &str, port: u16, wanted: &[LoadSpec]) -> Vec<String> {
+        self.loads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .set(service, port, wanted)
     }
 
     /// Saves `st` and makes it what reports read.
@@ -414,7 +428,8 @@ impl CanaryRunner {
             match self.ensure_proxy(&m, &st).await {
                 Ok(()) => {
                     info!(canary = %st.canary, port = st.port, weight = st.routing.canary_weight,
-                          step = st.applied_step, "canary proxy resumed")
+                          step = st.applied_step, "canary proxy resumed");
+                    m.set_loads(&st.service, st.port, &st.loads);
                 }
                 Err(f) => {
                     warn!(canary = %st.canary, error = %f.message, "cannot resume the canary proxy")
@@ -426,6 +441,7 @@ impl CanaryRunner {
     /// Stops every proxy (the workloads keep running).
     pub fn shutdown(&self) {
         for m in self.lock_canaries().values() {
+            m.set_loads("", 0, &[]);
             if let Some(p) = m
                 .proxy
                 .lock()
@@ -514,6 +530,16 @@ impl CanaryRunner {
             Ok(true) => {}
             Ok(false) => out.push(format!("step {} was logged already", step.step)),
             Err(e) => return Err(fail(format!("cannot log the applied step: {e}"))),
+        }
+        let wanted: &[LoadSpec] = if step.restore_original {
+            &[]
+        } else {
+            &step.loads
+        };
+        out.extend(managed.set_loads(&step.service, port, wanted));
+        if let Some(mut st) = managed.snapshot().filter(|st| st.loads != wanted) {
+            st.loads = wanted.to_vec();
+            managed.save(&st)?;
         }
         if step.restore_original {
             managed
@@ -1053,10 +1079,13 @@ impl CanaryRunner {
         if self.driver.simulated() {
             return Ok(());
         }
+        // The stable addresses (issue 52 item 2): `<svc>-primary` and `<svc>-canary` on
+        // 127.0.0.2 and 127.0.0.3 at the service's port.
+        let stable = StableAddresses::of(st.port);
         let want = ProxyAddrs {
             main: loopback(st.port),
-            primary: loopback(st.ports.primary_proxy),
-            canary: loopback(st.ports.canary_proxy),
+            primary: SocketAddr::V4(stable.primary),
+            canary: SocketAddr::V4(stable.canary),
         };
         if let Some(p) = managed.proxy() {
             if p.addrs() == want {

@@ -142,6 +142,9 @@ pub struct CanaryState {
     pub phase: String,
     /// Metric windows of that step, in ms.
     pub metric_windows_ms: Vec<i64>,
+    /// The built-in load tester's loads of that step, run again after a restart.
+    #[serde(default)]
+    pub loads: Vec<crate::plan::LoadSpec>,
 }
 
 impl CanaryState {
@@ -161,6 +164,7 @@ impl CanaryState {
             applied_step: 0,
             phase: String::new(),
             metric_windows_ms: Vec::new(),
+            loads: Vec::new(),
         }
     }
 }

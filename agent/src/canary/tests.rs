@@ -150,6 +150,7 @@ fn step_plan(s: &Step, port: u16) -> PlanSpec {
         restore_original: false,
         metric_windows_ms: vec![60_000, 30_500],
         baseline: None,
+        loads: Vec::new(),
     });
     p
 }
@@ -549,7 +550,12 @@ async fn get(port: u16) -> String {
 
 /// GET / with `extra` header lines (each ending in CRLF).
 async fn get_with(port: u16, extra: &str) -> String {
-    let mut s = TcpStream::connect(loopback(port)).await.unwrap();
+    get_at(loopback(port), extra).await
+}
+
+/// [`get_with`] on any address.
+async fn get_at(addr: std::net::SocketAddr, extra: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(
         format!("GET / HTTP/1.1\r\nhost: x\r\n{extra}connection: close\r\n\r\n").as_bytes(),
     )
@@ -634,8 +640,9 @@ async fn the_proxy_takes_the_service_port_over_routes_by_weight_resumes_and_give
     assert_eq!(obs[0].canary_ready_percent, 100);
     // The fixed addresses reach their workload.
     let st = runner.state("prod/web").unwrap();
-    assert_eq!(get(st.ports.canary_proxy).await, "web-canary 2.0.0");
-    assert_eq!(get(st.ports.primary_proxy).await, "web-primary 1.0.0");
+    let stable = hub_wire::canary_addresses::StableAddresses::of(st.port);
+    assert_eq!(get_at(stable.canary.into(), "").await, "web-canary 2.0.0");
+    assert_eq!(get_at(stable.primary.into(), "").await, "web-primary 1.0.0");
 
     // An agent restart: the proxy comes back with the last applied routing.
     runner.shutdown();

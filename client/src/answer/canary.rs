@@ -16,6 +16,10 @@ pub struct CanaryView {
     /// The newest actions decided (at most 20), newest first (full view).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actions: Option<Vec<CanaryActionView>>,
+    /// Where the agent's proxy serves `<svc>`, `<svc>-primary` and `<svc>-canary` (issue 52
+    /// item 2; absent in answers of nodes before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addresses: Option<CanaryAddressesView>,
     /// The revision the canary workload runs (full view; `Some(None)`: scaled to zero).
     #[serde(
         default,
@@ -86,6 +90,17 @@ pub struct CanaryView {
     /// The resource as applied (full view).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub yaml: Option<String>,
+}
+
+/// The stable addresses of a canary's proxy, `IP:PORT` each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CanaryAddressesView {
+    /// `<svc>-canary`.
+    pub canary: String,
+    /// `<svc>-primary`.
+    pub primary: String,
+    /// `<svc>`: split by weight and A/B rules.
+    pub service: String,
 }
 
 /// One action a step decided.

@@ -43,9 +43,9 @@ pub use approval::{
 };
 pub use audit::{AuditAnswer, AuditEntryView, ListAudit};
 pub use canary::{
-    CanariesAnswer, CanaryActionView, CanaryConditionView, CanaryEventView, CanaryJudgesView,
-    CanaryObservationView, CanarySampleView, CanaryStatusBlock, CanaryTargetView, CanaryView,
-    CommittedWeightView, GetCanary, IgnoredFieldView, JudgedMetricView, ListCanaries,
+    CanariesAnswer, CanaryActionView, CanaryAddressesView, CanaryConditionView, CanaryEventView,
+    CanaryJudgesView, CanaryObservationView, CanarySampleView, CanaryStatusBlock, CanaryTargetView,
+    CanaryView, CommittedWeightView, GetCanary, IgnoredFieldView, JudgedMetricView, ListCanaries,
     MetricWindowView, VerdictView,
 };
 pub use change_request::{

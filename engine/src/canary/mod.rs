@@ -31,6 +31,7 @@ mod event;
 mod ignored;
 mod input;
 mod judge;
+mod load_tester;
 mod machine;
 mod mann_whitney;
 mod parse;
@@ -58,6 +59,11 @@ pub use input::{Manual, TickInput, WebhookResult, WEBHOOK_MAX_SUCCESS_STATUS};
 pub use judge::{
     judge, AnalysisPolicy, Baseline, Direction, Judge, Judgement, OnFailure, Verdict,
     DEFAULT_CONFIDENCE_MILLI, JUDGE_MIN_SAMPLES, MAX_CONFIDENCE_MILLI, MIN_CONFIDENCE_MILLI,
+};
+pub use load_tester::{
+    analysis_loads, built_in_answer, is_load_tester_url, load_tester_call, parse_command,
+    CurlCheck, GrepPattern, HeyLoad, LoadCommand, LoadTesterCall, LoadTesterError, StableAddresses,
+    LOAD_TESTER_NAMES,
 };
 pub use machine::{advance, advance_judged, terminate, JudgedOutcome, Judging};
 pub use mann_whitney::{mann_whitney, normal_sf, Alternative, MannWhitney};

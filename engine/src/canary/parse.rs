@@ -1348,7 +1348,7 @@ impl Validator {
                 },
             };
             if let (Some(name), Some(kind), Some(url), Some(retries)) = (name, kind, url, retries) {
-                out.push(Webhook {
+                let webhook = Webhook {
                     name,
                     kind,
                     url,
@@ -1356,7 +1356,13 @@ impl Validator {
                     retries,
                     metadata: w.metadata.unwrap_or_default(),
                     mute_alert: w.mute_alert.unwrap_or(false),
-                });
+                };
+                // A command for the built-in load tester is read now, so one it cannot run
+                // is refused by name rather than failing every tick.
+                if let Some(Err(e)) = super::load_tester::load_tester_call(&webhook) {
+                    self.err(format!("{path}.metadata.cmd"), e.to_string());
+                }
+                out.push(webhook);
             }
         }
         out

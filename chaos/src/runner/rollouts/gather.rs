@@ -365,6 +365,7 @@ pub(crate) mod views {
     /// A canary in `status`, with `committed` weights (`None`: a listing row, without them).
     pub fn canary(status: &str, committed: Option<&[(u64, u8)]>) -> CanaryView {
         CanaryView {
+            addresses: None,
             actions: None,
             canary_revision: None,
             committed_weights: committed.map(|c| {
