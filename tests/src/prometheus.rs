@@ -62,7 +62,9 @@ impl Prometheus {
                 "{test}: {REQUIRE_VAR} is set but no prometheus binary is on PATH \
                  (scripts/deps.sh installs Debian's prometheus package)"
             );
-            eprintln!(
+            // Straight to stderr: the test harness captures `eprintln!` of a passing test.
+            let _ = writeln!(
+                std::io::stderr(),
                 "\n=====================================================================\n\
                  SKIPPED {test}: no prometheus binary on PATH.\n\
                  Install it (apt-get install prometheus, or scripts/deps.sh), or set\n\
