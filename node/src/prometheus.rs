@@ -289,7 +289,8 @@ mod tests {
 
         // A server whose CA the outbound clients do not trust.
         let ca = LocalCa::generate("self-signed prometheus").unwrap();
-        let seen: Arc<Mutex<Vec<(String, Vec<String>)>>> = Arc::default();
+        type Seen = Vec<(String, Vec<String>)>;
+        let seen: Arc<Mutex<Seen>> = Arc::default();
         let record = seen.clone();
         let handler: hub_http::local::Handler = Arc::new(move |r: hub_http::local::Request| {
             let values = |name: &str| {
