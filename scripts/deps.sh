@@ -3,7 +3,8 @@
 # (bindgen, for RocksDB), make (jemalloc), the system's CA certificates (ca-certificates: the roots https
 # registries, webhooks and Prometheus are verified against), for the chaos runner's
 # partitions iproute2 and nftables, for its disk faults e2fsprogs, for the dashboard's browser test (tests/dashboard.rs)
-# Chromium with a font, and protoc for building the etcd client of hub-bench.
+# Chromium with a font, protoc for building the etcd client of hub-bench, and Prometheus
+# (prometheus and promtool) for the real-Prometheus canary test (tests/canary_prometheus.rs).
 # Sourced by the other scripts; idempotent.
 set -euo pipefail
 
@@ -27,6 +28,16 @@ if [ ${#need[@]} -gt 0 ]; then
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# Debian's prometheus package, without its recommended node exporter: the canary test starts
+# its own `prometheus` on a free loopback port with its own config and storage directory, so
+# the package's service (on :9090 where an init system starts it) is never what it uses.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  echo "installing: prometheus" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 command -v cargo >/dev/null 2>&1 || { echo "cargo not found: install the Rust toolchain (rustup)" >&2; exit 1; }
 

@@ -18,6 +18,9 @@ else
   echo "warning: clippy is not installed; skipping lints" >&2
 fi
 cargo build --workspace --bins
+# The real-Prometheus canary test (tests/canary_prometheus.rs) fails rather than skips when
+# the prometheus binary is missing (deps.sh installs it).
+export HUB_REQUIRE_PROMETHEUS=1
 # Black-box tests start 3- and 5-node clusters: one test at a time keeps them stable on 2 cores.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

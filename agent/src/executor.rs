@@ -324,6 +324,7 @@ impl Agent {
             &cfg.environment,
             driver.clone(),
         ));
+        metrics.serve_canaries(&canary);
         metrics
             .outbox
             .store(journal.journal().outbox.len() as u64, Ordering::Relaxed);

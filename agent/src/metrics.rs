@@ -1,7 +1,10 @@
-//! Prometheus metrics of the agent, served as text on `/metrics` over HTTP/1.1 ([`serve`]).
+//! Prometheus metrics of the agent, served as text on `/metrics` over HTTP/1.1 ([`serve`]):
+//! its own counters, and the canary proxies' per-workload counters and latency histograms
+//! ([`crate::proxy::render_prometheus`]) once the agent's canary runner is attached
+//! ([`Metrics::serve_canaries`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use http_body_util::Full;
@@ -12,6 +15,9 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+
+use crate::canary::CanaryRunner;
+use crate::proxy::ProxyTotals;
 
 /// Counters and gauges.
 #[derive(Debug, Default)]
@@ -47,6 +53,9 @@ pub struct Metrics {
     /// Time from a plan's commit (its `issued_ms`) to the agent receiving it, in ms: a
     /// histogram, and the newest raw samples for benchmarks.
     pub delivery: Delivery,
+    /// The canary runner whose proxies' traffic is served too (weak: the metrics outlive
+    /// nothing they serve).
+    canaries: OnceLock<Weak<CanaryRunner>>,
 }
 
 /// Upper bounds (ms) of the delivery histogram's buckets.
@@ -93,6 +102,28 @@ impl Metrics {
     /// Adds one.
     pub fn inc(&self, c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Serves the traffic of `runner`'s canary proxies from now on (the first runner given
+    /// stays: an agent has one).
+    pub fn serve_canaries(&self, runner: &Arc<CanaryRunner>) {
+        let _ = self.canaries.set(Arc::downgrade(runner));
+    }
+
+    /// Each running proxy's totals, with its canary's name (the id after `<environment>/`).
+    fn proxies(&self) -> Vec<(String, ProxyTotals)> {
+        let Some(runner) = self.canaries.get().and_then(Weak::upgrade) else {
+            return Vec::new();
+        };
+        runner
+            .canary_ids()
+            .into_iter()
+            .filter_map(|id| {
+                let proxy = runner.proxy(&id)?;
+                let name = id.rsplit_once('/').map_or(id.as_str(), |(_, n)| n);
+                Some((name.to_string(), proxy.totals()))
+            })
+            .collect()
     }
 
     /// The Prometheus text exposition.
@@ -209,6 +240,10 @@ impl Metrics {
                 value.load(Ordering::Relaxed)
             ));
         }
+        out.push_str(&crate::proxy::render_prometheus(
+            environment,
+            &self.proxies(),
+        ));
         out
     }
 }

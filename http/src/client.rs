@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
 
 use crate::deny::{DenyList, FilteringResolver};
@@ -147,11 +147,30 @@ impl HttpClient {
         url: &str,
         body: Option<Body>,
     ) -> Result<Response, HttpError> {
+        self.send_with_headers(method, url, body, &HeaderMap::new())
+            .await
+    }
+
+    /// [`HttpClient::send`] with `headers` added to the request (a header of the same name as
+    /// one the client sets, `Authorization` from the URL's userinfo say, is added beside it).
+    /// Their values may be credentials: nothing here shows them.
+    pub async fn send_with_headers(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<Body>,
+        headers: &HeaderMap,
+    ) -> Result<Response, HttpError> {
         let target = Target::parse(url)?;
         target.check_literal(&self.deny)?;
         let mut request = self.client.request(method, target.url.clone());
         if let Some(authorization) = target.authorization.clone() {
             request = request.header(AUTHORIZATION, authorization);
+        }
+        for (name, value) in headers {
+            let mut value = value.clone();
+            value.set_sensitive(true);
+            request = request.header(name, value);
         }
         if let Some(body) = body {
             request = request
@@ -178,8 +197,22 @@ impl HttpClient {
         timeout: Duration,
         cap: usize,
     ) -> Result<Answer, HttpError> {
+        self.call_with_headers(method, url, body, &HeaderMap::new(), timeout, cap)
+            .await
+    }
+
+    /// [`HttpClient::call`] with `headers` added ([`HttpClient::send_with_headers`]).
+    pub async fn call_with_headers(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<Body>,
+        headers: &HeaderMap,
+        timeout: Duration,
+        cap: usize,
+    ) -> Result<Answer, HttpError> {
         let exchange = async {
-            let response = self.send(method, url, body).await?;
+            let response = self.send_with_headers(method, url, body, headers).await?;
             let status = response.status();
             let body = response.read_capped(cap).await?;
             Ok(Answer { status, body })

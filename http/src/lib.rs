@@ -52,6 +52,7 @@ pub use endpoint::endpoint;
 pub use error::RedirectRefused;
 pub use error::{ErrorKind, HttpError};
 pub use pool::ClientPool;
+pub use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 pub use reqwest::{Method, StatusCode};
 pub use tls::Trust;
 

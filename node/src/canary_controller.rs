@@ -42,7 +42,7 @@ use tokio::sync::broadcast::Receiver;
 use tokio::sync::Notify;
 
 use crate::metrics::{NodeMetrics, OutcomeLabel};
-use crate::outbound::MAX_ANSWER_BYTES;
+use crate::outbound::{Outbound, MAX_ANSWER_BYTES};
 use crate::term::{Term, TermEnded};
 use crate::{prometheus, webhooks};
 
@@ -293,7 +293,7 @@ async fn run_tick(term: &Term, mut d: Due, quiet: &Quiet) -> bool {
         d.input.webhooks.insert(call.name.clone(), answer);
     }
     for m in &d.plan.metrics {
-        if let Some(v) = query_prometheus(client, metrics, m, (quiet, &d.id)).await {
+        if let Some(v) = query_prometheus(&term.node.outbound, metrics, m, (quiet, &d.id)).await {
             d.input.metrics.insert(m.name.clone(), v);
         }
     }
@@ -361,26 +361,14 @@ async fn call_webhook(
 /// failed, which fails the check); `None` for proxy metrics. A failure is logged through
 /// `quiet` as the canary's.
 async fn query_prometheus(
-    client: &HttpClient,
+    outbound: &Outbound,
     metrics: &NodeMetrics,
     m: &MetricQuery,
     (quiet, canary): (&Quiet, &str),
 ) -> Option<Option<i64>> {
     let check = m.source.prometheus()?;
     let started = std::time::Instant::now();
-    let answer = if check.secret_ref.is_some()
-        || check.insecure_skip_verify
-        || check.headers.is_some_and(|h| !h.is_empty())
-    {
-        // Never query without the credentials or headers a template asks for: the check
-        // fails, saying why, until the node carries them (issue 52 item 3).
-        Err(prometheus::PrometheusError::UnsupportedTemplate {
-            template: check.template.unwrap_or("-").to_string(),
-        })
-    } else {
-        let query = hub_engine::canary::prometheus_query_text(check.query);
-        prometheus::query(client, check.address, &query, PROMETHEUS_TIMEOUT).await
-    };
+    let answer = prometheus::run_check(outbound, &check, PROMETHEUS_TIMEOUT).await;
     crate::metrics::observe(&metrics.metric_query_seconds, started.elapsed());
     metrics
         .metric_queries

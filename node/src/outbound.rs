@@ -5,6 +5,8 @@
 //!   roots plus `hub-node --outbound-ca-file`, redirects not followed (a 3xx is the
 //!   answer), one connection pool, so the leader's calls every analysis interval reuse their
 //!   connections.
+//! - [`Outbound::calls_unverified`]: the same, but accepting any server certificate — only
+//!   for the Prometheus queries of a MetricTemplate with `insecureSkipVerify: true`.
 //! - [`Outbound::registry`]: artifact existence checks — one client per registry trust
 //!   setting (system roots, a registry's CA bundle, or explicitly no verification), redirects
 //!   followed up to [`MAX_REDIRECTS`] hops.
@@ -37,6 +39,7 @@ pub const MAX_ANSWER_BYTES: usize = 1 << 20;
 #[derive(Debug)]
 pub struct Outbound {
     calls: HttpClient,
+    calls_unverified: HttpClient,
     registries: ClientPool,
     deny: Arc<DenyList>,
 }
@@ -58,6 +61,10 @@ impl Outbound {
         };
         Ok(Self {
             calls: HttpClient::new(&settings(Redirects::Refuse), &calls_trust)?,
+            calls_unverified: HttpClient::new(
+                &settings(Redirects::Refuse),
+                &Trust::SkipVerification,
+            )?,
             registries: ClientPool::new(settings(Redirects::Follow { max: MAX_REDIRECTS })),
             deny,
         })
@@ -66,6 +73,12 @@ impl Outbound {
     /// The client of webhooks, alerts and Prometheus queries.
     pub fn calls(&self) -> &HttpClient {
         &self.calls
+    }
+
+    /// [`Outbound::calls`] without TLS verification (the deny list, proxies and refused
+    /// redirects the same): only for a MetricTemplate that says `insecureSkipVerify: true`.
+    pub fn calls_unverified(&self) -> &HttpClient {
+        &self.calls_unverified
     }
 
     /// The client for a registry with `trust`; `ca_pem` is the bundle's text when `trust`

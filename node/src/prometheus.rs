@@ -4,25 +4,82 @@
 //! address with a `?` or `#` is refused) whose first sample is the metric's value. An empty result is "no values found", which
 //! fails the check like missing proxy data. Errors keep at most a short excerpt of what
 //! Prometheus said.
+//!
+//! A MetricTemplate's provider ([`run_check`]) adds its `headers` to the query and, with
+//! `insecureSkipVerify`, goes through the outbound client that accepts any certificate (the
+//! deny list and proxies are the same). Header values may be credentials: no error, log line
+//! or event shows one (an invalid header is named, never shown). `secretRef` cannot be read
+//! yet: the hub keeps secrets per entity, not per environment, so such a check fails saying
+//! so rather than querying without its credentials.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hub_http::{excerpt, HttpClient, Method};
+use hub_engine::canary::PrometheusCheck;
+use hub_http::{excerpt, HeaderMap, HeaderName, HeaderValue, HttpClient, Method};
 
-use crate::outbound::MAX_ANSWER_BYTES;
+use crate::outbound::{Outbound, MAX_ANSWER_BYTES};
+
+/// Runs `check` (a bare query or a MetricTemplate's) through `outbound`: its query as
+/// Flagger sends it ([`hub_engine::canary::prometheus_query_text`]), its template's headers,
+/// and without TLS verification only when the template says `insecureSkipVerify`.
+pub async fn run_check(
+    outbound: &Outbound,
+    check: &PrometheusCheck<'_>,
+    timeout: Duration,
+) -> Result<Option<f64>, PrometheusError> {
+    let template = || check.template.unwrap_or("-").to_string();
+    if let Some(secret) = check.secret_ref {
+        return Err(PrometheusError::SecretRefUnsupported {
+            template: template(),
+            secret: secret.to_string(),
+        });
+    }
+    let headers = match check.headers {
+        Some(h) => template_headers(h).map_err(|name| PrometheusError::InvalidHeader {
+            template: template(),
+            name,
+        })?,
+        None => HeaderMap::new(),
+    };
+    let client = if check.insecure_skip_verify {
+        outbound.calls_unverified()
+    } else {
+        outbound.calls()
+    };
+    let text = hub_engine::canary::prometheus_query_text(check.query);
+    query(client, check.address, &text, &headers, timeout).await
+}
+
+/// A template's `headers` as HTTP headers, every value of each name in order; `Err` names
+/// (at most 64 bytes of) the first header whose name or value HTTP cannot carry.
+fn template_headers(headers: &BTreeMap<String, Vec<String>>) -> Result<HeaderMap, String> {
+    let mut map = HeaderMap::new();
+    for (name, values) in headers {
+        let shown = || name.chars().take(64).collect::<String>();
+        let key = HeaderName::from_bytes(name.as_bytes()).map_err(|_| shown())?;
+        for value in values {
+            let mut value = HeaderValue::from_str(value).map_err(|_| shown())?;
+            value.set_sensitive(true);
+            map.append(key.clone(), value);
+        }
+    }
+    Ok(map)
+}
 
 /// Runs `query` through `client` against the Prometheus at `address`
-/// (`http(s)://host:port`); `Ok(None)` when it returned no sample.
+/// (`http(s)://host:port`) with `headers`; `Ok(None)` when it returned no sample.
 pub async fn query(
     client: &HttpClient,
     address: &str,
     query: &str,
+    headers: &HeaderMap,
     timeout: Duration,
 ) -> Result<Option<f64>, PrometheusError> {
     let url = hub_http::endpoint(address, &["api", "v1", "query"], &[("query", query)])
         .map_err(|e| PrometheusError::Address(e.to_string()))?;
     let answer = client
-        .call(Method::GET, &url, None, timeout, MAX_ANSWER_BYTES)
+        .call_with_headers(Method::GET, &url, None, headers, timeout, MAX_ANSWER_BYTES)
         .await
         .map_err(|e| PrometheusError::Call(e.to_string()))?;
     if !answer.status.is_success() {
@@ -69,11 +126,22 @@ pub enum PrometheusError {
     /// A sample that is not `[time, "value"]` with a numeric value.
     #[error("sample {0:?} is not a number")]
     NotANumber(String),
-    /// The metric template asks for what this hub cannot send yet.
-    #[error("metric template {template}: secretRef, insecureSkipVerify and headers are not supported by this hub yet")]
-    UnsupportedTemplate {
-        /// The template's name.
+    /// The metric template's credentials cannot be read: the hub keeps no secrets for an
+    /// environment yet.
+    #[error("metric template {template}: secretRef {secret} cannot be read: the hub keeps no secrets for an environment yet")]
+    SecretRefUnsupported {
+        /// The template, `<environment>/<name>`.
         template: String,
+        /// The secret's name (never a value).
+        secret: String,
+    },
+    /// A header of the template that HTTP cannot carry (its name; never its value).
+    #[error("metric template {template}: header {name:?} has a name or value HTTP cannot carry")]
+    InvalidHeader {
+        /// The template, `<environment>/<name>`.
+        template: String,
+        /// The header's name (at most 64 characters).
+        name: String,
     },
 }
 
@@ -186,8 +254,11 @@ mod tests {
         let client = crate::outbound::test_client_trusting(ca.ca_pem());
         let address = format!("https://{}", server.addr());
         let t = Duration::from_secs(5);
-        assert_eq!(query(&client, &address, "up", t).await, Ok(Some(42.0)));
-        let err = query(&client, &address, "down", t)
+        assert_eq!(
+            query(&client, &address, "up", &HeaderMap::new(), t).await,
+            Ok(Some(42.0))
+        );
+        let err = query(&client, &address, "down", &HeaderMap::new(), t)
             .await
             .unwrap_err()
             .to_string();
@@ -199,7 +270,7 @@ mod tests {
         // The review's address: the '#' would have made the query a fragment and sent the
         // GET to /internal/secret. It is refused before any connection.
         let secret = format!("https://{}/internal/secret#", server.addr());
-        let err = query(&client, &secret, "up", t)
+        let err = query(&client, &secret, "up", &HeaderMap::new(), t)
             .await
             .unwrap_err()
             .to_string();
@@ -208,5 +279,88 @@ mod tests {
             "{err}"
         );
         assert_eq!(elsewhere.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_templates_headers_and_insecure_skip_verify_are_used_and_a_secret_ref_is_refused() {
+        use std::sync::{Arc, Mutex};
+
+        use hub_http::local::{LocalCa, LocalServer, Reply};
+
+        // A server whose CA the outbound clients do not trust.
+        let ca = LocalCa::generate("self-signed prometheus").unwrap();
+        type Seen = Vec<(String, Vec<String>)>;
+        let seen: Arc<Mutex<Seen>> = Arc::default();
+        let record = seen.clone();
+        let handler: hub_http::local::Handler = Arc::new(move |r: hub_http::local::Request| {
+            let values = |name: &str| {
+                r.headers
+                    .get_all(name)
+                    .iter()
+                    .map(|v| v.to_str().unwrap_or("?").to_string())
+                    .collect::<Vec<_>>()
+            };
+            let mut seen = record.lock().unwrap();
+            seen.push(("x-scope-orgid".into(), values("x-scope-orgid")));
+            seen.push(("x-two".into(), values("x-two")));
+            Reply::text(
+                200,
+                r#"{"status":"success","data":{"resultType":"scalar","result":[1,"7"]}}"#,
+            )
+        });
+        let server = LocalServer::loopback_https(&ca, handler).await.unwrap();
+        let outbound = Outbound::new(hub_http::DenyList::none(), None).unwrap();
+        let address = format!("https://{}", server.addr());
+        let headers: BTreeMap<String, Vec<String>> = [
+            ("X-Scope-OrgID".to_string(), vec!["tenant-1".to_string()]),
+            ("X-Two".to_string(), vec!["a".to_string(), "b".to_string()]),
+        ]
+        .into();
+        let mut check = PrometheusCheck {
+            address: &address,
+            query: "sum(up)\n  by (job)",
+            template: Some("flagger/latency"),
+            secret_ref: None,
+            insecure_skip_verify: false,
+            headers: Some(&headers),
+        };
+        let t = Duration::from_secs(5);
+        // Verified (the default): the unknown CA fails the check, nothing is answered.
+        let err = run_check(&outbound, &check, t).await.unwrap_err();
+        assert!(matches!(err, PrometheusError::Call(_)), "{err}");
+        assert!(seen.lock().unwrap().is_empty());
+        // insecureSkipVerify: answered, with every header value.
+        check.insecure_skip_verify = true;
+        assert_eq!(run_check(&outbound, &check, t).await, Ok(Some(7.0)));
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![
+                ("x-scope-orgid".to_string(), vec!["tenant-1".to_string()]),
+                ("x-two".to_string(), vec!["a".to_string(), "b".to_string()]),
+            ]
+        );
+        // A header HTTP cannot carry is named, its value never shown; nothing is sent.
+        let bad: BTreeMap<String, Vec<String>> =
+            [("X-Token".to_string(), vec!["s3cret\nvalue".to_string()])].into();
+        check.headers = Some(&bad);
+        let err = run_check(&outbound, &check, t)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("header \"X-Token\""), "{err}");
+        assert!(!err.contains("s3cret"), "{err}");
+        // secretRef: refused by name, before any call.
+        check.headers = Some(&headers);
+        check.secret_ref = Some("prom-auth");
+        let err = run_check(&outbound, &check, t)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "metric template flagger/latency: secretRef prom-auth cannot be read: the hub keeps \
+             no secrets for an environment yet"
+        );
+        assert_eq!(seen.lock().unwrap().len(), 2, "one answered call only");
     }
 }

@@ -48,12 +48,23 @@ impl CanaryHub {
 
     /// [`CanaryHub::start`] on a hub the test started (e.g. with more node flags).
     pub fn start_on(cluster: Cluster) -> CanaryHub {
-        Self::start_in(cluster, "prod", "demo", free_port())
+        Self::start_with_agent_args(cluster, &[])
     }
 
-    /// [`CanaryHub::start_on`] with the entity `name` in `environment`, its service on
-    /// `port`.
-    pub fn start_in(cluster: Cluster, environment: &str, name: &str, port: u16) -> CanaryHub {
+    /// [`CanaryHub::start_on`] with more `hub-agent` arguments (e.g. `--metrics-listen`).
+    pub fn start_with_agent_args(cluster: Cluster, agent_args: &[&str]) -> CanaryHub {
+        Self::start_in(cluster, "prod", "demo", free_port(), agent_args)
+    }
+
+    /// [`CanaryHub::start_with_agent_args`] with the entity `name` in `environment`, its
+    /// service on `port`.
+    pub fn start_in(
+        cluster: Cluster,
+        environment: &str,
+        name: &str,
+        port: u16,
+        agent_args: &[&str],
+    ) -> CanaryHub {
         let dir = cluster.package_demo();
         let submit =
             |what: &str, v: Value| cluster.submit(v).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -86,7 +97,9 @@ impl CanaryHub {
             json!({"SetConfigOverrides": {"entity": entity, "version": "1.2.0",
             "config": format!("port: {port}\nerror_rate: 0.2\n")}}),
         );
-        let agent = cluster.start_hub_agent(environment, &["--driver", "process"]);
+        let mut args = vec!["--driver", "process"];
+        args.extend_from_slice(agent_args);
+        let agent = cluster.start_hub_agent(environment, &args);
         let hub = CanaryHub {
             cluster,
             agent,

@@ -25,6 +25,7 @@ pub mod agent;
 pub mod canary;
 pub mod https;
 pub mod metrics;
+pub mod prometheus;
 pub mod tls;
 pub use agent::{Execution, TestAgent};
 

@@ -463,6 +463,7 @@ fn the_seed_canary_promotes_and_rolls_back_with_the_built_in_load_tester() {
         "test",
         "podinfo",
         port,
+        &[],
     );
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),

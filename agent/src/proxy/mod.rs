@@ -242,23 +242,14 @@ impl CanaryProxy {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// Prometheus lines: requests and 5xx per workload, and the canary weight.
-    pub fn render_prometheus(&self) -> String {
-        let svc = &self.service;
-        let mut out = format!(
-            "hub_agent_canary_weight{{service=\"{svc}\"}} {}\n",
-            self.canary_weight()
-        );
+    /// The canary weight and each workload's totals since the proxy started, for the agent's
+    /// `/metrics` ([`render_prometheus`]).
+    pub fn totals(&self) -> ProxyTotals {
         let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        for (w, s) in stats.iter() {
-            let w = w.as_str();
-            out.push_str(&format!(
-                "hub_agent_proxy_requests_total{{service=\"{svc}\",workload=\"{w}\"}} {}\n\
-                 hub_agent_proxy_errors_total{{service=\"{svc}\",workload=\"{w}\"}} {}\n",
-                s.total_requests, s.total_errors
-            ));
+        ProxyTotals {
+            canary_weight: self.canary_weight(),
+            workloads: stats.iter().map(|(w, s)| (*w, s.totals.clone())).collect(),
         }
-        out
     }
 
     /// Stops the listeners (requests in flight finish).
@@ -279,7 +270,7 @@ impl CanaryProxy {
             .unwrap_or_else(|p| p.into_inner())
             .entry(workload)
             .or_default()
-            .record(now_secs(), status, latency.as_millis() as u64);
+            .record(now_secs(), status, latency);
     }
 
     async fn handle(self: Arc<Self>, entry: Entry, req: Request<Incoming>) -> Response<ProxyBody> {
@@ -342,6 +333,91 @@ impl CanaryProxy {
         self.record(workload, response.status().as_u16(), started.elapsed());
         response
     }
+}
+
+/// What one proxy serves on the agent's `/metrics`: see [`CanaryProxy::totals`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxyTotals {
+    /// The canary weight in force (0–100).
+    pub canary_weight: u8,
+    /// Each workload that answered a request since the proxy started.
+    pub workloads: Vec<(Workload, stats::Totals)>,
+}
+
+/// A label value in Prometheus's text format (backslash, double quote and newline escaped).
+fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The proxies' metric families in Prometheus's text format (docs/METRICS.md "The agent"),
+/// each proxy given with its canary's name; the labels are bounded: `environment` (the
+/// agent's), `canary`, `workload` (`primary`, `canary`, `baseline`), `code` (a status class,
+/// [`stats::STATUS_CLASSES`]) and the histogram's `le`. A workload that answered anything
+/// has every class, zeros included, so a ratio of two classes is never an empty vector.
+pub fn render_prometheus(environment: &str, proxies: &[(String, ProxyTotals)]) -> String {
+    use std::fmt::Write;
+    let env = label_value(environment);
+    let mut out = String::from(
+        "# HELP hub_agent_canary_weight the canary weight the agent's proxy applies\n\
+         # TYPE hub_agent_canary_weight gauge\n",
+    );
+    for (canary, p) in proxies {
+        let canary = label_value(canary);
+        let _ = writeln!(
+            out,
+            "hub_agent_canary_weight{{environment=\"{env}\",canary=\"{canary}\"}} {}",
+            p.canary_weight
+        );
+    }
+    out.push_str(
+        "# HELP hub_agent_proxy_requests_total requests the canary proxy answered, by workload and status class\n\
+         # TYPE hub_agent_proxy_requests_total counter\n",
+    );
+    for (canary, p) in proxies {
+        let canary = label_value(canary);
+        for (w, t) in &p.workloads {
+            for (class, n) in stats::STATUS_CLASSES.iter().zip(t.by_class) {
+                let _ = writeln!(
+                    out,
+                    "hub_agent_proxy_requests_total{{environment=\"{env}\",canary=\"{canary}\",workload=\"{}\",code=\"{class}\"}} {n}",
+                    w.as_str()
+                );
+            }
+        }
+    }
+    out.push_str(
+        "# HELP hub_agent_proxy_request_duration_seconds time from a request's head to the workload's answer head, by workload\n\
+         # TYPE hub_agent_proxy_request_duration_seconds histogram\n",
+    );
+    for (canary, p) in proxies {
+        let canary = label_value(canary);
+        for (w, t) in &p.workloads {
+            let labels = format!(
+                "environment=\"{env}\",canary=\"{canary}\",workload=\"{}\"",
+                w.as_str()
+            );
+            let mut cumulative = 0;
+            for (bound, n) in stats::LATENCY_BOUNDS_MS.iter().zip(t.latency) {
+                cumulative += n;
+                let le = *bound as f64 / 1000.0;
+                let _ = writeln!(
+                    out,
+                    "hub_agent_proxy_request_duration_seconds_bucket{{{labels},le=\"{le}\"}} {cumulative}"
+                );
+            }
+            let count = t.requests();
+            let sum = t.latency_sum_us as f64 / 1e6;
+            let _ = writeln!(
+                out,
+                "hub_agent_proxy_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {count}\n\
+                 hub_agent_proxy_request_duration_seconds_sum{{{labels}}} {sum}\n\
+                 hub_agent_proxy_request_duration_seconds_count{{{labels}}} {count}"
+            );
+        }
+    }
+    out
 }
 
 async fn accept_loop(proxy: Arc<CanaryProxy>, listener: TcpListener, entry: Entry) {
@@ -538,9 +614,37 @@ mod tests {
         // The fixed addresses always reach their workload.
         assert_eq!(get(proxy.addrs().primary, None).await.1, "primary");
         assert_eq!(get(proxy.addrs().canary, None).await.1, "canary");
-        assert!(proxy
-            .render_prometheus()
-            .contains("workload=\"canary\"} 11"));
+        // Served on the agent's /metrics: every class of each workload, a cumulative histogram.
+        let text = render_prometheus("prod", &[("demo".to_string(), proxy.totals())]);
+        for want in [
+            "hub_agent_canary_weight{environment=\"prod\",canary=\"demo\"} 20\n",
+            "hub_agent_proxy_requests_total{environment=\"prod\",canary=\"demo\",workload=\"canary\",code=\"5xx\"} 11\n",
+            "hub_agent_proxy_requests_total{environment=\"prod\",canary=\"demo\",workload=\"canary\",code=\"2xx\"} 0\n",
+            "hub_agent_proxy_requests_total{environment=\"prod\",canary=\"demo\",workload=\"primary\",code=\"2xx\"} 41\n",
+            "hub_agent_proxy_request_duration_seconds_bucket{environment=\"prod\",canary=\"demo\",workload=\"primary\",le=\"+Inf\"} 41\n",
+            "hub_agent_proxy_request_duration_seconds_count{environment=\"prod\",canary=\"demo\",workload=\"canary\"} 11\n",
+            "# TYPE hub_agent_proxy_request_duration_seconds histogram\n",
+        ] {
+            assert!(text.contains(want), "{want:?} not in:\n{text}");
+        }
+        assert_eq!(text.matches("# TYPE ").count(), 3, "{text}");
+        // Buckets are cumulative, `le` in seconds, and the last finite one is at most +Inf.
+        let buckets: Vec<(String, u64)> = text
+            .lines()
+            .filter(|l| l.contains("workload=\"primary\",le="))
+            .map(|l| {
+                let le = l.split("le=\"").nth(1).unwrap().split('"').next().unwrap();
+                (
+                    le.to_string(),
+                    l.rsplit(' ').next().unwrap().parse().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(buckets.len(), stats::LATENCY_BOUNDS_MS.len() + 1);
+        assert_eq!(buckets[0].0, "0.001");
+        assert_eq!(buckets[6].0, "0.075");
+        assert_eq!(buckets[13].0, "1");
+        assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "{buckets:?}");
         proxy.shutdown();
     }
 
