@@ -499,6 +499,11 @@ fn the_seed_canary_promotes_and_rolls_back_with_the_built_in_load_tester() {
         log.contains("load test running") && log.contains("127.0.0.3:9898"),
         "the built-in load tester never ran against the canary's address:\n{log}"
     );
+    // Issue 58: a redirected agent log carries no terminal colour codes.
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour codes in the agent's log:\n{log}"
+    );
 
     hub.publish("1.2.0");
     let v = hub.wait_phase("podinfo", ROLLOUT, |p| p == "Failed");

@@ -479,3 +479,29 @@ fn watch_prints_again_when_the_answer_changes() {
     assert!(first, "no first answer");
     assert!(second, "the changed answer was not printed again");
 }
+
+/// `hubctl … | head` ends quietly when its reader goes away, as Unix tools do (SIGPIPE), never
+/// with a panic (exit 101). The pipe's read end is closed before hubctl starts, so its first
+/// write meets a closed pipe whatever the timing.
+#[test]
+fn a_closed_pipe_ends_hubctl_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let cluster = Cluster::up(3, "");
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = cluster
+        .hubctl_cmd()
+        .args(["--endpoints", &cluster.endpoints(), "env", "list"])
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("hubctl ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        (out.status.code(), out.status.signal()),
+        (None, Some(libc::SIGPIPE)),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
