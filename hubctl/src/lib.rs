@@ -468,6 +468,16 @@ pub const EXIT_CREDENTIALS_REFUSED: i32 = 77;
 /// the same call succeeds once the upgrade is done.
 pub const EXIT_FEATURE_LEVEL_TOO_LOW: i32 = 75;
 
+/// `hubctl cluster status`'s exit status when the answer shows an unhealthy cluster (no
+/// leader, or a member that did not answer): 3, after printing the answer, as `etcdctl
+/// endpoint health` fails when an endpoint is down.
+pub const EXIT_UNHEALTHY: i32 = 3;
+
+/// The cluster `cluster status` asked about is unhealthy: what is wrong, member by member.
+#[derive(Debug, thiserror::Error)]
+#[error("the cluster is unhealthy: {0}")]
+pub struct Unhealthy(String);
+
 /// The exit status for `hubctl`'s error `e`.
 pub fn exit_code(e: &anyhow::Error) -> i32 {
     let status = |cause: &(dyn std::error::Error + 'static)| match cause
@@ -486,8 +496,13 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
                 == Some(hub_proto::refusal::Refusal::FeatureLevelTooLow)
         })
     });
+    let unhealthy = e
+        .chain()
+        .any(|cause| cause.downcast_ref::<Unhealthy>().is_some());
     if refused {
         EXIT_CREDENTIALS_REFUSED
+    } else if unhealthy {
+        EXIT_UNHEALTHY
     } else if too_low {
         EXIT_FEATURE_LEVEL_TOO_LOW
     } else {
@@ -713,6 +728,30 @@ async fn cluster_status(client: &FailoverClient, fmt: Format) -> anyhow::Result<
         "cluster_feature_level": s.cluster_feature_level,
         "members": members,
     });
+    let mut problems: Vec<String> = s
+        .members
+        .iter()
+        .filter(|m| !m.error.is_empty())
+        .map(|m| format!("member {} ({}): {}", m.id, m.addr, m.error))
+        .collect();
+    if !s.has_leader {
+        problems.insert(0, "no leader".into());
+    }
+    print_cluster_status(&s, &members, &v, fmt)?;
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(Unhealthy(problems.join("; ")).into()),
+    }
+}
+
+/// Prints `cluster status`'s answer: `v` as JSON or YAML, else a header and the members.
+fn print_cluster_status(
+    s: &hub_proto::ClusterStatusReply,
+    members: &[Value],
+    v: &Value,
+    fmt: Format,
+) -> anyhow::Result<()> {
+    let leader = &v["leader"];
     if fmt.is_table() {
         println!(
             "leader: {}  term: {}  feature level: {}",
@@ -730,9 +769,9 @@ async fn cluster_status(client: &FailoverClient, fmt: Format) -> anyhow::Result<
         if s.members.iter().any(|m| !m.error.is_empty()) {
             columns.push("error");
         }
-        return output::table(&members, &columns);
+        return output::table(members, &columns);
     }
-    print(fmt, &v, &[])
+    print(fmt, v, &[])
 }
 
 /// `hubctl cluster transfer-leader [--to ID]`.

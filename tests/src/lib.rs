@@ -612,10 +612,11 @@ impl Cluster {
         self.status_at(&self.endpoints())
     }
 
-    /// `cluster status -o json` asked at `endpoints`.
+    /// `cluster status -o json` asked at `endpoints` (also when it exits 3: the answer shows
+    /// a member down or no leader).
     pub fn status_at(&self, endpoints: &str) -> Option<Value> {
         let out = self.hubctl_at(endpoints, &["cluster", "status", "-o", "json"]);
-        if !out.success() {
+        if !(out.success() || out.status.code() == Some(3)) {
             return None;
         }
         serde_json::from_str(&out.stdout).ok()

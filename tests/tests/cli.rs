@@ -1,7 +1,7 @@
 //! The hubctl contract end to end on a 3-node cluster: environment and entity lifecycles,
 //! output formats, reads through followers, and leader forwarding (SPEC R3, S3).
 
-use hub_tests::Cluster;
+use hub_tests::{poll_until, Cluster, CONVERGE_TIMEOUT};
 use serde_json::Value;
 
 fn names(v: &Value) -> Vec<String> {
@@ -189,6 +189,43 @@ fn hubctl_fails_over_past_dead_endpoints() {
         .hubctl_at(&endpoints, &["env", "list", "-o", "json"])
         .expect_ok("list");
     assert_eq!(names(&list.json()), ["via-failover"]);
+}
+
+/// `cluster status` exits 0 on a healthy cluster and 3 with a member down, still printing the
+/// answer (issue 58 item 5: as `etcdctl endpoint health` fails), so a probe can rely on it.
+#[test]
+fn cluster_status_exits_3_with_a_member_down() {
+    let cluster = Cluster::up(3, "");
+    cluster.wait_leader(CONVERGE_TIMEOUT, |_| true);
+    let healthy = poll_until(CONVERGE_TIMEOUT, || {
+        let out = cluster.hubctl(&["cluster", "status"]);
+        out.success().then_some(out)
+    });
+    assert!(healthy.is_some(), "a healthy cluster never exited 0");
+    let leader = cluster.wait_leader(CONVERGE_TIMEOUT, |_| true);
+    let down = if leader == 3 { 2 } else { 3 };
+    cluster.kill9(down);
+    let out = poll_until(CONVERGE_TIMEOUT, || {
+        let out = cluster.hubctl(&["cluster", "status", "-o", "json"]);
+        (out.status.code() == Some(3)).then_some(out)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "cluster status never exited 3 with node {down} down: {}",
+            cluster.hubctl(&["cluster", "status"]).describe()
+        )
+    });
+    let v = out.json();
+    let member = v["members"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["id"] == down))
+        .unwrap_or_else(|| panic!("member {down} missing: {v}"));
+    assert!(member["error"].is_string(), "{v}");
+    assert!(
+        out.stderr.contains(&format!("unhealthy: member {down}")),
+        "{}",
+        out.describe()
+    );
 }
 
 #[test]
