@@ -2,7 +2,10 @@
 //! `discord`, `rocket`, `gchat` and the hub's `generic`) applied to a 3-node hub, a canary
 //! whose analysis fails, and the leader posting each alert in its provider's payload shape to
 //! a local HTTPS server (its CA made here), filtered by each destination's severity, through
-//! the outbound client: a provider on a denied address is never connected to.
+//! the outbound client: a provider on a denied address is never connected to. Through hubctl:
+//! bad providers and a canary naming a missing provider are refused with their paths (exit
+//! 1), the providers and the canary apply from one file, and a provider in use is not
+//! deleted.
 
 use std::time::Duration;
 
@@ -179,14 +182,50 @@ fn each_provider_type_gets_flaggers_payload_filtered_by_severity() {
         ca.pem_path()
     );
     let hub = CanaryHub::start_on(Cluster::up(3, &node_args));
-    for (kind, _, path) in PROVIDERS {
-        apply_provider(&hub.cluster, &provider(kind, &hooks.url(path)));
-    }
     apply_provider(
         &hub.cluster,
         &provider("generic", &denied.url("/denied")).replace("to-generic", "to-denied"),
     );
-    hub.apply(&canary_yaml(hub.port));
+    // Bad input through hubctl: refused with its path, non-zero exit, nothing changed.
+    let bad = hub.cluster.dir().join("bad-provider.yaml");
+    for (yaml, want) in [
+        (
+            provider("slack", &hooks.url("/slack")).replace("type: slack", "type: pagerduty"),
+            "spec.type: unknown alert provider type \"pagerduty\"",
+        ),
+        (
+            provider("slack", &hooks.url("/slack")).replace("channel: releases", "channel: [a]"),
+            "spec.channel",
+        ),
+    ] {
+        std::fs::write(&bad, yaml).expect("write");
+        hub.cluster
+            .hubctl(&["alert-provider", "apply", "-f", bad.to_str().unwrap()])
+            .expect_err(1, want);
+    }
+    // A canary naming a provider that does not exist is refused with the alert's path.
+    let canary_alone = hub.cluster.dir().join("canary-alone.yaml");
+    std::fs::write(&canary_alone, canary_yaml(hub.port)).expect("write");
+    hub.cluster
+        .hubctl(&["canary", "apply", "-f", canary_alone.to_str().unwrap()])
+        .expect_err(
+            1,
+            "spec.analysis.alerts[0].providerRef: alert provider to-slack not found in prod",
+        );
+    // One file: the providers, then the canary (hubctl applies the providers first).
+    let mut file: Vec<String> = PROVIDERS
+        .iter()
+        .map(|(kind, _, path)| provider(kind, &hooks.url(path)))
+        .collect();
+    file.insert(3, canary_yaml(hub.port));
+    hub.apply(&file.join("---\n"));
+    // A provider a canary uses cannot be deleted.
+    hub.cluster
+        .hubctl(&["alert-provider", "delete", "to-slack", "-n", "prod"])
+        .expect_err(
+            1,
+            "alert provider prod/to-slack is used by canary prod/demo",
+        );
     let _traffic = Traffic::start(hub.port);
     hub.wait_phase("demo", ROLLOUT, |p| p == "Initialized");
 
