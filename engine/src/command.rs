@@ -755,6 +755,19 @@ pub enum Command {
         /// [`crate::revocation::MAX_REVOKED_CERTIFICATES`].
         certificates: Vec<crate::revocation::CertificateRevocation>,
     },
+    /// Create or update a Flagger AlertProvider (issue 52 item 6), where the alerts of the
+    /// canaries whose `alerts[].providerRef` names it go.
+    ApplyAlertProvider {
+        /// The environment, when the resource's `metadata.namespace` does not name it.
+        environment: Option<String>,
+        /// The resource (YAML).
+        yaml: String,
+    },
+    /// Delete an AlertProvider that no canary references.
+    DeleteAlertProvider {
+        /// `<environment>/<name>`.
+        id: String,
+    },
 }
 
 wire_tags! {
@@ -832,6 +845,8 @@ wire_tags! {
         RevokeCertificate = 70,
         SetClusterLevel = 71,
         RevokeCertificates = 72,
+        ApplyAlertProvider = 73,
+        DeleteAlertProvider = 74,
     }
     retired []
 }
@@ -960,6 +975,8 @@ impl Command {
             Command::RevokeCertificate { .. } => "revoke_certificate",
             Command::SetClusterLevel { .. } => "set_cluster_level",
             Command::RevokeCertificates { .. } => "revoke_certificates",
+            Command::ApplyAlertProvider { .. } => "apply_alert_provider",
+            Command::DeleteAlertProvider { .. } => "delete_alert_provider",
             Command::As { command, .. } => command.kind(),
         }
     }
@@ -1058,7 +1075,9 @@ impl Command {
             | Command::DeleteMetricTemplate { .. }
             | Command::RevokeCertificate { .. }
             | Command::SetClusterLevel { .. } => BASELINE_LEVEL,
-            Command::RevokeCertificates { .. } => LEVEL_2,
+            Command::RevokeCertificates { .. }
+            | Command::ApplyAlertProvider { .. }
+            | Command::DeleteAlertProvider { .. } => LEVEL_2,
         }
     }
 }
@@ -1161,7 +1180,9 @@ impl Command {
             | Command::DeleteMetricTemplate { .. }
             | Command::RevokeCertificate { .. }
             | Command::SetClusterLevel { .. }
-            | Command::RevokeCertificates { .. } => return,
+            | Command::RevokeCertificates { .. }
+            | Command::ApplyAlertProvider { .. }
+            | Command::DeleteAlertProvider { .. } => return,
             Command::As { command, .. } => return command.stamp_actor(who),
         };
         *actor = who.to_string();

@@ -21,7 +21,9 @@
 //! # Adding a command after a release
 //!
 //! Level 1 is the first tagged release (v0.3.0): every command that existed then is level 1.
-//! Level 2 ([`LEVEL_2`]) adds `RevokeCertificates`, and records a verified caller's actor
+//! Level 2 ([`LEVEL_2`]) adds `RevokeCertificates` and `ApplyAlertProvider` /
+//! `DeleteAlertProvider` (with the check of a canary's `alerts[].providerRef` they make
+//! possible), and records a verified caller's actor
 //! once, in the `Command::As` wrapper (`Command::as_verified`; issue 54).
 //! A command added after a release is given `SUPPORTED_LEVEL + 1` in [`Command::level`], and
 //! `SUPPORTED_LEVEL` is bumped to it, once per release (every command new in a release shares

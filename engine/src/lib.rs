@@ -15,7 +15,8 @@
 //!    and [`settings`], [`suppression`], [`plan`], [`activity`], [`installation`] and
 //!    [`module`] (module definitions, rendering), [`canary`] (the Flagger-style phase
 //!    machine and the types of canary rollouts) and [`canary_record`], [`metric_template`]
-//!    (Flagger's MetricTemplates, which canary metrics reference), [`cluster_key`],
+//!    (Flagger's MetricTemplates, which canary metrics reference), [`alert_provider`] (Flagger's
+//!    AlertProviders, where canary alerts go), [`cluster_key`],
 //!    [`role`], [`audit`] and [`token`] (who may act, what they did, operator tokens),
 //!    [`revocation`] (the replicated list of revoked certificates), [`feature_level`]
 //!    (the level at which each command was introduced, the cluster's replicated level, and
@@ -110,6 +111,7 @@
 
 pub mod access;
 pub mod activity;
+pub mod alert_provider;
 mod apply;
 pub mod approval;
 pub mod artifact;

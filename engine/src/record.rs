@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::alert_provider::AlertProvider;
 use crate::approval::{ApprovalPolicy, ApproverGroup, ChangeRequestApproval};
 use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
 use crate::canary_events::CanaryEvents;
@@ -131,6 +132,8 @@ pub enum RecordKey {
     RevokedCertificate(String),
     /// The cluster's feature level (one record, `cluster`; [`crate::feature_level`]).
     ClusterLevel(String),
+    /// An alert provider, by `<environment>/<name>`.
+    AlertProvider(String),
 }
 
 const TAG_ENVIRONMENT: u8 = 1;
@@ -176,6 +179,7 @@ const TAG_METRIC_TEMPLATE: u8 = 40;
 const TAG_CANARY_EVENTS: u8 = 41;
 const TAG_REVOKED_CERTIFICATE: u8 = 42;
 const TAG_CLUSTER_LEVEL: u8 = 43;
+const TAG_ALERT_PROVIDER: u8 = 44;
 
 /// Where the records under a key live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,7 +238,8 @@ impl RecordKey {
             | RecordKey::MetricTemplate(_)
             | RecordKey::CanaryEvents(_)
             | RecordKey::RevokedCertificate(_)
-            | RecordKey::ClusterLevel(_) => Residence::State,
+            | RecordKey::ClusterLevel(_)
+            | RecordKey::AlertProvider(_) => Residence::State,
         }
     }
 
@@ -284,6 +289,7 @@ impl RecordKey {
             RecordKey::CanaryEvents(n) => (TAG_CANARY_EVENTS, n),
             RecordKey::RevokedCertificate(n) => (TAG_REVOKED_CERTIFICATE, n),
             RecordKey::ClusterLevel(n) => (TAG_CLUSTER_LEVEL, n),
+            RecordKey::AlertProvider(n) => (TAG_ALERT_PROVIDER, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(tag);
@@ -339,6 +345,7 @@ impl RecordKey {
             TAG_CANARY_EVENTS => Some(RecordKey::CanaryEvents(name)),
             TAG_REVOKED_CERTIFICATE => Some(RecordKey::RevokedCertificate(name)),
             TAG_CLUSTER_LEVEL => Some(RecordKey::ClusterLevel(name)),
+            TAG_ALERT_PROVIDER => Some(RecordKey::AlertProvider(name)),
             _ => None,
         }
     }
@@ -452,6 +459,8 @@ pub enum Record {
     RevokedCertificate(RevokedCertificate),
     /// See [`ClusterLevel`].
     ClusterLevel(ClusterLevel),
+    /// See [`AlertProvider`].
+    AlertProvider(AlertProvider),
 }
 
 wire_tags! {
@@ -499,6 +508,7 @@ wire_tags! {
         CanaryEvents = 40,
         RevokedCertificate = 41,
         ClusterLevel = 42,
+        AlertProvider = 43,
     }
     retired []
 }
@@ -617,6 +627,7 @@ impl Record {
             Record::CanaryEvents(e) => RecordKey::CanaryEvents(e.canary.clone()),
             Record::RevokedCertificate(r) => RecordKey::RevokedCertificate(r.serial.clone()),
             Record::ClusterLevel(_) => RecordKey::ClusterLevel(CLUSTER_LEVEL_KEY.to_string()),
+            Record::AlertProvider(p) => RecordKey::AlertProvider(p.id.clone()),
         }
     }
 }
@@ -671,6 +682,7 @@ mod tests {
             RecordKey::CanaryEvents("prod/demo".into()),
             RecordKey::RevokedCertificate("8f3a01".into()),
             RecordKey::ClusterLevel("cluster".into()),
+            RecordKey::AlertProvider("prod/on-call".into()),
         ] {
             assert_eq!(RecordKey::from_bytes(&k.to_bytes()), Some(k));
         }

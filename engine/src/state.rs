@@ -172,6 +172,8 @@ pub struct State {
     pub(crate) revoked_certificates: Table<crate::revocation::RevokedCertificate>,
     /// The cluster's feature level, once raised (at most one row; [`crate::feature_level`]).
     pub(crate) cluster_level: Table<crate::feature_level::ClusterLevel>,
+    /// Alert providers, by `<environment>/<name>`.
+    pub(crate) alert_providers: Table<crate::alert_provider::AlertProvider>,
     pub(crate) idx: Indexes,
 }
 
@@ -229,6 +231,7 @@ impl State {
                 RecordKey::PlanOutcome(id) => self.check_plan_outcome(id),
                 RecordKey::Canary(id) => self.check_canary(id),
                 RecordKey::MetricTemplate(id) => self.check_metric_template(id),
+                RecordKey::AlertProvider(id) => self.check_alert_provider(id),
                 RecordKey::Installation(id) => self.check_installation(id),
                 RecordKey::Environment(_)
                 | RecordKey::Request(_)
@@ -660,6 +663,30 @@ impl State {
                     .values()
                     .all(|c| c.spec.metric_templates().all(|t| t != id)),
                 "metric template {id}: removed while a canary references it"
+            ),
+        }
+    }
+
+    /// An alert provider belongs to an existing environment under its id; a removed one is
+    /// referenced by no canary.
+    fn check_alert_provider(&self, id: &str) {
+        match self.alert_providers.get(id) {
+            Some(p) => {
+                assert_eq!(
+                    crate::alert_provider::AlertProvider::id_of(&p.environment, &p.name),
+                    id,
+                    "alert provider {id}: id disagrees"
+                );
+                assert!(
+                    self.environments.contains_key(&p.environment),
+                    "alert provider {id}: environment missing"
+                );
+            }
+            None => assert!(
+                self.canaries
+                    .values()
+                    .all(|c| c.spec.alert_providers().all(|(_, p)| p != id)),
+                "alert provider {id}: removed while a canary references it"
             ),
         }
     }
@@ -1153,6 +1180,24 @@ impl State {
                 environment,
                 name,
             ))
+    }
+
+    /// Alert provider `name` of `environment` (issue 52 item 6).
+    pub fn alert_provider(
+        &self,
+        environment: &str,
+        name: &str,
+    ) -> Option<&crate::alert_provider::AlertProvider> {
+        self.alert_providers
+            .get(&crate::alert_provider::AlertProvider::id_of(
+                environment,
+                name,
+            ))
+    }
+
+    /// Every alert provider, by id.
+    pub fn alert_providers(&self) -> impl Iterator<Item = &crate::alert_provider::AlertProvider> {
+        self.alert_providers.values()
     }
 
     /// Every metric template, by id.

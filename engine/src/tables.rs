@@ -12,6 +12,7 @@ use semver::Version;
 use hub_identity::Identity;
 
 use crate::activity::Activity;
+use crate::alert_provider::AlertProvider;
 use crate::approval::{ApprovalPolicy, ApproverGroup, ChangeRequestApproval};
 use crate::audit::{AuditLog, WriteAudit, AUDIT_LOG_KEY};
 use crate::canary_events::CanaryEvents;
@@ -98,6 +99,7 @@ named_rows! {
     InstallationChannel => InstallationChannel, |c| c.installation.clone(), ();
     ModuleChannels => ModuleChannels, |m| ModuleChannels::key_name(&m.module, &m.version), ();
     MetricTemplate => MetricTemplate, |t| t.id.clone(), ();
+    AlertProvider => AlertProvider, |p| p.id.clone(), ();
     CanaryEvents => CanaryEvents, |e| e.canary.clone(), ();
     RevokedCertificate => RevokedCertificate, |r| r.serial.clone(), RevocationIndex;
 }
@@ -659,6 +661,7 @@ state_tables! {
     metric_templates: MetricTemplate,
     canary_events: CanaryEvents,
     revoked_certificates: RevokedCertificate,
-    cluster_level: ClusterLevel;
+    cluster_level: ClusterLevel,
+    alert_providers: AlertProvider;
     not_in_state: ActivityV1, ActivityLine, FinishedPlan,
 }

@@ -168,9 +168,6 @@ fn istio_readme_reports_exactly_these_fields() {
             "spec.service.match",
             "spec.service.rewrite",
             "spec.service.timeout",
-            "spec.analysis.alerts[0].providerRef",
-            "spec.analysis.alerts[1].providerRef",
-            "spec.analysis.alerts[2].providerRef",
         ]
     );
     // Without the templated check, the two built-in ones run.

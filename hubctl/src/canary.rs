@@ -23,7 +23,8 @@ use hub_client::FailoverClient;
 #[derive(Subcommand, Debug)]
 pub enum CanaryCmd {
     /// Create or update a canary from its resource (YAML). The file may hold several
-    /// documents: its MetricTemplates are applied first, then its Canaries, in order.
+    /// documents: its MetricTemplates and AlertProviders are applied first, then its Canaries,
+    /// in order.
     Apply {
         /// The resource(s).
         #[arg(long, short = 'f')]
@@ -244,8 +245,8 @@ pub async fn run(client: &FailoverClient, cmd: CanaryCmd, fmt: Format) -> anyhow
     submit_and_print(client, &command, fmt).await.map(drop)
 }
 
-/// `canary apply -f`: each document of the file, MetricTemplates first, then Canaries; a
-/// document of another kind is refused, naming it, before anything is sent.
+/// `canary apply -f`: each document of the file, MetricTemplates and AlertProviders first,
+/// then Canaries; a document of another kind is refused, naming it, before anything is sent.
 async fn apply(
     client: &FailoverClient,
     file: &std::path::Path,
@@ -259,17 +260,34 @@ async fn apply(
         anyhow::bail!("{}: no resource in the file", file.display());
     }
     for (n, d) in docs.iter().enumerate() {
-        if !matches!(d.kind.as_str(), "Canary" | "MetricTemplate" | "") {
+        if !matches!(
+            d.kind.as_str(),
+            "Canary" | "MetricTemplate" | "AlertProvider" | ""
+        ) {
             anyhow::bail!(
-                "{}: document {}: kind {:?}: only Canary and MetricTemplate resources are applied here",
+                "{}: document {}: kind {:?}: only Canary, MetricTemplate and AlertProvider \
+                 resources are applied here",
                 file.display(),
                 n + 1,
                 d.kind
             );
         }
     }
+    let (providers, docs): (Vec<_>, Vec<_>) =
+        docs.into_iter().partition(|d| d.kind == "AlertProvider");
     let (templates, canaries): (Vec<_>, Vec<_>) =
         docs.into_iter().partition(|d| d.kind == "MetricTemplate");
+    for p in providers {
+        if dry_run {
+            super::alert_providers::dry_run_apply(file, &p.text, fmt)?;
+            continue;
+        }
+        let command = Command::ApplyAlertProvider {
+            environment: namespace.clone(),
+            yaml: p.text,
+        };
+        submit_and_print(client, &command, fmt).await?;
+    }
     for t in templates {
         if dry_run {
             let parsed = hub_engine::canary::parse_metric_template(&t.text).map_err(|errors| {

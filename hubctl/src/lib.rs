@@ -11,6 +11,7 @@
 //! commands, except that `demo` starts its hub through `dev`'s and `dev_registry`'s functions;
 //! the helpers use no command module.
 
+mod alert_providers;
 mod approvals;
 mod args;
 mod calls;
@@ -276,6 +277,9 @@ enum Cmd {
     /// Flagger MetricTemplates that canaries' checks name: apply, get (-A), delete.
     #[command(subcommand, name = "metric-template")]
     MetricTemplate(metric_templates::MetricTemplateCmd),
+    /// Flagger AlertProviders that canaries' alerts name: apply, delete.
+    #[command(subcommand, name = "alert-provider")]
+    AlertProvider(alert_providers::AlertProviderCmd),
     /// Approver groups and approval policies: who must approve module updates and window
     /// exceptions (admins).
     #[command(subcommand)]
@@ -573,6 +577,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::ChangeRequest(cmd) => modules::change_request(&connect()?, cmd, fmt).await,
         Cmd::Approval(cmd) => approvals::approval(&connect()?, cmd, fmt).await,
         Cmd::MetricTemplate(cmd) => metric_templates::run(&connect()?, cmd, fmt).await,
+        Cmd::AlertProvider(cmd) => alert_providers::run(&connect()?, cmd, fmt).await,
         Cmd::Command(cmd) => orch::emergency(&connect()?, cmd, fmt).await,
         Cmd::Role(cmd) => roles::run(&connect()?, cmd, fmt).await,
         Cmd::Token(cmd) => tokens::run(&connect()?, cmd, fmt).await,

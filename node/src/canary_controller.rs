@@ -28,21 +28,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hub_engine::canary::{
-    Action, AlertTarget, MetricQuery, MetricSamples, TickInput, TickPlan, WebhookCall,
-    WebhookResult, MILLI,
+    Action, MetricQuery, MetricSamples, TickInput, TickPlan, WebhookCall, WebhookResult, MILLI,
 };
 use hub_engine::canary_record::Canary;
 use hub_engine::leader::{canary_step, CanaryStep};
+use hub_engine::state::State;
 use hub_engine::Command;
-use hub_http::{Body, HttpClient, Method};
+use hub_http::HttpClient;
 use hub_log_limit::SharedLogLimiter;
 use raft_store::StateEvent;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::broadcast::Receiver;
 use tokio::sync::Notify;
 
+use crate::alerts::{self, AlertLog};
 use crate::metrics::{NodeMetrics, OutcomeLabel};
-use crate::outbound::{Outbound, MAX_ANSWER_BYTES};
+use crate::outbound::Outbound;
 use crate::term::{Term, TermEnded};
 use crate::{prometheus, webhooks};
 
@@ -58,9 +59,6 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 /// Timeout of one Prometheus query.
 const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Timeout of one alert POST.
-const ALERT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A canary's conditions that repeat at every tick (a metric query failing, an agent not
 /// reporting, a tick refused), by (canary, what): logged once, then every 30 s.
@@ -99,6 +97,8 @@ struct Controller {
     waiting: HashMap<String, (u64, i64)>,
     /// What the log has said of the canaries' repeated conditions.
     quiet: Arc<Quiet>,
+    /// What the log has said of each alert destination's failures.
+    alert_log: Arc<AlertLog>,
 }
 
 /// A tick to prepare.
@@ -118,6 +118,7 @@ impl Controller {
             notified: HashMap::new(),
             waiting: HashMap::new(),
             quiet: Arc::default(),
+            alert_log: Arc::default(),
         }
     }
 
@@ -165,7 +166,7 @@ impl Controller {
             let mut wake_at: Option<i64> = None;
             let mut wake = |t: i64| wake_at = Some(wake_at.map_or(t, |w| w.min(t)));
             for c in s.state.canaries() {
-                notes.extend(self.notifications(c));
+                notes.extend(self.notifications(&s.state, c));
                 if let Some(t) = c.status.next_tick_ms.filter(|t| *t > now) {
                     wake(t);
                 }
@@ -211,6 +212,7 @@ impl Controller {
             tokio::spawn(notify(
                 node.outbound.calls().clone(),
                 node.metrics.clone(),
+                self.alert_log.clone(),
                 note,
             ));
         }
@@ -242,35 +244,18 @@ impl Controller {
     }
 
     /// The alerts and notification webhooks of steps committed since the last look.
-    fn notifications(&mut self, c: &Canary) -> Vec<Note> {
+    fn notifications(&mut self, state: &State, c: &Canary) -> Vec<Note> {
         let from = self.notified.get(&c.id).copied().unwrap_or(0);
         self.notified.insert(c.id.clone(), c.status.step);
         let mut notes = Vec::new();
         for (_, action) in c.actions.iter().filter(|(step, _)| *step >= from) {
             match action {
                 Action::NotifyWebhook { call } => notes.push(Note::Webhook(call.clone())),
-                Action::Alert { severity, message } => {
-                    for dest in c
-                        .spec
-                        .analysis
-                        .alerts
-                        .iter()
-                        .filter(|d| d.receives(*severity))
-                    {
-                        notes.push(Note::Alert {
-                            canary: c.id.clone(),
-                            destination: dest.name.clone(),
-                            target: dest.target.clone(),
-                            body: serde_json::json!({
-                                "canary": c.name,
-                                "namespace": c.environment,
-                                "severity": severity.as_str(),
-                                "message": message,
-                                "phase": c.status.phase.as_str(),
-                            }),
-                        });
-                    }
-                }
+                Action::Alert { severity, message } => notes.extend(
+                    alerts::alerts_of(state, c, *severity, message)
+                        .into_iter()
+                        .map(Note::Alert),
+                ),
                 _ => {}
             }
         }
@@ -405,55 +390,21 @@ enum Note {
     /// A post-rollout or event webhook.
     Webhook(WebhookCall),
     /// An alert to one destination.
-    Alert {
-        canary: String,
-        destination: String,
-        target: AlertTarget,
-        body: serde_json::Value,
-    },
+    Alert(alerts::Alert),
 }
 
 /// Sends one alert or notification through `client`; its answer changes nothing.
-async fn notify(client: HttpClient, metrics: std::sync::Arc<NodeMetrics>, note: Note) {
+async fn notify(
+    client: HttpClient,
+    metrics: std::sync::Arc<NodeMetrics>,
+    alert_log: Arc<AlertLog>,
+    note: Note,
+) {
     match note {
         Note::Webhook(call) => {
             let r = call_webhook(&client, &metrics, &call).await;
             tracing::info!(webhook = %call.name, ok = r.ok, status = ?r.status, "canary notification sent");
         }
-        Note::Alert {
-            canary,
-            destination,
-            target: AlertTarget::Url(url),
-            body,
-        } => {
-            let body = serde_json::to_vec(&body).unwrap_or_default();
-            let r = client
-                .call(
-                    Method::POST,
-                    &url,
-                    Some(Body::json(body)),
-                    ALERT_TIMEOUT,
-                    MAX_ANSWER_BYTES,
-                )
-                .await;
-            match r {
-                Ok(answer) => {
-                    tracing::info!(%canary, %destination, status = answer.status.as_u16(), "canary alert sent")
-                }
-                Err(e) => {
-                    tracing::warn!(%canary, %destination, error = %e, "canary alert not delivered")
-                }
-            }
-        }
-        Note::Alert {
-            canary,
-            destination,
-            target: AlertTarget::Provider { name, .. },
-            body,
-        } => {
-            // The hub has no provider registry: the alert is logged for the operator.
-            tracing::warn!(%canary, %destination, provider = %name, alert = %body,
-                "canary alert for a provider the hub does not know; logged only");
-        }
+        Note::Alert(alert) => alerts::send(&client, &alert_log, alert).await,
     }
 }

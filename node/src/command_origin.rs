@@ -89,7 +89,9 @@ pub fn origin(command: &Command) -> Origin {
         | Command::ApplyMetricTemplate { .. }
         | Command::DeleteMetricTemplate { .. }
         | Command::RevokeCertificate { .. }
-        | Command::RevokeCertificates { .. } => Origin::Client,
+        | Command::RevokeCertificates { .. }
+        | Command::ApplyAlertProvider { .. }
+        | Command::DeleteAlertProvider { .. } => Origin::Client,
         Command::ReportEntityStates { .. }
         | Command::ReportSampledEntityStates { .. }
         | Command::ReportTasks { .. }

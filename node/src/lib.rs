@@ -25,8 +25,8 @@
 //! - [`artifacts`]: the leader's background artifact-existence checks (SPEC C9).
 //! - [`outbound`]: the hub's outbound HTTP(S) clients (webhooks, alerts, Prometheus,
 //!   registries) and their deny list.
-//! - [`webhooks`] and [`prometheus`]: the canary controller's webhook calls and metric
-//!   queries over those clients.
+//! - [`webhooks`], [`prometheus`] and [`alerts`]: the canary controller's webhook calls,
+//!   metric queries and alerts (Flagger's alert provider payloads) over those clients.
 //! - [`query`]: read-only JSON views of the orchestration state; [`query_pool`]: where the
 //!   costly ones run (off the runtime's workers, bounded, and per caller).
 //! - [`crash_stop`]: the node exits when its store fails, rather than serve on after a
@@ -47,6 +47,7 @@
 
 pub mod agent_api;
 pub mod agent_wire;
+pub mod alerts;
 pub mod api;
 pub mod artifacts;
 pub mod auth;

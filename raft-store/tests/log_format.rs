@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 
 use hub_engine::access::{Role, RoleBinding};
 use hub_engine::activity::{Activity, ActivityEntryV1, ActivityLine, ActivityV1};
+use hub_engine::alert_provider::AlertProvider;
 use hub_engine::approval::{
     AppliedPolicy, Approval, ApprovalPolicy, ApprovalPolicySpec, ApproverGroup, Approvers,
     AutoApproval, ChangeRequestApproval, GroupRequirement, PolicyScope, RequestApprovals,
@@ -45,6 +46,7 @@ use hub_engine::canary::{
     Severity, StepWeights, Strategy, TargetRef, ThresholdRange, TickInput, Webhook, WebhookResult,
     WebhookType,
 };
+use hub_engine::canary::{AlertProviderKind, AlertProviderSpec};
 use hub_engine::canary::{
     Baseline, Direction, Histogram, Judge, MetricSamples, SampleWindow, Verdict, WorkloadSamples,
 };
@@ -624,6 +626,13 @@ fn commands() -> Vec<Command> {
                     not_after: None,
                 },
             ],
+        },
+        Command::ApplyAlertProvider {
+            environment: Some(s("flagger")),
+            yaml: s("kind: AlertProvider\nmetadata: {name: on-call}\n"),
+        },
+        Command::DeleteAlertProvider {
+            id: s("flagger/qa-discord"),
         },
     ]
 }
@@ -1449,6 +1458,21 @@ fn records() -> Vec<Record> {
             set_at_ms: T0 + 48,
             set_index: 49,
         }),
+        Record::AlertProvider(AlertProvider {
+            id: s("flagger/on-call"),
+            environment: s("flagger"),
+            name: s("on-call"),
+            spec: AlertProviderSpec {
+                kind: AlertProviderKind::Slack,
+                channel: s("on-call-alerts"),
+                username: s("flagger-bot"),
+                address: Some(s("https://hooks.slack.example/services/T/B/x")),
+                secret_ref: Some(s("on-call-url")),
+            },
+            yaml: s("kind: AlertProvider\n"),
+            created_ms: T0 + 50,
+            updated_ms: T0 + 51,
+        }),
     ]
 }
 
@@ -2268,6 +2292,18 @@ fn nested_goldens() -> Vec<Golden> {
             ),
             Limit::Snapshot,
         ),
+        // Issue 52 item 6: the alert provider types the record sample does not use.
+        golden(
+            s("nested-AlertProviderKind.bin"),
+            vec![
+                AlertProviderKind::Msteams,
+                AlertProviderKind::Discord,
+                AlertProviderKind::Rocket,
+                AlertProviderKind::Gchat,
+                AlertProviderKind::Generic,
+            ],
+            Limit::Snapshot,
+        ),
     ]
 }
 
@@ -2334,6 +2370,10 @@ fn nested_enums() -> BTreeMap<&'static str, Vec<&'static str>> {
         ("Approvers", declared_variants::<Approvers>()),
         ("ExceptionStatus", declared_variants::<ExceptionStatus>()),
         ("ProviderKind", declared_variants::<ProviderKind>()),
+        (
+            "AlertProviderKind",
+            declared_variants::<AlertProviderKind>(),
+        ),
         ("EventKind", declared_variants::<EventKind>()),
         ("EventReason", declared_variants::<EventReason>()),
     ])

@@ -77,6 +77,8 @@ pub struct Seen {
     pub path: String,
     /// The `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// The body.
+    pub body: Vec<u8>,
 }
 
 /// An HTTP or HTTPS server answering paths by [`Route`] (404 for any other), recording
@@ -113,6 +115,7 @@ impl TestServer {
                     .get("authorization")
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_string),
+                body: request.body.to_vec(),
             });
             let path = request.path.split('?').next().unwrap_or_default();
             match r.lock().unwrap().get(path).cloned() {

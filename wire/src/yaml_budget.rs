@@ -66,6 +66,8 @@ pub enum Document {
     RolloutPolicy,
     /// A metric template resource (`ApplyMetricTemplate`).
     MetricTemplate,
+    /// An alert provider resource (`ApplyAlertProvider`).
+    AlertProvider,
     /// A module definition (`PublishModule`, the `module_dry_run` query).
     ModuleDefinition,
     /// Config overrides: a module's `configOverrides` or `installConfigOverrides` text, or
@@ -81,6 +83,7 @@ impl Document {
             Document::CanaryResource => "canary resource",
             Document::RolloutPolicy => "rollout policy",
             Document::MetricTemplate => "metric template",
+            Document::AlertProvider => "alert provider",
             Document::ModuleDefinition => "module definition",
             Document::ConfigOverrides => "config overrides",
         }

@@ -236,6 +236,18 @@ pub fn need(state: &State, command: &Command) -> Need {
             },
         ),
         Command::DeleteMetricTemplate { id } => operator(prefixed_env(id)),
+        // As a canary of the environment (issue 52 item 6).
+        Command::ApplyAlertProvider { environment, yaml } => operator(
+            match crate::canary::parse_alert_provider(yaml)
+                .ok()
+                .and_then(|p| p.namespace)
+                .or_else(|| environment.clone())
+            {
+                Some(e) => env(&e),
+                None => Target::Unknown,
+            },
+        ),
+        Command::DeleteAlertProvider { id } => operator(prefixed_env(id)),
         Command::CancelPlans { target, .. } => operator(match target {
             CancelTarget::Environment(e) => env(e),
             CancelTarget::Entity(id) => entity_env(id),

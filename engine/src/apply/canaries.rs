@@ -106,6 +106,8 @@ impl State {
         // The canary's namespace is its environment, whether the resource named it or `-n`
         // gave it: webhook payloads carry it (Flagger's load tester keys gates by it).
         spec.namespace = Some(env.clone());
+        // alerts[].providerRef: the stored providers (from feature level 2 on).
+        self.check_alert_providers(&spec)?;
         let entity = EntityId::new(&env, spec.target.kind, &spec.target.name).0;
         if !self.entities.contains_key(&entity) {
             return Err(CommandError::invalid(

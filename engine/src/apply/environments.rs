@@ -72,6 +72,8 @@ impl State {
         }
         // Its metric templates go with it, unless a canary elsewhere uses one.
         self.delete_environment_templates(name, tx)?;
+        // And its alert providers, likewise.
+        self.delete_environment_alert_providers(name, tx)?;
         self.environments.remove(name, &mut tx.changed);
         // Its labels go with it (a later environment of the same name starts unlabelled).
         self.environment_labels.remove(name, &mut tx.changed);

@@ -23,6 +23,7 @@
 //! | `commands.rs` | break-glass commands |
 //! | `modules.rs` | modules, installations, change requests |
 //! | `canaries.rs` | canaries: resources, ticks, manual actions, step plans, observations |
+//! | `alert_providers.rs` | Flagger AlertProviders, where canary alerts go |
 //! | `metric_templates.rs` | Flagger MetricTemplates, rendered again for the canaries using them |
 //! | `cluster_keys.rs` | cluster keys |
 //! | `cluster_level.rs` | the cluster's feature level (raised only) |
@@ -35,6 +36,7 @@
 //! | `module_channels.rs` | module versions on custom channels, the channel an installation tracks |
 //! | `rollouts.rs` | environment labels, rollout policies, promote/halt/resume, and the wave bookkeeping every entry runs ([`State::track_rollouts`]) |
 
+mod alert_providers;
 mod approvals;
 mod audit;
 mod canaries;
@@ -529,6 +531,10 @@ impl State {
                 self.apply_metric_template(environment.as_deref(), yaml, tx)
             }
             Command::DeleteMetricTemplate { id } => self.delete_metric_template(id, tx),
+            Command::ApplyAlertProvider { environment, yaml } => {
+                self.apply_alert_provider(environment.as_deref(), yaml, tx)
+            }
+            Command::DeleteAlertProvider { id } => self.delete_alert_provider(id, tx),
             Command::RevokeCertificate {
                 serial,
                 reason,

@@ -6,8 +6,7 @@
 //! `docs/CANARY.md`.
 
 use super::raw::{
-    RawAlert, RawAnalysis, RawCanary, RawMatch, RawMetadata, RawMetric, RawService, RawSpec,
-    RawWebhook,
+    RawAnalysis, RawCanary, RawMatch, RawMetadata, RawMetric, RawService, RawSpec, RawWebhook,
 };
 
 /// A field of a canary resource the hub accepts but does not act on, with why.
@@ -226,9 +225,6 @@ fn analysis(out: &mut Fields, a: &RawAnalysis) {
     for (i, w) in a.webhooks.iter().flatten().enumerate() {
         webhook(out, &format!("{P}.webhooks[{i}]"), w);
     }
-    for (i, alert) in a.alerts.iter().flatten().enumerate() {
-        self::alert(out, &format!("{P}.alerts[{i}]"), alert);
-    }
     out.add(
         a.session_affinity.is_some(),
         format!("{P}.sessionAffinity"),
@@ -279,14 +275,5 @@ fn webhook(out: &mut Fields, path: &str, w: &RawWebhook) {
         w.disable_tls.is_some(),
         format!("{path}.disableTLS"),
         "the hub's outbound client always verifies TLS (trust is configured on the node)",
-    );
-}
-
-fn alert(out: &mut Fields, path: &str, a: &RawAlert) {
-    out.add(
-        a.provider_ref.is_some(),
-        format!("{path}.providerRef"),
-        "not acted on yet: the hub has no alert providers (issue 52), so the leader logs these \
-         alerts instead of sending them; give url to have them posted",
     );
 }

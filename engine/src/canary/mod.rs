@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 mod action;
+mod alert_provider;
 mod duration;
 mod error;
 mod event;
@@ -49,6 +50,11 @@ mod templated;
 mod webhook;
 
 pub use action::{Action, TickOutcome};
+pub use alert_provider::{
+    parse_alert_provider, AlertProviderKind, AlertProviderSpec, ParsedAlertProvider,
+    ALERT_PROVIDER_KIND, DEFAULT_ALERT_CHANNEL, DEFAULT_ALERT_USERNAME, MAX_ALERT_LABEL_BYTES,
+    MAX_ALERT_PROVIDER_BYTES,
+};
 pub use duration::{format_duration, parse_duration, DurationError, MAX_DURATION_MS};
 pub use error::{CanaryError, CanaryErrors};
 pub use event::{

@@ -81,6 +81,23 @@ impl CanarySpec {
             })
     }
 
+    /// The AlertProviders its alerts reference, each with its alert's index and the
+    /// provider's id (`<environment>/<name>`: `providerRef.namespace`, else the canary's
+    /// namespace, which a stored canary always has).
+    pub fn alert_providers(&self) -> impl Iterator<Item = (usize, String)> + '_ {
+        self.analysis
+            .alerts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| match &a.target {
+                AlertTarget::Provider { name, namespace } => {
+                    let env = namespace.as_deref().or(self.namespace.as_deref())?;
+                    Some((i, format!("{env}/{name}")))
+                }
+                AlertTarget::Url(_) => None,
+            })
+    }
+
     /// The webhooks of one type, in the order they are listed.
     pub fn webhooks_of(&self, kind: WebhookType) -> impl Iterator<Item = &Webhook> {
         self.analysis

@@ -146,7 +146,11 @@ pub fn parse_metric_template(yaml: &str) -> Result<ParsedMetricTemplate, CanaryE
     }
 }
 
-fn name(errors: &mut Vec<CanaryError>, path: &str, value: Option<String>) -> Option<String> {
+pub(super) fn name(
+    errors: &mut Vec<CanaryError>,
+    path: &str,
+    value: Option<String>,
+) -> Option<String> {
     let Some(n) = value else {
         errors.push(CanaryError::new(path, "required"));
         return None;
@@ -164,7 +168,7 @@ fn name(errors: &mut Vec<CanaryError>, path: &str, value: Option<String>) -> Opt
     }
 }
 
-fn metadata(
+pub(super) fn metadata(
     raw: Option<RawMetadata>,
     errors: &mut Vec<CanaryError>,
     ignored: &mut Vec<IgnoredField>,
