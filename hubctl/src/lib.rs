@@ -742,21 +742,21 @@ async fn cluster_status(client: &FailoverClient, fmt: Format) -> anyhow::Result<
     if !s.has_leader {
         problems.insert(0, "no leader".into());
     }
-    print_cluster_status(&s, &members, &v, fmt)?;
+    print_cluster_status(&s, (&leader, &members), &v, fmt)?;
     match problems.is_empty() {
         true => Ok(()),
         false => Err(Unhealthy(problems.join("; ")).into()),
     }
 }
 
-/// Prints `cluster status`'s answer: `v` as JSON or YAML, else a header and the members.
+/// Prints `cluster status`'s answer: `v` as JSON or YAML, else a header with the leader and
+/// the members' table.
 fn print_cluster_status(
     s: &hub_proto::ClusterStatusReply,
-    members: &[Value],
+    (leader, members): (&Value, &[Value]),
     v: &Value,
     fmt: Format,
 ) -> anyhow::Result<()> {
-    let leader = &v["leader"];
     if fmt.is_table() {
         println!(
             "leader: {}  term: {}  feature level: {}",
