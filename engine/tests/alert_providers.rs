@@ -242,3 +242,33 @@ fn applying_a_provider_needs_an_operator_of_its_environment() {
     );
     assert!(parse_alert_provider(&yaml).is_ok());
 }
+
+/// A viewer, and an operator of another environment, are refused both commands, and
+/// nothing changes (the harness checks a refused command changes only its audit row); the
+/// operator of the provider's environment applies and deletes it.
+#[test]
+fn only_an_operator_of_its_environment_applies_or_deletes_a_provider() {
+    use common::actors::{as_, bind};
+    let mut hub = hub();
+    bind(&mut hub, "root", Role::Admin, &[]);
+    bind(&mut hub, "vic", Role::Viewer, &[]);
+    bind(&mut hub, "tess", Role::EnvironmentOperator, &["test"]);
+    bind(&mut hub, "flo", Role::EnvironmentOperator, &["flagger"]);
+    let yaml = provider("on-call", "flagger", "slack");
+    for who in ["vic", "tess"] {
+        let e = hub.err(as_(who, apply_provider(&yaml)));
+        assert!(matches!(e, CommandError::PermissionDenied(_)), "{who}: {e}");
+    }
+    assert!(hub.state.alert_providers().next().is_none());
+    hub.ok(as_("flo", apply_provider(&yaml)));
+    let delete = || Command::DeleteAlertProvider {
+        id: "flagger/on-call".into(),
+    };
+    for who in ["vic", "tess"] {
+        let e = hub.err(as_(who, delete()));
+        assert!(matches!(e, CommandError::PermissionDenied(_)), "{who}: {e}");
+    }
+    assert_eq!(hub.state.alert_providers().count(), 1);
+    hub.ok(as_("flo", delete()));
+    assert!(hub.state.alert_providers().next().is_none());
+}

@@ -33,6 +33,8 @@ use crate::plan::LoadSpec;
 const MAX_WORKERS: u32 = 256;
 /// Longest a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The shortest time between the starts of two rounds of one load.
+const MIN_ROUND: Duration = Duration::from_secs(1);
 /// Pause of a worker after a failed connection, so a target that is down is not spun on.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 
@@ -132,6 +134,9 @@ async fn run(load: LoadSpec, service: String, port: u16) {
         if load.duration_ms <= 0 {
             return;
         }
+        // A round starts at most once a second, so a tiny `-z` neither spins nor floods the
+        // log with round lines.
+        tokio::time::sleep_until(began + MIN_ROUND).await;
     }
 }
 

@@ -698,6 +698,16 @@ mod tests {
     }
 
     #[test]
+    fn a_command_at_its_length_budget_reads_and_one_byte_more_is_refused() {
+        let base = "hey -z 1m http://a/";
+        let at = format!("{base}{}", "x".repeat(MAX_COMMAND_BYTES - base.len()));
+        assert_eq!(at.len(), MAX_COMMAND_BYTES);
+        assert!(parse_command(&at).is_ok());
+        let over = format!("{at}x");
+        assert_eq!(parse_command(&over), Err(LoadTesterError::TooLong));
+    }
+
+    #[test]
     fn load_tester_urls_and_their_paths() {
         assert!(is_load_tester_url("http://flagger-loadtester.test/"));
         assert!(is_load_tester_url("http://loadtester.flagger-system/"));
